@@ -1,0 +1,118 @@
+// The Platform interface: how the Sentry runs application code.
+//
+// A Platform is one per sandbox. It makes AddressSpaces (one per application
+// process) and Contexts (one per task). Context::Switch runs application
+// code in an address space until something needs the Sentry: a syscall, a
+// fault, an exception, or an Interrupt(). Back-ends: platforms/systrap (stub
+// processes, seccomp traps, shared-memory hand-over) and platforms/kvm.
+#ifndef SANDBOXD_PLATFORMS_PLATFORM_H_
+#define SANDBOXD_PLATFORMS_PLATFORM_H_
+
+#include <sys/types.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace sandboxd::platform {
+
+// Memory protection of an application mapping.
+struct Prot {
+  bool read = false;
+  bool write = false;
+  bool exec = false;
+  int ToHost() const;  // PROT_* bits
+  static Prot FromHost(int prot);
+  bool operator==(const Prot& o) const {
+    return read == o.read && write == o.write && exec == o.exec;
+  }
+};
+
+// Largest FPU/xsave image the platforms handle (AVX-512 needs ~2.7 KiB).
+inline constexpr size_t kMaxFpStateSize = 4096;
+
+// General-purpose registers, in the order of the kernel's user_regs_struct.
+struct Regs {
+  uint64_t r15, r14, r13, r12, rbp, rbx, r11, r10, r9, r8;
+  uint64_t rax, rcx, rdx, rsi, rdi, orig_rax;
+  uint64_t rip, cs, eflags, rsp, ss;
+  uint64_t fs_base, gs_base;
+  uint64_t ds, es, fs, gs;
+};
+
+// The complete user-visible CPU state of one task.
+struct CpuState {
+  Regs regs{};
+  // The xsave image as the kernel lays it out in a signal frame (fxsave
+  // legacy area, xsave header, extended state). fp_size == 0 means "not yet
+  // captured": the platform fills in a default (initial) FPU state.
+  uint32_t fp_size = 0;
+  alignas(64) uint8_t fp[kMaxFpStateSize];
+
+  // Resets FPU state to what a fresh execve sees (FCW 0x37f, MXCSR 0x1f80,
+  // all vector registers zero), keeping the layout metadata.
+  void ResetFp();
+};
+
+// What made Switch return.
+struct Event {
+  enum class Kind {
+    kSyscall,      // regs.orig_rax is the number; set regs.rax to the result
+    kFault,        // a page fault at `addr` (SIGSEGV/SIGBUS from memory)
+    kException,    // a synchronous signal: SIGILL, SIGFPE, SIGTRAP, SIGBUS
+    kInterrupted,  // Interrupt() was called, or a spurious wakeup
+    kDead,         // the address space's host process is gone (killed,
+                   // or a stub-side error); the task cannot run again
+  };
+  Kind kind = Kind::kInterrupted;
+  int signo = 0;         // kFault/kException: host signal number
+  int code = 0;          // kFault/kException: si_code
+  uint64_t addr = 0;     // kFault: faulting address; kException: si_addr
+  bool write = false;    // kFault: the access was a write
+  bool exec = false;     // kFault: the access was an instruction fetch
+  std::string detail;    // kDead: why
+};
+
+class AddressSpace {
+ public:
+  virtual ~AddressSpace() = default;
+  // Maps [off, off+len) of the memory file `fd` at application address
+  // `addr` (MAP_SHARED|MAP_FIXED semantics), replacing what was there.
+  virtual absl::Status MapFile(uintptr_t addr, int fd, off_t off, size_t len,
+                               Prot prot) = 0;
+  // Removes any mapping in [addr, addr+len).
+  virtual void Unmap(uintptr_t addr, size_t len) = 0;
+};
+
+class Context {
+ public:
+  virtual ~Context() = default;
+  // Runs application code with `cpu` in `as` until something needs the
+  // Sentry. On return `cpu` holds the state at that point.
+  // Called only by the task's own host thread.
+  virtual Event Switch(AddressSpace& as, CpuState& cpu) = 0;
+  // Makes a running or future Switch return kInterrupted soon.
+  // Safe to call from any thread.
+  virtual void Interrupt() = 0;
+  // Frees the host resources (stub thread) bound to this context.
+  virtual void Release() {}
+};
+
+class Platform {
+ public:
+  virtual ~Platform() = default;
+  virtual std::string Name() const = 0;
+  // Application addresses are in [MinUserAddress(), MaxUserAddress()).
+  virtual uintptr_t MinUserAddress() const { return 0x10000; }
+  virtual uintptr_t MaxUserAddress() const = 0;
+  virtual absl::StatusOr<std::unique_ptr<AddressSpace>> NewAddressSpace() = 0;
+  virtual absl::StatusOr<std::unique_ptr<Context>> NewContext() = 0;
+};
+
+}  // namespace sandboxd::platform
+
+#endif  // SANDBOXD_PLATFORMS_PLATFORM_H_

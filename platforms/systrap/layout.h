@@ -1,0 +1,164 @@
+// The memory shared by the Sentry and a systrap stub process, and the fixed
+// addresses of the stub's region. Included by both sides: the Sentry (normal
+// C++) and the stub (freestanding code in stub/), so only plain types here.
+//
+// The top of the user address space, [kStubBase, kStubEnd), belongs to the
+// stub; application mappings stay below kStubBase. The stub itself uses only
+// the window [kStubBase, kStubWindowEnd); the rest is unmapped in stubs. The
+// window sits 1 TiB below the lowest mmap base that ASLR can pick for the
+// Sentry (2^28 pages below TASK_SIZE), so the Sentry's own mappings, which
+// grow down from its mmap base, do not reach it.
+//
+//   kStubBase   +--------------------------+
+//               | stub code (RX), copied   |  kStubCodeSize
+//   kStubShared +--------------------------+
+//               | StubShared (MAP_SHARED,  |  header + kMaxThreads slots
+//               |  memfd also mapped by    |
+//               |  the Sentry)             |
+//   kStubStacks +--------------------------+
+//               | per-slot stacks, private |  kMaxThreads * kStackSize
+//   kStubWindowEnd ------------------------+
+//               | nothing (unmapped)       |
+//   kStubEnd    +--------------------------+
+//
+// Everything the stub reads here was written by the Sentry or the stub, but
+// application code can write it too (it is mapped in the application's
+// address space): the Sentry treats every field as untrusted input.
+#ifndef SANDBOXD_PLATFORMS_SYSTRAP_LAYOUT_H_
+#define SANDBOXD_PLATFORMS_SYSTRAP_LAYOUT_H_
+
+#include <stddef.h>
+#include <stdint.h>
+
+namespace sandboxd::systrap {
+
+inline constexpr uint64_t kStubBase = 0x7e0000000000ull;
+inline constexpr uint64_t kStubEnd = 0x7ffffffff000ull;  // TASK_SIZE
+inline constexpr uint64_t kStubCodeSize = 1ull << 20;
+inline constexpr uint64_t kStubShared = kStubBase + kStubCodeSize;
+inline constexpr uint32_t kMaxThreads = 256;  // slot 0 is the control thread
+inline constexpr uint64_t kStackSize = 64 * 1024;
+inline constexpr uint64_t kStubSharedSize = 8ull << 20;
+inline constexpr uint64_t kStubStacks = kStubShared + kStubSharedSize;
+inline constexpr uint64_t kStubStacksSize = kMaxThreads * kStackSize;
+inline constexpr uint64_t kStubWindowEnd = kStubStacks + kStubStacksSize;
+static_assert(kStubWindowEnd < kStubEnd);
+
+// Host fds in every stub process (nothing else is open there).
+inline constexpr int kStubMemFileFd = 3;  // the sandbox's memory file
+inline constexpr int kStubSharedFd = 4;   // this stub's StubShared memfd
+
+// The host signal the Sentry sends a stub thread to make it trap
+// (Context::Interrupt).
+inline constexpr int kInterruptSignal = 12;  // SIGUSR2
+
+// Who may touch a slot or the control block. The other side waits.
+enum Owner : uint32_t {
+  kOwnerStub = 1,    // the stub thread runs (application code, or a request)
+  kOwnerSentry = 2,  // the stub thread waits for the Sentry
+};
+
+// Why a stub thread handed its slot to the Sentry.
+enum TrapKind : uint32_t {
+  kTrapReady = 1,   // a new thread is up; gregs are meaningless, fp is the
+                    // default FPU image
+  kTrapSignal = 2,  // a host signal: SIGSYS (syscall), SIGSEGV, ... (signo)
+};
+
+// What the Sentry asks of a stub thread when it hands the slot back.
+enum Action : uint32_t {
+  kActionResume = 1,  // load gregs/fp/fs_base and return to the application
+  kActionExit = 2,    // the thread exits
+};
+
+// Requests served by a stub's control thread (slot 0).
+enum ControlOp : uint32_t {
+  kOpNone = 0,
+  kOpMmap = 1,     // args: addr, len, prot, flags, fd, off
+  kOpMunmap = 2,   // args: addr, len
+  kOpClone = 3,    // args: slot index; result: tid or -errno
+  kOpExit = 4,     // exit_group
+};
+
+// clone(2) flags of a stub thread: a thread of the stub process whose tid
+// the kernel writes to, and clears (with a futex wake) in, ThreadSlot::tid.
+inline constexpr uint64_t kStubCloneFlags =
+    0x00000100 /* CLONE_VM */ | 0x00000200 /* CLONE_FS */ |
+    0x00000400 /* CLONE_FILES */ | 0x00000800 /* CLONE_SIGHAND */ |
+    0x00010000 /* CLONE_THREAD */ | 0x00040000 /* CLONE_SYSVSEM */ |
+    0x00200000 /* CLONE_CHILD_CLEARTID */ | 0x01000000 /* CLONE_CHILD_SETTID */;
+
+// Number of general registers in the kernel's ucontext mcontext (NGREG).
+inline constexpr int kNumGregs = 23;
+inline constexpr uint32_t kMaxFpSize = 4096;
+
+// One application thread's hand-over area.
+struct alignas(64) ThreadSlot {
+  // Written by both sides; futex word.
+  alignas(64) uint32_t owner;
+  uint32_t sentry_sleeping;  // the Sentry is (about to be) in FUTEX_WAIT
+  uint32_t stub_sleeping;    // the stub is (about to be) in FUTEX_WAIT
+  // CLONE_CHILD_CLEARTID word: the kernel zeroes it when the thread exits.
+  int32_t tid;
+
+  // Written by the Sentry before owner=kOwnerStub.
+  alignas(64) uint32_t action;
+  uint32_t pad0;
+  uint64_t fs_base;  // loaded before returning to the application
+  uint64_t gs_base;
+
+  // Written by the stub before owner=kOwnerSentry.
+  alignas(64) uint32_t trap;     // TrapKind
+  int32_t signo;
+  int32_t sig_code;
+  int32_t sig_errno;
+  uint64_t fault_addr;  // si_addr: fault address / call address
+  int32_t sys_nr;       // SIGSYS: si_syscall
+  uint32_t sys_arch;     // SIGSYS: si_arch
+  uint64_t stub_fs_base;  // FS base at the trap
+  uint64_t stub_gs_base;
+
+  // Both directions: registers in mcontext gregs order, and the xsave image.
+  alignas(64) uint64_t gregs[kNumGregs];
+  uint32_t fp_size;
+  alignas(64) uint8_t fp[kMaxFpSize];
+};
+
+// The control thread's request block.
+struct alignas(64) ControlBlock {
+  alignas(64) uint32_t owner;  // kOwnerStub: a request is posted
+  uint32_t sentry_sleeping;
+  uint32_t stub_sleeping;
+  uint32_t op;
+  uint64_t args[6];
+  int64_t result;
+};
+
+// Facts the Sentry tells the stub once, before it starts.
+struct alignas(64) StubConfig {
+  uint32_t has_fsgsbase;  // rdfsbase/wrfsbase are usable in user mode
+  uint32_t pad;
+  uint64_t spin_cycles;   // how long a waiting stub thread spins (TSC)
+};
+
+struct StubShared {
+  StubConfig config;
+  ControlBlock control;
+  ThreadSlot slots[kMaxThreads];
+};
+static_assert(sizeof(StubShared) <= kStubSharedSize);
+static_assert(offsetof(ThreadSlot, owner) == 0);
+static_assert(offsetof(ThreadSlot, action) == 64);
+static_assert(offsetof(ThreadSlot, trap) == 128);
+static_assert(offsetof(ThreadSlot, gregs) == 192);
+static_assert(offsetof(ThreadSlot, fp) % 64 == 0);
+static_assert(sizeof(ThreadSlot) % 64 == 0);
+static_assert(offsetof(StubShared, control) == 64);
+
+inline StubShared* StubSharedInStub() {
+  return reinterpret_cast<StubShared*>(kStubShared);
+}
+
+}  // namespace sandboxd::systrap
+
+#endif  // SANDBOXD_PLATFORMS_SYSTRAP_LAYOUT_H_

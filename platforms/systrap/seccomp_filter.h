@@ -1,0 +1,26 @@
+// The seccomp filter of every stub process.
+//
+// A syscall made from outside the stub's code (the application) traps:
+// SECCOMP_RET_TRAP, delivered as SIGSYS to the stub's handler, which hands
+// it to the Sentry. A syscall made from the stub's code is allowed only if
+// it is one the stub needs (futex, mmap, munmap, clone of a thread,
+// sigaltstack, arch_prctl, rt_sigreturn, exit, exit_group, sched_yield);
+// anything else kills the stub process. The application can jump into stub
+// code, so that allow-list is what it could reach at worst; its file
+// descriptors are only the sandbox's memory file and the stub's own shared
+// area.
+#ifndef SANDBOXD_PLATFORMS_SYSTRAP_SECCOMP_FILTER_H_
+#define SANDBOXD_PLATFORMS_SYSTRAP_SECCOMP_FILTER_H_
+
+#include <linux/filter.h>
+
+#include <vector>
+
+namespace sandboxd::systrap {
+
+// The filter program, built once per Sentry.
+const std::vector<sock_filter>& StubFilter();
+
+}  // namespace sandboxd::systrap
+
+#endif  // SANDBOXD_PLATFORMS_SYSTRAP_SECCOMP_FILTER_H_

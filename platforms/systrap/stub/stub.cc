@@ -1,0 +1,347 @@
+// The systrap stub. Every function here runs inside a stub process, in a
+// signal handler or on a stub thread, after everything but the stub region
+// has been unmapped: no libc, no allocation, no locks, no globals, no
+// stack protector, nothing outside the section "sbx_stub". Data lives at the
+// fixed addresses of layout.h. Built with -ffreestanding -fno-stack-protector
+// -fno-jump-tables -fno-tree-loop-distribute-patterns -fcf-protection=none
+// (see CMakeLists.txt / BUILD.bazel), so the compiler emits no calls.
+#define _GNU_SOURCE 1
+#include "platforms/systrap/stub/stub.h"
+
+#include <asm/unistd.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <stddef.h>
+#include <stdint.h>
+#include <sys/ucontext.h>
+
+#include "platforms/systrap/layout.h"
+
+#define STUB __attribute__((section("sbx_stub"), used, noinline))
+#define STUB_INLINE static inline __attribute__((always_inline))
+
+namespace sandboxd::systrap {
+namespace {
+
+STUB_INLINE long Syscall6(long nr, long a0, long a1, long a2, long a3, long a4,
+                          long a5) {
+  long ret;
+  register long r10 __asm__("r10") = a3;
+  register long r8 __asm__("r8") = a4;
+  register long r9 __asm__("r9") = a5;
+  __asm__ volatile("syscall"
+                   : "=a"(ret)
+                   : "a"(nr), "D"(a0), "S"(a1), "d"(a2), "r"(r10), "r"(r8),
+                     "r"(r9)
+                   : "rcx", "r11", "memory");
+  return ret;
+}
+STUB_INLINE long Syscall3(long nr, long a0, long a1, long a2) {
+  return Syscall6(nr, a0, a1, a2, 0, 0, 0);
+}
+
+STUB_INLINE uint32_t LoadAcquire(const uint32_t* p) {
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+STUB_INLINE void StoreSeqCst(uint32_t* p, uint32_t v) {
+  __atomic_store_n(p, v, __ATOMIC_SEQ_CST);
+}
+STUB_INLINE uint32_t LoadSeqCst(const uint32_t* p) {
+  return __atomic_load_n(p, __ATOMIC_SEQ_CST);
+}
+
+STUB_INLINE uint64_t Rdtsc() {
+  uint32_t lo, hi;
+  __asm__ volatile("rdtsc" : "=a"(lo), "=d"(hi));
+  return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+
+STUB_INLINE void Die(int code) {
+  for (;;) Syscall3(__NR_exit_group, code, 0, 0);
+}
+
+// Hands `owner` to the Sentry and waits until it is handed back: spins for
+// a bounded time, then sleeps on the futex. *sleeping tells the Sentry to
+// FUTEX_WAKE us; the Sentry sets owner before reading it (seq_cst on both
+// sides), so a wakeup cannot be lost.
+STUB_INLINE void HandOverAndWait(uint32_t* owner, uint32_t* sentry_sleeping,
+                                 uint32_t* stub_sleeping) {
+  StoreSeqCst(owner, kOwnerSentry);
+  if (LoadSeqCst(sentry_sleeping) != 0) {
+    Syscall6(__NR_futex, reinterpret_cast<long>(owner), FUTEX_WAKE, 1, 0, 0,
+             0);
+  }
+  const uint64_t spin = StubSharedInStub()->config.spin_cycles;
+  const uint64_t start = Rdtsc();
+  while (LoadAcquire(owner) != kOwnerStub) {
+    if (Rdtsc() - start > spin) {
+      StoreSeqCst(stub_sleeping, 1);
+      while (LoadSeqCst(owner) != kOwnerStub) {
+        Syscall6(__NR_futex, reinterpret_cast<long>(owner), FUTEX_WAIT,
+                 kOwnerSentry, 0, 0, 0);
+      }
+      StoreSeqCst(stub_sleeping, 0);
+      break;
+    }
+    __builtin_ia32_pause();
+  }
+}
+
+STUB_INLINE void Copy(void* dst, const void* src, uint64_t n) {
+  // A plain loop; -fno-tree-loop-distribute-patterns keeps it from becoming
+  // a call to memcpy, which does not exist here.
+  uint64_t* d = static_cast<uint64_t*>(dst);
+  const uint64_t* s = static_cast<const uint64_t*>(src);
+  for (uint64_t i = 0; i < n / 8; i++) d[i] = s[i];
+}
+
+// Size of the xsave image in a signal frame, from the kernel's software
+// bytes at offset 464 of the fxsave area; 512 when only fxsave is present.
+STUB_INLINE uint32_t FpFrameSize(const uint8_t* fp) {
+  const uint32_t* sw = reinterpret_cast<const uint32_t*>(fp + 464);
+  if (sw[0] == 0x46505853u /* FP_XSTATE_MAGIC1 */) {
+    uint32_t size = sw[1];  // extended_size, includes FP_XSTATE_MAGIC2
+    if (size >= 512 && size <= kMaxFpSize && size % 8 == 0) return size;
+    if (size >= 512 && size <= kMaxFpSize) return size & ~7u;
+    return 0;
+  }
+  return 512;
+}
+
+STUB_INLINE uint64_t ReadFsBase(bool fsgsbase) {
+  uint64_t v = 0;
+  if (fsgsbase) {
+    __asm__ volatile("rdfsbase %0" : "=r"(v));
+  } else {
+    Syscall3(__NR_arch_prctl, 0x1003 /* ARCH_GET_FS */,
+             reinterpret_cast<long>(&v), 0);
+  }
+  return v;
+}
+
+STUB_INLINE void WriteFsBase(bool fsgsbase, uint64_t v) {
+  if (fsgsbase) {
+    __asm__ volatile("wrfsbase %0" ::"r"(v) : "memory");
+  } else {
+    Syscall3(__NR_arch_prctl, 0x1002 /* ARCH_SET_FS */, static_cast<long>(v),
+             0);
+  }
+}
+
+STUB_INLINE uint64_t ReadGsBase(bool fsgsbase) {
+  uint64_t v = 0;
+  if (fsgsbase) {
+    __asm__ volatile("rdgsbase %0" : "=r"(v));
+  } else {
+    Syscall3(__NR_arch_prctl, 0x1004 /* ARCH_GET_GS */,
+             reinterpret_cast<long>(&v), 0);
+  }
+  return v;
+}
+
+STUB_INLINE void WriteGsBase(bool fsgsbase, uint64_t v) {
+  if (fsgsbase) {
+    __asm__ volatile("wrgsbase %0" ::"r"(v) : "memory");
+  } else {
+    Syscall3(__NR_arch_prctl, 0x1001 /* ARCH_SET_GS */, static_cast<long>(v),
+             0);
+  }
+}
+
+// Registers the Sentry may change: everything but CSGSFS, ERR, TRAPNO,
+// OLDMASK and CR2, which are the kernel's.
+STUB_INLINE bool SentryWritable(int i) {
+  return i <= REG_EFL;
+}
+
+}  // namespace
+}  // namespace sandboxd::systrap
+
+using namespace sandboxd::systrap;
+
+// A new stub thread starts here (via sbx_stub_clone) on its slot's stack.
+// It registers that stack as its signal stack and traps into the handler
+// from stub code, which the handler reads as "ready".
+extern "C" STUB void sbx_stub_thread_entry() {
+  uint64_t sp = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
+  uint64_t index = (sp - kStubStacks) / kStackSize;
+  stack_t ss;
+  ss.ss_sp = reinterpret_cast<void*>(kStubStacks + index * kStackSize);
+  ss.ss_size = kStackSize;
+  ss.ss_flags = 0;
+  if (Syscall3(__NR_sigaltstack, reinterpret_cast<long>(&ss), 0, 0) != 0) {
+    Die(111);
+  }
+  for (;;) __asm__ volatile("int3");
+}
+
+extern "C" STUB void sbx_stub_signal_handler(int signo, void* info_v,
+                                             void* uc_v) {
+  siginfo_t* info = static_cast<siginfo_t*>(info_v);
+  ucontext_t* uc = static_cast<ucontext_t*>(uc_v);
+  StubShared* shared = StubSharedInStub();
+  uint64_t sp = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
+  if (sp < kStubStacks || sp >= kStubStacks + kStubStacksSize) Die(112);
+  uint64_t index = (sp - kStubStacks) / kStackSize;
+  ThreadSlot* slot = &shared->slots[index];
+  if (index == 0) {
+    // The control thread never runs application code: a signal here is a
+    // stub bug. Leave a note for the Sentry and die.
+    slot->signo = signo;
+    slot->sig_code = info->si_code;
+    slot->fault_addr = reinterpret_cast<uint64_t>(info->si_addr);
+    for (int i = 0; i < kNumGregs; i++) slot->gregs[i] = uc->uc_mcontext.gregs[i];
+    Die(113);
+  }
+  const bool fsgsbase = shared->config.has_fsgsbase != 0;
+
+  greg_t* gregs = uc->uc_mcontext.gregs;
+  uint64_t rip = static_cast<uint64_t>(gregs[REG_RIP]);
+  bool bootstrap = signo == SIGTRAP && rip >= kStubBase &&
+                   rip < kStubBase + kStubCodeSize;
+
+  for (int i = 0; i < kNumGregs; i++) slot->gregs[i] = gregs[i];
+  uint8_t* fp = reinterpret_cast<uint8_t*>(uc->uc_mcontext.fpregs);
+  uint32_t fp_size = fp != nullptr ? FpFrameSize(fp) : 0;
+  slot->fp_size = fp_size;
+  if (fp_size != 0) Copy(slot->fp, fp, fp_size);
+  slot->trap = bootstrap ? kTrapReady : kTrapSignal;
+  slot->signo = signo;
+  slot->sig_code = info->si_code;
+  slot->sig_errno = info->si_errno;
+  slot->fault_addr = reinterpret_cast<uint64_t>(info->si_addr);
+  slot->sys_nr = signo == SIGSYS ? info->si_syscall : 0;
+  slot->sys_arch = signo == SIGSYS ? info->si_arch : 0;
+  uint64_t fs_base = ReadFsBase(fsgsbase);
+  uint64_t gs_base = ReadGsBase(fsgsbase);
+  slot->stub_fs_base = fs_base;
+  slot->stub_gs_base = gs_base;
+
+  HandOverAndWait(&slot->owner, &slot->sentry_sleeping, &slot->stub_sleeping);
+
+  if (__atomic_load_n(&slot->action, __ATOMIC_ACQUIRE) != kActionResume) {
+    for (;;) Syscall3(__NR_exit, 0, 0, 0);
+  }
+  for (int i = 0; i < kNumGregs; i++) {
+    if (SentryWritable(i)) gregs[i] = static_cast<greg_t>(slot->gregs[i]);
+  }
+  if (fp_size != 0 && slot->fp_size == fp_size) Copy(fp, slot->fp, fp_size);
+  uint64_t new_fs = slot->fs_base, new_gs = slot->gs_base;
+  if (new_fs != fs_base) WriteFsBase(fsgsbase, new_fs);
+  if (new_gs != gs_base) WriteGsBase(fsgsbase, new_gs);
+}
+
+// Creates a thread sharing everything with this one, on `stack_top`, that
+// runs sbx_stub_thread_entry. Returns its tid or -errno.
+extern "C" STUB long sbx_stub_clone(uint64_t flags, uint64_t stack_top,
+                                    uint64_t ctid) {
+  long ret;
+  register long r10 __asm__("r10") = static_cast<long>(ctid);
+  register long r8 __asm__("r8") = 0;  // tls
+  // The child returns on its new, empty stack: it must not touch this
+  // frame, so it jumps straight to the entry function.
+  __asm__ volatile(
+      "syscall\n\t"
+      "test %%rax, %%rax\n\t"
+      "jnz 1f\n\t"
+      "xor %%ebp, %%ebp\n\t"
+      "call sbx_stub_thread_entry\n\t"
+      "ud2\n"
+      "1:\n\t"
+      : "=a"(ret)
+      : "a"(__NR_clone), "D"(flags), "S"(stack_top), "d"(0), "r"(r10),
+        "r"(r8)
+      : "rcx", "r11", "memory");
+  return ret;
+}
+
+// The control thread: serves the Sentry's requests on the address space.
+extern "C" STUB __attribute__((noreturn)) void sbx_stub_control_loop() {
+  ControlBlock* cb = &StubSharedInStub()->control;
+  for (;;) {
+    // Wait for a request (owner == kOwnerStub).
+    const uint64_t spin = StubSharedInStub()->config.spin_cycles;
+    const uint64_t start = Rdtsc();
+    while (LoadAcquire(&cb->owner) != kOwnerStub) {
+      if (Rdtsc() - start > spin) {
+        StoreSeqCst(&cb->stub_sleeping, 1);
+        while (LoadSeqCst(&cb->owner) != kOwnerStub) {
+          Syscall6(__NR_futex, reinterpret_cast<long>(&cb->owner), FUTEX_WAIT,
+                   kOwnerSentry, 0, 0, 0);
+        }
+        StoreSeqCst(&cb->stub_sleeping, 0);
+        break;
+      }
+      __builtin_ia32_pause();
+    }
+    long r = -38;  // ENOSYS
+    const uint64_t* a = cb->args;
+    switch (cb->op) {
+      case kOpMmap:
+        r = Syscall6(__NR_mmap, a[0], a[1], a[2], a[3], a[4], a[5]);
+        break;
+      case kOpMunmap:
+        r = Syscall3(__NR_munmap, a[0], a[1], 0);
+        break;
+      case kOpClone: {
+        uint64_t index = a[0];
+        if (index == 0 || index >= kMaxThreads) {
+          r = -22;  // EINVAL
+          break;
+        }
+        ThreadSlot* slot = &StubSharedInStub()->slots[index];
+        uint64_t top = kStubStacks + (index + 1) * kStackSize - 64;
+        r = sbx_stub_clone(kStubCloneFlags, top,
+                           reinterpret_cast<uint64_t>(&slot->tid));
+        break;
+      }
+      case kOpExit:
+        Die(0);
+        break;
+      default:
+        break;
+    }
+    cb->result = r;
+    StoreSeqCst(&cb->owner, kOwnerSentry);
+    if (LoadSeqCst(&cb->sentry_sleeping) != 0) {
+      Syscall6(__NR_futex, reinterpret_cast<long>(&cb->owner), FUTEX_WAKE, 1,
+               0, 0, 0);
+    }
+  }
+}
+
+extern "C" STUB __attribute__((noreturn)) void sbx_stub_main(const void* prog) {
+  // The filter first: from here on only the stub's own code may make host
+  // syscalls, and only the few the filter allows.
+  if (Syscall3(__NR_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */, 0,
+               reinterpret_cast<long>(prog)) != 0) {
+    Die(114);
+  }
+  // Nothing of the process that forked us may stay visible to the
+  // application: unmap everything outside the stub region.
+  Syscall3(__NR_munmap, 0, static_cast<long>(kStubBase), 0);
+  Syscall3(__NR_munmap, static_cast<long>(kStubWindowEnd),
+           static_cast<long>(kStubEnd - kStubWindowEnd), 0);
+  sbx_stub_control_loop();
+}
+
+// Entered from normal code with (prog, stack_top): moves to the stub stack
+// and never returns.
+__asm__(
+    ".pushsection sbx_stub,\"ax\",@progbits\n"
+    ".globl sbx_stub_start\n"
+    ".type sbx_stub_start,@function\n"
+    "sbx_stub_start:\n\t"
+    "mov %rsi, %rsp\n\t"
+    "xor %ebp, %ebp\n\t"
+    "call sbx_stub_main\n\t"
+    "ud2\n"
+    ".size sbx_stub_start, .-sbx_stub_start\n"
+    ".globl sbx_stub_restorer\n"
+    ".type sbx_stub_restorer,@function\n"
+    "sbx_stub_restorer:\n\t"
+    "mov $15, %eax\n\t"  // __NR_rt_sigreturn
+    "syscall\n\t"
+    "ud2\n"
+    ".size sbx_stub_restorer, .-sbx_stub_restorer\n"
+    ".popsection\n");

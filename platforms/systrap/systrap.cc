@@ -1,0 +1,523 @@
+#include "platforms/systrap/systrap.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <string.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "platforms/systrap/seccomp_filter.h"
+#include "platforms/systrap/stub/stub.h"
+#include "platforms/systrap/template_signal_safe.h"
+
+namespace sandboxd::systrap {
+namespace {
+
+using platform::CpuState;
+using platform::Event;
+
+long Futex(uint32_t* addr, int op, uint32_t val) {
+  return syscall(SYS_futex, addr, op, val, nullptr, nullptr, 0);
+}
+
+uint32_t LoadAcquire(const uint32_t* p) {
+  return __atomic_load_n(p, __ATOMIC_ACQUIRE);
+}
+uint32_t LoadSeqCst(const uint32_t* p) {
+  return __atomic_load_n(p, __ATOMIC_SEQ_CST);
+}
+void StoreSeqCst(uint32_t* p, uint32_t v) {
+  __atomic_store_n(p, v, __ATOMIC_SEQ_CST);
+}
+
+// TSC cycles per microsecond, measured against CLOCK_MONOTONIC.
+uint64_t TscPerMicrosecond() {
+  timespec a, b;
+  clock_gettime(CLOCK_MONOTONIC, &a);
+  uint64_t c0 = __rdtsc();
+  do {
+    clock_gettime(CLOCK_MONOTONIC, &b);
+  } while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) <
+           2000000);
+  uint64_t c1 = __rdtsc();
+  uint64_t ns = (b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec);
+  uint64_t per_us = (c1 - c0) * 1000 / ns;
+  return per_us > 0 ? per_us : 1000;
+}
+
+// How long either side spins before it sleeps on the futex. A syscall
+// served by the Sentry takes a few microseconds; a cross-core futex wakeup
+// costs 50-95 us here (LIMITS.md), so a spin of this order pays whenever
+// the other side answers within it. The adaptive policy comes with the
+// fast-path issue.
+constexpr uint64_t kSpinMicros = 20;
+
+// mcontext gregs indices (sys/ucontext.h REG_*).
+enum {
+  kR8, kR9, kR10, kR11, kR12, kR13, kR14, kR15, kRdi, kRsi, kRbp, kRbx,
+  kRdx, kRax, kRcx, kRsp, kRip, kEfl, kCsgsfs, kErr, kTrapno, kOldmask, kCr2
+};
+
+void RegsToGregs(const platform::Regs& r, uint64_t* g) {
+  g[kR8] = r.r8; g[kR9] = r.r9; g[kR10] = r.r10; g[kR11] = r.r11;
+  g[kR12] = r.r12; g[kR13] = r.r13; g[kR14] = r.r14; g[kR15] = r.r15;
+  g[kRdi] = r.rdi; g[kRsi] = r.rsi; g[kRbp] = r.rbp; g[kRbx] = r.rbx;
+  g[kRdx] = r.rdx; g[kRax] = r.rax; g[kRcx] = r.rcx; g[kRsp] = r.rsp;
+  g[kRip] = r.rip; g[kEfl] = r.eflags;
+}
+
+void GregsToRegs(const uint64_t* g, platform::Regs& r) {
+  r.r8 = g[kR8]; r.r9 = g[kR9]; r.r10 = g[kR10]; r.r11 = g[kR11];
+  r.r12 = g[kR12]; r.r13 = g[kR13]; r.r14 = g[kR14]; r.r15 = g[kR15];
+  r.rdi = g[kRdi]; r.rsi = g[kRsi]; r.rbp = g[kRbp]; r.rbx = g[kRbx];
+  r.rdx = g[kRdx]; r.rax = g[kRax]; r.rcx = g[kRcx]; r.rsp = g[kRsp];
+  r.rip = g[kRip]; r.eflags = g[kEfl];
+  r.cs = g[kCsgsfs] & 0xffff;
+  r.ss = (g[kCsgsfs] >> 48) & 0xffff;
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------
+// Systrap
+
+absl::Status ReserveStubWindow() {
+  static absl::Mutex mu(absl::kConstInit);
+  static bool reserved ABSL_GUARDED_BY(mu) = false;
+  absl::MutexLock l(&mu);
+  if (reserved) return absl::OkStatus();
+  void* m = mmap(reinterpret_cast<void*>(kStubBase), kStubWindowEnd - kStubBase,
+                 PROT_NONE,
+                 MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE | MAP_FIXED_NOREPLACE,
+                 -1, 0);
+  if (m == MAP_FAILED) {
+    return ErrnoStatus(absl::StrCat("systrap: reserving the stub window at 0x",
+                                    absl::Hex(kStubBase)),
+                       errno);
+  }
+  reserved = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Systrap>> Systrap::Create(int memfile_fd) {
+  std::unique_ptr<Systrap> p(new Systrap());
+  p->spin_cycles_ = TscPerMicrosecond() * kSpinMicros;
+  p->has_fsgsbase_ = (getauxval(AT_HWCAP2) & 2 /* HWCAP2_FSGSBASE */) != 0;
+
+  RETURN_IF_ERROR(ReserveStubWindow());
+
+  int sv[2];
+  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
+    return ErrnoStatus("systrap: socketpair for the stub template", errno);
+  }
+  UniqueFd ours(sv[0]), theirs(sv[1]);
+  static sock_fprog filter_prog;
+  const std::vector<sock_filter>& filter = StubFilter();
+  filter_prog.len = static_cast<unsigned short>(filter.size());
+  filter_prog.filter = const_cast<sock_filter*>(filter.data());
+
+  pid_t sentry_pid = getpid();
+  pid_t pid = fork();
+  if (pid < 0) return ErrnoStatus("systrap: forking the stub template", errno);
+  if (pid == 0) {
+    TemplateArgs args;
+    args.sock = fcntl(theirs.get(), F_DUPFD, 100);
+    args.memfile_fd = fcntl(memfile_fd, F_DUPFD, 100);
+    args.sentry_pid = sentry_pid;
+    args.filter = &filter_prog;
+    if (args.sock < 0 || args.memfile_fd < 0) _exit(1);
+    // The template holds nothing of the Sentry's but these two.
+    for (int fd = 0; fd < 100; fd++) close(fd);
+    int hi = args.sock > args.memfile_fd ? args.sock : args.memfile_fd;
+    syscall(SYS_close_range, hi + 1, ~0u, 0);
+    TemplateMain(args);
+  }
+  p->template_pid_ = pid;
+  absl::MutexLock l(&p->template_mu_);
+  p->template_sock_ = std::move(ours);
+  return p;
+}
+
+Systrap::~Systrap() {
+  {
+    absl::MutexLock l(&template_mu_);
+    template_sock_.reset();
+  }
+  if (template_pid_ > 0) {
+    kill(template_pid_, SIGKILL);
+    waitpid(template_pid_, nullptr, __WALL);
+  }
+}
+
+absl::StatusOr<std::unique_ptr<platform::AddressSpace>>
+Systrap::NewAddressSpace() {
+  UniqueFd shared_fd(memfd_create("sandboxd-stub-shared", MFD_CLOEXEC));
+  if (!shared_fd.valid()) {
+    return ErrnoStatus("systrap: memfd for a stub's shared area", errno);
+  }
+  if (ftruncate(shared_fd.get(), kStubSharedSize) != 0) {
+    return ErrnoStatus("systrap: sizing a stub's shared area", errno);
+  }
+  void* m = mmap(nullptr, kStubSharedSize, PROT_READ | PROT_WRITE, MAP_SHARED,
+                 shared_fd.get(), 0);
+  if (m == MAP_FAILED) {
+    return ErrnoStatus("systrap: mapping a stub's shared area", errno);
+  }
+  Mapping map(m, kStubSharedSize);
+  auto* shared = static_cast<StubShared*>(m);
+  shared->config.has_fsgsbase = has_fsgsbase_ ? 1 : 0;
+  shared->config.spin_cycles = spin_cycles_;
+  shared->control.owner = kOwnerSentry;
+
+  int32_t reply = 0;
+  {
+    absl::MutexLock l(&template_mu_);
+    char op = 'c';
+    struct iovec iov = {&op, 1};
+    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
+    struct msghdr msg = {};
+    msg.msg_iov = &iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control;
+    msg.msg_controllen = sizeof(control);
+    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
+    c->cmsg_level = SOL_SOCKET;
+    c->cmsg_type = SCM_RIGHTS;
+    c->cmsg_len = CMSG_LEN(sizeof(int));
+    int fd = shared_fd.get();
+    memcpy(CMSG_DATA(c), &fd, sizeof(int));
+    if (sendmsg(template_sock_.get(), &msg, MSG_NOSIGNAL) < 0) {
+      return ErrnoStatus("systrap: asking the stub template for a process",
+                         errno);
+    }
+    ssize_t n;
+    do {
+      n = recv(template_sock_.get(), &reply, sizeof(reply), 0);
+    } while (n < 0 && errno == EINTR);
+    if (n != sizeof(reply)) {
+      return absl::InternalError(
+          "systrap: the stub template did not answer (it died?)");
+    }
+  }
+  if (reply < 0) {
+    return ErrnoStatus("systrap: the stub template could not clone", -reply);
+  }
+  return std::unique_ptr<platform::AddressSpace>(
+      new StubProcess(this, reply, std::move(shared_fd), std::move(map)));
+}
+
+absl::StatusOr<std::unique_ptr<platform::Context>> Systrap::NewContext() {
+  return std::unique_ptr<platform::Context>(new SystrapContext(this));
+}
+
+// ---------------------------------------------------------------------------
+// StubProcess
+
+StubProcess::StubProcess(Systrap* platform, pid_t pid, UniqueFd shared_fd,
+                         Mapping shared_map)
+    : platform_(platform),
+      pid_(pid),
+      shared_fd_(std::move(shared_fd)),
+      shared_map_(std::move(shared_map)),
+      shared_(static_cast<StubShared*>(shared_map_.addr())) {
+  {
+    absl::MutexLock l(&slots_mu_);
+    used_slots_.set(0);  // the control thread
+  }
+  reaper_ = std::thread([this] { Reap(); });
+}
+
+StubProcess::~StubProcess() {
+  kill(pid_, SIGKILL);
+  reaper_.join();
+}
+
+void StubProcess::Reap() {
+  int status;
+  while (waitpid(pid_, &status, __WALL) < 0 && errno == EINTR) {
+  }
+  exit_status_.store(status, std::memory_order_relaxed);
+  dead_.store(true, std::memory_order_seq_cst);
+  // Wake every Sentry thread that may sleep on this process: hand each
+  // word to the Sentry so that a waiter about to sleep sees the change.
+  StoreSeqCst(&shared_->control.owner, kOwnerSentry);
+  Futex(&shared_->control.owner, FUTEX_WAKE, INT32_MAX);
+  for (uint32_t i = 0; i < kMaxThreads; i++) {
+    StoreSeqCst(&shared_->slots[i].owner, kOwnerSentry);
+    Futex(&shared_->slots[i].owner, FUTEX_WAKE, INT32_MAX);
+    StoreSeqCst(reinterpret_cast<uint32_t*>(&shared_->slots[i].tid), 0);
+    Futex(reinterpret_cast<uint32_t*>(&shared_->slots[i].tid), FUTEX_WAKE,
+          INT32_MAX);
+  }
+}
+
+void StubProcess::HandToStub(uint32_t* owner, uint32_t* stub_sleeping) {
+  StoreSeqCst(owner, kOwnerStub);
+  if (LoadSeqCst(stub_sleeping) != 0) Futex(owner, FUTEX_WAKE, 1);
+}
+
+bool StubProcess::WaitForSentry(uint32_t* owner, uint32_t* sentry_sleeping) {
+  const uint64_t spin = platform_->spin_cycles();
+  const uint64_t start = __rdtsc();
+  while (LoadAcquire(owner) != kOwnerSentry) {
+    if (__rdtsc() - start > spin) {
+      StoreSeqCst(sentry_sleeping, 1);
+      while (LoadSeqCst(owner) != kOwnerSentry) {
+        Futex(owner, FUTEX_WAIT, kOwnerStub);
+      }
+      StoreSeqCst(sentry_sleeping, 0);
+      break;
+    }
+    _mm_pause();
+  }
+  return !dead();
+}
+
+std::string StubProcess::DeathReason() const {
+  int st = exit_status_.load(std::memory_order_relaxed);
+  if (WIFSIGNALED(st)) {
+    return absl::StrCat("stub process ", pid_, " killed by signal ",
+                        WTERMSIG(st));
+  }
+  if (WEXITSTATUS(st) == 113) {
+    const ThreadSlot& s = shared_->slots[0];
+    return absl::StrCat("stub process ", pid_,
+                        ": its control thread took signal ", s.signo,
+                        " (code ", s.sig_code, ", addr 0x", absl::Hex(s.fault_addr),
+                        ") at 0x", absl::Hex(s.gregs[16]), " rbx=0x", absl::Hex(s.gregs[11]), " rsp=0x", absl::Hex(s.gregs[15]), " trapno=", s.gregs[20], " err=", s.gregs[19]);
+  }
+  return absl::StrCat("stub process ", pid_, " exited with status ",
+                      WEXITSTATUS(st));
+}
+
+int64_t StubProcess::Control(ControlOp op, uint64_t a0, uint64_t a1,
+                             uint64_t a2, uint64_t a3, uint64_t a4,
+                             uint64_t a5) {
+  absl::MutexLock l(&control_mu_);
+  if (dead()) return -ESRCH;
+  ControlBlock* cb = &shared_->control;
+  cb->op = op;
+  cb->args[0] = a0; cb->args[1] = a1; cb->args[2] = a2;
+  cb->args[3] = a3; cb->args[4] = a4; cb->args[5] = a5;
+  cb->result = -EIO;
+  HandToStub(&cb->owner, &cb->stub_sleeping);
+  if (!WaitForSentry(&cb->owner, &cb->sentry_sleeping)) return -ESRCH;
+  return cb->result;
+}
+
+absl::Status StubProcess::MapFile(uintptr_t addr, int fd, off_t off,
+                                  size_t len, platform::Prot prot) {
+  // The stub knows one file: the memory file, at kStubMemFileFd. The fd
+  // argument is the Sentry's; it is accepted for the interface's sake.
+  (void)fd;
+  int64_t r = Control(kOpMmap, addr, len, prot.ToHost(), MAP_SHARED | MAP_FIXED,
+                      kStubMemFileFd, off);
+  if (r < 0 && r > -4096) {
+    return ErrnoStatus(absl::StrCat("systrap: mapping 0x", absl::Hex(addr),
+                                    "+0x", absl::Hex(len), " in stub ", pid_),
+                       static_cast<int>(-r));
+  }
+  return absl::OkStatus();
+}
+
+void StubProcess::Unmap(uintptr_t addr, size_t len) {
+  Control(kOpMunmap, addr, len);
+}
+
+absl::StatusOr<int> StubProcess::NewThread(pid_t* tid) {
+  int slot = -1;
+  {
+    absl::MutexLock l(&slots_mu_);
+    for (uint32_t i = 1; i < kMaxThreads; i++) {
+      if (!used_slots_.test(i)) {
+        // A slot whose thread has not finished exiting is not free yet.
+        if (__atomic_load_n(&shared_->slots[i].tid, __ATOMIC_ACQUIRE) != 0) {
+          continue;
+        }
+        used_slots_.set(i);
+        slot = static_cast<int>(i);
+        break;
+      }
+    }
+  }
+  if (slot < 0) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("systrap: all ", kMaxThreads - 1,
+                     " thread slots of stub ", pid_, " are in use"));
+  }
+  ThreadSlot* s = &shared_->slots[slot];
+  s->sentry_sleeping = 0;
+  s->stub_sleeping = 0;
+  s->trap = 0;
+  StoreSeqCst(&s->owner, kOwnerStub);  // the new thread runs until it traps
+  int64_t r = Control(kOpClone, static_cast<uint64_t>(slot));
+  if (r < 0) {
+    absl::MutexLock l(&slots_mu_);
+    used_slots_.reset(slot);
+    if (dead()) {
+      return absl::UnavailableError(
+          absl::StrCat("systrap: cloning a thread: ", DeathReason()));
+    }
+    return ErrnoStatus(absl::StrCat("systrap: cloning a thread in stub ", pid_),
+                       static_cast<int>(-r));
+  }
+  *tid = static_cast<pid_t>(r);
+  if (!WaitForSentry(&s->owner, &s->sentry_sleeping)) {
+    return absl::UnavailableError(
+        absl::StrCat("systrap: starting a thread: ", DeathReason()));
+  }
+  if (s->trap != kTrapReady) {
+    return absl::InternalError(
+        absl::StrCat("systrap: stub ", pid_, " thread in slot ", slot,
+                     " trapped with ", s->trap, " before it was ready"));
+  }
+  return slot;
+}
+
+void StubProcess::ReleaseThread(int slot) {
+  if (slot <= 0 || slot >= static_cast<int>(kMaxThreads)) return;
+  ThreadSlot* s = &shared_->slots[slot];
+  if (!dead()) {
+    // The thread waits in its handler (the Sentry owns the slot): tell it
+    // to exit. The slot is reusable once the kernel clears s->tid.
+    __atomic_store_n(&s->action, kActionExit, __ATOMIC_RELEASE);
+    HandToStub(&s->owner, &s->stub_sleeping);
+  }
+  absl::MutexLock l(&slots_mu_);
+  used_slots_.reset(slot);
+}
+
+// ---------------------------------------------------------------------------
+// SystrapContext
+
+Event SystrapContext::Switch(platform::AddressSpace& as_base, CpuState& cpu) {
+  auto& as = static_cast<StubProcess&>(as_base);
+  Event ev;
+  running_.store(true, std::memory_order_seq_cst);
+  if (interrupt_.exchange(false, std::memory_order_seq_cst)) {
+    running_.store(false, std::memory_order_seq_cst);
+    ev.kind = Event::Kind::kInterrupted;
+    return ev;
+  }
+  if (stub_ != &as) {
+    running_.store(false, std::memory_order_seq_cst);
+    Release();
+    pid_t tid = 0;
+    absl::StatusOr<int> slot = as.NewThread(&tid);
+    if (!slot.ok()) {
+      ev.kind = Event::Kind::kDead;
+      ev.detail = std::string(slot.status().message());
+      return ev;
+    }
+    stub_ = &as;
+    slot_ = *slot;
+    tid_.store(tid, std::memory_order_seq_cst);
+    ThreadSlot* s = &as.shared()->slots[slot_];
+    if (cpu.fp_size == 0) {
+      // The new thread's own FPU image gives the layout; reset its values.
+      uint32_t n = s->fp_size;
+      if (n > sizeof(cpu.fp)) n = 0;
+      cpu.fp_size = n;
+      std::memcpy(cpu.fp, s->fp, n);
+      cpu.ResetFp();
+    }
+    running_.store(true, std::memory_order_seq_cst);
+    if (interrupt_.exchange(false, std::memory_order_seq_cst)) {
+      running_.store(false, std::memory_order_seq_cst);
+      ev.kind = Event::Kind::kInterrupted;
+      return ev;
+    }
+  }
+  ThreadSlot* s = &as.shared()->slots[slot_];
+  RegsToGregs(cpu.regs, s->gregs);
+  s->fs_base = cpu.regs.fs_base;
+  s->gs_base = cpu.regs.gs_base;
+  uint32_t fp_size = cpu.fp_size <= sizeof(s->fp) ? cpu.fp_size : 0;
+  s->fp_size = fp_size;
+  std::memcpy(s->fp, cpu.fp, fp_size);
+  s->action = kActionResume;
+  StubProcess::HandToStub(&s->owner, &s->stub_sleeping);
+  bool alive = as.WaitForSentry(&s->owner, &s->sentry_sleeping);
+  running_.store(false, std::memory_order_seq_cst);
+  if (!alive) {
+    ev.kind = Event::Kind::kDead;
+    ev.detail = as.DeathReason();
+    return ev;
+  }
+
+  // Everything read here may have been written by the application.
+  GregsToRegs(s->gregs, cpu.regs);
+  cpu.regs.fs_base = s->stub_fs_base;
+  cpu.regs.gs_base = s->stub_gs_base;
+  uint32_t got = s->fp_size;
+  if (got == cpu.fp_size && got <= sizeof(cpu.fp)) {
+    std::memcpy(cpu.fp, s->fp, got);
+  }
+  int signo = s->signo;
+  ev.signo = signo;
+  ev.code = s->sig_code;
+  ev.addr = s->fault_addr;
+  if (s->trap != kTrapSignal) {
+    ev.kind = Event::Kind::kInterrupted;
+    return ev;
+  }
+  switch (signo) {
+    case SIGSYS:
+      ev.kind = Event::Kind::kSyscall;
+      cpu.regs.orig_rax = static_cast<uint64_t>(static_cast<int64_t>(s->sys_nr));
+      break;
+    case SIGSEGV:
+      if (ev.code == SEGV_MAPERR || ev.code == SEGV_ACCERR) {
+        ev.kind = Event::Kind::kFault;
+        uint64_t err = s->gregs[kErr];
+        ev.write = (err & 2) != 0;
+        ev.exec = (err & 16) != 0;
+      } else {
+        ev.kind = Event::Kind::kException;
+      }
+      break;
+    case kInterruptSignal:
+      ev.kind = Event::Kind::kInterrupted;
+      interrupt_.store(false, std::memory_order_seq_cst);
+      break;
+    default:
+      ev.kind = Event::Kind::kException;
+      break;
+  }
+  return ev;
+}
+
+void SystrapContext::Interrupt() {
+  interrupt_.store(true, std::memory_order_seq_cst);
+  if (running_.load(std::memory_order_seq_cst)) {
+    StubProcess* stub = stub_;
+    pid_t tid = tid_.load(std::memory_order_seq_cst);
+    if (stub != nullptr && tid > 0) {
+      syscall(SYS_tgkill, stub->pid(), tid, kInterruptSignal);
+    }
+  }
+}
+
+void SystrapContext::Release() {
+  if (stub_ != nullptr) {
+    stub_->ReleaseThread(slot_);
+    stub_ = nullptr;
+    slot_ = -1;
+    tid_.store(0, std::memory_order_seq_cst);
+  }
+}
+
+}  // namespace sandboxd::systrap

@@ -1,0 +1,204 @@
+#include "platforms/systrap/systrap.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace sandboxd::systrap {
+namespace {
+
+using platform::CpuState;
+using platform::Event;
+using platform::Prot;
+
+constexpr uintptr_t kCode = 0x10000;
+constexpr uintptr_t kData = 0x20000;
+
+// A memory file of two pages (code, data) mapped at kCode and kData.
+class SystrapTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    memfd_ = memfd_create("systrap-test", 0);
+    ASSERT_GE(memfd_, 0);
+    ASSERT_EQ(ftruncate(memfd_, 2 * 4096), 0);
+    // Created once per process: the template must be forked while this
+    // process is (nearly) single-threaded.
+    auto p = Systrap::Create(memfd_);
+    ASSERT_TRUE(p.ok()) << p.status();
+    platform_ = p->release();
+  }
+
+  void LoadCode(const std::vector<uint8_t>& code, uint64_t data_word) {
+    ASSERT_EQ(pwrite(memfd_, code.data(), code.size(), 0),
+              static_cast<ssize_t>(code.size()));
+    ASSERT_EQ(pwrite(memfd_, &data_word, 8, 4096 + 8), 8);
+  }
+
+  std::unique_ptr<platform::AddressSpace> NewSpace() {
+    auto as = platform_->NewAddressSpace();
+    EXPECT_TRUE(as.ok()) << as.status();
+    EXPECT_TRUE((*as)->MapFile(kCode, memfd_, 0, 4096, Prot{true, false, true}).ok());
+    EXPECT_TRUE((*as)->MapFile(kData, memfd_, 4096, 4096, Prot{true, true, false}).ok());
+    return std::move(*as);
+  }
+
+  static CpuState StartAt(uintptr_t rip) {
+    CpuState cpu;
+    cpu.regs.rip = rip;
+    cpu.regs.rsp = kData + 4096 - 64;
+    cpu.regs.eflags = 0x202;
+    return cpu;
+  }
+
+  static int memfd_;
+  static Systrap* platform_;
+};
+int SystrapTest::memfd_ = -1;
+Systrap* SystrapTest::platform_ = nullptr;
+
+TEST_F(SystrapTest, SyscallsTrapToTheSentry) {
+  // mov $39,%eax; syscall; mov %rax,%rdi; mov $60,%eax; syscall
+  LoadCode({0xb8, 39, 0, 0, 0, 0x0f, 0x05, 0x48, 0x89, 0xc7, 0xb8, 60, 0, 0, 0,
+            0x0f, 0x05},
+           0);
+  auto as = NewSpace();
+  auto ctx = platform_->NewContext();
+  ASSERT_TRUE(ctx.ok());
+  CpuState cpu = StartAt(kCode);
+  Event ev = (*ctx)->Switch(*as, cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kSyscall) << ev.detail;
+  EXPECT_EQ(cpu.regs.orig_rax, 39u);
+  EXPECT_EQ(cpu.regs.rip, kCode + 7);
+  EXPECT_NE(cpu.fp_size, 0u);
+  cpu.regs.rax = 1234;
+  ev = (*ctx)->Switch(*as, cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kSyscall);
+  EXPECT_EQ(cpu.regs.orig_rax, 60u);
+  EXPECT_EQ(cpu.regs.rdi, 1234u);
+  (*ctx)->Release();
+}
+
+TEST_F(SystrapTest, FsBaseIsLoadedAndSaved) {
+  // mov %fs:8,%rdi; mov $60,%eax; syscall
+  LoadCode({0x64, 0x48, 0x8b, 0x3c, 0x25, 8, 0, 0, 0, 0xb8, 60, 0, 0, 0, 0x0f,
+            0x05},
+           0x1122334455667788ull);
+  auto as = NewSpace();
+  auto ctx = platform_->NewContext();
+  CpuState cpu = StartAt(kCode);
+  cpu.regs.fs_base = kData;
+  Event ev = (*ctx)->Switch(*as, cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kSyscall) << ev.detail;
+  EXPECT_EQ(cpu.regs.rdi, 0x1122334455667788ull);
+  EXPECT_EQ(cpu.regs.fs_base, kData);
+}
+
+TEST_F(SystrapTest, PageFaultsAreReported) {
+  // mov %rax,(%rbx) with rbx = unmapped
+  LoadCode({0x48, 0x89, 0x03}, 0);
+  auto as = NewSpace();
+  auto ctx = platform_->NewContext();
+  CpuState cpu = StartAt(kCode);
+  cpu.regs.rbx = 0x500000;
+  Event ev = (*ctx)->Switch(*as, cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kFault) << ev.detail;
+  EXPECT_EQ(ev.addr, 0x500000u);
+  EXPECT_TRUE(ev.write);
+  EXPECT_EQ(cpu.regs.rip, kCode);
+}
+
+TEST_F(SystrapTest, FpuStateRoundTrips) {
+  // movq %rax,%xmm3; movq %xmm3,%rdi; mov $60,%eax; syscall  -- then
+  // after the first trap the Sentry changes xmm3 and we read it back.
+  LoadCode({0x66, 0x48, 0x0f, 0x6e, 0xd8,   // movq %rax,%xmm3
+            0xb8, 39, 0, 0, 0, 0x0f, 0x05,  // getpid (trap)
+            0x66, 0x48, 0x0f, 0x7e, 0xdf,   // movq %xmm3,%rdi
+            0xb8, 60, 0, 0, 0, 0x0f, 0x05},
+           0);
+  auto as = NewSpace();
+  auto ctx = platform_->NewContext();
+  CpuState cpu = StartAt(kCode);
+  cpu.regs.rax = 0xabcdef;
+  Event ev = (*ctx)->Switch(*as, cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kSyscall);
+  uint64_t xmm3;
+  std::memcpy(&xmm3, cpu.fp + 160 + 3 * 16, 8);  // fxsave XMM3
+  EXPECT_EQ(xmm3, 0xabcdefu);
+  xmm3 = 0x5555;
+  std::memcpy(cpu.fp + 160 + 3 * 16, &xmm3, 8);
+  ev = (*ctx)->Switch(*as, cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kSyscall);
+  EXPECT_EQ(cpu.regs.rdi, 0x5555u);
+}
+
+TEST_F(SystrapTest, InterruptStopsARunningLoop) {
+  LoadCode({0xeb, 0xfe}, 0);  // jmp .
+  auto as = NewSpace();
+  auto ctx = platform_->NewContext();
+  CpuState cpu = StartAt(kCode);
+  std::thread t([&] {
+    usleep(20000);
+    (*ctx)->Interrupt();
+  });
+  Event ev = (*ctx)->Switch(*as, cpu);
+  t.join();
+  EXPECT_EQ(ev.kind, Event::Kind::kInterrupted);
+  EXPECT_EQ(cpu.regs.rip, kCode);
+}
+
+TEST_F(SystrapTest, StubDeathIsReported) {
+  LoadCode({0xeb, 0xfe}, 0);
+  auto as = NewSpace();
+  auto ctx = platform_->NewContext();
+  CpuState cpu = StartAt(kCode);
+  pid_t pid = static_cast<StubProcess*>(as.get())->pid();
+  std::thread t([&] {
+    usleep(20000);
+    kill(pid, SIGKILL);
+  });
+  Event ev = (*ctx)->Switch(*as, cpu);
+  t.join();
+  EXPECT_EQ(ev.kind, Event::Kind::kDead);
+}
+
+TEST_F(SystrapTest, StubCodeCannotMakeOtherHostSyscalls) {
+  // A syscall from application code, whatever its number, comes to the
+  // Sentry; ptrace(PTRACE_TRACEME) is just another trap.
+  LoadCode({0xb8, 101, 0, 0, 0, 0x0f, 0x05}, 0);  // ptrace
+  auto as = NewSpace();
+  auto ctx = platform_->NewContext();
+  CpuState cpu = StartAt(kCode);
+  Event ev = (*ctx)->Switch(*as, cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kSyscall);
+  EXPECT_EQ(cpu.regs.orig_rax, 101u);
+}
+
+TEST_F(SystrapTest, ManyThreadsInOneAddressSpace) {
+  // getpid; jmp back: each context traps on every iteration.
+  LoadCode({0xb8, 39, 0, 0, 0, 0x0f, 0x05, 0xeb, 0xf7}, 0);
+  auto as = NewSpace();
+  std::vector<std::thread> threads;
+  std::atomic<int> traps{0};
+  for (int i = 0; i < 8; i++) {
+    threads.emplace_back([&] {
+      auto ctx = platform_->NewContext();
+      CpuState cpu = StartAt(kCode);
+      for (int j = 0; j < 200; j++) {
+        Event ev = (*ctx)->Switch(*as, cpu);
+        if (ev.kind == Event::Kind::kSyscall) traps++;
+      }
+      (*ctx)->Release();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(traps.load(), 8 * 200);
+}
+
+}  // namespace
+}  // namespace sandboxd::systrap

@@ -1,0 +1,110 @@
+// Open file descriptions and the per-process descriptor table.
+//
+// A File is what an fd refers to (Linux's struct file): it carries the
+// offset and status flags and is shared by dup'ed descriptors. This slice
+// has one kind, HostFile (an inherited host descriptor such as stdio); the
+// VFS, tmpfs, pipes and sockets add more kinds behind the same interface.
+#ifndef SANDBOXD_SENTRY_FS_FILE_H_
+#define SANDBOXD_SENTRY_FS_FILE_H_
+
+#include <sys/stat.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "base/unique_fd.h"
+
+namespace sandboxd::fs {
+
+// What a blocking file operation needs from the task calling it: a host fd
+// that becomes readable when the task is interrupted (group exit, signal).
+struct IoContext {
+  int interrupt_fd = -1;
+};
+
+class File {
+ public:
+  virtual ~File() = default;
+  // Each returns bytes transferred or -errno. offset < 0: use and advance
+  // the file's own offset.
+  virtual int64_t Read(void* buf, uint64_t n, int64_t offset,
+                       const IoContext& io) = 0;
+  virtual int64_t Write(const void* buf, uint64_t n, int64_t offset,
+                        const IoContext& io) = 0;
+  virtual int64_t Seek(int64_t offset, int whence) = 0;
+  virtual int64_t Stat(struct stat* st) = 0;
+  // `arg` is the application's argument; `buf` holds the ioctl's argument
+  // data (copied in by the caller for known ioctls, copied out after).
+  virtual int64_t Ioctl(uint64_t request, void* buf) = 0;
+
+  // Status flags (O_APPEND, O_NONBLOCK, access mode) as fcntl(F_GETFL).
+  virtual int StatusFlags() const = 0;
+  virtual int64_t SetStatusFlags(int flags) = 0;
+};
+
+// An fd inherited from the host (the sandbox's stdin, stdout, stderr).
+class HostFile : public File {
+ public:
+  // Takes ownership of `fd` (a dup of the inherited descriptor).
+  explicit HostFile(UniqueFd fd);
+
+  int64_t Read(void* buf, uint64_t n, int64_t offset,
+               const IoContext& io) override;
+  int64_t Write(const void* buf, uint64_t n, int64_t offset,
+                const IoContext& io) override;
+  int64_t Seek(int64_t offset, int whence) override;
+  int64_t Stat(struct stat* st) override;
+  int64_t Ioctl(uint64_t request, void* buf) override;
+  int StatusFlags() const override;
+  int64_t SetStatusFlags(int flags) override;
+
+  int host_fd() const { return fd_.get(); }
+
+ private:
+  // Waits until the host fd is ready for `events` or the task is
+  // interrupted (-EINTR). Applies only to descriptors that block.
+  int64_t WaitReady(short events, const IoContext& io);
+
+  UniqueFd fd_;
+  // O_NONBLOCK as the sandbox sees it. The host description is shared with
+  // whoever started the sandbox, so its flags are never changed.
+  std::atomic<bool> nonblock_{false};
+  int access_mode_ = 0;
+};
+
+// Size in bytes of an ioctl's argument, for the ioctls files implement;
+// -1 for unknown requests (they fail with ENOTTY).
+int64_t IoctlArgSize(uint64_t request, bool* copy_in, bool* copy_out);
+
+// The descriptor table of a process.
+class FdTable {
+ public:
+  explicit FdTable(uint64_t max_fds) : max_fds_(max_fds) {}
+
+  // Installs `f` at the lowest free descriptor >= min_fd: the fd or -EMFILE.
+  int64_t Install(std::shared_ptr<File> f, bool cloexec, int min_fd = 0);
+  // Installs at exactly `fd`, closing what was there: fd or -EBADF/-EMFILE.
+  int64_t InstallAt(int fd, std::shared_ptr<File> f, bool cloexec);
+  std::shared_ptr<File> Get(int fd) const;
+  int64_t Close(int fd);
+  int64_t GetCloexec(int fd) const;  // 0/1 or -EBADF
+  int64_t SetCloexec(int fd, bool cloexec);
+  void set_max_fds(uint64_t n);
+
+ private:
+  struct Entry {
+    std::shared_ptr<File> file;
+    bool cloexec = false;
+  };
+  mutable absl::Mutex mu_;
+  std::vector<Entry> fds_ ABSL_GUARDED_BY(mu_);
+  uint64_t max_fds_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace sandboxd::fs
+
+#endif  // SANDBOXD_SENTRY_FS_FILE_H_

@@ -1,0 +1,418 @@
+#include "sentry/kernel/task.h"
+
+#include <errno.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+
+namespace sandboxd::kernel {
+
+using platform::Event;
+
+DefaultAction DefaultActionOf(int signo) {
+  switch (signo) {
+    case SIGQUIT: case SIGILL: case SIGTRAP: case SIGABRT: case SIGBUS:
+    case SIGFPE: case SIGSEGV: case SIGXCPU: case SIGXFSZ: case SIGSYS:
+      return DefaultAction::kCore;
+    case SIGCHLD: case SIGURG: case SIGWINCH:
+      return DefaultAction::kIgnore;
+    case SIGCONT:
+      return DefaultAction::kContinue;
+    case SIGSTOP: case SIGTSTP: case SIGTTIN: case SIGTTOU:
+      return DefaultAction::kStop;
+    default:
+      return DefaultAction::kTerminate;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// ThreadGroup
+
+ThreadGroup::ThreadGroup(Kernel* k, pid_t tgid, std::shared_ptr<mm::MM> mm,
+                         std::shared_ptr<fs::FdTable> fds)
+    : kernel_(k), tgid_(tgid), mm_(std::move(mm)), fds_(std::move(fds)) {
+  absl::MutexLock l(&mu_);
+  // Limits start as the host gave them to the Sentry, like a process
+  // started from the same shell.
+  for (int r = 0; r < RLIM_NLIMITS; r++) {
+    getrlimit(static_cast<__rlimit_resource>(r), &limits_[r]);
+  }
+}
+
+SigAction ThreadGroup::GetAction(int signo) {
+  absl::MutexLock l(&mu_);
+  return actions_[signo - 1];
+}
+
+void ThreadGroup::SetAction(int signo, const SigAction& a) {
+  absl::MutexLock l(&mu_);
+  actions_[signo - 1] = a;
+}
+
+rlimit ThreadGroup::GetLimit(int resource) {
+  absl::MutexLock l(&mu_);
+  return limits_[resource];
+}
+
+void ThreadGroup::SetLimit(int resource, const rlimit& r) {
+  {
+    absl::MutexLock l(&mu_);
+    limits_[resource] = r;
+  }
+  if (resource == RLIMIT_NOFILE) fds_->set_max_fds(r.rlim_cur);
+}
+
+void ThreadGroup::Exit(ExitStatus status) {
+  std::vector<Task*> tasks;
+  {
+    absl::MutexLock l(&mu_);
+    if (exiting_.load()) return;
+    status_ = status;
+    exiting_.store(true, std::memory_order_release);
+    tasks = tasks_;
+  }
+  for (Task* t : tasks) t->Interrupt();
+}
+
+ExitStatus ThreadGroup::exit_status() {
+  absl::MutexLock l(&mu_);
+  return status_;
+}
+
+void ThreadGroup::AddTask(Task* t) {
+  absl::MutexLock l(&mu_);
+  tasks_.push_back(t);
+}
+
+bool ThreadGroup::RemoveTask(Task* t) {
+  absl::MutexLock l(&mu_);
+  for (auto it = tasks_.begin(); it != tasks_.end(); ++it) {
+    if (*it == t) {
+      tasks_.erase(it);
+      break;
+    }
+  }
+  return tasks_.empty();
+}
+
+std::vector<Task*> ThreadGroup::Tasks() {
+  absl::MutexLock l(&mu_);
+  return tasks_;
+}
+
+// ---------------------------------------------------------------------------
+// Task
+
+Task::Task(Kernel* k, pid_t tid, std::shared_ptr<ThreadGroup> tg,
+           std::unique_ptr<platform::Context> ctx)
+    : kernel_(k), tid_(tid), tg_(std::move(tg)), ctx_(std::move(ctx)),
+      interrupt_fd_(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK)) {}
+
+Task::~Task() = default;
+
+void Task::Start() {
+  thread_ = std::thread([this] { Run(); });
+}
+
+void Task::Join() {
+  if (thread_.joinable()) thread_.join();
+}
+
+Task::WakeReason Task::Block(absl::Time deadline) {
+  absl::MutexLock l(&mu_);
+  auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return wake_pending_ || interrupt_.load() ||
+           (pending_.load() & ~mask_.load()) != 0;
+  };
+  while (!ready()) {
+    if (cv_.WaitWithDeadline(&mu_, deadline) && !ready()) {
+      return WakeReason::kTimeout;
+    }
+  }
+  if (wake_pending_) {
+    wake_pending_ = false;
+    return WakeReason::kWoken;
+  }
+  return WakeReason::kInterrupted;
+}
+
+void Task::Wake() {
+  absl::MutexLock l(&mu_);
+  wake_pending_ = true;
+  cv_.SignalAll();
+}
+
+void Task::Poke() {
+  {
+    absl::MutexLock l(&mu_);
+    cv_.SignalAll();
+  }
+  uint64_t one = 1;
+  (void)!write(interrupt_fd_.get(), &one, sizeof(one));
+  ctx_->Interrupt();
+}
+
+void Task::Interrupt() {
+  interrupt_.store(true, std::memory_order_release);
+  Poke();
+}
+
+void Task::ExitThread(int code) {
+  exit_thread_ = true;
+  exit_code_ = code;
+}
+
+void Task::SendSignal(int signo, pid_t sender) {
+  SigAction act = tg_->GetAction(signo);
+  bool ignored = act.handler == kSigIgn ||
+                 (act.handler == kSigDfl &&
+                  DefaultActionOf(signo) == DefaultAction::kIgnore);
+  // A blocked signal stays pending even if ignored now: its disposition
+  // may change before it is unblocked (Linux checks at delivery too).
+  if (ignored && (mask_.load() & SigBit(signo)) == 0 && signo != SIGKILL) {
+    return;
+  }
+  {
+    absl::MutexLock l(&mu_);
+    pending_.fetch_or(SigBit(signo));
+    if (pending_info_[signo - 1].signo == 0) {
+      pending_info_[signo - 1] = PendingInfo{signo, SI_USER, sender};
+    }
+  }
+  Poke();
+}
+
+void Task::Run() {
+  while (!exit_thread_ && !tg_->exiting()) {
+    DeliverPendingSignals();
+    if (exit_thread_ || tg_->exiting()) break;
+    Event ev = ctx_->Switch(mm().address_space(), cpu_);
+    switch (ev.kind) {
+      case Event::Kind::kSyscall:
+        HandleSyscall();
+        break;
+      case Event::Kind::kFault: {
+        int signo = SIGSEGV, si_code = 0;
+        if (!mm().HandleFault(ev.addr, ev.write, ev.exec, &signo, &si_code)) {
+          ForceSignal(signo, si_code, ev.addr);
+        }
+        break;
+      }
+      case Event::Kind::kException:
+        ForceSignal(ev.signo, ev.code, ev.addr);
+        break;
+      case Event::Kind::kInterrupted:
+        break;
+      case Event::Kind::kDead:
+        fprintf(stderr, "sentry: task %d: the platform lost the thread: %s\n",
+                tid_, ev.detail.c_str());
+        tg_->Exit(ExitStatus{0, SIGKILL, false});
+        break;
+    }
+  }
+  Cleanup();
+  kernel_->TaskExited(this);
+}
+
+void Task::HandleSyscall() {
+  platform::Regs& r = cpu_.regs;
+  SyscallArgs args{r.orig_rax, {r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9}};
+  int64_t ret = kernel_->syscalls().Invoke(*this, args);
+  if (ret != kNoReturnValue) r.rax = static_cast<uint64_t>(ret);
+}
+
+void Task::DeliverPendingSignals() {
+  for (;;) {
+    SigSet deliverable = pending_.load() & ~mask_.load();
+    if (deliverable == 0) return;
+    int signo = __builtin_ctzll(deliverable) + 1;
+    PendingInfo info;
+    {
+      absl::MutexLock l(&mu_);
+      pending_.fetch_and(~SigBit(signo));
+      info = pending_info_[signo - 1];
+      pending_info_[signo - 1] = PendingInfo{};
+      uint64_t drained;
+      (void)!read(interrupt_fd_.get(), &drained, sizeof(drained));
+    }
+    SigAction act = tg_->GetAction(signo);
+    if (signo == SIGKILL || act.handler == kSigDfl) {
+      ApplyDefaultAction(signo);
+      if (tg_->exiting()) return;
+      continue;
+    }
+    if (act.handler == kSigIgn) continue;
+    if (!DeliverToHandler(signo, info.code, 0, info.sender, act)) {
+      tg_->Exit(ExitStatus{0, SIGSEGV, true});
+      return;
+    }
+  }
+}
+
+void Task::ForceSignal(int signo, int code, uint64_t addr) {
+  SigAction act = tg_->GetAction(signo);
+  bool blocked = (mask_.load() & SigBit(signo)) != 0;
+  // Like Linux's force_sig: a blocked or ignored synchronous signal cannot
+  // be held back, so it takes its default action.
+  if (act.handler == kSigDfl || act.handler == kSigIgn || blocked) {
+    ApplyDefaultAction(signo);
+    return;
+  }
+  if (!DeliverToHandler(signo, code, addr, 0, act)) {
+    tg_->Exit(ExitStatus{0, SIGSEGV, true});
+  }
+}
+
+void Task::ApplyDefaultAction(int signo) {
+  switch (DefaultActionOf(signo)) {
+    case DefaultAction::kIgnore:
+    case DefaultAction::kContinue:
+      return;
+    case DefaultAction::kStop:
+      // Job control (stopped processes) comes with process groups and
+      // wait4; until then a stop signal is not acted on. Counted.
+      kernel_->CountUnimplemented(kUnimplementedStopSignal);
+      return;
+    case DefaultAction::kCore:
+      tg_->Exit(ExitStatus{0, signo, true});
+      return;
+    case DefaultAction::kTerminate:
+      tg_->Exit(ExitStatus{0, signo, false});
+      return;
+  }
+}
+
+void Task::Cleanup() {
+  // CLONE_CHILD_CLEARTID: what pthread_join waits on.
+  if (clear_child_tid_ != 0 && !tg_->exiting()) {
+    uint32_t zero = 0;
+    if (mm().CopyOut(clear_child_tid_, &zero, sizeof(zero)) == sizeof(zero)) {
+      kernel_->futexes().Wake(Futexes::Key{&mm(), clear_child_tid_}, 1, ~0u);
+    }
+  }
+  ctx_->Release();
+  if (tg_->RemoveTask(this) && !tg_->exiting()) {
+    // The last thread left with exit(2): its code is the process's.
+    tg_->Exit(ExitStatus{exit_code_, 0, false});
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Kernel
+
+Kernel::Kernel(std::unique_ptr<mm::MemoryFile> mf,
+               std::unique_ptr<platform::Platform> platform,
+               SyscallTable* syscalls, KernelOptions opts)
+    : mf_(std::move(mf)),
+      platform_(std::move(platform)),
+      syscalls_(syscalls),
+      opts_(std::move(opts)) {}
+
+Kernel::~Kernel() {
+  absl::MutexLock l(&mu_);
+  for (auto& t : exited_) t->Join();
+}
+
+pid_t Kernel::AllocTid() {
+  while (tasks_.count(next_tid_) != 0 || groups_.count(next_tid_) != 0) {
+    next_tid_ = next_tid_ >= kMaxPid ? 1 : next_tid_ + 1;
+  }
+  pid_t tid = next_tid_;
+  next_tid_ = next_tid_ >= kMaxPid ? 1 : next_tid_ + 1;
+  return tid;
+}
+
+absl::StatusOr<Task*> Kernel::CreateInit(std::shared_ptr<mm::MM> mm,
+                                         std::shared_ptr<fs::FdTable> fds,
+                                         const platform::CpuState& cpu) {
+  auto ctx = platform_->NewContext();
+  if (!ctx.ok()) return ctx.status();
+  absl::MutexLock l(&mu_);
+  pid_t tid = AllocTid();
+  auto tg = std::make_shared<ThreadGroup>(this, tid, std::move(mm),
+                                          std::move(fds));
+  auto task = std::make_unique<Task>(this, tid, tg, std::move(*ctx));
+  task->cpu_ = cpu;
+  Task* t = task.get();
+  tg->AddTask(t);
+  groups_[tid] = tg;
+  tasks_[tid] = std::move(task);
+  live_tasks_++;
+  return t;
+}
+
+absl::StatusOr<Task*> Kernel::CreateThread(Task& parent,
+                                           const platform::CpuState& cpu) {
+  auto ctx = platform_->NewContext();
+  if (!ctx.ok()) return ctx.status();
+  absl::MutexLock l(&mu_);
+  if (parent.group().exiting()) {
+    return absl::FailedPreconditionError("the thread group is exiting");
+  }
+  pid_t tid = AllocTid();
+  auto task =
+      std::make_unique<Task>(this, tid, parent.group_ptr(), std::move(*ctx));
+  task->cpu_ = cpu;
+  // A new thread inherits the signal mask; its alternate stack is cleared
+  // (clone with CLONE_VM).
+  task->mask_.store(parent.signal_mask());
+  Task* t = task.get();
+  parent.group().AddTask(t);
+  tasks_[tid] = std::move(task);
+  live_tasks_++;
+  return t;
+}
+
+ExitStatus Kernel::RunUntilInitExits(Task* init) {
+  std::shared_ptr<ThreadGroup> tg = init->group_ptr();
+  init->Start();
+  {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* live) { return *live == 0; }, &live_tasks_));
+    for (auto& t : exited_) t->Join();
+    exited_.clear();
+  }
+  return tg->exit_status();
+}
+
+void Kernel::TaskExited(Task* t) {
+  absl::MutexLock l(&mu_);
+  auto it = tasks_.find(t->tid());
+  if (it == tasks_.end()) return;
+  std::unique_ptr<Task> owned = std::move(it->second);
+  tasks_.erase(it);
+  pid_t tgid = owned->group().tgid();
+  if (owned->group().Tasks().empty()) groups_.erase(tgid);
+  exited_.push_back(std::move(owned));
+  live_tasks_--;
+}
+
+Task* Kernel::FindTask(pid_t tid) {
+  absl::MutexLock l(&mu_);
+  auto it = tasks_.find(tid);
+  return it == tasks_.end() ? nullptr : it->second.get();
+}
+
+std::shared_ptr<ThreadGroup> Kernel::FindGroup(pid_t tgid) {
+  absl::MutexLock l(&mu_);
+  auto it = groups_.find(tgid);
+  return it == groups_.end() ? nullptr : it->second;
+}
+
+void Kernel::CountUnimplemented(uint64_t nr) {
+  absl::MutexLock l(&unimpl_mu_);
+  unimplemented_[nr]++;
+}
+
+std::map<uint64_t, uint64_t> Kernel::UnimplementedCounts() {
+  absl::MutexLock l(&unimpl_mu_);
+  return unimplemented_;
+}
+
+}  // namespace sandboxd::kernel

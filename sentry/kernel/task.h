@@ -1,0 +1,290 @@
+// Tasks, thread groups and the kernel that owns them.
+//
+// Every application thread is a Task run by one host thread of the Sentry:
+// its loop switches into the application through the platform Context and
+// handles what comes back (syscall, fault, exception, interrupt). Tasks of
+// one process share a ThreadGroup (pid, signal handlers, fd table, mm,
+// limits). The Kernel owns the pid namespace (the sandbox's init is pid 1),
+// the futexes and the syscall table.
+//
+// Lock order: Kernel::mu_ > ThreadGroup::mu_ > Task::mu_ ; Futexes::mu_ >
+// Task::mu_. mm and fs locks are taken with none of these held, except
+// that Futexes::mu_ may be held around mm::MM::AtomicWord.
+#ifndef SANDBOXD_SENTRY_KERNEL_TASK_H_
+#define SANDBOXD_SENTRY_KERNEL_TASK_H_
+
+#include <sys/resource.h>
+#include <sys/types.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "base/unique_fd.h"
+#include "platforms/platform.h"
+#include "sentry/fs/file.h"
+#include "sentry/kernel/futex.h"
+#include "sentry/kernel/signal.h"
+#include "sentry/mm/memory_file.h"
+#include "sentry/mm/mm.h"
+
+namespace sandboxd::kernel {
+
+class Kernel;
+class Task;
+class ThreadGroup;
+
+// Arguments of one syscall, as the task's registers hold them.
+struct SyscallArgs {
+  uint64_t nr;
+  uint64_t a[6];
+};
+
+// Returned by a handler whose task must not get a return value in rax
+// (exit, rt_sigreturn which restores all registers).
+inline constexpr int64_t kNoReturnValue = INT64_MIN;
+
+// The syscall table lives in sentry/syscalls, which depends on the kernel;
+// the kernel calls it through this interface.
+class SyscallTable {
+ public:
+  virtual ~SyscallTable() = default;
+  virtual int64_t Invoke(Task& t, const SyscallArgs& args) = 0;
+};
+
+// How a process ended, in wait(2) status form.
+struct ExitStatus {
+  int code = 0;    // exit code when signo == 0
+  int signo = 0;   // killing signal
+  bool core = false;
+  int WaitStatus() const {
+    return signo != 0 ? (signo | (core ? 0x80 : 0)) : ((code & 0xff) << 8);
+  }
+  // The shell's convention: the code, or 128 + the signal.
+  int ShellStatus() const { return signo != 0 ? 128 + signo : (code & 0xff); }
+};
+
+class ThreadGroup {
+ public:
+  ThreadGroup(Kernel* k, pid_t tgid, std::shared_ptr<mm::MM> mm,
+              std::shared_ptr<fs::FdTable> fds);
+
+  pid_t tgid() const { return tgid_; }
+  Kernel& kernel() { return *kernel_; }
+  mm::MM& mm() { return *mm_; }
+  const std::shared_ptr<mm::MM>& mm_ptr() const { return mm_; }
+  fs::FdTable& fds() { return *fds_; }
+
+  // Signal dispositions (shared by the group's tasks: CLONE_SIGHAND).
+  SigAction GetAction(int signo);
+  void SetAction(int signo, const SigAction& a);
+
+  rlimit GetLimit(int resource);
+  void SetLimit(int resource, const rlimit& r);
+
+  // Ends the whole group: every task exits at its next chance.
+  // The first call's status wins.
+  void Exit(ExitStatus status);
+  bool exiting() const { return exiting_.load(std::memory_order_acquire); }
+  ExitStatus exit_status();
+
+  void AddTask(Task* t);
+  // Returns true when `t` was the last task.
+  bool RemoveTask(Task* t);
+  std::vector<Task*> Tasks();
+
+ private:
+  Kernel* const kernel_;
+  const pid_t tgid_;
+  std::shared_ptr<mm::MM> mm_;
+  std::shared_ptr<fs::FdTable> fds_;
+  std::atomic<bool> exiting_{false};
+
+  absl::Mutex mu_;
+  std::array<SigAction, kNumSignals> actions_ ABSL_GUARDED_BY(mu_);
+  std::array<rlimit, RLIM_NLIMITS> limits_ ABSL_GUARDED_BY(mu_);
+  ExitStatus status_ ABSL_GUARDED_BY(mu_);
+  std::vector<Task*> tasks_ ABSL_GUARDED_BY(mu_);
+};
+
+class Task {
+ public:
+  Task(Kernel* k, pid_t tid, std::shared_ptr<ThreadGroup> tg,
+       std::unique_ptr<platform::Context> ctx);
+  ~Task();
+
+  pid_t tid() const { return tid_; }
+  ThreadGroup& group() { return *tg_; }
+  const std::shared_ptr<ThreadGroup>& group_ptr() const { return tg_; }
+  Kernel& kernel() { return *kernel_; }
+  mm::MM& mm() { return tg_->mm(); }
+  platform::CpuState& cpu() { return cpu_; }
+
+  // Starts the task's host thread.
+  void Start();
+  // Joins the host thread (after it exited).
+  void Join();
+
+  // Blocks the task until Wake(), the deadline, or an interrupt.
+  enum class WakeReason { kWoken, kTimeout, kInterrupted };
+  WakeReason Block(absl::Time deadline);
+  void Wake();
+  // Makes the task leave whatever it is doing (blocking call or
+  // application code) and look at its state: used for group exit.
+  void Interrupt();
+  bool interrupted() const { return interrupt_.load(std::memory_order_acquire); }
+  fs::IoContext io() const { return fs::IoContext{interrupt_fd_.get()}; }
+
+  // Ends this thread at the next return to the task loop.
+  void ExitThread(int code);
+
+  // Signal state of this thread.
+  SigSet signal_mask() const { return mask_.load(std::memory_order_acquire); }
+  void set_signal_mask(SigSet m) {
+    mask_.store(m & ~kUnblockable, std::memory_order_release);
+  }
+  SignalStack& signal_stack() { return altstack_; }
+
+  // rt_sigreturn: restores the state saved by DeliverToHandler from the
+  // frame at the user stack. Returns kNoReturnValue, or -EFAULT... by
+  // killing the task with SIGSEGV when the frame is unreadable.
+  int64_t SigReturn();
+
+  // Signals pending for this thread (tgkill/tkill and process-directed
+  // signals routed here).
+  SigSet pending_signals() const { return pending_.load(); }
+
+  // Delivers a signal caused by this task's own execution (fault, abort):
+  // runs the handler if one is installed and the signal is not blocked,
+  // else the default action.
+  void ForceSignal(int signo, int code, uint64_t addr);
+  // Sends a signal to this task from kill/tgkill.
+  void SendSignal(int signo, pid_t sender);
+
+  void set_clear_child_tid(uint64_t addr) { clear_child_tid_ = addr; }
+  void set_robust_list(uint64_t head, uint64_t len) {
+    robust_list_ = head;
+    robust_len_ = len;
+  }
+  uint64_t robust_list() const { return robust_list_; }
+
+ private:
+  void Run();
+  void HandleSyscall();
+  // Wakes Block and host-fd waits and makes a running Switch return, so
+  // that the task looks at its state (exit, pending signals).
+  void Poke();
+  void DeliverPendingSignals();
+  // Delivers `signo` to a handler: builds the frame on the user stack.
+  // Returns false if the frame cannot be written (the task then dies).
+  bool DeliverToHandler(int signo, int code, uint64_t addr, pid_t sender,
+                        const SigAction& act);
+  void ApplyDefaultAction(int signo);
+  void Cleanup();
+
+  Kernel* const kernel_;
+  const pid_t tid_;
+  std::shared_ptr<ThreadGroup> tg_;
+  std::unique_ptr<platform::Context> ctx_;
+  platform::CpuState cpu_;
+  std::thread thread_;
+
+  std::atomic<SigSet> mask_{0};
+  SignalStack altstack_;
+  uint64_t clear_child_tid_ = 0;
+  uint64_t robust_list_ = 0, robust_len_ = 0;
+  bool exit_thread_ = false;
+  int exit_code_ = 0;
+
+  struct PendingInfo {
+    int signo = 0;
+    int code = 0;
+    pid_t sender = 0;
+  };
+  std::atomic<SigSet> pending_{0};
+
+  // Blocking.
+  absl::Mutex mu_;
+  absl::CondVar cv_;
+  bool wake_pending_ ABSL_GUARDED_BY(mu_) = false;
+  std::array<PendingInfo, kNumSignals> pending_info_ ABSL_GUARDED_BY(mu_);
+  std::atomic<bool> interrupt_{false};
+  UniqueFd interrupt_fd_;  // eventfd, readable once interrupted
+  friend class Kernel;
+  friend class SignalFrame;
+};
+
+inline constexpr pid_t kMaxPid = 4194304;
+// Pseudo syscall numbers for counted, not-yet-implemented behaviour.
+inline constexpr uint64_t kUnimplementedStopSignal = 100000;
+
+struct KernelOptions {
+  std::string hostname = "sandbox";
+};
+
+class Kernel {
+ public:
+  Kernel(std::unique_ptr<mm::MemoryFile> mf,
+         std::unique_ptr<platform::Platform> platform, SyscallTable* syscalls,
+         KernelOptions opts);
+  ~Kernel();
+
+  platform::Platform& platform() { return *platform_; }
+  mm::MemoryFile& memory_file() { return *mf_; }
+  SyscallTable& syscalls() { return *syscalls_; }
+  Futexes& futexes() { return futexes_; }
+  const KernelOptions& options() const { return opts_; }
+
+  // Creates the init process (pid 1) around a loaded address space; the
+  // caller sets its registers with `init_cpu`. Returns the task, not yet
+  // started.
+  absl::StatusOr<Task*> CreateInit(std::shared_ptr<mm::MM> mm,
+                                   std::shared_ptr<fs::FdTable> fds,
+                                   const platform::CpuState& cpu);
+  // Creates a thread in `parent`'s group (clone with CLONE_THREAD).
+  absl::StatusOr<Task*> CreateThread(Task& parent,
+                                     const platform::CpuState& cpu);
+  // Starts init and waits until every task of the sandbox has exited.
+  ExitStatus RunUntilInitExits(Task* init);
+
+  Task* FindTask(pid_t tid);
+  std::shared_ptr<ThreadGroup> FindGroup(pid_t tgid);
+
+  // A task's host thread calls this as its last act.
+  void TaskExited(Task* t);
+
+  // Unimplemented syscalls, counted by number.
+  void CountUnimplemented(uint64_t nr);
+  std::map<uint64_t, uint64_t> UnimplementedCounts();
+
+ private:
+  pid_t AllocTid() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  std::unique_ptr<mm::MemoryFile> mf_;
+  std::unique_ptr<platform::Platform> platform_;
+  SyscallTable* const syscalls_;
+  const KernelOptions opts_;
+  Futexes futexes_;
+
+  absl::Mutex mu_;
+  pid_t next_tid_ ABSL_GUARDED_BY(mu_) = 1;
+  std::map<pid_t, std::unique_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
+  std::map<pid_t, std::shared_ptr<ThreadGroup>> groups_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::unique_ptr<Task>> exited_ ABSL_GUARDED_BY(mu_);
+  int live_tasks_ ABSL_GUARDED_BY(mu_) = 0;
+
+  absl::Mutex unimpl_mu_;
+  std::map<uint64_t, uint64_t> unimplemented_ ABSL_GUARDED_BY(unimpl_mu_);
+};
+
+}  // namespace sandboxd::kernel
+
+#endif  // SANDBOXD_SENTRY_KERNEL_TASK_H_

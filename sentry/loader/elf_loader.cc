@@ -1,0 +1,266 @@
+#include "sentry/loader/elf_loader.h"
+
+#include <elf.h>
+#include <errno.h>
+#include <sys/auxv.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+
+namespace sandboxd::loader {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+uint64_t PageDown(uint64_t x) { return x & ~(kPage - 1); }
+uint64_t PageUp(uint64_t x) { return (x + kPage - 1) & ~(kPage - 1); }
+
+absl::Status NoExec(absl::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat("exec format error (ENOEXEC): ", why));
+}
+
+absl::Status FromErrno(absl::string_view what, int64_t neg_errno) {
+  return ErrnoStatus(what, static_cast<int>(-neg_errno));
+}
+
+int ProtOf(uint32_t p_flags) {
+  return ((p_flags & PF_R) ? PROT_READ : 0) |
+         ((p_flags & PF_W) ? PROT_WRITE : 0) |
+         ((p_flags & PF_X) ? PROT_EXEC : 0);
+}
+
+bool ReadAll(int fd, void* buf, size_t n, off_t off) {
+  auto* p = static_cast<uint8_t*>(buf);
+  while (n > 0) {
+    ssize_t r = pread(fd, p, n, off);
+    if (r <= 0) return false;
+    p += r;
+    n -= r;
+    off += r;
+  }
+  return true;
+}
+
+}  // namespace
+
+absl::StatusOr<LoadedImage> LoadElf(int fd, mm::MM& mm) {
+  Elf64_Ehdr eh;
+  ssize_t got = pread(fd, &eh, sizeof(eh), 0);
+  if (got < 0) return ErrnoStatus("reading the ELF header", errno);
+  if (got < static_cast<ssize_t>(sizeof(eh)) ||
+      std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
+    return NoExec("not an ELF file");
+  }
+  if (eh.e_ident[EI_CLASS] != ELFCLASS64 || eh.e_machine != EM_X86_64) {
+    return NoExec("not an x86-64 ELF file");
+  }
+  if (eh.e_type != ET_EXEC && eh.e_type != ET_DYN) {
+    return NoExec("not an executable");
+  }
+  if (eh.e_phentsize != sizeof(Elf64_Phdr) || eh.e_phnum == 0 ||
+      eh.e_phnum > 256) {
+    return NoExec("bad program header table");
+  }
+  std::vector<Elf64_Phdr> ph(eh.e_phnum);
+  if (!ReadAll(fd, ph.data(), ph.size() * sizeof(Elf64_Phdr), eh.e_phoff)) {
+    return NoExec("truncated program header table");
+  }
+
+  std::vector<const Elf64_Phdr*> loads;
+  uint64_t phdr_vaddr = 0;
+  bool exec_stack = false;
+  for (const Elf64_Phdr& p : ph) {
+    switch (p.p_type) {
+      case PT_LOAD:
+        if (p.p_memsz == 0) break;
+        if (p.p_filesz > p.p_memsz ||
+            (p.p_vaddr % kPage) != (p.p_offset % kPage)) {
+          return NoExec("misaligned PT_LOAD segment");
+        }
+        if (!loads.empty() && p.p_vaddr < loads.back()->p_vaddr) {
+          return NoExec("PT_LOAD segments out of order");
+        }
+        loads.push_back(&p);
+        break;
+      case PT_INTERP:
+        return absl::UnimplementedError(
+            "dynamically linked programs (PT_INTERP) are not supported yet: "
+            "only static and static-PIE executables run in this version");
+      case PT_PHDR:
+        phdr_vaddr = p.p_vaddr;
+        break;
+      case PT_GNU_STACK:
+        exec_stack = (p.p_flags & PF_X) != 0;
+        break;
+      default:
+        break;
+    }
+  }
+  (void)exec_stack;
+  if (loads.empty()) return NoExec("no PT_LOAD segment");
+
+  uint64_t lo = PageDown(loads.front()->p_vaddr);
+  uint64_t hi = 0;
+  for (const Elf64_Phdr* p : loads) hi = std::max(hi, p->p_vaddr + p->p_memsz);
+  hi = PageUp(hi);
+  uint64_t bias = 0;
+  if (eh.e_type == ET_DYN) {
+    if (lo != 0) return NoExec("ET_DYN image not linked at 0");
+    bias = kPieBase;
+  }
+  if (lo + bias < mm.min_addr() || hi + bias > mm.max_addr() || hi <= lo) {
+    return NoExec("segments outside the user address range");
+  }
+
+  // 1. Map each segment's pages writable (pages shared with the previous
+  //    segment are already mapped), 2. copy the file bytes, 3. apply each
+  //    segment's protection; a page shared by two segments gets both.
+  uint64_t mapped_end = 0;
+  for (const Elf64_Phdr* p : loads) {
+    uint64_t start = std::max(PageDown(p->p_vaddr + bias), mapped_end);
+    uint64_t end = PageUp(p->p_vaddr + bias + p->p_memsz);
+    if (end > start) {
+      int64_t r = mm.Mmap(start, end - start, PROT_READ | PROT_WRITE,
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED);
+      if (r < 0) return FromErrno("mapping an ELF segment", r);
+      mapped_end = end;
+    }
+  }
+  std::vector<uint8_t> buf(1 << 20);
+  for (const Elf64_Phdr* p : loads) {
+    uint64_t done = 0;
+    while (done < p->p_filesz) {
+      uint64_t n = std::min<uint64_t>(buf.size(), p->p_filesz - done);
+      if (!ReadAll(fd, buf.data(), n, p->p_offset + done)) {
+        return NoExec("truncated ELF segment");
+      }
+      int64_t w = mm.CopyOut(p->p_vaddr + bias + done, buf.data(), n);
+      if (w != static_cast<int64_t>(n)) {
+        return FromErrno("copying an ELF segment", w < 0 ? w : -EFAULT);
+      }
+      done += n;
+    }
+  }
+  for (size_t i = 0; i < loads.size(); i++) {
+    const Elf64_Phdr* p = loads[i];
+    uint64_t start = PageDown(p->p_vaddr + bias);
+    uint64_t end = PageUp(p->p_vaddr + bias + p->p_memsz);
+    int prot = ProtOf(p->p_flags);
+    int64_t r = mm.Mprotect(start, end - start, prot);
+    if (r < 0) return FromErrno("protecting an ELF segment", r);
+    if (i > 0) {
+      const Elf64_Phdr* prev = loads[i - 1];
+      uint64_t prev_last = PageDown(prev->p_vaddr + bias + prev->p_memsz - 1);
+      if (prev_last == start) {
+        r = mm.Mprotect(start, kPage, prot | ProtOf(prev->p_flags));
+        if (r < 0) return FromErrno("protecting a shared ELF page", r);
+      }
+    }
+  }
+
+  LoadedImage img;
+  img.bias = bias;
+  img.entry = eh.e_entry + bias;
+  img.phnum = eh.e_phnum;
+  img.phent = eh.e_phentsize;
+  if (phdr_vaddr != 0) {
+    img.phdr = phdr_vaddr + bias;
+  } else {
+    for (const Elf64_Phdr* p : loads) {
+      if (eh.e_phoff >= p->p_offset && eh.e_phoff < p->p_offset + p->p_filesz) {
+        img.phdr = p->p_vaddr + (eh.e_phoff - p->p_offset) + bias;
+        break;
+      }
+    }
+  }
+  img.brk_start = hi + bias;
+  mm.SetBrkStart(img.brk_start);
+  return img;
+}
+
+absl::StatusOr<platform::CpuState> SetupStack(mm::MM& mm,
+                                              const LoadedImage& image,
+                                              const StackSpec& spec) {
+  constexpr uint64_t kInitialStack = 128 * 1024;
+  const uint64_t top = mm.max_addr() - kPage;
+  int64_t r = mm.Mmap(top - kInitialStack, kInitialStack,
+                      PROT_READ | PROT_WRITE,
+                      MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED | MAP_GROWSDOWN);
+  if (r < 0) return FromErrno("mapping the initial stack", r);
+  mm.SetName(top - kInitialStack, kInitialStack, "[stack]");
+
+  // Strings and AT_RANDOM bytes at the top, then the vectors below them.
+  uint64_t sp = top;
+  auto push_bytes = [&](const void* data, size_t n) -> absl::StatusOr<uint64_t> {
+    sp -= n;
+    if (mm.CopyOut(sp, data, n) != static_cast<int64_t>(n)) {
+      return absl::ResourceExhaustedError(
+          "argument list too long (E2BIG): the initial stack overflows");
+    }
+    return sp;
+  };
+  auto push_string = [&](const std::string& s) {
+    return push_bytes(s.c_str(), s.size() + 1);
+  };
+  uint64_t total = 0;
+  for (const auto& a : spec.argv) total += a.size() + 1;
+  for (const auto& e : spec.envp) total += e.size() + 1;
+  if (total > kInitialStack / 2) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("argument list too long (E2BIG): ", total, " bytes"));
+  }
+  ASSIGN_OR_RETURN(uint64_t execfn, push_string(spec.execfn));
+  ASSIGN_OR_RETURN(uint64_t platform_str, push_string("x86_64"));
+  ASSIGN_OR_RETURN(uint64_t random, push_bytes(spec.random, 16));
+  std::vector<uint64_t> envp, argv;
+  for (auto it = spec.envp.rbegin(); it != spec.envp.rend(); ++it) {
+    ASSIGN_OR_RETURN(uint64_t a, push_string(*it));
+    envp.insert(envp.begin(), a);
+  }
+  for (auto it = spec.argv.rbegin(); it != spec.argv.rend(); ++it) {
+    ASSIGN_OR_RETURN(uint64_t a, push_string(*it));
+    argv.insert(argv.begin(), a);
+  }
+
+  std::vector<uint64_t> auxv = {
+      AT_PHDR, image.phdr,      AT_PHENT, image.phent,
+      AT_PHNUM, image.phnum,    AT_PAGESZ, kPage,
+      AT_BASE, 0,               AT_FLAGS, 0,
+      AT_ENTRY, image.entry,    AT_UID, 0,
+      AT_EUID, 0,               AT_GID, 0,
+      AT_EGID, 0,               AT_SECURE, 0,
+      AT_CLKTCK, 100,           AT_HWCAP, getauxval(AT_HWCAP),
+      AT_HWCAP2, getauxval(AT_HWCAP2),
+      AT_RANDOM, random,        AT_EXECFN, execfn,
+      AT_PLATFORM, platform_str,
+      AT_MINSIGSTKSZ, getauxval(AT_MINSIGSTKSZ),
+      AT_NULL, 0};
+  std::vector<uint64_t> vec;
+  vec.push_back(spec.argv.size());
+  vec.insert(vec.end(), argv.begin(), argv.end());
+  vec.push_back(0);
+  vec.insert(vec.end(), envp.begin(), envp.end());
+  vec.push_back(0);
+  vec.insert(vec.end(), auxv.begin(), auxv.end());
+  sp = (sp - vec.size() * 8) & ~15ull;  // argc 16-byte aligned
+  if (mm.CopyOut(sp, vec.data(), vec.size() * 8) !=
+      static_cast<int64_t>(vec.size() * 8)) {
+    return absl::ResourceExhaustedError(
+        "argument list too long (E2BIG): the initial stack overflows");
+  }
+
+  platform::CpuState cpu;
+  cpu.regs.rip = image.entry;
+  cpu.regs.rsp = sp;
+  cpu.regs.eflags = 0x202;
+  cpu.regs.cs = 0x33;
+  cpu.regs.ss = 0x2b;
+  return cpu;
+}
+
+}  // namespace sandboxd::loader

@@ -1,0 +1,162 @@
+#include "sentry/mm/memory_file.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+
+namespace sandboxd::mm {
+
+namespace {
+
+// Allocator invariants broken by a caller (double free, freeing what was
+// never allocated) would silently corrupt other processes' memory; stop.
+[[noreturn]] void Die(const char* what, uint64_t off, uint64_t len) {
+  std::fprintf(stderr, "MemoryFile: %s [%#llx, +%#llx)\n", what,
+               static_cast<unsigned long long>(off),
+               static_cast<unsigned long long>(len));
+  std::abort();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<MemoryFile>> MemoryFile::Create(
+    uint64_t max_size) {
+  if (max_size == 0 || !IsPageAligned(max_size)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory file: max size ", max_size,
+                     " is not a positive page multiple"));
+  }
+  // Application code runs from these pages: ask for an executable memfd
+  // explicitly, since hosts with vm.memfd_noexec=1 would otherwise seal it
+  // non-executable. Kernels before 6.3 do not know MFD_EXEC (EINVAL).
+  constexpr unsigned kMfdExec = 0x10;
+  UniqueFd fd(::memfd_create("sandboxd-memory", MFD_CLOEXEC | kMfdExec));
+  if (!fd.valid() && errno == EINVAL) {
+    fd.reset(::memfd_create("sandboxd-memory", MFD_CLOEXEC));
+  }
+  if (!fd.valid()) return ErrnoStatus("memory file: memfd_create", errno);
+  // Mapping beyond EOF is allowed; only accesses there fault (SIGBUS), and
+  // Allocate grows the file before handing out a range.
+  void* p = ::mmap(nullptr, max_size, PROT_READ | PROT_WRITE,
+                   MAP_SHARED | MAP_NORESERVE, fd.get(), 0);
+  if (p == MAP_FAILED) {
+    return ErrnoStatus(
+        absl::StrCat("memory file: mapping ", max_size, " bytes"), errno);
+  }
+  Mapping mapping(p, max_size);
+  return std::unique_ptr<MemoryFile>(
+      new MemoryFile(std::move(fd), std::move(mapping), max_size));
+}
+
+absl::StatusOr<uint64_t> MemoryFile::Allocate(uint64_t len) {
+  if (len == 0 || !IsPageAligned(len)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("memory file: allocation length ", len,
+                     " is not a positive page multiple"));
+  }
+  absl::MutexLock l(&mu_);
+  // First fit among freed ranges keeps the file compact (low offsets are
+  // reused first), which keeps FileSize and page tables small.
+  for (auto it = free_.begin(); it != free_.end(); ++it) {
+    if (it->second < len) continue;
+    uint64_t off = it->first;
+    uint64_t rest = it->second - len;
+    free_.erase(it);
+    if (rest != 0) free_.emplace(off + len, rest);
+    allocated_ += len;
+    return off;
+  }
+  if (len > max_size_ - end_) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("memory file: cannot allocate ", len, " bytes: ",
+                     allocated_, " of ", max_size_, " in use"));
+  }
+  uint64_t off = end_;
+  if (off + len > file_size_) {
+    uint64_t want = off + len;
+    uint64_t size = std::min(max_size_, (want + kGrowStep - 1) / kGrowStep *
+                                            kGrowStep);
+    if (::ftruncate(fd_.get(), static_cast<off_t>(size)) != 0) {
+      return ErrnoStatus(
+          absl::StrCat("memory file: growing to ", size, " bytes"), errno);
+    }
+    file_size_ = size;
+  }
+  end_ = off + len;
+  allocated_ += len;
+  return off;
+}
+
+void MemoryFile::PunchHole(uint64_t off, uint64_t len) {
+  if (::fallocate(fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                  static_cast<off_t>(off), static_cast<off_t>(len)) != 0) {
+    // memfd (shmem) always supports hole punching; if it ever fails, zero
+    // the pages by hand so reuse still sees zeros (memory stays committed).
+    std::memset(Internal(off), 0, len);
+  }
+}
+
+void MemoryFile::Free(uint64_t off, uint64_t len) {
+  if (len == 0) return;
+  if (!IsPageAligned(off) || !IsPageAligned(len) || off + len < off ||
+      off + len > max_size_) {
+    Die("Free of a bad range", off, len);
+  }
+  // Punch before the range becomes allocatable again, outside the lock: no
+  // one else can touch a range that is neither free nor theirs.
+  PunchHole(off, len);
+
+  absl::MutexLock l(&mu_);
+  if (off + len > end_) Die("Free beyond the allocated end", off, len);
+  uint64_t start = off, end = off + len;
+  auto next = free_.lower_bound(start);
+  if (next != free_.end() && next->first < end) {
+    Die("Free of a range that is already free", off, len);
+  }
+  if (next != free_.begin()) {
+    auto prev = std::prev(next);
+    if (prev->first + prev->second > start) {
+      Die("Free of a range that is already free", off, len);
+    }
+    if (prev->first + prev->second == start) {  // coalesce left
+      start = prev->first;
+      free_.erase(prev);
+    }
+  }
+  if (next != free_.end() && next->first == end) {  // coalesce right
+    end = next->first + next->second;
+    free_.erase(next);
+  }
+  allocated_ -= len;
+  if (end == end_) {
+    end_ = start;  // give the tail back to the bump region
+  } else {
+    free_.emplace(start, end - start);
+  }
+}
+
+void MemoryFile::Decommit(uint64_t off, uint64_t len) {
+  if (len == 0) return;
+  PunchHole(off, len);
+}
+
+uint64_t MemoryFile::AllocatedBytes() const {
+  absl::MutexLock l(&mu_);
+  return allocated_;
+}
+
+uint64_t MemoryFile::FileSize() const {
+  absl::MutexLock l(&mu_);
+  return file_size_;
+}
+
+}  // namespace sandboxd::mm

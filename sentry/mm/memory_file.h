@@ -1,0 +1,104 @@
+// MemoryFile: the one host file that backs all application memory of a
+// sandbox (anonymous memory now; tmpfs data and page caches later).
+//
+// It is a memfd, sparse and grown on demand, that the Sentry maps once in
+// full (the "internal mapping"), so that reading or writing application
+// memory is a bounds check plus a memcpy. Platforms map ranges of the same fd
+// into the address spaces the application runs in (AddressSpace::MapFile).
+//
+// Thread-safety: all methods may be called concurrently.
+#ifndef SANDBOXD_SENTRY_MM_MEMORY_FILE_H_
+#define SANDBOXD_SENTRY_MM_MEMORY_FILE_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "base/mapping.h"
+#include "base/unique_fd.h"
+
+namespace sandboxd::mm {
+
+inline constexpr uint64_t kPageSize = 4096;
+
+inline constexpr uint64_t PageRoundDown(uint64_t x) {
+  return x & ~(kPageSize - 1);
+}
+// Callers check for overflow (x > UINT64_MAX - kPageSize + 1) first.
+inline constexpr uint64_t PageRoundUp(uint64_t x) {
+  return (x + kPageSize - 1) & ~(kPageSize - 1);
+}
+inline constexpr bool IsPageAligned(uint64_t x) {
+  return (x & (kPageSize - 1)) == 0;
+}
+
+class MemoryFile {
+ public:
+  // The file is grown in steps of this size so that most Allocate calls need
+  // no ftruncate.
+  static constexpr uint64_t kGrowStep = 64ull << 20;
+
+  // Creates the memfd and reserves `max_size` bytes of Sentry address space
+  // for the internal mapping (MAP_NORESERVE: no memory is committed).
+  static absl::StatusOr<std::unique_ptr<MemoryFile>> Create(
+      uint64_t max_size = 64ull << 30);
+
+  MemoryFile(const MemoryFile&) = delete;
+  MemoryFile& operator=(const MemoryFile&) = delete;
+
+  // The memfd, for platforms to map ranges of into application address
+  // spaces. Owned by this object.
+  int fd() const { return fd_.get(); }
+  uint64_t max_size() const { return max_size_; }
+
+  // Returns the file offset of `len` bytes (a positive page multiple) of
+  // zero-filled pages, or ResourceExhausted when the file is full.
+  absl::StatusOr<uint64_t> Allocate(uint64_t len);
+
+  // Returns [off, off+len) (page-aligned, any subrange of earlier
+  // allocations that is not already free) to the allocator. The pages are
+  // punched out of the file, so host memory is released and a later
+  // Allocate of the same range sees zeros.
+  void Free(uint64_t off, uint64_t len);
+
+  // Releases the host memory of [off, off+len) but keeps it allocated: the
+  // range reads as zeros afterwards (MADV_REMOVE on shared memory).
+  void Decommit(uint64_t off, uint64_t len);
+
+  // A pointer to file offset `off` in the internal mapping. Valid for the
+  // lifetime of this object; accesses to unallocated ranges may SIGBUS.
+  uint8_t* Internal(uint64_t off) const { return mapping_.bytes() + off; }
+
+  // Bytes currently allocated (handed out and not freed).
+  uint64_t AllocatedBytes() const;
+  // Current size of the memfd (a high-water mark, rounded to kGrowStep).
+  uint64_t FileSize() const;
+
+ private:
+  MemoryFile(UniqueFd fd, Mapping mapping, uint64_t max_size)
+      : fd_(std::move(fd)), mapping_(std::move(mapping)), max_size_(max_size) {}
+
+  // Punches [off, off+len) out of the file (hole reads as zeros).
+  void PunchHole(uint64_t off, uint64_t len);
+
+  const UniqueFd fd_;
+  const Mapping mapping_;
+  const uint64_t max_size_;
+
+  mutable absl::Mutex mu_;
+  // Free ranges below end_: offset -> length. Never adjacent (coalesced) and
+  // never touching end_ (such a range lowers end_ instead).
+  std::map<uint64_t, uint64_t> free_ ABSL_GUARDED_BY(mu_);
+  // Everything at or above end_ is free; allocation bumps it.
+  uint64_t end_ ABSL_GUARDED_BY(mu_) = 0;
+  // Current ftruncate'd size of the file; >= end_.
+  uint64_t file_size_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace sandboxd::mm
+
+#endif  // SANDBOXD_SENTRY_MM_MEMORY_FILE_H_

@@ -1,0 +1,288 @@
+// MM: the memory manager of one application process (one address space).
+//
+// It keeps two ordered sets, as gVisor's mm does (see README.md):
+//   - VMAs: what the program asked for (mmap, brk, mprotect, mremap, ...):
+//     virtual ranges with protections, sharing and their source.
+//   - PMAs: which memory-file ranges back which virtual ranges. Filled in
+//     lazily, by page faults and by CopyIn/CopyOut.
+// The platform AddressSpace mirrors a subset of the PMAs into the host
+// address space the program runs in; it is a cache: anything may be
+// unmapped from it at any time and the next fault maps it again.
+//
+// Lock order (outer first):
+//   MM::mu_
+//     platform::AddressSpace internals (called with mu_ held)
+//     MemoryFile::mu_
+//
+// Thread-safety: every public method may be called concurrently from the
+// host threads of the process's tasks.
+#ifndef SANDBOXD_SENTRY_MM_MM_H_
+#define SANDBOXD_SENTRY_MM_MM_H_
+
+#include <atomic>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "platforms/platform.h"
+#include "sentry/mm/memory_file.h"
+
+namespace sandboxd::mm {
+
+// A file-backed source of pages (regular files, tmpfs, memfd...). File mmap
+// is a later issue; VMAs already carry a slot for one.
+class Mappable {
+ public:
+  virtual ~Mappable() = default;
+};
+
+// The memory-file range behind a MAP_SHARED|MAP_ANONYMOUS mapping. It lives
+// as long as any VMA refers to it (VMAs split and moved by mremap, and after
+// fork the child's VMAs, share one object); the pages are freed with it.
+class SharedAnon {
+ public:
+  // Preconditions: `mf` outlives this object; [off, off+size) was allocated
+  // from it and is now owned by this object.
+  SharedAnon(MemoryFile* mf, uint64_t off, uint64_t size)
+      : mf_(mf), off_(off), size_(size) {}
+  ~SharedAnon() { mf_->Free(off_, size_); }
+  SharedAnon(const SharedAnon&) = delete;
+  SharedAnon& operator=(const SharedAnon&) = delete;
+
+  uint64_t file_offset() const { return off_; }
+  // Fixed at creation, as a shmem file's size is: a mapping grown by mremap
+  // past it gets SIGBUS there, as on Linux.
+  uint64_t size() const { return size_; }
+
+ private:
+  MemoryFile* const mf_;
+  const uint64_t off_;
+  const uint64_t size_;
+};
+
+// A virtual memory area: [start, end) with uniform attributes. `start` is the
+// key in MM's map. Plain data (plus shared references) so that it can be
+// checkpointed.
+struct Vma {
+  uintptr_t end = 0;
+  platform::Prot prot;      // current protection
+  platform::Prot max_prot;  // what mprotect may raise prot to
+  bool is_private = true;   // MAP_PRIVATE (vs MAP_SHARED)
+  bool growsdown = false;   // MAP_GROWSDOWN: faults just below extend it
+  bool dontfork = false;    // MADV_DONTFORK (for fork, later)
+  bool wipeonfork = false;  // MADV_WIPEONFORK (for fork, later)
+  // Source of the pages; both null means private anonymous memory.
+  std::shared_ptr<SharedAnon> shared_anon;  // MAP_SHARED|MAP_ANONYMOUS
+  std::shared_ptr<Mappable> mappable;       // file-backed (later)
+  // Offset into shared_anon/mappable that `start` corresponds to.
+  uint64_t offset = 0;
+  std::string name;  // "[heap]", "[stack]", ... for DebugString
+};
+
+// A platform mapping: [start, end) is backed by memory-file offsets
+// [file_offset, file_offset + (end - start)). `start` is the key.
+struct Pma {
+  uintptr_t end = 0;
+  uint64_t file_offset = 0;
+  // The pages belong to this MM (private anonymous memory) and are freed
+  // when the PMA goes away; otherwise they belong to the VMA's source.
+  // Copy-on-write (fork) will add a "needs copy" flag and page refcounts.
+  bool owned = false;
+};
+
+class MM {
+ public:
+  // [min_addr, max_addr) is where application mappings may go.
+  // Preconditions: `mf` outlives this MM; both bounds are page-aligned.
+  MM(MemoryFile* mf, std::unique_ptr<platform::AddressSpace> as,
+     uintptr_t min_addr, uintptr_t max_addr);
+  ~MM();
+  MM(const MM&) = delete;
+  MM& operator=(const MM&) = delete;
+
+  platform::AddressSpace& address_space() { return *as_; }
+  MemoryFile* memory_file() const { return mf_; }
+  uintptr_t min_addr() const { return min_addr_; }
+  uintptr_t max_addr() const { return max_addr_; }
+  // Top-down placement of mappings without a usable hint starts below this,
+  // leaving a gap above it for the stack.
+  uintptr_t mmap_base() const { return mmap_base_; }
+
+  // The syscalls, with Linux semantics; each returns a result or -errno.
+  // Only anonymous mappings for now: a request without MAP_ANONYMOUS
+  // returns -ENODEV.
+  int64_t Mmap(uintptr_t addr, uint64_t len, int prot, int flags);
+  int64_t Munmap(uintptr_t addr, uint64_t len);
+  int64_t Mprotect(uintptr_t addr, uint64_t len, int prot);
+  // Supports MREMAP_MAYMOVE, MREMAP_FIXED, MREMAP_DONTUNMAP, and old_len 0
+  // (duplicating a shared mapping).
+  int64_t Mremap(uintptr_t old_addr, uint64_t old_len, uint64_t new_len,
+                 int flags, uintptr_t new_addr);
+  // Returns the new (or unchanged) break, as Linux's brk syscall does.
+  int64_t Brk(uintptr_t addr);
+  // Called by the ELF loader: the end of the highest loaded segment. Resets
+  // the break to it (page-rounded up).
+  void SetBrkStart(uintptr_t addr);
+  int64_t Madvise(uintptr_t addr, uint64_t len, int advice);
+
+  // Names the VMAs in [addr, addr+len) for DebugString (e.g. "[stack]" by
+  // the loader), splitting them as needed. Returns 0 or -ENOMEM on holes.
+  int64_t SetName(uintptr_t addr, uint64_t len, const std::string& name);
+
+  // A page fault from the application at `addr`. If a VMA allows the
+  // access, backs the surrounding pages (up to kFaultAroundPages within the
+  // VMA) with memory-file pages, maps them into the AddressSpace with the
+  // VMA's protection and returns true. Otherwise returns false with
+  // *si_code = SEGV_MAPERR (no VMA) or SEGV_ACCERR (protection).
+  bool HandleFault(uintptr_t addr, bool write, bool exec, int* si_code);
+  // As above, and also says which signal to deliver: SIGSEGV, or SIGBUS
+  // (*si_code = BUS_ADRERR) for an access past the end of a shared object
+  // or when the memory file is exhausted.
+  bool HandleFault(uintptr_t addr, bool write, bool exec, int* signo,
+                   int* si_code);
+
+  // Copies between application memory and Sentry buffers through the
+  // internal mapping. CopyIn needs a readable VMA (on x86, any of PROT_READ,
+  // PROT_WRITE, PROT_EXEC makes a page readable, as for Linux's own
+  // copy_from_user), CopyOut a writable one. Return n on success, else the
+  // number of bytes copied before the first bad address if > 0, else
+  // -EFAULT.
+  int64_t CopyIn(uintptr_t addr, void* dst, uint64_t n);
+  int64_t CopyOut(uintptr_t addr, const void* src, uint64_t n);
+  // Reads a NUL-terminated string of at most max_len bytes (excluding the
+  // NUL) into *out: 0, -EFAULT, or -ENAMETOOLONG if no NUL within max_len.
+  int64_t CopyInString(uintptr_t addr, uint64_t max_len, std::string* out);
+  // For futex: the 4-byte word at `addr` in the internal mapping, with
+  // backing allocated. Returns 0, -EINVAL if misaligned, or -EFAULT if not
+  // mapped readable (writable when `write`). The pointer stays valid memory
+  // for the memory file's lifetime, but names this address's page only
+  // until it is next unmapped.
+  int64_t AtomicWord(uintptr_t addr, bool write, std::atomic<uint32_t>** out);
+
+  // Text like /proc/self/maps.
+  std::string DebugString() const;
+
+  // For tests and metrics.
+  size_t NumVmas() const;
+  size_t NumPmas() const;
+  uint64_t BackedBytes() const;  // bytes of virtual memory with PMAs
+  uintptr_t brk() const;
+
+  // Pages mapped around a faulting page, in one aligned block (64 KiB).
+  static constexpr uint64_t kFaultAroundPages = 16;
+  // Linux's default stack_guard_gap: a MAP_GROWSDOWN VMA does not grow to
+  // within this distance of the VMA below it.
+  static constexpr uint64_t kStackGuardGap = 256 * kPageSize;
+
+ private:
+  using VmaMap = std::map<uintptr_t, Vma>;
+  using PmaMap = std::map<uintptr_t, Pma>;
+  enum class Access { kRead, kWrite, kExec };
+
+  // The VMA containing addr, or vmas_.end().
+  VmaMap::iterator FindVma(uintptr_t addr) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  VmaMap::const_iterator FindVma(uintptr_t addr) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  PmaMap::const_iterator FindPma(uintptr_t addr) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // True if no VMA intersects [start, end).
+  bool IsFree(uintptr_t start, uintptr_t end) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The highest page-aligned start of a free range of `len` bytes within
+  // [lo, hi), or 0 if none.
+  uintptr_t FindGapTopDown(uint64_t len, uintptr_t lo, uintptr_t hi) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Where a new mapping of `len` bytes goes: the hint if free, else
+  // top-down below mmap_base_, else anywhere. 0 if there is no room.
+  uintptr_t FindPlacement(uintptr_t hint, uint64_t len, bool below_2g) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  // Whether a fault at `addr` (in no VMA) would grow the MAP_GROWSDOWN VMA
+  // above it, and GrowStackTo does it, returning the grown VMA or end().
+  bool CanGrowStackTo(uintptr_t addr) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  VmaMap::iterator GrowStackTo(uintptr_t addr)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Splits the VMA containing addr (if any, and addr is inside) in two.
+  VmaMap::iterator SplitVma(uintptr_t addr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Splits VMAs at start and end; returns the first VMA at or after start.
+  VmaMap::iterator IsolateVmas(uintptr_t start, uintptr_t end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Merges the VMA at `it` with its neighbours where compatible.
+  void MergeVmaAround(VmaMap::iterator it) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Merges all VMAs intersecting [start, end) and their neighbours.
+  void MergeVmasIn(uintptr_t start, uintptr_t end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  VmaMap::iterator InsertVma(uintptr_t start, Vma vma)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Removes VMAs and PMAs in [start, end) (freeing owned pages) and unmaps
+  // the range from the AddressSpace.
+  void UnmapLocked(uintptr_t start, uintptr_t end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  PmaMap::iterator SplitPma(uintptr_t addr) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Removes PMAs in [start, end), freeing owned pages. Does not touch the
+  // AddressSpace.
+  void RemovePmas(uintptr_t start, uintptr_t end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Inserts a PMA, merging it with file-contiguous neighbours.
+  void InsertPma(uintptr_t start, Pma pma) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Moves the PMAs in [start, end) to start at new_start.
+  // Preconditions: no PMA intersects [new_start, new_start + end - start).
+  void MovePmas(uintptr_t start, uintptr_t end, uintptr_t new_start)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // Gives every page of [start, end) (page-aligned, inside the VMA at
+  // `vma`) a PMA, allocating zeroed pages for private anonymous memory.
+  // Returns the end of the prefix of [start, end) that is backed: less than
+  // `end` past the end of a shared object or when memory is exhausted
+  // (*bus = true in both cases).
+  uintptr_t EnsureBacked(VmaMap::const_iterator vma, uintptr_t start,
+                         uintptr_t end, bool* bus)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Maps the PMAs intersecting [start, end) into the AddressSpace with the
+  // VMA's protection. Returns false if the platform failed.
+  bool MapBacked(const Vma& vma, uintptr_t start, uintptr_t end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  // One step of a copy: walks [addr, addr+n) calling fn(internal pointer,
+  // offset into the copy, length) for each backed piece. Stops at the first
+  // address that is not accessible (*need_backing = false) or, unless
+  // `allocate`, at the first page without backing (*need_backing = true).
+  // Returns the number of bytes done. Callers hold mu_ exclusively when
+  // `allocate`, otherwise at least shared.
+  template <typename Fn>
+  uint64_t Walk(uintptr_t addr, uint64_t n, Access access, bool allocate,
+                bool* need_backing, Fn&& fn) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Runs Walk under the reader lock and, when pages need backing, finishes
+  // under the writer lock. Returns the number of bytes done.
+  template <typename Fn>
+  uint64_t WalkWithBacking(uintptr_t addr, uint64_t n, Access access, Fn&& fn)
+      ABSL_LOCKS_EXCLUDED(mu_);
+
+  static bool Allows(const platform::Prot& prot, Access access);
+  // True if [addr, addr+n) is a nonempty range inside the application's
+  // address bounds.
+  bool InBounds(uintptr_t addr, uint64_t n) const;
+
+  MemoryFile* const mf_;
+  const std::unique_ptr<platform::AddressSpace> as_;
+  const uintptr_t min_addr_;
+  const uintptr_t max_addr_;
+  const uintptr_t mmap_base_;
+
+  mutable absl::Mutex mu_;
+  VmaMap vmas_ ABSL_GUARDED_BY(mu_);
+  PmaMap pmas_ ABSL_GUARDED_BY(mu_);
+  // brk_start_ <= brk_; the heap VMA covers [brk_start_, PageRoundUp(brk_)).
+  uintptr_t brk_start_ ABSL_GUARDED_BY(mu_) = 0;
+  uintptr_t brk_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+}  // namespace sandboxd::mm
+
+#endif  // SANDBOXD_SENTRY_MM_MM_H_

@@ -1,0 +1,266 @@
+// File descriptor syscalls on the files this slice has (inherited host
+// descriptors). Path-based calls come with the VFS.
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <sys/uio.h>
+
+#include <algorithm>
+#include <vector>
+
+#include "sentry/syscalls/syscalls.h"
+
+namespace sandboxd::syscalls {
+namespace {
+
+constexpr uint64_t kChunk = 64 * 1024;
+constexpr int kIovMax = 1024;
+constexpr uint64_t kMaxRw = 0x7ffff000;  // MAX_RW_COUNT
+
+std::shared_ptr<fs::File> GetFile(Task& t, uint64_t fd) {
+  if (fd > INT32_MAX) return nullptr;
+  return t.group().fds().Get(static_cast<int>(fd));
+}
+
+// Reads from `f` into application memory at addr, in chunks.
+int64_t ReadInto(Task& t, fs::File& f, uint64_t addr, uint64_t n,
+                 int64_t offset) {
+  n = std::min(n, kMaxRw);
+  uint8_t buf[kChunk];
+  uint64_t done = 0;
+  while (done < n) {
+    uint64_t want = std::min(kChunk, n - done);
+    int64_t r = f.Read(buf, want, offset < 0 ? -1 : offset + done, t.io());
+    if (r < 0) return done > 0 ? done : r;
+    if (r == 0) break;
+    int64_t c = t.mm().CopyOut(addr + done, buf, r);
+    if (c < 0) return done > 0 ? done : c;
+    done += c;
+    if (c < r || static_cast<uint64_t>(r) < want) break;
+  }
+  return done;
+}
+
+int64_t WriteFrom(Task& t, fs::File& f, uint64_t addr, uint64_t n,
+                  int64_t offset) {
+  n = std::min(n, kMaxRw);
+  uint8_t buf[kChunk];
+  uint64_t done = 0;
+  while (done < n) {
+    uint64_t want = std::min(kChunk, n - done);
+    int64_t c = t.mm().CopyIn(addr + done, buf, want);
+    if (c < 0) return done > 0 ? done : c;
+    int64_t w = f.Write(buf, c, offset < 0 ? -1 : offset + done, t.io());
+    if (w < 0) return done > 0 ? done : w;
+    done += w;
+    if (w < c || c < static_cast<int64_t>(want)) break;
+  }
+  return done;
+}
+
+int64_t ReadIovecs(Task& t, uint64_t addr, uint64_t cnt,
+                   std::vector<iovec>* out) {
+  if (cnt > kIovMax) return -EINVAL;
+  out->resize(cnt);
+  if (cnt == 0) return 0;
+  if (t.mm().CopyIn(addr, out->data(), cnt * sizeof(iovec)) !=
+      static_cast<int64_t>(cnt * sizeof(iovec))) {
+    return -EFAULT;
+  }
+  uint64_t total = 0;
+  for (const iovec& v : *out) {
+    if (v.iov_len > static_cast<uint64_t>(INT64_MAX) - total) return -EINVAL;
+    total += v.iov_len;
+  }
+  return 0;
+}
+
+int64_t VectorIo(Task& t, const SyscallArgs& a, bool write, int64_t offset) {
+  auto f = GetFile(t, a.a[0]);
+  if (f == nullptr) return -EBADF;
+  std::vector<iovec> iov;
+  int64_t r = ReadIovecs(t, a.a[1], a.a[2], &iov);
+  if (r < 0) return r;
+  uint64_t done = 0;
+  for (const iovec& v : iov) {
+    if (v.iov_len == 0) continue;
+    uint64_t base = reinterpret_cast<uint64_t>(v.iov_base);
+    int64_t off = offset < 0 ? -1 : offset + done;
+    int64_t n = write ? WriteFrom(t, *f, base, v.iov_len, off)
+                      : ReadInto(t, *f, base, v.iov_len, off);
+    if (n < 0) return done > 0 ? done : n;
+    done += n;
+    if (static_cast<uint64_t>(n) < v.iov_len) break;
+  }
+  return done;
+}
+
+int64_t SysRead(Task& t, const SyscallArgs& a) {
+  auto f = GetFile(t, a.a[0]);
+  if (f == nullptr) return -EBADF;
+  return ReadInto(t, *f, a.a[1], a.a[2], -1);
+}
+
+int64_t SysWrite(Task& t, const SyscallArgs& a) {
+  auto f = GetFile(t, a.a[0]);
+  if (f == nullptr) return -EBADF;
+  return WriteFrom(t, *f, a.a[1], a.a[2], -1);
+}
+
+int64_t SysPread(Task& t, const SyscallArgs& a) {
+  auto f = GetFile(t, a.a[0]);
+  if (f == nullptr) return -EBADF;
+  if (static_cast<int64_t>(a.a[3]) < 0) return -EINVAL;
+  return ReadInto(t, *f, a.a[1], a.a[2], a.a[3]);
+}
+
+int64_t SysPwrite(Task& t, const SyscallArgs& a) {
+  auto f = GetFile(t, a.a[0]);
+  if (f == nullptr) return -EBADF;
+  if (static_cast<int64_t>(a.a[3]) < 0) return -EINVAL;
+  return WriteFrom(t, *f, a.a[1], a.a[2], a.a[3]);
+}
+
+int64_t SysReadv(Task& t, const SyscallArgs& a) { return VectorIo(t, a, false, -1); }
+int64_t SysWritev(Task& t, const SyscallArgs& a) { return VectorIo(t, a, true, -1); }
+int64_t SysPreadv(Task& t, const SyscallArgs& a) {
+  if (static_cast<int64_t>(a.a[3]) < 0) return -EINVAL;
+  return VectorIo(t, a, false, a.a[3]);
+}
+int64_t SysPwritev(Task& t, const SyscallArgs& a) {
+  if (static_cast<int64_t>(a.a[3]) < 0) return -EINVAL;
+  return VectorIo(t, a, true, a.a[3]);
+}
+
+int64_t SysLseek(Task& t, const SyscallArgs& a) {
+  auto f = GetFile(t, a.a[0]);
+  if (f == nullptr) return -EBADF;
+  if (a.a[2] > SEEK_HOLE) return -EINVAL;
+  return f->Seek(static_cast<int64_t>(a.a[1]), static_cast<int>(a.a[2]));
+}
+
+int64_t SysClose(Task& t, const SyscallArgs& a) {
+  if (a.a[0] > INT32_MAX) return -EBADF;
+  return t.group().fds().Close(static_cast<int>(a.a[0]));
+}
+
+int64_t StatOut(Task& t, fs::File& f, uint64_t addr) {
+  struct stat st;
+  int64_t r = f.Stat(&st);
+  if (r < 0) return r;
+  return t.mm().CopyOut(addr, &st, sizeof(st)) == sizeof(st) ? 0 : -EFAULT;
+}
+
+int64_t SysFstat(Task& t, const SyscallArgs& a) {
+  auto f = GetFile(t, a.a[0]);
+  if (f == nullptr) return -EBADF;
+  return StatOut(t, *f, a.a[1]);
+}
+
+// newfstatat(dirfd, path, statbuf, flags): with AT_EMPTY_PATH and "" it is
+// fstat; paths need the VFS, which this slice does not have.
+int64_t SysNewfstatat(Task& t, const SyscallArgs& a) {
+  std::string path;
+  int64_t r = t.mm().CopyInString(a.a[1], 4095, &path);
+  if (r < 0) return r;
+  int flags = static_cast<int>(a.a[3]);
+  if (flags & ~(AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT)) {
+    return -EINVAL;
+  }
+  if (path.empty()) {
+    if ((flags & AT_EMPTY_PATH) == 0) return -ENOENT;
+    auto f = GetFile(t, a.a[0]);
+    if (f == nullptr) return -EBADF;
+    return StatOut(t, *f, a.a[2]);
+  }
+  t.kernel().CountUnimplemented(SYS_newfstatat);
+  return -ENOSYS;
+}
+
+int64_t SysIoctl(Task& t, const SyscallArgs& a) {
+  auto f = GetFile(t, a.a[0]);
+  if (f == nullptr) return -EBADF;
+  bool in, out;
+  int64_t size = fs::IoctlArgSize(a.a[1], &in, &out);
+  if (size < 0) return -ENOTTY;
+  std::vector<uint8_t> buf(size);
+  if (in && t.mm().CopyIn(a.a[2], buf.data(), size) != size) return -EFAULT;
+  int64_t r = f->Ioctl(a.a[1], buf.data());
+  if (r < 0) return r;
+  if (out && t.mm().CopyOut(a.a[2], buf.data(), size) != size) return -EFAULT;
+  return r;
+}
+
+int64_t SysDup(Task& t, const SyscallArgs& a) {
+  auto f = GetFile(t, a.a[0]);
+  if (f == nullptr) return -EBADF;
+  return t.group().fds().Install(f, false);
+}
+
+int64_t Dup3(Task& t, uint64_t oldfd, uint64_t newfd, int flags) {
+  if (flags & ~O_CLOEXEC) return -EINVAL;
+  auto f = GetFile(t, oldfd);
+  if (f == nullptr) return -EBADF;
+  if (newfd > INT32_MAX) return -EBADF;
+  return t.group().fds().InstallAt(static_cast<int>(newfd), f,
+                                   (flags & O_CLOEXEC) != 0);
+}
+
+int64_t SysDup2(Task& t, const SyscallArgs& a) {
+  if (a.a[0] == a.a[1]) return GetFile(t, a.a[0]) ? a.a[0] : -EBADF;
+  return Dup3(t, a.a[0], a.a[1], 0);
+}
+
+int64_t SysDup3(Task& t, const SyscallArgs& a) {
+  if (a.a[0] == a.a[1]) return -EINVAL;
+  return Dup3(t, a.a[0], a.a[1], static_cast<int>(a.a[2]));
+}
+
+int64_t SysFcntl(Task& t, const SyscallArgs& a) {
+  auto f = GetFile(t, a.a[0]);
+  if (f == nullptr) return -EBADF;
+  int fd = static_cast<int>(a.a[0]);
+  fs::FdTable& fds = t.group().fds();
+  switch (a.a[1]) {
+    case F_DUPFD:
+    case F_DUPFD_CLOEXEC:
+      if (a.a[2] > INT32_MAX) return -EINVAL;
+      return fds.Install(f, a.a[1] == F_DUPFD_CLOEXEC, static_cast<int>(a.a[2]));
+    case F_GETFD:
+      return fds.GetCloexec(fd);
+    case F_SETFD:
+      return fds.SetCloexec(fd, (a.a[2] & FD_CLOEXEC) != 0);
+    case F_GETFL:
+      return f->StatusFlags();
+    case F_SETFL:
+      return f->SetStatusFlags(static_cast<int>(a.a[2]));
+    default:
+      t.kernel().CountUnimplemented(SYS_fcntl);
+      return -EINVAL;
+  }
+}
+
+}  // namespace
+
+void RegisterFile(Entry* table) {
+  table[SYS_read] = {SysRead, "read"};
+  table[SYS_write] = {SysWrite, "write"};
+  table[SYS_pread64] = {SysPread, "pread64"};
+  table[SYS_pwrite64] = {SysPwrite, "pwrite64"};
+  table[SYS_readv] = {SysReadv, "readv"};
+  table[SYS_writev] = {SysWritev, "writev"};
+  table[SYS_preadv] = {SysPreadv, "preadv"};
+  table[SYS_pwritev] = {SysPwritev, "pwritev"};
+  table[SYS_lseek] = {SysLseek, "lseek"};
+  table[SYS_close] = {SysClose, "close"};
+  table[SYS_fstat] = {SysFstat, "fstat"};
+  table[SYS_newfstatat] = {SysNewfstatat, "newfstatat"};
+  table[SYS_ioctl] = {SysIoctl, "ioctl"};
+  table[SYS_dup] = {SysDup, "dup"};
+  table[SYS_dup2] = {SysDup2, "dup2"};
+  table[SYS_dup3] = {SysDup3, "dup3"};
+  table[SYS_fcntl] = {SysFcntl, "fcntl"};
+}
+
+}  // namespace sandboxd::syscalls

@@ -1,0 +1,334 @@
+// Identity, limits, time, randomness, scheduling and arch_prctl.
+#include <asm/prctl.h>
+#include <errno.h>
+#include <sched.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/sysinfo.h>
+#include <sys/time.h>
+#include <sys/utsname.h>
+#include <time.h>
+
+#include <cstring>
+
+#include "absl/time/clock.h"
+#include "sentry/syscalls/syscalls.h"
+
+namespace sandboxd::syscalls {
+namespace {
+
+int64_t SysGetpid(Task& t, const SyscallArgs&) { return t.group().tgid(); }
+int64_t SysGettid(Task& t, const SyscallArgs&) { return t.tid(); }
+// The sandbox is its own pid namespace: its init has no parent in it.
+int64_t SysGetppid(Task& t, const SyscallArgs&) { return 0; }
+
+// Credentials: the sandbox runs as root of its own user namespace.
+int64_t SysZeroId(Task&, const SyscallArgs&) { return 0; }
+
+int64_t SysGetresid(Task& t, const SyscallArgs& a) {
+  uint32_t zero = 0;
+  for (int i = 0; i < 3; i++) {
+    if (t.mm().CopyOut(a.a[i], &zero, 4) != 4) return -EFAULT;
+  }
+  return 0;
+}
+
+int64_t SysGetgroups(Task& t, const SyscallArgs& a) {
+  if (static_cast<int32_t>(a.a[0]) < 0) return -EINVAL;
+  return 0;  // no supplementary groups
+}
+
+// setuid and friends to the ids the task already has succeed; changing
+// identity comes with credentials in the process model.
+int64_t SysSetid1(Task& t, const SyscallArgs& a) {
+  return static_cast<uint32_t>(a.a[0]) == 0 ? 0 : -EPERM;
+}
+int64_t SysSetresid(Task& t, const SyscallArgs& a) {
+  for (int i = 0; i < 3; i++) {
+    uint32_t id = static_cast<uint32_t>(a.a[i]);
+    if (id != 0 && id != 0xffffffffu) return -EPERM;
+  }
+  return 0;
+}
+
+int64_t SysUname(Task& t, const SyscallArgs& a) {
+  struct utsname u;
+  std::memset(&u, 0, sizeof(u));
+  std::strncpy(u.sysname, "Linux", sizeof(u.sysname) - 1);
+  std::strncpy(u.nodename, t.kernel().options().hostname.c_str(),
+               sizeof(u.nodename) - 1);
+  std::strncpy(u.release, "6.1.0", sizeof(u.release) - 1);
+  std::strncpy(u.version, "#1 SMP sandboxd", sizeof(u.version) - 1);
+  std::strncpy(u.machine, "x86_64", sizeof(u.machine) - 1);
+  std::strncpy(u.domainname, "(none)", sizeof(u.domainname) - 1);
+  return t.mm().CopyOut(a.a[0], &u, sizeof(u)) == sizeof(u) ? 0 : -EFAULT;
+}
+
+int64_t Prlimit(Task& t, pid_t pid, uint64_t resource, uint64_t new_addr,
+                uint64_t old_addr) {
+  if (resource >= RLIM_NLIMITS) return -EINVAL;
+  std::shared_ptr<kernel::ThreadGroup> g = t.group_ptr();
+  if (pid != 0 && pid != t.group().tgid()) {
+    kernel::Task* other = t.kernel().FindTask(pid);
+    if (other == nullptr) return -ESRCH;
+    g = other->group_ptr();
+  }
+  rlimit old = g->GetLimit(static_cast<int>(resource));
+  if (new_addr != 0) {
+    rlimit next;
+    if (t.mm().CopyIn(new_addr, &next, sizeof(next)) != sizeof(next)) {
+      return -EFAULT;
+    }
+    if (next.rlim_cur > next.rlim_max) return -EINVAL;
+    if (resource == RLIMIT_NOFILE && next.rlim_max > 1048576) return -EPERM;
+    g->SetLimit(static_cast<int>(resource), next);
+  }
+  if (old_addr != 0 &&
+      t.mm().CopyOut(old_addr, &old, sizeof(old)) != sizeof(old)) {
+    return -EFAULT;
+  }
+  return 0;
+}
+
+int64_t SysPrlimit64(Task& t, const SyscallArgs& a) {
+  return Prlimit(t, static_cast<pid_t>(a.a[0]), a.a[1], a.a[2], a.a[3]);
+}
+int64_t SysGetrlimit(Task& t, const SyscallArgs& a) {
+  return Prlimit(t, 0, a.a[0], 0, a.a[1]);
+}
+int64_t SysSetrlimit(Task& t, const SyscallArgs& a) {
+  return Prlimit(t, 0, a.a[0], a.a[1], 0);
+}
+
+int64_t SysGetrandom(Task& t, const SyscallArgs& a) {
+  if (a.a[2] & ~(GRND_NONBLOCK | GRND_RANDOM | 0x4 /* GRND_INSECURE */)) {
+    return -EINVAL;
+  }
+  uint64_t n = std::min<uint64_t>(a.a[1], 33554431);
+  uint8_t buf[4096];
+  uint64_t done = 0;
+  while (done < n) {
+    size_t want = std::min<uint64_t>(sizeof(buf), n - done);
+    ssize_t r = getrandom(buf, want, 0);
+    if (r < 0) return done > 0 ? done : -errno;
+    int64_t c = t.mm().CopyOut(a.a[0] + done, buf, r);
+    if (c < 0) return done > 0 ? done : c;
+    done += c;
+    if (c < r) break;
+  }
+  return done;
+}
+
+bool HostClock(Task& t, clockid_t clk, clockid_t* host) {
+  switch (clk) {
+    case CLOCK_REALTIME: case CLOCK_MONOTONIC: case CLOCK_MONOTONIC_RAW:
+    case CLOCK_REALTIME_COARSE: case CLOCK_MONOTONIC_COARSE:
+    case CLOCK_BOOTTIME:
+      *host = clk;
+      return true;
+    case CLOCK_PROCESS_CPUTIME_ID:
+    case CLOCK_THREAD_CPUTIME_ID:
+      // The Sentry's own CPU clocks: they advance while it serves the
+      // program. Time the program spends in its own code runs in the
+      // platform's host processes and is not added yet (the platform will
+      // report it with per-task accounting).
+      *host = clk == CLOCK_PROCESS_CPUTIME_ID ? CLOCK_PROCESS_CPUTIME_ID
+                                              : CLOCK_THREAD_CPUTIME_ID;
+      return true;
+    default:
+      return false;
+  }
+}
+
+int64_t SysClockGettime(Task& t, const SyscallArgs& a) {
+  clockid_t host;
+  if (!HostClock(t, static_cast<clockid_t>(a.a[0]), &host)) return -EINVAL;
+  struct timespec ts;
+  if (clock_gettime(host, &ts) != 0) return -errno;
+  return t.mm().CopyOut(a.a[1], &ts, sizeof(ts)) == sizeof(ts) ? 0 : -EFAULT;
+}
+
+int64_t SysClockGetres(Task& t, const SyscallArgs& a) {
+  clockid_t host;
+  if (!HostClock(t, static_cast<clockid_t>(a.a[0]), &host)) return -EINVAL;
+  struct timespec ts;
+  if (clock_getres(host, &ts) != 0) return -errno;
+  if (a.a[1] == 0) return 0;
+  return t.mm().CopyOut(a.a[1], &ts, sizeof(ts)) == sizeof(ts) ? 0 : -EFAULT;
+}
+
+int64_t SysGettimeofday(Task& t, const SyscallArgs& a) {
+  struct timeval tv;
+  gettimeofday(&tv, nullptr);
+  if (a.a[0] != 0 && t.mm().CopyOut(a.a[0], &tv, sizeof(tv)) != sizeof(tv)) {
+    return -EFAULT;
+  }
+  if (a.a[1] != 0) {
+    struct timezone tz = {0, 0};
+    if (t.mm().CopyOut(a.a[1], &tz, sizeof(tz)) != sizeof(tz)) return -EFAULT;
+  }
+  return 0;
+}
+
+int64_t SysTime(Task& t, const SyscallArgs& a) {
+  int64_t now = ::time(nullptr);
+  if (a.a[0] != 0 && t.mm().CopyOut(a.a[0], &now, 8) != 8) return -EFAULT;
+  return now;
+}
+
+// Sleeps until `deadline` (on `clk`); on an interruption writes the time
+// left to `rem` (relative sleeps only) and returns -EINTR.
+int64_t Sleep(Task& t, clockid_t clk, const timespec& req, bool absolute,
+              uint64_t rem_addr) {
+  if (req.tv_sec < 0 || req.tv_nsec < 0 || req.tv_nsec >= 1000000000) {
+    return -EINVAL;
+  }
+  absl::Duration d = absl::DurationFromTimespec(req);
+  if (absolute) {
+    struct timespec now;
+    clock_gettime(clk, &now);
+    d -= absl::DurationFromTimespec(now);
+  }
+  absl::Time deadline = absl::Now() + d;
+  for (;;) {
+    Task::WakeReason why = t.Block(deadline);
+    if (why == Task::WakeReason::kTimeout) return 0;
+    if (why == Task::WakeReason::kInterrupted) break;
+    if (absl::Now() >= deadline) return 0;
+  }
+  if (!absolute && rem_addr != 0) {
+    absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
+    timespec rem = absl::ToTimespec(left);
+    t.mm().CopyOut(rem_addr, &rem, sizeof(rem));
+  }
+  return -EINTR;
+}
+
+int64_t SysNanosleep(Task& t, const SyscallArgs& a) {
+  timespec req;
+  if (t.mm().CopyIn(a.a[0], &req, sizeof(req)) != sizeof(req)) return -EFAULT;
+  return Sleep(t, CLOCK_MONOTONIC, req, false, a.a[1]);
+}
+
+int64_t SysClockNanosleep(Task& t, const SyscallArgs& a) {
+  clockid_t clk = static_cast<clockid_t>(a.a[0]);
+  if (clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC && clk != CLOCK_BOOTTIME) {
+    if (clk == CLOCK_THREAD_CPUTIME_ID) return -EINVAL;
+    return -ENOTSUP;
+  }
+  if (a.a[1] & ~static_cast<uint64_t>(TIMER_ABSTIME)) return -EINVAL;
+  timespec req;
+  if (t.mm().CopyIn(a.a[2], &req, sizeof(req)) != sizeof(req)) return -EFAULT;
+  int64_t r = Sleep(t, clk, req, (a.a[1] & TIMER_ABSTIME) != 0, a.a[3]);
+  return r;
+}
+
+int64_t SysSchedYield(Task&, const SyscallArgs&) {
+  sched_yield();
+  return 0;
+}
+
+int64_t SysSchedGetaffinity(Task& t, const SyscallArgs& a) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return -errno;
+  // The kernel copies out cpumask_size(): whole longs covering nr_cpu_ids.
+  int ncpu = 0;
+  for (int i = 0; i < CPU_SETSIZE; i++) {
+    if (CPU_ISSET(i, &set)) ncpu = i + 1;
+  }
+  uint64_t size = ((ncpu + 63) / 64) * 8;
+  if (a.a[1] < size || (a.a[1] & 7) != 0) return -EINVAL;
+  if (t.mm().CopyOut(a.a[2], &set, size) != static_cast<int64_t>(size)) {
+    return -EFAULT;
+  }
+  return size;
+}
+
+int64_t SysSchedSetaffinity(Task& t, const SyscallArgs& a) {
+  // Placement of the sandbox's threads is the host's business; accept a
+  // mask that names at least one available CPU.
+  cpu_set_t want, have;
+  CPU_ZERO(&want);
+  uint64_t n = std::min<uint64_t>(a.a[1], sizeof(want));
+  if (t.mm().CopyIn(a.a[2], &want, n) != static_cast<int64_t>(n)) return -EFAULT;
+  sched_getaffinity(0, sizeof(have), &have);
+  CPU_AND(&want, &want, &have);
+  return CPU_COUNT(&want) > 0 ? 0 : -EINVAL;
+}
+
+int64_t SysGetcpu(Task& t, const SyscallArgs& a) {
+  unsigned cpu = 0, node = 0;
+  if (getcpu(&cpu, &node) != 0) return -errno;
+  if (a.a[0] != 0 && t.mm().CopyOut(a.a[0], &cpu, 4) != 4) return -EFAULT;
+  if (a.a[1] != 0 && t.mm().CopyOut(a.a[1], &node, 4) != 4) return -EFAULT;
+  return 0;
+}
+
+int64_t SysSysinfo(Task& t, const SyscallArgs& a) {
+  struct sysinfo si;
+  if (sysinfo(&si) != 0) return -errno;
+  si.procs = 1;
+  return t.mm().CopyOut(a.a[0], &si, sizeof(si)) == sizeof(si) ? 0 : -EFAULT;
+}
+
+int64_t SysArchPrctl(Task& t, const SyscallArgs& a) {
+  platform::Regs& r = t.cpu().regs;
+  const uint64_t max = t.kernel().platform().MaxUserAddress();
+  switch (a.a[0]) {
+    case ARCH_SET_FS:
+      if (a.a[1] >= max) return -EPERM;
+      r.fs_base = a.a[1];
+      return 0;
+    case ARCH_SET_GS:
+      if (a.a[1] >= max) return -EPERM;
+      r.gs_base = a.a[1];
+      return 0;
+    case ARCH_GET_FS:
+      return t.mm().CopyOut(a.a[1], &r.fs_base, 8) == 8 ? 0 : -EFAULT;
+    case ARCH_GET_GS:
+      return t.mm().CopyOut(a.a[1], &r.gs_base, 8) == 8 ? 0 : -EFAULT;
+    default:
+      // CET, CPUID faulting, AMX permissions: not offered.
+      return -EINVAL;
+  }
+}
+
+}  // namespace
+
+void RegisterInfo(Entry* table) {
+  table[SYS_getpid] = {SysGetpid, "getpid"};
+  table[SYS_gettid] = {SysGettid, "gettid"};
+  table[SYS_getppid] = {SysGetppid, "getppid"};
+  table[SYS_getuid] = {SysZeroId, "getuid"};
+  table[SYS_geteuid] = {SysZeroId, "geteuid"};
+  table[SYS_getgid] = {SysZeroId, "getgid"};
+  table[SYS_getegid] = {SysZeroId, "getegid"};
+  table[SYS_getresuid] = {SysGetresid, "getresuid"};
+  table[SYS_getresgid] = {SysGetresid, "getresgid"};
+  table[SYS_getgroups] = {SysGetgroups, "getgroups"};
+  table[SYS_setuid] = {SysSetid1, "setuid"};
+  table[SYS_setgid] = {SysSetid1, "setgid"};
+  table[SYS_setresuid] = {SysSetresid, "setresuid"};
+  table[SYS_setresgid] = {SysSetresid, "setresgid"};
+  table[SYS_uname] = {SysUname, "uname"};
+  table[SYS_prlimit64] = {SysPrlimit64, "prlimit64"};
+  table[SYS_getrlimit] = {SysGetrlimit, "getrlimit"};
+  table[SYS_setrlimit] = {SysSetrlimit, "setrlimit"};
+  table[SYS_getrandom] = {SysGetrandom, "getrandom"};
+  table[SYS_clock_gettime] = {SysClockGettime, "clock_gettime"};
+  table[SYS_clock_getres] = {SysClockGetres, "clock_getres"};
+  table[SYS_gettimeofday] = {SysGettimeofday, "gettimeofday"};
+  table[SYS_time] = {SysTime, "time"};
+  table[SYS_nanosleep] = {SysNanosleep, "nanosleep"};
+  table[SYS_clock_nanosleep] = {SysClockNanosleep, "clock_nanosleep"};
+  table[SYS_sched_yield] = {SysSchedYield, "sched_yield"};
+  table[SYS_sched_getaffinity] = {SysSchedGetaffinity, "sched_getaffinity"};
+  table[SYS_sched_setaffinity] = {SysSchedSetaffinity, "sched_setaffinity"};
+  table[SYS_getcpu] = {SysGetcpu, "getcpu"};
+  table[SYS_sysinfo] = {SysSysinfo, "sysinfo"};
+  table[SYS_arch_prctl] = {SysArchPrctl, "arch_prctl"};
+}
+
+}  // namespace sandboxd::syscalls

@@ -1,0 +1,81 @@
+// Memory syscalls: thin decoders over mm::MM.
+#include <errno.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+
+#include "sentry/syscalls/syscalls.h"
+
+namespace sandboxd::syscalls {
+namespace {
+
+int64_t SysMmap(Task& t, const SyscallArgs& a) {
+  int flags = static_cast<int>(a.a[3]);
+  if ((flags & MAP_ANONYMOUS) == 0) {
+    if (a.a[4] > INT32_MAX ||
+        t.group().fds().Get(static_cast<int>(a.a[4])) == nullptr) {
+      return -EBADF;
+    }
+    // Mapping files needs the VFS's page cache; the files of this slice
+    // (inherited stdio) are not mappable.
+    t.kernel().CountUnimplemented(SYS_mmap);
+    return -ENODEV;
+  }
+  if (a.a[5] % 4096 != 0) return -EINVAL;
+  return t.mm().Mmap(a.a[0], a.a[1], static_cast<int>(a.a[2]), flags);
+}
+
+int64_t SysMunmap(Task& t, const SyscallArgs& a) {
+  return t.mm().Munmap(a.a[0], a.a[1]);
+}
+
+int64_t SysMprotect(Task& t, const SyscallArgs& a) {
+  return t.mm().Mprotect(a.a[0], a.a[1], static_cast<int>(a.a[2]));
+}
+
+int64_t SysMremap(Task& t, const SyscallArgs& a) {
+  return t.mm().Mremap(a.a[0], a.a[1], a.a[2], static_cast<int>(a.a[3]),
+                       a.a[4]);
+}
+
+int64_t SysBrk(Task& t, const SyscallArgs& a) { return t.mm().Brk(a.a[0]); }
+
+int64_t SysMadvise(Task& t, const SyscallArgs& a) {
+  return t.mm().Madvise(a.a[0], a.a[1], static_cast<int>(a.a[2]));
+}
+
+// mlock and friends: application memory is never swapped out by the
+// Sentry, so locking is a matter of checking the range.
+int64_t SysMlock(Task& t, const SyscallArgs& a) {
+  uint64_t start = a.a[0] & ~4095ull;
+  uint64_t len = ((a.a[0] + a.a[1] + 4095) & ~4095ull) - start;
+  if (len == 0) return 0;
+  // A range with unmapped pages fails with ENOMEM, as madvise's check.
+  int64_t r = t.mm().Madvise(start, len, MADV_NORMAL);
+  return r;
+}
+
+int64_t SysMunlock(Task& t, const SyscallArgs& a) { return SysMlock(t, a); }
+
+int64_t SysMlockall(Task& t, const SyscallArgs& a) {
+  if (a.a[0] == 0 || (a.a[0] & ~7ull) != 0) return -EINVAL;
+  return 0;
+}
+
+int64_t SysMunlockall(Task& t, const SyscallArgs& a) { return 0; }
+
+}  // namespace
+
+void RegisterMemory(Entry* table) {
+  table[SYS_mmap] = {SysMmap, "mmap"};
+  table[SYS_munmap] = {SysMunmap, "munmap"};
+  table[SYS_mprotect] = {SysMprotect, "mprotect"};
+  table[SYS_mremap] = {SysMremap, "mremap"};
+  table[SYS_brk] = {SysBrk, "brk"};
+  table[SYS_madvise] = {SysMadvise, "madvise"};
+  table[SYS_mlock] = {SysMlock, "mlock"};
+  table[SYS_munlock] = {SysMunlock, "munlock"};
+  table[SYS_mlockall] = {SysMlockall, "mlockall"};
+  table[SYS_munlockall] = {SysMunlockall, "munlockall"};
+}
+
+}  // namespace sandboxd::syscalls

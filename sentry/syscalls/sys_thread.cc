@@ -1,0 +1,219 @@
+// Threads, exit and futexes.
+#include <errno.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/syscall.h>
+
+#include "absl/time/clock.h"
+#include "sentry/syscalls/syscalls.h"
+
+namespace sandboxd::syscalls {
+namespace {
+
+using kernel::Futexes;
+
+// clone(flags, stack, parent_tid, child_tid, tls) on x86-64.
+int64_t SysClone(Task& t, const SyscallArgs& a) {
+  uint64_t flags = a.a[0];
+  constexpr uint64_t kThreadFlags =
+      CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD;
+  if ((flags & CLONE_THREAD) && !(flags & CLONE_SIGHAND)) return -EINVAL;
+  if ((flags & CLONE_SIGHAND) && !(flags & CLONE_VM)) return -EINVAL;
+  if ((flags & kThreadFlags) != kThreadFlags) {
+    // New processes (fork, vfork, clone without CLONE_THREAD) come with
+    // the process model of the next slice.
+    t.kernel().CountUnimplemented(SYS_clone);
+    return -ENOSYS;
+  }
+  constexpr uint64_t kSupported =
+      kThreadFlags | CLONE_SYSVSEM | CLONE_SETTLS | CLONE_PARENT_SETTID |
+      CLONE_CHILD_CLEARTID | CLONE_CHILD_SETTID | CLONE_DETACHED | 0xff;
+  if (flags & ~kSupported) {
+    t.kernel().CountUnimplemented(SYS_clone);
+    return -EINVAL;
+  }
+  if ((flags & 0xff) != 0) return -EINVAL;  // no exit signal for threads
+
+  platform::CpuState cpu = t.cpu();
+  cpu.regs.rax = 0;
+  if (a.a[1] != 0) cpu.regs.rsp = a.a[1];
+  if (flags & CLONE_SETTLS) {
+    if (a.a[4] >= t.kernel().platform().MaxUserAddress()) return -EPERM;
+    cpu.regs.fs_base = a.a[4];
+  }
+  auto child = t.kernel().CreateThread(t, cpu);
+  if (!child.ok()) return -EAGAIN;
+  Task* c = *child;
+  uint32_t tid = static_cast<uint32_t>(c->tid());
+  if (flags & CLONE_PARENT_SETTID) t.mm().CopyOut(a.a[2], &tid, sizeof(tid));
+  if (flags & CLONE_CHILD_SETTID) t.mm().CopyOut(a.a[3], &tid, sizeof(tid));
+  if (flags & CLONE_CHILD_CLEARTID) c->set_clear_child_tid(a.a[3]);
+  c->Start();
+  return c->tid();
+}
+
+int64_t SysExit(Task& t, const SyscallArgs& a) {
+  t.ExitThread(static_cast<int>(a.a[0] & 0xff));
+  return kernel::kNoReturnValue;
+}
+
+int64_t SysExitGroup(Task& t, const SyscallArgs& a) {
+  t.group().Exit(kernel::ExitStatus{static_cast<int>(a.a[0] & 0xff), 0, false});
+  return kernel::kNoReturnValue;
+}
+
+int64_t SysSetTidAddress(Task& t, const SyscallArgs& a) {
+  t.set_clear_child_tid(a.a[0]);
+  return t.tid();
+}
+
+int64_t SysSetRobustList(Task& t, const SyscallArgs& a) {
+  if (a.a[1] != 24) return -EINVAL;  // sizeof(struct robust_list_head)
+  t.set_robust_list(a.a[0], a.a[1]);
+  return 0;
+}
+
+int64_t SysGetRobustList(Task& t, const SyscallArgs& a) {
+  Task* target = &t;
+  if (a.a[0] != 0) {
+    target = t.kernel().FindTask(static_cast<pid_t>(a.a[0]));
+    if (target == nullptr) return -ESRCH;
+  }
+  uint64_t head = target->robust_list(), len = 24;
+  if (t.mm().CopyOut(a.a[1], &head, 8) != 8) return -EFAULT;
+  if (t.mm().CopyOut(a.a[2], &len, 8) != 8) return -EFAULT;
+  return 0;
+}
+
+// Converts a futex timeout. FUTEX_WAIT's is relative (CLOCK_MONOTONIC);
+// FUTEX_WAIT_BITSET's is absolute, CLOCK_REALTIME with
+// FUTEX_CLOCK_REALTIME, else CLOCK_MONOTONIC.
+int64_t FutexDeadline(Task& t, uint64_t addr, bool absolute, bool realtime,
+                      absl::Time* deadline) {
+  *deadline = absl::InfiniteFuture();
+  if (addr == 0) return 0;
+  struct timespec ts;
+  if (t.mm().CopyIn(addr, &ts, sizeof(ts)) != sizeof(ts)) return -EFAULT;
+  if (ts.tv_sec < 0 || ts.tv_nsec < 0 || ts.tv_nsec >= 1000000000) {
+    return -EINVAL;
+  }
+  absl::Duration d = absl::DurationFromTimespec(ts);
+  if (!absolute) {
+    *deadline = absl::Now() + d;
+    return 0;
+  }
+  struct timespec now;
+  clock_gettime(realtime ? CLOCK_REALTIME : CLOCK_MONOTONIC, &now);
+  *deadline = absl::Now() + (d - absl::DurationFromTimespec(now));
+  return 0;
+}
+
+int64_t SysFutex(Task& t, const SyscallArgs& a) {
+  uint64_t uaddr = a.a[0];
+  int op = static_cast<int>(a.a[1]);
+  uint32_t val = static_cast<uint32_t>(a.a[2]);
+  int cmd = op & FUTEX_CMD_MASK;
+  bool realtime = (op & FUTEX_CLOCK_REALTIME) != 0;
+  if (realtime && cmd != FUTEX_WAIT && cmd != FUTEX_WAIT_BITSET) {
+    return -ENOSYS;
+  }
+  mm::MM& mm = t.mm();
+  Futexes& fx = t.kernel().futexes();
+  Futexes::Key key{&mm, uaddr};
+  std::atomic<uint32_t>* word = nullptr;
+  switch (cmd) {
+    case FUTEX_WAIT:
+    case FUTEX_WAIT_BITSET: {
+      int64_t r = mm.AtomicWord(uaddr, false, &word);
+      if (r < 0) return r;
+      absl::Time deadline;
+      r = FutexDeadline(t, a.a[3], cmd == FUTEX_WAIT_BITSET, realtime,
+                        &deadline);
+      if (r < 0) return r;
+      uint32_t bitset = cmd == FUTEX_WAIT ? ~0u : static_cast<uint32_t>(a.a[5]);
+      r = fx.Wait(t, key, word, val, bitset, deadline);
+      // A wait interrupted by a signal is restarted by the kernel if the
+      // handler has SA_RESTART... but glibc retries on EINTR anyway.
+      return r;
+    }
+    case FUTEX_WAKE:
+    case FUTEX_WAKE_BITSET: {
+      if (uaddr % 4 != 0) return -EINVAL;
+      uint32_t bitset = cmd == FUTEX_WAKE ? ~0u : static_cast<uint32_t>(a.a[5]);
+      return fx.Wake(key, static_cast<int>(std::min<uint32_t>(val, INT32_MAX)),
+                     bitset);
+    }
+    case FUTEX_REQUEUE:
+    case FUTEX_CMP_REQUEUE: {
+      int64_t r = mm.AtomicWord(uaddr, false, &word);
+      if (r < 0) return r;
+      if (a.a[4] % 4 != 0) return -EINVAL;
+      if (static_cast<int32_t>(val) < 0 || static_cast<int32_t>(a.a[3]) < 0) {
+        return -EINVAL;
+      }
+      Futexes::Key to{&mm, a.a[4]};
+      return fx.Requeue(key, to, static_cast<int>(val),
+                        static_cast<int>(a.a[3] & 0x7fffffff), word,
+                        cmd == FUTEX_CMP_REQUEUE,
+                        static_cast<uint32_t>(a.a[5]));
+    }
+    case FUTEX_WAKE_OP: {
+      uint64_t uaddr2 = a.a[4];
+      std::atomic<uint32_t>* word2 = nullptr;
+      int64_t r = mm.AtomicWord(uaddr2, true, &word2);
+      if (r < 0) return r;
+      if (uaddr % 4 != 0) return -EINVAL;
+      uint32_t encoded = static_cast<uint32_t>(a.a[5]);
+      int opcode = (encoded >> 28) & 7;
+      bool shift = (encoded >> 31) & 1;
+      int cmp = (encoded >> 24) & 15;
+      uint32_t oparg = (encoded >> 12) & 0xfff;
+      uint32_t cmparg = encoded & 0xfff;
+      if (shift) oparg = oparg < 32 ? 1u << oparg : 0;
+      auto apply = [&]() -> int64_t {
+        uint32_t old = word2->load();
+        uint32_t nv;
+        do {
+          switch (opcode) {
+            case FUTEX_OP_SET: nv = oparg; break;
+            case FUTEX_OP_ADD: nv = old + oparg; break;
+            case FUTEX_OP_OR: nv = old | oparg; break;
+            case FUTEX_OP_ANDN: nv = old & ~oparg; break;
+            case FUTEX_OP_XOR: nv = old ^ oparg; break;
+            default: return -ENOSYS;
+          }
+        } while (!word2->compare_exchange_weak(old, nv));
+        int32_t o = static_cast<int32_t>(old), c = static_cast<int32_t>(cmparg);
+        switch (cmp) {
+          case FUTEX_OP_CMP_EQ: return o == c;
+          case FUTEX_OP_CMP_NE: return o != c;
+          case FUTEX_OP_CMP_LT: return o < c;
+          case FUTEX_OP_CMP_LE: return o <= c;
+          case FUTEX_OP_CMP_GT: return o > c;
+          case FUTEX_OP_CMP_GE: return o >= c;
+          default: return -ENOSYS;
+        }
+      };
+      return fx.WakeOp(key, Futexes::Key{&mm, uaddr2}, static_cast<int>(val),
+                       static_cast<int>(a.a[3] & 0x7fffffff), apply);
+    }
+    default:
+      // PI futexes and FUTEX_WAIT_REQUEUE_PI.
+      t.kernel().CountUnimplemented(SYS_futex);
+      return -ENOSYS;
+  }
+}
+
+}  // namespace
+
+void RegisterThread(Entry* table) {
+  table[SYS_clone] = {SysClone, "clone"};
+  table[SYS_exit] = {SysExit, "exit"};
+  table[SYS_exit_group] = {SysExitGroup, "exit_group"};
+  table[SYS_set_tid_address] = {SysSetTidAddress, "set_tid_address"};
+  table[SYS_set_robust_list] = {SysSetRobustList, "set_robust_list"};
+  table[SYS_get_robust_list] = {SysGetRobustList, "get_robust_list"};
+  table[SYS_futex] = {SysFutex, "futex"};
+}
+
+}  // namespace sandboxd::syscalls

@@ -1,0 +1,44 @@
+// The Linux syscall table: number -> handler. A handler decodes arguments,
+// calls into kernel/mm/fs and returns a value or -errno. Unimplemented
+// numbers return -ENOSYS and are counted (Kernel::CountUnimplemented); they
+// never stop the Sentry. Bad pointers give -EFAULT.
+#ifndef SANDBOXD_SENTRY_SYSCALLS_SYSCALLS_H_
+#define SANDBOXD_SENTRY_SYSCALLS_SYSCALLS_H_
+
+#include <cstdint>
+
+#include "sentry/kernel/task.h"
+
+namespace sandboxd::syscalls {
+
+using kernel::SyscallArgs;
+using kernel::Task;
+using Handler = int64_t (*)(Task& t, const SyscallArgs& a);
+
+inline constexpr int kMaxSyscall = 512;
+
+struct Entry {
+  Handler fn = nullptr;
+  const char* name = nullptr;
+};
+
+class Table : public kernel::SyscallTable {
+ public:
+  Table();
+  int64_t Invoke(Task& t, const SyscallArgs& args) override;
+  const Entry& entry(uint64_t nr) const { return table_[nr]; }
+
+ private:
+  Entry table_[kMaxSyscall];
+};
+
+// Registration, one function per area (sys_*.cc).
+void RegisterFile(Entry* table);
+void RegisterMemory(Entry* table);
+void RegisterThread(Entry* table);
+void RegisterSignal(Entry* table);
+void RegisterInfo(Entry* table);
+
+}  // namespace sandboxd::syscalls
+
+#endif  // SANDBOXD_SENTRY_SYSCALLS_SYSCALLS_H_

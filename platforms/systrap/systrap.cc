@@ -1,6 +1,7 @@
 #include "platforms/systrap/systrap.h"
 
 #include <errno.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <signal.h>
@@ -114,7 +115,11 @@ absl::Status ReserveStubWindow() {
 
 absl::StatusOr<std::unique_ptr<Systrap>> Systrap::Create(int memfile_fd) {
   std::unique_ptr<Systrap> p(new Systrap());
-  p->spin_cycles_ = TscPerMicrosecond() * kSpinMicros;
+  // Spinning only pays when the other side runs on another CPU at the
+  // same time; confined to one CPU the spinner would only delay it.
+  cpu_set_t cpus;
+  int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
+  p->spin_cycles_ = ncpu > 1 ? TscPerMicrosecond() * kSpinMicros : 0;
   p->has_fsgsbase_ = (getauxval(AT_HWCAP2) & 2 /* HWCAP2_FSGSBASE */) != 0;
 
   RETURN_IF_ERROR(ReserveStubWindow());

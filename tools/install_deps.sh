@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Installs everything the build and the tests need, from Debian 12 packages
+# only. Idempotent; skips apt when every package is already installed.
+set -euo pipefail
+
+DEBS=(
+  g++ cmake ninja-build pkg-config git python3
+  libabsl-dev libseccomp-dev libgtest-dev libgmock-dev
+  protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
+  musl-tools
+  bazel-bootstrap default-jdk-headless
+  runsc util-linux
+)
+
+missing=()
+for p in "${DEBS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" \
+    || missing+=("$p")
+done
+if [ ${#missing[@]} -eq 0 ]; then
+  echo "install_deps: all ${#DEBS[@]} packages present"
+  exit 0
+fi
+echo "install_deps: installing ${missing[*]}"
+if [ "$(id -u)" != 0 ]; then SUDO=sudo; else SUDO=; fi
+export DEBIAN_FRONTEND=noninteractive
+$SUDO apt-get update -q </dev/null
+$SUDO apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null

@@ -1,21 +1,34 @@
 #!/usr/bin/env bash
 # Runs all the tests: installs what they need, builds both lanes (CMake and
 # Bazel), checks that both lanes name the same sources, runs the unit,
-# conformance, isolation and CLI tests under CTest, and the Bazel tests.
+# conformance, isolation and CLI tests under CTest, and the same under Bazel.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 tools/install_deps.sh
 
 echo "== build lanes name the same sources"
-python3 tools/check_build_sync.py
+python3 tools/check_build_sync.py --strict
 
 echo "== CMake lane"
 cmake -S . -B out/build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 ninja -C out/build
 # A missing sentry binary must fail the conformance tests, not skip them.
 export COMPARE_REQUIRE_SENTRY=1
-(cd out/build && ctest --output-on-failure --timeout 300 -j2)
+mkdir -p out
+status=0
+(cd out/build && ctest --output-on-failure --timeout 300 -j2) 2>&1 | tee out/ctest.log || status=1
 
 echo "== Bazel lane"
-tools/bazel_test.sh //...
+tools/bazel_test.sh //... 2>&1 | tee out/bazel.log || status=1
+
+# One closing line for both lanes.
+ctest_total=$(sed -n 's/.*tests failed out of \([0-9]*\).*/\1/p' out/ctest.log | tail -1)
+ctest_failed=$(sed -n 's/.* \([0-9]*\) tests failed out of.*/\1/p' out/ctest.log | tail -1)
+bazel_total=$(sed -n 's/^Executed [0-9]* out of \([0-9]*\) tests.*/\1/p' out/bazel.log | tail -1)
+bazel_failed=$(sed -n 's/.* \([0-9]*\) fails\{0,1\} locally.*/\1/p' out/bazel.log | tail -1)
+failed=$(( ${ctest_failed:-0} + ${bazel_failed:-0} ))
+passed=$(( ${ctest_total:-0} + ${bazel_total:-0} - failed ))
+if [ -z "${ctest_total}" ] || [ -z "${bazel_total}" ]; then status=1; fi
+echo "tests: ${passed} passed, ${failed} failed"
+exit $status

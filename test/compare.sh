@@ -16,6 +16,7 @@
 #                          compared (default: "abort segv")
 #   COMPARE_TIMEOUT        seconds per run (default 120)
 #   COMPARE_STDIN          file to use as stdin (default /dev/null)
+#   COMPARE_NAME           the program name when the file name is not <prog>.<variant>
 #   COMPARE_KEEP=1         keep the temp directory with the captured outputs
 set -u
 
@@ -40,7 +41,7 @@ fi
 PROG=$(readlink -f "$PROG")
 SENTRY=$(readlink -f "$SENTRY")
 name=$(basename "$PROG")
-base=${name%%.*} # hello.glibc -> hello
+base=${COMPARE_NAME:-${name%%.*}} # hello.glibc -> hello
 TIMEOUT=${COMPARE_TIMEOUT:-120}
 STDIN=${COMPARE_STDIN:-/dev/null}
 IGNORE_STDERR=${COMPARE_IGNORE_STDERR:-abort segv}

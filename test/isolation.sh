@@ -36,6 +36,7 @@ if [ ! -x "$PROG" ]; then
   exit 1
 fi
 PROG=$(readlink -f "$PROG")
+SENTRY=$(readlink -f "$SENTRY")
 name=$(basename "$PROG")
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/isolation.$name.XXXXXX")

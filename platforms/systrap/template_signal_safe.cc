@@ -84,12 +84,15 @@ struct KernelSigaction {
                   kInterruptSignal}) {
     if (syscall(SYS_rt_sigaction, sig, &sa, nullptr, 8) != 0) Fail(130);
   }
-  // Everything else: default (the template may have inherited handlers).
-  KernelSigaction dfl = {};
-  dfl.handler = reinterpret_cast<void*>(SIG_DFL);
+  // Signals from outside (a terminal's ^C reaches the whole foreground
+  // process group, stubs included) are the Sentry's to forward to the
+  // sandbox; a stub ignores them so that they cannot kill it.
+  KernelSigaction ign = {};
+  ign.handler = reinterpret_cast<void*>(SIG_IGN);
   for (int sig : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGPIPE, SIGUSR1,
-                  SIGALRM, SIGCHLD}) {
-    syscall(SYS_rt_sigaction, sig, &dfl, nullptr, 8);
+                  SIGALRM, SIGCHLD, SIGTSTP, SIGTTIN, SIGTTOU, SIGWINCH,
+                  SIGURG, SIGVTALRM, SIGPROF, SIGXCPU, SIGXFSZ}) {
+    syscall(SYS_rt_sigaction, sig, &ign, nullptr, 8);
   }
   uint64_t none = 0;
   if (syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, nullptr, 8) != 0) {

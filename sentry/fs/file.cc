@@ -3,9 +3,12 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
+#include <sys/stat.h>
 #include <sys/ioctl.h>
 #include <termios.h>
 #include <unistd.h>
+
+#include <algorithm>
 
 namespace sandboxd::fs {
 
@@ -15,18 +18,28 @@ HostFile::HostFile(UniqueFd fd) : fd_(std::move(fd)) {
     access_mode_ = fl & O_ACCMODE;
     nonblock_ = (fl & O_NONBLOCK) != 0;
   }
+  struct stat st;
+  if (fstat(fd_.get(), &st) == 0) {
+    stream_ = S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode) ||
+              S_ISCHR(st.st_mode);
+  }
 }
 
+// The host description is shared with whoever started the sandbox, so its
+// O_NONBLOCK flag is not ours to change: a read or write that could block
+// first polls the fd together with the task's interrupt eventfd. Regular
+// files never block; streams (pipes, sockets, terminals) do.
 int64_t HostFile::WaitReady(short events, const IoContext& io) {
   for (;;) {
     struct pollfd p[2] = {{fd_.get(), events, 0}, {io.interrupt_fd, POLLIN, 0}};
-    int n = poll(p, io.interrupt_fd >= 0 ? 2 : 1, -1);
+    int n = poll(p, io.interrupt_fd >= 0 ? 2 : 1, nonblock_ ? 0 : -1);
     if (n < 0) {
       if (errno == EINTR) continue;
       return -errno;
     }
     if (io.interrupt_fd >= 0 && (p[1].revents & POLLIN)) return -EINTR;
     if (p[0].revents != 0) return 0;
+    if (nonblock_) return -EAGAIN;
   }
 }
 
@@ -34,13 +47,15 @@ int64_t HostFile::Read(void* buf, uint64_t n, int64_t offset,
                        const IoContext& io) {
   if (access_mode_ == O_WRONLY) return -EBADF;
   for (;;) {
+    if (stream_) {
+      int64_t w = WaitReady(POLLIN, io);
+      if (w < 0) return w;
+    }
     ssize_t r = offset < 0 ? ::read(fd_.get(), buf, n)
                            : ::pread(fd_.get(), buf, n, offset);
     if (r >= 0) return r;
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN || nonblock_) return -errno;
-    int64_t w = WaitReady(POLLIN, io);
-    if (w < 0) return w;
+    if (errno == EINTR || (errno == EAGAIN && stream_ && !nonblock_)) continue;
+    return -errno;
   }
 }
 
@@ -48,13 +63,19 @@ int64_t HostFile::Write(const void* buf, uint64_t n, int64_t offset,
                         const IoContext& io) {
   if (access_mode_ == O_RDONLY) return -EBADF;
   for (;;) {
-    ssize_t r = offset < 0 ? ::write(fd_.get(), buf, n)
-                           : ::pwrite(fd_.get(), buf, n, offset);
+    uint64_t chunk = n;
+    if (stream_) {
+      int64_t w = WaitReady(POLLOUT, io);
+      if (w < 0) return w;
+      // POLLOUT promises room for PIPE_BUF bytes: a write of at most that
+      // much cannot block, so an interrupt is never stuck behind it.
+      chunk = std::min<uint64_t>(n, 4096);
+    }
+    ssize_t r = offset < 0 ? ::write(fd_.get(), buf, chunk)
+                           : ::pwrite(fd_.get(), buf, chunk, offset);
     if (r >= 0) return r;
-    if (errno == EINTR) continue;
-    if (errno != EAGAIN || nonblock_) return -errno;
-    int64_t w = WaitReady(POLLOUT, io);
-    if (w < 0) return w;
+    if (errno == EINTR || (errno == EAGAIN && stream_ && !nonblock_)) continue;
+    return -errno;
   }
 }
 

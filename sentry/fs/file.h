@@ -74,6 +74,7 @@ class HostFile : public File {
   // whoever started the sandbox, so its flags are never changed.
   std::atomic<bool> nonblock_{false};
   int access_mode_ = 0;
+  bool stream_ = false;  // pipe, socket or character device: may block
 };
 
 // Size in bytes of an ioctl's argument, for the ioctls files implement;

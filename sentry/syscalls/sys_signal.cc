@@ -122,17 +122,22 @@ int64_t SysTkill(Task& t, const SyscallArgs& a) {
   return SendTo(t, t.kernel().FindTask(tid), a.a[1]);
 }
 
-// kill(pid, sig) for pid > 0: a process-directed signal goes to a thread
-// that does not block it, else to the first thread. Process groups (pid 0,
-// < -1) and pid -1 (everyone) come with the process model.
+// kill(pid, sig). A process-directed signal goes to a thread that does not
+// block it, else to the first thread. Until the process model brings
+// process groups and sessions, every process is in process group 1 (init's).
 int64_t SysKill(Task& t, const SyscallArgs& a) {
   pid_t pid = static_cast<pid_t>(a.a[0]);
   uint64_t signo = a.a[1];
   if (signo > kernel::kNumSignals) return -EINVAL;
-  if (pid == 0 || pid == -1 || pid < -1) {
-    // The sandbox has one process in this slice: its process group and
-    // "every process" are this thread group.
-    pid = t.group().tgid();
+  if (pid == -1) {
+    // Every process but init and the caller (kill_something_info); in a
+    // sandbox of one process that is nobody.
+    return -ESRCH;
+  }
+  if (pid == 0) pid = t.group().tgid();  // the caller's process group
+  if (pid < -1) {
+    if (-pid != 1) return -ESRCH;  // the only process group
+    pid = 1;
   }
   auto group = t.kernel().FindGroup(pid);
   if (group == nullptr) return -ESRCH;

@@ -1,27 +1,42 @@
 #!/usr/bin/env bash
-# bench/run.sh — one command, one table: the cost of a trivial system call
-# (raw getpid) natively, under `sentry run`, and under gVisor's
-# `runsc --network=none do` (Debian's runsc, ptrace platform); each unpinned
-# and pinned to one CPU (taskset -c 0); the median of several repetitions and
-# the ratio to native with the same pinning.
+# bench/run.sh — one command, two tables.
 #
-# Builds nothing: uses out/bin/bench_getpid and out/bin/sentry as built by
-# cmake (see bench/README.md). Missing or failing configurations are reported
-# in the table, not fatal.
+# 1. The cost of a trivial system call (raw getpid) natively, under
+#    `sentry run`, and under gVisor's `runsc --network=none do` (Debian's
+#    runsc, ptrace platform); each unpinned and pinned to one CPU
+#    (taskset -c 0); the median of several repetitions and the ratio to
+#    native with the same pinning.
+# 2. "Where a sentry getpid goes": the pieces of a systrap round trip,
+#    measured by microbenchmarks in the same run (interleaved with table 1):
+#    (a) a seccomp SIGSYS trap answered in the handler, (b) the same with the
+#    stub's register and xsave copies, (c) a shared-memory spin hand-over
+#    between two cores, (d) futex wake/wait round trips across cores and on
+#    one core; then the sentry's figures split into those pieces, with what
+#    is left over attributed to the Sentry's own work.
+#
+# Builds nothing: uses out/bin/{bench_getpid,bench_sigsys,bench_pingpong,
+# sentry} as built by cmake (see bench/README.md). Missing or failing
+# configurations are reported in the tables, not fatal.
 #
 # Environment:
-#   REPS=5          repetitions per configuration (median reported)
+#   REPS=9          repetitions per configuration (median reported)
 #   N_NATIVE=2000000   getpid calls per native run
 #   N_SANDBOX=20000    getpid calls per sentry/runsc run
 #   BENCH_GETPID=…  SENTRY=…  RUNSC=runsc   binaries to use
 #   SENTRY_FLAGS="--platform=systrap"       extra `sentry run` flags
 #   RUNSC_FLAGS="--platform=ptrace --network=none"
+#   BREAKDOWN=1        0: skip table 2 and its microbenchmarks
+#   N_TRAP=100000      trapped getpid calls per bench_sigsys run
+#   N_SPIN=200000      round trips per spin hand-over run
+#   N_FUTEX=20000      round trips per same-core futex run
+#   N_FUTEX_X=5000     round trips per cross-core futex run (slow here)
+#   BENCH_SIGSYS=…  BENCH_PINGPONG=…        binaries to use
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BENCH=${BENCH_GETPID:-$ROOT/out/bin/bench_getpid}
 SENTRY=${SENTRY:-$ROOT/out/bin/sentry}
 RUNSC=${RUNSC:-runsc}
-REPS=${REPS:-5}
+REPS=${REPS:-9}
 N_NATIVE=${N_NATIVE:-2000000}
 N_SANDBOX=${N_SANDBOX:-20000}
 # shellcheck disable=SC2206
@@ -29,10 +44,20 @@ SENTRY_FLAGS=(${SENTRY_FLAGS:-})
 # shellcheck disable=SC2206
 RUNSC_FLAGS=(${RUNSC_FLAGS:---platform=ptrace --network=none})
 TIMEOUT=${BENCH_TIMEOUT:-300}
+SIGSYS=${BENCH_SIGSYS:-$ROOT/out/bin/bench_sigsys}
+PINGPONG=${BENCH_PINGPONG:-$ROOT/out/bin/bench_pingpong}
+BREAKDOWN=${BREAKDOWN:-1}
+N_TRAP=${N_TRAP:-100000}
+N_SPIN=${N_SPIN:-200000}
+N_FUTEX=${N_FUTEX:-20000}
+N_FUTEX_X=${N_FUTEX_X:-5000}
+# systrap's spin window (platforms/systrap/systrap.cc kSpinMicros), in ns: a
+# round trip that takes longer than this has slept on a futex somewhere.
+SPIN_WINDOW_NS=20000
 
 if [ ! -x "$BENCH" ]; then
   echo "bench_getpid not found at $BENCH; build it first:" >&2
-  echo "  cmake -S $ROOT -B $ROOT/build -G Ninja && cmake --build $ROOT/build --target bench_getpid" >&2
+  echo "  cmake -S $ROOT -B $ROOT/out/build -G Ninja && ninja -C $ROOT/out/build" >&2
   exit 1
 fi
 
@@ -74,14 +99,52 @@ run_one() {
   echo "$v" >>"$tmp/$name.$pin"
 }
 
+# The microbenchmarks of table 2: key|command. Their own pinning is part of
+# the command (bench_pingpong pins its two processes itself).
+micros=()
+if [ "$BREAKDOWN" != 0 ]; then
+  if [ -x "$SIGSYS" ] && [ -x "$PINGPONG" ]; then
+    # The xsave image size of this machine's signal frames (what the stub
+    # copies), for the payload of the (c+) row: that image plus 23 registers.
+    xsave=$(timeout 30 "$SIGSYS" copy 1000 2>/dev/null | awk '/^xsave_bytes /{print $2}')
+    xsave=${xsave:-0}
+    payload=$((xsave + 23 * 8))
+    micros+=("trap.unpinned|$SIGSYS trap $N_TRAP")
+    micros+=("trap.pinned|taskset -c 0 $SIGSYS trap $N_TRAP")
+    micros+=("copy.unpinned|$SIGSYS copy $N_TRAP")
+    micros+=("copy.pinned|taskset -c 0 $SIGSYS copy $N_TRAP")
+    micros+=("spin.cross|$PINGPONG spin 0 1 $N_SPIN")
+    micros+=("spinload.cross|$PINGPONG spin 0 1 $((N_SPIN / 4)) $payload")
+    micros+=("futex.cross|$PINGPONG futex 0 1 $N_FUTEX_X")
+    micros+=("futex.same|$PINGPONG futex 0 0 $N_FUTEX")
+  else
+    echo "note: no bench_sigsys/bench_pingpong in $ROOT/out/bin: table 2 will say n/a" >&2
+  fi
+fi
+
+# run_micro KEY "COMMAND": appends one ns figure (or "fail") to $tmp/m.KEY.
+run_micro() {
+  local key=$1 out v
+  # shellcheck disable=SC2206
+  local -a cmd=($2)
+  out=$(cd "$tmp" && timeout -k 5 "$TIMEOUT" "${cmd[@]}" </dev/null 2>"$tmp/err.m.$key")
+  v=$(printf '%s\n' "$out" | awk '/^ns_per_(call|roundtrip) /{print $2}' | tail -1)
+  if [ -z "$v" ]; then
+    v=fail
+    echo "$key failed: $(head -c 300 "$tmp/err.m.$key" | tr '\n' ' ')" >>"$tmp/errors"
+  fi
+  echo "$v" >>"$tmp/m.$key"
+}
+
 # Interleave repetitions so that drift on a noisy machine hits all equally.
-for rep in $(seq 1 "$REPS"); do
+for _ in $(seq 1 "$REPS"); do
   for c in "${configs[@]}"; do
     name=${c%%|*}
     prefix=${c#*|}
     [ "$prefix" = MISSING ] && continue
     for pin in unpinned pinned; do run_one "$name" "$pin" "$prefix"; done
   done
+  for m in ${micros[@]+"${micros[@]}"}; do run_micro "${m%%|*}" "${m#*|}"; done
 done
 
 median() { # median of the numeric lines of file $1 ("fail" lines ignored)
@@ -112,6 +175,69 @@ for c in "${configs[@]}"; do
     printf '%-8s %-9s %14s %12s %8s  %s\n' "$name" "$label" "$m" "$ratio" "$ok/$REPS" "$(spread "$f")"
   done
 done
+
+if [ "$BREAKDOWN" != 0 ]; then
+  echo
+  echo "where a sentry getpid goes — pieces measured in the same run, ns, median of $REPS"
+  echo "(a),(b): N=$N_TRAP trapped getpids; (c): N=$N_SPIN round trips; (d): N=$N_FUTEX_X across, $N_FUTEX same core"
+  echo
+  printf '%-5s %-52s %-9s %9s %8s  %s\n' row what cpus ns "ok runs" "range (ns)"
+  printf '%-5s %-52s %-9s %9s %8s  %s\n' --- ---- ---- -- ------- ----------
+  row() { # row LABEL WHAT CPUS FILE
+    local ok
+    ok=$(grep -vc fail "$4" 2>/dev/null || true)
+    printf '%-5s %-52s %-9s %9s %8s  %s\n' "$1" "$2" "$3" "$(median "$4")" "${ok:-0}/$REPS" "$(spread "$4")"
+  }
+  row "(a)" "SIGSYS trap, handler sets rax (signal+sigreturn)" unpinned "$tmp/m.trap.unpinned"
+  row "(a)" "" "taskset 0" "$tmp/m.trap.pinned"
+  row "(b)" "(a) + stub copies: 23 regs + ${xsave:-?} B xsave, out+back" unpinned "$tmp/m.copy.unpinned"
+  row "(b)" "" "taskset 0" "$tmp/m.copy.pinned"
+  row "(c)" "hand-over: spin on a shared word, round trip" "0 <-> 1" "$tmp/m.spin.cross"
+  row "(c+)" "(c) with each side copying the ${payload:-?} B slot" "0 <-> 1" "$tmp/m.spinload.cross"
+  row "(d)" "futex wake/wait round trip, across cores" "0 <-> 1" "$tmp/m.futex.cross"
+  row "(d)" "futex wake/wait round trip, same core" "0 + 0" "$tmp/m.futex.same"
+  row "" "sentry getpid (table 1)" unpinned "$tmp/sentry.unpinned"
+  row "" "sentry getpid (table 1)" "taskset 0" "$tmp/sentry.pinned"
+  echo
+  # The arithmetic. Unpinned, the Sentry and the stub each spin on their own
+  # core: a round trip is one trap, the stub's copies, two one-way spin
+  # hand-overs (= one round trip of (c)) and the Sentry's work. Pinned,
+  # spinning is off: the two hand-overs are futex wakeups, each with a
+  # context switch on the one core (= one round trip of (d) same core).
+  # Whatever the pieces do not explain is "rest": the Sentry's own work
+  # (dispatch, its copies of the slot, cross-core cache misses on it, ...).
+  # The third line counts the slot's trip between the cores too: (c+) has
+  # both sides copy the slot in and out around each hand-over, as the stub
+  # and the Sentry do, so its rest is the Sentry's work minus its copies.
+  # breakdown LABEL TOTAL NAME VALUE [NAME VALUE...]: TOTAL = parts + rest.
+  breakdown() {
+    awk -v win="$SPIN_WINDOW_NS" '
+      function num(x) { return x ~ /^-?[0-9.]+$/ }
+      BEGIN {
+        label = ARGV[1]; t = ARGV[2]; ok = num(t); rest = t
+        line = ""
+        for (i = 3; i + 1 < ARGC; i += 2) {
+          if (!num(ARGV[i + 1])) { ok = 0; missing = missing " " ARGV[i]; continue }
+          rest -= ARGV[i + 1]
+          line = line sprintf("%s %.0f (%.0f%%) + ", ARGV[i], ARGV[i + 1], 100 * ARGV[i + 1] / t)
+        }
+        if (!ok) { printf "%-17s n/a (no figure for:%s%s)\n", label, num(t) ? "" : " sentry", missing; exit }
+        printf "%-17s %.0f ns = %sSentry work (rest) %.0f (%.0f%%)\n", label, t, line, rest, 100 * rest / t
+        if (label == "sentry unpinned" && rest > win)
+          printf "%-17s rest > systrap spin window (%d ns): hand-overs slept on futexes (other core busy?); compare (d) across cores\n", "", win
+      }' "$@"
+  }
+  diff_() { awk -v x="$1" -v y="$2" 'BEGIN { if (x ~ /^[0-9.]+$/ && y ~ /^[0-9.]+$/) print x - y; else print "n/a" }'; }
+  su=$(median "$tmp/sentry.unpinned"); sp=$(median "$tmp/sentry.pinned")
+  au=$(median "$tmp/m.trap.unpinned"); ap=$(median "$tmp/m.trap.pinned")
+  bu=$(median "$tmp/m.copy.unpinned"); bp=$(median "$tmp/m.copy.pinned")
+  breakdown "sentry unpinned" "$su" "trap (a)" "$au" "copies (b-a)" "$(diff_ "$bu" "$au")" \
+    "hand-over (c)" "$(median "$tmp/m.spin.cross")"
+  breakdown "sentry pinned" "$sp" "trap (a)" "$ap" "copies (b-a)" "$(diff_ "$bp" "$ap")" \
+    "2 ctx switches (d same core)" "$(median "$tmp/m.futex.same")"
+  breakdown "unpinned via (c+)" "$su" "trap (a)" "$au" "hand-over + slot copies (c+)" "$(median "$tmp/m.spinload.cross")"
+fi
+
 if [ -s "$tmp/errors" ]; then
   echo
   echo "failures:"

@@ -26,8 +26,14 @@
 #include "absl/strings/str_split.h"
 #include "base/unique_fd.h"
 #include "platforms/systrap/systrap.h"
+#include "base/status_macros.h"
 #include "sentry/fs/file.h"
+#include "sentry/fs/hostfs.h"
+#include "sentry/fs/mappable.h"
+#include "sentry/fs/overlay.h"
 #include "sentry/fs/rootfs.h"
+#include "sentry/fs/tmpfs.h"
+#include "sentry/fs/vfs.h"
 #include "sentry/kernel/task.h"
 #include "sentry/loader/elf_loader.h"
 #include "sentry/mm/memory_file.h"
@@ -40,6 +46,11 @@ namespace {
 constexpr int kExitUsage = 125;
 constexpr int kExitCannotExec = 126;
 constexpr int kExitNotFound = 127;
+
+// st_dev of the sandbox's filesystems (the host's are not shown).
+constexpr uint64_t kRootfsDev = 0x801;
+constexpr uint64_t kUpperDev = 0x802;
+constexpr uint64_t kOverlayDev = 0x803;
 
 [[noreturn]] void Die(int code, const std::string& msg) {
   fprintf(stderr, "sentry: %s\n", msg.c_str());
@@ -130,9 +141,10 @@ std::string EnvValue(const std::vector<std::string>& env, const std::string& k) 
   return "";
 }
 
-// Opens the program inside the rootfs, searching PATH for a bare name as
-// runc and docker do. Dies with 126/127 like a shell.
-UniqueFd OpenProgram(int root, const Options& o, std::string* path) {
+// Finds the program in the sandbox's filesystem, searching PATH for a bare
+// name as runc and docker do. Dies with 126/127 like a shell.
+fs::Location FindProgram(fs::Vfs& vfs, const fs::FsContext& ctx,
+                         const Options& o, std::string* path) {
   std::vector<std::string> candidates;
   const std::string& prog = o.argv[0];
   if (prog.find('/') != std::string::npos) {
@@ -149,21 +161,20 @@ UniqueFd OpenProgram(int root, const Options& o, std::string* path) {
   }
   int last_err = ENOENT;
   for (const std::string& c : candidates) {
-    std::string abs = c[0] == '/' ? c : absl::StrCat(o.cwd, "/", c);
-    int64_t fd = fs::OpenInRoot(root, abs, O_RDONLY);
-    if (fd < 0) {
-      if (-fd != ENOENT && -fd != ENOTDIR) last_err = static_cast<int>(-fd);
+    fs::Location loc;
+    int r = vfs.Resolve(ctx, ctx.cwd(), c, true, &loc);
+    if (r < 0) {
+      if (r != -ENOENT && r != -ENOTDIR) last_err = -r;
       continue;
     }
-    UniqueFd f(static_cast<int>(fd));
-    struct stat st;
-    if (fstat(f.get(), &st) != 0 || !S_ISREG(st.st_mode) ||
-        (st.st_mode & 0111) == 0) {
+    fs::Attr a;
+    if (loc.inode().GetAttr(&a) != 0 || loc.inode().Type() != S_IFREG ||
+        (a.mode & 0111) == 0) {
       last_err = EACCES;
       continue;
     }
-    *path = abs;
-    return f;
+    *path = c;
+    return loc;
   }
   Die(last_err == ENOENT ? kExitNotFound : kExitCannotExec,
       absl::StrCat(prog, ": ", strerror(last_err)));
@@ -184,16 +195,6 @@ int Run(const Options& o) {
   pthread_sigmask(SIG_BLOCK, &fwd, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  auto root = fs::OpenRootfs(o.rootfs);
-  if (!root.ok()) Die(kExitUsage, std::string(root.status().message()));
-  int64_t cwd = fs::OpenInRoot(root->get(), o.cwd, O_PATH | O_DIRECTORY);
-  if (cwd < 0) {
-    Die(kExitUsage, absl::StrCat("--cwd=", o.cwd, ": ", strerror(-cwd)));
-  }
-  close(static_cast<int>(cwd));
-  std::string path;
-  UniqueFd prog = OpenProgram(root->get(), o, &path);
-
   auto mf = mm::MemoryFile::Create();
   if (!mf.ok()) Die(kExitUsage, std::string(mf.status().message()));
   auto platform = systrap::Systrap::Create((*mf)->fd());
@@ -207,11 +208,45 @@ int Run(const Options& o) {
   kopts.hostname = o.hostname;
   kernel::Kernel k(std::move(*mf), std::move(*platform), &table, kopts);
 
+  // The root filesystem: the host directory, read-only, under a tmpfs in
+  // the memory file that takes every write.
+  auto root_fd = fs::OpenRootfs(o.rootfs);
+  if (!root_fd.ok()) Die(kExitUsage, std::string(root_fd.status().message()));
+  auto lower = fs::hostfs::NewRoot(std::move(*root_fd), kRootfsDev);
+  if (!lower.ok()) Die(kExitUsage, std::string(lower.status().message()));
+  fs::TmpFsOptions upper_opts;
+  upper_opts.dev = kUpperDev;
+  upper_opts.root_mode = 0755;
+  static fs::TmpFs* upper = new fs::TmpFs(memfile, upper_opts);
+  static fs::OverlayFs* overlay =
+      new fs::OverlayFs(upper->Root(), *lower, kOverlayDev);
+  auto vfs = std::make_shared<fs::Vfs>(overlay->Root(), "overlay", "rootfs",
+                                       /*read_only=*/false);
+  k.set_vfs(vfs);
+  auto fsctx = std::make_shared<fs::FsContext>(vfs->Root(), vfs->Root());
+  fs::Location cwd;
+  int cr = vfs->Resolve(*fsctx, vfs->Root(), o.cwd, true, &cwd);
+  if (cr == 0 && cwd.inode().Type() != S_IFDIR) cr = -ENOTDIR;
+  if (cr < 0) Die(kExitUsage, absl::StrCat("--cwd=", o.cwd, ": ", strerror(-cr)));
+  fsctx->set_cwd(cwd);
+  std::string path;
+  fs::Location prog = FindProgram(*vfs, *fsctx, o, &path);
+
   auto as = k.platform().NewAddressSpace();
   if (!as.ok()) Die(kExitUsage, std::string(as.status().message()));
   auto mm = std::make_shared<mm::MM>(memfile, std::move(*as), min_addr,
                                      max_addr);
-  auto image = loader::LoadElf(prog.get(), *mm);
+  fs::InodeMappable exe(prog.dentry->inode(), vfs->PathOf(vfs->Root(), prog));
+  auto open_interp =
+      [&](const std::string& p) -> absl::StatusOr<std::shared_ptr<mm::Mappable>> {
+    fs::Location l;
+    int r = vfs->Resolve(*fsctx, vfs->Root(), p, true, &l);
+    if (r < 0) return ErrnoStatus(p, -r);
+    if (l.inode().Type() != S_IFREG) return ErrnoStatus(p, EACCES);
+    return std::shared_ptr<mm::Mappable>(std::make_shared<fs::InodeMappable>(
+        l.dentry->inode(), vfs->PathOf(vfs->Root(), l)));
+  };
+  auto image = loader::LoadProgram(exe, *mm, open_interp);
   if (!image.ok()) {
     Die(kExitCannotExec, absl::StrCat(o.argv[0], ": ", image.status().message()));
   }
@@ -234,7 +269,7 @@ int Run(const Options& o) {
     fds->InstallAt(fd, std::make_shared<fs::HostFile>(UniqueFd(d)), false);
   }
 
-  auto init = k.CreateInit(mm, fds, *cpu);
+  auto init = k.CreateInit(mm, fds, fsctx, *cpu);
   if (!init.ok()) Die(kExitUsage, std::string(init.status().message()));
   kernel::Task* init_task = *init;
   mm.reset();

@@ -6,9 +6,11 @@
 #include <sys/stat.h>
 #include <sys/ioctl.h>
 #include <termios.h>
+#include <dirent.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cstring>
 
 namespace sandboxd::fs {
 
@@ -88,13 +90,17 @@ int64_t HostFile::Stat(struct stat* st) {
   return ::fstat(fd_.get(), st) < 0 ? -errno : 0;
 }
 
+// struct termios as the kernel defines it: four tcflag_t, c_line, NCCS=19.
+constexpr int64_t kKernelTermiosSize = 4 * 4 + 1 + 19;
+
 int64_t IoctlArgSize(uint64_t request, bool* copy_in, bool* copy_out) {
   *copy_in = false;
   *copy_out = false;
   switch (request) {
     case TCGETS:
+      // The kernel's struct termios (asm/termbits.h), not glibc's larger one.
       *copy_out = true;
-      return sizeof(struct termios);
+      return kKernelTermiosSize;
     case TIOCGWINSZ:
       *copy_out = true;
       return sizeof(struct winsize);
@@ -135,6 +141,168 @@ int64_t HostFile::SetStatusFlags(int flags) {
   nonblock_ = (flags & O_NONBLOCK) != 0;
   return 0;
 }
+
+// ---------------------------------------------------------------------------
+// InodeFile
+
+void AttrToStat(const Attr& a, struct stat* st) {
+  *st = {};
+  st->st_dev = a.dev;
+  st->st_ino = a.ino;
+  st->st_mode = a.mode;
+  st->st_nlink = a.nlink;
+  st->st_uid = a.uid;
+  st->st_gid = a.gid;
+  st->st_rdev = a.rdev;
+  st->st_size = static_cast<off_t>(a.size);
+  st->st_blksize = a.blksize;
+  st->st_blocks = static_cast<blkcnt_t>(a.blocks);
+  st->st_atim = a.atime;
+  st->st_mtim = a.mtime;
+  st->st_ctim = a.ctime;
+}
+
+InodeFile::InodeFile(std::shared_ptr<Inode> inode, int flags)
+    : inode_(std::move(inode)), flags_(flags) {}
+
+int64_t InodeFile::Read(void* buf, uint64_t n, int64_t offset,
+                        const IoContext& io) {
+  absl::MutexLock l(&mu_);
+  if ((flags_ & O_PATH) || (flags_ & O_ACCMODE) == O_WRONLY) return -EBADF;
+  if (inode_->Type() == S_IFDIR) return -EISDIR;
+  int64_t off = offset >= 0 ? offset : offset_;
+  int64_t r = inode_->Read(buf, n, static_cast<uint64_t>(off));
+  if (r > 0 && offset < 0) offset_ += r;
+  return r;
+}
+
+int64_t InodeFile::Write(const void* buf, uint64_t n, int64_t offset,
+                         const IoContext& io) {
+  absl::MutexLock l(&mu_);
+  if ((flags_ & O_PATH) || (flags_ & O_ACCMODE) == O_RDONLY) return -EBADF;
+  if (inode_->Type() == S_IFDIR) return -EISDIR;
+  int64_t off = offset >= 0 ? offset : offset_;
+  if (offset < 0 && (flags_ & O_APPEND)) {
+    Attr a;
+    int r = inode_->GetAttr(&a);
+    if (r < 0) return r;
+    off = static_cast<int64_t>(a.size);
+  }
+  int64_t r = inode_->Write(buf, n, static_cast<uint64_t>(off));
+  if (r > 0 && offset < 0) offset_ = off + r;
+  return r;
+}
+
+int64_t InodeFile::Seek(int64_t offset, int whence) {
+  absl::MutexLock l(&mu_);
+  if (flags_ & O_PATH) return -EBADF;
+  int64_t base = 0;
+  switch (whence) {
+    case SEEK_SET: base = 0; break;
+    case SEEK_CUR: base = offset_; break;
+    case SEEK_END: {
+      Attr a;
+      int r = inode_->GetAttr(&a);
+      if (r < 0) return r;
+      base = static_cast<int64_t>(a.size);
+      break;
+    }
+    case SEEK_DATA:
+    case SEEK_HOLE: {
+      // Without hole tracking every byte is data, and EOF is the hole.
+      Attr a;
+      int r = inode_->GetAttr(&a);
+      if (r < 0) return r;
+      if (offset < 0 || static_cast<uint64_t>(offset) >= a.size) return -ENXIO;
+      offset_ = whence == SEEK_DATA ? offset : static_cast<int64_t>(a.size);
+      return offset_;
+    }
+    default:
+      return -EINVAL;
+  }
+  if ((offset > 0 && base > INT64_MAX - offset)) return -EOVERFLOW;
+  int64_t next = base + offset;
+  if (next < 0) return -EINVAL;
+  offset_ = next;
+  if (inode_->Type() == S_IFDIR && next == 0) have_entries_ = false;
+  return offset_;
+}
+
+int64_t InodeFile::Stat(struct stat* st) {
+  Attr a;
+  int r = inode_->GetAttr(&a);
+  if (r < 0) return r;
+  AttrToStat(a, st);
+  return 0;
+}
+
+int64_t InodeFile::Ioctl(uint64_t request, void* buf) {
+  if (request == FIONREAD && inode_->Type() == S_IFREG) {
+    Attr a;
+    int r = inode_->GetAttr(&a);
+    if (r < 0) return r;
+    absl::MutexLock l(&mu_);
+    int64_t left = static_cast<int64_t>(a.size) - offset_;
+    *static_cast<int*>(buf) = static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(left, INT32_MAX)));
+    return 0;
+  }
+  return -ENOTTY;
+}
+
+int InodeFile::StatusFlags() const {
+  absl::MutexLock l(&const_cast<InodeFile*>(this)->mu_);
+  return flags_ & ~(O_CLOEXEC | O_CREAT | O_EXCL | O_NOCTTY | O_TRUNC);
+}
+
+int64_t InodeFile::SetStatusFlags(int flags) {
+  absl::MutexLock l(&mu_);
+  constexpr int kSettable = O_APPEND | O_NONBLOCK | O_ASYNC | O_DIRECT | O_NOATIME;
+  flags_ = (flags_ & ~kSettable) | (flags & kSettable);
+  return 0;
+}
+
+int64_t InodeFile::GetDents(uint8_t* buf, uint64_t size) {
+  absl::MutexLock l(&mu_);
+  if (flags_ & O_PATH) return -EBADF;
+  if (inode_->Type() != S_IFDIR) return -ENOTDIR;
+  if (!have_entries_ || offset_ == 0) {
+    std::vector<DirEntry> list;
+    int r = inode_->ReadDir(&list);
+    if (r < 0) return r;
+    Attr self;
+    inode_->GetAttr(&self);
+    entries_.clear();
+    entries_.push_back(DirEntry{".", self.ino, DT_DIR});
+    entries_.push_back(DirEntry{"..", self.ino, DT_DIR});
+    for (auto& e : list) entries_.push_back(std::move(e));
+    have_entries_ = true;
+  }
+  uint64_t used = 0;
+  while (offset_ >= 0 && static_cast<uint64_t>(offset_) < entries_.size()) {
+    const DirEntry& e = entries_[offset_];
+    // struct linux_dirent64: ino, off, reclen, type, name\0, 8-byte aligned.
+    uint64_t reclen = (19 + e.name.size() + 1 + 7) & ~7ull;
+    if (used + reclen > size) {
+      if (used == 0) return -EINVAL;
+      break;
+    }
+    uint8_t* rec = buf + used;
+    std::memset(rec, 0, reclen);
+    uint64_t ino = e.ino, next = static_cast<uint64_t>(offset_) + 1;
+    uint16_t rl = static_cast<uint16_t>(reclen);
+    std::memcpy(rec, &ino, 8);
+    std::memcpy(rec + 8, &next, 8);
+    std::memcpy(rec + 16, &rl, 2);
+    rec[18] = e.type;
+    std::memcpy(rec + 19, e.name.data(), e.name.size());
+    used += reclen;
+    offset_++;
+  }
+  return static_cast<int64_t>(used);
+}
+
+// ---------------------------------------------------------------------------
+// FdTable
 
 int64_t FdTable::Install(std::shared_ptr<File> f, bool cloexec, int min_fd) {
   absl::MutexLock l(&mu_);

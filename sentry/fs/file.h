@@ -17,6 +17,8 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "base/unique_fd.h"
+#include "sentry/fs/inode.h"
+#include "sentry/fs/vfs.h"
 
 namespace sandboxd::fs {
 
@@ -44,7 +46,53 @@ class File {
   // Status flags (O_APPEND, O_NONBLOCK, access mode) as fcntl(F_GETFL).
   virtual int StatusFlags() const = 0;
   virtual int64_t SetStatusFlags(int flags) = 0;
+
+  // getdents64: fills `buf` with linux_dirent64 records from the current
+  // position; returns bytes used, 0 at the end, -EINVAL if one record does
+  // not fit, -ENOTDIR for non-directories.
+  virtual int64_t GetDents(uint8_t* buf, uint64_t size) { return -ENOTDIR; }
+
+  // The inode and the name this file was opened by, for files that have
+  // them (fstat-by-inode, fchdir, fchmod, /proc/self/fd); null otherwise.
+  virtual std::shared_ptr<Inode> inode() { return nullptr; }
+  virtual Location location() { return Location{}; }
 };
+
+// A file description on an inode of the VFS: regular files (data through
+// Inode::Read/Write at the description's offset), directories (getdents
+// over a snapshot of the entries) and O_PATH descriptors.
+class InodeFile : public File {
+ public:
+  InodeFile(std::shared_ptr<Inode> inode, int flags);
+  void set_location(Location loc) { loc_ = std::move(loc); }
+
+  int64_t Read(void* buf, uint64_t n, int64_t offset,
+               const IoContext& io) override;
+  int64_t Write(const void* buf, uint64_t n, int64_t offset,
+                const IoContext& io) override;
+  int64_t Seek(int64_t offset, int whence) override;
+  int64_t Stat(struct stat* st) override;
+  int64_t Ioctl(uint64_t request, void* buf) override;
+  int StatusFlags() const override;
+  int64_t SetStatusFlags(int flags) override;
+  int64_t GetDents(uint8_t* buf, uint64_t size) override;
+  std::shared_ptr<Inode> inode() override { return inode_; }
+  Location location() override { return loc_; }
+
+ private:
+  const std::shared_ptr<Inode> inode_;
+  Location loc_;
+  absl::Mutex mu_;
+  int flags_ ABSL_GUARDED_BY(mu_);
+  int64_t offset_ ABSL_GUARDED_BY(mu_) = 0;
+  // Directory entries, taken at the first getdents (and again after a
+  // rewind), so that offsets stay meaningful while the directory changes.
+  std::vector<DirEntry> entries_ ABSL_GUARDED_BY(mu_);
+  bool have_entries_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+// struct stat from an Attr.
+void AttrToStat(const Attr& a, struct stat* st);
 
 // An fd inherited from the host (the sandbox's stdin, stdout, stderr).
 class HostFile : public File {

@@ -34,8 +34,10 @@ DefaultAction DefaultActionOf(int signo) {
 // ThreadGroup
 
 ThreadGroup::ThreadGroup(Kernel* k, pid_t tgid, std::shared_ptr<mm::MM> mm,
-                         std::shared_ptr<fs::FdTable> fds)
-    : kernel_(k), tgid_(tgid), mm_(std::move(mm)), fds_(std::move(fds)) {
+                         std::shared_ptr<fs::FdTable> fds,
+                         std::shared_ptr<fs::FsContext> fs)
+    : kernel_(k), tgid_(tgid), mm_(std::move(mm)), fds_(std::move(fds)),
+      fs_(std::move(fs)) {
   absl::MutexLock l(&mu_);
   // Limits start as the host gave them to the Sentry, like a process
   // started from the same shell.
@@ -296,9 +298,11 @@ void Task::Cleanup() {
     }
   }
   ctx_->Release();
+  if (tid_ == tg_->tgid()) tg_->set_leader_exit_code(exit_code_);
   if (tg_->RemoveTask(this) && !tg_->exiting()) {
-    // The last thread left with exit(2): its code is the process's.
-    tg_->Exit(ExitStatus{exit_code_, 0, false});
+    // Every thread left with exit(2): the process's status is the
+    // leader's exit code, as wait(2) reports it on Linux.
+    tg_->Exit(ExitStatus{tg_->leader_exit_code(), 0, false});
   }
 }
 
@@ -329,13 +333,14 @@ pid_t Kernel::AllocTid() {
 
 absl::StatusOr<Task*> Kernel::CreateInit(std::shared_ptr<mm::MM> mm,
                                          std::shared_ptr<fs::FdTable> fds,
+                                         std::shared_ptr<fs::FsContext> fs,
                                          const platform::CpuState& cpu) {
   auto ctx = platform_->NewContext();
   if (!ctx.ok()) return ctx.status();
   absl::MutexLock l(&mu_);
   pid_t tid = AllocTid();
   auto tg = std::make_shared<ThreadGroup>(this, tid, std::move(mm),
-                                          std::move(fds));
+                                          std::move(fds), std::move(fs));
   auto task = std::make_unique<Task>(this, tid, tg, std::move(*ctx));
   task->cpu_ = cpu;
   Task* t = task.get();

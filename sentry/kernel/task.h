@@ -31,6 +31,7 @@
 #include "base/unique_fd.h"
 #include "platforms/platform.h"
 #include "sentry/fs/file.h"
+#include "sentry/fs/vfs.h"
 #include "sentry/kernel/futex.h"
 #include "sentry/kernel/signal.h"
 #include "sentry/mm/memory_file.h"
@@ -75,13 +76,15 @@ struct ExitStatus {
 class ThreadGroup {
  public:
   ThreadGroup(Kernel* k, pid_t tgid, std::shared_ptr<mm::MM> mm,
-              std::shared_ptr<fs::FdTable> fds);
+              std::shared_ptr<fs::FdTable> fds,
+              std::shared_ptr<fs::FsContext> fs);
 
   pid_t tgid() const { return tgid_; }
   Kernel& kernel() { return *kernel_; }
   mm::MM& mm() { return *mm_; }
   const std::shared_ptr<mm::MM>& mm_ptr() const { return mm_; }
   fs::FdTable& fds() { return *fds_; }
+  fs::FsContext& fs() { return *fs_; }
 
   // Signal dispositions (shared by the group's tasks: CLONE_SIGHAND).
   SigAction GetAction(int signo);
@@ -96,6 +99,9 @@ class ThreadGroup {
   bool exiting() const { return exiting_.load(std::memory_order_acquire); }
   ExitStatus exit_status();
 
+  void set_leader_exit_code(int code) { leader_exit_code_.store(code); }
+  int leader_exit_code() const { return leader_exit_code_.load(); }
+
   void AddTask(Task* t);
   // Returns true when `t` was the last task.
   bool RemoveTask(Task* t);
@@ -106,7 +112,9 @@ class ThreadGroup {
   const pid_t tgid_;
   std::shared_ptr<mm::MM> mm_;
   std::shared_ptr<fs::FdTable> fds_;
+  std::shared_ptr<fs::FsContext> fs_;
   std::atomic<bool> exiting_{false};
+  std::atomic<int> leader_exit_code_{0};
 
   absl::Mutex mu_;
   std::array<SigAction, kNumSignals> actions_ ABSL_GUARDED_BY(mu_);
@@ -242,12 +250,16 @@ class Kernel {
   SyscallTable& syscalls() { return *syscalls_; }
   Futexes& futexes() { return futexes_; }
   const KernelOptions& options() const { return opts_; }
+  // The sandbox's mount namespace. Set once, before init starts.
+  fs::Vfs& vfs() { return *vfs_; }
+  void set_vfs(std::shared_ptr<fs::Vfs> vfs) { vfs_ = std::move(vfs); }
 
   // Creates the init process (pid 1) around a loaded address space; the
   // caller sets its registers with `init_cpu`. Returns the task, not yet
   // started.
   absl::StatusOr<Task*> CreateInit(std::shared_ptr<mm::MM> mm,
                                    std::shared_ptr<fs::FdTable> fds,
+                                   std::shared_ptr<fs::FsContext> fs,
                                    const platform::CpuState& cpu);
   // Creates a thread in `parent`'s group (clone with CLONE_THREAD).
   absl::StatusOr<Task*> CreateThread(Task& parent,
@@ -272,6 +284,7 @@ class Kernel {
   std::unique_ptr<platform::Platform> platform_;
   SyscallTable* const syscalls_;
   const KernelOptions opts_;
+  std::shared_ptr<fs::Vfs> vfs_;
   Futexes futexes_;
 
   absl::Mutex mu_;

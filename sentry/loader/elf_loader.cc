@@ -34,25 +34,26 @@ int ProtOf(uint32_t p_flags) {
          ((p_flags & PF_X) ? PROT_EXEC : 0);
 }
 
-bool ReadAll(int fd, void* buf, size_t n, off_t off) {
+bool ReadAll(mm::Mappable& f, void* buf, size_t n, uint64_t off) {
   auto* p = static_cast<uint8_t*>(buf);
   while (n > 0) {
-    ssize_t r = pread(fd, p, n, off);
+    int64_t r = f.ReadAt(p, n, off);
     if (r <= 0) return false;
     p += r;
-    n -= r;
-    off += r;
+    n -= static_cast<size_t>(r);
+    off += static_cast<uint64_t>(r);
   }
   return true;
 }
 
 }  // namespace
 
-absl::StatusOr<LoadedImage> LoadElf(int fd, mm::MM& mm) {
+absl::StatusOr<LoadedImage> LoadElf(mm::Mappable& fd, mm::MM& mm,
+                                    bool as_interp) {
   Elf64_Ehdr eh;
-  ssize_t got = pread(fd, &eh, sizeof(eh), 0);
-  if (got < 0) return ErrnoStatus("reading the ELF header", errno);
-  if (got < static_cast<ssize_t>(sizeof(eh)) ||
+  int64_t got = fd.ReadAt(&eh, sizeof(eh), 0);
+  if (got < 0) return ErrnoStatus("reading the ELF header", static_cast<int>(-got));
+  if (got < static_cast<int64_t>(sizeof(eh)) ||
       std::memcmp(eh.e_ident, ELFMAG, SELFMAG) != 0) {
     return NoExec("not an ELF file");
   }
@@ -72,6 +73,7 @@ absl::StatusOr<LoadedImage> LoadElf(int fd, mm::MM& mm) {
   }
 
   std::vector<const Elf64_Phdr*> loads;
+  std::string interp;
   uint64_t phdr_vaddr = 0;
   bool exec_stack = false;
   for (const Elf64_Phdr& p : ph) {
@@ -87,10 +89,18 @@ absl::StatusOr<LoadedImage> LoadElf(int fd, mm::MM& mm) {
         }
         loads.push_back(&p);
         break;
-      case PT_INTERP:
-        return absl::UnimplementedError(
-            "dynamically linked programs (PT_INTERP) are not supported yet: "
-            "only static and static-PIE executables run in this version");
+      case PT_INTERP: {
+        if (as_interp) return NoExec("an interpreter with an interpreter");
+        if (p.p_filesz < 2 || p.p_filesz > 4096) return NoExec("bad PT_INTERP");
+        std::string path(p.p_filesz, '\0');
+        if (!ReadAll(fd, path.data(), path.size(), p.p_offset)) {
+          return NoExec("truncated PT_INTERP");
+        }
+        if (path.back() != '\0') return NoExec("PT_INTERP not terminated");
+        path.pop_back();
+        interp = path;
+        break;
+      }
       case PT_PHDR:
         phdr_vaddr = p.p_vaddr;
         break;
@@ -111,7 +121,15 @@ absl::StatusOr<LoadedImage> LoadElf(int fd, mm::MM& mm) {
   uint64_t bias = 0;
   if (eh.e_type == ET_DYN) {
     if (lo != 0) return NoExec("ET_DYN image not linked at 0");
-    bias = kPieBase;
+    if (as_interp) {
+      // Where mmap would put it: reserve the whole span, then map over it.
+      int64_t at = mm.Mmap(0, hi - lo, PROT_NONE,
+                           MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE);
+      if (at < 0) return FromErrno("placing the interpreter", at);
+      bias = static_cast<uint64_t>(at);
+    } else {
+      bias = kPieBase;
+    }
   }
   if (lo + bias < mm.min_addr() || hi + bias > mm.max_addr() || hi <= lo) {
     return NoExec("segments outside the user address range");
@@ -179,7 +197,28 @@ absl::StatusOr<LoadedImage> LoadElf(int fd, mm::MM& mm) {
     }
   }
   img.brk_start = hi + bias;
-  mm.SetBrkStart(img.brk_start);
+  img.interp = interp;
+  img.start = img.entry;
+  if (!as_interp) mm.SetBrkStart(img.brk_start);
+  return img;
+}
+
+absl::StatusOr<LoadedImage> LoadProgram(mm::Mappable& file, mm::MM& mm,
+                                        const InterpOpener& open_interp) {
+  ASSIGN_OR_RETURN(LoadedImage img, LoadElf(file, mm));
+  if (img.interp.empty()) return img;
+  absl::StatusOr<std::shared_ptr<mm::Mappable>> interp = open_interp(img.interp);
+  if (!interp.ok()) {
+    return Annotate(interp.status(),
+                    absl::StrCat("opening the interpreter ", img.interp));
+  }
+  absl::StatusOr<LoadedImage> li = LoadElf(**interp, mm, /*as_interp=*/true);
+  if (!li.ok()) {
+    return Annotate(li.status(),
+                    absl::StrCat("loading the interpreter ", img.interp));
+  }
+  img.interp_base = li->bias;
+  img.start = li->entry;
   return img;
 }
 
@@ -230,7 +269,7 @@ absl::StatusOr<platform::CpuState> SetupStack(mm::MM& mm,
   std::vector<uint64_t> auxv = {
       AT_PHDR, image.phdr,      AT_PHENT, image.phent,
       AT_PHNUM, image.phnum,    AT_PAGESZ, kPage,
-      AT_BASE, 0,               AT_FLAGS, 0,
+      AT_BASE, image.interp_base, AT_FLAGS, 0,
       AT_ENTRY, image.entry,    AT_UID, 0,
       AT_EUID, 0,               AT_GID, 0,
       AT_EGID, 0,               AT_SECURE, 0,
@@ -255,7 +294,7 @@ absl::StatusOr<platform::CpuState> SetupStack(mm::MM& mm,
   }
 
   platform::CpuState cpu;
-  cpu.regs.rip = image.entry;
+  cpu.regs.rip = image.start != 0 ? image.start : image.entry;
   cpu.regs.rsp = sp;
   cpu.regs.eflags = 0x202;
   cpu.regs.cs = 0x33;

@@ -5,6 +5,8 @@
 #define SANDBOXD_SENTRY_LOADER_ELF_LOADER_H_
 
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -15,21 +17,34 @@
 namespace sandboxd::loader {
 
 struct LoadedImage {
-  uint64_t entry = 0;
+  uint64_t entry = 0;   // the program's entry point (AT_ENTRY)
   uint64_t phdr = 0;    // address of the program headers in memory
   uint64_t phnum = 0;
   uint64_t phent = 0;
   uint64_t bias = 0;    // load bias (ET_DYN)
   uint64_t brk_start = 0;
+  std::string interp;   // PT_INTERP, if any
+  uint64_t interp_base = 0;  // where the interpreter was loaded (AT_BASE)
+  uint64_t start = 0;   // where execution begins: the interpreter's entry,
+                        // or the program's
 };
 
 // Where a static-PIE image goes (Linux's ELF_ET_DYN_BASE on x86-64).
 inline constexpr uint64_t kPieBase = 0x555555554000ull;
 
-// Maps the PT_LOAD segments of the ELF file `fd` into `mm`. Errors carry
-// Linux's errno in the message and as code: kInvalidArgument for ENOEXEC,
-// kUnimplemented for dynamic programs (an interpreter is not loaded yet).
-absl::StatusOr<LoadedImage> LoadElf(int fd, mm::MM& mm);
+// Maps the PT_LOAD segments of the ELF `file` into `mm`: an executable
+// (ET_EXEC at its addresses, ET_DYN at kPieBase) or, with as_interp, an
+// interpreter (ET_DYN placed where mmap would put it). Errors carry Linux's
+// errno in the message: kInvalidArgument for ENOEXEC.
+absl::StatusOr<LoadedImage> LoadElf(mm::Mappable& file, mm::MM& mm,
+                                    bool as_interp = false);
+
+// Loads `file` and, for a dynamic program, its interpreter, which
+// `open_interp` opens by path (in the sandbox's filesystem).
+using InterpOpener =
+    std::function<absl::StatusOr<std::shared_ptr<mm::Mappable>>(const std::string&)>;
+absl::StatusOr<LoadedImage> LoadProgram(mm::Mappable& file, mm::MM& mm,
+                                        const InterpOpener& open_interp);
 
 struct StackSpec {
   std::vector<std::string> argv;

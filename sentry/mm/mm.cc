@@ -382,9 +382,35 @@ uintptr_t MM::EnsureBacked(VmaMap::const_iterator vit, uintptr_t start,
         return cur;
       }
     } else if (vma.mappable) {
-      // File-backed VMAs cannot be created yet.
-      *bus = true;
-      return cur;
+      // A private copy of the file's pages, read when first touched. Pages
+      // wholly past the end of the file give SIGBUS, as on Linux; the tail
+      // of the last page reads as zeros.
+      uint64_t obj_off = vma.offset + (cur - vma_start);
+      uint64_t size = vma.mappable->Size();
+      uint64_t file_end = PageRoundUp(size);
+      if (obj_off >= file_end) {
+        *bus = true;
+        return cur;
+      }
+      len = std::min(len, file_end - obj_off);
+      auto off = mf_->Allocate(len);
+      if (!off.ok()) {
+        *bus = true;
+        return cur;
+      }
+      uint64_t want = std::min<uint64_t>(len, size - obj_off);
+      int64_t n = vma.mappable->ReadAt(mf_->Internal(*off), want, obj_off);
+      if (n < 0) {
+        mf_->Free(*off, len);
+        *bus = true;
+        return cur;
+      }
+      InsertPma(cur, Pma{cur + len, *off, /*owned=*/true});
+      cur += len;
+      if (cur < gap_end) {
+        *bus = true;
+        return cur;
+      }
     } else {
       auto off = mf_->Allocate(len);
       if (!off.ok()) {
@@ -416,7 +442,26 @@ bool MM::MapBacked(const Vma& vma, uintptr_t start, uintptr_t end) {
 // Syscalls.
 
 int64_t MM::Mmap(uintptr_t addr, uint64_t len, int prot, int flags) {
-  if (!(flags & MAP_ANONYMOUS)) return -ENODEV;  // file mmap: later
+  if (!(flags & MAP_ANONYMOUS)) return -ENODEV;  // files: MmapFile
+  return MmapInternal(addr, len, prot, flags, nullptr, 0,
+                      platform::Prot{true, true, true});
+}
+
+int64_t MM::MmapFile(uintptr_t addr, uint64_t len, int prot, int flags,
+                     std::shared_ptr<Mappable> file, uint64_t offset,
+                     platform::Prot max_prot) {
+  if (file == nullptr || (flags & MAP_ANONYMOUS)) return -EINVAL;
+  if (offset % kPageSize != 0) return -EINVAL;
+  uint64_t rounded;
+  if (len == 0) return -EINVAL;
+  if (!RoundLen(len, &rounded) || offset + rounded < offset) return -EOVERFLOW;
+  return MmapInternal(addr, len, prot, flags, std::move(file), offset,
+                      max_prot);
+}
+
+int64_t MM::MmapInternal(uintptr_t addr, uint64_t len, int prot, int flags,
+                         std::shared_ptr<Mappable> file, uint64_t offset,
+                         platform::Prot max_prot) {
   if (len == 0) return -EINVAL;
   if (!RoundLen(len, &len) || len > max_addr_ - min_addr_) return -ENOMEM;
   // Linux's heuristic overcommit (mode 0) refuses a private writable
@@ -438,13 +483,30 @@ int64_t MM::Mmap(uintptr_t addr, uint64_t len, int prot, int flags) {
       return -EINVAL;
   }
   if (shared && (flags & MAP_GROWSDOWN)) return -EINVAL;
+  // File pages are copied into the mapping when first touched, so a shared
+  // file mapping can only be offered while nobody can write through it.
+  // Writable shared file mappings need the page cache (a later issue).
+  if (file != nullptr && shared) {
+    if (prot & PROT_WRITE) return -ENODEV;
+    max_prot.write = false;
+  }
+  platform::Prot want = platform::Prot::FromHost(prot);
+  if ((want.read && !max_prot.read) || (want.write && !max_prot.write) ||
+      (want.exec && !max_prot.exec)) {
+    return -EACCES;
+  }
 
   Vma vma;
   vma.end = 0;  // set below
-  vma.prot = platform::Prot::FromHost(prot);
-  vma.max_prot = platform::Prot{true, true, true};
+  vma.prot = want;
+  vma.max_prot = max_prot;
   vma.is_private = !shared;
   vma.growsdown = (flags & MAP_GROWSDOWN) != 0;
+  if (file != nullptr) {
+    vma.mappable = std::move(file);
+    vma.offset = offset;
+    vma.name = vma.mappable->Name();
+  }
 
   absl::MutexLock l(&mu_);
   const bool fixed = (flags & (MAP_FIXED | MAP_FIXED_NOREPLACE)) != 0;
@@ -461,7 +523,7 @@ int64_t MM::Mmap(uintptr_t addr, uint64_t len, int prot, int flags) {
   }
 
   // Allocate before replacing anything, so that failure changes nothing.
-  if (shared) {
+  if (shared && vma.mappable == nullptr) {
     auto off = mf_->Allocate(len);
     if (!off.ok()) return -ENOMEM;
     vma.shared_anon = std::make_shared<SharedAnon>(mf_, *off, len);

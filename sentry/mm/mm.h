@@ -32,11 +32,19 @@
 
 namespace sandboxd::mm {
 
-// A file-backed source of pages (regular files, tmpfs, memfd...). File mmap
-// is a later issue; VMAs already carry a slot for one.
+// A file-backed source of pages (regular files, tmpfs, memfd...). For now
+// file mappings hold a private copy of the pages they touch, read through
+// ReadAt; a shared page cache comes with writable shared mappings.
 class Mappable {
  public:
   virtual ~Mappable() = default;
+  // Current size of the file in bytes.
+  virtual uint64_t Size() = 0;
+  // Reads up to n bytes at `off` into `dst` (a Sentry pointer); returns the
+  // bytes read (short at EOF) or -errno.
+  virtual int64_t ReadAt(void* dst, uint64_t n, uint64_t off) = 0;
+  // What /proc/self/maps shows for the mapping (the file's path).
+  virtual std::string Name() = 0;
 };
 
 // The memory-file range behind a MAP_SHARED|MAP_ANONYMOUS mapping. It lives
@@ -115,6 +123,11 @@ class MM {
   // Only anonymous mappings for now: a request without MAP_ANONYMOUS
   // returns -ENODEV.
   int64_t Mmap(uintptr_t addr, uint64_t len, int prot, int flags);
+  // mmap of a file: `max_prot` is what the file's open mode allows
+  // (write only if opened for writing or the mapping is private).
+  int64_t MmapFile(uintptr_t addr, uint64_t len, int prot, int flags,
+                   std::shared_ptr<Mappable> file, uint64_t offset,
+                   platform::Prot max_prot);
   int64_t Munmap(uintptr_t addr, uint64_t len);
   int64_t Mprotect(uintptr_t addr, uint64_t len, int prot);
   // Supports MREMAP_MAYMOVE, MREMAP_FIXED, MREMAP_DONTUNMAP, and old_len 0
@@ -183,6 +196,9 @@ class MM {
   enum class Access { kRead, kWrite, kExec };
 
   // The VMA containing addr, or vmas_.end().
+  int64_t MmapInternal(uintptr_t addr, uint64_t len, int prot, int flags,
+                       std::shared_ptr<Mappable> file, uint64_t offset,
+                       platform::Prot max_prot);
   VmaMap::iterator FindVma(uintptr_t addr) ABSL_SHARED_LOCKS_REQUIRED(mu_);
   VmaMap::const_iterator FindVma(uintptr_t addr) const
       ABSL_SHARED_LOCKS_REQUIRED(mu_);

@@ -158,26 +158,6 @@ int64_t SysFstat(Task& t, const SyscallArgs& a) {
   return StatOut(t, *f, a.a[1]);
 }
 
-// newfstatat(dirfd, path, statbuf, flags): with AT_EMPTY_PATH and "" it is
-// fstat; paths need the VFS, which this slice does not have.
-int64_t SysNewfstatat(Task& t, const SyscallArgs& a) {
-  std::string path;
-  int64_t r = t.mm().CopyInString(a.a[1], 4095, &path);
-  if (r < 0) return r;
-  int flags = static_cast<int>(a.a[3]);
-  if (flags & ~(AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT)) {
-    return -EINVAL;
-  }
-  if (path.empty()) {
-    if ((flags & AT_EMPTY_PATH) == 0) return -ENOENT;
-    auto f = GetFile(t, a.a[0]);
-    if (f == nullptr) return -EBADF;
-    return StatOut(t, *f, a.a[2]);
-  }
-  t.kernel().CountUnimplemented(SYS_newfstatat);
-  return -ENOSYS;
-}
-
 int64_t SysIoctl(Task& t, const SyscallArgs& a) {
   auto f = GetFile(t, a.a[0]);
   if (f == nullptr) return -EBADF;
@@ -255,7 +235,6 @@ void RegisterFile(Entry* table) {
   table[SYS_lseek] = {SysLseek, "lseek"};
   table[SYS_close] = {SysClose, "close"};
   table[SYS_fstat] = {SysFstat, "fstat"};
-  table[SYS_newfstatat] = {SysNewfstatat, "newfstatat"};
   table[SYS_ioctl] = {SysIoctl, "ioctl"};
   table[SYS_dup] = {SysDup, "dup"};
   table[SYS_dup2] = {SysDup2, "dup2"};

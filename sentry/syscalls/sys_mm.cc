@@ -1,8 +1,10 @@
 // Memory syscalls: thin decoders over mm::MM.
 #include <errno.h>
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 
+#include "sentry/fs/mappable.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -10,18 +12,39 @@ namespace {
 
 int64_t SysMmap(Task& t, const SyscallArgs& a) {
   int flags = static_cast<int>(a.a[3]);
-  if ((flags & MAP_ANONYMOUS) == 0) {
-    if (a.a[4] > INT32_MAX ||
-        t.group().fds().Get(static_cast<int>(a.a[4])) == nullptr) {
-      return -EBADF;
-    }
-    // Mapping files needs the VFS's page cache; the files of this slice
-    // (inherited stdio) are not mappable.
+  int prot = static_cast<int>(a.a[2]);
+  if (a.a[5] % 4096 != 0) return -EINVAL;
+  if (flags & MAP_ANONYMOUS) {
+    return t.mm().Mmap(a.a[0], a.a[1], prot, flags);
+  }
+  if (a.a[4] > INT32_MAX) return -EBADF;
+  auto f = t.group().fds().Get(static_cast<int>(a.a[4]));
+  if (f == nullptr) return -EBADF;
+  auto inode = f->inode();
+  fs::Location loc = f->location();
+  if (inode == nullptr || inode->Type() != S_IFREG || !loc.valid()) {
+    // Host stdio, directories, devices: nothing to map (yet, for devices).
+    return -ENODEV;
+  }
+  int acc = f->StatusFlags() & O_ACCMODE;
+  if (acc == O_WRONLY) return -EACCES;
+  bool shared = (flags & MAP_TYPE) == MAP_SHARED ||
+                (flags & MAP_TYPE) == MAP_SHARED_VALIDATE;
+  if (shared && (prot & PROT_WRITE) && acc != O_RDWR) return -EACCES;
+  if (shared && (prot & PROT_WRITE)) {
+    // Writable shared file mappings need a page cache shared with
+    // read/write; not yet.
     t.kernel().CountUnimplemented(SYS_mmap);
     return -ENODEV;
   }
-  if (a.a[5] % 4096 != 0) return -EINVAL;
-  return t.mm().Mmap(a.a[0], a.a[1], static_cast<int>(a.a[2]), flags);
+  if ((flags & MAP_TYPE) == MAP_SHARED_VALIDATE) {
+    flags = (flags & ~MAP_TYPE) | MAP_SHARED;
+  }
+  platform::Prot max{true, !shared || acc == O_RDWR, true};
+  std::string name = t.kernel().vfs().PathOf(t.group().fs().root(), loc);
+  return t.mm().MmapFile(a.a[0], a.a[1], prot, flags,
+                         std::make_shared<fs::InodeMappable>(inode, name),
+                         a.a[5], max);
 }
 
 int64_t SysMunmap(Task& t, const SyscallArgs& a) {

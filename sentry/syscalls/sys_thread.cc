@@ -167,9 +167,16 @@ int64_t SysFutex(Task& t, const SyscallArgs& a) {
       int opcode = (encoded >> 28) & 7;
       bool shift = (encoded >> 31) & 1;
       int cmp = (encoded >> 24) & 15;
-      uint32_t oparg = (encoded >> 12) & 0xfff;
-      uint32_t cmparg = encoded & 0xfff;
-      if (shift) oparg = oparg < 32 ? 1u << oparg : 0;
+      // Both arguments are signed 12-bit fields (sign_extend32(..., 11)).
+      auto sext12 = [](uint32_t v) {
+        return static_cast<int32_t>(v << 20) >> 20;
+      };
+      int32_t soparg = sext12((encoded >> 12) & 0xfff);
+      int32_t scmparg = sext12(encoded & 0xfff);
+      // Linux masks an out-of-range shift to 0..31 (after a warning).
+      uint32_t oparg = shift ? 1u << (static_cast<uint32_t>(soparg) & 31)
+                             : static_cast<uint32_t>(soparg);
+      uint32_t cmparg = static_cast<uint32_t>(scmparg);
       auto apply = [&]() -> int64_t {
         uint32_t old = word2->load();
         uint32_t nv;

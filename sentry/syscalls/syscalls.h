@@ -34,6 +34,7 @@ class Table : public kernel::SyscallTable {
 
 // Registration, one function per area (sys_*.cc).
 void RegisterFile(Entry* table);
+void RegisterPath(Entry* table);
 void RegisterMemory(Entry* table);
 void RegisterThread(Entry* table);
 void RegisterSignal(Entry* table);

@@ -6,6 +6,7 @@ namespace sandboxd::syscalls {
 
 Table::Table() {
   RegisterFile(table_);
+  RegisterPath(table_);
   RegisterMemory(table_);
   RegisterThread(table_);
   RegisterSignal(table_);

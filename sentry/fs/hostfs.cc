@@ -1,0 +1,364 @@
+#include "sentry/fs/hostfs.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <limits.h>
+#include <sys/stat.h>
+#include <sys/statvfs.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "base/status_macros.h"
+
+namespace sandboxd::fs::hostfs {
+namespace {
+
+// Retries a host call interrupted by a signal (the Sentry's own timers and
+// interrupt signals may land while a task thread is in one).
+template <typename F>
+auto RetryEintr(F f) {
+  decltype(f()) r;
+  do {
+    r = f();
+  } while (r < 0 && errno == EINTR);
+  return r;
+}
+
+int StatFd(int fd, struct stat* st) {
+  if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
+    return -errno;
+  }
+  return 0;
+}
+
+class HostInode : public Inode {
+ public:
+  // `st` is fstat of `fd`. `parent` and `name` are how the file was found
+  // (null and "" for the root); they are only used to reopen it for reading.
+  HostInode(UniqueFd fd, const struct stat& st, uint64_t dev,
+            std::shared_ptr<HostInode> parent, std::string name)
+      : fd_(std::move(fd)),
+        dev_(dev),
+        type_(st.st_mode & S_IFMT),
+        host_dev_(st.st_dev),
+        host_ino_(st.st_ino),
+        parent_(std::move(parent)),
+        name_(std::move(name)) {}
+
+  uint32_t Type() const override { return type_; }
+
+  int GetAttr(Attr* out) override {
+    struct stat st;
+    if (int r = StatFd(fd_.get(), &st); r < 0) return r;
+    *out = Attr{};
+    out->dev = dev_;  // not st.st_dev: the host's numbering stays hidden
+    out->ino = st.st_ino;
+    out->mode = st.st_mode;
+    out->nlink = static_cast<uint32_t>(st.st_nlink);
+    out->uid = st.st_uid;
+    out->gid = st.st_gid;
+    out->rdev = st.st_rdev;
+    out->size = static_cast<uint64_t>(st.st_size);
+    out->blocks = static_cast<uint64_t>(st.st_blocks);
+    out->blksize = static_cast<uint32_t>(st.st_blksize);
+    out->atime = st.st_atim;
+    out->mtime = st.st_mtim;
+    out->ctime = st.st_ctim;
+    return 0;
+  }
+
+  int SetAttr(const SetAttrRequest& req) override { return -EROFS; }
+
+  int StatFs(struct statfs* out) override {
+    if (fstatfs(fd_.get(), out) < 0) return -errno;
+    // The fsid identifies the host filesystem; the sandbox has no use for
+    // it. ST_RDONLY because that is what this filesystem is, whatever the
+    // host mount allows.
+    std::memset(&out->f_fsid, 0, sizeof(out->f_fsid));
+    out->f_flags |= ST_RDONLY;
+    return 0;
+  }
+
+  int Lookup(const std::string& name, std::shared_ptr<Inode>* out) override {
+    if (type_ != S_IFDIR) return -ENOTDIR;
+    // The VFS guarantees a single component. Checked again because
+    // containment rests on it: "..", or a '/' (or a NUL that would cut the
+    // C string short), would let openat resolve more than one name.
+    if (name.empty() || name == "." || name == ".." ||
+        name.find('/') != std::string::npos ||
+        name.find('\0') != std::string::npos) {
+      return -EINVAL;
+    }
+
+    // Fast path: the cached inode is still what `name` names on the host.
+    // An fstatat of one component with AT_SYMLINK_NOFOLLOW follows nothing.
+    // (st_ino cannot have been reused: the cached inode's O_PATH fd keeps
+    // its host file alive.)
+    struct stat st;
+    if (fstatat(fd_.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0) {
+      return -errno;
+    }
+    if (std::shared_ptr<HostInode> cached = Cached(name, st)) {
+      *out = std::move(cached);
+      return 0;
+    }
+
+    UniqueFd fd(RetryEintr([&] {
+      return openat(fd_.get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    }));
+    if (!fd.valid()) return -errno;
+    // The name may have changed between fstatat and openat; what the fd
+    // refers to is what counts.
+    if (int r = StatFd(fd.get(), &st); r < 0) return r;
+
+    absl::MutexLock lock(&mu_);
+    auto it = children_.find(name);
+    if (it != children_.end()) {
+      // Another thread may have opened the same file meanwhile: keep one
+      // Inode per host file so that identity checks in the VFS hold.
+      if (std::shared_ptr<HostInode> other = it->second.lock();
+          other != nullptr && other->IsHostFile(st)) {
+        *out = std::move(other);
+        return 0;
+      }
+    }
+    auto child = std::make_shared<HostInode>(
+        std::move(fd), st, dev_,
+        std::static_pointer_cast<HostInode>(shared_from_this()), name);
+    children_[name] = child;
+    SweepLocked();
+    *out = std::move(child);
+    return 0;
+  }
+
+  int ReadDir(std::vector<DirEntry>* out) override {
+    if (type_ != S_IFDIR) return -ENOTDIR;
+    // An O_PATH fd cannot be read; "." relative to it opens the same
+    // directory (not a name lookup in the parent, so no race with renames).
+    UniqueFd dir(RetryEintr([&] {
+      return openat(fd_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    }));
+    if (!dir.valid()) return -errno;
+
+    std::vector<DirEntry> entries;
+    // On the heap: task threads' stacks are small. (operator new's
+    // alignment suffices for dirent64.)
+    std::vector<char> buf(32768);
+    for (;;) {
+      long n = RetryEintr([&] {
+        return syscall(SYS_getdents64, dir.get(), buf.data(), buf.size());
+      });
+      if (n < 0) return -errno;
+      if (n == 0) break;
+      for (long pos = 0; pos < n;) {
+        auto* d = reinterpret_cast<struct dirent64*>(buf.data() + pos);
+        pos += d->d_reclen;
+        if (std::strcmp(d->d_name, ".") == 0 ||
+            std::strcmp(d->d_name, "..") == 0) {
+          continue;
+        }
+        DirEntry e;
+        e.name = d->d_name;
+        e.ino = d->d_ino;
+        e.type = d->d_type;
+        if (e.type == DT_UNKNOWN) {
+          // Some host filesystems do not fill d_type; ask (and leave it
+          // unknown if the entry vanished since, as Linux would).
+          struct stat st;
+          if (fstatat(dir.get(), d->d_name, &st, AT_SYMLINK_NOFOLLOW) == 0) {
+            e.type = IFTODT(st.st_mode);
+          }
+        }
+        entries.push_back(std::move(e));
+      }
+    }
+    // Host order depends on the host filesystem's hashing; sorting makes
+    // listings (and tests, and snapshots) deterministic.
+    std::sort(entries.begin(), entries.end(),
+              [](const DirEntry& a, const DirEntry& b) {
+                return a.name < b.name;
+              });
+    *out = std::move(entries);
+    return 0;
+  }
+
+  // Mutations: the overlay above hostfs takes all writes. Directory
+  // operations on a non-directory still fail with ENOTDIR, as the
+  // interface promises.
+  int Create(const std::string& name, const CreateRequest& req,
+             std::shared_ptr<Inode>* out) override {
+    return type_ == S_IFDIR ? -EROFS : -ENOTDIR;
+  }
+  int Link(const std::string& name,
+           const std::shared_ptr<Inode>& target) override {
+    return type_ == S_IFDIR ? -EROFS : -ENOTDIR;
+  }
+  int Unlink(const std::string& name, bool dir) override {
+    return type_ == S_IFDIR ? -EROFS : -ENOTDIR;
+  }
+  int Rename(const std::string& old_name, Inode& new_dir,
+             const std::string& new_name, unsigned flags) override {
+    return type_ == S_IFDIR ? -EROFS : -ENOTDIR;
+  }
+  int64_t Write(const void* buf, uint64_t n, uint64_t off) override {
+    return -EROFS;
+  }
+  int64_t Allocate(int mode, uint64_t off, uint64_t len) override {
+    return -EROFS;
+  }
+
+  int Readlink(std::string* target) override {
+    if (type_ != S_IFLNK) return -EINVAL;
+    // readlinkat with "" reads the link the O_PATH|O_NOFOLLOW fd refers to.
+    // The target is returned raw; resolving it is the VFS's business.
+    std::string buf(PATH_MAX, '\0');
+    for (;;) {
+      ssize_t n = readlinkat(fd_.get(), "", buf.data(), buf.size());
+      if (n < 0) return -errno;
+      if (static_cast<size_t>(n) < buf.size()) {
+        buf.resize(static_cast<size_t>(n));
+        *target = std::move(buf);
+        return 0;
+      }
+      // Possibly truncated (some filesystems allow targets past PATH_MAX).
+      buf.resize(buf.size() * 2);
+    }
+  }
+
+  int64_t Read(void* buf, uint64_t n, uint64_t off) override {
+    if (type_ == S_IFDIR) return -EISDIR;
+    if (type_ != S_IFREG) return -EINVAL;
+    if (off > static_cast<uint64_t>(INT64_MAX)) return -EINVAL;
+    int fd = ReadFd();
+    if (fd < 0) return fd;
+    n = std::min<uint64_t>(n, SSIZE_MAX);
+    ssize_t r = RetryEintr(
+        [&] { return pread(fd, buf, n, static_cast<off_t>(off)); });
+    return r < 0 ? -errno : r;
+  }
+
+  // Devices, fifos and sockets found on the host are inodes of their type
+  // (stat and readdir show them) but cannot be opened for I/O yet: the
+  // sandbox's /dev is devfs, and host fifos/sockets would be channels out
+  // of the sandbox. O_PATH opens need no I/O and take the generic path.
+  int Open(int flags, std::shared_ptr<File>* out) override {
+    if ((flags & O_PATH) == 0 && type_ != S_IFREG && type_ != S_IFDIR &&
+        type_ != S_IFLNK) {
+      return -ENXIO;
+    }
+    return Inode::Open(flags, out);
+  }
+
+  bool ReadOnly() const override { return true; }
+
+ private:
+  // Whether `st` describes the host file this inode holds.
+  bool IsHostFile(const struct stat& st) const {
+    return st.st_dev == host_dev_ && st.st_ino == host_ino_;
+  }
+
+  // The live cached child named `name`, if it is still the host file `st`.
+  std::shared_ptr<HostInode> Cached(const std::string& name,
+                                    const struct stat& st)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    auto it = children_.find(name);
+    if (it == children_.end()) return nullptr;
+    std::shared_ptr<HostInode> child = it->second.lock();
+    if (child == nullptr || !child->IsHostFile(st)) {
+      return nullptr;
+    }
+    return child;
+  }
+
+  // Drops entries whose inodes died, once the map has doubled since the
+  // last sweep: amortized O(1) per lookup, and no work in ~HostInode
+  // (which may run with any lock held).
+  void SweepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (children_.size() < sweep_at_) return;
+    for (auto it = children_.begin(); it != children_.end();) {
+      auto cur = it++;
+      if (cur->second.expired()) children_.erase(cur);
+    }
+    sweep_at_ = std::max<size_t>(kMinSweep, 2 * children_.size());
+  }
+
+  // A readable fd of this regular file, opened on first use and kept.
+  // Returns the fd or -errno. An O_PATH fd cannot be read and cannot be
+  // reopened without /proc, so the file is opened again by name in its
+  // parent; fstat proves the name still leads to the same file, else the
+  // inode is stale (the host replaced the file after our lookup; a new
+  // lookup finds the new one).
+  int ReadFd() ABSL_LOCKS_EXCLUDED(read_mu_) {
+    absl::MutexLock lock(&read_mu_);
+    if (read_fd_.valid()) return read_fd_.get();
+    if (parent_ == nullptr) return -EISDIR;  // only the root has no parent
+    // O_NONBLOCK and O_NOCTTY: if the name now leads to a fifo or a tty,
+    // the open must neither hang nor take a controlling terminal before
+    // the check below rejects it.
+    UniqueFd fd(RetryEintr([&] {
+      return openat(parent_->fd_.get(), name_.c_str(),
+                    O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+    }));
+    if (!fd.valid()) {
+      // Gone, or now a symlink (O_NOFOLLOW): the file we had is no longer
+      // reachable by its name.
+      return (errno == ENOENT || errno == ELOOP || errno == ENOTDIR)
+                 ? -ESTALE
+                 : -errno;
+    }
+    struct stat st;
+    if (fstat(fd.get(), &st) < 0) return -errno;
+    if (!IsHostFile(st)) return -ESTALE;
+    read_fd_ = std::move(fd);
+    return read_fd_.get();
+  }
+
+  static constexpr size_t kMinSweep = 64;
+
+  const UniqueFd fd_;  // O_PATH | O_NOFOLLOW
+  const uint64_t dev_;
+  const uint32_t type_;
+  // Identity of the host file, to tell whether a name still leads to it.
+  const dev_t host_dev_;
+  const ino_t host_ino_;
+  const std::shared_ptr<HostInode> parent_;
+  const std::string name_;
+
+  absl::Mutex mu_;
+  // Children by name. weak_ptr: the cache gives the same Inode for the same
+  // host file while someone holds it, and does not keep it alive.
+  absl::flat_hash_map<std::string, std::weak_ptr<HostInode>> children_
+      ABSL_GUARDED_BY(mu_);
+  size_t sweep_at_ ABSL_GUARDED_BY(mu_) = kMinSweep;
+
+  absl::Mutex read_mu_;
+  UniqueFd read_fd_ ABSL_GUARDED_BY(read_mu_);
+};
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Inode>> NewRoot(UniqueFd dir_fd, uint64_t dev) {
+  struct stat st;
+  if (int r = StatFd(dir_fd.get(), &st); r < 0) {
+    return ErrnoStatus("hostfs: stat of the root directory", -r);
+  }
+  if (!S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        "hostfs: the root is not a directory");
+  }
+  return std::make_shared<HostInode>(std::move(dir_fd), st, dev, nullptr, "");
+}
+
+}  // namespace sandboxd::fs::hostfs

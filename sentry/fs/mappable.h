@@ -1,0 +1,43 @@
+// The bridge from a VFS inode to mm's file-backed mappings.
+#ifndef SANDBOXD_SENTRY_FS_MAPPABLE_H_
+#define SANDBOXD_SENTRY_FS_MAPPABLE_H_
+
+#include <memory>
+#include <string>
+
+#include "sentry/fs/inode.h"
+#include "sentry/mm/mm.h"
+
+namespace sandboxd::fs {
+
+// Pages of a regular file for mmap and for the ELF loader. `name` is the
+// file's path as /proc/self/maps shows it.
+class InodeMappable : public mm::Mappable {
+ public:
+  InodeMappable(std::shared_ptr<Inode> inode, std::string name)
+      : inode_(std::move(inode)), name_(std::move(name)) {}
+  uint64_t Size() override {
+    Attr a;
+    return inode_->GetAttr(&a) == 0 ? a.size : 0;
+  }
+  int64_t ReadAt(void* dst, uint64_t n, uint64_t off) override {
+    uint64_t done = 0;
+    while (done < n) {
+      int64_t r = inode_->Read(static_cast<char*>(dst) + done, n - done,
+                               off + done);
+      if (r < 0) return done > 0 ? static_cast<int64_t>(done) : r;
+      if (r == 0) break;
+      done += static_cast<uint64_t>(r);
+    }
+    return static_cast<int64_t>(done);
+  }
+  std::string Name() override { return name_; }
+
+ private:
+  const std::shared_ptr<Inode> inode_;
+  const std::string name_;
+};
+
+}  // namespace sandboxd::fs
+
+#endif  // SANDBOXD_SENTRY_FS_MAPPABLE_H_

@@ -1,0 +1,406 @@
+#include "sentry/fs/vfs.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/fs.h>
+
+#include <atomic>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "sentry/fs/file.h"
+
+namespace sandboxd::fs {
+
+// ---------------------------------------------------------------------------
+// Inode defaults
+
+int Inode::StatFs(struct statfs* out) {
+  *out = {};
+  out->f_type = 0x01021994;  // TMPFS_MAGIC: an in-memory filesystem
+  out->f_bsize = 4096;
+  out->f_namelen = kNameMax;
+  out->f_frsize = 4096;
+  return 0;
+}
+
+int Inode::Open(int flags, std::shared_ptr<File>* out) {
+  *out = std::make_shared<InodeFile>(shared_from_this(), flags);
+  return 0;
+}
+
+uint8_t DirentType(uint32_t mode) {
+  switch (mode & S_IFMT) {
+    case S_IFREG: return DT_REG;
+    case S_IFDIR: return DT_DIR;
+    case S_IFLNK: return DT_LNK;
+    case S_IFCHR: return DT_CHR;
+    case S_IFBLK: return DT_BLK;
+    case S_IFIFO: return DT_FIFO;
+    case S_IFSOCK: return DT_SOCK;
+    default: return DT_UNKNOWN;
+  }
+}
+
+uint64_t NextInodeNumber() {
+  static std::atomic<uint64_t> next{1};
+  return next.fetch_add(1);
+}
+
+// ---------------------------------------------------------------------------
+// Vfs
+
+Vfs::Vfs(std::shared_ptr<Inode> root, std::string fstype, std::string source,
+         bool read_only) {
+  root_mount_ = std::make_shared<Mount>();
+  root_mount_->root = std::make_shared<Dentry>(std::move(root), "", nullptr);
+  root_mount_->fstype = std::move(fstype);
+  root_mount_->source = std::move(source);
+  root_mount_->read_only = read_only;
+  root_mount_->id = next_mount_id_++;
+}
+
+Location Vfs::Root() const { return Location{root_mount_, root_mount_->root}; }
+
+int Vfs::MountAt(const Location& where, std::shared_ptr<Inode> fs_root,
+                 std::string fstype, std::string source, bool read_only) {
+  if (where.inode().Type() != S_IFDIR || fs_root->Type() != S_IFDIR) {
+    return -ENOTDIR;
+  }
+  auto m = std::make_shared<Mount>();
+  m->root = std::make_shared<Dentry>(std::move(fs_root), "", nullptr);
+  m->parent = where.mount;
+  m->mountpoint = where.dentry;
+  m->fstype = std::move(fstype);
+  m->source = std::move(source);
+  m->read_only = read_only;
+  absl::MutexLock l(&mu_);
+  m->id = next_mount_id_++;
+  // A new mount on a mountpoint stacks on top of what is mounted there.
+  Location top = MountedOn(where);
+  m->parent = top.mount;
+  m->mountpoint = top.dentry;
+  top.dentry->mounts_here_++;
+  mounts_[{top.mount.get(), top.dentry.get()}] = m;
+  return 0;
+}
+
+Location Vfs::MountedOn(const Location& loc) const {
+  Location cur = loc;
+  for (;;) {
+    auto it = mounts_.find({cur.mount.get(), cur.dentry.get()});
+    if (it == mounts_.end()) return cur;
+    cur = Location{it->second, it->second->root};
+  }
+}
+
+int Vfs::Step(const Location& root, const Location& cur,
+              const std::string& name, Location* out) {
+  if (name == "..") {
+    absl::MutexLock l(&mu_);
+    Location c = cur;
+    if (c == root) {
+      *out = c;
+      return 0;
+    }
+    while (c.dentry == c.mount->root && c.mount->parent != nullptr) {
+      c = Location{c.mount->parent, c.mount->mountpoint};
+      if (c == root) {
+        *out = MountedOn(c);
+        return 0;
+      }
+    }
+    if (c.dentry->parent_ != nullptr) c.dentry = c.dentry->parent_;
+    *out = MountedOn(c);
+    return 0;
+  }
+  if (name.size() > kNameMax) return -ENAMETOOLONG;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = cur.dentry->children_.find(name);
+    if (it != cur.dentry->children_.end()) {
+      *out = MountedOn(Location{cur.mount, it->second});
+      return 0;
+    }
+  }
+  std::shared_ptr<Inode> child;
+  int r = cur.inode().Lookup(name, &child);
+  if (r < 0) return r;
+  absl::MutexLock l(&mu_);
+  auto& slot = cur.dentry->children_[name];
+  if (slot == nullptr || slot->inode() != child) {
+    if (slot == nullptr) {
+      slot = std::make_shared<Dentry>(child, name, cur.dentry);
+    }
+  }
+  *out = MountedOn(Location{cur.mount, slot});
+  return 0;
+}
+
+int Vfs::Lookup(const Location& dir, const std::string& name, Location* out) {
+  if (dir.inode().Type() != S_IFDIR) return -ENOTDIR;
+  Location root = Root();
+  return Step(root, dir, name, out);
+}
+
+namespace {
+
+// Splits a path into components; records whether it ended in '/'.
+std::vector<std::string> Components(const std::string& path,
+                                    bool* trailing_slash) {
+  std::vector<std::string> parts;
+  size_t i = 0;
+  while (i < path.size()) {
+    while (i < path.size() && path[i] == '/') i++;
+    size_t j = i;
+    while (j < path.size() && path[j] != '/') j++;
+    if (j > i) parts.push_back(path.substr(i, j - i));
+    i = j;
+  }
+  *trailing_slash = !path.empty() && path.back() == '/';
+  return parts;
+}
+
+}  // namespace
+
+int Vfs::Walk(const FsContext& ctx, Location cur, const std::string& path,
+              bool follow_last, int* symlinks, Location* out) {
+  bool trailing;
+  std::vector<std::string> parts = Components(path, &trailing);
+  if (trailing) follow_last = true;
+  const Location root = ctx.root();
+  if (!path.empty() && path[0] == '/') cur = root;
+  for (size_t i = 0; i < parts.size(); i++) {
+    const std::string& name = parts[i];
+    if (cur.inode().Type() != S_IFDIR) return -ENOTDIR;
+    if (name == ".") continue;
+    Location next;
+    int r = Step(root, cur, name, &next);
+    if (r < 0) return r;
+    bool last = i + 1 == parts.size();
+    if (next.inode().Type() == S_IFLNK && (!last || follow_last)) {
+      if (++*symlinks > kMaxSymlinks) return -ELOOP;
+      std::string target;
+      r = next.inode().Readlink(&target);
+      if (r < 0) return r;
+      if (target.empty()) return -ENOENT;
+      Location resolved;
+      r = Walk(ctx, cur, target, true, symlinks, &resolved);
+      if (r < 0) return r;
+      next = resolved;
+    }
+    cur = next;
+  }
+  if (trailing && cur.inode().Type() != S_IFDIR) return -ENOTDIR;
+  *out = cur;
+  return 0;
+}
+
+int Vfs::Resolve(const FsContext& ctx, const Location& start,
+                 const std::string& path, bool follow_last, Location* out) {
+  if (path.empty()) return -ENOENT;
+  if (path.size() >= kPathMax) return -ENAMETOOLONG;
+  int symlinks = 0;
+  return Walk(ctx, start, path, follow_last, &symlinks, out);
+}
+
+int Vfs::ResolveParent(const FsContext& ctx, const Location& start,
+                       const std::string& path, Location* parent,
+                       std::string* name, bool* trailing_slash) {
+  if (path.empty()) return -ENOENT;
+  if (path.size() >= kPathMax) return -ENAMETOOLONG;
+  size_t end = path.size();
+  while (end > 0 && path[end - 1] == '/') end--;
+  *trailing_slash = end < path.size();
+  if (end == 0) {  // "/" or "///"
+    *parent = ctx.root();
+    name->clear();
+    return 0;
+  }
+  size_t slash = path.rfind('/', end - 1);
+  std::string dir = slash == std::string::npos ? "" : path.substr(0, slash + 1);
+  *name = path.substr(slash == std::string::npos ? 0 : slash + 1,
+                      end - (slash == std::string::npos ? 0 : slash + 1));
+  if (name->size() > kNameMax) return -ENAMETOOLONG;
+  Location p = start;
+  if (!dir.empty()) {
+    int symlinks = 0;
+    int r = Walk(ctx, start, dir, true, &symlinks, &p);
+    if (r < 0) return r;
+  }
+  if (p.inode().Type() != S_IFDIR) return -ENOTDIR;
+  *parent = p;
+  return 0;
+}
+
+int Vfs::Create(const Location& dir, const std::string& name,
+                const CreateRequest& req, Location* out) {
+  if (name.empty() || name == "." || name == "..") return -EEXIST;
+  if (name.size() > kNameMax) return -ENAMETOOLONG;
+  if (dir.inode().Type() != S_IFDIR) return -ENOTDIR;
+  if (dir.mount->read_only || dir.inode().ReadOnly()) return -EROFS;
+  std::shared_ptr<Inode> child;
+  int r = dir.inode().Create(name, req, &child);
+  if (r < 0) return r;
+  absl::MutexLock l(&mu_);
+  auto d = std::make_shared<Dentry>(child, name, dir.dentry);
+  dir.dentry->children_[name] = d;
+  if (out != nullptr) *out = Location{dir.mount, d};
+  return 0;
+}
+
+int Vfs::Unlink(const Location& dir, const std::string& name, bool is_dir) {
+  if (name == ".") return is_dir ? -EINVAL : -EISDIR;
+  if (name == "..") return is_dir ? -ENOTEMPTY : -EISDIR;
+  if (name.empty()) return is_dir ? -EBUSY : -EISDIR;
+  if (dir.mount->read_only) return -EROFS;
+  Location child;
+  int r = Step(Root(), dir, name, &child);
+  if (r < 0) return r;
+  if (child.mount != dir.mount) return -EBUSY;  // a mountpoint
+  r = dir.inode().Unlink(name, is_dir);
+  if (r < 0) return r;
+  absl::MutexLock l(&mu_);
+  auto it = dir.dentry->children_.find(name);
+  if (it != dir.dentry->children_.end()) {
+    it->second->deleted_ = true;
+    dir.dentry->children_.erase(it);
+  }
+  return 0;
+}
+
+int Vfs::Rename(const Location& old_dir, const std::string& old_name,
+                const Location& new_dir, const std::string& new_name,
+                unsigned flags) {
+  if (old_name.empty() || old_name == "." || old_name == ".." ||
+      new_name.empty() || new_name == "." || new_name == "..") {
+    return -EBUSY;
+  }
+  if (old_name.size() > kNameMax || new_name.size() > kNameMax) {
+    return -ENAMETOOLONG;
+  }
+  if (old_dir.mount != new_dir.mount) return -EXDEV;
+  if (old_dir.mount->read_only) return -EROFS;
+  Location src;
+  int r = Step(Root(), old_dir, old_name, &src);
+  if (r < 0) return r;
+  if (src.mount != old_dir.mount) return -EBUSY;
+  Location dst;
+  bool have_dst = Step(Root(), new_dir, new_name, &dst) == 0;
+  if (have_dst && dst.mount != new_dir.mount) return -EBUSY;
+  if (have_dst && dst.dentry == src.dentry) return 0;  // same file
+  {
+    // A directory cannot move below itself.
+    absl::MutexLock l(&mu_);
+    for (auto d = new_dir.dentry; d != nullptr; d = d->parent_) {
+      if (d == src.dentry) return -EINVAL;
+      if (have_dst && (flags & RENAME_EXCHANGE) && d == dst.dentry &&
+          d != new_dir.dentry) {
+        return -EINVAL;
+      }
+    }
+    if (flags & RENAME_EXCHANGE) {
+      for (auto d = old_dir.dentry; d != nullptr; d = d->parent_) {
+        if (have_dst && d == dst.dentry) return -EINVAL;
+      }
+    }
+  }
+  r = old_dir.inode().Rename(old_name, new_dir.inode(), new_name, flags);
+  if (r < 0) return r;
+  absl::MutexLock l(&mu_);
+  auto& from = old_dir.dentry->children_;
+  auto& to = new_dir.dentry->children_;
+  std::shared_ptr<Dentry> moving = from.count(old_name) ? from[old_name] : nullptr;
+  std::shared_ptr<Dentry> replaced = to.count(new_name) ? to[new_name] : nullptr;
+  from.erase(old_name);
+  to.erase(new_name);
+  if (moving != nullptr) {
+    moving->name_ = new_name;
+    moving->parent_ = new_dir.dentry;
+    to[new_name] = moving;
+  }
+  if (replaced != nullptr) {
+    if (flags & RENAME_EXCHANGE) {
+      replaced->name_ = old_name;
+      replaced->parent_ = old_dir.dentry;
+      from[old_name] = replaced;
+    } else {
+      replaced->deleted_ = true;
+    }
+  }
+  return 0;
+}
+
+int Vfs::Link(const Location& target, const Location& dir,
+              const std::string& name) {
+  if (name.empty() || name == "." || name == "..") return -EEXIST;
+  if (name.size() > kNameMax) return -ENAMETOOLONG;
+  if (target.inode().Type() == S_IFDIR) return -EPERM;
+  if (target.mount != dir.mount) return -EXDEV;
+  if (dir.mount->read_only) return -EROFS;
+  int r = dir.inode().Link(name, target.dentry->inode());
+  if (r < 0) return r;
+  absl::MutexLock l(&mu_);
+  dir.dentry->children_[name] =
+      std::make_shared<Dentry>(target.dentry->inode(), name, dir.dentry);
+  return 0;
+}
+
+std::string Vfs::PathOf(const Location& root, const Location& loc,
+                        bool* reachable) const {
+  absl::MutexLock l(&mu_);
+  std::vector<std::string> parts;
+  Location c = loc;
+  bool ok = true;
+  bool deleted = false;
+  for (;;) {
+    if (c == root) break;
+    if (c.dentry == c.mount->root) {
+      if (c.mount->parent == nullptr) {
+        ok = false;  // not below the process root
+        break;
+      }
+      c = Location{c.mount->parent, c.mount->mountpoint};
+      continue;
+    }
+    if (c.dentry->deleted_) deleted = true;
+    parts.push_back(c.dentry->name_);
+    if (c.dentry->parent_ == nullptr) {
+      ok = false;
+      break;
+    }
+    c.dentry = c.dentry->parent_;
+  }
+  if (reachable != nullptr) *reachable = ok && !deleted;
+  std::string path;
+  for (auto it = parts.rbegin(); it != parts.rend(); ++it) {
+    absl::StrAppend(&path, "/", *it);
+  }
+  if (path.empty()) path = "/";
+  if (deleted) absl::StrAppend(&path, " (deleted)");
+  return path;
+}
+
+std::string Vfs::MountsText(const Location& root) const {
+  std::vector<std::shared_ptr<Mount>> all;
+  all.push_back(root_mount_);
+  {
+    absl::MutexLock l(&mu_);
+    for (const auto& [key, m] : mounts_) all.push_back(m);
+  }
+  std::sort(all.begin(), all.end(),
+            [](const auto& a, const auto& b) { return a->id < b->id; });
+  std::string out;
+  for (const auto& m : all) {
+    std::string where =
+        m->parent == nullptr
+            ? "/"
+            : PathOf(root, Location{m->parent, m->mountpoint});
+    absl::StrAppend(&out, m->source, " ", where, " ", m->fstype, " ",
+                    m->read_only ? "ro" : "rw", " 0 0\n");
+  }
+  return out;
+}
+
+}  // namespace sandboxd::fs

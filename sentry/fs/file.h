@@ -19,13 +19,17 @@
 #include "base/unique_fd.h"
 #include "sentry/fs/inode.h"
 #include "sentry/fs/vfs.h"
+#include "sentry/fs/waiter.h"
 
 namespace sandboxd::fs {
 
 // What a blocking file operation needs from the task calling it: a host fd
-// that becomes readable when the task is interrupted (group exit, signal).
+// that becomes readable when the task is interrupted (group exit, signal),
+// for waits on host descriptors, and the task itself as a Blocker, for
+// waits on the Sentry's own files.
 struct IoContext {
   int interrupt_fd = -1;
+  Blocker* blocker = nullptr;
 };
 
 class File {
@@ -51,6 +55,15 @@ class File {
   // position; returns bytes used, 0 at the end, -EINVAL if one record does
   // not fit, -ENOTDIR for non-directories.
   virtual int64_t GetDents(uint8_t* buf, uint64_t size) { return -ENOTDIR; }
+
+  // poll(2) readiness: the events of `mask` (plus POLLERR/POLLHUP) that
+  // hold now. Files that never block are always readable and writable.
+  virtual EventMask Readiness(EventMask mask) {
+    return mask & (POLLIN | POLLOUT | POLLRDNORM | POLLWRNORM);
+  }
+  // Notifications of readiness changes; files that never block have none.
+  virtual void EventRegister(Waiter* w, EventMask mask) {}
+  virtual void EventUnregister(Waiter* w) {}
 
   // The inode and the name this file was opened by, for files that have
   // them (fstat-by-inode, fchdir, fchmod, /proc/self/fd); null otherwise.

@@ -143,6 +143,38 @@ Task::WakeReason Task::Block(absl::Time deadline) {
   return WakeReason::kInterrupted;
 }
 
+namespace {
+// Turns a file's readiness notification into a wakeup of the task.
+class TaskWaiter : public fs::Waiter {
+ public:
+  explicit TaskWaiter(Task* t) : t_(t) {}
+  void Notify(fs::EventMask) override { t_->Wake(); }
+
+ private:
+  Task* const t_;
+};
+}  // namespace
+
+int Task::Wait(fs::WaitQueue& q, fs::EventMask mask,
+               const std::function<bool()>& ready, absl::Time deadline) {
+  TaskWaiter w(this);
+  q.Add(&w, mask);
+  int r = 0;
+  while (!ready()) {
+    WakeReason why = Block(deadline);
+    if (why == WakeReason::kTimeout) {
+      r = ready() ? 0 : -ETIMEDOUT;
+      break;
+    }
+    if (why == WakeReason::kInterrupted) {
+      r = ready() ? 0 : -EINTR;
+      break;
+    }
+  }
+  q.Remove(&w);
+  return r;
+}
+
 void Task::Wake() {
   absl::MutexLock l(&mu_);
   wake_pending_ = true;

@@ -123,11 +123,11 @@ class ThreadGroup {
   std::vector<Task*> tasks_ ABSL_GUARDED_BY(mu_);
 };
 
-class Task {
+class Task : public fs::Blocker {
  public:
   Task(Kernel* k, pid_t tid, std::shared_ptr<ThreadGroup> tg,
        std::unique_ptr<platform::Context> ctx);
-  ~Task();
+  ~Task() override;
 
   pid_t tid() const { return tid_; }
   ThreadGroup& group() { return *tg_; }
@@ -149,7 +149,13 @@ class Task {
   // application code) and look at its state: used for group exit.
   void Interrupt();
   bool interrupted() const { return interrupt_.load(std::memory_order_acquire); }
-  fs::IoContext io() const { return fs::IoContext{interrupt_fd_.get()}; }
+  fs::IoContext io() {
+    return fs::IoContext{interrupt_fd_.get(), this};
+  }
+  // fs::Blocker: waits on a file's queue until ready() (see waiter.h).
+  int Wait(fs::WaitQueue& q, fs::EventMask mask,
+           const std::function<bool()>& ready,
+           absl::Time deadline = absl::InfiniteFuture()) override;
 
   // Ends this thread at the next return to the task loop.
   void ExitThread(int code);

@@ -2,6 +2,7 @@
 // descriptors). Path-based calls come with the VFS.
 #include <errno.h>
 #include <fcntl.h>
+#include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
@@ -102,10 +103,18 @@ int64_t SysRead(Task& t, const SyscallArgs& a) {
   return ReadInto(t, *f, a.a[1], a.a[2], -1);
 }
 
+// A write to a pipe or socket with no reader raises SIGPIPE as well as
+// failing with EPIPE (Linux does it in the pipe and socket code; here it is
+// done once for every file).
+int64_t WithSigpipe(Task& t, int64_t r) {
+  if (r == -EPIPE) t.SendSignal(SIGPIPE, t.group().tgid());
+  return r;
+}
+
 int64_t SysWrite(Task& t, const SyscallArgs& a) {
   auto f = GetFile(t, a.a[0]);
   if (f == nullptr) return -EBADF;
-  return WriteFrom(t, *f, a.a[1], a.a[2], -1);
+  return WithSigpipe(t, WriteFrom(t, *f, a.a[1], a.a[2], -1));
 }
 
 int64_t SysPread(Task& t, const SyscallArgs& a) {
@@ -119,18 +128,20 @@ int64_t SysPwrite(Task& t, const SyscallArgs& a) {
   auto f = GetFile(t, a.a[0]);
   if (f == nullptr) return -EBADF;
   if (static_cast<int64_t>(a.a[3]) < 0) return -EINVAL;
-  return WriteFrom(t, *f, a.a[1], a.a[2], a.a[3]);
+  return WithSigpipe(t, WriteFrom(t, *f, a.a[1], a.a[2], a.a[3]));
 }
 
 int64_t SysReadv(Task& t, const SyscallArgs& a) { return VectorIo(t, a, false, -1); }
-int64_t SysWritev(Task& t, const SyscallArgs& a) { return VectorIo(t, a, true, -1); }
+int64_t SysWritev(Task& t, const SyscallArgs& a) {
+  return WithSigpipe(t, VectorIo(t, a, true, -1));
+}
 int64_t SysPreadv(Task& t, const SyscallArgs& a) {
   if (static_cast<int64_t>(a.a[3]) < 0) return -EINVAL;
   return VectorIo(t, a, false, a.a[3]);
 }
 int64_t SysPwritev(Task& t, const SyscallArgs& a) {
   if (static_cast<int64_t>(a.a[3]) < 0) return -EINVAL;
-  return VectorIo(t, a, true, a.a[3]);
+  return WithSigpipe(t, VectorIo(t, a, true, a.a[3]));
 }
 
 int64_t SysLseek(Task& t, const SyscallArgs& a) {

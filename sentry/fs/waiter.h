@@ -1,0 +1,90 @@
+// Readiness and blocking for files: what poll, select, epoll and blocking
+// reads and writes are built on.
+//
+// A file that can become ready (pipes, sockets, eventfd, ...) owns a
+// WaitQueue and calls Notify(events) whenever its readiness may have
+// changed. A Waiter registered on the queue for some events is called then
+// (from the notifying thread, with the queue's lock held: it must only
+// wake something up, never call back into the file).
+//
+// A blocking operation waits through its IoContext's Blocker (the task):
+// Wait(queue, mask, ready, deadline) sleeps until ready() holds, rechecked
+// after every notification, or the task is interrupted (a signal, group
+// exit) or the deadline passes.
+#ifndef SANDBOXD_SENTRY_FS_WAITER_H_
+#define SANDBOXD_SENTRY_FS_WAITER_H_
+
+#include <poll.h>
+
+#include <cstdint>
+#include <functional>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace sandboxd::fs {
+
+// POLLIN, POLLOUT, POLLERR, POLLHUP, POLLRDHUP, POLLPRI... as poll(2).
+using EventMask = uint32_t;
+
+class Waiter {
+ public:
+  virtual ~Waiter() = default;
+  // Called with the events that happened. Must not block or re-enter the
+  // queue.
+  virtual void Notify(EventMask events) = 0;
+};
+
+class WaitQueue {
+ public:
+  void Add(Waiter* w, EventMask mask) {
+    absl::MutexLock l(&mu_);
+    entries_.push_back({w, mask});
+  }
+  void Remove(Waiter* w) {
+    absl::MutexLock l(&mu_);
+    for (auto it = entries_.begin(); it != entries_.end(); ++it) {
+      if (it->w == w) {
+        entries_.erase(it);
+        return;
+      }
+    }
+  }
+  void Notify(EventMask events) {
+    absl::MutexLock l(&mu_);
+    for (const Entry& e : entries_) {
+      // Errors and hang-ups are always of interest, as in poll(2).
+      if (events & (e.mask | POLLERR | POLLHUP)) e.w->Notify(events);
+    }
+  }
+  bool empty() const {
+    absl::MutexLock l(&mu_);
+    return entries_.empty();
+  }
+
+ private:
+  struct Entry {
+    Waiter* w;
+    EventMask mask;
+  };
+  mutable absl::Mutex mu_;
+  std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
+};
+
+// What a blocking file operation blocks with: the calling task.
+class Blocker {
+ public:
+  virtual ~Blocker() = default;
+  // 0 once ready() is true; -EINTR if the task is interrupted first (a
+  // signal to handle, or exit); -ETIMEDOUT at the deadline. ready() is
+  // evaluated without any lock of the caller's held by the Blocker.
+  virtual int Wait(WaitQueue& q, EventMask mask,
+                   const std::function<bool()>& ready,
+                   absl::Time deadline = absl::InfiniteFuture()) = 0;
+};
+
+}  // namespace sandboxd::fs
+
+#endif  // SANDBOXD_SENTRY_FS_WAITER_H_

@@ -2,6 +2,7 @@
 //
 //   sentry run [--platform=systrap] [--rootfs=DIR] [--cwd=DIR]
 //              [--env=K=V ...] [--hostname=NAME] [--log-unimplemented]
+//              [--strace]
 //              -- PROGRAM [ARGS...]
 //
 // Exit status: the program's (128+N when killed by signal N); 125 when the
@@ -27,6 +28,7 @@
 #include "base/unique_fd.h"
 #include "platforms/systrap/systrap.h"
 #include "base/status_macros.h"
+#include "sentry/fs/devfs.h"
 #include "sentry/fs/file.h"
 #include "sentry/fs/hostfs.h"
 #include "sentry/fs/mappable.h"
@@ -51,6 +53,8 @@ constexpr int kExitNotFound = 127;
 constexpr uint64_t kRootfsDev = 0x801;
 constexpr uint64_t kUpperDev = 0x802;
 constexpr uint64_t kOverlayDev = 0x803;
+constexpr uint64_t kDevfsDev = 0x804;
+constexpr uint64_t kShmDev = 0x805;
 
 [[noreturn]] void Die(int code, const std::string& msg) {
   fprintf(stderr, "sentry: %s\n", msg.c_str());
@@ -72,6 +76,7 @@ struct Options {
   std::vector<std::string> env;
   std::vector<std::string> argv;
   bool log_unimplemented = false;
+  bool strace = false;
 };
 
 Options ParseArgs(int argc, char** argv) {
@@ -114,6 +119,10 @@ Options ParseArgs(int argc, char** argv) {
     }
     if (a == "--log-unimplemented") {
       o.log_unimplemented = true;
+      continue;
+    }
+    if (a == "--strace") {
+      o.strace = true;
       continue;
     }
     if (absl::StartsWith(a, "-")) {
@@ -180,6 +189,39 @@ fs::Location FindProgram(fs::Vfs& vfs, const fs::FsContext& ctx,
       absl::StrCat(prog, ": ", strerror(last_err)));
 }
 
+// /dev: devfs, never the host's; /dev/shm: a tmpfs of its own, as on
+// Linux. The mountpoint is created in the overlay's upper layer when the
+// rootfs has no /dev.
+absl::Status MountDev(fs::Vfs& vfs, const fs::FsContext& ctx,
+                      mm::MemoryFile* memfile) {
+  fs::Location root = vfs.Root();
+  fs::Location dev;
+  int r = vfs.Lookup(root, "dev", &dev);
+  if (r == -ENOENT) {
+    fs::CreateRequest req;
+    req.type = S_IFDIR;
+    req.mode = 0755;
+    r = vfs.Create(root, "dev", req, &dev);
+  }
+  if (r < 0) return ErrnoStatus("mounting /dev: looking up /dev", -r);
+  fs::DevFsOptions dopts;
+  dopts.dev = kDevfsDev;
+  dopts.open_tty = fs::HostTtyOpener(STDIN_FILENO);
+  static fs::DevFs* devfs = new fs::DevFs(std::move(dopts));
+  r = vfs.MountAt(dev, devfs->Root(), "devtmpfs", "devtmpfs", false);
+  if (r < 0) return ErrnoStatus("mounting devfs on /dev", -r);
+  fs::Location shm;
+  r = vfs.Resolve(ctx, root, "/dev/shm", true, &shm);
+  if (r < 0) return ErrnoStatus("mounting /dev/shm: looking up /dev/shm", -r);
+  fs::TmpFsOptions shm_opts;
+  shm_opts.dev = kShmDev;
+  shm_opts.root_mode = 01777;
+  static fs::TmpFs* shmfs = new fs::TmpFs(memfile, shm_opts);
+  r = vfs.MountAt(shm, shmfs->Root(), "tmpfs", "shm", false);
+  if (r < 0) return ErrnoStatus("mounting tmpfs on /dev/shm", -r);
+  return absl::OkStatus();
+}
+
 int Run(const Options& o) {
   // Before anything maps large ranges or starts threads.
   if (absl::Status s = systrap::ReserveStubWindow(); !s.ok()) {
@@ -204,6 +246,7 @@ int Run(const Options& o) {
   uintptr_t max_addr = (*platform)->MaxUserAddress();
 
   static syscalls::Table table;
+  table.set_trace(o.strace);
   kernel::KernelOptions kopts;
   kopts.hostname = o.hostname;
   kernel::Kernel k(std::move(*mf), std::move(*platform), &table, kopts);
@@ -224,6 +267,9 @@ int Run(const Options& o) {
                                        /*read_only=*/false);
   k.set_vfs(vfs);
   auto fsctx = std::make_shared<fs::FsContext>(vfs->Root(), vfs->Root());
+  if (absl::Status s = MountDev(*vfs, *fsctx, memfile); !s.ok()) {
+    Die(kExitUsage, std::string(s.message()));
+  }
   fs::Location cwd;
   int cr = vfs->Resolve(*fsctx, vfs->Root(), o.cwd, true, &cwd);
   if (cr == 0 && cwd.inode().Type() != S_IFDIR) cr = -ENOTDIR;
@@ -278,7 +324,7 @@ int Run(const Options& o) {
     for (;;) {
       int sig = sigwaitinfo(&fwd, nullptr);
       if (sig <= 0) continue;
-      kernel::Task* t = k.FindTask(1);
+      std::shared_ptr<kernel::Task> t = k.FindTask(1);
       if (t != nullptr) t->SendSignal(sig, 0);
     }
   });

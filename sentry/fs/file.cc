@@ -1,5 +1,7 @@
 #include "sentry/fs/file.h"
 
+#include "sentry/fs/lock.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -165,6 +167,8 @@ void AttrToStat(const Attr& a, struct stat* st) {
 InodeFile::InodeFile(std::shared_ptr<Inode> inode, int flags)
     : inode_(std::move(inode)), flags_(flags) {}
 
+InodeFile::~InodeFile() { ReleaseDescriptionLocks(inode_.get(), this); }
+
 int64_t InodeFile::Read(void* buf, uint64_t n, int64_t offset,
                         const IoContext& io) {
   absl::MutexLock l(&mu_);
@@ -318,12 +322,15 @@ int64_t FdTable::Install(std::shared_ptr<File> f, bool cloexec, int min_fd) {
 }
 
 int64_t FdTable::InstallAt(int fd, std::shared_ptr<File> f, bool cloexec) {
-  std::shared_ptr<File> old;  // released outside the lock
-  absl::MutexLock l(&mu_);
-  if (fd < 0 || static_cast<uint64_t>(fd) >= max_fds_) return -EBADF;
-  if (static_cast<size_t>(fd) >= fds_.size()) fds_.resize(fd + 1);
-  old = std::move(fds_[fd].file);
-  fds_[fd] = Entry{std::move(f), cloexec};
+  std::shared_ptr<File> old;
+  {
+    absl::MutexLock l(&mu_);
+    if (fd < 0 || static_cast<uint64_t>(fd) >= max_fds_) return -EBADF;
+    if (static_cast<size_t>(fd) >= fds_.size()) fds_.resize(fd + 1);
+    old = std::move(fds_[fd].file);
+    fds_[fd] = Entry{std::move(f), cloexec};
+  }
+  Dropped(old);
   return fd;
 }
 
@@ -335,14 +342,25 @@ std::shared_ptr<File> FdTable::Get(int fd) const {
 
 int64_t FdTable::Close(int fd) {
   std::shared_ptr<File> old;
-  absl::MutexLock l(&mu_);
-  if (fd < 0 || static_cast<size_t>(fd) >= fds_.size() ||
-      fds_[fd].file == nullptr) {
-    return -EBADF;
+  {
+    absl::MutexLock l(&mu_);
+    if (fd < 0 || static_cast<size_t>(fd) >= fds_.size() ||
+        fds_[fd].file == nullptr) {
+      return -EBADF;
+    }
+    old = std::move(fds_[fd].file);
+    fds_[fd].cloexec = false;
   }
-  old = std::move(fds_[fd].file);
-  fds_[fd].cloexec = false;
+  Dropped(old);
   return 0;
+}
+
+FdTable::~FdTable() {
+  for (Entry& e : fds_) Dropped(e.file);
+}
+
+void FdTable::Dropped(const std::shared_ptr<File>& f) {
+  if (f != nullptr) ReleasePosixLocks(f->inode().get(), this);
 }
 
 int64_t FdTable::GetCloexec(int fd) const {
@@ -362,6 +380,28 @@ int64_t FdTable::SetCloexec(int fd, bool cloexec) {
   }
   fds_[fd].cloexec = cloexec;
   return 0;
+}
+
+std::shared_ptr<FdTable> FdTable::Fork() const {
+  absl::MutexLock l(&mu_);
+  auto t = std::make_shared<FdTable>(max_fds_);
+  absl::MutexLock tl(&t->mu_);
+  t->fds_ = fds_;
+  return t;
+}
+
+void FdTable::CloseOnExec() {
+  std::vector<std::shared_ptr<File>> closing;
+  {
+    absl::MutexLock l(&mu_);
+    for (Entry& e : fds_) {
+      if (e.file != nullptr && e.cloexec) {
+        closing.push_back(std::move(e.file));
+        e.cloexec = false;
+      }
+    }
+  }
+  for (const auto& f : closing) Dropped(f);
 }
 
 void FdTable::set_max_fds(uint64_t n) {

@@ -77,6 +77,8 @@ class File {
 class InodeFile : public File {
  public:
   InodeFile(std::shared_ptr<Inode> inode, int flags);
+  // Releases the description's OFD and flock locks.
+  ~InodeFile() override;
   void set_location(Location loc) { loc_ = std::move(loc); }
 
   int64_t Read(void* buf, uint64_t n, int64_t offset,
@@ -146,6 +148,7 @@ int64_t IoctlArgSize(uint64_t request, bool* copy_in, bool* copy_out);
 class FdTable {
  public:
   explicit FdTable(uint64_t max_fds) : max_fds_(max_fds) {}
+  ~FdTable();
 
   // Installs `f` at the lowest free descriptor >= min_fd: the fd or -EMFILE.
   int64_t Install(std::shared_ptr<File> f, bool cloexec, int min_fd = 0);
@@ -156,12 +159,19 @@ class FdTable {
   int64_t GetCloexec(int fd) const;  // 0/1 or -EBADF
   int64_t SetCloexec(int fd, bool cloexec);
   void set_max_fds(uint64_t n);
+  // fork without CLONE_FILES: a copy sharing the open file descriptions.
+  std::shared_ptr<FdTable> Fork() const;
+  // execve: closes the descriptors marked close-on-exec.
+  void CloseOnExec();
 
  private:
   struct Entry {
     std::shared_ptr<File> file;
     bool cloexec = false;
   };
+  // A descriptor of `f` was closed: the process's POSIX record locks on
+  // its inode go (Linux drops them at any close of the inode).
+  void Dropped(const std::shared_ptr<File>& f) ABSL_LOCKS_EXCLUDED(mu_);
   mutable absl::Mutex mu_;
   std::vector<Entry> fds_ ABSL_GUARDED_BY(mu_);
   uint64_t max_fds_ ABSL_GUARDED_BY(mu_);

@@ -100,9 +100,12 @@ bool Task::DeliverToHandler(int signo, int code, uint64_t addr, pid_t sender,
   sc.cs = static_cast<uint16_t>(r.cs ? r.cs : 0x33);
   sc.ss = static_cast<uint16_t>(r.ss ? r.ss : 0x2b);
   sc.cr2 = addr;
-  sc.oldmask = mask_.load();
+  // After sigsuspend (and friends) the handler returns to the mask from
+  // before the call, not the temporary one.
+  SigSet return_mask = restore_mask_ ? saved_mask_ : mask_.load();
+  sc.oldmask = return_mask;
   sc.fpstate = fp_size != 0 ? fpstate : 0;
-  frame.uc.uc_sigmask = mask_.load();
+  frame.uc.uc_sigmask = return_mask;
   frame.info.si_signo = signo;
   frame.info.si_code = code;
   if (code == SI_USER || code == SI_TKILL) {
@@ -133,6 +136,7 @@ bool Task::DeliverToHandler(int signo, int code, uint64_t addr, pid_t sender,
   SigSet m = mask_.load() | act.mask;
   if ((act.flags & SA_NODEFER) == 0) m |= SigBit(signo);
   set_signal_mask(m);
+  restore_mask_ = false;
   if (act.flags & SA_RESETHAND) {
     SigAction dfl;
     tg_->SetAction(signo, dfl);

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <signal.h>
 #include <sys/eventfd.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -222,9 +223,9 @@ void Task::SendSignal(int signo, pid_t sender) {
 }
 
 void Task::Run() {
-  while (!exit_thread_ && !tg_->exiting()) {
+  while (!exit_thread_ && !killed_ && !tg_->exiting()) {
     DeliverPendingSignals();
-    if (exit_thread_ || tg_->exiting()) break;
+    if (exit_thread_ || killed_ || tg_->exiting()) break;
     Event ev = ctx_->Switch(mm().address_space(), cpu_);
     switch (ev.kind) {
       case Event::Kind::kSyscall:
@@ -253,17 +254,54 @@ void Task::Run() {
   kernel_->TaskExited(this);
 }
 
+namespace {
+
+// Syscalls that Linux restarts after a handler with SA_RESTART when a
+// signal interrupted them (signal(7), "Interruption of system calls").
+bool Restartable(uint64_t nr) {
+  switch (nr) {
+    case SYS_read: case SYS_readv: case SYS_write: case SYS_writev:
+    case SYS_pread64: case SYS_pwrite64: case SYS_preadv: case SYS_pwritev:
+    case SYS_ioctl: case SYS_wait4: case SYS_waitid: case SYS_open:
+    case SYS_openat: case SYS_flock: case SYS_fcntl: case SYS_accept:
+    case SYS_accept4: case SYS_connect: case SYS_recvfrom: case SYS_recvmsg:
+    case SYS_sendto: case SYS_sendmsg: case SYS_futex:
+      return true;
+    default:
+      return false;
+  }
+}
+
+}  // namespace
+
 void Task::HandleSyscall() {
   platform::Regs& r = cpu_.regs;
   SyscallArgs args{r.orig_rax, {r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9}};
   int64_t ret = kernel_->syscalls().Invoke(*this, args);
   if (ret != kNoReturnValue) r.rax = static_cast<uint64_t>(ret);
+  // An interrupted restartable call is re-run if the handler that
+  // interrupted it has SA_RESTART (decided at delivery).
+  restart_pending_ = ret == -EINTR && Restartable(args.nr) &&
+                     (pending_.load() & ~mask_.load()) != 0;
+}
+
+int Task::TakePendingSignal(SigSet set) {
+  absl::MutexLock l(&mu_);
+  SigSet hit = pending_.load() & set;
+  if (hit == 0) return 0;
+  int signo = __builtin_ctzll(hit) + 1;
+  pending_.fetch_and(~SigBit(signo));
+  pending_info_[signo - 1] = PendingInfo{};
+  return signo;
 }
 
 void Task::DeliverPendingSignals() {
   for (;;) {
     SigSet deliverable = pending_.load() & ~mask_.load();
-    if (deliverable == 0) return;
+    if (deliverable == 0) {
+      RestoreTemporaryMask();
+      return;
+    }
     int signo = __builtin_ctzll(deliverable) + 1;
     PendingInfo info;
     {
@@ -281,6 +319,14 @@ void Task::DeliverPendingSignals() {
       continue;
     }
     if (act.handler == kSigIgn) continue;
+    if (restart_pending_) {
+      restart_pending_ = false;
+      if (act.flags & SA_RESTART) {
+        // Back to the syscall instruction, with its number in rax.
+        cpu_.regs.rip -= 2;
+        cpu_.regs.rax = cpu_.regs.orig_rax;
+      }
+    }
     if (!DeliverToHandler(signo, info.code, 0, info.sender, act)) {
       tg_->Exit(ExitStatus{0, SIGSEGV, true});
       return;
@@ -322,6 +368,7 @@ void Task::ApplyDefaultAction(int signo) {
 }
 
 void Task::Cleanup() {
+  VforkDone();
   // CLONE_CHILD_CLEARTID: what pthread_join waits on.
   if (clear_child_tid_ != 0 && !tg_->exiting()) {
     uint32_t zero = 0;
@@ -350,11 +397,18 @@ Kernel::Kernel(std::unique_ptr<mm::MemoryFile> mf,
       opts_(std::move(opts)) {}
 
 Kernel::~Kernel() {
-  absl::MutexLock l(&mu_);
-  for (auto& t : exited_) t->Join();
+  std::vector<std::shared_ptr<Task>> done;
+  {
+    absl::MutexLock l(&mu_);
+    done.swap(exited_);
+  }
+  for (auto& t : done) t->Join();
 }
 
 pid_t Kernel::AllocTid() {
+  // Ids in use: live tasks, and thread groups (zombies keep theirs until
+  // reaped; a process group or session id stays in use while it has
+  // members, which are live groups).
   while (tasks_.count(next_tid_) != 0 || groups_.count(next_tid_) != 0) {
     next_tid_ = next_tid_ >= kMaxPid ? 1 : next_tid_ + 1;
   }
@@ -373,7 +427,9 @@ absl::StatusOr<Task*> Kernel::CreateInit(std::shared_ptr<mm::MM> mm,
   pid_t tid = AllocTid();
   auto tg = std::make_shared<ThreadGroup>(this, tid, std::move(mm),
                                           std::move(fds), std::move(fs));
-  auto task = std::make_unique<Task>(this, tid, tg, std::move(*ctx));
+  tg->pgid = tid;
+  tg->sid = tid;
+  auto task = std::make_shared<Task>(this, tid, tg, std::move(*ctx));
   task->cpu_ = cpu;
   Task* t = task.get();
   tg->AddTask(t);
@@ -393,7 +449,7 @@ absl::StatusOr<Task*> Kernel::CreateThread(Task& parent,
   }
   pid_t tid = AllocTid();
   auto task =
-      std::make_unique<Task>(this, tid, parent.group_ptr(), std::move(*ctx));
+      std::make_shared<Task>(this, tid, parent.group_ptr(), std::move(*ctx));
   task->cpu_ = cpu;
   // A new thread inherits the signal mask; its alternate stack is cleared
   // (clone with CLONE_VM).
@@ -408,32 +464,40 @@ absl::StatusOr<Task*> Kernel::CreateThread(Task& parent,
 ExitStatus Kernel::RunUntilInitExits(Task* init) {
   std::shared_ptr<ThreadGroup> tg = init->group_ptr();
   init->Start();
+  std::vector<std::shared_ptr<Task>> done;
   {
     absl::MutexLock l(&mu_);
     mu_.Await(absl::Condition(
         +[](int* live) { return *live == 0; }, &live_tasks_));
-    for (auto& t : exited_) t->Join();
-    exited_.clear();
+    done.swap(exited_);
   }
+  for (auto& t : done) t->Join();
   return tg->exit_status();
 }
 
 void Kernel::TaskExited(Task* t) {
-  absl::MutexLock l(&mu_);
-  auto it = tasks_.find(t->tid());
-  if (it == tasks_.end()) return;
-  std::unique_ptr<Task> owned = std::move(it->second);
-  tasks_.erase(it);
-  pid_t tgid = owned->group().tgid();
-  if (owned->group().Tasks().empty()) groups_.erase(tgid);
-  exited_.push_back(std::move(owned));
-  live_tasks_--;
+  std::vector<std::shared_ptr<Task>> joinable;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = tasks_.find(t->tid());
+    if (it == tasks_.end()) return;
+    std::shared_ptr<Task> owned = std::move(it->second);
+    tasks_.erase(it);
+    std::shared_ptr<ThreadGroup> g = owned->group_ptr();
+    if (g->Tasks().empty()) GroupExitedLocked(g);
+    // Tasks that exited before this one have left their host threads (or
+    // are about to): join them here so that threads do not pile up.
+    joinable.swap(exited_);
+    exited_.push_back(std::move(owned));
+    live_tasks_--;
+  }
+  for (auto& j : joinable) j->Join();
 }
 
-Task* Kernel::FindTask(pid_t tid) {
+std::shared_ptr<Task> Kernel::FindTask(pid_t tid) {
   absl::MutexLock l(&mu_);
   auto it = tasks_.find(tid);
-  return it == tasks_.end() ? nullptr : it->second.get();
+  return it == tasks_.end() ? nullptr : it->second;
 }
 
 std::shared_ptr<ThreadGroup> Kernel::FindGroup(pid_t tgid) {

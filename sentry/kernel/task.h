@@ -84,7 +84,33 @@ class ThreadGroup {
   mm::MM& mm() { return *mm_; }
   const std::shared_ptr<mm::MM>& mm_ptr() const { return mm_; }
   fs::FdTable& fds() { return *fds_; }
+  const std::shared_ptr<fs::FdTable>& fds_ptr() const { return fds_; }
   fs::FsContext& fs() { return *fs_; }
+  const std::shared_ptr<fs::FsContext>& fs_ptr() const { return fs_; }
+  // execve: the new image. Preconditions: the caller is the group's only
+  // task.
+  void set_mm(std::shared_ptr<mm::MM> mm) { mm_ = std::move(mm); }
+  void set_fds(std::shared_ptr<fs::FdTable> fds) { fds_ = std::move(fds); }
+
+  // The process tree; guarded by Kernel::mu_ (the tasklist lock).
+  ThreadGroup* parent = nullptr;  // null for init
+  std::vector<std::shared_ptr<ThreadGroup>> children;
+  pid_t pgid = 0;
+  pid_t sid = 0;
+  bool zombie = false;       // exited, not yet reaped
+  bool reaped = false;
+  int exit_signal = 17;      // SIGCHLD: what the parent gets at exit
+  bool did_exec = false;     // setpgid by the parent fails after exec
+  std::string comm;          // the program's name (16 bytes, as Linux)
+  // Parents wait here for children's state changes (wait4, waitid).
+  fs::WaitQueue child_events;
+
+  // Releases what a zombie no longer needs (address space, files).
+  void ReleaseResources();
+  // Copies dispositions and limits from `parent` (fork).
+  void InheritFrom(ThreadGroup& parent);
+  // execve: handlers go back to SIG_DFL, ignored signals stay ignored.
+  void ResetHandlersForExec();
 
   // Signal dispositions (shared by the group's tasks: CLONE_SIGHAND).
   SigAction GetAction(int signo);
@@ -159,6 +185,11 @@ class Task : public fs::Blocker {
 
   // Ends this thread at the next return to the task loop.
   void ExitThread(int code);
+  // execve by another thread of the group: this one must go.
+  void KillForExec() {
+    killed_.store(true);
+    Poke();
+  }
 
   // Signal state of this thread.
   SigSet signal_mask() const { return mask_.load(std::memory_order_acquire); }
@@ -166,6 +197,21 @@ class Task : public fs::Blocker {
     mask_.store(m & ~kUnblockable, std::memory_order_release);
   }
   SignalStack& signal_stack() { return altstack_; }
+  // rt_sigsuspend, ppoll, pselect, epoll_pwait: run with `temporary` as
+  // the mask until a signal is delivered; the frame then saves `saved`, so
+  // the handler's return restores it (Linux's set_restore_sigmask).
+  void SetTemporaryMask(SigSet temporary, SigSet saved) {
+    saved_mask_ = saved;
+    restore_mask_ = true;
+    set_signal_mask(temporary);
+  }
+  // Undoes SetTemporaryMask when no handler ran.
+  void RestoreTemporaryMask() {
+    if (restore_mask_) {
+      restore_mask_ = false;
+      set_signal_mask(saved_mask_);
+    }
+  }
 
   // rt_sigreturn: restores the state saved by DeliverToHandler from the
   // frame at the user stack. Returns kNoReturnValue, or -EFAULT... by
@@ -175,6 +221,8 @@ class Task : public fs::Blocker {
   // Signals pending for this thread (tgkill/tkill and process-directed
   // signals routed here).
   SigSet pending_signals() const { return pending_.load(); }
+  // Removes and returns the lowest pending signal in `set` (0 if none).
+  int TakePendingSignal(SigSet set);
 
   // Delivers a signal caused by this task's own execution (fault, abort):
   // runs the handler if one is installed and the signal is not blocked,
@@ -182,6 +230,18 @@ class Task : public fs::Blocker {
   void ForceSignal(int signo, int code, uint64_t addr);
   // Sends a signal to this task from kill/tgkill.
   void SendSignal(int signo, pid_t sender);
+
+  // vfork: the parent sleeps until the child execs or exits.
+  // Called by the child (this task) when it execs or exits.
+  void VforkDone();
+  // Called by the parent: sleeps (only an exit of the parent's group ends
+  // it early) until this child calls VforkDone.
+  void WaitVforkDone(Task& parent);
+  void set_vforked(bool v) { vforked_ = v; }
+
+  // execve: replaces the thread's image. Preconditions: the caller is the
+  // group's only thread.
+  void ExecImage(const platform::CpuState& cpu) { cpu_ = cpu; altstack_ = SignalStack{}; }
 
   void set_clear_child_tid(uint64_t addr) { clear_child_tid_ = addr; }
   void set_robust_list(uint64_t head, uint64_t len) {
@@ -216,6 +276,14 @@ class Task : public fs::Blocker {
   uint64_t clear_child_tid_ = 0;
   uint64_t robust_list_ = 0, robust_len_ = 0;
   bool exit_thread_ = false;
+  std::atomic<bool> killed_{false};
+  // The last syscall was interrupted and may be restarted (SA_RESTART).
+  bool restart_pending_ = false;
+  bool restore_mask_ = false;
+  SigSet saved_mask_ = 0;
+  bool vforked_ = false;
+  absl::Mutex vfork_mu_;
+  bool vfork_done_ ABSL_GUARDED_BY(vfork_mu_) = false;
   int exit_code_ = 0;
 
   struct PendingInfo {
@@ -270,10 +338,42 @@ class Kernel {
   // Creates a thread in `parent`'s group (clone with CLONE_THREAD).
   absl::StatusOr<Task*> CreateThread(Task& parent,
                                      const platform::CpuState& cpu);
+  // Creates a process: a child of `parent`'s group running `cpu` in `mm`
+  // (a fork's copy, or the parent's own with CLONE_VM), with `fds` and
+  // `fs` (copies or shared, per the clone flags). Not yet started.
+  absl::StatusOr<Task*> CreateProcess(Task& parent, std::shared_ptr<mm::MM> mm,
+                                      std::shared_ptr<fs::FdTable> fds,
+                                      std::shared_ptr<fs::FsContext> fs,
+                                      int exit_signal,
+                                      const platform::CpuState& cpu);
+
+  // wait4/waitid. Selects children by pid (>0), process group (pgid > 0
+  // with by_pgid), or any (pid == -1). options: WNOHANG, WNOWAIT,
+  // WEXITED (implied by wait4). Returns the child's pid and fills
+  // *status; 0 with WNOHANG when none has exited; -ECHILD when there is no
+  // such child; -EINTR when interrupted.
+  struct WaitResult {
+    pid_t pid = 0;
+    ExitStatus status;
+  };
+  int64_t WaitChild(Task& t, pid_t pid, bool by_pgid, int options,
+                    WaitResult* out);
+
+  // Process groups and sessions.
+  int64_t SetPgid(Task& t, pid_t pid, pid_t pgid);
+  int64_t GetPgid(Task& t, pid_t pid);
+  int64_t GetSid(Task& t, pid_t pid);
+  int64_t SetSid(Task& t);
+  pid_t ParentOf(ThreadGroup& g);
+  // Sends `signo` to every process of group `pgid` (-ESRCH if none);
+  // pgid -1: every process but init and the sender.
+  int64_t SignalProcessGroup(Task& sender, pid_t pgid, int signo);
+  // Sends a process-directed signal to `g`.
+  void SignalGroup(ThreadGroup& g, int signo, pid_t sender);
   // Starts init and waits until every task of the sandbox has exited.
   ExitStatus RunUntilInitExits(Task* init);
 
-  Task* FindTask(pid_t tid);
+  std::shared_ptr<Task> FindTask(pid_t tid);
   std::shared_ptr<ThreadGroup> FindGroup(pid_t tgid);
 
   // A task's host thread calls this as its last act.
@@ -285,6 +385,12 @@ class Kernel {
 
  private:
   pid_t AllocTid() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The last task of `g` is gone: make it a zombie (or reap it), reparent
+  // its children, tell its parent.
+  void GroupExitedLocked(const std::shared_ptr<ThreadGroup>& g)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ReapLocked(const std::shared_ptr<ThreadGroup>& g)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::unique_ptr<mm::MemoryFile> mf_;
   std::unique_ptr<platform::Platform> platform_;
@@ -295,9 +401,9 @@ class Kernel {
 
   absl::Mutex mu_;
   pid_t next_tid_ ABSL_GUARDED_BY(mu_) = 1;
-  std::map<pid_t, std::unique_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
+  std::map<pid_t, std::shared_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
   std::map<pid_t, std::shared_ptr<ThreadGroup>> groups_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::unique_ptr<Task>> exited_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::shared_ptr<Task>> exited_ ABSL_GUARDED_BY(mu_);
   int live_tasks_ ABSL_GUARDED_BY(mu_) = 0;
 
   absl::Mutex unimpl_mu_;

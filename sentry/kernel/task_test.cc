@@ -446,7 +446,7 @@ TEST_F(TaskTest, ThreadsGetNewTidsInTheSameGroup) {
   ASSERT_TRUE(t2.ok()) << t2.status();
   EXPECT_EQ((*t2)->tid(), 2);
   EXPECT_EQ(&(*t2)->group(), &init->group());
-  EXPECT_EQ(kernel_->FindTask(2), *t2);
+  EXPECT_EQ(kernel_->FindTask(2).get(), *t2);
   EXPECT_EQ(kernel_->FindGroup(1).get(), &init->group());
   EXPECT_EQ(kernel_->FindGroup(2), nullptr);
   EXPECT_EQ(init->group().Tasks().size(), 2u);

@@ -225,7 +225,18 @@ absl::StatusOr<LoadedImage> LoadProgram(mm::Mappable& file, mm::MM& mm,
 absl::StatusOr<platform::CpuState> SetupStack(mm::MM& mm,
                                               const LoadedImage& image,
                                               const StackSpec& spec) {
-  constexpr uint64_t kInitialStack = 128 * 1024;
+  // Room for the strings and vectors, and 128 KiB for the program; the
+  // stack grows down from there (MAP_GROWSDOWN).
+  uint64_t strings = 0;
+  for (const auto& a : spec.argv) strings += a.size() + 1;
+  for (const auto& e : spec.envp) strings += e.size() + 1;
+  if (strings > kMaxArgBytes) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("argument list too long (E2BIG): ", strings, " bytes"));
+  }
+  const uint64_t kInitialStack =
+      PageUp(strings + (spec.argv.size() + spec.envp.size()) * 8 + 4096) +
+      128 * 1024;
   const uint64_t top = mm.max_addr() - kPage;
   int64_t r = mm.Mmap(top - kInitialStack, kInitialStack,
                       PROT_READ | PROT_WRITE,
@@ -246,13 +257,6 @@ absl::StatusOr<platform::CpuState> SetupStack(mm::MM& mm,
   auto push_string = [&](const std::string& s) {
     return push_bytes(s.c_str(), s.size() + 1);
   };
-  uint64_t total = 0;
-  for (const auto& a : spec.argv) total += a.size() + 1;
-  for (const auto& e : spec.envp) total += e.size() + 1;
-  if (total > kInitialStack / 2) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("argument list too long (E2BIG): ", total, " bytes"));
-  }
   ASSIGN_OR_RETURN(uint64_t execfn, push_string(spec.execfn));
   ASSIGN_OR_RETURN(uint64_t platform_str, push_string("x86_64"));
   ASSIGN_OR_RETURN(uint64_t random, push_bytes(spec.random, 16));

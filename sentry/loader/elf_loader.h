@@ -46,6 +46,9 @@ using InterpOpener =
 absl::StatusOr<LoadedImage> LoadProgram(mm::Mappable& file, mm::MM& mm,
                                         const InterpOpener& open_interp);
 
+// Linux's limit on argv + envp: a quarter of the default 8 MiB stack.
+inline constexpr uint64_t kMaxArgBytes = 2 * 1024 * 1024;
+
 struct StackSpec {
   std::vector<std::string> argv;
   std::vector<std::string> envp;

@@ -571,7 +571,7 @@ TEST_F(SetupStackTest, HugeArgumentsAreE2big) {
   StackSpec spec;
   spec.execfn = "x";
   std::memset(spec.random, 0, 16);
-  spec.argv.assign(64, std::string(4096, 'a'));
+  spec.argv.assign(600, std::string(4096, 'a'));  // > kMaxArgBytes (2 MiB)
   auto cpu = SetupStack(*mm_, li, spec);
   ASSERT_FALSE(cpu.ok());
   EXPECT_EQ(cpu.status().code(), absl::StatusCode::kResourceExhausted);

@@ -87,6 +87,44 @@ MM::~MM() {
   vmas_.clear();  // drops references to shared objects
 }
 
+absl::StatusOr<std::unique_ptr<MM>> MM::Fork(
+    std::unique_ptr<platform::AddressSpace> as) {
+  auto child = std::make_unique<MM>(mf_, std::move(as), min_addr_, max_addr_);
+  absl::ReaderMutexLock l(&mu_);
+  absl::MutexLock cl(&child->mu_);
+  child->brk_start_ = brk_start_;
+  child->brk_ = brk_;
+  for (const auto& [start, vma] : vmas_) {
+    if (vma.dontfork) continue;
+    child->vmas_.emplace(start, vma);
+    if (vma.wipeonfork && vma.is_private && !vma.shared_anon && !vma.mappable) {
+      continue;  // the child sees fresh zero pages
+    }
+    // PMAs inside this VMA: shared pages are shared; private pages are
+    // copied now. (Copy-on-write sharing of private pages is the next
+    // step; a copy has the same semantics, at fork-time cost.)
+    auto pit = pmas_.upper_bound(start);
+    if (pit != pmas_.begin() && std::prev(pit)->second.end > start) --pit;
+    for (; pit != pmas_.end() && pit->first < vma.end; ++pit) {
+      uintptr_t s = std::max(start, pit->first);
+      uintptr_t e = std::min(vma.end, pit->second.end);
+      uint64_t src = pit->second.file_offset + (s - pit->first);
+      if (!pit->second.owned) {
+        child->pmas_.emplace(s, Pma{e, src, /*owned=*/false});
+        continue;
+      }
+      auto off = mf_->Allocate(e - s);
+      if (!off.ok()) {
+        return absl::ResourceExhaustedError(
+            "fork: the memory file is full copying the parent's memory");
+      }
+      std::memcpy(mf_->Internal(*off), mf_->Internal(src), e - s);
+      child->pmas_.emplace(s, Pma{e, *off, /*owned=*/true});
+    }
+  }
+  return child;
+}
+
 bool MM::Allows(const platform::Prot& prot, Access access) {
   switch (access) {
     case Access::kRead:

@@ -26,6 +26,7 @@
 #include <string>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "platforms/platform.h"
 #include "sentry/mm/memory_file.h"
@@ -112,6 +113,12 @@ class MM {
   MM& operator=(const MM&) = delete;
 
   platform::AddressSpace& address_space() { return *as_; }
+
+  // fork(2): a new MM in `as` with the same mappings; shared memory stays
+  // shared, private memory is copied (MADV_DONTFORK areas are left out,
+  // MADV_WIPEONFORK ones start zeroed).
+  absl::StatusOr<std::unique_ptr<MM>> Fork(
+      std::unique_ptr<platform::AddressSpace> as);
   MemoryFile* memory_file() const { return mf_; }
   uintptr_t min_addr() const { return min_addr_; }
   uintptr_t max_addr() const { return max_addr_; }

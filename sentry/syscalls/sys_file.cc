@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "sentry/syscalls/lock_syscalls.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -226,6 +227,9 @@ int64_t SysFcntl(Task& t, const SyscallArgs& a) {
       return f->StatusFlags();
     case F_SETFL:
       return f->SetStatusFlags(static_cast<int>(a.a[2]));
+    case F_GETLK: case F_SETLK: case F_SETLKW:
+    case F_OFD_GETLK: case F_OFD_SETLK: case F_OFD_SETLKW:
+      return FcntlLock(t, *f, static_cast<int>(a.a[1]), a.a[2]);
     default:
       t.kernel().CountUnimplemented(SYS_fcntl);
       return -EINVAL;

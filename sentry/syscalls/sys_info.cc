@@ -20,8 +20,6 @@ namespace {
 
 int64_t SysGetpid(Task& t, const SyscallArgs&) { return t.group().tgid(); }
 int64_t SysGettid(Task& t, const SyscallArgs&) { return t.tid(); }
-// The sandbox is its own pid namespace: its init has no parent in it.
-int64_t SysGetppid(Task& t, const SyscallArgs&) { return 0; }
 
 // Credentials: the sandbox runs as root of its own user namespace.
 int64_t SysZeroId(Task&, const SyscallArgs&) { return 0; }
@@ -70,7 +68,7 @@ int64_t Prlimit(Task& t, pid_t pid, uint64_t resource, uint64_t new_addr,
   if (resource >= RLIM_NLIMITS) return -EINVAL;
   std::shared_ptr<kernel::ThreadGroup> g = t.group_ptr();
   if (pid != 0 && pid != t.group().tgid()) {
-    kernel::Task* other = t.kernel().FindTask(pid);
+    std::shared_ptr<kernel::Task> other = t.kernel().FindTask(pid);
     if (other == nullptr) return -ESRCH;
     g = other->group_ptr();
   }
@@ -300,7 +298,6 @@ int64_t SysArchPrctl(Task& t, const SyscallArgs& a) {
 void RegisterInfo(Entry* table) {
   table[SYS_getpid] = {SysGetpid, "getpid"};
   table[SYS_gettid] = {SysGettid, "gettid"};
-  table[SYS_getppid] = {SysGetppid, "getppid"};
   table[SYS_getuid] = {SysZeroId, "getuid"};
   table[SYS_geteuid] = {SysZeroId, "geteuid"};
   table[SYS_getgid] = {SysZeroId, "getgid"};

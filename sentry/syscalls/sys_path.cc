@@ -15,12 +15,11 @@
 #include <vector>
 
 #include "sentry/fs/vfs.h"
+#include "sentry/syscalls/paths.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
-namespace {
 
-using fs::Inode;
 using fs::Location;
 
 int64_t ReadPath(Task& t, uint64_t addr, std::string* path) {
@@ -78,6 +77,11 @@ int64_t ResolveParentAt(Task& t, int64_t dirfd, const std::string& path,
   return t.kernel().vfs().ResolveParent(t.group().fs(), start, path, parent,
                                         name, trailing);
 }
+
+namespace {
+
+using fs::Inode;
+using fs::Location;
 
 bool ReadOnly(const Location& l) {
   return l.mount->read_only || l.inode().ReadOnly();

@@ -3,6 +3,8 @@
 #include <signal.h>
 #include <sys/syscall.h>
 
+#include "absl/time/clock.h"
+
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -98,6 +100,65 @@ int64_t SysSigaltstack(Task& t, const SyscallArgs& a) {
 
 int64_t SysRtSigreturn(Task& t, const SyscallArgs& a) { return t.SigReturn(); }
 
+// rt_sigsuspend: waits with a temporary mask until a signal is delivered;
+// always -EINTR. The old mask comes back when the handler returns.
+int64_t SysRtSigsuspend(Task& t, const SyscallArgs& a) {
+  if (a.a[1] != sizeof(SigSet)) return -EINVAL;
+  SigSet set;
+  if (t.mm().CopyIn(a.a[0], &set, sizeof(set)) != sizeof(set)) return -EFAULT;
+  t.SetTemporaryMask(set, t.signal_mask());
+  while (t.Block(absl::InfiniteFuture()) != Task::WakeReason::kInterrupted) {
+  }
+  return -EINTR;
+}
+
+int64_t SysPause(Task& t, const SyscallArgs& a) {
+  while (t.Block(absl::InfiniteFuture()) != Task::WakeReason::kInterrupted) {
+  }
+  return -EINTR;
+}
+
+// rt_sigtimedwait: takes a pending signal of `set` without running its
+// handler, waiting up to the timeout.
+int64_t SysRtSigtimedwait(Task& t, const SyscallArgs& a) {
+  if (a.a[3] != sizeof(SigSet)) return -EINVAL;
+  SigSet set;
+  if (t.mm().CopyIn(a.a[0], &set, sizeof(set)) != sizeof(set)) return -EFAULT;
+  set &= ~kernel::kUnblockable;
+  absl::Time deadline = absl::InfiniteFuture();
+  if (a.a[2] != 0) {
+    struct timespec ts;
+    if (t.mm().CopyIn(a.a[2], &ts, sizeof(ts)) != sizeof(ts)) return -EFAULT;
+    if (ts.tv_sec < 0 || ts.tv_nsec < 0 || ts.tv_nsec >= 1000000000) {
+      return -EINVAL;
+    }
+    deadline = absl::Now() + absl::DurationFromTimespec(ts);
+  }
+  // While waiting, the signals of `set` are unblocked for wakeups but
+  // taken here instead of being delivered: block them, and watch pending.
+  SigSet old = t.signal_mask();
+  for (;;) {
+    int signo = t.TakePendingSignal(set);
+    if (signo > 0) {
+      if (a.a[1] != 0) {
+        siginfo_t si = {};
+        si.si_signo = signo;
+        si.si_code = SI_USER;
+        if (t.mm().CopyOut(a.a[1], &si, sizeof(si)) != sizeof(si)) return -EFAULT;
+      }
+      return signo;
+    }
+    t.set_signal_mask(old & ~set);
+    Task::WakeReason why = t.Block(deadline);
+    t.set_signal_mask(old);
+    if (why == Task::WakeReason::kTimeout) return -EAGAIN;
+    if (why == Task::WakeReason::kInterrupted &&
+        (t.pending_signals() & set) == 0) {
+      return -EINTR;
+    }
+  }
+}
+
 // Sends `signo` to the thread `target` (0: existence check only).
 int64_t SendTo(Task& t, kernel::Task* target, uint64_t signo) {
   if (signo > kernel::kNumSignals) return -EINVAL;
@@ -110,48 +171,38 @@ int64_t SysTgkill(Task& t, const SyscallArgs& a) {
   pid_t tgid = static_cast<pid_t>(a.a[0]), tid = static_cast<pid_t>(a.a[1]);
   if (tgid <= 0 || tid <= 0) return -EINVAL;
   if (a.a[2] > kernel::kNumSignals) return -EINVAL;
-  kernel::Task* target = t.kernel().FindTask(tid);
+  std::shared_ptr<kernel::Task> target = t.kernel().FindTask(tid);
   if (target == nullptr || target->group().tgid() != tgid) return -ESRCH;
-  return SendTo(t, target, a.a[2]);
+  return SendTo(t, target.get(), a.a[2]);
 }
 
 int64_t SysTkill(Task& t, const SyscallArgs& a) {
   pid_t tid = static_cast<pid_t>(a.a[0]);
   if (tid <= 0) return -EINVAL;
   if (a.a[1] > kernel::kNumSignals) return -EINVAL;
-  return SendTo(t, t.kernel().FindTask(tid), a.a[1]);
+  return SendTo(t, t.kernel().FindTask(tid).get(), a.a[1]);
 }
 
-// kill(pid, sig). A process-directed signal goes to a thread that does not
-// block it, else to the first thread. Until the process model brings
-// process groups and sessions, every process is in process group 1 (init's).
+// kill(pid, sig): pid > 0 one process, 0 the caller's process group,
+// -1 every process but init and the caller, < -1 the process group -pid.
 int64_t SysKill(Task& t, const SyscallArgs& a) {
   pid_t pid = static_cast<pid_t>(a.a[0]);
   uint64_t signo = a.a[1];
   if (signo > kernel::kNumSignals) return -EINVAL;
-  if (pid == -1) {
-    // Every process but init and the caller (kill_something_info); in a
-    // sandbox of one process that is nobody.
-    return -ESRCH;
+  if (pid == INT32_MIN) return -ESRCH;
+  if (pid == 0) {
+    return t.kernel().SignalProcessGroup(
+        t, static_cast<pid_t>(t.kernel().GetPgid(t, 0)), static_cast<int>(signo));
   }
-  if (pid == 0) pid = t.group().tgid();  // the caller's process group
-  if (pid < -1) {
-    if (-pid != 1) return -ESRCH;  // the only process group
-    pid = 1;
+  if (pid < 0) {
+    return t.kernel().SignalProcessGroup(t, pid == -1 ? -1 : -pid,
+                                         static_cast<int>(signo));
   }
   auto group = t.kernel().FindGroup(pid);
-  if (group == nullptr) return -ESRCH;
-  std::vector<kernel::Task*> tasks = group->Tasks();
-  if (tasks.empty()) return -ESRCH;
-  if (signo == 0) return 0;
-  kernel::Task* target = tasks.front();
-  for (kernel::Task* c : tasks) {
-    if ((c->signal_mask() & SigBit(static_cast<int>(signo))) == 0) {
-      target = c;
-      break;
-    }
-  }
-  return SendTo(t, target, signo);
+  if (group == nullptr || group->reaped) return -ESRCH;
+  if (signo == 0 || group->Tasks().empty()) return 0;  // a zombie: no effect
+  t.kernel().SignalGroup(*group, static_cast<int>(signo), t.group().tgid());
+  return 0;
 }
 
 }  // namespace
@@ -162,6 +213,9 @@ void RegisterSignal(Entry* table) {
   table[SYS_rt_sigpending] = {SysRtSigpending, "rt_sigpending"};
   table[SYS_sigaltstack] = {SysSigaltstack, "sigaltstack"};
   table[SYS_rt_sigreturn] = {SysRtSigreturn, "rt_sigreturn"};
+  table[SYS_rt_sigsuspend] = {SysRtSigsuspend, "rt_sigsuspend"};
+  table[SYS_pause] = {SysPause, "pause"};
+  table[SYS_rt_sigtimedwait] = {SysRtSigtimedwait, "rt_sigtimedwait"};
   table[SYS_tgkill] = {SysTgkill, "tgkill"};
   table[SYS_tkill] = {SysTkill, "tkill"};
   table[SYS_kill] = {SysKill, "kill"};

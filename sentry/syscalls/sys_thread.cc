@@ -5,6 +5,7 @@
 #include <sys/syscall.h>
 
 #include "absl/time/clock.h"
+#include "sentry/syscalls/process.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -19,12 +20,10 @@ int64_t SysClone(Task& t, const SyscallArgs& a) {
       CLONE_VM | CLONE_FS | CLONE_FILES | CLONE_SIGHAND | CLONE_THREAD;
   if ((flags & CLONE_THREAD) && !(flags & CLONE_SIGHAND)) return -EINVAL;
   if ((flags & CLONE_SIGHAND) && !(flags & CLONE_VM)) return -EINVAL;
-  if ((flags & kThreadFlags) != kThreadFlags) {
-    // New processes (fork, vfork, clone without CLONE_THREAD) come with
-    // the process model of the next slice.
-    t.kernel().CountUnimplemented(SYS_clone);
-    return -ENOSYS;
+  if (!(flags & CLONE_THREAD)) {
+    return CloneProcess(t, flags, a.a[1], a.a[2], a.a[3], a.a[4]);
   }
+  if ((flags & kThreadFlags) != kThreadFlags) return -EINVAL;
   constexpr uint64_t kSupported =
       kThreadFlags | CLONE_SYSVSEM | CLONE_SETTLS | CLONE_PARENT_SETTID |
       CLONE_CHILD_CLEARTID | CLONE_CHILD_SETTID | CLONE_DETACHED | 0xff;
@@ -74,10 +73,12 @@ int64_t SysSetRobustList(Task& t, const SyscallArgs& a) {
 }
 
 int64_t SysGetRobustList(Task& t, const SyscallArgs& a) {
+  std::shared_ptr<Task> other;
   Task* target = &t;
   if (a.a[0] != 0) {
-    target = t.kernel().FindTask(static_cast<pid_t>(a.a[0]));
-    if (target == nullptr) return -ESRCH;
+    other = t.kernel().FindTask(static_cast<pid_t>(a.a[0]));
+    if (other == nullptr) return -ESRCH;
+    target = other.get();
   }
   uint64_t head = target->robust_list(), len = 24;
   if (t.mm().CopyOut(a.a[1], &head, 8) != 8) return -EFAULT;

@@ -27,14 +27,19 @@ class Table : public kernel::SyscallTable {
   Table();
   int64_t Invoke(Task& t, const SyscallArgs& args) override;
   const Entry& entry(uint64_t nr) const { return table_[nr]; }
+  // Prints every syscall with its result to stderr (sentry run --strace).
+  void set_trace(bool on) { trace_ = on; }
 
  private:
+  bool trace_ = false;
   Entry table_[kMaxSyscall];
 };
 
 // Registration, one function per area (sys_*.cc).
 void RegisterFile(Entry* table);
 void RegisterPath(Entry* table);
+void RegisterProcess(Entry* table);
+void RegisterLock(Entry* table);
 void RegisterMemory(Entry* table);
 void RegisterThread(Entry* table);
 void RegisterSignal(Entry* table);

@@ -1,5 +1,8 @@
 #include <errno.h>
 
+#include <cstdio>
+#include <string>
+
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -7,6 +10,8 @@ namespace sandboxd::syscalls {
 Table::Table() {
   RegisterFile(table_);
   RegisterPath(table_);
+  RegisterProcess(table_);
+  RegisterLock(table_);
   RegisterMemory(table_);
   RegisterThread(table_);
   RegisterSignal(table_);
@@ -14,11 +19,23 @@ Table::Table() {
 }
 
 int64_t Table::Invoke(Task& t, const SyscallArgs& args) {
+  int64_t r;
   if (args.nr < kMaxSyscall && table_[args.nr].fn != nullptr) {
-    return table_[args.nr].fn(t, args);
+    r = table_[args.nr].fn(t, args);
+  } else {
+    t.kernel().CountUnimplemented(args.nr);
+    r = -ENOSYS;
   }
-  t.kernel().CountUnimplemented(args.nr);
-  return -ENOSYS;
+  if (trace_) {
+    const char* name = args.nr < kMaxSyscall ? table_[args.nr].name : nullptr;
+    fprintf(stderr, "[%d] %s(%#lx, %#lx, %#lx, %#lx) = %ld\n", t.tid(),
+            name != nullptr ? name : std::to_string(args.nr).c_str(),
+            static_cast<unsigned long>(args.a[0]),
+            static_cast<unsigned long>(args.a[1]),
+            static_cast<unsigned long>(args.a[2]),
+            static_cast<unsigned long>(args.a[3]), static_cast<long>(r));
+  }
+  return r;
 }
 
 }  // namespace sandboxd::syscalls

@@ -1,0 +1,301 @@
+// Processes: the tree of thread groups, fork/vfork, exit and wait,
+// process groups and sessions. The tree is guarded by Kernel::mu_, Linux's
+// tasklist_lock.
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include "absl/time/clock.h"
+#include "sentry/kernel/task.h"
+
+namespace sandboxd::kernel {
+
+// ---------------------------------------------------------------------------
+// ThreadGroup
+
+void ThreadGroup::ReleaseResources() {
+  // The address space (its stub process) and the open files go with the
+  // last task; a zombie keeps only its exit status and ids.
+  mm_.reset();
+  fds_.reset();
+}
+
+void ThreadGroup::InheritFrom(ThreadGroup& parent) {
+  std::array<SigAction, kNumSignals> actions;
+  std::array<rlimit, RLIM_NLIMITS> limits;
+  {
+    absl::MutexLock l(&parent.mu_);
+    actions = parent.actions_;
+    limits = parent.limits_;
+  }
+  absl::MutexLock l(&mu_);
+  actions_ = actions;
+  limits_ = limits;
+}
+
+void ThreadGroup::ResetHandlersForExec() {
+  absl::MutexLock l(&mu_);
+  for (SigAction& a : actions_) {
+    if (a.handler != kSigIgn) a = SigAction{};
+  }
+}
+
+// ---------------------------------------------------------------------------
+// vfork
+
+void Task::VforkDone() {
+  if (!vforked_) return;
+  vforked_ = false;
+  absl::MutexLock l(&vfork_mu_);
+  vfork_done_ = true;
+}
+
+void Task::WaitVforkDone(Task& parent) {
+  absl::MutexLock l(&vfork_mu_);
+  // Like Linux's killable wait: signals do not end it, the parent's exit
+  // does (checked a few times a second).
+  while (!vfork_done_ && !parent.group().exiting()) {
+    vfork_mu_.AwaitWithTimeout(absl::Condition(&vfork_done_),
+                               absl::Milliseconds(200));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Kernel: the process tree
+
+void Kernel::SignalGroup(ThreadGroup& g, int signo, pid_t sender) {
+  std::vector<Task*> tasks = g.Tasks();
+  if (tasks.empty()) return;
+  Task* target = tasks.front();
+  for (Task* c : tasks) {
+    if ((c->signal_mask() & SigBit(signo)) == 0) {
+      target = c;
+      break;
+    }
+  }
+  target->SendSignal(signo, sender);
+}
+
+void Kernel::ReapLocked(const std::shared_ptr<ThreadGroup>& g) {
+  if (g->reaped) return;
+  g->reaped = true;
+  if (g->parent != nullptr) {
+    auto& siblings = g->parent->children;
+    for (auto it = siblings.begin(); it != siblings.end(); ++it) {
+      if (it->get() == g.get()) {
+        siblings.erase(it);
+        break;
+      }
+    }
+  }
+  auto it = groups_.find(g->tgid());
+  if (it != groups_.end() && it->second == g) groups_.erase(it);
+}
+
+void Kernel::GroupExitedLocked(const std::shared_ptr<ThreadGroup>& g) {
+  if (g->zombie) return;
+  g->zombie = true;
+  const bool is_init = g->tgid() == 1;
+
+  // Children go to init (the sandbox's pid 1); when init itself exits,
+  // every other process of the pid namespace is killed, as on Linux.
+  std::shared_ptr<ThreadGroup> init;
+  auto iit = groups_.find(1);
+  if (iit != groups_.end() && !iit->second->zombie) init = iit->second;
+  std::vector<std::shared_ptr<ThreadGroup>> orphans;
+  orphans.swap(g->children);
+  for (auto& c : orphans) {
+    if (init != nullptr) {
+      c->parent = init.get();
+      init->children.push_back(c);
+      if (c->zombie) {
+        SignalGroup(*init, SIGCHLD, c->tgid());
+        init->child_events.Notify(POLLIN);
+      }
+    } else {
+      c->parent = nullptr;
+      if (c->zombie) {
+        ReapLocked(c);
+      } else {
+        SignalGroup(*c, SIGKILL, 0);
+      }
+    }
+  }
+  if (is_init) {
+    for (auto& [pid, other] : groups_) {
+      if (other != g && !other->zombie) SignalGroup(*other, SIGKILL, 0);
+    }
+  }
+  g->ReleaseResources();
+
+  ThreadGroup* p = g->parent;
+  if (p == nullptr) return;  // init: stays a zombie for RunUntilInitExits
+  SigAction a = p->GetAction(SIGCHLD);
+  bool ignored = a.handler == kSigIgn;
+  if (g->exit_signal > 0 && !(g->exit_signal == SIGCHLD && ignored)) {
+    SignalGroup(*p, g->exit_signal, g->tgid());
+  }
+  p->child_events.Notify(POLLIN);
+  // A parent that ignores SIGCHLD (or set SA_NOCLDWAIT) never sees
+  // zombies: the child is reaped at once.
+  if (g->exit_signal == SIGCHLD && (ignored || (a.flags & SA_NOCLDWAIT))) {
+    ReapLocked(g);
+  }
+}
+
+absl::StatusOr<Task*> Kernel::CreateProcess(Task& parent,
+                                            std::shared_ptr<mm::MM> mm,
+                                            std::shared_ptr<fs::FdTable> fds,
+                                            std::shared_ptr<fs::FsContext> fs,
+                                            int exit_signal,
+                                            const platform::CpuState& cpu) {
+  auto ctx = platform_->NewContext();
+  if (!ctx.ok()) return ctx.status();
+  absl::MutexLock l(&mu_);
+  ThreadGroup& pg = parent.group();
+  if (pg.exiting()) {
+    return absl::FailedPreconditionError("the parent is exiting");
+  }
+  pid_t tid = AllocTid();
+  auto g = std::make_shared<ThreadGroup>(this, tid, std::move(mm),
+                                         std::move(fds), std::move(fs));
+  g->InheritFrom(pg);
+  g->parent = &pg;
+  g->pgid = pg.pgid;
+  g->sid = pg.sid;
+  g->exit_signal = exit_signal;
+  g->comm = pg.comm;
+  pg.children.push_back(g);
+  auto task = std::make_shared<Task>(this, tid, g, std::move(*ctx));
+  task->cpu_ = cpu;
+  task->mask_.store(parent.signal_mask());
+  task->altstack_ = parent.altstack_;
+  Task* t = task.get();
+  g->AddTask(t);
+  groups_[tid] = g;
+  tasks_[tid] = std::move(task);
+  live_tasks_++;
+  return t;
+}
+
+int64_t Kernel::WaitChild(Task& t, pid_t pid, bool by_pgid, int options,
+                          WaitResult* out) {
+  ThreadGroup& me = t.group();
+  const bool all = (options & __WALL) != 0;
+  const bool clones = (options & __WCLONE) != 0;
+  // 1: found (out filled), 0: matching children, none done, -ECHILD: none.
+  auto scan = [&](bool reap, WaitResult* res)
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) -> int {
+    bool any = false;
+    for (const auto& c : me.children) {
+      bool match = pid == -1 || (by_pgid ? c->pgid == pid : c->tgid() == pid);
+      if (!match) continue;
+      // A "clone" child (exit signal other than SIGCHLD) is waited for
+      // only with __WCLONE or __WALL, and the others only without
+      // __WCLONE (or with __WALL).
+      bool is_clone = c->exit_signal != SIGCHLD;
+      if (!all && is_clone != clones) continue;
+      any = true;
+      if (!c->zombie) continue;
+      res->pid = c->tgid();
+      res->status = c->exit_status();
+      if (reap && !(options & WNOWAIT)) ReapLocked(c);
+      return 1;
+    }
+    return any ? 0 : -ECHILD;
+  };
+  for (;;) {
+    {
+      absl::MutexLock l(&mu_);
+      int r = scan(true, out);
+      if (r == 1) return out->pid;
+      if (r < 0) return r;
+      if (options & WNOHANG) return 0;
+    }
+    int r = t.Wait(me.child_events, POLLIN, [&] {
+      absl::MutexLock l(&mu_);
+      WaitResult ignored;
+      return scan(false, &ignored) != 0;
+    });
+    if (r < 0) return r;
+  }
+}
+
+pid_t Kernel::ParentOf(ThreadGroup& g) {
+  absl::MutexLock l(&mu_);
+  return g.parent != nullptr ? g.parent->tgid() : 0;
+}
+
+int64_t Kernel::GetPgid(Task& t, pid_t pid) {
+  absl::MutexLock l(&mu_);
+  if (pid == 0) return t.group().pgid;
+  auto it = groups_.find(pid);
+  if (it == groups_.end() || it->second->reaped) return -ESRCH;
+  return it->second->pgid;
+}
+
+int64_t Kernel::GetSid(Task& t, pid_t pid) {
+  absl::MutexLock l(&mu_);
+  if (pid == 0) return t.group().sid;
+  auto it = groups_.find(pid);
+  if (it == groups_.end() || it->second->reaped) return -ESRCH;
+  return it->second->sid;
+}
+
+int64_t Kernel::SetPgid(Task& t, pid_t pid, pid_t pgid) {
+  if (pid < 0 || pgid < 0) return -EINVAL;
+  absl::MutexLock l(&mu_);
+  ThreadGroup& me = t.group();
+  ThreadGroup* target = nullptr;
+  if (pid == 0 || pid == me.tgid()) {
+    target = &me;
+  } else {
+    for (const auto& c : me.children) {
+      if (c->tgid() == pid && !c->zombie) target = c.get();
+    }
+    if (target == nullptr) return -ESRCH;
+    if (target->sid != me.sid) return -EPERM;
+    if (target->did_exec) return -EACCES;
+  }
+  if (pgid == 0) pgid = target->tgid();
+  if (target->sid == target->tgid()) return -EPERM;  // a session leader
+  if (pgid != target->tgid()) {
+    bool exists = false;
+    for (const auto& [id, g] : groups_) {
+      if (!g->zombie && g->pgid == pgid && g->sid == me.sid) exists = true;
+    }
+    if (!exists) return -EPERM;
+  }
+  target->pgid = pgid;
+  return 0;
+}
+
+int64_t Kernel::SetSid(Task& t) {
+  absl::MutexLock l(&mu_);
+  ThreadGroup& me = t.group();
+  for (const auto& [id, g] : groups_) {
+    if (!g->zombie && g->pgid == me.tgid()) return -EPERM;
+  }
+  me.sid = me.tgid();
+  me.pgid = me.tgid();
+  return me.sid;
+}
+
+int64_t Kernel::SignalProcessGroup(Task& sender, pid_t pgid, int signo) {
+  absl::MutexLock l(&mu_);
+  bool found = false;
+  for (const auto& [id, g] : groups_) {
+    if (g->zombie) continue;
+    if (pgid == -1) {
+      if (g->tgid() == 1 || g.get() == &sender.group()) continue;
+    } else if (g->pgid != pgid) {
+      continue;
+    }
+    found = true;
+    if (signo != 0) SignalGroup(*g, signo, sender.group().tgid());
+  }
+  return found ? 0 : -ESRCH;
+}
+
+}  // namespace sandboxd::kernel

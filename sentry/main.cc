@@ -318,6 +318,16 @@ int Run(const Options& o) {
   auto init = k.CreateInit(mm, fds, fsctx, *cpu);
   if (!init.ok()) Die(kExitUsage, std::string(init.status().message()));
   kernel::Task* init_task = *init;
+  {
+    kernel::ThreadGroup& g = init_task->group();
+    size_t slash = path.rfind('/');
+    g.comm = path.substr(slash == std::string::npos ? 0 : slash + 1, 15);
+    g.exe = vfs->PathOf(vfs->Root(), prog);
+    g.arg_start = spec.arg_start;
+    g.arg_end = spec.arg_end;
+    g.env_start = spec.env_start;
+    g.env_end = spec.env_end;
+  }
   mm.reset();
 
   std::thread forwarder([&k, &fwd] {

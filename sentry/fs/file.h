@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "base/unique_fd.h"
+#include "sentry/fs/event_source.h"
 #include "sentry/fs/inode.h"
 #include "sentry/fs/vfs.h"
 #include "sentry/fs/waiter.h"
@@ -110,10 +111,13 @@ class InodeFile : public File {
 void AttrToStat(const Attr& a, struct stat* st);
 
 // An fd inherited from the host (the sandbox's stdin, stdout, stderr).
-class HostFile : public File {
+// Streams among them can be watched (poll, select, epoll) through the
+// Sentry's HostPoller, for as long as some waiter is registered.
+class HostFile : public File, public EventSource {
  public:
   // Takes ownership of `fd` (a dup of the inherited descriptor).
   explicit HostFile(UniqueFd fd);
+  ~HostFile() override;
 
   int64_t Read(void* buf, uint64_t n, int64_t offset,
                const IoContext& io) override;
@@ -124,6 +128,12 @@ class HostFile : public File {
   int64_t Ioctl(uint64_t request, void* buf) override;
   int StatusFlags() const override;
   int64_t SetStatusFlags(int flags) override;
+  // A zero-timeout host poll of the fd.
+  EventMask Readiness(EventMask mask) override;
+  void EventRegister(Waiter* w, EventMask mask) override;
+  void EventUnregister(Waiter* w) override;
+  // Null unless the host fd supports epoll (pipes, sockets, terminals).
+  std::shared_ptr<WaitQueue> event_queue() override;
 
   int host_fd() const { return fd_.get(); }
 
@@ -138,6 +148,14 @@ class HostFile : public File {
   std::atomic<bool> nonblock_{false};
   int access_mode_ = 0;
   bool stream_ = false;  // pipe, socket or character device: may block
+  // Pipes, sockets and terminals: what the host's epoll accepts (/dev/null
+  // and regular files it refuses with EPERM, and they never block).
+  bool watchable_ = false;
+
+  const std::shared_ptr<WaitQueue> queue_ = std::make_shared<WaitQueue>();
+  absl::Mutex watch_mu_;
+  // HostPoller handle while some waiter is registered; 0 otherwise.
+  uint64_t watch_handle_ ABSL_GUARDED_BY(watch_mu_) = 0;
 };
 
 // Size in bytes of an ioctl's argument, for the ioctls files implement;

@@ -53,6 +53,12 @@ class HostInode : public Inode {
         type_(st.st_mode & S_IFMT),
         host_dev_(st.st_dev),
         host_ino_(st.st_ino),
+        root_host_dev_(parent != nullptr ? parent->root_host_dev_ : st.st_dev),
+        // Another host filesystem mounted inside the rootfs (/proc, /sys,
+        // /dev, /run of the host...) is the host kernel's, not the
+        // sandbox's: it shows as an empty directory, as an unmounted
+        // mountpoint would.
+        hidden_(st.st_dev != root_host_dev_),
         parent_(std::move(parent)),
         name_(std::move(name)) {}
 
@@ -92,6 +98,7 @@ class HostInode : public Inode {
 
   int Lookup(const std::string& name, std::shared_ptr<Inode>* out) override {
     if (type_ != S_IFDIR) return -ENOTDIR;
+    if (hidden_) return -ENOENT;
     // The VFS guarantees a single component. Checked again because
     // containment rests on it: "..", or a '/' (or a NUL that would cut the
     // C string short), would let openat resolve more than one name.
@@ -121,6 +128,9 @@ class HostInode : public Inode {
     // The name may have changed between fstatat and openat; what the fd
     // refers to is what counts.
     if (int r = StatFd(fd.get(), &st); r < 0) return r;
+    // A file bind-mounted from another host filesystem is not part of
+    // the rootfs (directories are kept, empty: see hidden_).
+    if (st.st_dev != root_host_dev_ && !S_ISDIR(st.st_mode)) return -ENOENT;
 
     absl::MutexLock lock(&mu_);
     auto it = children_.find(name);
@@ -144,6 +154,10 @@ class HostInode : public Inode {
 
   int ReadDir(std::vector<DirEntry>* out) override {
     if (type_ != S_IFDIR) return -ENOTDIR;
+    if (hidden_) {
+      out->clear();
+      return 0;
+    }
     // An O_PATH fd cannot be read; "." relative to it opens the same
     // directory (not a name lookup in the parent, so no race with renames).
     UniqueFd dir(RetryEintr([&] {
@@ -333,6 +347,8 @@ class HostInode : public Inode {
   // Identity of the host file, to tell whether a name still leads to it.
   const dev_t host_dev_;
   const ino_t host_ino_;
+  const dev_t root_host_dev_;  // the rootfs's own host filesystem
+  const bool hidden_;
   const std::shared_ptr<HostInode> parent_;
   const std::string name_;
 

@@ -102,6 +102,9 @@ class ThreadGroup {
   int exit_signal = 17;      // SIGCHLD: what the parent gets at exit
   bool did_exec = false;     // setpgid by the parent fails after exec
   std::string comm;          // the program's name (16 bytes, as Linux)
+  std::string exe;           // the executable's path in the sandbox
+  // Where the initial argv and envp strings are in the address space.
+  uint64_t arg_start = 0, arg_end = 0, env_start = 0, env_end = 0;
   // Parents wait here for children's state changes (wait4, waitid).
   fs::WaitQueue child_events;
 
@@ -241,7 +244,13 @@ class Task : public fs::Blocker {
 
   // execve: replaces the thread's image. Preconditions: the caller is the
   // group's only thread.
-  void ExecImage(const platform::CpuState& cpu) { cpu_ = cpu; altstack_ = SignalStack{}; }
+  // Must come before the group's mm is replaced: the platform thread bound
+  // to the old address space is released while that still exists.
+  void ExecImage(const platform::CpuState& cpu) {
+    ctx_->Release();
+    cpu_ = cpu;
+    altstack_ = SignalStack{};
+  }
 
   void set_clear_child_tid(uint64_t addr) { clear_child_tid_ = addr; }
   void set_robust_list(uint64_t head, uint64_t len) {

@@ -224,7 +224,7 @@ absl::StatusOr<LoadedImage> LoadProgram(mm::Mappable& file, mm::MM& mm,
 
 absl::StatusOr<platform::CpuState> SetupStack(mm::MM& mm,
                                               const LoadedImage& image,
-                                              const StackSpec& spec) {
+                                              StackSpec& spec) {
   // Room for the strings and vectors, and 128 KiB for the program; the
   // stack grows down from there (MAP_GROWSDOWN).
   uint64_t strings = 0;
@@ -261,14 +261,18 @@ absl::StatusOr<platform::CpuState> SetupStack(mm::MM& mm,
   ASSIGN_OR_RETURN(uint64_t platform_str, push_string("x86_64"));
   ASSIGN_OR_RETURN(uint64_t random, push_bytes(spec.random, 16));
   std::vector<uint64_t> envp, argv;
+  spec.env_end = sp;
   for (auto it = spec.envp.rbegin(); it != spec.envp.rend(); ++it) {
     ASSIGN_OR_RETURN(uint64_t a, push_string(*it));
     envp.insert(envp.begin(), a);
   }
+  spec.env_start = sp;
+  spec.arg_end = sp;
   for (auto it = spec.argv.rbegin(); it != spec.argv.rend(); ++it) {
     ASSIGN_OR_RETURN(uint64_t a, push_string(*it));
     argv.insert(argv.begin(), a);
   }
+  spec.arg_start = sp;
 
   std::vector<uint64_t> auxv = {
       AT_PHDR, image.phdr,      AT_PHENT, image.phent,

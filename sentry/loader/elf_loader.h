@@ -54,13 +54,16 @@ struct StackSpec {
   std::vector<std::string> envp;
   std::string execfn;     // AT_EXECFN: the path as given to exec
   uint8_t random[16];     // AT_RANDOM
+  // Filled in by SetupStack: where argv and envp strings went (for
+  // /proc/[pid]/cmdline and environ).
+  uint64_t arg_start = 0, arg_end = 0, env_start = 0, env_end = 0;
 };
 
 // Builds the initial stack at the top of `mm` and returns the initial
 // register state: rsp at argc, rip at the entry point.
 absl::StatusOr<platform::CpuState> SetupStack(mm::MM& mm,
                                               const LoadedImage& image,
-                                              const StackSpec& spec);
+                                              StackSpec& spec);
 
 }  // namespace sandboxd::loader
 

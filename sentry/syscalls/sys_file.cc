@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "sentry/fs/pipe.h"
 #include "sentry/syscalls/lock_syscalls.h"
 #include "sentry/syscalls/syscalls.h"
 
@@ -25,10 +26,28 @@ std::shared_ptr<fs::File> GetFile(Task& t, uint64_t fd) {
   return t.group().fds().Get(static_cast<int>(fd));
 }
 
+// Files whose read/write must be one call: packets (datagram and
+// seqpacket sockets) keep their boundaries, and a stream must not be asked
+// again once it returned what it had. Regular files are read in chunks.
+bool OneCall(fs::File& f) {
+  auto inode = f.inode();
+  return inode == nullptr || inode->Type() != S_IFREG;
+}
+
+// The most a single call on such a file moves through the Sentry.
+constexpr uint64_t kMaxOneCall = 4 << 20;
+
 // Reads from `f` into application memory at addr, in chunks.
 int64_t ReadInto(Task& t, fs::File& f, uint64_t addr, uint64_t n,
                  int64_t offset) {
   n = std::min(n, kMaxRw);
+  if (OneCall(f) && n > kChunk) {
+    std::vector<uint8_t> big(std::min(n, kMaxOneCall));
+    int64_t r = f.Read(big.data(), big.size(), offset, t.io());
+    if (r <= 0) return r;
+    int64_t c = t.mm().CopyOut(addr, big.data(), static_cast<uint64_t>(r));
+    return c;
+  }
   uint8_t buf[kChunk];
   uint64_t done = 0;
   while (done < n) {
@@ -47,6 +66,12 @@ int64_t ReadInto(Task& t, fs::File& f, uint64_t addr, uint64_t n,
 int64_t WriteFrom(Task& t, fs::File& f, uint64_t addr, uint64_t n,
                   int64_t offset) {
   n = std::min(n, kMaxRw);
+  if (OneCall(f) && n > kChunk) {
+    std::vector<uint8_t> big(std::min(n, kMaxOneCall));
+    int64_t c = t.mm().CopyIn(addr, big.data(), big.size());
+    if (c < 0) return c;
+    return f.Write(big.data(), static_cast<uint64_t>(c), offset, t.io());
+  }
   uint8_t buf[kChunk];
   uint64_t done = 0;
   while (done < n) {
@@ -227,6 +252,14 @@ int64_t SysFcntl(Task& t, const SyscallArgs& a) {
       return f->StatusFlags();
     case F_SETFL:
       return f->SetStatusFlags(static_cast<int>(a.a[2]));
+    case F_GETPIPE_SZ:
+    case F_SETPIPE_SZ: {
+      auto* end = dynamic_cast<fs::PipeEnd*>(f.get());
+      if (end == nullptr) return -EBADF;
+      if (a.a[1] == F_GETPIPE_SZ) return static_cast<int64_t>(end->pipe().capacity());
+      if (a.a[2] > INT32_MAX) return -EINVAL;
+      return end->pipe().SetCapacity(a.a[2]);
+    }
     case F_GETLK: case F_SETLK: case F_SETLKW:
     case F_OFD_GETLK: case F_OFD_SETLK: case F_OFD_SETLKW:
       return FcntlLock(t, *f, static_cast<int>(a.a[1]), a.a[2]);

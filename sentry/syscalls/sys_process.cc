@@ -220,11 +220,16 @@ int64_t DoExecve(Task& t, int64_t dirfd, uint64_t path_addr, uint64_t argv_addr,
   if (g.fds_ptr().use_count() > 1) g.set_fds(g.fds().Fork());
   g.fds().CloseOnExec();
   g.ResetHandlersForExec();
+  t.ExecImage(*cpu);
   g.set_mm(mm);
   g.did_exec = true;
   size_t slash = exec_path.rfind('/');
   g.comm = exec_path.substr(slash == std::string::npos ? 0 : slash + 1, 15);
-  t.ExecImage(*cpu);
+  g.exe = vfs.PathOf(ctx.root(), loc);
+  g.arg_start = spec.arg_start;
+  g.arg_end = spec.arg_end;
+  g.env_start = spec.env_start;
+  g.env_end = spec.env_end;
   t.VforkDone();
   return kernel::kNoReturnValue;
 }

@@ -40,6 +40,8 @@ void RegisterFile(Entry* table);
 void RegisterPath(Entry* table);
 void RegisterProcess(Entry* table);
 void RegisterLock(Entry* table);
+void RegisterSocket(Entry* table);
+void RegisterPoll(Entry* table);
 void RegisterMemory(Entry* table);
 void RegisterThread(Entry* table);
 void RegisterSignal(Entry* table);

@@ -12,6 +12,8 @@ Table::Table() {
   RegisterPath(table_);
   RegisterProcess(table_);
   RegisterLock(table_);
+  RegisterSocket(table_);
+  RegisterPoll(table_);
   RegisterMemory(table_);
   RegisterThread(table_);
   RegisterSignal(table_);

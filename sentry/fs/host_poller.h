@@ -1,0 +1,65 @@
+// The Sentry's watcher of host descriptors (inherited stdio): one host
+// epoll instance and one thread, started on first use, that turn readiness
+// changes of host fds into WaitQueue notifications, so that poll, select,
+// epoll and blocking waits can include host files.
+//
+// Host fds are watched edge-triggered: every change wakes the waiters once,
+// and they recheck the fd themselves (HostFile::Readiness polls it), so a
+// readable fd that nobody reads does not keep the thread spinning.
+//
+// Lock order: HostPoller::mu_ > the watched queues' locks. A queue is
+// notified with mu_ held, which is what makes Remove a barrier: once it
+// returns, the thread never touches that queue again.
+#ifndef SANDBOXD_SENTRY_FS_HOST_POLLER_H_
+#define SANDBOXD_SENTRY_FS_HOST_POLLER_H_
+
+#include <cstdint>
+#include <memory>
+#include <thread>
+#include <unordered_map>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "base/unique_fd.h"
+#include "sentry/fs/waiter.h"
+
+namespace sandboxd::fs {
+
+class HostPoller {
+ public:
+  // The Sentry's poller, started on first use (the thread and the epoll fd
+  // live as long as the process). Null if the host epoll instance could not
+  // be created: then host files cannot be watched.
+  static HostPoller* Get();
+
+  // Watches `fd` and notifies `q` with the events (POLLIN, POLLOUT, POLLHUP,
+  // POLLERR, POLLRDHUP, POLLPRI) of every change, until Remove. Returns a
+  // handle for Remove, or -errno: -EPERM for fds that are always ready
+  // (regular files, directories).
+  int64_t Add(int fd, std::shared_ptr<WaitQueue> q);
+  // Stops watching. After it returns `q` is not notified again.
+  void Remove(int fd, uint64_t handle);
+
+  // For tests: a poller of one's own (its thread stops in the destructor).
+  static absl::StatusOr<std::unique_ptr<HostPoller>> Create();
+  ~HostPoller();
+
+ private:
+  HostPoller(UniqueFd epfd, UniqueFd stop_fd);
+  void Loop();
+
+  const UniqueFd epfd_;
+  // An eventfd in the epoll set whose readability stops the thread.
+  const UniqueFd stop_fd_;
+  std::thread thread_;
+
+  absl::Mutex mu_;
+  uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;
+  std::unordered_map<uint64_t, std::shared_ptr<WaitQueue>> watched_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace sandboxd::fs
+
+#endif  // SANDBOXD_SENTRY_FS_HOST_POLLER_H_

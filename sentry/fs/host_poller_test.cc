@@ -1,0 +1,135 @@
+#include "sentry/fs/host_poller.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <thread>
+
+#include "absl/time/clock.h"
+#include "gtest/gtest.h"
+#include "sentry/fs/epoll.h"
+#include "sentry/fs/fake_blocker.h"
+#include "sentry/fs/file.h"
+
+namespace sandboxd::fs {
+namespace {
+
+struct HostPipe {
+  HostPipe() {
+    int p[2];
+    EXPECT_EQ(pipe2(p, O_CLOEXEC), 0);
+    r.reset(p[0]);
+    w.reset(p[1]);
+  }
+  UniqueFd r, w;
+};
+
+TEST(HostPollerTest, NotifiesOnEachChangeUntilRemoved) {
+  auto poller = HostPoller::Create();
+  ASSERT_TRUE(poller.ok()) << poller.status();
+  HostPipe p;
+  auto q = std::make_shared<WaitQueue>();
+  CountingWaiter w;
+  q->Add(&w, POLLIN);
+  int64_t h = (*poller)->Add(p.r.get(), q);
+  ASSERT_GT(h, 0);
+  ASSERT_EQ(write(p.w.get(), "a", 1), 1);
+  EXPECT_TRUE(w.AwaitCount(1, absl::Seconds(5)));
+  EXPECT_TRUE(w.events() & POLLIN);
+  ASSERT_EQ(write(p.w.get(), "b", 1), 1);  // edge-triggered: a new edge
+  EXPECT_TRUE(w.AwaitCount(2, absl::Seconds(5)));
+
+  (*poller)->Remove(p.r.get(), static_cast<uint64_t>(h));
+  int before = w.count();
+  ASSERT_EQ(write(p.w.get(), "c", 1), 1);
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(w.count(), before);
+  q->Remove(&w);
+}
+
+TEST(HostPollerTest, RegularFilesAreRefused) {
+  auto poller = HostPoller::Create();
+  ASSERT_TRUE(poller.ok());
+  char path[] = "/tmp/host_poller_test.XXXXXX";
+  UniqueFd fd(mkstemp(path));
+  ASSERT_TRUE(fd.valid());
+  unlink(path);
+  EXPECT_EQ((*poller)->Add(fd.get(), std::make_shared<WaitQueue>()), -EPERM);
+}
+
+// Remove is a barrier: a queue freed right after it is never touched.
+TEST(HostPollerTest, RemoveRacesWithEvents) {
+  auto poller = HostPoller::Create();
+  ASSERT_TRUE(poller.ok());
+  HostPipe p;
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    while (!stop.load()) {
+      (void)!write(p.w.get(), "x", 1);
+      char buf[64];
+      fcntl(p.r.get(), F_SETFL, O_NONBLOCK);
+      (void)!read(p.r.get(), buf, sizeof(buf));
+    }
+  });
+  for (int i = 0; i < 200; i++) {
+    auto q = std::make_shared<WaitQueue>();
+    auto w = std::make_unique<CountingWaiter>();
+    q->Add(w.get(), POLLIN);
+    int64_t h = (*poller)->Add(p.r.get(), q);
+    ASSERT_GT(h, 0);
+    (*poller)->Remove(p.r.get(), static_cast<uint64_t>(h));
+    q->Remove(w.get());
+    w.reset();
+  }
+  stop = true;
+  writer.join();
+}
+
+TEST(HostFileTest, ReadinessAndEpollOnAHostPipe) {
+  HostPipe p;
+  auto rf = std::make_shared<HostFile>(UniqueFd(dup(p.r.get())));
+  EXPECT_EQ(rf->Readiness(POLLIN), 0u);
+  ASSERT_NE(rf->event_queue(), nullptr);
+
+  EpollFile ep;
+  struct epoll_event ev = {};
+  ev.events = EPOLLIN;
+  ev.data.u64 = 9;
+  ASSERT_EQ(ep.Ctl(EPOLL_CTL_ADD, 0, rf, ev), 0);
+  FakeBlocker b;
+  struct epoll_event out[1];
+  EXPECT_EQ(ep.Wait(out, 1, absl::InfinitePast(), b.io()), 0);
+
+  int64_t n = -1;
+  std::thread waiter([&] { n = ep.Wait(out, 1, absl::Now() + absl::Seconds(10), b.io()); });
+  b.AwaitSleeps(1);
+  ASSERT_EQ(write(p.w.get(), "x", 1), 1);
+  waiter.join();
+  EXPECT_EQ(n, 1);
+  EXPECT_EQ(out[0].data.u64, 9u);
+  EXPECT_EQ(rf->Readiness(POLLIN), static_cast<EventMask>(POLLIN));
+
+  p.w.reset();
+  EXPECT_EQ(rf->Readiness(POLLIN) & POLLHUP, static_cast<EventMask>(POLLHUP));
+  ASSERT_EQ(ep.Ctl(EPOLL_CTL_DEL, 0, rf, ev), 0);
+}
+
+TEST(HostFileTest, RegularFilesAreAlwaysReadyAndNotWatchable) {
+  char path[] = "/tmp/host_file_test.XXXXXX";
+  UniqueFd fd(mkstemp(path));
+  ASSERT_TRUE(fd.valid());
+  unlink(path);
+  auto f = std::make_shared<HostFile>(std::move(fd));
+  EXPECT_EQ(f->Readiness(POLLIN | POLLOUT), static_cast<EventMask>(POLLIN | POLLOUT));
+  EXPECT_EQ(f->event_queue(), nullptr);
+  EpollFile ep;
+  struct epoll_event ev = {};
+  ev.events = EPOLLIN;
+  EXPECT_EQ(ep.Ctl(EPOLL_CTL_ADD, 0, f, ev), -EPERM);
+}
+
+}  // namespace
+}  // namespace sandboxd::fs

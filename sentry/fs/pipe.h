@@ -1,0 +1,119 @@
+// Pipes (pipe(2), man 7 pipe): a byte buffer in the Sentry's heap shared by
+// a read end and a write end, which are separate Files.
+//
+// Semantics kept from Linux: 64 KiB default capacity; writes of at most
+// PIPE_BUF (4096) bytes are atomic, longer ones may be split; a read returns
+// what is buffered (at least one byte) or waits; EOF once every write end is
+// closed; EPIPE once every read end is closed (the syscall layer adds
+// SIGPIPE); poll gives POLLIN/POLLHUP on the read end and POLLOUT/POLLERR on
+// the write end. Not kept: O_DIRECT packet mode (accepted, ignored), and the
+// capacity is counted in bytes, not in 4 KiB slots.
+//
+// Lock order: Pipe::mu_ is a leaf for everything but the pipe's queue, which
+// is notified only after mu_ is released.
+#ifndef SANDBOXD_SENTRY_FS_PIPE_H_
+#define SANDBOXD_SENTRY_FS_PIPE_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
+#include "sentry/fs/event_source.h"
+#include "sentry/fs/file.h"
+
+namespace sandboxd::fs {
+
+class Pipe {
+ public:
+  static constexpr uint64_t kDefaultCapacity = 64 * 1024;
+  static constexpr uint64_t kPipeBuf = 4096;
+  // /proc/sys/fs/pipe-max-size's default: the limit for F_SETPIPE_SZ.
+  static constexpr uint64_t kMaxCapacity = 1024 * 1024;
+
+  // A new pipe with no ends; PipeEnd's constructor counts them.
+  Pipe();
+
+  // Bytes read (>= 1), 0 at EOF, -EAGAIN, -EINTR.
+  int64_t Read(void* buf, uint64_t n, bool nonblock, const IoContext& io);
+  // Bytes written, -EPIPE, -EAGAIN, -EINTR (a partial count wins over an
+  // error once something was written).
+  int64_t Write(const void* buf, uint64_t n, bool nonblock,
+                const IoContext& io);
+
+  EventMask ReadReadiness(EventMask mask);
+  EventMask WriteReadiness(EventMask mask);
+  uint64_t Buffered();
+
+  uint64_t capacity();
+  // F_SETPIPE_SZ: rounds up to a power of two pages; -EPERM above
+  // kMaxCapacity (Linux without CAP_SYS_RESOURCE, which the sandbox never
+  // has), -EBUSY below what is buffered. Returns the new capacity.
+  int64_t SetCapacity(uint64_t size);
+
+  void OpenEnd(bool write_end);
+  void CloseEnd(bool write_end);
+
+  const std::shared_ptr<WaitQueue>& queue() const { return queue_; }
+  uint64_t ino() const { return ino_; }
+
+ private:
+  // Appends up to `n` bytes; returns how many fit.
+  uint64_t Append(const uint8_t* p, uint64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  uint64_t Consume(uint8_t* p, uint64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const std::shared_ptr<WaitQueue> queue_ = std::make_shared<WaitQueue>();
+  const uint64_t ino_;
+
+  absl::Mutex mu_;
+  // Data as a ring of chunks of at most kChunk bytes; the first chunk's
+  // first front_off_ bytes were read already.
+  std::deque<std::vector<uint8_t>> chunks_ ABSL_GUARDED_BY(mu_);
+  uint64_t front_off_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t size_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t capacity_ ABSL_GUARDED_BY(mu_) = kDefaultCapacity;
+  int readers_ ABSL_GUARDED_BY(mu_) = 0;
+  int writers_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+// One end of a pipe: an open file description. Its destructor (the last
+// descriptor closed) closes the end and wakes the other side.
+class PipeEnd : public File, public EventSource {
+ public:
+  // `flags`: O_NONBLOCK, O_DIRECT (kept for F_GETFL only).
+  PipeEnd(std::shared_ptr<Pipe> pipe, bool write_end, int flags);
+  ~PipeEnd() override;
+
+  // pipe2(2): the read end and the write end of a new pipe.
+  static std::pair<std::shared_ptr<PipeEnd>, std::shared_ptr<PipeEnd>> Create(
+      int flags);
+
+  int64_t Read(void* buf, uint64_t n, int64_t offset,
+               const IoContext& io) override;
+  int64_t Write(const void* buf, uint64_t n, int64_t offset,
+                const IoContext& io) override;
+  int64_t Seek(int64_t, int) override { return -ESPIPE; }
+  int64_t Stat(struct stat* st) override;
+  int64_t Ioctl(uint64_t request, void* buf) override;
+  int StatusFlags() const override;
+  int64_t SetStatusFlags(int flags) override;
+  EventMask Readiness(EventMask mask) override;
+  void EventRegister(Waiter* w, EventMask mask) override;
+  void EventUnregister(Waiter* w) override;
+  std::shared_ptr<WaitQueue> event_queue() override { return pipe_->queue(); }
+
+  Pipe& pipe() { return *pipe_; }
+  bool write_end() const { return write_end_; }
+
+ private:
+  const std::shared_ptr<Pipe> pipe_;
+  const bool write_end_;
+  std::atomic<int> flags_;  // O_NONBLOCK | O_DIRECT
+};
+
+}  // namespace sandboxd::fs
+
+#endif  // SANDBOXD_SENTRY_FS_PIPE_H_

@@ -1,0 +1,192 @@
+#include "sentry/fs/pipe.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <sys/ioctl.h>
+
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "sentry/fs/fake_blocker.h"
+
+namespace sandboxd::fs {
+namespace {
+
+class PipeTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto [r, w] = PipeEnd::Create(0);
+    r_ = std::move(r);
+    w_ = std::move(w);
+  }
+  int64_t Put(const std::string& s) { return w_->Write(s.data(), s.size(), -1, b_.io()); }
+  std::string Get(size_t n) {
+    std::string s(n, '\0');
+    int64_t r = r_->Read(s.data(), n, -1, b_.io());
+    return r < 0 ? "<" + std::to_string(r) + ">" : s.substr(0, r);
+  }
+
+  FakeBlocker b_;
+  std::shared_ptr<PipeEnd> r_, w_;
+};
+
+TEST_F(PipeTest, BytesComeOutInOrder) {
+  EXPECT_EQ(Put("hello "), 6);
+  EXPECT_EQ(Put("world"), 5);
+  EXPECT_EQ(Get(3), "hel");
+  EXPECT_EQ(Get(100), "lo world");
+}
+
+TEST_F(PipeTest, EndsCheckDirectionAndOffsets) {
+  char c;
+  EXPECT_EQ(r_->Write("x", 1, -1, b_.io()), -EBADF);
+  EXPECT_EQ(w_->Read(&c, 1, -1, b_.io()), -EBADF);
+  EXPECT_EQ(r_->Read(&c, 1, 0, b_.io()), -ESPIPE);
+  EXPECT_EQ(r_->Seek(0, SEEK_CUR), -ESPIPE);
+  EXPECT_EQ(r_->StatusFlags(), O_RDONLY);
+  EXPECT_EQ(w_->StatusFlags(), O_WRONLY);
+  struct stat a, b;
+  ASSERT_EQ(r_->Stat(&a), 0);
+  ASSERT_EQ(w_->Stat(&b), 0);
+  EXPECT_TRUE(S_ISFIFO(a.st_mode));
+  EXPECT_EQ(a.st_ino, b.st_ino);
+}
+
+TEST_F(PipeTest, EofOnceWritersAreGone) {
+  Put("ab");
+  w_.reset();
+  EXPECT_EQ(Get(10), "ab");
+  EXPECT_EQ(Get(10), "");
+  EXPECT_EQ(r_->Readiness(POLLIN), static_cast<EventMask>(POLLHUP));
+}
+
+TEST_F(PipeTest, EpipeOnceReadersAreGone) {
+  r_.reset();
+  EXPECT_EQ(Put("x"), -EPIPE);
+  EXPECT_EQ(w_->Readiness(POLLOUT), static_cast<EventMask>(POLLOUT | POLLERR));
+}
+
+TEST_F(PipeTest, CapacityAndAtomicWrites) {
+  w_->SetStatusFlags(O_NONBLOCK);
+  std::string big(100000, 'a');
+  EXPECT_EQ(Put(big), 65536);  // a long write is cut at the capacity
+  EXPECT_EQ(Put("x"), -EAGAIN);
+  int n = 0;
+  ASSERT_EQ(r_->Ioctl(FIONREAD, &n), 0);
+  EXPECT_EQ(n, 65536);
+  EXPECT_EQ(w_->Readiness(POLLOUT), 0u);
+  EXPECT_EQ(Get(150).size(), 150u);
+  // 150 bytes of room: 100 fit, 200 (<= PIPE_BUF) are not split.
+  EXPECT_EQ(Put(std::string(200, 'b')), -EAGAIN);
+  EXPECT_EQ(Put(std::string(100, 'b')), 100);
+}
+
+TEST_F(PipeTest, NonblockingReadOfEmptyPipe) {
+  r_->SetStatusFlags(O_NONBLOCK);
+  EXPECT_EQ(r_->StatusFlags(), O_RDONLY | O_NONBLOCK);
+  EXPECT_EQ(Get(1), "<-11>");
+}
+
+TEST_F(PipeTest, BlockedReaderIsWokenByWriterThread) {
+  std::string got;
+  std::thread reader([&] { got = Get(10); });
+  b_.AwaitSleeps(1);  // the reader is asleep in the Blocker
+  FakeBlocker wb;
+  ASSERT_EQ(w_->Write("hi", 2, -1, wb.io()), 2);
+  reader.join();
+  EXPECT_EQ(got, "hi");
+}
+
+TEST_F(PipeTest, BlockedReaderSeesEofWhenWriterCloses) {
+  std::string got = "unset";
+  std::thread reader([&] { got = Get(10); });
+  b_.AwaitSleeps(1);
+  w_.reset();
+  reader.join();
+  EXPECT_EQ(got, "");
+}
+
+TEST_F(PipeTest, BlockedWriterIsWokenByReader) {
+  std::string big(65536, 'a');
+  ASSERT_EQ(Put(big), 65536);
+  int64_t wrote = 0;
+  std::thread writer([&] { wrote = Put(std::string(4096, 'b')); });
+  b_.AwaitSleeps(1);
+  FakeBlocker rb;
+  std::string buf(8192, '\0');
+  ASSERT_EQ(r_->Read(buf.data(), buf.size(), -1, rb.io()), 8192);
+  writer.join();
+  EXPECT_EQ(wrote, 4096);
+}
+
+TEST_F(PipeTest, LongBlockingWriteCompletesAcrossReads) {
+  std::string data(300000, '\0');
+  for (size_t i = 0; i < data.size(); i++) data[i] = static_cast<char>(i * 7);
+  int64_t wrote = 0;
+  std::thread writer([&] { wrote = Put(data); });
+  FakeBlocker rb;
+  std::string got;
+  while (got.size() < data.size()) {
+    std::string buf(7000, '\0');
+    int64_t n = r_->Read(buf.data(), buf.size(), -1, rb.io());
+    ASSERT_GT(n, 0);
+    got.append(buf.data(), n);
+  }
+  writer.join();
+  EXPECT_EQ(wrote, static_cast<int64_t>(data.size()));
+  EXPECT_EQ(got, data);
+}
+
+TEST_F(PipeTest, InterruptedReadReturnsEintr) {
+  int64_t r = 0;
+  std::thread reader([&] {
+    char c;
+    r = r_->Read(&c, 1, -1, b_.io());
+  });
+  b_.AwaitSleeps(1);
+  b_.Interrupt();
+  reader.join();
+  EXPECT_EQ(r, -EINTR);
+}
+
+TEST_F(PipeTest, InterruptedWriteKeepsWhatWasWritten) {
+  ASSERT_EQ(Put(std::string(60000, 'a')), 60000);
+  int64_t r = 0;
+  std::thread writer([&] { r = Put(std::string(10000, 'b')); });  // > PIPE_BUF
+  b_.AwaitSleeps(1);
+  b_.Interrupt();
+  writer.join();
+  EXPECT_EQ(r, 65536 - 60000);
+}
+
+TEST_F(PipeTest, WaitersAreNotifiedOfDataAndClose) {
+  CountingWaiter in, out;
+  r_->EventRegister(&in, POLLIN);
+  w_->EventRegister(&out, POLLOUT);
+  Put("x");
+  EXPECT_EQ(in.count(), 1);
+  EXPECT_EQ(out.count(), 0);
+  Get(1);
+  EXPECT_EQ(out.count(), 1);
+  w_->EventUnregister(&out);
+  w_.reset();
+  EXPECT_EQ(in.count(), 2);
+  EXPECT_TRUE(in.events() & POLLHUP);
+  r_->EventUnregister(&in);
+}
+
+TEST_F(PipeTest, SetCapacity) {
+  Pipe& p = r_->pipe();
+  EXPECT_EQ(p.SetCapacity(100000), 131072);
+  EXPECT_EQ(p.SetCapacity(1), 4096);
+  EXPECT_EQ(p.SetCapacity(Pipe::kMaxCapacity + 1), -EPERM);
+  EXPECT_EQ(p.SetCapacity(8192), 8192);
+  ASSERT_EQ(Put(std::string(5000, 'a')), 5000);
+  EXPECT_EQ(p.SetCapacity(4096), -EBUSY);
+}
+
+}  // namespace
+}  // namespace sandboxd::fs

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "sentry/fs/inode.h"
+#include "sentry/fs/tmpfs.h"
 #include "sentry/mm/mm.h"
 
 namespace sandboxd::fs {
@@ -15,7 +16,9 @@ namespace sandboxd::fs {
 class InodeMappable : public mm::Mappable {
  public:
   InodeMappable(std::shared_ptr<Inode> inode, std::string name)
-      : inode_(std::move(inode)), name_(std::move(name)) {}
+      : inode_(std::move(inode)),
+        tmpfs_(dynamic_cast<TmpFsRegularFile*>(inode_.get())),
+        name_(std::move(name)) {}
   uint64_t Size() override {
     Attr a;
     return inode_->GetAttr(&a) == 0 ? a.size : 0;
@@ -32,9 +35,16 @@ class InodeMappable : public mm::Mappable {
     return static_cast<int64_t>(done);
   }
   std::string Name() override { return name_; }
+  bool SupportsShared() override { return tmpfs_ != nullptr; }
+  int SharedPage(uint64_t index, uint64_t* memfile_off) override {
+    return tmpfs_ != nullptr ? tmpfs_->GetPage(index, true, memfile_off)
+                             : -ENODEV;
+  }
 
  private:
   const std::shared_ptr<Inode> inode_;
+  // Set when the file's data is in memory-file pages (shared mappings).
+  TmpFsRegularFile* const tmpfs_;
   const std::string name_;
 };
 

@@ -77,6 +77,11 @@ class OverlayInode : public Inode {
   // Makes sure this inode exists in the upper layer. with_data=false skips
   // copying a regular file's contents (the caller truncates it to zero).
   int CopyUp(bool with_data = true);
+  // The upper-layer inode after a copy-up: what a shared mapping maps, so
+  // that writes through it land in the file. Null on failure.
+  std::shared_ptr<Inode> UpperForSharedMapping() {
+    return CopyUp() == 0 ? upper() : nullptr;
+  }
 
  private:
   std::shared_ptr<Inode> Current();  // upper if present, else lower

@@ -125,6 +125,12 @@ absl::StatusOr<std::unique_ptr<MM>> MM::Fork(
   return child;
 }
 
+bool MM::IsSharedMapping(uintptr_t addr) const {
+  absl::ReaderMutexLock l(&mu_);
+  auto it = FindVma(addr);
+  return it != vmas_.end() && !it->second.is_private;
+}
+
 bool MM::Allows(const platform::Prot& prot, Access access) {
   switch (access) {
     case Access::kRead:
@@ -419,6 +425,23 @@ uintptr_t MM::EnsureBacked(VmaMap::const_iterator vit, uintptr_t start,
         *bus = true;
         return cur;
       }
+    } else if (vma.mappable && !vma.is_private &&
+               vma.mappable->SupportsShared()) {
+      // The file's own pages, page by page (they need not be contiguous
+      // in the memory file). Past the end of the file: SIGBUS.
+      uint64_t obj_off = vma.offset + (cur - vma_start);
+      uint64_t file_end = PageRoundUp(vma.mappable->Size());
+      if (obj_off >= file_end) {
+        *bus = true;
+        return cur;
+      }
+      uint64_t page;
+      if (vma.mappable->SharedPage(obj_off / kPageSize, &page) < 0) {
+        *bus = true;
+        return cur;
+      }
+      InsertPma(cur, Pma{cur + kPageSize, page, /*owned=*/false});
+      cur += kPageSize;
     } else if (vma.mappable) {
       // A private copy of the file's pages, read when first touched. Pages
       // wholly past the end of the file give SIGBUS, as on Linux; the tail
@@ -524,7 +547,7 @@ int64_t MM::MmapInternal(uintptr_t addr, uint64_t len, int prot, int flags,
   // File pages are copied into the mapping when first touched, so a shared
   // file mapping can only be offered while nobody can write through it.
   // Writable shared file mappings need the page cache (a later issue).
-  if (file != nullptr && shared) {
+  if (file != nullptr && shared && !file->SupportsShared()) {
     if (prot & PROT_WRITE) return -ENODEV;
     max_prot.write = false;
   }

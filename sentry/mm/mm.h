@@ -46,6 +46,13 @@ class Mappable {
   virtual int64_t ReadAt(void* dst, uint64_t n, uint64_t off) = 0;
   // What /proc/self/maps shows for the mapping (the file's path).
   virtual std::string Name() = 0;
+  // Files whose pages live in the memory file (tmpfs) can be mapped
+  // shared: the mapping uses those very pages. SharedPage returns the
+  // memory-file offset of page `index`, allocating it.
+  virtual bool SupportsShared() { return false; }
+  virtual int SharedPage(uint64_t index, uint64_t* memfile_off) {
+    return -ENODEV;
+  }
 };
 
 // The memory-file range behind a MAP_SHARED|MAP_ANONYMOUS mapping. It lives
@@ -181,6 +188,9 @@ class MM {
   // for the memory file's lifetime, but names this address's page only
   // until it is next unmapped.
   int64_t AtomicWord(uintptr_t addr, bool write, std::atomic<uint32_t>** out);
+  // Whether `addr` is in a MAP_SHARED mapping (whose futexes are keyed by
+  // the memory, not the address, so that processes sharing it meet).
+  bool IsSharedMapping(uintptr_t addr) const;
 
   // Text like /proc/self/maps.
   std::string DebugString() const;

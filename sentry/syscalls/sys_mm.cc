@@ -5,6 +5,8 @@
 #include <sys/syscall.h>
 
 #include "sentry/fs/mappable.h"
+#include "sentry/fs/overlay.h"
+#include "sentry/fs/tmpfs.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -31,11 +33,23 @@ int64_t SysMmap(Task& t, const SyscallArgs& a) {
   bool shared = (flags & MAP_TYPE) == MAP_SHARED ||
                 (flags & MAP_TYPE) == MAP_SHARED_VALIDATE;
   if (shared && (prot & PROT_WRITE) && acc != O_RDWR) return -EACCES;
-  if (shared && (prot & PROT_WRITE)) {
-    // Writable shared file mappings need a page cache shared with
-    // read/write; not yet.
-    t.kernel().CountUnimplemented(SYS_mmap);
-    return -ENODEV;
+  if (shared) {
+    // A shared mapping maps the file's own pages, which only tmpfs files
+    // (in the memory file) have; an overlay file is copied up first.
+    auto* ov = dynamic_cast<fs::OverlayInode*>(inode.get());
+    if (ov != nullptr && acc == O_RDWR) {
+      auto up = ov->UpperForSharedMapping();
+      if (up != nullptr && dynamic_cast<fs::TmpFsRegularFile*>(up.get())) {
+        inode = up;
+      }
+    }
+    if (dynamic_cast<fs::TmpFsRegularFile*>(inode.get()) == nullptr &&
+        (prot & PROT_WRITE)) {
+      // Writable shared mappings of other files need a page cache shared
+      // with read/write; not yet.
+      t.kernel().CountUnimplemented(SYS_mmap);
+      return -ENODEV;
+    }
   }
   if ((flags & MAP_TYPE) == MAP_SHARED_VALIDATE) {
     flags = (flags & ~MAP_TYPE) | MAP_SHARED;

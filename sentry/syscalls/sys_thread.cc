@@ -120,7 +120,20 @@ int64_t SysFutex(Task& t, const SyscallArgs& a) {
   }
   mm::MM& mm = t.mm();
   Futexes& fx = t.kernel().futexes();
-  Futexes::Key key{&mm, uaddr};
+  const bool is_private = (op & FUTEX_PRIVATE_FLAG) != 0;
+  // Linux's keys: (mm, address) for private futexes and private memory;
+  // the memory itself for shared mappings, so that every process mapping
+  // it meets on the same queue.
+  auto key_of = [&](uint64_t addr) -> Futexes::Key {
+    if (!is_private && mm.IsSharedMapping(addr)) {
+      std::atomic<uint32_t>* w = nullptr;
+      if (mm.AtomicWord(addr, false, &w) == 0) {
+        return Futexes::Key{nullptr, reinterpret_cast<uintptr_t>(w)};
+      }
+    }
+    return Futexes::Key{&mm, addr};
+  };
+  Futexes::Key key = key_of(uaddr);
   std::atomic<uint32_t>* word = nullptr;
   switch (cmd) {
     case FUTEX_WAIT:
@@ -152,7 +165,7 @@ int64_t SysFutex(Task& t, const SyscallArgs& a) {
       if (static_cast<int32_t>(val) < 0 || static_cast<int32_t>(a.a[3]) < 0) {
         return -EINVAL;
       }
-      Futexes::Key to{&mm, a.a[4]};
+      Futexes::Key to = key_of(a.a[4]);
       return fx.Requeue(key, to, static_cast<int>(val),
                         static_cast<int>(a.a[3] & 0x7fffffff), word,
                         cmd == FUTEX_CMP_REQUEUE,
@@ -202,7 +215,7 @@ int64_t SysFutex(Task& t, const SyscallArgs& a) {
           default: return -ENOSYS;
         }
       };
-      return fx.WakeOp(key, Futexes::Key{&mm, uaddr2}, static_cast<int>(val),
+      return fx.WakeOp(key, key_of(uaddr2), static_cast<int>(val),
                        static_cast<int>(a.a[3] & 0x7fffffff), apply);
     }
     default:

@@ -12,62 +12,22 @@
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "sentry/kernel/testing/fakes.h"
 #include "sentry/kernel/task.h"
 
 namespace sandboxd::kernel {
 namespace {
 
-constexpr uintptr_t kMin = 0x10000;
-constexpr uintptr_t kMax = 0x7ffffffff000;
+using testing::EventOf;
+using testing::FakeAddressSpace;
+using testing::kSaRestorer;
+using testing::NoFs;
+using testing::FakePlatform;
+using testing::IdleContext;
+using testing::NoSyscalls;
 
-// Tasks here resolve no paths: a process root and cwd that are not set.
-std::shared_ptr<fs::FsContext> NoFs() {
-  return std::make_shared<fs::FsContext>(fs::Location{}, fs::Location{});
-}
-
-// An Event of `kind` with the other fields defaulted.
-platform::Event EventOf(platform::Event::Kind kind) {
-  platform::Event ev;
-  ev.kind = kind;
-  return ev;
-}
-
-class FakeAddressSpace : public platform::AddressSpace {
- public:
-  absl::Status MapFile(uintptr_t, int, off_t, size_t,
-                       platform::Prot) override {
-    return absl::OkStatus();
-  }
-  void Unmap(uintptr_t, size_t) override {}
-};
-
-// Tasks here are never started, so Switch is never called.
-class IdleContext : public platform::Context {
- public:
-  platform::Event Switch(platform::AddressSpace&, platform::CpuState&) override {
-    ADD_FAILURE() << "Switch called on a task that was not started";
-    return EventOf(platform::Event::Kind::kDead);
-  }
-  void Interrupt() override {}
-};
-
-class FakePlatform : public platform::Platform {
- public:
-  std::string Name() const override { return "fake"; }
-  uintptr_t MaxUserAddress() const override { return kMax; }
-  absl::StatusOr<std::unique_ptr<platform::AddressSpace>> NewAddressSpace()
-      override {
-    return std::make_unique<FakeAddressSpace>();
-  }
-  absl::StatusOr<std::unique_ptr<platform::Context>> NewContext() override {
-    return std::make_unique<IdleContext>();
-  }
-};
-
-class NoSyscalls : public SyscallTable {
- public:
-  int64_t Invoke(Task&, const SyscallArgs&) override { return -ENOSYS; }
-};
+constexpr uintptr_t kMin = testing::kMinUserAddr;
+constexpr uintptr_t kMax = testing::kMaxUserAddr;
 
 constexpr auto kBlocked = std::chrono::milliseconds(100);
 constexpr auto kPatience = std::chrono::seconds(10);

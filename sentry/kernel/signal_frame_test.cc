@@ -13,16 +13,22 @@
 #include <memory>
 
 #include "gtest/gtest.h"
+#include "sentry/kernel/testing/fakes.h"
 #include "sentry/kernel/task.h"
 
 namespace sandboxd::kernel {
 namespace {
 
-// The kernel's SA_RESTORER (glibc's <signal.h> does not export it).
-constexpr uint64_t kSaRestorer = 0x04000000;
+using testing::EventOf;
+using testing::FakeAddressSpace;
+using testing::kSaRestorer;
+using testing::NoFs;
+using testing::FakePlatform;
+using testing::IdleContext;
+using testing::NoSyscalls;
 
-constexpr uintptr_t kMin = 0x10000;
-constexpr uintptr_t kMax = 0x7ffffffff000;
+constexpr uintptr_t kMin = testing::kMinUserAddr;
+constexpr uintptr_t kMax = testing::kMaxUserAddr;
 
 constexpr uint64_t kHandler = 0x401000;
 constexpr uint64_t kRestorer = 0x401100;
@@ -31,54 +37,6 @@ constexpr uint32_t kFpSize = 832;  // legacy area + xsave header + AVX
 constexpr size_t kFrameSize = 440;  // sizeof(struct rt_sigframe)
 constexpr size_t kUcOffset = 8;     // after pretcode
 constexpr size_t kInfoOffset = 8 + 304;
-
-// Tasks here resolve no paths: a process root and cwd that are not set.
-std::shared_ptr<fs::FsContext> NoFs() {
-  return std::make_shared<fs::FsContext>(fs::Location{}, fs::Location{});
-}
-
-// An Event of `kind` with the other fields defaulted.
-platform::Event EventOf(platform::Event::Kind kind) {
-  platform::Event ev;
-  ev.kind = kind;
-  return ev;
-}
-
-class FakeAddressSpace : public platform::AddressSpace {
- public:
-  absl::Status MapFile(uintptr_t, int, off_t, size_t,
-                       platform::Prot) override {
-    return absl::OkStatus();
-  }
-  void Unmap(uintptr_t, size_t) override {}
-};
-
-class IdleContext : public platform::Context {
- public:
-  platform::Event Switch(platform::AddressSpace&, platform::CpuState&) override {
-    ADD_FAILURE() << "Switch called on a task that was not started";
-    return EventOf(platform::Event::Kind::kDead);
-  }
-  void Interrupt() override {}
-};
-
-class FakePlatform : public platform::Platform {
- public:
-  std::string Name() const override { return "fake"; }
-  uintptr_t MaxUserAddress() const override { return kMax; }
-  absl::StatusOr<std::unique_ptr<platform::AddressSpace>> NewAddressSpace()
-      override {
-    return std::make_unique<FakeAddressSpace>();
-  }
-  absl::StatusOr<std::unique_ptr<platform::Context>> NewContext() override {
-    return std::make_unique<IdleContext>();
-  }
-};
-
-class NoSyscalls : public SyscallTable {
- public:
-  int64_t Invoke(Task&, const SyscallArgs&) override { return -ENOSYS; }
-};
 
 // Every general register gets a distinct value; rsp is deliberately not
 // 16-byte aligned.

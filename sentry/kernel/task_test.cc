@@ -18,43 +18,25 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "sentry/kernel/testing/fakes.h"
 
 namespace sandboxd::kernel {
 namespace {
 
-// The kernel's SA_RESTORER (glibc's <signal.h> does not export it).
-constexpr uint64_t kSaRestorer = 0x04000000;
+using testing::EventOf;
+using testing::FakeAddressSpace;
+using testing::kSaRestorer;
+using testing::NoFs;
 
 using platform::CpuState;
 using platform::Event;
 
-constexpr uintptr_t kMin = 0x10000;
-constexpr uintptr_t kMax = 0x7ffffffff000;
+constexpr uintptr_t kMin = testing::kMinUserAddr;
+constexpr uintptr_t kMax = testing::kMaxUserAddr;
 constexpr uint64_t kHandler = 0x401000;
 constexpr uint64_t kRestorer = 0x401100;
 // A pseudo syscall number the fake table uses to create a thread.
 constexpr uint64_t kNrSpawn = 1000;
-
-// Tasks here resolve no paths: a process root and cwd that are not set.
-std::shared_ptr<fs::FsContext> NoFs() {
-  return std::make_shared<fs::FsContext>(fs::Location{}, fs::Location{});
-}
-
-// An Event of `kind` with the other fields defaulted.
-platform::Event EventOf(platform::Event::Kind kind) {
-  platform::Event ev;
-  ev.kind = kind;
-  return ev;
-}
-
-class FakeAddressSpace : public platform::AddressSpace {
- public:
-  absl::Status MapFile(uintptr_t, int, off_t, size_t,
-                       platform::Prot) override {
-    return absl::OkStatus();
-  }
-  void Unmap(uintptr_t, size_t) override {}
-};
 
 // One step of a script: sees the task's registers as Switch would, and
 // says what "the application" did next.

@@ -21,63 +21,25 @@
 #include <string>
 
 #include "gtest/gtest.h"
+#include "sentry/kernel/testing/fakes.h"
 
 namespace sandboxd::syscalls {
 namespace {
 
-// The kernel's SA_RESTORER (glibc's <signal.h> does not export it).
-constexpr uint64_t kSaRestorer = 0x04000000;
+using kernel::testing::EventOf;
+using kernel::testing::FakeAddressSpace;
+using kernel::testing::kSaRestorer;
+using kernel::testing::NoFs;
+using kernel::testing::FakePlatform;
+using kernel::testing::IdleContext;
 
 using kernel::SigAction;
 using kernel::SigBit;
 using kernel::SigSet;
 
-constexpr uintptr_t kMin = 0x10000;
-constexpr uintptr_t kMax = 0x7ffffffff000;
+constexpr uintptr_t kMin = kernel::testing::kMinUserAddr;
+constexpr uintptr_t kMax = kernel::testing::kMaxUserAddr;
 constexpr uint64_t kUnmapped = 0x20000000;  // nothing is ever mapped there
-
-// Tasks here resolve no paths: a process root and cwd that are not set.
-std::shared_ptr<fs::FsContext> NoFs() {
-  return std::make_shared<fs::FsContext>(fs::Location{}, fs::Location{});
-}
-
-// An Event of `kind` with the other fields defaulted.
-platform::Event EventOf(platform::Event::Kind kind) {
-  platform::Event ev;
-  ev.kind = kind;
-  return ev;
-}
-
-class FakeAddressSpace : public platform::AddressSpace {
- public:
-  absl::Status MapFile(uintptr_t, int, off_t, size_t,
-                       platform::Prot) override {
-    return absl::OkStatus();
-  }
-  void Unmap(uintptr_t, size_t) override {}
-};
-
-class IdleContext : public platform::Context {
- public:
-  platform::Event Switch(platform::AddressSpace&, platform::CpuState&) override {
-    ADD_FAILURE() << "Switch called on a task that was not started";
-    return EventOf(platform::Event::Kind::kDead);
-  }
-  void Interrupt() override {}
-};
-
-class FakePlatform : public platform::Platform {
- public:
-  std::string Name() const override { return "fake"; }
-  uintptr_t MaxUserAddress() const override { return kMax; }
-  absl::StatusOr<std::unique_ptr<platform::AddressSpace>> NewAddressSpace()
-      override {
-    return std::make_unique<FakeAddressSpace>();
-  }
-  absl::StatusOr<std::unique_ptr<platform::Context>> NewContext() override {
-    return std::make_unique<IdleContext>();
-  }
-};
 
 class TableTest : public ::testing::Test {
  protected:

@@ -77,7 +77,9 @@ void Kernel::SignalGroup(ThreadGroup& g, int signo, pid_t sender) {
   target->SendSignal(signo, sender);
 }
 
-void Kernel::ReapLocked(const std::shared_ptr<ThreadGroup>& g) {
+// `g` is taken by value: callers pass elements of the parent's children
+// vector, which this function erases from.
+void Kernel::ReapLocked(std::shared_ptr<ThreadGroup> g) {
   if (g->reaped) return;
   g->reaped = true;
   if (g->parent != nullptr) {

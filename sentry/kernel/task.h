@@ -398,7 +398,7 @@ class Kernel {
   // its children, tell its parent.
   void GroupExitedLocked(const std::shared_ptr<ThreadGroup>& g)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReapLocked(const std::shared_ptr<ThreadGroup>& g)
+  void ReapLocked(std::shared_ptr<ThreadGroup> g)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::unique_ptr<mm::MemoryFile> mf_;

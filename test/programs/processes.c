@@ -149,5 +149,18 @@ int main(int argc, char **argv) {
   waitpid(c, &st, 0);
   CHECK("middle process exited", WIFEXITED(st));
   usleep(300000);
+
+  /* 10. Reaping one child leaves its siblings alone (kill and wait still
+     find the second child after the first, older one is reaped). */
+  pid_t first = fork();
+  if (first == 0) _exit(1);
+  pid_t second = fork();
+  if (second == 0) {
+    for (;;) pause();
+  }
+  CHECK("reap the first child", waitpid(first, &st, 0) == first);
+  CHECK("kill(second sibling) after reaping the first", kill(second, SIGTERM) == 0);
+  CHECK("wait for the second sibling",
+        waitpid(second, &st, 0) == second && WIFSIGNALED(st) && WTERMSIG(st) == SIGTERM);
   return finish();
 }

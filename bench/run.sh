@@ -18,6 +18,8 @@
 # sentry} as built by cmake (see bench/README.md). Missing or failing
 # configurations are reported in the tables, not fatal.
 #
+# 3. Workloads of real programs (bench/workloads.sh; WORKLOADS=0 skips it).
+#
 # Environment:
 #   REPS=9          repetitions per configuration (median reported)
 #   N_NATIVE=2000000   getpid calls per native run
@@ -242,4 +244,10 @@ if [ -s "$tmp/errors" ]; then
   echo
   echo "failures:"
   sort "$tmp/errors" | uniq -c | head -20
+fi
+
+# Table 3: the workloads of real programs (bench/workloads.sh).
+if [ "${WORKLOADS:-1}" != 0 ]; then
+  echo
+  "$ROOT/bench/workloads.sh"
 fi

@@ -239,6 +239,13 @@ void Task::Run() {
         break;
       }
       case Event::Kind::kException:
+        // A host SIGBUS in application code means the host could not
+        // provide a memory-file page the Sentry mapped: a Sentry problem
+        // (alignment checks, BUS_ADRALN, are the program's own).
+        if (ev.signo == SIGBUS && ev.code != BUS_ADRALN) {
+          fprintf(stderr, "sentry: task %d: host SIGBUS (code %d) at 0x%lx\n",
+                  tid_, ev.code, static_cast<unsigned long>(ev.addr));
+        }
         ForceSignal(ev.signo, ev.code, ev.addr);
         break;
       case Event::Kind::kInterrupted:

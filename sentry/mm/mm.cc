@@ -6,10 +6,12 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <utility>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 
 namespace sandboxd::mm {
@@ -393,6 +395,17 @@ MM::VmaMap::iterator MM::GrowStackTo(uintptr_t addr) {
 // ---------------------------------------------------------------------------
 // Backing.
 
+// A fault the program will see as SIGBUS because the Sentry failed (no
+// memory left in the memory file, a host read error, the platform refusing
+// a mapping), not because the program touched memory it has no right to:
+// say so on the Sentry's stderr, at most a few times per address space.
+void MM::LogBackingFailure(uintptr_t addr, const std::string& why) {
+  if (backing_failures_logged_ >= 8) return;
+  backing_failures_logged_++;
+  fprintf(stderr, "sentry: mm: cannot back 0x%lx: %s\n",
+          static_cast<unsigned long>(addr), why.c_str());
+}
+
 uintptr_t MM::EnsureBacked(VmaMap::const_iterator vit, uintptr_t start,
                            uintptr_t end, bool* bus) {
   *bus = false;
@@ -456,12 +469,15 @@ uintptr_t MM::EnsureBacked(VmaMap::const_iterator vit, uintptr_t start,
       len = std::min(len, file_end - obj_off);
       auto off = mf_->Allocate(len);
       if (!off.ok()) {
+        LogBackingFailure(cur, off.status().ToString());
         *bus = true;
         return cur;
       }
       uint64_t want = std::min<uint64_t>(len, size - obj_off);
       int64_t n = vma.mappable->ReadAt(mf_->Internal(*off), want, obj_off);
       if (n < 0) {
+        LogBackingFailure(cur, absl::StrCat("reading ", vma.mappable->Name(),
+                                            " at ", obj_off, ": errno ", -n));
         mf_->Free(*off, len);
         *bus = true;
         return cur;
@@ -475,6 +491,7 @@ uintptr_t MM::EnsureBacked(VmaMap::const_iterator vit, uintptr_t start,
     } else {
       auto off = mf_->Allocate(len);
       if (!off.ok()) {
+        LogBackingFailure(cur, off.status().ToString());
         *bus = true;
         return cur;
       }
@@ -494,7 +511,10 @@ bool MM::MapBacked(const Vma& vma, uintptr_t start, uintptr_t end) {
     absl::Status st = as_->MapFile(
         s, mf_->fd(), static_cast<off_t>(pit->second.file_offset + (s - pit->first)),
         e - s, vma.prot);
-    if (!st.ok()) return false;
+    if (!st.ok()) {
+      LogBackingFailure(s, st.ToString());
+      return false;
+    }
   }
   return true;
 }

@@ -277,6 +277,8 @@ class MM {
   uintptr_t EnsureBacked(VmaMap::const_iterator vma, uintptr_t start,
                          uintptr_t end, bool* bus)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LogBackingFailure(uintptr_t addr, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maps the PMAs intersecting [start, end) into the AddressSpace with the
   // VMA's protection. Returns false if the platform failed.
   bool MapBacked(const Vma& vma, uintptr_t start, uintptr_t end)
@@ -309,6 +311,7 @@ class MM {
   const uintptr_t mmap_base_;
 
   mutable absl::Mutex mu_;
+  int backing_failures_logged_ ABSL_GUARDED_BY(mu_) = 0;
   VmaMap vmas_ ABSL_GUARDED_BY(mu_);
   PmaMap pmas_ ABSL_GUARDED_BY(mu_);
   // brk_start_ <= brk_; the heap VMA covers [brk_start_, PageRoundUp(brk_)).

@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# acceptance.sh SENTRY [SCENARIO...]
+#
+# Real, unmodified programs of the host's Debian installation, run natively
+# and as `SENTRY run --rootfs=/ --cwd=WORK -- ...`, compared (stdout and exit
+# status; stderr is shown on a mismatch). The host root is the sandbox's
+# read-only rootfs: each scenario writes into WORK, an empty host directory,
+# and must leave it empty on the host when it ran in the sandbox (its writes
+# land in the sandbox's overlay, never on the host).
+#
+# Scenarios (default: all):
+#   busybox   a busybox sh script: pipelines, subshells, traps, background
+#             jobs, file operations, tar/gzip (test/acceptance/busybox_script.sh)
+#   dash      the same script under Debian's /bin/sh (dash) with busybox applets
+#   bash      bash -c with arrays, process substitution, coproc-free features
+#   make      make + gcc build a C program and run it
+#   python    multiprocessing (pool, queue, terminate, shared lock/value),
+#             subprocess and os.fork (test/acceptance/mp_acceptance.py)
+#   coreutils find | sort | xargs md5sum over /usr/share/common-licenses
+# A scenario whose program is not installed is skipped with one line.
+# Exits 77 (CTest: skipped) when SENTRY does not exist, unless
+# COMPARE_REQUIRE_SENTRY=1.
+set -u
+if [ $# -lt 1 ]; then
+  echo "usage: $0 SENTRY [SCENARIO...]" >&2
+  exit 2
+fi
+SENTRY=$1
+shift
+if [ ! -x "$SENTRY" ]; then
+  echo "SKIP: sentry binary not found: $SENTRY"
+  [ "${COMPARE_REQUIRE_SENTRY:-0}" = 1 ] && exit 1
+  exit 77
+fi
+SENTRY=$(readlink -f "$SENTRY")
+HERE=$(cd "$(dirname "$0")" && pwd)
+DATA=$HERE/acceptance
+scenarios=("$@")
+[ ${#scenarios[@]} -gt 0 ] || scenarios=(busybox dash bash make python coreutils)
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/acceptance.XXXXXX")
+trap 'rm -rf "$tmp"' EXIT
+TIMEOUT=${ACCEPTANCE_TIMEOUT:-240}
+ENVS=(PATH=/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C LC_ALL=C TERM=dumb)
+fails=0
+
+have() { [ -x "$1" ]; }
+
+# scenario NAME PROGRAM ARGS...: runs it both ways and compares.
+scenario() {
+  local name=$1
+  shift
+  local work=$tmp/work.$name
+  rm -rf "$work.native" "$work"
+  mkdir -p "$work.native" "$work"
+  (cd "$work.native" && timeout -k 5 "$TIMEOUT" env -i "${ENVS[@]}" "$@" \
+    </dev/null >"$tmp/$name.native.out" 2>"$tmp/$name.native.err")
+  local ns=$?
+  local -a envflags=()
+  for e in "${ENVS[@]}"; do envflags+=("--env=$e"); done
+  timeout -k 5 "$TIMEOUT" "$SENTRY" run --rootfs=/ --cwd="$work" "${envflags[@]}" -- "$@" \
+    </dev/null >"$tmp/$name.sandbox.out" 2>"$tmp/$name.sandbox.err"
+  local ss=$?
+  local ok=1
+  if [ "$ns" != "$ss" ]; then
+    echo "$name: exit status differs: native $ns, sandbox $ss"
+    ok=0
+  fi
+  if ! diff -u "$tmp/$name.native.out" "$tmp/$name.sandbox.out" >"$tmp/$name.diff"; then
+    echo "$name: stdout differs (- native, + sandbox):"
+    head -60 "$tmp/$name.diff"
+    ok=0
+  fi
+  if [ -n "$(ls -A "$work")" ]; then
+    echo "$name: the sandbox wrote to the host directory $work:"
+    ls -lA "$work" | head
+    ok=0
+  fi
+  if [ $ok = 1 ] && [ "$ns" != 0 ]; then
+    echo "$name: native run failed (exit $ns): the scenario is wrong on this host"
+    head -20 "$tmp/$name.native.err"
+    ok=0
+  fi
+  if [ $ok = 1 ]; then
+    echo "ok - $name ($(wc -l <"$tmp/$name.native.out") lines of output agree)"
+  else
+    echo "--- native stderr:"; head -20 "$tmp/$name.native.err"
+    echo "--- sandbox stderr:"; head -20 "$tmp/$name.sandbox.err"
+    echo "not ok - $name"
+    fails=$((fails + 1))
+  fi
+}
+
+for s in "${scenarios[@]}"; do
+  case "$s" in
+    busybox)
+      if have /bin/busybox || have /usr/bin/busybox; then
+        bb=$(command -v busybox)
+        scenario busybox "$bb" sh -c "BB=$bb; . $DATA/busybox_script.sh"
+      else
+        echo "skip - busybox: not installed (apt-get install busybox-static)"
+      fi ;;
+    dash)
+      if have /bin/dash && command -v busybox >/dev/null; then
+        scenario dash /bin/dash -c "BB=$(command -v busybox); . $DATA/busybox_script.sh"
+      else
+        echo "skip - dash: dash or busybox not installed"
+      fi ;;
+    bash)
+      scenario bash /bin/bash -c '
+        declare -a xs=(3 1 2); echo "${#xs[@]} items: ${xs[*]}"
+        declare -A m=([k]=v [x]=y); for k in $(printf "%s\n" "${!m[@]}" | sort); do echo "$k=${m[$k]}"; done
+        diff <(printf "a\nb\n") <(printf "a\nc\n"); echo "diff exit $?"
+        mapfile -t lines < <(seq 3); echo "mapfile ${lines[*]}"
+        printf -v s "%05d" 42; echo "$s"
+        f() { local r=$(( $1 * 2 )); echo $r; }; echo "f: $(f 21)"
+        sleep 0.1 & wait $!; echo "job done $?"
+        set -o pipefail; false | true; echo "pipefail $?"
+        exit 3' ;;
+    make)
+      if have /usr/bin/make && have /usr/bin/gcc; then
+        scenario make /bin/sh -c "cp $DATA/hello.c . && printf 'all: hello\n\t./hello\nhello: hello.c\n\tgcc -O2 -o hello hello.c\n' > Makefile && make -s && rm hello hello.c Makefile"
+      else
+        echo "skip - make: make or gcc not installed"
+      fi ;;
+    python)
+      if have /usr/bin/python3; then
+        scenario python /usr/bin/python3 "$DATA/mp_acceptance.py"
+      else
+        echo "skip - python: /usr/bin/python3 not installed"
+      fi ;;
+    coreutils)
+      scenario coreutils /bin/sh -c 'find /usr/share/common-licenses -type f | sort | xargs md5sum | head -20; ls /usr/share/common-licenses | wc -l; du -s /usr/share/common-licenses | cut -f1' ;;
+    *) echo "unknown scenario $s" >&2; exit 2 ;;
+  esac
+done
+[ $fails = 0 ] || { echo "$fails scenario(s) failed"; exit 1; }
+echo "all scenarios passed"

@@ -1,0 +1,2 @@
+#include <stdio.h>
+int main(){printf("hi from gcc\n");return 0;}

@@ -1,2 +1,0 @@
-#include <stdio.h>
-int main(){printf("hi from gcc\n");return 0;}

@@ -118,7 +118,7 @@ for s in "${scenarios[@]}"; do
         exit 3' ;;
     make)
       if have /usr/bin/make && have /usr/bin/gcc; then
-        scenario make /bin/sh -c "printf '#include <stdio.h>\\nint main(void) { puts(\\"hi from gcc\\"); return 0; }\\n' > hello.c && printf 'all: hello\n\t./hello\nhello: hello.c\n\tgcc -O2 -o hello hello.c\n' > Makefile && make -s && rm hello hello.c Makefile"
+        scenario make /bin/sh "$DATA/make_hello.sh"
       else
         echo "skip - make: make or gcc not installed"
       fi ;;

@@ -16,7 +16,15 @@
 #   make      make + gcc build a C program and run it
 #   python    multiprocessing (pool, queue, terminate, shared lock/value),
 #             subprocess and os.fork (test/acceptance/mp_acceptance.py)
-#   coreutils find | sort | xargs md5sum over /usr/share/common-licenses
+#   coreutils find | sort | xargs md5sum over /usr/share/common-licenses;
+#             sort | uniq -c over a file; find /usr/lib -name '*.so*' | wc -l
+#   ls        ls -la / (the lines of /dev and /proc, the sandbox's own
+#             filesystems, and of /tmp, which other jobs change, aside)
+#   tar       tar czf then tar xzf in /tmp, compared with diff -r
+#   sqlite    the sqlite3 shell on a script (test/acceptance/sqlite_script.sql)
+#   isolation (not compared) writes to /tmp, to a rootfs file and a delete
+#             of a rootfs file are seen inside the sandbox and leave the
+#             host unchanged
 # A scenario whose program is not installed is skipped with one line.
 # Exits 77 (CTest: skipped) when SENTRY does not exist, unless
 # COMPARE_REQUIRE_SENTRY=1.
@@ -36,7 +44,7 @@ SENTRY=$(readlink -f "$SENTRY")
 HERE=$(cd "$(dirname "$0")" && pwd)
 DATA=$HERE/acceptance
 scenarios=("$@")
-[ ${#scenarios[@]} -gt 0 ] || scenarios=(busybox dash bash make python coreutils)
+[ ${#scenarios[@]} -gt 0 ] || scenarios=(busybox dash bash make python coreutils ls tar sqlite isolation)
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/acceptance.XXXXXX")
 trap 'rm -rf "$tmp"' EXIT
 TIMEOUT=${ACCEPTANCE_TIMEOUT:-240}
@@ -129,7 +137,37 @@ for s in "${scenarios[@]}"; do
         echo "skip - python: /usr/bin/python3 not installed"
       fi ;;
     coreutils)
-      scenario coreutils /bin/sh -c 'find /usr/share/common-licenses -type f | sort | xargs md5sum | head -20; ls /usr/share/common-licenses | wc -l; du -s /usr/share/common-licenses | cut -f1' ;;
+      scenario coreutils /bin/sh -c 'find /usr/share/common-licenses -type f | sort | xargs md5sum | head -20; ls /usr/share/common-licenses | wc -l; du -s /usr/share/common-licenses | cut -f1; tr -cs A-Za-z "\n" < /usr/share/common-licenses/GPL-3 | tr A-Z a-z | sort | uniq -c | sort -rn | head -15; find /usr/lib -name "*.so*" | wc -l' ;;
+    ls)
+      scenario ls /bin/sh -c "ls -la / | grep -Ev ' (dev|proc|tmp)\$'" ;;
+    tar)
+      scenario tar /bin/sh -c 'set -e; d=$(mktemp -d /tmp/acc-tar.XXXXXX); tar czf $d/l.tgz -C /usr/share common-licenses; mkdir $d/x; tar xzf $d/l.tgz -C $d/x; diff -r /usr/share/common-licenses $d/x/common-licenses && echo "tar round trip identical"; tar tzf $d/l.tgz | sort | head -5; rm -r $d' ;;
+    sqlite)
+      if have /usr/bin/sqlite3; then
+        scenario sqlite /bin/sh -c "/usr/bin/sqlite3 < $DATA/sqlite_script.sql"
+      else
+        echo "skip - sqlite: /usr/bin/sqlite3 not installed"
+      fi ;;
+    isolation)
+      marker=/tmp/sbx-acceptance-marker.$$
+      victim=/etc/debian_version
+      before=$(md5sum "$victim" /etc/hostname 2>/dev/null)
+      timeout -k 5 "$TIMEOUT" "$SENTRY" run --rootfs=/ -- /bin/sh -c "
+        echo inside > $marker && cat $marker &&
+        echo appended >> $victim && tail -1 $victim &&
+        rm /etc/hostname && { [ ! -e /etc/hostname ] && echo deleted; }" \
+        </dev/null >"$tmp/iso.out" 2>"$tmp/iso.err"
+      st=$?
+      after=$(md5sum "$victim" /etc/hostname 2>/dev/null)
+      if [ $st = 0 ] && [ "$(tr '\n' ' ' <"$tmp/iso.out")" = "inside appended deleted " ] &&
+         [ ! -e "$marker" ] && [ "$before" = "$after" ]; then
+        echo "ok - isolation (writes and deletes seen inside, host unchanged)"
+      else
+        echo "not ok - isolation: status $st, inside: $(tr '\n' ' ' <"$tmp/iso.out") $(head -c 300 "$tmp/iso.err")"
+        [ -e "$marker" ] && { echo "  $marker reached the host"; rm -f "$marker"; }
+        [ "$before" = "$after" ] || echo "  host files changed: $before -> $after"
+        fails=$((fails + 1))
+      fi ;;
     *) echo "unknown scenario $s" >&2; exit 2 ;;
   esac
 done

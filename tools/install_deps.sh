@@ -10,7 +10,7 @@ DEBS=(
   musl-tools
   bazel-bootstrap default-jdk-headless
   runsc util-linux
-  busybox-static make procps   # programs the acceptance tests run in the sandbox
+  busybox-static make procps sqlite3   # programs the acceptance tests run in the sandbox
 )
 
 missing=()

@@ -1,14 +1,23 @@
-# make + gcc: write a C program and a Makefile into the working directory,
-# build, run, clean up (acceptance.sh, scenario "make").
+# make + gcc: write a two-file C program and its Makefile into the working
+# directory, build, run, rebuild after a change, clean up (acceptance.sh,
+# scenario "make").
 set -e
-cat > hello.c <<'END'
+cat > main.c <<'END'
 #include <stdio.h>
+const char *greeting(void);
 int main(void) {
-  puts("hi from gcc");
+  printf("%s from gcc\n", greeting());
   return 0;
 }
 END
-printf 'all: hello\n\t./hello\nhello: hello.c\n\tgcc -O2 -o hello hello.c\n' > Makefile
-make -s
-make -s -q hello && echo "up to date"
-rm hello hello.c Makefile
+cat > greet.c <<'END'
+const char *greeting(void) { return "hi"; }
+END
+printf 'hello: main.o greet.o\n\tgcc -o hello main.o greet.o\n%%.o: %%.c\n\tgcc -O2 -c -o $@ $<\nclean:\n\trm -f hello *.o\n' > Makefile
+make -s && ./hello
+make -q hello && echo "up to date"
+sleep 1
+echo 'const char *greeting(void) { return "hello again"; }' > greet.c
+make && ./hello
+make -s clean
+rm main.c greet.c Makefile

@@ -3,9 +3,12 @@
  *
  *   bench_workloads pipe N        N round trips of one byte between two
  *                                 processes over two pipes
+ *   bench_workloads pipe-threads N  the same between two threads of one
+ *                                 process
  *   bench_workloads fork N        N x fork + child _exit + waitpid
- *   bench_workloads forkexec N    N x fork + execve(this binary, "exit") +
- *                                 waitpid (a static binary: no ld.so work)
+ *   bench_workloads forkexec N [PROG]  N x fork + execve + waitpid of PROG
+ *                                 (default: this static binary in its "exit"
+ *                                 mode; e.g. /bin/true, dynamic)
  *   bench_workloads open N FILE   N x open + read 4 KiB + close of FILE
  *   bench_workloads tmpfile N     N x open(O_CREAT|O_TRUNC) + write 4 KiB +
  *                                 close + unlink of a file in /tmp
@@ -17,6 +20,7 @@
  * three places. Exits non-zero if an operation fails. */
 #define _GNU_SOURCE
 #include <errno.h>
+#include <pthread.h>
 #include <fcntl.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -59,6 +63,27 @@ static void pipe_setup(void) {
   close(pipe_fds[1][1]);
 }
 
+static void *pipe_echo_thread(void *arg) {
+  (void)arg;
+  char b;
+  while (read(pipe_fds[0][0], &b, 1) == 1) {
+    if (write(pipe_fds[1][1], &b, 1) != 1) break;
+  }
+  return NULL;
+}
+
+static pthread_t echo_thread;
+
+static void pipe_threads_setup(void) {
+  if (pipe(pipe_fds[0]) != 0 || pipe(pipe_fds[1]) != 0) die("pipe");
+  if (pthread_create(&echo_thread, NULL, pipe_echo_thread, NULL) != 0) die("pthread_create");
+}
+
+static void pipe_threads_teardown(void) {
+  close(pipe_fds[0][1]);
+  pthread_join(echo_thread, NULL);
+}
+
 static void pipe_op(void) {
   char b = 'x';
   if (write(pipe_fds[0][1], &b, 1) != 1) die("write");
@@ -79,13 +104,15 @@ static void fork_op(void) {
   if (waitpid(c, &st, 0) != c || !WIFEXITED(st)) die("waitpid");
 }
 
+static const char *exec_path;
+
 static void forkexec_op(void) {
   pid_t c = fork();
   if (c < 0) die("fork");
   if (c == 0) {
-    char *args[] = {(char *)self, "exit", NULL};
+    char *args[] = {(char *)exec_path, "exit", NULL};
     char *env[] = {NULL};
-    execve(self, args, env);
+    execve(exec_path, args, env);
     _exit(127);
   }
   int st;
@@ -127,7 +154,7 @@ int main(int argc, char **argv) {
   self = argv[0];
   if (argc >= 2 && strcmp(argv[1], "exit") == 0) return 0;
   if (argc < 3) {
-    fprintf(stderr, "usage: %s pipe|fork|forkexec|open|tmpfile|clock N [FILE]\n",
+    fprintf(stderr, "usage: %s pipe|pipe-threads|fork|forkexec|open|tmpfile|clock N [FILE]\n",
             argv[0]);
     return 2;
   }
@@ -140,9 +167,14 @@ int main(int argc, char **argv) {
     pipe_setup();
     op = pipe_op;
     teardown = pipe_teardown;
+  } else if (strcmp(mode, "pipe-threads") == 0) {
+    pipe_threads_setup();
+    op = pipe_op;
+    teardown = pipe_threads_teardown;
   } else if (strcmp(mode, "fork") == 0) {
     op = fork_op;
   } else if (strcmp(mode, "forkexec") == 0) {
+    exec_path = argc > 3 ? argv[3] : self;
     op = forkexec_op;
   } else if (strcmp(mode, "open") == 0) {
     open_path = argc > 3 ? argv[3] : self;

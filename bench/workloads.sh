@@ -2,8 +2,10 @@
 # bench/workloads.sh — what real programs do, natively, under the sentry and
 # under gVisor's runsc (Debian's package, ptrace platform), in one run.
 #
-# Table 1: per-operation cost inside the sandbox (bench_workloads, static):
-#   pipe ping-pong between two processes, fork+wait, fork+exec+wait,
+# Table 1: per-operation cost inside the sandbox (bench_workloads, static),
+# unpinned and pinned to one CPU (taskset -c 0: the program, the Sentry and
+# its stubs, or runsc, share one core): pipe ping-pong between two processes
+# and between two threads, fork+wait, fork+exec+wait (static, /bin/true),
 #   open+read+close of a host file (the read-only rootfs), create+write+
 #   close+unlink in /tmp (the overlay's tmpfs), clock_gettime through libc.
 # Table 2: start-up, wall time of a whole sandbox run from the host:
@@ -50,11 +52,13 @@ else
   echo "note: runsc not found: its columns say n/a" >&2
 fi
 
-# mode|what|native N|sandbox N   (operations per run)
+# mode|what|native N|sandbox N|extra argument   (operations per run)
 ops=(
-  "pipe|pipe ping-pong, 1 byte each way|$((100000 / div))|$((5000 / div))"
+  "pipe|pipe ping-pong, 2 processes|$((100000 / div))|$((5000 / div))"
+  "pipe-threads|pipe ping-pong, 2 threads|$((100000 / div))|$((5000 / div))"
   "fork|fork + _exit + waitpid|$((2000 / div))|$((200 / div))"
   "forkexec|fork + execve (static) + waitpid|$((1000 / div))|$((100 / div))"
+  "forkexec|fork + execve /bin/true + waitpid|$((1000 / div))|$((100 / div))|/bin/true"
   "open|open + read 4 KiB + close (rootfs)|$((100000 / div))|$((5000 / div))"
   "tmpfile|creat + write 4 KiB + close + unlink (/tmp)|$((50000 / div))|$((2000 / div))"
   "clock|clock_gettime(MONOTONIC) via libc|$((2000000 / div))|$((200000 / div))"
@@ -65,16 +69,19 @@ starts=(
   "python|python3 -c pass|/usr/bin/python3 -c pass"
 )
 
-run_op() { # CONFIG PREFIX MODE N
+run_op() { # CONFIG PIN PREFIX KEY MODE N [ARG]
   local out v
-  # shellcheck disable=SC2086
-  out=$(cd "$tmp" && timeout -k 5 "$TIMEOUT" $2 "$BIN" "$3" "$4" </dev/null 2>"$tmp/err")
+  local -a cmd=()
+  [ "$2" = pinned ] && cmd+=(taskset -c 0)
+  # shellcheck disable=SC2206
+  cmd+=($3 "$BIN" "$5" "$6" ${7:-})
+  out=$(cd "$tmp" && timeout -k 5 "$TIMEOUT" "${cmd[@]}" </dev/null 2>"$tmp/err")
   v=$(printf '%s\n' "$out" | awk '/^ns_per_op /{print $2}' | tail -1)
   if [ -z "$v" ]; then
     v=fail
-    echo "$1/$3: $(head -c 200 "$tmp/err" | tr '\n' ' ')" >>"$tmp/errors"
+    echo "$1/$2/$4: $(head -c 200 "$tmp/err" | tr '\n' ' ')" >>"$tmp/errors"
   fi
-  echo "$v" >>"$tmp/op.$1.$3"
+  echo "$v" >>"$tmp/op.$1.$2.$4"
 }
 
 run_start() { # CONFIG PREFIX NAME COMMAND
@@ -95,11 +102,13 @@ run_start() { # CONFIG PREFIX NAME COMMAND
 for _ in $(seq 1 "$REPS"); do
   for c in "${configs[@]}"; do
     name=${c%%|*} prefix=${c#*|}
-    for o in "${ops[@]}"; do
-      IFS='|' read -r mode _ nn ns <<<"$o"
-      n=$ns
-      [ "$name" = native ] && n=$nn
-      run_op "$name" "$prefix" "$mode" "$n"
+    for pin in unpinned pinned; do
+      for o in "${ops[@]}"; do
+        IFS='|' read -r mode _ nn ns arg <<<"$o"
+        n=$ns
+        [ "$name" = native ] && n=$nn
+        run_op "$name" "$pin" "$prefix" "$mode${arg//\//_}" "$mode" "$n" "$arg"
+      done
     done
     for s in "${starts[@]}"; do
       IFS='|' read -r sname _ cmd <<<"$s"
@@ -117,17 +126,22 @@ echo "workloads — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs, kernel $(uname -
 [ -x "$SENTRY" ] && echo "sentry: $SENTRY run --rootfs=/ ${SENTRY_FLAGS[*]}"
 command -v "$RUNSC" >/dev/null 2>&1 && echo "runsc:  $($RUNSC --version 2>/dev/null | head -1), flags: ${RUNSC_FLAGS[*]}"
 echo
-printf '%-44s %12s %12s %8s %12s %8s %10s\n' "per operation (ns)" native sentry "x nat" runsc "x nat" "runsc/sen"
-for o in "${ops[@]}"; do
-  IFS='|' read -r mode what _ _ <<<"$o"
-  nat=$(median "$tmp/op.native.$mode")
-  sen=$(median "$tmp/op.sentry.$mode")
-  rs=$(median "$tmp/op.runsc.$mode")
-  printf '%-44s %12s %12s %8s %12s %8s %10s\n' "$what" "$nat" "$sen" "$(ratio "$sen" "$nat")" \
-    "$rs" "$(ratio "$rs" "$nat")" "$(ratio "$rs" "$sen")"
+for pin in unpinned pinned; do
+  label="per operation (ns), unpinned"
+  [ "$pin" = pinned ] && label="per operation (ns), taskset -c 0"
+  printf '%-44s %12s %12s %8s %12s %8s %10s\n' "$label" native sentry "x nat" runsc "x nat" "runsc/sen"
+  for o in "${ops[@]}"; do
+    IFS='|' read -r mode what _ _ arg <<<"$o"
+    key=$mode${arg//\//_}
+    nat=$(median "$tmp/op.native.$pin.$key")
+    sen=$(median "$tmp/op.sentry.$pin.$key")
+    rs=$(median "$tmp/op.runsc.$pin.$key")
+    printf '%-44s %12s %12s %8s %12s %8s %10s\n' "$what" "$nat" "$sen" "$(ratio "$sen" "$nat")" \
+      "$rs" "$(ratio "$rs" "$nat")" "$(ratio "$rs" "$sen")"
+  done
+  echo
 done
-echo
-printf '%-44s %12s %12s %8s %12s %8s %10s\n' "start-up, wall (µs)" native sentry "x nat" runsc "x nat" "runsc/sen"
+printf '%-44s %12s %12s %8s %12s %8s %10s\n' "start-up, wall (µs), unpinned" native sentry "x nat" runsc "x nat" "runsc/sen"
 for s in "${starts[@]}"; do
   IFS='|' read -r sname what _ <<<"$s"
   nat=$(median "$tmp/start.native.$sname")

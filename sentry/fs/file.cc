@@ -389,6 +389,15 @@ std::shared_ptr<File> FdTable::Get(int fd) const {
   return fds_[fd].file;
 }
 
+std::vector<int> FdTable::Fds() const {
+  absl::MutexLock l(&mu_);
+  std::vector<int> out;
+  for (size_t i = 0; i < fds_.size(); i++) {
+    if (fds_[i].file != nullptr) out.push_back(static_cast<int>(i));
+  }
+  return out;
+}
+
 int64_t FdTable::Close(int fd) {
   std::shared_ptr<File> old;
   {

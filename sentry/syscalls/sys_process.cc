@@ -226,6 +226,9 @@ int64_t DoExecve(Task& t, int64_t dirfd, uint64_t path_addr, uint64_t argv_addr,
   t.ExecImage(*cpu);
   size_t slash = exec_path.rfind('/');
   std::string exe_path = vfs.PathOf(ctx.root(), loc);
+  // The old address space goes when this reference does, after the
+  // tasklist lock is released (mm is never torn down under it).
+  std::shared_ptr<mm::MM> old_mm = g.mm_ptr();
   // Under the tasklist lock: /proc reads these from other tasks.
   t.kernel().WithTasklistLock([&] {
     g.set_mm(mm);
@@ -238,6 +241,7 @@ int64_t DoExecve(Task& t, int64_t dirfd, uint64_t path_addr, uint64_t argv_addr,
     g.env_end = spec.env_end;
     g.auxv = spec.auxv;
   });
+  old_mm.reset();
   t.VforkDone();
   return kernel::kNoReturnValue;
 }

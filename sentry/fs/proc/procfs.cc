@@ -504,12 +504,7 @@ TaskStat MakeTaskStat(Kernel& k, ThreadGroup& g, const ProcInfo& p,
   rlimit rss = g.GetLimit(RLIMIT_RSS);
   s.rss_limit = rss.rlim_cur;
   s.max_signals = g.GetLimit(RLIMIT_SIGPENDING).rlim_cur;
-  if (p.fs != nullptr) {
-    // FsContext has no plain read of the umask: set and restore it.
-    uint32_t m = p.fs->exchange_umask(022);
-    p.fs->exchange_umask(m);
-    s.umask = m;
-  }
+  if (p.fs != nullptr) s.umask = p.fs->umask();
   if (p.fds != nullptr) {
     std::vector<int> fds = p.fds->Fds();
     uint64_t n = fds.empty() ? 0 : static_cast<uint64_t>(fds.back()) + 1;

@@ -14,6 +14,7 @@
 #include <string.h>
 #include <sys/auxv.h>
 #include <sys/resource.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -316,6 +317,19 @@ int main(int argc, char **argv) {
             strcmp(msg, "world") == 0);
   if (w2 >= 0) close(w2);
   if (r2 >= 0) close(r2);
+
+  int sv[2];
+  CHECK("socketpair", socketpair(AF_UNIX, SOCK_STREAM, 0, sv) == 0);
+  snprintf(path, sizeof path, "/proc/self/fd/%d", sv[0]);
+  n = readlink(path, link, sizeof link - 1);
+  if (n >= 0) link[n] = 0;
+  CHECK("readlink fd/N of a socket is socket:[ino]",
+        n > 8 && strncmp(link, "socket:[", 8) == 0 && link[n - 1] == ']');
+  CHECK("stat fd/N of a socket is a socket",
+        stat(path, &ls) == 0 && S_ISSOCK(ls.st_mode));
+  CHECK_ERRNO("open fd/N of a socket", open(path, O_RDWR), ENXIO);
+  close(sv[0]);
+  close(sv[1]);
   close(p[0]);
   close(p[1]);
   close(tfd);

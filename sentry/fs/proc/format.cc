@@ -41,7 +41,7 @@ std::string StatLine(const TaskStat& t) {
   absl::StrAppendFormat(
       &s, " %u %u %u 0 0 %u %u %u %u %d 0 0 %d 0 0 0 0 0 0",
       mm ? t.start_code : 0, mm ? t.end_code : 0, mm ? t.start_stack : 0,
-      t.sig_pending & 0xffffffffffffffffull, t.sig_blocked, t.sig_ignored,
+      t.sig_pending, t.sig_blocked, t.sig_ignored,
       t.sig_caught, t.state == 'S' ? 1 : 0, t.exit_signal);
   absl::StrAppendFormat(&s, " %u %u %u %u %u %u %u %d\n", mm ? t.start_data : 0,
                         mm ? t.end_data : 0, mm ? t.start_brk : 0,

@@ -838,7 +838,7 @@ class ProcessDirs {
   std::shared_ptr<Inode> FdDir(bool info) const {
     auto self = *this;
     return std::make_shared<DirInode>(
-        fs_, Ino(info ? "fdinfo" : "fd"), info ? 0500 : 0500,
+        fs_, Ino(info ? "fdinfo" : "fd"), info ? 0555 : 0500,
         [self, info](std::vector<DirEntry>* out) {
           ProcInfo p;
           int r = self.Info(&p);

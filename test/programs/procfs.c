@@ -315,6 +315,12 @@ int main(int argc, char **argv) {
   CHECK("open fd/N of a pipe's read end reads the pipe",
         r2 >= 0 && write(p[1], "world", 5) == 5 && read(r2, msg, 5) == 5 &&
             strcmp(msg, "world") == 0);
+  int rw = open(path, O_RDWR);
+  CHECK("open fd/N of a pipe O_RDWR reads and writes it",
+        rw >= 0 && write(rw, "again", 5) == 5 && read(p[0], msg, 5) == 5 &&
+            strcmp(msg, "again") == 0 && write(p[1], "twice", 5) == 5 &&
+            read(rw, msg, 5) == 5 && strcmp(msg, "twice") == 0);
+  if (rw >= 0) close(rw);
   if (w2 >= 0) close(w2);
   if (r2 >= 0) close(r2);
 

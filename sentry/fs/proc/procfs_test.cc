@@ -223,6 +223,14 @@ TEST_F(ProcFsTest, FdDirectoryAndPipeMagicLink) {
   EXPECT_EQ(r->Read(buf, 2, -1, IoContext{}), 2);
   EXPECT_EQ(std::string(buf, 2), "hi");
 
+  // O_RDWR: one description that reads and writes the pipe.
+  std::shared_ptr<File> rw;
+  ASSERT_EQ(to.inode().Open(O_RDWR, &rw), 0);
+  EXPECT_EQ(rw->StatusFlags() & O_ACCMODE, O_RDWR);
+  ASSERT_EQ(rw->Write("yo", 2, -1, IoContext{}), 2);
+  EXPECT_EQ(rw->Read(buf, 2, -1, IoContext{}), 2);
+  EXPECT_EQ(std::string(buf, 2), "yo");
+
   std::string info = Read("1/fdinfo/5");
   EXPECT_EQ(info.substr(0, info.find("mnt_id")),
             "pos:\t0\nflags:\t02000001\n");

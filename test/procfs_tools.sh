@@ -90,6 +90,12 @@ if have_tool top; then
   check "top: lists itself" has ' top$'
 fi
 
+if have_tool vmstat; then
+  insandbox 'vmstat'
+  check "vmstat: exit 0" eq "$status" 0
+  check "vmstat: one sample, no swap" has '^ *[0-9]+ +[0-9]+ +0 +[0-9]+ +0 +0 +0 +0 '
+fi
+
 if have_tool uptime; then
   insandbox 'uptime'
   check "uptime: exit 0" eq "$status" 0

@@ -16,6 +16,7 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/sysinfo.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -379,6 +380,13 @@ int main(int argc, char **argv) {
   CHECK("uptime has two numbers",
         slurp("/proc/uptime", text, sizeof text) > 0 &&
             sscanf(text, "%lf %lf", &up, &idle) == 2 && up >= 0 && idle >= 0);
+  struct sysinfo sinfo;
+  CHECK("sysinfo uptime agrees with /proc/uptime",
+        sysinfo(&sinfo) == 0 && (double)sinfo.uptime >= up - 2 &&
+            (double)sinfo.uptime <= up + 2);
+  CHECK("vmstat has nr_free_pages",
+        slurp("/proc/vmstat", text, sizeof text) > 0 &&
+            strncmp(text, "nr_free_pages ", 14) == 0);
   double l1;
   int running = 0, total = 0;
   CHECK("loadavg fields",

@@ -207,6 +207,34 @@ std::string MemInfoText(const MemInfo& m) {
   return s;
 }
 
+std::string VmStatText(const MemInfo& m) {
+  const uint64_t used = m.used < m.total ? m.used : m.total;
+  std::string s;
+  auto line = [&s](const char* name, uint64_t v) {
+    absl::StrAppend(&s, name, " ", v, "\n");
+  };
+  line("nr_free_pages", Pages(m.total - used));
+  line("nr_inactive_anon", 0);
+  line("nr_active_anon", Pages(used));
+  line("nr_inactive_file", 0);
+  line("nr_active_file", 0);
+  line("nr_unevictable", 0);
+  line("nr_mlock", 0);
+  line("nr_anon_pages", Pages(used));
+  line("nr_mapped", 0);
+  line("nr_file_pages", 0);
+  line("nr_dirty", 0);
+  line("nr_writeback", 0);
+  line("nr_shmem", Pages(m.shmem));
+  // Event counters: not accounted.
+  for (const char* name : {"pgpgin", "pgpgout", "pswpin", "pswpout",
+                           "pgalloc_normal", "pgfree", "pgfault",
+                           "pgmajfault"}) {
+    line(name, 0);
+  }
+  return s;
+}
+
 std::string UptimeText(int64_t uptime_ns, int64_t idle_ns) {
   auto secs = [](int64_t ns) {
     return absl::StrFormat("%d.%02d", ns / 1000000000,

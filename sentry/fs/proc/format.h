@@ -91,6 +91,9 @@ struct MemInfo {
 };
 std::string MemInfoText(const MemInfo& m);
 
+// /proc/vmstat: page counters (the ones procps reads), from MemInfo.
+std::string VmStatText(const MemInfo& m);
+
 // /proc/uptime: seconds since boot and the idle time of all CPUs.
 std::string UptimeText(int64_t uptime_ns, int64_t idle_ns);
 

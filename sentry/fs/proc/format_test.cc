@@ -159,6 +159,16 @@ TEST(MemInfoText, KibColumns) {
   EXPECT_NE(s.find("\nSwapTotal:             0 kB\n"), std::string::npos);
 }
 
+TEST(VmStatText, FreeAndAnonPages) {
+  MemInfo m;
+  m.total = 100 * 4096;
+  m.used = 30 * 4096;
+  std::string s = VmStatText(m);
+  EXPECT_EQ(s.substr(0, s.find('\n') + 1), "nr_free_pages 70\n");
+  EXPECT_NE(s.find("\nnr_anon_pages 30\n"), std::string::npos);
+  EXPECT_NE(s.find("\npgfault 0\n"), std::string::npos);
+}
+
 TEST(OtherFiles, Formats) {
   EXPECT_EQ(UptimeText(12345670000000, 0), "12345.67 0.00\n");
   EXPECT_EQ(LoadAvgText(0, 0, 0, 1, 3, 42), "0.00 0.00 0.00 1/3 42\n");

@@ -1045,11 +1045,11 @@ std::string CpuInfo(const Shared& fs) {
   return s;
 }
 
-std::string MemInfoFile(Kernel& k, const ProcFsOptions& opts) {
+MemInfo Memory(Kernel& k, const ProcFsOptions& opts) {
   MemInfo m;
   m.total = opts.memory_limit != 0 ? opts.memory_limit : opts.host.mem_total;
   m.used = k.memory_file().AllocatedBytes();
-  return MemInfoText(m);
+  return m;
 }
 
 struct Counts {
@@ -1166,9 +1166,14 @@ ProcFs::ProcFs(Kernel* k, ProcFsOptions opts) {
       {"cpuinfo", ConstFile(fs, CpuInfo(*fs))},
       {"meminfo", TextFile(fs,
                            [k, &o](std::string* out) {
-                             *out = MemInfoFile(*k, o);
+                             *out = MemInfoText(Memory(*k, o));
                              return 0;
                            })},
+      {"vmstat", TextFile(fs,
+                          [k, &o](std::string* out) {
+                            *out = VmStatText(Memory(*k, o));
+                            return 0;
+                          })},
       {"uptime", TextFile(fs,
                           [k](std::string* out) {
                             // Idle time is not accounted: 0.

@@ -5,7 +5,8 @@
 //   /proc/[pid]/...               every thread group of the sandbox (zombies
 //                                 included, state Z), by sandbox pid
 //   /proc/[pid]/task/[tid]/...    its threads
-//   /proc/{cpuinfo,meminfo,uptime,loadavg,stat,version,filesystems,mounts}
+//   /proc/{cpuinfo,meminfo,vmstat,uptime,loadavg,stat,version,filesystems,
+//         mounts}
 //   /proc/sys/kernel/{hostname,ostype,osrelease,pid_max},
 //   /proc/sys/vm/overcommit_memory
 //

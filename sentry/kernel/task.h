@@ -197,9 +197,13 @@ class Task : public fs::Blocker {
   // application code) and look at its state: used for group exit.
   void Interrupt();
   bool interrupted() const { return interrupt_.load(std::memory_order_acquire); }
-  // Whether the task is asleep in Block (state S in /proc) rather than
-  // running or runnable (R).
+  // Whether the task is asleep in Block or a host poll (state S in /proc)
+  // rather than running or runnable (R).
   bool sleeping() const { return sleeping_.load(std::memory_order_relaxed); }
+  // fs::Blocker: host polls (HostFile) count as sleeping too.
+  void SetSleeping(bool s) override {
+    sleeping_.store(s, std::memory_order_relaxed);
+  }
   // When the task was created (MonotonicNanos).
   int64_t start_ns() const { return start_ns_; }
   fs::IoContext io() {

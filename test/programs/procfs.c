@@ -16,8 +16,8 @@
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
-#include <sys/sysinfo.h>
 #include <sys/syscall.h>
+#include <sys/sysinfo.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -137,14 +137,14 @@ int main(int argc, char **argv) {
 
   /* status */
   CHECK("status readable", slurp("/proc/self/status", text, sizeof text) > 0);
-  CHECK("status Name", field(text, "Name", val, sizeof val) &&
-                           strcmp(val, want_comm) == 0);
-  CHECK("status Pid", field(text, "Pid", val, sizeof val) &&
-                          atol(val) == getpid());
-  CHECK("status Tgid", field(text, "Tgid", val, sizeof val) &&
-                           atol(val) == getpid());
-  CHECK("status PPid", field(text, "PPid", val, sizeof val) &&
-                           atol(val) == getppid());
+  CHECK("status Name",
+        field(text, "Name", val, sizeof val) && strcmp(val, want_comm) == 0);
+  CHECK("status Pid",
+        field(text, "Pid", val, sizeof val) && atol(val) == getpid());
+  CHECK("status Tgid",
+        field(text, "Tgid", val, sizeof val) && atol(val) == getpid());
+  CHECK("status PPid",
+        field(text, "PPid", val, sizeof val) && atol(val) == getppid());
   CHECK("status State running",
         field(text, "State", val, sizeof val) && val[0] == 'R');
   CHECK("status Threads 1",
@@ -196,8 +196,10 @@ int main(int argc, char **argv) {
   CHECK("readlink self == getpid", n > 0 && atol(link) == getpid());
   n = readlink("/proc/thread-self", link, sizeof link - 1);
   if (n >= 0) link[n] = 0;
-  snprintf(path, sizeof path, "%d/task/%ld", getpid(), (long)syscall(SYS_gettid));
-  CHECK("readlink thread-self is pid/task/tid", n > 0 && strcmp(link, path) == 0);
+  snprintf(path, sizeof path, "%d/task/%ld", getpid(),
+           (long)syscall(SYS_gettid));
+  CHECK("readlink thread-self is pid/task/tid",
+        n > 0 && strcmp(link, path) == 0);
 
   /* maps */
   CHECK("maps readable", slurp("/proc/self/maps", text, sizeof text) > 0);
@@ -222,19 +224,19 @@ int main(int argc, char **argv) {
   /* mem */
   int mfd = open("/proc/self/mem", O_RDONLY);
   int got = 0;
-  CHECK("mem pread of a local", mfd >= 0 &&
-                                    pread(mfd, &got, sizeof got,
-                                          (off_t)(uintptr_t)&local) ==
-                                        sizeof got &&
-                                    got == 42);
+  CHECK("mem pread of a local",
+        mfd >= 0 &&
+            pread(mfd, &got, sizeof got, (off_t)(uintptr_t)&local) ==
+                sizeof got &&
+            got == 42);
   CHECK_ERRNO("mem pread of an unmapped address",
               pread(mfd, &got, sizeof got, 0), EIO);
   if (mfd >= 0) close(mfd);
 
   /* cmdline, environ, auxv */
   long len = slurp("/proc/self/cmdline", text, sizeof text);
-  CHECK("cmdline is argv", len == (long)strlen(argv[0]) + 1 &&
-                               strcmp(text, argv[0]) == 0);
+  CHECK("cmdline is argv",
+        len == (long)strlen(argv[0]) + 1 && strcmp(text, argv[0]) == 0);
   len = slurp("/proc/self/environ", text, sizeof text);
   int has_alpha = 0;
   for (long i = 0; i < len; i += (long)strlen(text + i) + 1) {
@@ -266,19 +268,22 @@ int main(int argc, char **argv) {
   while (d && (e = readdir(d)) != NULL) {
     if (e->d_name[0] == '.') continue;
     int fd = atoi(e->d_name);
-    if (fd < 0 || fcntl(fd, F_GETFD) < 0) bad = 1;
-    else if (fd < 1024) listed[fd] = 1;  /* higher ones: inherited, unchecked */
+    if (fd < 0 || fcntl(fd, F_GETFD) < 0)
+      bad = 1;
+    else if (fd < 1024)
+      listed[fd] = 1; /* higher ones: inherited, unchecked */
   }
   for (int fd = 0; fd < 1024; fd++) {
     if ((fcntl(fd, F_GETFD) >= 0) != listed[fd]) bad = 1;
   }
-  CHECK("fd lists exactly the open descriptors", !bad && listed[p[0]] &&
-                                                     listed[tfd]);
+  CHECK("fd lists exactly the open descriptors",
+        !bad && listed[p[0]] && listed[tfd]);
   if (d) closedir(d);
   snprintf(path, sizeof path, "/proc/self/fd/%d", tfd);
   n = readlink(path, link, sizeof link - 1);
   if (n >= 0) link[n] = 0;
-  CHECK("readlink fd/N of a file is its path", n > 0 && strcmp(link, tmpl) == 0);
+  CHECK("readlink fd/N of a file is its path",
+        n > 0 && strcmp(link, tmpl) == 0);
   snprintf(path, sizeof path, "/proc/self/fd/%d", p[0]);
   n = readlink(path, link, sizeof link - 1);
   if (n >= 0) link[n] = 0;
@@ -289,8 +294,8 @@ int main(int argc, char **argv) {
         stat(path, &ls) == 0 && fstat(p[0], &ps) == 0 && S_ISFIFO(ls.st_mode) &&
             ls.st_ino == ps.st_ino);
 
-  CHECK("write the file", write(tfd, "abcdef", 6) == 6 &&
-                              lseek(tfd, 3, SEEK_SET) == 3);
+  CHECK("write the file",
+        write(tfd, "abcdef", 6) == 6 && lseek(tfd, 3, SEEK_SET) == 3);
   snprintf(path, sizeof path, "/proc/self/fdinfo/%d", tfd);
   CHECK("fdinfo readable", slurp(path, text, sizeof text) > 0);
   CHECK("fdinfo pos", field(text, "pos", val, sizeof val) && atol(val) == 3);
@@ -346,8 +351,8 @@ int main(int argc, char **argv) {
 
   /* limits, oom_score_adj, cgroup, mounts */
   CHECK("limits readable", slurp("/proc/self/limits", text, sizeof text) > 0);
-  CHECK("limits header", strncmp(text, "Limit                     Soft Limit",
-                                 36) == 0);
+  CHECK("limits header",
+        strncmp(text, "Limit                     Soft Limit", 36) == 0);
   struct rlimit rl;
   getrlimit(RLIMIT_NOFILE, &rl);
   char *row = strstr(text, "Max open files");
@@ -362,17 +367,16 @@ int main(int argc, char **argv) {
   CHECK("cgroup has a v2 line",
         slurp("/proc/self/cgroup", text, sizeof text) > 0 &&
             (strncmp(text, "0::/", 4) == 0 || strstr(text, "\n0::/")));
-  CHECK("mounts has /proc",
-        slurp("/proc/self/mounts", text, sizeof text) > 0 &&
-            strstr(text, " /proc proc ") != NULL);
+  CHECK("mounts has /proc", slurp("/proc/self/mounts", text, sizeof text) > 0 &&
+                                strstr(text, " /proc proc ") != NULL);
   CHECK("mountinfo has /proc",
         slurp("/proc/self/mountinfo", text, sizeof text) > 0 &&
             strstr(text, " /proc ") && strstr(text, " - proc "));
 
   /* system-wide files */
-  CHECK("meminfo has MemTotal",
-        slurp("/proc/meminfo", text, sizeof text) > 0 &&
-            strncmp(text, "MemTotal:", 9) == 0 && strstr(text, "\nMemFree:"));
+  CHECK("meminfo has MemTotal", slurp("/proc/meminfo", text, sizeof text) > 0 &&
+                                    strncmp(text, "MemTotal:", 9) == 0 &&
+                                    strstr(text, "\nMemFree:"));
   CHECK("cpuinfo has processor 0",
         slurp("/proc/cpuinfo", text, sizeof text) > 0 &&
             strncmp(text, "processor\t: 0", 13) == 0);
@@ -393,17 +397,18 @@ int main(int argc, char **argv) {
         slurp("/proc/loadavg", text, sizeof text) > 0 &&
             sscanf(text, "%lf %*f %*f %d/%d", &l1, &running, &total) == 3 &&
             running >= 1 && total >= running);
-  CHECK("stat has cpu and btime",
-        slurp("/proc/stat", text, sizeof text) > 0 &&
-            strncmp(text, "cpu ", 4) == 0 && strstr(text, "\nbtime "));
+  CHECK("stat has cpu and btime", slurp("/proc/stat", text, sizeof text) > 0 &&
+                                      strncmp(text, "cpu ", 4) == 0 &&
+                                      strstr(text, "\nbtime "));
   CHECK("version starts with Linux version",
         slurp("/proc/version", text, sizeof text) > 0 &&
             strncmp(text, "Linux version ", 14) == 0);
   CHECK("filesystems lists proc",
         slurp("/proc/filesystems", text, sizeof text) > 0 &&
             strstr(text, "\tproc\n"));
-  CHECK("ostype Linux", slurp("/proc/sys/kernel/ostype", text, sizeof text) > 0 &&
-                            strcmp(text, "Linux\n") == 0);
+  CHECK("ostype Linux",
+        slurp("/proc/sys/kernel/ostype", text, sizeof text) > 0 &&
+            strcmp(text, "Linux\n") == 0);
   CHECK("pid_max > getpid",
         slurp("/proc/sys/kernel/pid_max", text, sizeof text) > 0 &&
             atol(text) > getpid());
@@ -465,7 +470,8 @@ int main(int argc, char **argv) {
   snprintf(path, sizeof path, "/proc/%d/stat", child);
   CHECK("zombie's state is Z", stat_field(path, 3) == 'Z');
   int status;
-  CHECK("reap", waitpid(child, &status, 0) == child && WEXITSTATUS(status) == 7);
+  CHECK("reap",
+        waitpid(child, &status, 0) == child && WEXITSTATUS(status) == 7);
   snprintf(path, sizeof path, "/proc/%d", child);
   CHECK_ERRNO("reaped child's directory is gone", access(path, F_OK), ENOENT);
 

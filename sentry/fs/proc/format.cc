@@ -13,12 +13,18 @@ uint64_t KiB(uint64_t bytes) { return bytes / 1024; }
 
 const char* StateName(char state) {
   switch (state) {
-    case 'R': return "R (running)";
-    case 'S': return "S (sleeping)";
-    case 'D': return "D (disk sleep)";
-    case 'T': return "T (stopped)";
-    case 'Z': return "Z (zombie)";
-    default: return "R (running)";
+    case 'R':
+      return "R (running)";
+    case 'S':
+      return "S (sleeping)";
+    case 'D':
+      return "D (disk sleep)";
+    case 'T':
+      return "T (stopped)";
+    case 'Z':
+      return "Z (zombie)";
+    default:
+      return "R (running)";
   }
 }
 
@@ -38,11 +44,11 @@ std::string StatLine(const TaskStat& t) {
   // startcode endcode startstack kstkesp kstkeip signal blocked sigignore
   // sigcatch wchan nswap cnswap exit_signal processor rt_priority policy
   // delayacct_blkio_ticks guest_time cguest_time.
-  absl::StrAppendFormat(
-      &s, " %u %u %u 0 0 %u %u %u %u %d 0 0 %d 0 0 0 0 0 0",
-      mm ? t.start_code : 0, mm ? t.end_code : 0, mm ? t.start_stack : 0,
-      t.sig_pending, t.sig_blocked, t.sig_ignored,
-      t.sig_caught, t.state == 'S' ? 1 : 0, t.exit_signal);
+  absl::StrAppendFormat(&s, " %u %u %u 0 0 %u %u %u %u %d 0 0 %d 0 0 0 0 0 0",
+                        mm ? t.start_code : 0, mm ? t.end_code : 0,
+                        mm ? t.start_stack : 0, t.sig_pending, t.sig_blocked,
+                        t.sig_ignored, t.sig_caught, t.state == 'S' ? 1 : 0,
+                        t.exit_signal);
   absl::StrAppendFormat(&s, " %u %u %u %u %u %u %u %d\n", mm ? t.start_data : 0,
                         mm ? t.end_data : 0, mm ? t.start_brk : 0,
                         mm ? t.arg_start : 0, mm ? t.arg_end : 0,
@@ -60,7 +66,8 @@ std::string StatusText(const TaskStat& t) {
                         t.tgid, t.pid, t.ppid);
   s += "TracerPid:\t0\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\n";
   absl::StrAppendFormat(&s, "FDSize:\t%u\nGroups:\t \n", t.fd_size);
-  absl::StrAppendFormat(&s, "NStgid:\t%d\nNSpid:\t%d\nNSpgid:\t%d\nNSsid:\t%d\n",
+  absl::StrAppendFormat(&s,
+                        "NStgid:\t%d\nNSpid:\t%d\nNSpgid:\t%d\nNSsid:\t%d\n",
                         t.tgid, t.pid, t.pgid, t.sid);
   s += "Kthread:\t0\n";
   if (t.has_mm) {
@@ -105,8 +112,8 @@ std::string StatmLine(const TaskStat& t) {
   if (!t.has_mm) return "0 0 0 0 0 0 0\n";
   const MemoryUsage& m = t.mem;
   // size resident shared text lib data dt; lib and dt are always 0.
-  return absl::StrFormat("%u %u %u %u 0 %u 0\n", Pages(m.vm_size),
-                         Pages(m.rss), Pages(m.shared), Pages(m.exe),
+  return absl::StrFormat("%u %u %u %u 0 %u 0\n", Pages(m.vm_size), Pages(m.rss),
+                         Pages(m.shared), Pages(m.exe),
                          Pages(m.data + m.stack));
 }
 
@@ -134,13 +141,13 @@ std::string LimitsText(const std::array<rlimit, RLIM_NLIMITS>& limits) {
   };
   // fs/proc/base.c lnames[], by RLIMIT_* index.
   static constexpr Row kRows[] = {
-      {"Max cpu time", "seconds"},     {"Max file size", "bytes"},
-      {"Max data size", "bytes"},      {"Max stack size", "bytes"},
-      {"Max core file size", "bytes"}, {"Max resident set", "bytes"},
-      {"Max processes", "processes"},  {"Max open files", "files"},
-      {"Max locked memory", "bytes"},  {"Max address space", "bytes"},
-      {"Max file locks", "locks"},     {"Max pending signals", "signals"},
-      {"Max msgqueue size", "bytes"},  {"Max nice priority", nullptr},
+      {"Max cpu time", "seconds"},        {"Max file size", "bytes"},
+      {"Max data size", "bytes"},         {"Max stack size", "bytes"},
+      {"Max core file size", "bytes"},    {"Max resident set", "bytes"},
+      {"Max processes", "processes"},     {"Max open files", "files"},
+      {"Max locked memory", "bytes"},     {"Max address space", "bytes"},
+      {"Max file locks", "locks"},        {"Max pending signals", "signals"},
+      {"Max msgqueue size", "bytes"},     {"Max nice priority", nullptr},
       {"Max realtime priority", nullptr}, {"Max realtime timeout", "us"},
   };
   static_assert(sizeof(kRows) / sizeof(kRows[0]) == RLIM_NLIMITS);
@@ -227,9 +234,9 @@ std::string VmStatText(const MemInfo& m) {
   line("nr_writeback", 0);
   line("nr_shmem", Pages(m.shmem));
   // Event counters: not accounted.
-  for (const char* name : {"pgpgin", "pgpgout", "pswpin", "pswpout",
-                           "pgalloc_normal", "pgfree", "pgfault",
-                           "pgmajfault"}) {
+  for (const char* name :
+       {"pgpgin", "pgpgout", "pswpin", "pswpout", "pgalloc_normal", "pgfree",
+        "pgfault", "pgmajfault"}) {
     line(name, 0);
   }
   return s;
@@ -260,8 +267,8 @@ std::string StatText(const std::vector<CpuTimes>& cpus, int64_t btime,
   }
   // user nice system idle iowait irq softirq steal guest guest_nice.
   auto line = [](const std::string& name, const CpuTimes& c) {
-    return absl::StrFormat("%s %u %u %u %u 0 0 0 0 0 0\n", name, c.user,
-                           c.nice, c.system, c.idle);
+    return absl::StrFormat("%s %u %u %u %u 0 0 0 0 0 0\n", name, c.user, c.nice,
+                           c.system, c.idle);
   };
   std::string s = line("cpu ", sum);
   for (size_t i = 0; i < cpus.size(); i++) {

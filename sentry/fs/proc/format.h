@@ -22,18 +22,18 @@ inline constexpr uint64_t kPageSize = 4096;
 
 // Memory of one address space, in bytes.
 struct MemoryUsage {
-  uint64_t vm_size = 0;   // every VMA
-  uint64_t rss = 0;       // backed by memory (Sentry's PMAs)
-  uint64_t data = 0;      // private writable, not stack
-  uint64_t stack = 0;     // [stack] and MAP_GROWSDOWN
-  uint64_t exe = 0;       // executable file mappings
-  uint64_t shared = 0;    // MAP_SHARED mappings (for statm)
+  uint64_t vm_size = 0;  // every VMA
+  uint64_t rss = 0;      // backed by memory (Sentry's PMAs)
+  uint64_t data = 0;     // private writable, not stack
+  uint64_t stack = 0;    // [stack] and MAP_GROWSDOWN
+  uint64_t exe = 0;      // executable file mappings
+  uint64_t shared = 0;   // MAP_SHARED mappings (for statm)
 };
 
 // What /proc/[pid]/stat and status say about one task (a thread, or a
 // process through its leader).
 struct TaskStat {
-  pid_t pid = 0;    // the tid for /proc/[pid]/task/[tid], else the tgid
+  pid_t pid = 0;  // the tid for /proc/[pid]/task/[tid], else the tgid
   pid_t tgid = 0;
   pid_t ppid = 0;
   pid_t pgid = 0;
@@ -86,8 +86,8 @@ std::string LimitsText(const std::array<rlimit, RLIM_NLIMITS>& limits);
 // /proc/meminfo, in bytes.
 struct MemInfo {
   uint64_t total = 0;
-  uint64_t used = 0;    // what the sandbox's memory holds
-  uint64_t shmem = 0;   // of which shared memory and tmpfs (not known: 0)
+  uint64_t used = 0;   // what the sandbox's memory holds
+  uint64_t shmem = 0;  // of which shared memory and tmpfs (not known: 0)
 };
 std::string MemInfoText(const MemInfo& m);
 

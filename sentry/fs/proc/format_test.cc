@@ -50,20 +50,20 @@ TEST(StatLine, FieldsInLinuxOrder) {
   ASSERT_EQ(f.size(), 50u);
   auto field = [&f](int n) { return f[n - 3]; };
   EXPECT_EQ(field(3), "S");
-  EXPECT_EQ(field(4), "1");    // ppid
-  EXPECT_EQ(field(5), "7");    // pgrp
-  EXPECT_EQ(field(6), "1");    // session
-  EXPECT_EQ(field(8), "-1");   // tpgid
-  EXPECT_EQ(field(18), "20");  // priority
-  EXPECT_EQ(field(19), "0");   // nice
-  EXPECT_EQ(field(20), "3");   // num_threads
-  EXPECT_EQ(field(22), "250");  // starttime
+  EXPECT_EQ(field(4), "1");       // ppid
+  EXPECT_EQ(field(5), "7");       // pgrp
+  EXPECT_EQ(field(6), "1");       // session
+  EXPECT_EQ(field(8), "-1");      // tpgid
+  EXPECT_EQ(field(18), "20");     // priority
+  EXPECT_EQ(field(19), "0");      // nice
+  EXPECT_EQ(field(20), "3");      // num_threads
+  EXPECT_EQ(field(22), "250");    // starttime
   EXPECT_EQ(field(23), "40960");  // vsize in bytes
-  EXPECT_EQ(field(24), "4");   // rss in pages
+  EXPECT_EQ(field(24), "4");      // rss in pages
   EXPECT_EQ(field(25), "18446744073709551615");
-  EXPECT_EQ(field(32), "512");  // blocked: SIGUSR1
-  EXPECT_EQ(field(34), "2");    // sigcatch: SIGINT
-  EXPECT_EQ(field(38), "17");   // exit_signal
+  EXPECT_EQ(field(32), "512");   // blocked: SIGUSR1
+  EXPECT_EQ(field(34), "2");     // sigcatch: SIGINT
+  EXPECT_EQ(field(38), "17");    // exit_signal
   EXPECT_EQ(field(48), "4096");  // arg_start
   EXPECT_EQ(field(51), "4128");  // env_end
   EXPECT_EQ(field(52), "0");
@@ -97,9 +97,7 @@ TEST(StatusText, LinesAndSpacing) {
   EXPECT_NE(s.find("\nSigCgt:\t0000000000000002\n"), std::string::npos);
 }
 
-TEST(StatmLine, Pages) {
-  EXPECT_EQ(StatmLine(Sample()), "10 4 0 3 0 3 0\n");
-}
+TEST(StatmLine, Pages) { EXPECT_EQ(StatmLine(Sample()), "10 4 0 3 0 3 0\n"); }
 
 TEST(MapsLine, NamePaddedToColumn) {
   MapsEntry e;
@@ -174,8 +172,8 @@ TEST(OtherFiles, Formats) {
   EXPECT_EQ(LoadAvgText(0, 0, 0, 1, 3, 42), "0.00 0.00 0.00 1/3 42\n");
   EXPECT_EQ(FdInfoText(5, 02100002, 7, 99),
             "pos:\t5\nflags:\t02100002\nmnt_id:\t7\nino:\t99\n");
-  std::string st = StatText({CpuTimes{1, 2, 3, 4}, CpuTimes{}}, 1700000000,
-                            9, 1, 0);
+  std::string st =
+      StatText({CpuTimes{1, 2, 3, 4}, CpuTimes{}}, 1700000000, 9, 1, 0);
   EXPECT_EQ(st.substr(0, st.find("intr")),
             "cpu  1 2 3 4 0 0 0 0 0 0\ncpu0 1 2 3 4 0 0 0 0 0 0\n"
             "cpu1 0 0 0 0 0 0 0 0 0 0\n");

@@ -40,9 +40,8 @@ using kernel::Task;
 using kernel::ThreadGroup;
 
 constexpr uint32_t kProcSuperMagic = 0x9fa0;
-// Linux's fs/proc/base.c: the largest /proc/[pid]/{cmdline,environ} read
-// is bounded by the process's strings; this keeps a hostile layout from
-// making the Sentry allocate without bound.
+// /proc/[pid]/{cmdline,environ} copy at most this much of the process's
+// memory, so that a process cannot make the Sentry allocate without bound.
 constexpr uint64_t kMaxArgs = 2 * 1024 * 1024;
 
 timespec Now() {
@@ -60,13 +59,12 @@ struct Shared {
 // A stable inode number for a per-process name, so that two lookups of one
 // file agree (ls -i, find's cycle checks).
 uint64_t InoFor(pid_t pid, pid_t tid, const std::string& name) {
-  uint64_t h = std::hash<std::string>()(name);
-  return ((static_cast<uint64_t>(pid) << 40) ^ (static_cast<uint64_t>(tid) << 20) ^
-          (h & 0xfffff)) |
-         (1ull << 62);
+  const uint64_t h = std::hash<std::string>()(name) & 0xfffff;
+  return (static_cast<uint64_t>(pid) << 40) ^
+         (static_cast<uint64_t>(tid) << 20) ^ h ^ (1ull << 62);
 }
 
-// The caller's view: its root (for paths in links and mounts) and pid.
+// The caller's root: paths in links are shown from it.
 Location ReaderRoot(Kernel& k) {
   Task* t = Task::Current();
   return t != nullptr ? t->group().fs().root() : k.vfs().Root();
@@ -79,8 +77,7 @@ class ProcInode : public Inode {
  public:
   ProcInode(std::shared_ptr<Shared> fs, uint32_t type, uint32_t perm,
             uint64_t ino)
-      : fs_(std::move(fs)), type_(type), perm_(perm), ino_(ino),
-        time_(Now()) {}
+      : fs_(std::move(fs)), type_(type), perm_(perm), ino_(ino), time_(Now()) {}
 
   uint32_t Type() const override { return type_; }
   int GetAttr(Attr* out) override {
@@ -122,7 +119,8 @@ class SnapshotFile final : public InodeFile {
  public:
   SnapshotFile(std::shared_ptr<Inode> inode, int flags, std::string data,
                Writer writer)
-      : InodeFile(std::move(inode), flags), data_(std::move(data)),
+      : InodeFile(std::move(inode), flags),
+        data_(std::move(data)),
         writer_(std::move(writer)) {}
 
   int64_t Read(void* buf, uint64_t n, int64_t offset,
@@ -148,9 +146,14 @@ class SnapshotFile final : public InodeFile {
     absl::MutexLock l(&mu_);
     int64_t base;
     switch (whence) {
-      case SEEK_SET: base = 0; break;
-      case SEEK_CUR: base = offset_; break;
-      default: return -EINVAL;  // seq_file has no end
+      case SEEK_SET:
+        base = 0;
+        break;
+      case SEEK_CUR:
+        base = offset_;
+        break;
+      default:
+        return -EINVAL;  // seq_file has no end
     }
     if (base + offset < 0) return -EINVAL;
     offset_ = base + offset;
@@ -169,7 +172,8 @@ class SeqInode final : public ProcInode {
   SeqInode(std::shared_ptr<Shared> fs, uint64_t ino, Generator gen,
            Writer writer = Writer())
       : ProcInode(std::move(fs), S_IFREG, writer ? 0644 : 0444, ino),
-        gen_(std::move(gen)), writer_(std::move(writer)) {}
+        gen_(std::move(gen)),
+        writer_(std::move(writer)) {}
 
   int Open(int flags, std::shared_ptr<File>* out) override {
     if (flags & O_PATH) return Inode::Open(flags, out);
@@ -197,7 +201,8 @@ class LinkInode final : public ProcInode {
   LinkInode(std::shared_ptr<Shared> fs, uint64_t ino, Generator target,
             Follower follow = Follower(), uint32_t perm = 0777)
       : ProcInode(std::move(fs), S_IFLNK, perm, ino),
-        target_(std::move(target)), follow_(std::move(follow)) {}
+        target_(std::move(target)),
+        follow_(std::move(follow)) {}
 
   int Readlink(std::string* out) override { return target_(out); }
   int FollowMagicLink(Location* out) override {
@@ -215,9 +220,10 @@ class DirInode final : public ProcInode {
   using Lister = std::function<int(std::vector<DirEntry>*)>;
   using Looker =
       std::function<int(const std::string&, std::shared_ptr<Inode>*)>;
-  DirInode(std::shared_ptr<Shared> fs, uint64_t ino, uint32_t perm,
-           Lister list, Looker lookup)
-      : ProcInode(std::move(fs), S_IFDIR, perm, ino), list_(std::move(list)),
+  DirInode(std::shared_ptr<Shared> fs, uint64_t ino, uint32_t perm, Lister list,
+           Looker lookup)
+      : ProcInode(std::move(fs), S_IFDIR, perm, ino),
+        list_(std::move(list)),
         lookup_(std::move(lookup)) {}
 
   int Lookup(const std::string& name, std::shared_ptr<Inode>* out) override {
@@ -421,8 +427,10 @@ std::string AnonName(File& f) {
   if (dynamic_cast<EpollFile*>(&f) != nullptr) return "anon_inode:[eventpoll]";
   if (dynamic_cast<TimerFd*>(&f) != nullptr) return "anon_inode:[timerfd]";
   switch (st.st_mode & S_IFMT) {
-    case S_IFIFO: return absl::StrCat("pipe:[", st.st_ino, "]");
-    case S_IFSOCK: return absl::StrCat("socket:[", st.st_ino, "]");
+    case S_IFIFO:
+      return absl::StrCat("pipe:[", st.st_ino, "]");
+    case S_IFSOCK:
+      return absl::StrCat("socket:[", st.st_ino, "]");
     case S_IFCHR:
       if (st.st_rdev == makedev(1, 3)) return "/dev/null";
       if (major(st.st_rdev) == 136) {
@@ -464,8 +472,7 @@ struct ProcInfo {
 };
 
 // -ESRCH once the group has been reaped.
-int Snapshot(Kernel& k, const std::weak_ptr<ThreadGroup>& weak,
-             ProcInfo* out) {
+int Snapshot(Kernel& k, const std::weak_ptr<ThreadGroup>& weak, ProcInfo* out) {
   std::shared_ptr<ThreadGroup> g = weak.lock();
   if (g == nullptr) return -ESRCH;
   bool gone = false;
@@ -492,26 +499,22 @@ int Snapshot(Kernel& k, const std::weak_ptr<ThreadGroup>& weak,
     out->fds = g->fds_ptr();
     out->fs = g->fs_ptr();
     for (Task* t : g->Tasks()) {
-      out->threads.push_back(ThreadInfo{t->tid(), t->sleeping(),
-                                        t->start_ns(), t->signal_mask(),
+      out->threads.push_back(ThreadInfo{t->tid(), t->sleeping(), t->start_ns(),
+                                        t->signal_mask(),
                                         t->pending_signals()});
     }
   });
   if (gone) return -ESRCH;
-  std::sort(out->threads.begin(), out->threads.end(),
-            [](const ThreadInfo& a, const ThreadInfo& b) {
-              return a.tid < b.tid;
-            });
+  std::sort(
+      out->threads.begin(), out->threads.end(),
+      [](const ThreadInfo& a, const ThreadInfo& b) { return a.tid < b.tid; });
   return 0;
 }
 
-int64_t Ticks(int64_t ns) {
-  return ns * kClockTicksPerSecond / 1000000000;
-}
+int64_t Ticks(int64_t ns) { return ns * kClockTicksPerSecond / 1000000000; }
 
 // A process-directed view (tid 0) or one thread's.
-TaskStat MakeTaskStat(Kernel& k, ThreadGroup& g, const ProcInfo& p,
-                      pid_t tid) {
+TaskStat MakeTaskStat(Kernel& k, ThreadGroup& g, const ProcInfo& p, pid_t tid) {
   TaskStat s;
   s.tgid = p.tgid;
   s.pid = tid != 0 ? tid : p.tgid;
@@ -570,9 +573,8 @@ TaskStat MakeTaskStat(Kernel& k, ThreadGroup& g, const ProcInfo& p,
         m.data += len;
       }
       if (!v.is_private) m.shared += len;
-      const bool of_exe =
-          v.name == p.exe ||
-          (v.mappable != nullptr && v.mappable->Name() == p.exe);
+      const bool of_exe = v.name == p.exe || (v.mappable != nullptr &&
+                                              v.mappable->Name() == p.exe);
       if (of_exe && v.prot.exec) {
         m.exe += len;
         if (s.start_code == 0) s.start_code = v.start;
@@ -637,8 +639,7 @@ std::string MapsText(const ProcInfo& p) {
 // /proc/[pid]/mem: the process's memory at the file offset.
 class MemFile final : public InodeFile {
  public:
-  MemFile(std::shared_ptr<Inode> inode, int flags,
-          std::shared_ptr<mm::MM> mm)
+  MemFile(std::shared_ptr<Inode> inode, int flags, std::shared_ptr<mm::MM> mm)
       : InodeFile(std::move(inode), flags), mm_(std::move(mm)) {}
 
   int64_t Read(void* buf, uint64_t n, int64_t offset,
@@ -657,9 +658,14 @@ class MemFile final : public InodeFile {
   int64_t Seek(int64_t offset, int whence) override {
     absl::MutexLock l(&mu_);
     switch (whence) {
-      case SEEK_SET: offset_ = offset; break;
-      case SEEK_CUR: offset_ += offset; break;
-      default: return -EINVAL;
+      case SEEK_SET:
+        offset_ = offset;
+        break;
+      case SEEK_CUR:
+        offset_ += offset;
+        break;
+      default:
+        return -EINVAL;
     }
     return offset_;
   }
@@ -704,13 +710,13 @@ class ProcessDirs {
   std::shared_ptr<Inode> Dir() {
     auto self = std::make_shared<ProcessDirs>(*this);
     static const std::vector<std::pair<const char*, uint8_t>> kNames = {
-        {"auxv", DT_REG},   {"cgroup", DT_REG},        {"cmdline", DT_REG},
-        {"comm", DT_REG},   {"cwd", DT_LNK},           {"environ", DT_REG},
-        {"exe", DT_LNK},    {"fd", DT_DIR},            {"fdinfo", DT_DIR},
-        {"limits", DT_REG}, {"maps", DT_REG},          {"mem", DT_REG},
-        {"mountinfo", DT_REG}, {"mounts", DT_REG},     {"oom_score_adj", DT_REG},
-        {"root", DT_LNK},   {"stat", DT_REG},          {"statm", DT_REG},
-        {"status", DT_REG}, {"task", DT_DIR},
+        {"auxv", DT_REG},      {"cgroup", DT_REG}, {"cmdline", DT_REG},
+        {"comm", DT_REG},      {"cwd", DT_LNK},    {"environ", DT_REG},
+        {"exe", DT_LNK},       {"fd", DT_DIR},     {"fdinfo", DT_DIR},
+        {"limits", DT_REG},    {"maps", DT_REG},   {"mem", DT_REG},
+        {"mountinfo", DT_REG}, {"mounts", DT_REG}, {"oom_score_adj", DT_REG},
+        {"root", DT_LNK},      {"stat", DT_REG},   {"statm", DT_REG},
+        {"status", DT_REG},    {"task", DT_DIR},
     };
     return std::make_shared<DirInode>(
         fs_, Ino("."), 0555,
@@ -735,10 +741,10 @@ class ProcessDirs {
   int Info(ProcInfo* p) const { return Snapshot(kernel(), g_, p); }
 
   // A text file generated from the process's snapshot.
-  std::shared_ptr<Inode> Seq(const std::string& name,
-                             std::function<int(const ProcInfo&,
-                                               std::string*)> gen,
-                             Writer writer = Writer()) const {
+  std::shared_ptr<Inode> Seq(
+      const std::string& name,
+      std::function<int(const ProcInfo&, std::string*)> gen,
+      Writer writer = Writer()) const {
     auto self = *this;
     return std::make_shared<SeqInode>(
         fs_, Ino(name),
@@ -762,8 +768,9 @@ class ProcessDirs {
         std::shared_ptr<ThreadGroup> g = self.g_.lock();
         if (g == nullptr) return -ESRCH;
         TaskStat s = MakeTaskStat(*self.fs_->kernel, *g, p, self.tid_);
-        *o = which == 0 ? StatLine(s) : which == 1 ? StatusText(s)
-                                                   : StatmLine(s);
+        *o = which == 0   ? StatLine(s)
+             : which == 1 ? StatusText(s)
+                          : StatmLine(s);
         return 0;
       });
     } else if (name == "cmdline") {
@@ -893,11 +900,9 @@ class ProcessDirs {
           if (p.fds == nullptr) return 0;
           for (int fd : p.fds->Fds()) {
             std::string name = absl::StrCat(fd);
-            out->push_back(DirEntry{name,
-                                    self.Ino(absl::StrCat(info ? "i" : "f",
-                                                          fd)),
-                                    static_cast<uint8_t>(info ? DT_REG
-                                                              : DT_LNK)});
+            out->push_back(
+                DirEntry{name, self.Ino(absl::StrCat(info ? "i" : "f", fd)),
+                         static_cast<uint8_t>(info ? DT_REG : DT_LNK)});
           }
           return 0;
         },
@@ -933,9 +938,14 @@ class ProcessDirs {
     uint32_t perm = 0500;
     if (auto f = fds.Get(fd)) {
       switch (f->StatusFlags() & O_ACCMODE) {
-        case O_WRONLY: perm = 0300; break;
-        case O_RDWR: perm = 0700; break;
-        default: break;
+        case O_WRONLY:
+          perm = 0300;
+          break;
+        case O_RDWR:
+          perm = 0700;
+          break;
+        default:
+          break;
       }
     }
     return std::make_shared<LinkInode>(
@@ -1082,8 +1092,7 @@ std::string StatFile(Kernel& k, const ProcFsOptions& opts) {
   const int64_t uptime_ns = kernel::MonotonicNanos() - k.boot_ns();
   const int64_t btime = real.tv_sec - uptime_ns / 1000000000;
   Counts c = CountTasks(k);
-  return StatText(cpus, btime, static_cast<uint64_t>(c.last), c.running,
-                  0);
+  return StatText(cpus, btime, static_cast<uint64_t>(c.last), c.running, 0);
 }
 
 std::shared_ptr<Inode> SysDir(const std::shared_ptr<Shared>& fs) {
@@ -1149,15 +1158,16 @@ ProcFs::ProcFs(Kernel* k, ProcFsOptions opts) {
                                                  t->group().tgid());
                                              return 0;
                                            })},
-      {"thread-self",
-       std::make_shared<LinkInode>(fs, NextInodeNumber(),
-                                   [](std::string* out) {
-                                     Task* t = Task::Current();
-                                     if (t == nullptr) return -ENOENT;
-                                     *out = absl::StrCat(t->group().tgid(),
-                                                         "/task/", t->tid());
-                                     return 0;
-                                   })},
+      {"thread-self", std::make_shared<LinkInode>(fs, NextInodeNumber(),
+                                                  [](std::string* out) {
+                                                    Task* t = Task::Current();
+                                                    if (t == nullptr)
+                                                      return -ENOENT;
+                                                    *out = absl::StrCat(
+                                                        t->group().tgid(),
+                                                        "/task/", t->tid());
+                                                    return 0;
+                                                  })},
       {"mounts", std::make_shared<LinkInode>(fs, NextInodeNumber(),
                                              [](std::string* out) {
                                                *out = "self/mounts";

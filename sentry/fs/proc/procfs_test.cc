@@ -104,9 +104,8 @@ class ProcFsTest : public ::testing::Test {
   }
 
   kernel::Task* Fork() {
-    auto c = kernel_->CreateProcess(*init_, mm_, fds_,
-                                    init_->group().fs_ptr(), SIGCHLD,
-                                    platform::CpuState{});
+    auto c = kernel_->CreateProcess(*init_, mm_, fds_, init_->group().fs_ptr(),
+                                    SIGCHLD, platform::CpuState{});
     EXPECT_TRUE(c.ok()) << c.status();
     return c.ok() ? *c : nullptr;
   }
@@ -146,8 +145,7 @@ TEST_F(ProcFsTest, StatAndStatusOfAProcess) {
   ASSERT_NE(child, nullptr);
   const std::string pid = std::to_string(child->tid());
   std::string stat = Read(pid + "/stat");
-  EXPECT_EQ(stat.substr(0, stat.find(')') + 5),
-            pid + " (init) R 1") << stat;
+  EXPECT_EQ(stat.substr(0, stat.find(')') + 5), pid + " (init) R 1") << stat;
   std::string status = Read(pid + "/status");
   EXPECT_NE(status.find("Name:\tinit\n"), std::string::npos) << status;
   EXPECT_NE(status.find("\nPPid:\t1\n"), std::string::npos) << status;
@@ -232,8 +230,7 @@ TEST_F(ProcFsTest, FdDirectoryAndPipeMagicLink) {
   EXPECT_EQ(std::string(buf, 2), "yo");
 
   std::string info = Read("1/fdinfo/5");
-  EXPECT_EQ(info.substr(0, info.find("mnt_id")),
-            "pos:\t0\nflags:\t02000001\n");
+  EXPECT_EQ(info.substr(0, info.find("mnt_id")), "pos:\t0\nflags:\t02000001\n");
   fds_->Close(5);
   EXPECT_EQ(List("1/fd"), std::vector<std::string>{"0"});
   EXPECT_EQ(link->Readlink(&target), -ENOENT);
@@ -249,7 +246,8 @@ TEST_F(ProcFsTest, SelfNeedsACallingTask) {
 
 TEST_F(ProcFsTest, SystemFiles) {
   std::string meminfo = Read("meminfo");
-  EXPECT_EQ(meminfo.substr(0, meminfo.find('\n')), "MemTotal:        1048576 kB");
+  EXPECT_EQ(meminfo.substr(0, meminfo.find('\n')),
+            "MemTotal:        1048576 kB");
   EXPECT_EQ(Read("sys/kernel/ostype"), "Linux\n");
   EXPECT_EQ(Read("sys/kernel/pid_max"), "4194304\n");
   EXPECT_EQ(Read("sys/vm/overcommit_memory"), "0\n");

@@ -33,6 +33,7 @@
 #include "sentry/fs/hostfs.h"
 #include "sentry/fs/mappable.h"
 #include "sentry/fs/overlay.h"
+#include "sentry/fs/proc/procfs.h"
 #include "sentry/fs/rootfs.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/fs/vfs.h"
@@ -55,6 +56,7 @@ constexpr uint64_t kUpperDev = 0x802;
 constexpr uint64_t kOverlayDev = 0x803;
 constexpr uint64_t kDevfsDev = 0x804;
 constexpr uint64_t kShmDev = 0x805;
+constexpr uint64_t kProcDev = 0x806;
 
 [[noreturn]] void Die(int code, const std::string& msg) {
   fprintf(stderr, "sentry: %s\n", msg.c_str());
@@ -222,6 +224,29 @@ absl::Status MountDev(fs::Vfs& vfs, const fs::FsContext& ctx,
   return absl::OkStatus();
 }
 
+// /proc: the sandbox's procfs over whatever the rootfs has there (hostfs
+// shows the host's /proc mountpoint as an empty directory).
+absl::Status MountProc(fs::Vfs& vfs, kernel::Kernel* k,
+                       fs::proc::HostInfo host) {
+  fs::Location root = vfs.Root();
+  fs::Location proc;
+  int r = vfs.Lookup(root, "proc", &proc);
+  if (r == -ENOENT) {
+    fs::CreateRequest req;
+    req.type = S_IFDIR;
+    req.mode = 0555;
+    r = vfs.Create(root, "proc", req, &proc);
+  }
+  if (r < 0) return ErrnoStatus("mounting /proc: looking up /proc", -r);
+  fs::proc::ProcFsOptions popts;
+  popts.dev = kProcDev;
+  popts.host = std::move(host);
+  static fs::proc::ProcFs* procfs = new fs::proc::ProcFs(k, std::move(popts));
+  r = vfs.MountAt(proc, procfs->Root(), "proc", "proc", false);
+  if (r < 0) return ErrnoStatus("mounting procfs on /proc", -r);
+  return absl::OkStatus();
+}
+
 int Run(const Options& o) {
   // Before anything maps large ranges or starts threads.
   if (absl::Status s = systrap::ReserveStubWindow(); !s.ok()) {
@@ -236,6 +261,9 @@ int Run(const Options& o) {
   }
   pthread_sigmask(SIG_BLOCK, &fwd, nullptr);
   signal(SIGPIPE, SIG_IGN);
+
+  // What /proc shows of the host, read while the host's /proc is at hand.
+  fs::proc::HostInfo host_info = fs::proc::ReadHostInfo();
 
   auto mf = mm::MemoryFile::Create();
   if (!mf.ok()) Die(kExitUsage, std::string(mf.status().message()));
@@ -268,6 +296,9 @@ int Run(const Options& o) {
   k.set_vfs(vfs);
   auto fsctx = std::make_shared<fs::FsContext>(vfs->Root(), vfs->Root());
   if (absl::Status s = MountDev(*vfs, *fsctx, memfile); !s.ok()) {
+    Die(kExitUsage, std::string(s.message()));
+  }
+  if (absl::Status s = MountProc(*vfs, &k, std::move(host_info)); !s.ok()) {
     Die(kExitUsage, std::string(s.message()));
   }
   fs::Location cwd;
@@ -327,6 +358,7 @@ int Run(const Options& o) {
     g.arg_end = spec.arg_end;
     g.env_start = spec.env_start;
     g.env_end = spec.env_end;
+    g.auxv = spec.auxv;
   }
   mm.reset();
 

@@ -85,7 +85,10 @@ std::shared_ptr<WaitQueue> HostFile::event_queue() {
 int64_t HostFile::WaitReady(short events, const IoContext& io) {
   for (;;) {
     struct pollfd p[2] = {{fd_.get(), events, 0}, {io.interrupt_fd, POLLIN, 0}};
+    const bool sleeps = !nonblock_ && io.blocker != nullptr;
+    if (sleeps) io.blocker->SetSleeping(true);
     int n = poll(p, io.interrupt_fd >= 0 ? 2 : 1, nonblock_ ? 0 : -1);
+    if (sleeps) io.blocker->SetSleeping(false);
     if (n < 0) {
       if (errno == EINTR) continue;
       return -errno;
@@ -387,6 +390,15 @@ std::shared_ptr<File> FdTable::Get(int fd) const {
   absl::MutexLock l(&mu_);
   if (fd < 0 || static_cast<size_t>(fd) >= fds_.size()) return nullptr;
   return fds_[fd].file;
+}
+
+std::vector<int> FdTable::Fds() const {
+  absl::MutexLock l(&mu_);
+  std::vector<int> out;
+  for (size_t i = 0; i < fds_.size(); i++) {
+    if (fds_[i].file != nullptr) out.push_back(static_cast<int>(i));
+  }
+  return out;
 }
 
 int64_t FdTable::Close(int fd) {

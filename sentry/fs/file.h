@@ -173,6 +173,8 @@ class FdTable {
   // Installs at exactly `fd`, closing what was there: fd or -EBADF/-EMFILE.
   int64_t InstallAt(int fd, std::shared_ptr<File> f, bool cloexec);
   std::shared_ptr<File> Get(int fd) const;
+  // The open descriptors, ascending (for /proc/[pid]/fd).
+  std::vector<int> Fds() const;
   int64_t Close(int fd);
   int64_t GetCloexec(int fd) const;  // 0/1 or -EBADF
   int64_t SetCloexec(int fd, bool cloexec);

@@ -26,6 +26,10 @@
 namespace sandboxd::fs {
 
 class File;
+struct Location;
+
+// FollowMagicLink's answer for an ordinary symlink.
+inline constexpr int kNotMagicLink = 1;
 
 // Metadata, as stat(2) reports it.
 struct Attr {
@@ -113,6 +117,16 @@ class Inode : public std::enable_shared_from_this<Inode> {
 
   // Symlinks.
   virtual int Readlink(std::string* target) { return -EINVAL; }
+  // Magic links (procfs's /proc/[pid]/{exe,cwd,root,fd/N}) lead to an
+  // object, not to a path: following one jumps to *out, whatever Readlink
+  // says. Returns 0, -errno, or kNotMagicLink for ordinary symlinks, which
+  // the VFS follows through Readlink.
+  virtual int FollowMagicLink(Location* out) { return kNotMagicLink; }
+
+  // Directories whose entries come and go without the VFS being told
+  // (procfs: processes, threads, descriptors): their children are looked
+  // up every time instead of being cached as dentries.
+  virtual bool UncachedChildren() const { return false; }
 
   // Regular file data, pread/pwrite style.
   virtual int64_t Read(void* buf, uint64_t n, uint64_t off) { return -EINVAL; }

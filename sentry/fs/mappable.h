@@ -35,6 +35,8 @@ class InodeMappable : public mm::Mappable {
     return static_cast<int64_t>(done);
   }
   std::string Name() override { return name_; }
+  // The mapped file (for /proc/[pid]/maps's device and inode).
+  const std::shared_ptr<Inode>& inode() const { return inode_; }
   bool SupportsShared() override { return tmpfs_ != nullptr; }
   int SharedPage(uint64_t index, uint64_t* memfile_off) override {
     return tmpfs_ != nullptr ? tmpfs_->GetPage(index, true, memfile_off)

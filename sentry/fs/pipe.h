@@ -106,6 +106,7 @@ class PipeEnd : public File, public EventSource {
   std::shared_ptr<WaitQueue> event_queue() override { return pipe_->queue(); }
 
   Pipe& pipe() { return *pipe_; }
+  const std::shared_ptr<Pipe>& pipe_ptr() const { return pipe_; }
   bool write_end() const { return write_end_; }
 
  private:

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/fs.h>
+#include <sys/sysmacros.h>
 
 #include <atomic>
 #include <vector>
@@ -116,6 +117,15 @@ int Vfs::Step(const Location& root, const Location& cur,
     return 0;
   }
   if (name.size() > kNameMax) return -ENAMETOOLONG;
+  if (cur.inode().UncachedChildren()) {
+    std::shared_ptr<Inode> child;
+    int r = cur.inode().Lookup(name, &child);
+    if (r < 0) return r;
+    absl::MutexLock l(&mu_);
+    *out = MountedOn(Location{
+        cur.mount, std::make_shared<Dentry>(child, name, cur.dentry)});
+    return 0;
+  }
   {
     absl::MutexLock l(&mu_);
     auto it = cur.dentry->children_.find(name);
@@ -181,6 +191,13 @@ int Vfs::Walk(const FsContext& ctx, Location cur, const std::string& path,
     bool last = i + 1 == parts.size();
     if (next.inode().Type() == S_IFLNK && (!last || follow_last)) {
       if (++*symlinks > kMaxSymlinks) return -ELOOP;
+      Location magic;
+      r = next.inode().FollowMagicLink(&magic);
+      if (r == 0) {
+        cur = magic;
+        continue;
+      }
+      if (r != kNotMagicLink) return r;
       std::string target;
       r = next.inode().Readlink(&target);
       if (r < 0) return r;
@@ -399,6 +416,33 @@ std::string Vfs::MountsText(const Location& root) const {
             : PathOf(root, Location{m->parent, m->mountpoint});
     absl::StrAppend(&out, m->source, " ", where, " ", m->fstype, " ",
                     m->read_only ? "ro" : "rw", " 0 0\n");
+  }
+  return out;
+}
+
+std::string Vfs::MountInfoText(const Location& root) const {
+  std::vector<std::shared_ptr<Mount>> all;
+  all.push_back(root_mount_);
+  {
+    absl::MutexLock l(&mu_);
+    for (const auto& [key, m] : mounts_) all.push_back(m);
+  }
+  std::sort(all.begin(), all.end(),
+            [](const auto& a, const auto& b) { return a->id < b->id; });
+  std::string out;
+  for (const auto& m : all) {
+    std::string where =
+        m->parent == nullptr
+            ? "/"
+            : PathOf(root, Location{m->parent, m->mountpoint});
+    Attr a;
+    if (m->root->inode()->GetAttr(&a) != 0) a = Attr();
+    const char* rw = m->read_only ? "ro" : "rw";
+    // id parent major:minor root mountpoint options - fstype source super.
+    absl::StrAppend(&out, m->id, " ",
+                    m->parent != nullptr ? m->parent->id : m->id, " ",
+                    major(a.dev), ":", minor(a.dev), " / ", where, " ", rw,
+                    ",relatime - ", m->fstype, " ", m->source, " ", rw, "\n");
   }
   return out;
 }

@@ -162,6 +162,8 @@ class Vfs {
 
   // /proc/self/mounts-like listing.
   std::string MountsText(const Location& root) const;
+  // /proc/self/mountinfo: ids, parents, devices and mountpoints.
+  std::string MountInfoText(const Location& root) const;
 
  private:
   // Steps from a directory to its child or parent; crosses mounts.

@@ -83,6 +83,9 @@ class Blocker {
   virtual int Wait(WaitQueue& q, EventMask mask,
                    const std::function<bool()>& ready,
                    absl::Time deadline = absl::InfiniteFuture()) = 0;
+  // Brackets a wait that does not go through Wait (a host poll): the task
+  // shows as sleeping meanwhile (state S in /proc).
+  virtual void SetSleeping(bool sleeping) {}
 };
 
 }  // namespace sandboxd::fs

@@ -127,6 +127,13 @@ void Task::Join() {
 }
 
 Task::WakeReason Task::Block(absl::Time deadline) {
+  sleeping_.store(true, std::memory_order_relaxed);
+  WakeReason why = WaitUntilReady(deadline);
+  sleeping_.store(false, std::memory_order_relaxed);
+  return why;
+}
+
+Task::WakeReason Task::WaitUntilReady(absl::Time deadline) {
   absl::MutexLock l(&mu_);
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return wake_pending_ || interrupt_.load() ||
@@ -222,7 +229,14 @@ void Task::SendSignal(int signo, pid_t sender) {
   Poke();
 }
 
+namespace {
+thread_local Task* current_task = nullptr;
+}  // namespace
+
+Task* Task::Current() { return current_task; }
+
 void Task::Run() {
+  current_task = this;
   while (!exit_thread_ && !killed_ && !tg_->exiting()) {
     DeliverPendingSignals();
     if (exit_thread_ || killed_ || tg_->exiting()) break;
@@ -511,6 +525,19 @@ std::shared_ptr<ThreadGroup> Kernel::FindGroup(pid_t tgid) {
   absl::MutexLock l(&mu_);
   auto it = groups_.find(tgid);
   return it == groups_.end() ? nullptr : it->second;
+}
+
+std::vector<std::shared_ptr<ThreadGroup>> Kernel::ThreadGroups() {
+  absl::MutexLock l(&mu_);
+  std::vector<std::shared_ptr<ThreadGroup>> out;
+  out.reserve(groups_.size());
+  for (const auto& [pid, g] : groups_) out.push_back(g);
+  return out;
+}
+
+void Kernel::WithTasklistLock(const std::function<void()>& fn) {
+  absl::MutexLock l(&mu_);
+  fn();
 }
 
 void Kernel::CountUnimplemented(uint64_t nr) {

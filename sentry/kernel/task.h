@@ -15,10 +15,12 @@
 
 #include <sys/resource.h>
 #include <sys/types.h>
+#include <time.h>
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -42,6 +44,14 @@ namespace sandboxd::kernel {
 class Kernel;
 class Task;
 class ThreadGroup;
+
+// CLOCK_MONOTONIC in nanoseconds: start times and the sandbox's uptime
+// (/proc/uptime, /proc/[pid]/stat) are measured on it.
+inline int64_t MonotonicNanos() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+}
 
 // Arguments of one syscall, as the task's registers hold them.
 struct SyscallArgs {
@@ -105,6 +115,12 @@ class ThreadGroup {
   std::string exe;           // the executable's path in the sandbox
   // Where the initial argv and envp strings are in the address space.
   uint64_t arg_start = 0, arg_end = 0, env_start = 0, env_end = 0;
+  // The auxiliary vector the image started with (/proc/[pid]/auxv).
+  std::vector<uint64_t> auxv;
+  // /proc/[pid]/oom_score_adj: kept and inherited, used by nothing yet.
+  std::atomic<int> oom_score_adj{0};
+  // When the process was created (MonotonicNanos).
+  const int64_t start_ns = MonotonicNanos();
   // Parents wait here for children's state changes (wait4, waitid).
   fs::WaitQueue child_events;
 
@@ -158,6 +174,9 @@ class Task : public fs::Blocker {
        std::unique_ptr<platform::Context> ctx);
   ~Task() override;
 
+  // The task whose host thread is calling (null on other threads).
+  static Task* Current();
+
   pid_t tid() const { return tid_; }
   ThreadGroup& group() { return *tg_; }
   const std::shared_ptr<ThreadGroup>& group_ptr() const { return tg_; }
@@ -178,6 +197,15 @@ class Task : public fs::Blocker {
   // application code) and look at its state: used for group exit.
   void Interrupt();
   bool interrupted() const { return interrupt_.load(std::memory_order_acquire); }
+  // Whether the task is asleep in Block or a host poll (state S in /proc)
+  // rather than running or runnable (R).
+  bool sleeping() const { return sleeping_.load(std::memory_order_relaxed); }
+  // fs::Blocker: host polls (HostFile) count as sleeping too.
+  void SetSleeping(bool s) override {
+    sleeping_.store(s, std::memory_order_relaxed);
+  }
+  // When the task was created (MonotonicNanos).
+  int64_t start_ns() const { return start_ns_; }
   fs::IoContext io() {
     return fs::IoContext{interrupt_fd_.get(), this};
   }
@@ -261,6 +289,8 @@ class Task : public fs::Blocker {
 
  private:
   void Run();
+  // The wait of Block.
+  WakeReason WaitUntilReady(absl::Time deadline);
   void HandleSyscall();
   // Wakes Block and host-fd waits and makes a running Switch return, so
   // that the task looks at its state (exit, pending signals).
@@ -308,6 +338,8 @@ class Task : public fs::Blocker {
   bool wake_pending_ ABSL_GUARDED_BY(mu_) = false;
   std::array<PendingInfo, kNumSignals> pending_info_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> interrupt_{false};
+  std::atomic<bool> sleeping_{false};
+  const int64_t start_ns_ = MonotonicNanos();
   UniqueFd interrupt_fd_;  // eventfd, readable once interrupted
   friend class Kernel;
   friend class SignalFrame;
@@ -384,6 +416,16 @@ class Kernel {
 
   std::shared_ptr<Task> FindTask(pid_t tid);
   std::shared_ptr<ThreadGroup> FindGroup(pid_t tgid);
+  // Every thread group with a pid (live ones and zombies), by pid: what
+  // /proc lists.
+  std::vector<std::shared_ptr<ThreadGroup>> ThreadGroups();
+  // Runs `fn` under the tasklist lock (Kernel::mu_), which guards the
+  // fields of ThreadGroup that the process tree and /proc read: exec
+  // publishes a new image through it, /proc copies them out through it.
+  // `fn` may take ThreadGroup and Task locks, not Kernel ones.
+  void WithTasklistLock(const std::function<void()>& fn);
+  // When the kernel started (MonotonicNanos): the sandbox's boot.
+  int64_t boot_ns() const { return boot_ns_; }
 
   // A task's host thread calls this as its last act.
   void TaskExited(Task* t);
@@ -405,6 +447,7 @@ class Kernel {
   std::unique_ptr<platform::Platform> platform_;
   SyscallTable* const syscalls_;
   const KernelOptions opts_;
+  const int64_t boot_ns_ = MonotonicNanos();
   std::shared_ptr<fs::Vfs> vfs_;
   Futexes futexes_;
 

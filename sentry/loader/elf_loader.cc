@@ -181,6 +181,15 @@ absl::StatusOr<LoadedImage> LoadElf(mm::Mappable& fd, mm::MM& mm,
     }
   }
 
+  // /proc/[pid]/maps names the file's pages by the file (the bss past
+  // them stays anonymous, as on Linux).
+  const std::string name = fd.Name();
+  for (const Elf64_Phdr* p : loads) {
+    uint64_t start = PageDown(p->p_vaddr + bias);
+    uint64_t end = PageUp(p->p_vaddr + bias + p->p_filesz);
+    if (end > start && !name.empty()) mm.SetName(start, end - start, name);
+  }
+
   LoadedImage img;
   img.bias = bias;
   img.entry = eh.e_entry + bias;
@@ -287,6 +296,7 @@ absl::StatusOr<platform::CpuState> SetupStack(mm::MM& mm,
       AT_PLATFORM, platform_str,
       AT_MINSIGSTKSZ, getauxval(AT_MINSIGSTKSZ),
       AT_NULL, 0};
+  spec.auxv = auxv;
   std::vector<uint64_t> vec;
   vec.push_back(spec.argv.size());
   vec.insert(vec.end(), argv.begin(), argv.end());

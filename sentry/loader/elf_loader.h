@@ -57,6 +57,8 @@ struct StackSpec {
   // Filled in by SetupStack: where argv and envp strings went (for
   // /proc/[pid]/cmdline and environ).
   uint64_t arg_start = 0, arg_end = 0, env_start = 0, env_end = 0;
+  // The auxiliary vector as written (for /proc/[pid]/auxv).
+  std::vector<uint64_t> auxv;
 };
 
 // Builds the initial stack at the top of `mm` and returns the initial

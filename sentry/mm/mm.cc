@@ -1152,6 +1152,26 @@ std::string MM::DebugString() const {
   return s;
 }
 
+std::vector<VmaInfo> MM::Vmas() const {
+  absl::ReaderMutexLock l(&mu_);
+  std::vector<VmaInfo> out;
+  out.reserve(vmas_.size());
+  for (const auto& [start, vma] : vmas_) {
+    VmaInfo v;
+    v.start = start;
+    v.end = vma.end;
+    v.prot = vma.prot;
+    v.is_private = vma.is_private;
+    v.growsdown = vma.growsdown;
+    v.offset = (vma.shared_anon || vma.mappable) ? vma.offset : 0;
+    v.name = vma.name;
+    v.mappable = vma.mappable;
+    v.shared_anon = vma.shared_anon != nullptr;
+    out.push_back(std::move(v));
+  }
+  return out;
+}
+
 size_t MM::NumVmas() const {
   absl::ReaderMutexLock l(&mu_);
   return vmas_.size();

@@ -24,6 +24,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -107,6 +108,20 @@ struct Pma {
   // when the PMA goes away; otherwise they belong to the VMA's source.
   // Copy-on-write (fork) will add a "needs copy" flag and page refcounts.
   bool owned = false;
+};
+
+// One VMA as /proc/[pid]/maps, smaps and status describe it: a copy taken
+// under the MM's lock.
+struct VmaInfo {
+  uintptr_t start = 0;
+  uintptr_t end = 0;
+  platform::Prot prot;
+  bool is_private = true;
+  bool growsdown = false;
+  uint64_t offset = 0;                 // into the file (0 for anonymous)
+  std::string name;                    // "[stack]", "[heap]", or empty
+  std::shared_ptr<Mappable> mappable;  // the file, if file-backed
+  bool shared_anon = false;            // MAP_SHARED|MAP_ANONYMOUS
 };
 
 class MM {
@@ -194,6 +209,8 @@ class MM {
 
   // Text like /proc/self/maps.
   std::string DebugString() const;
+  // Every VMA, in address order (for /proc).
+  std::vector<VmaInfo> Vmas() const;
 
   // For tests and metrics.
   size_t NumVmas() const;

@@ -264,10 +264,27 @@ int64_t SysGetcpu(Task& t, const SyscallArgs& a) {
   return 0;
 }
 
+// The host's memory total; the sandbox's own uptime, memory use and task
+// count, as its /proc/uptime, /proc/meminfo and /proc/loadavg say.
 int64_t SysSysinfo(Task& t, const SyscallArgs& a) {
   struct sysinfo si;
   if (sysinfo(&si) != 0) return -errno;
-  si.procs = 1;
+  kernel::Kernel& k = t.kernel();
+  si.uptime = (kernel::MonotonicNanos() - k.boot_ns()) / 1000000000;
+  si.loads[0] = si.loads[1] = si.loads[2] = 0;  // no load average yet
+  const uint64_t unit = si.mem_unit != 0 ? si.mem_unit : 1;
+  const uint64_t used = k.memory_file().AllocatedBytes() / unit;
+  si.freeram = si.totalram > used ? si.totalram - used : 0;
+  si.sharedram = si.bufferram = 0;
+  si.totalswap = si.freeswap = 0;
+  si.totalhigh = si.freehigh = 0;
+  int procs = 0;
+  for (const auto& g : k.ThreadGroups()) {
+    k.WithTasklistLock([&] {
+      if (!g->zombie) procs += static_cast<int>(g->Tasks().size());
+    });
+  }
+  si.procs = static_cast<uint16_t>(procs);
   return t.mm().CopyOut(a.a[0], &si, sizeof(si)) == sizeof(si) ? 0 : -EFAULT;
 }
 

@@ -217,19 +217,31 @@ int64_t DoExecve(Task& t, int64_t dirfd, uint64_t path_addr, uint64_t argv_addr,
   // The point of no return.
   DeThread(t);
   kernel::ThreadGroup& g = t.group();
-  if (g.fds_ptr().use_count() > 1) g.set_fds(g.fds().Fork());
+  if (g.fds_ptr().use_count() > 1) {
+    std::shared_ptr<fs::FdTable> own = g.fds().Fork();
+    t.kernel().WithTasklistLock([&] { g.set_fds(std::move(own)); });
+  }
   g.fds().CloseOnExec();
   g.ResetHandlersForExec();
   t.ExecImage(*cpu);
-  g.set_mm(mm);
-  g.did_exec = true;
   size_t slash = exec_path.rfind('/');
-  g.comm = exec_path.substr(slash == std::string::npos ? 0 : slash + 1, 15);
-  g.exe = vfs.PathOf(ctx.root(), loc);
-  g.arg_start = spec.arg_start;
-  g.arg_end = spec.arg_end;
-  g.env_start = spec.env_start;
-  g.env_end = spec.env_end;
+  std::string exe_path = vfs.PathOf(ctx.root(), loc);
+  // The old address space goes when this reference does, after the
+  // tasklist lock is released (mm is never torn down under it).
+  std::shared_ptr<mm::MM> old_mm = g.mm_ptr();
+  // Under the tasklist lock: /proc reads these from other tasks.
+  t.kernel().WithTasklistLock([&] {
+    g.set_mm(mm);
+    g.did_exec = true;
+    g.comm = exec_path.substr(slash == std::string::npos ? 0 : slash + 1, 15);
+    g.exe = exe_path;
+    g.arg_start = spec.arg_start;
+    g.arg_end = spec.arg_end;
+    g.env_start = spec.env_start;
+    g.env_end = spec.env_end;
+    g.auxv = spec.auxv;
+  });
+  old_mm.reset();
   t.VforkDone();
   return kernel::kNoReturnValue;
 }

@@ -47,6 +47,8 @@ void RegisterThread(Entry* table);
 void RegisterSignal(Entry* table);
 void RegisterInfo(Entry* table);
 void RegisterSplice(Entry* table);
+void RegisterMemfd(Entry* table);
+void RegisterInotify(Entry* table);
 
 }  // namespace sandboxd::syscalls
 

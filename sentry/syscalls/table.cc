@@ -19,6 +19,8 @@ Table::Table() {
   RegisterSignal(table_);
   RegisterInfo(table_);
   RegisterSplice(table_);
+  RegisterMemfd(table_);
+  RegisterInotify(table_);
 }
 
 int64_t Table::Invoke(Task& t, const SyscallArgs& args) {

@@ -656,6 +656,11 @@ int TmpFsRegularFile::GetAttr(Attr* out) {
 int TmpFsRegularFile::SetAttr(const SetAttrRequest& req) {
   if (req.set_size && req.size > kTmpfsMaxFileSize) return -EFBIG;
   absl::MutexLock dl(&data_mu_);
+  if (req.set_mode && (seals_ & kSealExec)) {
+    // F_SEAL_EXEC: the execute bits are fixed (shmem_setattr).
+    absl::ReaderMutexLock il(&mu_);
+    if ((perm_ ^ req.mode) & 0111) return -EPERM;
+  }
   bool size_changed = false;
   if (req.set_size) {
     if (((seals_ & kSealShrink) && req.size < size_) ||

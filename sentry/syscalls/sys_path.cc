@@ -798,8 +798,11 @@ int64_t SysFallocate(Task& t, const SyscallArgs& a) {
   if (inode == nullptr) return -ENODEV;
   if (inode->Type() == S_IFDIR) return -EISDIR;
   if (inode->Type() != S_IFREG) return -ENODEV;
-  return inode->Allocate(static_cast<int>(a.a[1]), static_cast<uint64_t>(off),
-                         static_cast<uint64_t>(len));
+  int64_t r = inode->Allocate(static_cast<int>(a.a[1]),
+                              static_cast<uint64_t>(off),
+                              static_cast<uint64_t>(len));
+  if (r == 0) fs::inotify::NotifyFile(&t.kernel().vfs(), f->location(), IN_MODIFY);
+  return r;
 }
 
 int64_t SysFsync(Task& t, const SyscallArgs& a) {

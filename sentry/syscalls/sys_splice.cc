@@ -12,6 +12,7 @@
 // bytes in the meantime, which Linux's pipe lock would prevent.
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -91,6 +92,11 @@ int64_t FileToPipe(Task& t, fs::File& src, int64_t* off, fs::Pipe& dst,
     if (room == -EAGAIN && done > 0) break;
     if (room < 0) return done > 0 ? done : PipeError(t, room);
     uint64_t want = std::min({len - done, static_cast<uint64_t>(room), kChunk});
+    // A socket source honours SPLICE_F_NONBLOCK too (MSG_DONTWAIT).
+    if (nonblock && FileType(src) != S_IFREG &&
+        (src.Readiness(POLLIN) & (POLLIN | POLLHUP | POLLERR)) == 0) {
+      return done > 0 ? done : -EAGAIN;
+    }
     int64_t r = src.Read(buf.data(), want, off != nullptr ? *off : -1, t.io());
     if (r < 0) return done > 0 ? done : r;
     if (r == 0) break;
@@ -116,6 +122,11 @@ int64_t PipeToFile(Task& t, fs::Pipe& src, fs::File& dst, int64_t* off,
     if (avail == -EAGAIN && done > 0) break;
     if (avail < 0) return done > 0 ? done : avail;
     if (avail == 0) break;  // EOF
+    // A socket destination honours SPLICE_F_NONBLOCK too.
+    if (nonblock && FileType(dst) != S_IFREG &&
+        (dst.Readiness(POLLOUT) & (POLLOUT | POLLHUP | POLLERR)) == 0) {
+      return done > 0 ? done : -EAGAIN;
+    }
     uint64_t n = src.Peek(buf.data(), std::min(len - done, kChunk));
     int64_t w = dst.Write(buf.data(), n, off != nullptr ? *off : -1, t.io());
     if (w < 0) return done > 0 ? done : PipeError(t, w);
@@ -297,6 +308,9 @@ int64_t SysSendfile(Task& t, const SyscallArgs& a) {
   if (in == nullptr || out == nullptr) return -EBADF;
   if (!Readable(*in) || !Writable(*out)) return -EBADF;
   if (out->StatusFlags() & O_APPEND) return -EINVAL;
+  // An offset needs a file with positions (FMODE_PREAD): ESPIPE first.
+  if (a.a[2] != 0 && in->Seek(0, SEEK_CUR) < 0) return -ESPIPE;
+  // Only files with page-cache-like data: not pipes, not sockets.
   if (FileType(*in) != S_IFREG) return -EINVAL;
   bool use_off;
   int64_t off = 0;

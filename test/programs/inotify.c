@@ -112,6 +112,10 @@ static void basics(void) {
   chmod(P(0, "a"), 0600);
   truncate(P(0, "a"), 0);
   drain(in, "chmod, truncate");
+  fd = open(P(0, "a"), O_WRONLY);
+  fallocate(fd, 0, 0, 10);
+  close(fd);
+  drain(in, "fallocate");
   mkdir(P(0, "sub"), 0755);
   rename(P(0, "a"), P(1, "b"));
   link(P(1, "b"), P(2, "c"));

@@ -57,6 +57,15 @@ static void basics(void) {
   CHECK("no MFD_CLOEXEC", fcntl(fd, F_GETFD) == 0);
   close(fd);
 
+  /* MFD_NOEXEC_SEAL: no x bits, and F_SEAL_EXEC keeps it so. */
+  fd = memfd("noexec", 0x0008);
+  CHECK("MFD_NOEXEC_SEAL mode", fstat(fd, &st) == 0 &&
+                                    (st.st_mode & 07777) == 0666);
+  CHECK("MFD_NOEXEC_SEAL seals", fcntl(fd, F_GET_SEALS) == 0x0020);
+  CHECK_ERRNO("F_SEAL_EXEC refuses chmod +x", fchmod(fd, 0777), EPERM);
+  CHECK("F_SEAL_EXEC allows other mode bits", fchmod(fd, 0644) == 0);
+  close(fd);
+
   CHECK_ERRNO("unknown flags", memfd("x", 0x1000), EINVAL);
   CHECK_ERRNO("MFD_EXEC with MFD_NOEXEC_SEAL", memfd("x", 0x18), EINVAL);
   char longname[300];

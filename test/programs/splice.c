@@ -77,6 +77,13 @@ static void test_sendfile(void) {
   snprintf(path, sizeof(path), "%s/sf_out", dir);
   app = open(path, O_WRONLY | O_APPEND);
   CHECK_ERRNO("sendfile to O_APPEND", sendfile(app, in, NULL, 1), EINVAL);
+  write(sv[1], "abc", 3);
+  CHECK_ERRNO("sendfile from a socket", sendfile(out, sv[0], NULL, 3), EINVAL);
+  off = 0;
+  CHECK_ERRNO("sendfile from a socket with offset",
+              sendfile(out, sv[0], &off, 3), ESPIPE);
+  write(p[1], "xyz", 3);
+  CHECK_ERRNO("sendfile from a pipe", sendfile(out, p[0], NULL, 3), EINVAL);
   close(app);
   close(in);
   close(out);
@@ -126,6 +133,12 @@ static void test_splice(void) {
                                         strcmp(buf, "efsock") == 0);
 
   /* Nonblocking and EOF. */
+  int e[2];
+  socketpair(AF_UNIX, SOCK_STREAM, 0, e);
+  CHECK_ERRNO("splice from an empty socket, nonblock",
+              splice(e[0], NULL, q[1], NULL, 10, SPLICE_F_NONBLOCK), EAGAIN);
+  close(e[0]);
+  close(e[1]);
   CHECK_ERRNO("splice empty pipe nonblock",
               splice(p[0], NULL, out, NULL, 10, SPLICE_F_NONBLOCK), EAGAIN);
   fcntl(q[1], F_SETPIPE_SZ, 4096);

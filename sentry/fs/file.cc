@@ -230,7 +230,7 @@ InodeFile::~InodeFile() {
 int64_t InodeFile::Read(void* buf, uint64_t n, int64_t offset,
                         const IoContext& io) {
   int64_t r = ReadLocked(buf, n, offset);
-  if (r > 0) inotify::NotifyFile(vfs_, loc_, IN_ACCESS);
+  if (r > 0 && inotify::Active()) inotify::NotifyFile(vfs_, loc_, IN_ACCESS);
   return r;
 }
 
@@ -247,7 +247,7 @@ int64_t InodeFile::ReadLocked(void* buf, uint64_t n, int64_t offset) {
 int64_t InodeFile::Write(const void* buf, uint64_t n, int64_t offset,
                          const IoContext& io) {
   int64_t r = WriteLocked(buf, n, offset);
-  if (r > 0) inotify::NotifyFile(vfs_, loc_, IN_MODIFY);
+  if (r > 0 && inotify::Active()) inotify::NotifyFile(vfs_, loc_, IN_MODIFY);
   return r;
 }
 
@@ -338,7 +338,7 @@ int64_t InodeFile::SetStatusFlags(int flags) {
 int64_t InodeFile::GetDents(uint8_t* buf, uint64_t size) {
   int64_t r = GetDentsLocked(buf, size);
   // iterate_dir reports every successful call, the one at the end too.
-  if (r >= 0) inotify::NotifyFile(vfs_, loc_, IN_ACCESS);
+  if (r >= 0 && inotify::Active()) inotify::NotifyFile(vfs_, loc_, IN_ACCESS);
   return r;
 }
 

@@ -34,7 +34,6 @@ class Registry {
   std::map<std::pair<const InotifyFile*, int>, std::unique_ptr<Watch>> by_wd
       ABSL_GUARDED_BY(mu);
   std::map<const InotifyFile*, int> next_wd ABSL_GUARDED_BY(mu);
-  std::atomic<int64_t> count{0};
 
   // Unlinks `w` and frees it. The inode reference it held is handed to
   // `doomed`, to be released after the lock (a last reference may free
@@ -54,7 +53,7 @@ class Registry {
     }
     doomed->push_back(std::move(w->inode));
     by_wd.erase({w->owner, w->wd});
-    count.fetch_sub(1, std::memory_order_relaxed);
+    inotify::internal::watch_count.fetch_sub(1, std::memory_order_relaxed);
   }
 
   // Delivers an event to the watches of `inode`; `name` non-empty for
@@ -170,7 +169,7 @@ int64_t InotifyFile::AddWatch(std::shared_ptr<Inode> inode, uint32_t mask) {
   auto w = std::make_unique<Watch>(Watch{this, wd, keep, inode});
   r.by_inode[inode.get()].push_back(w.get());
   r.by_wd[{this, wd}] = std::move(w);
-  r.count.fetch_add(1, std::memory_order_relaxed);
+  inotify::internal::watch_count.fetch_add(1, std::memory_order_relaxed);
   return wd;
 }
 
@@ -258,9 +257,9 @@ EventMask InotifyFile::Readiness(EventMask mask) {
 
 namespace inotify {
 
-bool Active() {
-  return registry().count.load(std::memory_order_relaxed) > 0;
-}
+namespace internal {
+std::atomic<int64_t> watch_count{0};
+}  // namespace internal
 
 uint32_t NewCookie() {
   static std::atomic<uint32_t> next{1};

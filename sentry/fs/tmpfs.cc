@@ -497,6 +497,11 @@ void TmpFsRegularFile::set_initial_seals(int initial) {
   seals_ = initial;
 }
 
+void TmpFsRegularFile::MarkUnlinked() {
+  absl::MutexLock l(&mu_);
+  nlink_ = 0;
+}
+
 int TmpFsRegularFile::Seals() {
   absl::ReaderMutexLock l(&data_mu_);
   return seals_;

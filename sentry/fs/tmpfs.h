@@ -261,6 +261,9 @@ class TmpFsRegularFile final : public TmpFsInode {
   // file is published). Writes, truncates and fallocate check them here;
   // mmap checks them through BeginSharedMapping.
   void set_initial_seals(int initial);
+  // A file created with no name (memfd): link count 0, as
+  // shmem_file_setup leaves it. Preconditions: not yet published.
+  void MarkUnlinked();
   int Seals();
   // -EPERM once F_SEAL_SEAL is set, -EBUSY for F_SEAL_WRITE while a shared
   // mapping may write (Linux's mapping_deny_writable), -EINVAL for unknown

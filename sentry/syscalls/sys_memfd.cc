@@ -31,6 +31,9 @@ constexpr unsigned kMfdAll =
     kMfdCloexec | kMfdAllowSealing | kMfdHugetlb | kMfdNoexecSeal | kMfdExec;
 constexpr unsigned kMfdHugeShift = 26;
 constexpr unsigned kMfdHugeMask = 0x3f;
+// The kernel's O_LARGEFILE (userspace headers define it as 0 on x86_64),
+// which F_GETFL shows on a memfd as Linux does.
+constexpr int kOLargefile = 0100000;
 // MFD_NAME_MAX_LEN: NAME_MAX minus the "memfd:" prefix.
 constexpr uint64_t kNameMax = 255 - 6;
 
@@ -57,12 +60,13 @@ int64_t SysMemfdCreate(Task& t, const SyscallArgs& a) {
   // seals them off (and implies sealing is allowed).
   uint32_t perm = (flags & kMfdNoexecSeal) ? 0666 : 0777;
   auto inode = std::make_shared<fs::TmpFsRegularFile>(sb, perm, 0, 0);
+  inode->MarkUnlinked();
   if (flags & kMfdNoexecSeal) {
     inode->set_initial_seals(fs::kSealExec);
   } else if (flags & kMfdAllowSealing) {
     inode->set_initial_seals(0);
   }
-  auto file = std::make_shared<fs::InodeFile>(inode, O_RDWR | O_LARGEFILE);
+  auto file = std::make_shared<fs::InodeFile>(inode, O_RDWR | kOLargefile);
   file->set_location(fs::Vfs::Detached(inode, "memfd:" + name, "tmpfs"));
   return t.group().fds().Install(file, (flags & kMfdCloexec) != 0);
 }

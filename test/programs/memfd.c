@@ -23,11 +23,15 @@ static void basics(void) {
   int fd = memfd("basic", MFD_CLOEXEC);
   CHECK("memfd_create", fd >= 0);
   CHECK("MFD_CLOEXEC sets FD_CLOEXEC", fcntl(fd, F_GETFD) == FD_CLOEXEC);
-  CHECK("opened read-write", (fcntl(fd, F_GETFL) & O_ACCMODE) == O_RDWR);
+  /* O_RDWR | the kernel's O_LARGEFILE. */
+  CHECK("opened read-write", fcntl(fd, F_GETFL) == (O_RDWR | 0100000));
   struct stat st;
   CHECK("fstat: empty regular file",
         fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size == 0);
   CHECK("fstat: mode 0777", (st.st_mode & 07777) == 0777);
+  CHECK("fstat: no links", st.st_nlink == 0);
+  CHECK_ERRNO("linkat of a memfd", linkat(fd, "", AT_FDCWD, "/tmp/sbx_memfd_link",
+                                          AT_EMPTY_PATH), EXDEV);
   CHECK("write", write(fd, "memfd data", 10) == 10);
   char buf[32] = {0};
   CHECK("pread", pread(fd, buf, sizeof(buf), 0) == 10 &&

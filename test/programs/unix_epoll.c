@@ -168,6 +168,36 @@ static void listening(void) {
   close(ep);
 }
 
+/* A datagram sender to a full receiver that is not connected back: not
+ * writable until the receiver reads (the peer_wait_ path). */
+static void dgram_full_receiver(void) {
+  struct sockaddr_un a = {.sun_family = AF_UNIX};
+  const char nm[] = "\0sbx-unix-epoll-dgram";
+  memcpy(a.sun_path, nm, sizeof(nm) - 1);
+  socklen_t len = offsetof(struct sockaddr_un, sun_path) + sizeof(nm) - 1;
+  int r = socket(AF_UNIX, SOCK_DGRAM, 0);
+  bind(r, (struct sockaddr*)&a, len);
+  int s = socket(AF_UNIX, SOCK_DGRAM | SOCK_NONBLOCK, 0);
+  CHECK("dgram connect", connect(s, (struct sockaddr*)&a, len) == 0);
+  int sent = 0;
+  while (send(s, "m", 1, 0) == 1 && sent < 1000) sent++;
+  CHECK("dgram receiver queue fills", sent > 0 && sent < 1000 &&
+                                          errno == EAGAIN);
+  int ep = epoll_create1(0);
+  struct epoll_event ev = {.events = EPOLLOUT | EPOLLET, .data.u32 = 9};
+  epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev);
+  CHECK("dgram sender not writable while the receiver is full",
+        wait_events(ep) == 0);
+  char buf[4];
+  recv(r, buf, sizeof(buf), 0);
+  struct epoll_event out;
+  CHECK("dgram sender writable after the receiver reads",
+        epoll_wait(ep, &out, 1, 1000) == 1 && out.events == EPOLLOUT);
+  close(ep);
+  close(s);
+  close(r);
+}
+
 /* A blocked epoll_wait is woken by a write from another process. */
 static void wakeup(void) {
   int sv[2];
@@ -199,6 +229,7 @@ int main(void) {
   pair_basics(SOCK_SEQPACKET, "seqpacket");
   edge_triggered();
   listening();
+  dgram_full_receiver();
   wakeup();
   return finish();
 }

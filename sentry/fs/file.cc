@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "sentry/fs/host_poller.h"
+#include "sentry/fs/inotify.h"
 
 namespace sandboxd::fs {
 
@@ -219,10 +220,24 @@ void AttrToStat(const Attr& a, struct stat* st) {
 InodeFile::InodeFile(std::shared_ptr<Inode> inode, int flags)
     : inode_(std::move(inode)), flags_(flags) {}
 
-InodeFile::~InodeFile() { ReleaseDescriptionLocks(inode_.get(), this); }
+InodeFile::~InodeFile() {
+  ReleaseDescriptionLocks(inode_.get(), this);
+  if (!(flags_ & O_PATH) && inotify::Active()) {
+    int acc = flags_ & O_ACCMODE;
+    bool wrote = acc == O_WRONLY || acc == O_RDWR;
+    inotify::NotifyFile(vfs_, loc_,
+                        wrote ? IN_CLOSE_WRITE : IN_CLOSE_NOWRITE);
+  }
+}
 
 int64_t InodeFile::Read(void* buf, uint64_t n, int64_t offset,
                         const IoContext& io) {
+  int64_t r = ReadLocked(buf, n, offset);
+  if (r > 0 && inotify::Active()) inotify::NotifyFile(vfs_, loc_, IN_ACCESS);
+  return r;
+}
+
+int64_t InodeFile::ReadLocked(void* buf, uint64_t n, int64_t offset) {
   absl::MutexLock l(&mu_);
   if ((flags_ & O_PATH) || (flags_ & O_ACCMODE) == O_WRONLY) return -EBADF;
   if (inode_->Type() == S_IFDIR) return -EISDIR;
@@ -234,6 +249,12 @@ int64_t InodeFile::Read(void* buf, uint64_t n, int64_t offset,
 
 int64_t InodeFile::Write(const void* buf, uint64_t n, int64_t offset,
                          const IoContext& io) {
+  int64_t r = WriteLocked(buf, n, offset);
+  if (r > 0 && inotify::Active()) inotify::NotifyFile(vfs_, loc_, IN_MODIFY);
+  return r;
+}
+
+int64_t InodeFile::WriteLocked(const void* buf, uint64_t n, int64_t offset) {
   absl::MutexLock l(&mu_);
   if ((flags_ & O_PATH) || (flags_ & O_ACCMODE) == O_RDONLY) return -EBADF;
   if (inode_->Type() == S_IFDIR) return -EISDIR;
@@ -318,6 +339,13 @@ int64_t InodeFile::SetStatusFlags(int flags) {
 }
 
 int64_t InodeFile::GetDents(uint8_t* buf, uint64_t size) {
+  int64_t r = GetDentsLocked(buf, size);
+  // iterate_dir reports every successful call, the one at the end too.
+  if (r >= 0 && inotify::Active()) inotify::NotifyFile(vfs_, loc_, IN_ACCESS);
+  return r;
+}
+
+int64_t InodeFile::GetDentsLocked(uint8_t* buf, uint64_t size) {
   absl::MutexLock l(&mu_);
   if (flags_ & O_PATH) return -EBADF;
   if (inode_->Type() != S_IFDIR) return -ENOTDIR;

@@ -80,7 +80,12 @@ class InodeFile : public File {
   InodeFile(std::shared_ptr<Inode> inode, int flags);
   // Releases the description's OFD and flock locks.
   ~InodeFile() override;
-  void set_location(Location loc) { loc_ = std::move(loc); }
+  // `vfs`: the namespace `loc` is in, so that inotify can tell the parent
+  // directory about this file's events (may be null).
+  void set_location(Location loc, const Vfs* vfs = nullptr) {
+    loc_ = std::move(loc);
+    vfs_ = vfs;
+  }
 
   int64_t Read(void* buf, uint64_t n, int64_t offset,
                const IoContext& io) override;
@@ -96,8 +101,15 @@ class InodeFile : public File {
   Location location() override { return loc_; }
 
  private:
+  // Read, Write and GetDents under mu_; the inotify hooks run after.
+  int64_t ReadLocked(void* buf, uint64_t n, int64_t offset);
+  int64_t WriteLocked(const void* buf, uint64_t n, int64_t offset);
+  int64_t GetDentsLocked(uint8_t* buf, uint64_t size);
+
   const std::shared_ptr<Inode> inode_;
+  // Set once, before the file is shared.
   Location loc_;
+  const Vfs* vfs_ = nullptr;
   absl::Mutex mu_;
   int flags_ ABSL_GUARDED_BY(mu_);
   int64_t offset_ ABSL_GUARDED_BY(mu_) = 0;

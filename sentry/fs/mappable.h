@@ -19,6 +19,20 @@ class InodeMappable : public mm::Mappable {
       : inode_(std::move(inode)),
         tmpfs_(dynamic_cast<TmpFsRegularFile*>(inode_.get())),
         name_(std::move(name)) {}
+  ~InodeMappable() override {
+    if (counted_) tmpfs_->EndSharedMapping();
+  }
+  // For a MAP_SHARED mapping, before it is made: checks the file's seals
+  // (-EPERM for PROT_WRITE under a write seal; *maywrite cleared when
+  // mprotect may not add write later) and, if the mapping may write,
+  // counts it on the file for as long as this object (shared by every VMA
+  // of the mapping) lives, so that F_SEAL_WRITE fails with EBUSY.
+  int BeginShared(bool prot_write, bool* maywrite) {
+    if (tmpfs_ == nullptr) return 0;
+    int r = tmpfs_->BeginSharedMapping(prot_write, maywrite);
+    counted_ = r == 0 && *maywrite;
+    return r;
+  }
   uint64_t Size() override {
     Attr a;
     return inode_->GetAttr(&a) == 0 ? a.size : 0;
@@ -48,6 +62,7 @@ class InodeMappable : public mm::Mappable {
   // Set when the file's data is in memory-file pages (shared mappings).
   TmpFsRegularFile* const tmpfs_;
   const std::string name_;
+  bool counted_ = false;
 };
 
 }  // namespace sandboxd::fs

@@ -111,6 +111,76 @@ int64_t Pipe::Write(const void* buf, uint64_t n, bool nonblock,
   }
 }
 
+int64_t Pipe::WaitReadable(bool nonblock, const IoContext& io) {
+  for (;;) {
+    {
+      absl::MutexLock l(&mu_);
+      if (size_ > 0) return static_cast<int64_t>(size_);
+      if (writers_ == 0) return 0;
+    }
+    if (nonblock || io.blocker == nullptr) return -EAGAIN;
+    int r = io.blocker->Wait(*queue_, kIn, [this] {
+      absl::MutexLock l(&mu_);
+      return size_ > 0 || writers_ == 0;
+    });
+    if (r < 0) return r;
+  }
+}
+
+int64_t Pipe::WaitWritable(bool nonblock, const IoContext& io) {
+  for (;;) {
+    {
+      absl::MutexLock l(&mu_);
+      if (readers_ == 0) return -EPIPE;
+      uint64_t room = capacity_ - std::min(capacity_, size_);
+      if (room > 0) return static_cast<int64_t>(room);
+    }
+    if (nonblock || io.blocker == nullptr) return -EAGAIN;
+    int r = io.blocker->Wait(*queue_, kOut, [this] {
+      absl::MutexLock l(&mu_);
+      return readers_ == 0 || size_ < capacity_;
+    });
+    if (r < 0) return r;
+  }
+}
+
+uint64_t Pipe::Peek(void* buf, uint64_t n) {
+  absl::MutexLock l(&mu_);
+  n = std::min(n, size_);
+  uint8_t* p = static_cast<uint8_t*>(buf);
+  uint64_t done = 0;
+  uint64_t off = front_off_;
+  for (auto it = chunks_.begin(); done < n && it != chunks_.end(); ++it) {
+    uint64_t k = std::min(n - done, it->size() - off);
+    std::memcpy(p + done, it->data() + off, k);
+    done += k;
+    off = 0;
+  }
+  return done;
+}
+
+uint64_t Pipe::Discard(uint64_t want) {
+  uint64_t n;
+  {
+    absl::MutexLock l(&mu_);
+    want = std::min(want, size_);
+    n = want;
+    while (n > 0) {
+      std::vector<uint8_t>& c = chunks_.front();
+      uint64_t k = std::min(n, c.size() - front_off_);
+      front_off_ += k;
+      size_ -= k;
+      n -= k;
+      if (front_off_ == c.size()) {
+        chunks_.pop_front();
+        front_off_ = 0;
+      }
+    }
+  }
+  queue_->Notify(kOut);
+  return want;
+}
+
 EventMask Pipe::ReadReadiness(EventMask mask) {
   absl::MutexLock l(&mu_);
   EventMask m = 0;

@@ -44,6 +44,20 @@ class Pipe {
   int64_t Write(const void* buf, uint64_t n, bool nonblock,
                 const IoContext& io);
 
+  // For splice and tee, which move data without a reader's buffer of
+  // their own:
+  // Waits until the pipe holds data (returns the bytes buffered) or has no
+  // writer (0); -EAGAIN if `nonblock` and neither holds, -EINTR.
+  int64_t WaitReadable(bool nonblock, const IoContext& io);
+  // Waits until there is room (returns how much); -EPIPE without readers,
+  // -EAGAIN if `nonblock` and the pipe is full, -EINTR.
+  int64_t WaitWritable(bool nonblock, const IoContext& io);
+  // Copies up to `n` bytes from the front without consuming them.
+  uint64_t Peek(void* buf, uint64_t n);
+  // Consumes up to `n` bytes from the front (after a Peek) and wakes
+  // writers.
+  uint64_t Discard(uint64_t n);
+
   EventMask ReadReadiness(EventMask mask);
   EventMask WriteReadiness(EventMask mask);
   uint64_t Buffered();

@@ -188,5 +188,41 @@ TEST_F(PipeTest, SetCapacity) {
   EXPECT_EQ(p.SetCapacity(4096), -EBUSY);
 }
 
+TEST_F(PipeTest, PeekAndDiscardForSplice) {
+  Pipe& p = r_->pipe();
+  EXPECT_EQ(p.WaitReadable(/*nonblock=*/true, b_.io()), -EAGAIN);
+  EXPECT_EQ(Put("abcdef"), 6);
+  EXPECT_EQ(p.WaitReadable(true, b_.io()), 6);
+  char buf[8] = {};
+  EXPECT_EQ(p.Peek(buf, 4), 4u);
+  EXPECT_EQ(std::string(buf, 4), "abcd");
+  EXPECT_EQ(p.Buffered(), 6u);  // nothing consumed
+  EXPECT_EQ(p.Discard(2), 2u);
+  EXPECT_EQ(p.Discard(100), 4u);  // at most what is there
+  EXPECT_EQ(p.Buffered(), 0u);
+  EXPECT_EQ(p.WaitWritable(true, b_.io()),
+            static_cast<int64_t>(Pipe::kDefaultCapacity));
+  w_.reset();
+  EXPECT_EQ(p.WaitReadable(true, b_.io()), 0);  // EOF
+}
+
+TEST_F(PipeTest, PeekSpansChunks) {
+  std::string big(10000, 'x');
+  big[4095] = 'a';
+  big[4096] = 'b';
+  EXPECT_EQ(Put(big), 10000);
+  EXPECT_EQ(r_->pipe().Discard(4000), 4000u);
+  std::string out(200, '\0');
+  EXPECT_EQ(r_->pipe().Peek(out.data(), 200), 200u);
+  EXPECT_EQ(out.substr(95, 2), "ab");
+  EXPECT_EQ(Get(20000).size(), 6000u);
+}
+
+TEST_F(PipeTest, WaitWritableWithoutReadersIsEpipe) {
+  Pipe& p = w_->pipe();
+  r_.reset();
+  EXPECT_EQ(p.WaitWritable(true, b_.io()), -EPIPE);
+}
+
 }  // namespace
 }  // namespace sandboxd::fs

@@ -489,7 +489,56 @@ int TmpFsDirectory::RenameLocked(
 
 TmpFsRegularFile::TmpFsRegularFile(std::shared_ptr<TmpFsSuperblock> sb,
                                    uint32_t perm, uint32_t uid, uint32_t gid)
-    : TmpFsInode(std::move(sb), S_IFREG, perm, uid, gid) {}
+    : TmpFsInode(std::move(sb), S_IFREG, perm, uid, gid),
+      seals_(kSealSeal) {}
+
+void TmpFsRegularFile::set_initial_seals(int initial) {
+  absl::MutexLock l(&data_mu_);
+  seals_ = initial;
+}
+
+void TmpFsRegularFile::MarkUnlinked() {
+  absl::MutexLock l(&mu_);
+  nlink_ = 0;
+}
+
+int TmpFsRegularFile::Seals() {
+  absl::ReaderMutexLock l(&data_mu_);
+  return seals_;
+}
+
+int TmpFsRegularFile::AddSeals(int seals) {
+  if (seals & ~kAllSeals) return -EINVAL;
+  absl::MutexLock l(&data_mu_);
+  if (seals_ & kSealSeal) return -EPERM;
+  if ((seals & kSealWrite) && !(seals_ & kSealWrite) && writable_maps_ > 0) {
+    return -EBUSY;
+  }
+  // F_SEAL_EXEC on an executable file implies the write seals (W^X).
+  if (seals & kSealExec) {
+    absl::ReaderMutexLock il(&mu_);
+    if (perm_ & 0111) {
+      seals |= kSealShrink | kSealGrow | kSealWrite | kSealFutureWrite;
+    }
+  }
+  seals_ |= seals;
+  return 0;
+}
+
+int TmpFsRegularFile::BeginSharedMapping(bool prot_write, bool* maywrite) {
+  absl::MutexLock l(&data_mu_);
+  if (seals_ & (kSealWrite | kSealFutureWrite)) {
+    if (prot_write) return -EPERM;
+    *maywrite = false;  // seal_check_write clears VM_MAYWRITE
+  }
+  if (*maywrite) writable_maps_++;
+  return 0;
+}
+
+void TmpFsRegularFile::EndSharedMapping() {
+  absl::MutexLock l(&data_mu_);
+  writable_maps_--;
+}
 
 TmpFsRegularFile::~TmpFsRegularFile() {
   // Uncontended (no references are left); taken for the annotations.
@@ -612,8 +661,17 @@ int TmpFsRegularFile::GetAttr(Attr* out) {
 int TmpFsRegularFile::SetAttr(const SetAttrRequest& req) {
   if (req.set_size && req.size > kTmpfsMaxFileSize) return -EFBIG;
   absl::MutexLock dl(&data_mu_);
+  if (req.set_mode && (seals_ & kSealExec)) {
+    // F_SEAL_EXEC: the execute bits are fixed (shmem_setattr).
+    absl::ReaderMutexLock il(&mu_);
+    if ((perm_ ^ req.mode) & 0111) return -EPERM;
+  }
   bool size_changed = false;
   if (req.set_size) {
+    if (((seals_ & kSealShrink) && req.size < size_) ||
+        ((seals_ & kSealGrow) && req.size > size_)) {
+      return -EPERM;
+    }
     size_changed = req.size != size_;
     SetSizeLocked(req.size);
   }
@@ -661,6 +719,8 @@ int64_t TmpFsRegularFile::Write(const void* buf, uint64_t n, uint64_t off) {
   n = std::min(n, kTmpfsMaxFileSize - off);
   {
     absl::MutexLock l(&data_mu_);
+    if (seals_ & (kSealWrite | kSealFutureWrite)) return -EPERM;
+    if ((seals_ & kSealGrow) && off + n > size_) return -EPERM;
     const uint64_t first = off / kPageSize;
     const uint64_t count = (off + n - 1) / kPageSize + 1 - first;
     int err = 0;
@@ -701,6 +761,7 @@ int64_t TmpFsRegularFile::Allocate(int mode, uint64_t off, uint64_t len) {
   if (mode & FALLOC_FL_PUNCH_HOLE) {
     {
       absl::MutexLock l(&data_mu_);
+      if (seals_ & (kSealWrite | kSealFutureWrite)) return -EPERM;
       const uint64_t first_full = mm::PageRoundUp(off);
       const uint64_t end_full = mm::PageRoundDown(end);
       // Partial pages at either edge are zeroed, whole ones freed.
@@ -722,6 +783,8 @@ int64_t TmpFsRegularFile::Allocate(int mode, uint64_t off, uint64_t len) {
   if (count > sb_->memfile()->max_size() / kPageSize) return -ENOMEM;
   {
     absl::MutexLock l(&data_mu_);
+    // shmem_fallocate checks the grow seal even with FALLOC_FL_KEEP_SIZE.
+    if ((seals_ & kSealGrow) && end > size_) return -EPERM;
     std::vector<std::pair<uint64_t, uint64_t>> added;
     int err = 0;
     if (EnsurePagesLocked(first, count, &err, &added) < count) {

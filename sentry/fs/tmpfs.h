@@ -49,6 +49,16 @@ inline constexpr uint32_t kTmpfsMagic = 0x01021994;
 // with EFBIG.
 inline constexpr uint64_t kTmpfsMaxFileSize = INT64_MAX;
 
+// fcntl(2) file seals (F_SEAL_* of <linux/fcntl.h>; not every libc has
+// the newer ones).
+inline constexpr int kSealSeal = 0x0001;
+inline constexpr int kSealShrink = 0x0002;
+inline constexpr int kSealGrow = 0x0004;
+inline constexpr int kSealWrite = 0x0008;
+inline constexpr int kSealFutureWrite = 0x0010;
+inline constexpr int kSealExec = 0x0020;
+inline constexpr int kAllSeals = 0x003f;
+
 struct TmpFsOptions {
   uint64_t dev = 0;          // st_dev of every inode
   uint64_t size_limit = 0;   // bytes of data, rounded up to pages; 0: none
@@ -245,6 +255,27 @@ class TmpFsRegularFile final : public TmpFsInode {
   // would keep access to memory that gets reused.
   int GetPage(uint64_t index, bool allocate, uint64_t* memfile_off);
 
+  // File seals (fcntl(2) F_ADD_SEALS, F_SEAL_* bits). Every tmpfs file
+  // starts with F_SEAL_SEAL, as Linux's shmem files do, except memfds made
+  // with MFD_ALLOW_SEALING, which start with `initial` (set before the
+  // file is published). Writes, truncates and fallocate check them here;
+  // mmap checks them through BeginSharedMapping.
+  void set_initial_seals(int initial);
+  // A file created with no name (memfd): link count 0, as
+  // shmem_file_setup leaves it. Preconditions: not yet published.
+  void MarkUnlinked();
+  int Seals();
+  // -EPERM once F_SEAL_SEAL is set, -EBUSY for F_SEAL_WRITE while a shared
+  // mapping may write (Linux's mapping_deny_writable), -EINVAL for unknown
+  // bits.
+  int AddSeals(int seals);
+  // A MAP_SHARED mapping is being made. -EPERM if it asks for PROT_WRITE
+  // and a write seal is set. Otherwise *maywrite is cleared when a write
+  // seal forbids upgrading the mapping later (mprotect), and if it stays
+  // set the mapping is counted until EndSharedMapping.
+  int BeginSharedMapping(bool prot_write, bool* maywrite);
+  void EndSharedMapping();
+
  private:
   // Makes pages [first, first + count) exist, in index order, allocating
   // missing runs contiguously. Returns how many leading pages of the range
@@ -269,6 +300,9 @@ class TmpFsRegularFile final : public TmpFsInode {
   uint64_t size_ ABSL_GUARDED_BY(data_mu_) = 0;
   // Page index -> memory-file offset of that page.
   std::map<uint64_t, uint64_t> pages_ ABSL_GUARDED_BY(data_mu_);
+  int seals_ ABSL_GUARDED_BY(data_mu_);
+  // Shared mappings that may write (Linux's i_mmap_writable).
+  uint64_t writable_maps_ ABSL_GUARDED_BY(data_mu_) = 0;
 };
 
 class TmpFsSymlink final : public TmpFsInode {

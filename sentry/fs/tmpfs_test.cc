@@ -760,5 +760,60 @@ TEST_F(TmpFsTest, ConcurrentRenamesAndRemovalsKeepTheTreeConsistent) {
   EXPECT_EQ(Stat(*low).nlink, 2u + count_dirs(*low));
 }
 
+TEST_F(TmpFsTest, SealsRefuseWritesAndResizes) {
+  auto sb = fs_->superblock();
+  ASSERT_TRUE(sb->ReserveInode());
+  auto f = std::make_shared<TmpFsRegularFile>(sb, 0777, 0, 0);
+  // Every tmpfs file starts sealed against sealing; a memfd does not.
+  EXPECT_EQ(f->Seals(), kSealSeal);
+  EXPECT_EQ(f->AddSeals(kSealWrite), -EPERM);
+  f->set_initial_seals(0);
+  EXPECT_EQ(f->Write("hello", 5, 0), 5);
+  EXPECT_EQ(f->AddSeals(0x100), -EINVAL);
+  EXPECT_EQ(f->AddSeals(kSealShrink | kSealGrow), 0);
+  SetAttrRequest req;
+  req.set_size = true;
+  req.size = 2;
+  EXPECT_EQ(f->SetAttr(req), -EPERM);
+  req.size = 10;
+  EXPECT_EQ(f->SetAttr(req), -EPERM);
+  req.size = 5;
+  EXPECT_EQ(f->SetAttr(req), 0);
+  EXPECT_EQ(f->Write("x", 1, 5), -EPERM);  // would grow
+  EXPECT_EQ(f->Write("J", 1, 0), 1);
+  EXPECT_EQ(f->Allocate(FALLOC_FL_KEEP_SIZE, 0, 100), -EPERM);
+
+  // F_SEAL_WRITE waits for writable shared mappings to go.
+  bool maywrite = true;
+  EXPECT_EQ(f->BeginSharedMapping(true, &maywrite), 0);
+  EXPECT_TRUE(maywrite);
+  EXPECT_EQ(f->AddSeals(kSealWrite), -EBUSY);
+  f->EndSharedMapping();
+  EXPECT_EQ(f->AddSeals(kSealWrite), 0);
+  EXPECT_EQ(f->Write("y", 1, 0), -EPERM);
+  EXPECT_EQ(f->Allocate(FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE, 0, 1),
+            -EPERM);
+  EXPECT_EQ(f->BeginSharedMapping(true, &maywrite), -EPERM);
+  maywrite = true;
+  EXPECT_EQ(f->BeginSharedMapping(false, &maywrite), 0);
+  EXPECT_FALSE(maywrite);  // no later mprotect(PROT_WRITE)
+  char buf[5];
+  EXPECT_EQ(f->Read(buf, 5, 0), 5);
+  EXPECT_EQ(std::string(buf, 5), "Jello");
+  EXPECT_EQ(f->AddSeals(kSealSeal), 0);
+  EXPECT_EQ(f->AddSeals(kSealFutureWrite), -EPERM);
+  EXPECT_EQ(f->Seals(), kSealSeal | kSealShrink | kSealGrow | kSealWrite);
+}
+
+TEST_F(TmpFsTest, SealExecOnExecutableFileImpliesWriteSeals) {
+  auto sb = fs_->superblock();
+  ASSERT_TRUE(sb->ReserveInode());
+  auto f = std::make_shared<TmpFsRegularFile>(sb, 0755, 0, 0);
+  f->set_initial_seals(0);
+  EXPECT_EQ(f->AddSeals(kSealExec), 0);
+  EXPECT_EQ(f->Seals(), kSealExec | kSealShrink | kSealGrow | kSealWrite |
+                            kSealFutureWrite);
+}
+
 }  // namespace
 }  // namespace sandboxd::fs

@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "sentry/fs/file.h"
+#include "sentry/fs/inotify.h"
 
 namespace sandboxd::fs {
 
@@ -260,11 +261,26 @@ int Vfs::Create(const Location& dir, const std::string& name,
   std::shared_ptr<Inode> child;
   int r = dir.inode().Create(name, req, &child);
   if (r < 0) return r;
-  absl::MutexLock l(&mu_);
-  auto d = std::make_shared<Dentry>(child, name, dir.dentry);
-  dir.dentry->children_[name] = d;
-  if (out != nullptr) *out = Location{dir.mount, d};
+  {
+    absl::MutexLock l(&mu_);
+    auto d = std::make_shared<Dentry>(child, name, dir.dentry);
+    dir.dentry->children_[name] = d;
+    if (out != nullptr) *out = Location{dir.mount, d};
+  }
+  inotify::NotifyEntry(dir.inode(), IN_CREATE, name, req.type == S_IFDIR);
   return 0;
+}
+
+// After an unlink, rmdir or a rename over `victim`: a file that keeps
+// other names has a new link count (IN_ATTRIB); one without names is gone
+// (IN_DELETE_SELF). Returns whether the victim's watches must be dropped.
+static bool NotifyNameRemoved(Inode& victim, bool is_dir) {
+  if (!inotify::Active()) return false;
+  Attr a;
+  bool gone = is_dir || (victim.GetAttr(&a) == 0 && a.nlink == 0);
+  if (!is_dir) inotify::NotifyInode(victim, IN_ATTRIB);
+  if (gone) inotify::NotifyDeleteSelf(victim);
+  return gone;
 }
 
 int Vfs::Unlink(const Location& dir, const std::string& name, bool is_dir) {
@@ -278,13 +294,57 @@ int Vfs::Unlink(const Location& dir, const std::string& name, bool is_dir) {
   if (child.mount != dir.mount) return -EBUSY;  // a mountpoint
   r = dir.inode().Unlink(name, is_dir);
   if (r < 0) return r;
-  absl::MutexLock l(&mu_);
-  auto it = dir.dentry->children_.find(name);
-  if (it != dir.dentry->children_.end()) {
-    it->second->deleted_ = true;
-    dir.dentry->children_.erase(it);
+  {
+    absl::MutexLock l(&mu_);
+    auto it = dir.dentry->children_.find(name);
+    if (it != dir.dentry->children_.end()) {
+      it->second->deleted_ = true;
+      dir.dentry->children_.erase(it);
+    }
   }
+  // The victim's watches go (IN_IGNORED) before the directory hears of
+  // the name, as Linux orders them.
+  if (NotifyNameRemoved(child.inode(), is_dir)) {
+    inotify::DropWatches(child.inode());
+  }
+  inotify::NotifyEntry(dir.inode(), IN_DELETE, name, is_dir);
   return 0;
+}
+
+// fsnotify_move: IN_MOVED_FROM and IN_MOVED_TO with one cookie, IN_ATTRIB
+// for a replaced file, IN_MOVE_SELF for the moved one; a replaced file
+// that lost its last name is then gone. An exchange is two moves.
+static void NotifyRename(const Location& old_dir, const std::string& old_name,
+                         const Location& new_dir, const std::string& new_name,
+                         const Location& src, const Location* dst,
+                         unsigned flags) {
+  Inode& moved = src.inode();
+  bool is_dir = moved.Type() == S_IFDIR;
+  uint32_t cookie = inotify::NewCookie();
+  inotify::NotifyEntry(old_dir.inode(), IN_MOVED_FROM, old_name, is_dir, cookie);
+  inotify::NotifyEntry(new_dir.inode(), IN_MOVED_TO, new_name, is_dir, cookie);
+  bool exchange = (flags & RENAME_EXCHANGE) != 0;
+  if (dst != nullptr && !exchange && dst->inode().Type() != S_IFDIR) {
+    inotify::NotifyInode(dst->inode(), IN_ATTRIB);
+  }
+  inotify::NotifyInode(moved, IN_MOVE_SELF);
+  if (dst == nullptr) return;
+  Inode& other = dst->inode();
+  if (exchange) {
+    bool other_dir = other.Type() == S_IFDIR;
+    cookie = inotify::NewCookie();
+    inotify::NotifyEntry(new_dir.inode(), IN_MOVED_FROM, new_name, other_dir,
+                         cookie);
+    inotify::NotifyEntry(old_dir.inode(), IN_MOVED_TO, old_name, other_dir,
+                         cookie);
+    inotify::NotifyInode(other, IN_MOVE_SELF);
+    return;
+  }
+  Attr a;
+  if (other.Type() == S_IFDIR || (other.GetAttr(&a) == 0 && a.nlink == 0)) {
+    inotify::NotifyDeleteSelf(other);
+    inotify::DropWatches(other);
+  }
 }
 
 int Vfs::Rename(const Location& old_dir, const std::string& old_name,
@@ -325,6 +385,10 @@ int Vfs::Rename(const Location& old_dir, const std::string& old_name,
   }
   r = old_dir.inode().Rename(old_name, new_dir.inode(), new_name, flags);
   if (r < 0) return r;
+  if (inotify::Active()) {
+    NotifyRename(old_dir, old_name, new_dir, new_name, src,
+                 have_dst ? &dst : nullptr, flags);
+  }
   absl::MutexLock l(&mu_);
   auto& from = old_dir.dentry->children_;
   auto& to = new_dir.dentry->children_;
@@ -358,9 +422,14 @@ int Vfs::Link(const Location& target, const Location& dir,
   if (dir.mount->read_only) return -EROFS;
   int r = dir.inode().Link(name, target.dentry->inode());
   if (r < 0) return r;
-  absl::MutexLock l(&mu_);
-  dir.dentry->children_[name] =
-      std::make_shared<Dentry>(target.dentry->inode(), name, dir.dentry);
+  {
+    absl::MutexLock l(&mu_);
+    dir.dentry->children_[name] =
+        std::make_shared<Dentry>(target.dentry->inode(), name, dir.dentry);
+  }
+  // fsnotify_link: the link count, then the new name.
+  inotify::NotifyInode(target.inode(), IN_ATTRIB);
+  inotify::NotifyEntry(dir.inode(), IN_CREATE, name, false);
   return 0;
 }
 
@@ -397,6 +466,32 @@ std::string Vfs::PathOf(const Location& root, const Location& loc,
   if (path.empty()) path = "/";
   if (deleted) absl::StrAppend(&path, " (deleted)");
   return path;
+}
+
+bool Vfs::ParentOf(const Location& loc, std::shared_ptr<Inode>* dir,
+                   std::string* name, bool* unlinked) const {
+  if (!loc.valid() || loc.dentry == loc.mount->root) return false;
+  absl::MutexLock l(&mu_);
+  // A Detached() name belongs to no tree: no parent to tell.
+  if (loc.mount->parent == nullptr && loc.mount != root_mount_) return false;
+  const auto& parent = loc.dentry->parent_;
+  if (parent == nullptr) return false;
+  *dir = parent->inode();
+  *name = loc.dentry->name_;
+  *unlinked = loc.dentry->deleted_;
+  return true;
+}
+
+Location Vfs::Detached(std::shared_ptr<Inode> inode, const std::string& name,
+                       const std::string& fstype) {
+  auto mount = std::make_shared<Mount>();
+  mount->root = std::make_shared<Dentry>(inode, "", nullptr);
+  mount->fstype = fstype;
+  auto d = std::make_shared<Dentry>(std::move(inode), name, mount->root);
+  // Never linked anywhere: shown as deleted. No Vfs knows these dentries,
+  // so no lock guards them.
+  d->deleted_ = true;
+  return Location{std::move(mount), std::move(d)};
 }
 
 std::string Vfs::MountsText(const Location& root) const {

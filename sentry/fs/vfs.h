@@ -160,6 +160,18 @@ class Vfs {
   std::string PathOf(const Location& root, const Location& loc,
                      bool* reachable = nullptr) const;
 
+  // A name in no mount tree, for files that have no path but a name
+  // (memfd_create's): PathOf shows it as "/NAME (deleted)", as Linux's
+  // /proc/PID/fd and /proc/PID/maps show "/memfd:NAME (deleted)".
+  static Location Detached(std::shared_ptr<Inode> inode,
+                           const std::string& name, const std::string& fstype);
+
+  // The directory `loc` was reached through and its name there (for
+  // inotify's events on a directory's children); *unlinked when that name
+  // was removed since. False for a mount's root or a detached name.
+  bool ParentOf(const Location& loc, std::shared_ptr<Inode>* dir,
+                std::string* name, bool* unlinked) const;
+
   // /proc/self/mounts-like listing.
   std::string MountsText(const Location& root) const;
   // /proc/self/mountinfo: ids, parents, devices and mountpoints.

@@ -409,10 +409,24 @@ void Task::Cleanup() {
 // ---------------------------------------------------------------------------
 // Kernel
 
+namespace {
+
+// The options of the memfd tmpfs: no limits but the memory file's, and an
+// anonymous device number of its own, as Linux's internal shm mount has.
+fs::TmpFsOptions MemfdOptions() {
+  fs::TmpFsOptions o;
+  o.dev = 0x10;
+  return o;
+}
+
+}  // namespace
+
 Kernel::Kernel(std::unique_ptr<mm::MemoryFile> mf,
                std::unique_ptr<platform::Platform> platform,
                SyscallTable* syscalls, KernelOptions opts)
     : mf_(std::move(mf)),
+      memfd_sb_(std::make_shared<fs::TmpFsSuperblock>(
+          mf_.get(), MemfdOptions())),
       platform_(std::move(platform)),
       syscalls_(syscalls),
       opts_(std::move(opts)) {}

@@ -33,6 +33,7 @@
 #include "base/unique_fd.h"
 #include "platforms/platform.h"
 #include "sentry/fs/file.h"
+#include "sentry/fs/tmpfs.h"
 #include "sentry/fs/vfs.h"
 #include "sentry/kernel/futex.h"
 #include "sentry/kernel/signal.h"
@@ -362,6 +363,10 @@ class Kernel {
 
   platform::Platform& platform() { return *platform_; }
   mm::MemoryFile& memory_file() { return *mf_; }
+  // The internal tmpfs that memfd_create's files live in (Linux's shm_mnt).
+  const std::shared_ptr<fs::TmpFsSuperblock>& memfd_superblock() {
+    return memfd_sb_;
+  }
   SyscallTable& syscalls() { return *syscalls_; }
   Futexes& futexes() { return futexes_; }
   const KernelOptions& options() const { return opts_; }
@@ -444,6 +449,7 @@ class Kernel {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::unique_ptr<mm::MemoryFile> mf_;
+  std::shared_ptr<fs::TmpFsSuperblock> memfd_sb_;
   std::unique_ptr<platform::Platform> platform_;
   SyscallTable* const syscalls_;
   const KernelOptions opts_;

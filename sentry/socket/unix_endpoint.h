@@ -203,6 +203,9 @@ class UnixEndpoint : public std::enable_shared_from_this<UnixEndpoint> {
   fs::EventMask Readiness(fs::EventMask mask);
   void EventRegister(fs::Waiter* w, fs::EventMask mask);
   void EventUnregister(fs::Waiter* w);
+  // The queue every readiness change of this endpoint is notified on
+  // (epoll watches it; see fs/event_source.h).
+  const std::shared_ptr<fs::WaitQueue>& queue() const { return wq_; }
 
  private:
   enum class State { kUnconnected, kConnecting, kConnected, kListening, kClosed };

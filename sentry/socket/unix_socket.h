@@ -17,7 +17,10 @@
 
 namespace sandboxd::socket {
 
-class UnixSocket : public Socket {
+// An EventSource: epoll can watch it. Waiters a datagram socket registers
+// on its peer's peer_wait_ are removed by UnixEndpoint::Close when the file
+// is released, so only the endpoint's own queue can still hold them after.
+class UnixSocket : public Socket, public fs::EventSource {
  public:
   // socket(AF_UNIX, type, protocol): type without SOCK_NONBLOCK/CLOEXEC.
   // -ESOCKTNOSUPPORT / -EPROTONOSUPPORT as Linux. `creator` is used for
@@ -54,6 +57,7 @@ class UnixSocket : public Socket {
     ep_->EventRegister(w, mask);
   }
   void EventUnregister(fs::Waiter* w) override { ep_->EventUnregister(w); }
+  std::shared_ptr<fs::WaitQueue> event_queue() override { return ep_->queue(); }
 
   // Socket
   int family() const override { return AF_UNIX; }

@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "sentry/fs/epoll.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/fs/vfs.h"
 #include "sentry/mm/memory_file.h"
@@ -407,6 +408,31 @@ TEST_F(UnixSocketTest, ReadinessAndNotifications) {
   EXPECT_TRUE(w.seen.load() & POLLHUP);
   EXPECT_EQ(b->Readiness(all), POLLIN | POLLOUT | POLLRDHUP | POLLHUP);
   b->EventUnregister(&w);
+}
+
+TEST_F(UnixSocketTest, EpollWatchesSocketsEdgeAndLevel) {
+  std::shared_ptr<UnixSocket> a, b;
+  Pair(SOCK_STREAM, &a, &b);
+  ASSERT_NE(b->event_queue(), nullptr);
+  auto ep = std::make_shared<fs::EpollFile>();
+  struct epoll_event ev = {};
+  ev.events = EPOLLIN | EPOLLET;
+  ev.data.u64 = 7;
+  ASSERT_EQ(ep->Ctl(EPOLL_CTL_ADD, 3, b, ev), 0);
+  fs::IoContext io;  // no blocker: epoll_wait does not block
+  struct epoll_event out[2];
+  EXPECT_EQ(ep->Wait(out, 2, absl::InfinitePast(), io), 0);
+  EXPECT_EQ(Send(*a, "x"), 1);
+  ASSERT_EQ(ep->Wait(out, 2, absl::InfinitePast(), io), 1);
+  EXPECT_EQ(out[0].events, static_cast<uint32_t>(EPOLLIN));
+  EXPECT_EQ(out[0].data.u64, 7u);
+  // Edge-triggered: not again until new data arrives.
+  EXPECT_EQ(ep->Wait(out, 2, absl::InfinitePast(), io), 0);
+  EXPECT_EQ(Send(*a, "y"), 1);
+  EXPECT_EQ(ep->Wait(out, 2, absl::InfinitePast(), io), 1);
+  a.reset();  // the peer hangs up: a new edge
+  ASSERT_EQ(ep->Wait(out, 2, absl::InfinitePast(), io), 1);
+  EXPECT_EQ(out[0].events, static_cast<uint32_t>(EPOLLIN | EPOLLHUP));
 }
 
 TEST_F(UnixSocketTest, DatagramReceiverQueueLimit) {

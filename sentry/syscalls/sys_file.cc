@@ -12,6 +12,7 @@
 
 #include "sentry/fs/pipe.h"
 #include "sentry/syscalls/lock_syscalls.h"
+#include "sentry/syscalls/memfd_syscalls.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -263,6 +264,9 @@ int64_t SysFcntl(Task& t, const SyscallArgs& a) {
     case F_GETLK: case F_SETLK: case F_SETLKW:
     case F_OFD_GETLK: case F_OFD_SETLK: case F_OFD_SETLKW:
       return FcntlLock(t, *f, static_cast<int>(a.a[1]), a.a[2]);
+    case F_ADD_SEALS:
+    case F_GET_SEALS:
+      return FcntlSeals(t, *f, static_cast<int>(a.a[1]), a.a[2]);
     default:
       t.kernel().CountUnimplemented(SYS_fcntl);
       return -EINVAL;

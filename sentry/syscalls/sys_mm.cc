@@ -56,8 +56,13 @@ int64_t SysMmap(Task& t, const SyscallArgs& a) {
   }
   platform::Prot max{true, !shared || acc == O_RDWR, true};
   std::string name = t.kernel().vfs().PathOf(t.group().fs().root(), loc);
-  return t.mm().MmapFile(a.a[0], a.a[1], prot, flags,
-                         std::make_shared<fs::InodeMappable>(inode, name),
+  auto mappable = std::make_shared<fs::InodeMappable>(inode, name);
+  if (shared) {
+    // File seals (memfd): may refuse the mapping or its later mprotect.
+    int r = mappable->BeginShared((prot & PROT_WRITE) != 0, &max.write);
+    if (r < 0) return r;
+  }
+  return t.mm().MmapFile(a.a[0], a.a[1], prot, flags, std::move(mappable),
                          a.a[5], max);
 }
 

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "sentry/fs/vfs.h"
+#include "sentry/fs/inotify.h"
 #include "sentry/syscalls/paths.h"
 #include "sentry/syscalls/syscalls.h"
 
@@ -178,7 +179,17 @@ int64_t DoOpen(Task& t, int64_t dirfd, const std::string& path, int flags,
   std::shared_ptr<fs::File> file;
   int r = loc.inode().Open(flags, &file);
   if (r < 0) return r;
-  if (auto* inf = dynamic_cast<fs::InodeFile*>(file.get())) inf->set_location(loc);
+  if (auto* inf = dynamic_cast<fs::InodeFile*>(file.get())) {
+    inf->set_location(loc, &vfs);
+    // fsnotify_open, then the truncate's IN_MODIFY (do_open truncates
+    // after vfs_open). The close event comes from ~InodeFile.
+    if (!(flags & O_PATH)) {
+      fs::inotify::NotifyFile(&vfs, loc, IN_OPEN);
+      if ((flags & O_TRUNC) && type == S_IFREG && !created) {
+        fs::inotify::NotifyFile(&vfs, loc, IN_MODIFY);
+      }
+    }
+  }
   return t.group().fds().Install(file, (flags & O_CLOEXEC) != 0);
 }
 
@@ -619,7 +630,11 @@ int64_t SysLinkat(Task& t, const SyscallArgs& a) {
 
 int64_t SetAttrAt(Task& t, const Location& l, const fs::SetAttrRequest& req) {
   if (ReadOnly(l)) return -EROFS;
-  return l.inode().SetAttr(req);
+  int r = l.inode().SetAttr(req);
+  if (r == 0) {
+    fs::inotify::NotifyFile(&t.kernel().vfs(), l, fs::inotify::SetAttrMask(req));
+  }
+  return r;
 }
 
 int64_t SetAttrFd(Task& t, int64_t fd, const fs::SetAttrRequest& req) {
@@ -783,8 +798,11 @@ int64_t SysFallocate(Task& t, const SyscallArgs& a) {
   if (inode == nullptr) return -ENODEV;
   if (inode->Type() == S_IFDIR) return -EISDIR;
   if (inode->Type() != S_IFREG) return -ENODEV;
-  return inode->Allocate(static_cast<int>(a.a[1]), static_cast<uint64_t>(off),
-                         static_cast<uint64_t>(len));
+  int64_t r = inode->Allocate(static_cast<int>(a.a[1]),
+                              static_cast<uint64_t>(off),
+                              static_cast<uint64_t>(len));
+  if (r == 0) fs::inotify::NotifyFile(&t.kernel().vfs(), f->location(), IN_MODIFY);
+  return r;
 }
 
 int64_t SysFsync(Task& t, const SyscallArgs& a) {

@@ -18,6 +18,9 @@ Table::Table() {
   RegisterThread(table_);
   RegisterSignal(table_);
   RegisterInfo(table_);
+  RegisterSplice(table_);
+  RegisterMemfd(table_);
+  RegisterInotify(table_);
 }
 
 int64_t Table::Invoke(Task& t, const SyscallArgs& args) {

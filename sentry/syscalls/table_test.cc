@@ -382,5 +382,36 @@ TEST_F(TableTest, SigaltstackRules) {
   EXPECT_EQ(Get<kernel::SignalStack>(buf_ + 0x8100).flags, SS_ONSTACK);
 }
 
+TEST_F(TableTest, MemfdSealsAndSplice) {
+  const char name[] = "t";
+  Put(buf_, name);
+  int64_t fd = Call(SYS_memfd_create, buf_, MFD_ALLOW_SEALING);
+  ASSERT_GE(fd, 0);
+  EXPECT_EQ(Call(SYS_memfd_create, buf_, MFD_HUGETLB), -EINVAL);
+  EXPECT_EQ(Call(SYS_memfd_create, kUnmapped, 0), -EFAULT);
+  EXPECT_EQ(Call(SYS_fcntl, fd, F_GET_SEALS), 0);
+  const char data[] = "hello";
+  Put(buf_ + 64, data);
+  EXPECT_EQ(Call(SYS_write, fd, buf_ + 64, 5), 5);
+  EXPECT_EQ(Call(SYS_fcntl, fd, F_ADD_SEALS, F_SEAL_WRITE | F_SEAL_GROW), 0);
+  EXPECT_EQ(Call(SYS_write, fd, buf_ + 64, 1), -EPERM);
+  EXPECT_EQ(Call(SYS_fcntl, 1, F_GET_SEALS), -EBADF);
+
+  ASSERT_EQ(Call(SYS_pipe2, buf_ + 256, 0), 0);
+  int p[2];
+  p[0] = Get<int>(buf_ + 256);
+  p[1] = Get<int>(buf_ + 260);
+  Put<int64_t>(buf_ + 512, 1);
+  EXPECT_EQ(Call(SYS_splice, fd, buf_ + 512, p[1], 0, 100, 0), 4);
+  EXPECT_EQ(Get<int64_t>(buf_ + 512), 5);
+  EXPECT_EQ(Call(SYS_splice, fd, 0, fd, 0, 1, 0), -EINVAL);  // no pipe
+  EXPECT_EQ(Call(SYS_splice, p[0], buf_ + 512, fd, 0, 1, 0), -ESPIPE);
+  EXPECT_EQ(Call(SYS_tee, p[0], p[1], 1, 0), -EINVAL);  // same pipe
+  EXPECT_EQ(Call(SYS_read, p[0], buf_ + 128, 16), 4);
+  char out[4];
+  ASSERT_EQ(mm_->CopyIn(buf_ + 128, out, 4), 4);
+  EXPECT_EQ(std::string(out, 4), "ello");
+}
+
 }  // namespace
 }  // namespace sandboxd::syscalls

@@ -1,0 +1,79 @@
+// inotify_init, inotify_init1, inotify_add_watch, inotify_rm_watch
+// (fs/notify/inotify/inotify_user.c) over fs::InotifyFile.
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/inotify.h>
+#include <sys/syscall.h>
+
+#include <memory>
+#include <string>
+
+#include "sentry/fs/inotify.h"
+#include "sentry/syscalls/paths.h"
+#include "sentry/syscalls/syscalls.h"
+
+namespace sandboxd::syscalls {
+namespace {
+
+int64_t InotifyInit(Task& t, uint64_t flags) {
+  if (flags & ~static_cast<uint64_t>(IN_NONBLOCK | IN_CLOEXEC)) return -EINVAL;
+  auto f = std::make_shared<fs::InotifyFile>((flags & IN_NONBLOCK) != 0);
+  return t.group().fds().Install(f, (flags & IN_CLOEXEC) != 0);
+}
+
+int64_t SysInotifyInit(Task& t, const SyscallArgs& a) {
+  return InotifyInit(t, 0);
+}
+
+int64_t SysInotifyInit1(Task& t, const SyscallArgs& a) {
+  return InotifyInit(t, a.a[0]);
+}
+
+fs::InotifyFile* GetInotify(Task& t, uint64_t fd,
+                            std::shared_ptr<fs::File>* hold, int64_t* err) {
+  *hold = fd > INT32_MAX ? nullptr : t.group().fds().Get(static_cast<int>(fd));
+  if (*hold == nullptr) {
+    *err = -EBADF;
+    return nullptr;
+  }
+  auto* in = dynamic_cast<fs::InotifyFile*>(hold->get());
+  if (in == nullptr) *err = -EINVAL;
+  return in;
+}
+
+int64_t SysInotifyAddWatch(Task& t, const SyscallArgs& a) {
+  uint32_t mask = static_cast<uint32_t>(a.a[2]);
+  if ((mask & IN_MASK_ADD) && (mask & IN_MASK_CREATE)) return -EINVAL;
+  if ((mask & IN_ALL_EVENTS) == 0) return -EINVAL;
+  std::shared_ptr<fs::File> hold;
+  int64_t err = 0;
+  fs::InotifyFile* in = GetInotify(t, a.a[0], &hold, &err);
+  if (in == nullptr) return err;
+  std::string path;
+  int64_t r = ReadPath(t, a.a[1], &path);
+  if (r < 0) return r;
+  fs::Location loc;
+  r = ResolveAt(t, AT_FDCWD, path, !(mask & IN_DONT_FOLLOW), false, &loc);
+  if (r < 0) return r;
+  if ((mask & IN_ONLYDIR) && loc.inode().Type() != S_IFDIR) return -ENOTDIR;
+  return in->AddWatch(loc.dentry->inode(), mask);
+}
+
+int64_t SysInotifyRmWatch(Task& t, const SyscallArgs& a) {
+  std::shared_ptr<fs::File> hold;
+  int64_t err = 0;
+  fs::InotifyFile* in = GetInotify(t, a.a[0], &hold, &err);
+  if (in == nullptr) return err;
+  return in->RemoveWatch(static_cast<int>(a.a[1]));
+}
+
+}  // namespace
+
+void RegisterInotify(Entry* table) {
+  table[SYS_inotify_init] = {SysInotifyInit, "inotify_init"};
+  table[SYS_inotify_init1] = {SysInotifyInit1, "inotify_init1"};
+  table[SYS_inotify_add_watch] = {SysInotifyAddWatch, "inotify_add_watch"};
+  table[SYS_inotify_rm_watch] = {SysInotifyRmWatch, "inotify_rm_watch"};
+}
+
+}  // namespace sandboxd::syscalls

@@ -19,7 +19,8 @@
 #   coreutils find | sort | xargs md5sum over /usr/share/common-licenses;
 #             sort | uniq -c over a file; find /usr/lib -name '*.so*' | wc -l
 #   ls        ls -la / (the lines of /dev and /proc, the sandbox's own
-#             filesystems, and of /tmp, which other jobs change, aside)
+#             filesystems, and of /tmp, which other jobs change, aside;
+#             runs of blanks squeezed: column widths follow /proc's link count)
 #   tar       tar czf then tar xzf in /tmp, compared with diff -r
 #   sqlite    the sqlite3 shell on a script (test/acceptance/sqlite_script.sql)
 #   isolation (not compared) writes to /tmp, to a rootfs file and a delete
@@ -123,7 +124,7 @@ for s in "${scenarios[@]}"; do
         f() { local r=$(( $1 * 2 )); echo $r; }; echo "f: $(f 21)"
         sleep 0.1 & wait $!; echo "job done $?"
         set -o pipefail; false | true; echo "pipefail $?"
-        exit 3' ;;
+        (exit 3); echo "subshell $?"' ;;
     make)
       if have /usr/bin/make && have /usr/bin/gcc; then
         scenario make /bin/sh "$DATA/make_hello.sh"
@@ -139,7 +140,7 @@ for s in "${scenarios[@]}"; do
     coreutils)
       scenario coreutils /bin/sh -c 'find /usr/share/common-licenses -type f | sort | xargs md5sum | head -20; ls /usr/share/common-licenses | wc -l; du -s /usr/share/common-licenses | cut -f1; tr -cs A-Za-z "\n" < /usr/share/common-licenses/GPL-3 | tr A-Z a-z | sort | uniq -c | sort -rn | head -15; find /usr/lib -name "*.so*" | wc -l' ;;
     ls)
-      scenario ls /bin/sh -c "ls -la / | grep -Ev ' (dev|proc|tmp)\$'" ;;
+      scenario ls /bin/sh -c "ls -la / | grep -Ev ' (dev|proc|tmp)\$' | tr -s ' '" ;;
     tar)
       scenario tar /bin/sh -c 'set -e; d=$(mktemp -d /tmp/acc-tar.XXXXXX); tar czf $d/l.tgz -C /usr/share common-licenses; mkdir $d/x; tar xzf $d/l.tgz -C $d/x; diff -r /usr/share/common-licenses $d/x/common-licenses && echo "tar round trip identical"; tar tzf $d/l.tgz | sort | head -5; rm -r $d' ;;
     sqlite)

@@ -1,4 +1,5 @@
-// Identity, limits, time, randomness, scheduling and arch_prctl.
+// Identity, limits, wall-clock time and sleeps, randomness, scheduling and
+// arch_prctl. (Clocks, timers and CPU usage: sys_time.cc.)
 #include <asm/prctl.h>
 #include <errno.h>
 #include <sched.h>
@@ -116,44 +117,6 @@ int64_t SysGetrandom(Task& t, const SyscallArgs& a) {
     if (c < r) break;
   }
   return done;
-}
-
-bool HostClock(Task& t, clockid_t clk, clockid_t* host) {
-  switch (clk) {
-    case CLOCK_REALTIME: case CLOCK_MONOTONIC: case CLOCK_MONOTONIC_RAW:
-    case CLOCK_REALTIME_COARSE: case CLOCK_MONOTONIC_COARSE:
-    case CLOCK_BOOTTIME:
-      *host = clk;
-      return true;
-    case CLOCK_PROCESS_CPUTIME_ID:
-    case CLOCK_THREAD_CPUTIME_ID:
-      // The Sentry's own CPU clocks: they advance while it serves the
-      // program. Time the program spends in its own code runs in the
-      // platform's host processes and is not added yet (the platform will
-      // report it with per-task accounting).
-      *host = clk == CLOCK_PROCESS_CPUTIME_ID ? CLOCK_PROCESS_CPUTIME_ID
-                                              : CLOCK_THREAD_CPUTIME_ID;
-      return true;
-    default:
-      return false;
-  }
-}
-
-int64_t SysClockGettime(Task& t, const SyscallArgs& a) {
-  clockid_t host;
-  if (!HostClock(t, static_cast<clockid_t>(a.a[0]), &host)) return -EINVAL;
-  struct timespec ts;
-  if (clock_gettime(host, &ts) != 0) return -errno;
-  return t.mm().CopyOut(a.a[1], &ts, sizeof(ts)) == sizeof(ts) ? 0 : -EFAULT;
-}
-
-int64_t SysClockGetres(Task& t, const SyscallArgs& a) {
-  clockid_t host;
-  if (!HostClock(t, static_cast<clockid_t>(a.a[0]), &host)) return -EINVAL;
-  struct timespec ts;
-  if (clock_getres(host, &ts) != 0) return -errno;
-  if (a.a[1] == 0) return 0;
-  return t.mm().CopyOut(a.a[1], &ts, sizeof(ts)) == sizeof(ts) ? 0 : -EFAULT;
 }
 
 int64_t SysGettimeofday(Task& t, const SyscallArgs& a) {
@@ -314,8 +277,6 @@ void RegisterInfo(Entry* table) {
   table[SYS_getrlimit] = {SysGetrlimit, "getrlimit"};
   table[SYS_setrlimit] = {SysSetrlimit, "setrlimit"};
   table[SYS_getrandom] = {SysGetrandom, "getrandom"};
-  table[SYS_clock_gettime] = {SysClockGettime, "clock_gettime"};
-  table[SYS_clock_getres] = {SysClockGetres, "clock_getres"};
   table[SYS_gettimeofday] = {SysGettimeofday, "gettimeofday"};
   table[SYS_time] = {SysTime, "time"};
   table[SYS_nanosleep] = {SysNanosleep, "nanosleep"};

@@ -83,6 +83,10 @@ class Blocker {
   virtual int Wait(WaitQueue& q, EventMask mask,
                    const std::function<bool()>& ready,
                    absl::Time deadline = absl::InfiniteFuture()) = 0;
+  // Bracket a wait that a file does on a host fd itself (poll with the
+  // interrupt eventfd), so that the task's CPU accounting leaves it out.
+  virtual void HostWaitBegin() {}
+  virtual void HostWaitEnd() {}
 };
 
 }  // namespace sandboxd::fs

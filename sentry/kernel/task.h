@@ -202,6 +202,13 @@ class Task : public fs::Blocker {
   int Wait(fs::WaitQueue& q, fs::EventMask mask,
            const std::function<bool()>& ready,
            absl::Time deadline = absl::InfiniteFuture()) override;
+  // fs::Blocker: a host-fd wait is not CPU time. Called by the task's own
+  // thread only.
+  void HostWaitBegin() override {
+    cputime_.StartBlocking(MonotonicNowNs());
+    cputime_.CountVoluntarySwitch();
+  }
+  void HostWaitEnd() override { cputime_.StopBlocking(MonotonicNowNs()); }
 
   // Ends this thread at the next return to the task loop.
   void ExitThread(int code);

@@ -1,5 +1,6 @@
-// Clocks, interval timers, POSIX timers and CPU usage: clock_gettime,
-// clock_getres, alarm, setitimer/getitimer, timer_*, getrusage, times.
+// Clocks, sleeps, interval timers, POSIX timers and CPU usage:
+// clock_gettime, clock_getres, nanosleep, clock_nanosleep, alarm,
+// setitimer/getitimer, timer_*, getrusage, times.
 // The timers themselves are in sentry/kernel/timers.h, the accounting in
 // sentry/kernel/cputime.h.
 #include <errno.h>
@@ -9,8 +10,10 @@
 #include <sys/times.h>
 #include <time.h>
 
+#include <algorithm>
 #include <climits>
 
+#include "absl/time/clock.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -62,6 +65,102 @@ int64_t SysClockGetres(Task& t, const SyscallArgs& a) {
   }
   if (a.a[1] == 0) return 0;
   return CopyOut(t, a.a[1], ts) ? 0 : -EFAULT;
+}
+
+// ---------------------------------------------------------------------------
+// Sleeps
+
+bool ValidTimespec(const timespec& ts) {
+  return ts.tv_sec >= 0 && ts.tv_nsec >= 0 && ts.tv_nsec < kNsPerSec;
+}
+
+// Sleeps on host clock `clk` until `req` (absolute) or for `req`; on an
+// interruption writes the time left to `rem` (relative sleeps only) and
+// returns -EINTR.
+int64_t Sleep(Task& t, clockid_t clk, const timespec& req, bool absolute,
+              uint64_t rem_addr) {
+  if (!ValidTimespec(req)) return -EINVAL;
+  absl::Duration d = absl::DurationFromTimespec(req);
+  if (absolute) {
+    struct timespec now;
+    clock_gettime(clk, &now);
+    d -= absl::DurationFromTimespec(now);
+  }
+  absl::Time deadline = absl::Now() + d;
+  for (;;) {
+    Task::WakeReason why = t.Block(deadline);
+    if (why == Task::WakeReason::kTimeout) return 0;
+    if (why == Task::WakeReason::kInterrupted) break;
+    if (absl::Now() >= deadline) return 0;
+  }
+  if (!absolute && rem_addr != 0) {
+    absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
+    timespec rem = absl::ToTimespec(left);
+    CopyOut(t, rem_addr, rem);
+  }
+  return -EINTR;
+}
+
+// Sleeps until a CPU clock reaches the time asked for, looking at it again
+// whenever the budget left could first have been used up.
+int64_t CpuSleep(Task& t, const kernel::TimerClock& clock, const timespec& req,
+                 bool absolute, uint64_t rem_addr) {
+  if (!ValidTimespec(req)) return -EINVAL;
+  int64_t now = clock.Now();
+  if (now < 0) return -EINVAL;
+  int64_t ns = req.tv_sec * kNsPerSec + req.tv_nsec;
+  int64_t target = absolute ? ns : now + ns;
+  for (;;) {
+    now = clock.Now();
+    if (now < 0 || now >= target) return 0;
+    int64_t wait = std::max<int64_t>((target - now) / clock.Threads(), 1000000);
+    Task::WakeReason why = t.Block(absl::Now() + absl::Nanoseconds(wait));
+    if (why == Task::WakeReason::kInterrupted) break;
+  }
+  if (!absolute && rem_addr != 0) {
+    int64_t left = std::max<int64_t>(target - std::max<int64_t>(clock.Now(), 0), 0);
+    timespec rem = {static_cast<time_t>(left / kNsPerSec),
+                    static_cast<long>(left % kNsPerSec)};
+    CopyOut(t, rem_addr, rem);
+  }
+  return -EINTR;
+}
+
+int64_t SysNanosleep(Task& t, const SyscallArgs& a) {
+  timespec req;
+  if (!CopyIn(t, a.a[0], &req)) return -EFAULT;
+  return Sleep(t, CLOCK_MONOTONIC, req, false, a.a[1]);
+}
+
+int64_t SysClockNanosleep(Task& t, const SyscallArgs& a) {
+  clockid_t clk = static_cast<clockid_t>(a.a[0]);
+  switch (clk) {
+    case CLOCK_MONOTONIC_RAW: case CLOCK_REALTIME_COARSE:
+    case CLOCK_MONOTONIC_COARSE:
+      return -EOPNOTSUPP;
+    case CLOCK_REALTIME_ALARM: case CLOCK_BOOTTIME_ALARM:
+      if (a.a[1] & ~static_cast<uint64_t>(TIMER_ABSTIME)) return -EINVAL;
+      return -EPERM;  // no CAP_WAKE_ALARM in a sandbox
+    default:
+      break;
+  }
+  kernel::CpuClockId cpu;
+  // Linux: a thread may not sleep on its own CPU clock.
+  if (kernel::DecodeCpuClock(clk, &cpu) && cpu.thread &&
+      (cpu.pid == 0 || cpu.pid == t.tid())) {
+    return -EINVAL;
+  }
+  kernel::TimerClock clock;
+  int64_t r = kernel::ResolveClock(t, clk, &clock);
+  if (r < 0) return r;
+  if (a.a[1] & ~static_cast<uint64_t>(TIMER_ABSTIME)) return -EINVAL;
+  timespec req;
+  if (!CopyIn(t, a.a[2], &req)) return -EFAULT;
+  const bool absolute = (a.a[1] & TIMER_ABSTIME) != 0;
+  if (clock.kind == kernel::TimerClock::Kind::kHost) {
+    return Sleep(t, clock.host, req, absolute, a.a[3]);
+  }
+  return CpuSleep(t, clock, req, absolute, a.a[3]);
 }
 
 // ---------------------------------------------------------------------------
@@ -194,6 +293,8 @@ int64_t SysTimes(Task& t, const SyscallArgs& a) {
 void RegisterTime(Entry* table) {
   table[SYS_clock_gettime] = {SysClockGettime, "clock_gettime"};
   table[SYS_clock_getres] = {SysClockGetres, "clock_getres"};
+  table[SYS_nanosleep] = {SysNanosleep, "nanosleep"};
+  table[SYS_clock_nanosleep] = {SysClockNanosleep, "clock_nanosleep"};
   table[SYS_alarm] = {SysAlarm, "alarm"};
   table[SYS_setitimer] = {SysSetitimer, "setitimer"};
   table[SYS_getitimer] = {SysGetitimer, "getitimer"};

@@ -160,6 +160,13 @@ static int exec_check(void) {
   return g_failures ? 1 : 0;
 }
 
+/* Burns CPU until g_flag is set (for sleeps on the process's CPU clock). */
+static void* thread_spinner(void* arg) {
+  (void)arg;
+  spin_until_flag(10000);
+  return NULL;
+}
+
 /* SIGEV_THREAD_ID: the target thread waits for its handler to run. */
 static void* thread_target(void* arg) {
   pid_t* tid = arg;
@@ -423,6 +430,26 @@ int main(int argc, char** argv) {
   errno = 0;
   CHECK_ERRNO("clock_gettime on the CPU clock of a missing pid",
               clock_gettime((clockid_t)((~999999) * 8 + 2), &res), EINVAL);
+
+  /* clock_nanosleep on the process's CPU clock ends once other threads
+   * used that much CPU; a thread's own CPU clock is refused. */
+  {
+    pthread_t sp;
+    g_flag = 0;
+    pthread_create(&sp, NULL, thread_spinner, NULL);
+    long long c0 = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+    struct timespec d = {0, 30000000};
+    int nr = clock_nanosleep(CLOCK_PROCESS_CPUTIME_ID, 0, &d, NULL);
+    long long c1 = clock_ns(CLOCK_PROCESS_CPUTIME_ID);
+    g_flag = 1;
+    pthread_join(sp, NULL);
+    CHECK("clock_nanosleep(CLOCK_PROCESS_CPUTIME_ID) ends after that much CPU",
+          nr == 0 && c1 - c0 >= 30000000);
+    CHECK("clock_nanosleep(CLOCK_THREAD_CPUTIME_ID) is EINVAL",
+          clock_nanosleep(CLOCK_THREAD_CPUTIME_ID, 0, &d, NULL) == EINVAL);
+    CHECK("clock_nanosleep(CLOCK_MONOTONIC_RAW) is EOPNOTSUPP",
+          clock_nanosleep(CLOCK_MONOTONIC_RAW, 0, &d, NULL) == EOPNOTSUPP);
+  }
 
   /* getrusage and times of self. */
   struct rusage ru;

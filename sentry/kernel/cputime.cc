@@ -39,21 +39,22 @@ int64_t MonotonicNowNs() {
   return static_cast<int64_t>(ts.tv_sec) * kNsPerSec + ts.tv_nsec;
 }
 
-void TaskCpuTime::Set(State next, int64_t now, int64_t user, int64_t sys) {
+void TaskCpuTime::Set(State next, int64_t now) {
+  const int64_t elapsed = now - since_;
   // Single writer: plain read-modify-write under an odd sequence count.
   uint32_t s = seq_.load(std::memory_order_relaxed);
   seq_.store(s + 1, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  if (user > 0) {
-    user_ns_.store(user_ns_.load(std::memory_order_relaxed) + user,
+  if (elapsed > 0 && state_copy_ == kApp) {
+    user_ns_.store(user_ns_.load(std::memory_order_relaxed) + elapsed,
                    std::memory_order_relaxed);
-  }
-  if (sys > 0) {
-    sys_ns_.store(sys_ns_.load(std::memory_order_relaxed) + sys,
+  } else if (elapsed > 0 && state_copy_ == kSentry) {
+    sys_ns_.store(sys_ns_.load(std::memory_order_relaxed) + elapsed,
                   std::memory_order_relaxed);
   }
   state_.store(next, std::memory_order_relaxed);
   since_atomic_.store(now, std::memory_order_relaxed);
+  state_copy_ = next;
   since_ = now;
   seq_.store(s + 2, std::memory_order_release);
 }

@@ -46,15 +46,15 @@ int64_t MonotonicNowNs();
 class TaskCpuTime {
  public:
   // The task's thread starts, in the Sentry.
-  void Start(int64_t now) { Set(kSentry, now, 0, 0); }
+  void Start(int64_t now) { Set(kSentry, now); }
   // Around Context::Switch.
-  void EnterApp(int64_t now) { Set(kApp, now, 0, now - since_); }
-  void LeaveApp(int64_t now) { Set(kSentry, now, now - since_, 0); }
+  void EnterApp(int64_t now) { Set(kApp, now); }
+  void LeaveApp(int64_t now) { Set(kSentry, now); }
   // Around a blocking wait of the task.
-  void StartBlocking(int64_t now) { Set(kIdle, now, 0, now - since_); }
-  void StopBlocking(int64_t now) { Set(kSentry, now, 0, 0); }
+  void StartBlocking(int64_t now) { Set(kIdle, now); }
+  void StopBlocking(int64_t now) { Set(kSentry, now); }
   // The task's thread leaves its loop.
-  void Stop(int64_t now) { Set(kIdle, now, 0, now - since_); }
+  void Stop(int64_t now) { Set(kIdle, now); }
 
   void CountMinorFault() { minflt_.fetch_add(1, std::memory_order_relaxed); }
   void CountVoluntarySwitch() {
@@ -66,16 +66,19 @@ class TaskCpuTime {
 
  private:
   enum State : int { kIdle, kSentry, kApp };
-  // Ends the current stretch (adding `user`/`sys` to the totals) and
-  // starts `next` at `now`, under the sequence count readers check.
-  void Set(State next, int64_t now, int64_t user, int64_t sys);
+  // Ends the current stretch (adding it to user or system time, as the
+  // state was) and starts `next` at `now`, under the sequence count
+  // readers check.
+  void Set(State next, int64_t now);
 
   std::atomic<uint32_t> seq_{0};
   std::atomic<int> state_{kIdle};
   std::atomic<int64_t> user_ns_{0};
   std::atomic<int64_t> sys_ns_{0};
   std::atomic<int64_t> since_atomic_{0};
-  int64_t since_ = 0;  // the writer's copy of since_atomic_
+  // The writer's copies of state_ and since_atomic_.
+  State state_copy_ = kIdle;
+  int64_t since_ = 0;
   std::atomic<uint64_t> minflt_{0};
   std::atomic<uint64_t> nvcsw_{0};
 };

@@ -39,6 +39,13 @@ TEST(TaskCpuTimeTest, ReadCountsTheCurrentStretch) {
   EXPECT_EQ(c.Read(500).total_ns(), 100);
 }
 
+TEST(TaskCpuTimeTest, NothingCountsBeforeStart) {
+  TaskCpuTime c;
+  c.StartBlocking(5000);  // a task blocked before its loop ran
+  c.StopBlocking(6000);
+  EXPECT_EQ(c.Read(6500).total_ns(), 500);
+}
+
 TEST(TaskCpuTimeTest, CountsFaultsAndVoluntarySwitches) {
   TaskCpuTime c;
   c.CountMinorFault();

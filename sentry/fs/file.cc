@@ -87,9 +87,9 @@ int64_t HostFile::WaitReady(short events, const IoContext& io) {
   for (;;) {
     struct pollfd p[2] = {{fd_.get(), events, 0}, {io.interrupt_fd, POLLIN, 0}};
     const bool sleeps = !nonblock_ && io.blocker != nullptr;
-    if (sleeps) io.blocker->SetSleeping(true);
+    if (sleeps) io.blocker->HostWaitBegin();
     int n = poll(p, io.interrupt_fd >= 0 ? 2 : 1, nonblock_ ? 0 : -1);
-    if (sleeps) io.blocker->SetSleeping(false);
+    if (sleeps) io.blocker->HostWaitEnd();
     if (n < 0) {
       if (errno == EINTR) continue;
       return -errno;

@@ -4,7 +4,8 @@
 // (TimerThread): it sleeps until the earliest deadline, each deadline on its
 // own clock (CLOCK_REALTIME, CLOCK_MONOTONIC, CLOCK_BOOTTIME, read from the
 // host as the application's clock_gettime does), and calls that timer's
-// Expired(). No thread per timer.
+// Expired(). No thread per timer. timerfds and the kernel's interval and
+// POSIX timers (sentry/kernel/timers.h) share it.
 //
 // Lock order: TimerFd::State::mu_ > TimerThread::mu_ > the timerfd's
 // WaitQueue (notified with neither lock held).

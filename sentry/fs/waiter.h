@@ -83,9 +83,11 @@ class Blocker {
   virtual int Wait(WaitQueue& q, EventMask mask,
                    const std::function<bool()>& ready,
                    absl::Time deadline = absl::InfiniteFuture()) = 0;
-  // Brackets a wait that does not go through Wait (a host poll): the task
-  // shows as sleeping meanwhile (state S in /proc).
-  virtual void SetSleeping(bool sleeping) {}
+  // Bracket a wait that a file does on a host fd itself (poll with the
+  // interrupt eventfd): the task shows as sleeping meanwhile (state S in
+  // /proc) and its CPU accounting leaves the wait out.
+  virtual void HostWaitBegin() {}
+  virtual void HostWaitEnd() {}
 };
 
 }  // namespace sandboxd::fs

@@ -16,7 +16,10 @@ namespace sandboxd::kernel {
 
 void ThreadGroup::ReleaseResources() {
   // The address space (its stub process) and the open files go with the
-  // last task; a zombie keeps only its exit status and ids.
+  // last task; a zombie keeps only its exit status, ids and usage. Its
+  // timers stop.
+  timers_.DeleteAll();
+  NoteMaxRss();
   mm_.reset();
   fds_.reset();
 }
@@ -52,29 +55,42 @@ void Task::VforkDone() {
 }
 
 void Task::WaitVforkDone(Task& parent) {
-  absl::MutexLock l(&vfork_mu_);
-  // Like Linux's killable wait: signals do not end it, the parent's exit
-  // does (checked a few times a second).
-  while (!vfork_done_ && !parent.group().exiting()) {
-    vfork_mu_.AwaitWithTimeout(absl::Condition(&vfork_done_),
-                               absl::Milliseconds(200));
+  // `parent` is the calling task; it sleeps here, using no CPU.
+  parent.cputime().StartBlocking(MonotonicNowNs());
+  {
+    absl::MutexLock l(&vfork_mu_);
+    // Like Linux's killable wait: signals do not end it, the parent's exit
+    // does (checked a few times a second).
+    while (!vfork_done_ && !parent.group().exiting()) {
+      vfork_mu_.AwaitWithTimeout(absl::Condition(&vfork_done_),
+                                 absl::Milliseconds(200));
+    }
   }
+  parent.cputime().StopBlocking(MonotonicNowNs());
 }
 
 // ---------------------------------------------------------------------------
 // Kernel: the process tree
 
 void Kernel::SignalGroup(ThreadGroup& g, int signo, pid_t sender) {
+  SignalInfo info;
+  info.signo = signo;
+  info.code = SI_USER;
+  info.sender = sender;
+  SignalGroup(g, std::move(info));
+}
+
+bool Kernel::SignalGroup(ThreadGroup& g, SignalInfo info) {
   std::vector<Task*> tasks = g.Tasks();
-  if (tasks.empty()) return;
+  if (tasks.empty()) return false;
   Task* target = tasks.front();
   for (Task* c : tasks) {
-    if ((c->signal_mask() & SigBit(signo)) == 0) {
+    if ((c->signal_mask() & SigBit(info.signo)) == 0) {
       target = c;
       break;
     }
   }
-  target->SendSignal(signo, sender);
+  return target->QueueSignal(std::move(info));
 }
 
 // `g` is taken by value: callers pass elements of the parent's children
@@ -210,7 +226,14 @@ int64_t Kernel::WaitChild(Task& t, pid_t pid, bool by_pgid, int options,
       if (!c->zombie) continue;
       res->pid = c->tgid();
       res->status = c->exit_status();
-      if (reap && !(options & WNOWAIT)) ReapLocked(c);
+      res->usage = c->SelfUsage();
+      res->usage += c->ChildrenUsage();
+      if (reap && !(options & WNOWAIT)) {
+        // The parent's children's usage grows when it reaps, as Linux's
+        // wait_task_zombie adds to cutime/cstime.
+        me.AddChildUsage(res->usage);
+        ReapLocked(c);
+      }
       return 1;
     }
     return any ? 0 : -ECHILD;

@@ -2,7 +2,10 @@
 #ifndef SANDBOXD_SENTRY_KERNEL_SIGNAL_H_
 #define SANDBOXD_SENTRY_KERNEL_SIGNAL_H_
 
+#include <sys/types.h>
+
 #include <cstdint>
+#include <memory>
 
 namespace sandboxd::kernel {
 
@@ -35,6 +38,32 @@ struct SignalStack {
   uint64_t size = 0;
 };
 static_assert(sizeof(SignalStack) == 24);
+
+struct SignalInfo;
+
+// What queued a signal and wants to know when it is taken off the queue:
+// a POSIX timer counts its overruns until then (Linux's posixtimer_rearm).
+class SignalSource {
+ public:
+  virtual ~SignalSource() = default;
+  // Called by the receiving task, with none of its locks held, when the
+  // signal leaves the pending set (delivered, ignored or sigtimedwait'ed).
+  // May fill the info's overrun. Returns false if the signal is stale and
+  // must be dropped (its timer was re-armed or deleted since).
+  virtual bool Dequeued(SignalInfo* info) = 0;
+};
+
+// One pending signal's siginfo, as much of it as the Sentry produces.
+struct SignalInfo {
+  int signo = 0;
+  int code = 0;        // SI_USER, SI_TKILL, SI_KERNEL, SI_TIMER, fault codes
+  pid_t sender = 0;    // SI_USER, SI_TKILL
+  uint64_t addr = 0;   // faults
+  int timerid = 0;     // SI_TIMER
+  int overrun = 0;     // SI_TIMER
+  uint64_t value = 0;  // SI_TIMER: the sigevent's sigval
+  std::shared_ptr<SignalSource> source;
+};
 
 }  // namespace sandboxd::kernel
 

@@ -44,6 +44,11 @@ struct SigInfo {
       int32_t pid;
       uint32_t uid;
     } kill;
+    struct {
+      int32_t tid;
+      int32_t overrun;
+      uint64_t value;
+    } timer;
     uint8_t bytes[112];
   } fields;
 };
@@ -69,8 +74,10 @@ bool OnStack(const SignalStack& ss, uint64_t sp) {
 
 }  // namespace
 
-bool Task::DeliverToHandler(int signo, int code, uint64_t addr, pid_t sender,
-                            const SigAction& act) {
+bool Task::DeliverToHandler(const SignalInfo& info, const SigAction& act) {
+  const int signo = info.signo;
+  const int code = info.code;
+  const uint64_t addr = info.addr;
   platform::Regs& r = cpu_.regs;
   uint64_t sp = r.rsp;
   bool on_alt = OnStack(altstack_, sp);
@@ -109,8 +116,12 @@ bool Task::DeliverToHandler(int signo, int code, uint64_t addr, pid_t sender,
   frame.info.si_signo = signo;
   frame.info.si_code = code;
   if (code == SI_USER || code == SI_TKILL) {
-    frame.info.fields.kill.pid = sender;
+    frame.info.fields.kill.pid = info.sender;
     frame.info.fields.kill.uid = 0;
+  } else if (code == SI_TIMER) {
+    frame.info.fields.timer.tid = info.timerid;
+    frame.info.fields.timer.overrun = info.overrun;
+    frame.info.fields.timer.value = info.value;
   } else {
     frame.info.fields.addr = addr;
   }

@@ -93,10 +93,12 @@ void ThreadGroup::AddTask(Task* t) {
 }
 
 bool ThreadGroup::RemoveTask(Task* t) {
+  Usage final_usage = t->cputime().Read(MonotonicNowNs());
   absl::MutexLock l(&mu_);
   for (auto it = tasks_.begin(); it != tasks_.end(); ++it) {
     if (*it == t) {
       tasks_.erase(it);
+      dead_usage_ += final_usage;
       break;
     }
   }
@@ -139,10 +141,17 @@ Task::WakeReason Task::WaitUntilReady(absl::Time deadline) {
     return wake_pending_ || interrupt_.load() ||
            (pending_.load() & ~mask_.load()) != 0;
   };
-  while (!ready()) {
-    if (cv_.WaitWithDeadline(&mu_, deadline) && !ready()) {
-      return WakeReason::kTimeout;
+  if (!ready()) {
+    // Time asleep is nobody's CPU time.
+    cputime_.StartBlocking(MonotonicNowNs());
+    cputime_.CountVoluntarySwitch();
+    while (!ready()) {
+      if (cv_.WaitWithDeadline(&mu_, deadline) && !ready()) {
+        cputime_.StopBlocking(MonotonicNowNs());
+        return WakeReason::kTimeout;
+      }
     }
+    cputime_.StopBlocking(MonotonicNowNs());
   }
   if (wake_pending_) {
     wake_pending_ = false;
@@ -210,6 +219,15 @@ void Task::ExitThread(int code) {
 }
 
 void Task::SendSignal(int signo, pid_t sender) {
+  SignalInfo info;
+  info.signo = signo;
+  info.code = SI_USER;
+  info.sender = sender;
+  QueueSignal(std::move(info));
+}
+
+bool Task::QueueSignal(SignalInfo info) {
+  const int signo = info.signo;
   SigAction act = tg_->GetAction(signo);
   bool ignored = act.handler == kSigIgn ||
                  (act.handler == kSigDfl &&
@@ -217,16 +235,16 @@ void Task::SendSignal(int signo, pid_t sender) {
   // A blocked signal stays pending even if ignored now: its disposition
   // may change before it is unblocked (Linux checks at delivery too).
   if (ignored && (mask_.load() & SigBit(signo)) == 0 && signo != SIGKILL) {
-    return;
+    return false;
   }
   {
     absl::MutexLock l(&mu_);
+    if (pending_info_[signo - 1].signo != 0) return false;
+    pending_info_[signo - 1] = std::move(info);
     pending_.fetch_or(SigBit(signo));
-    if (pending_info_[signo - 1].signo == 0) {
-      pending_info_[signo - 1] = PendingInfo{signo, SI_USER, sender};
-    }
   }
   Poke();
+  return true;
 }
 
 namespace {
@@ -237,17 +255,23 @@ Task* Task::Current() { return current_task; }
 
 void Task::Run() {
   current_task = this;
+  cputime_.Start(MonotonicNowNs());
   while (!exit_thread_ && !killed_ && !tg_->exiting()) {
     DeliverPendingSignals();
     if (exit_thread_ || killed_ || tg_->exiting()) break;
+    // From Switch's entry to its return the application ran: user time.
+    cputime_.EnterApp(MonotonicNowNs());
     Event ev = ctx_->Switch(mm().address_space(), cpu_);
+    cputime_.LeaveApp(MonotonicNowNs());
     switch (ev.kind) {
       case Event::Kind::kSyscall:
         HandleSyscall();
         break;
       case Event::Kind::kFault: {
         int signo = SIGSEGV, si_code = 0;
-        if (!mm().HandleFault(ev.addr, ev.write, ev.exec, &signo, &si_code)) {
+        if (mm().HandleFault(ev.addr, ev.write, ev.exec, &signo, &si_code)) {
+          cputime_.CountMinorFault();
+        } else {
           ForceSignal(signo, si_code, ev.addr);
         }
         break;
@@ -271,6 +295,7 @@ void Task::Run() {
         break;
     }
   }
+  cputime_.Stop(MonotonicNowNs());
   Cleanup();
   kernel_->TaskExited(this);
 }
@@ -306,14 +331,25 @@ void Task::HandleSyscall() {
                      (pending_.load() & ~mask_.load()) != 0;
 }
 
-int Task::TakePendingSignal(SigSet set) {
-  absl::MutexLock l(&mu_);
-  SigSet hit = pending_.load() & set;
-  if (hit == 0) return 0;
-  int signo = __builtin_ctzll(hit) + 1;
-  pending_.fetch_and(~SigBit(signo));
-  pending_info_[signo - 1] = PendingInfo{};
-  return signo;
+int Task::TakePendingSignal(SigSet set, SignalInfo* out) {
+  for (;;) {
+    SignalInfo info;
+    {
+      absl::MutexLock l(&mu_);
+      SigSet hit = pending_.load() & set;
+      if (hit == 0) return 0;
+      int signo = __builtin_ctzll(hit) + 1;
+      pending_.fetch_and(~SigBit(signo));
+      info = std::move(pending_info_[signo - 1]);
+      pending_info_[signo - 1] = SignalInfo{};
+      info.signo = signo;
+    }
+    // Without mu_: the source's lock is ordered before ours.
+    if (info.source != nullptr && !info.source->Dequeued(&info)) continue;
+    int signo = info.signo;
+    if (out != nullptr) *out = std::move(info);
+    return signo;
+  }
 }
 
 void Task::DeliverPendingSignals() {
@@ -324,15 +360,17 @@ void Task::DeliverPendingSignals() {
       return;
     }
     int signo = __builtin_ctzll(deliverable) + 1;
-    PendingInfo info;
+    SignalInfo info;
     {
       absl::MutexLock l(&mu_);
       pending_.fetch_and(~SigBit(signo));
-      info = pending_info_[signo - 1];
-      pending_info_[signo - 1] = PendingInfo{};
+      info = std::move(pending_info_[signo - 1]);
+      pending_info_[signo - 1] = SignalInfo{};
       uint64_t drained;
       (void)!read(interrupt_fd_.get(), &drained, sizeof(drained));
     }
+    info.signo = signo;
+    if (info.source != nullptr && !info.source->Dequeued(&info)) continue;
     SigAction act = tg_->GetAction(signo);
     if (signo == SIGKILL || act.handler == kSigDfl) {
       ApplyDefaultAction(signo);
@@ -348,7 +386,7 @@ void Task::DeliverPendingSignals() {
         cpu_.regs.rax = cpu_.regs.orig_rax;
       }
     }
-    if (!DeliverToHandler(signo, info.code, 0, info.sender, act)) {
+    if (!DeliverToHandler(info, act)) {
       tg_->Exit(ExitStatus{0, SIGSEGV, true});
       return;
     }
@@ -364,7 +402,11 @@ void Task::ForceSignal(int signo, int code, uint64_t addr) {
     ApplyDefaultAction(signo);
     return;
   }
-  if (!DeliverToHandler(signo, code, addr, 0, act)) {
+  SignalInfo info;
+  info.signo = signo;
+  info.code = code;
+  info.addr = addr;
+  if (!DeliverToHandler(info, act)) {
     tg_->Exit(ExitStatus{0, SIGSEGV, true});
   }
 }

@@ -35,8 +35,10 @@
 #include "sentry/fs/file.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/fs/vfs.h"
+#include "sentry/kernel/cputime.h"
 #include "sentry/kernel/futex.h"
 #include "sentry/kernel/signal.h"
+#include "sentry/kernel/timers.h"
 #include "sentry/mm/memory_file.h"
 #include "sentry/mm/mm.h"
 
@@ -149,9 +151,20 @@ class ThreadGroup {
   int leader_exit_code() const { return leader_exit_code_.load(); }
 
   void AddTask(Task* t);
-  // Returns true when `t` was the last task.
+  // Returns true when `t` was the last task. Its CPU time stays counted
+  // in the group's.
   bool RemoveTask(Task* t);
   std::vector<Task*> Tasks();
+
+  // Interval and POSIX timers (timers.h).
+  ProcessTimers& timers() { return timers_; }
+  // Resource usage (cputime.cc): the group's threads, live and exited.
+  Usage SelfUsage();
+  // Children reaped by wait, with their own reaped children.
+  Usage ChildrenUsage();
+  void AddChildUsage(const Usage& u);
+  // Records the address space's size for ru_maxrss (exit, exec, getrusage).
+  void NoteMaxRss();
 
  private:
   Kernel* const kernel_;
@@ -167,6 +180,10 @@ class ThreadGroup {
   std::array<rlimit, RLIM_NLIMITS> limits_ ABSL_GUARDED_BY(mu_);
   ExitStatus status_ ABSL_GUARDED_BY(mu_);
   std::vector<Task*> tasks_ ABSL_GUARDED_BY(mu_);
+  Usage dead_usage_ ABSL_GUARDED_BY(mu_);
+  Usage children_usage_ ABSL_GUARDED_BY(mu_);
+  uint64_t maxrss_kb_ ABSL_GUARDED_BY(mu_) = 0;
+  ProcessTimers timers_;
 };
 
 class Task : public fs::Blocker {
@@ -201,10 +218,6 @@ class Task : public fs::Blocker {
   // Whether the task is asleep in Block or a host poll (state S in /proc)
   // rather than running or runnable (R).
   bool sleeping() const { return sleeping_.load(std::memory_order_relaxed); }
-  // fs::Blocker: host polls (HostFile) count as sleeping too.
-  void SetSleeping(bool s) override {
-    sleeping_.store(s, std::memory_order_relaxed);
-  }
   // When the task was created (MonotonicNanos).
   int64_t start_ns() const { return start_ns_; }
   fs::IoContext io() {
@@ -214,6 +227,17 @@ class Task : public fs::Blocker {
   int Wait(fs::WaitQueue& q, fs::EventMask mask,
            const std::function<bool()>& ready,
            absl::Time deadline = absl::InfiniteFuture()) override;
+  // fs::Blocker: a host-fd wait is sleeping (S in /proc), not CPU time.
+  // Called by the task's own thread only.
+  void HostWaitBegin() override {
+    sleeping_.store(true, std::memory_order_relaxed);
+    cputime_.StartBlocking(MonotonicNowNs());
+    cputime_.CountVoluntarySwitch();
+  }
+  void HostWaitEnd() override {
+    cputime_.StopBlocking(MonotonicNowNs());
+    sleeping_.store(false, std::memory_order_relaxed);
+  }
 
   // Ends this thread at the next return to the task loop.
   void ExitThread(int code);
@@ -253,8 +277,9 @@ class Task : public fs::Blocker {
   // Signals pending for this thread (tgkill/tkill and process-directed
   // signals routed here).
   SigSet pending_signals() const { return pending_.load(); }
-  // Removes and returns the lowest pending signal in `set` (0 if none).
-  int TakePendingSignal(SigSet set);
+  // Removes and returns the lowest pending signal in `set` (0 if none),
+  // with its siginfo in *info when not null.
+  int TakePendingSignal(SigSet set, SignalInfo* info = nullptr);
 
   // Delivers a signal caused by this task's own execution (fault, abort):
   // runs the handler if one is installed and the signal is not blocked,
@@ -262,6 +287,12 @@ class Task : public fs::Blocker {
   void ForceSignal(int signo, int code, uint64_t addr);
   // Sends a signal to this task from kill/tgkill.
   void SendSignal(int signo, pid_t sender);
+  // Queues `info` for this task. Returns false when it was not queued:
+  // ignored, or the signal is already pending (one per signal number).
+  bool QueueSignal(SignalInfo info);
+
+  // CPU time of this thread (cputime.h).
+  TaskCpuTime& cputime() { return cputime_; }
 
   // vfork: the parent sleeps until the child execs or exits.
   // Called by the child (this task) when it execs or exits.
@@ -299,8 +330,7 @@ class Task : public fs::Blocker {
   void DeliverPendingSignals();
   // Delivers `signo` to a handler: builds the frame on the user stack.
   // Returns false if the frame cannot be written (the task then dies).
-  bool DeliverToHandler(int signo, int code, uint64_t addr, pid_t sender,
-                        const SigAction& act);
+  bool DeliverToHandler(const SignalInfo& info, const SigAction& act);
   void ApplyDefaultAction(int signo);
   void Cleanup();
 
@@ -325,19 +355,15 @@ class Task : public fs::Blocker {
   absl::Mutex vfork_mu_;
   bool vfork_done_ ABSL_GUARDED_BY(vfork_mu_) = false;
   int exit_code_ = 0;
+  TaskCpuTime cputime_;
 
-  struct PendingInfo {
-    int signo = 0;
-    int code = 0;
-    pid_t sender = 0;
-  };
   std::atomic<SigSet> pending_{0};
 
   // Blocking.
   absl::Mutex mu_;
   absl::CondVar cv_;
   bool wake_pending_ ABSL_GUARDED_BY(mu_) = false;
-  std::array<PendingInfo, kNumSignals> pending_info_ ABSL_GUARDED_BY(mu_);
+  std::array<SignalInfo, kNumSignals> pending_info_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> interrupt_{false};
   std::atomic<bool> sleeping_{false};
   const int64_t start_ns_ = MonotonicNanos();
@@ -401,6 +427,7 @@ class Kernel {
   struct WaitResult {
     pid_t pid = 0;
     ExitStatus status;
+    Usage usage;  // the child's and its reaped children's (wait4's rusage)
   };
   int64_t WaitChild(Task& t, pid_t pid, bool by_pgid, int options,
                     WaitResult* out);
@@ -416,6 +443,9 @@ class Kernel {
   int64_t SignalProcessGroup(Task& sender, pid_t pgid, int signo);
   // Sends a process-directed signal to `g`.
   void SignalGroup(ThreadGroup& g, int signo, pid_t sender);
+  // Queues `info` for one thread of `g` that does not block it (the first
+  // if all do). Returns false if it was not queued (Task::QueueSignal).
+  bool SignalGroup(ThreadGroup& g, SignalInfo info);
   // Starts init and waits until every task of the sandbox has exited.
   ExitStatus RunUntilInitExits(Task* init);
 

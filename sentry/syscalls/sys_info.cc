@@ -1,4 +1,5 @@
-// Identity, limits, time, randomness, scheduling and arch_prctl.
+// Identity, limits, wall-clock time, randomness, scheduling and arch_prctl.
+// (Clocks, sleeps, timers and CPU usage: sys_time.cc.)
 #include <asm/prctl.h>
 #include <errno.h>
 #include <sched.h>
@@ -12,7 +13,6 @@
 
 #include <cstring>
 
-#include "absl/time/clock.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -118,44 +118,6 @@ int64_t SysGetrandom(Task& t, const SyscallArgs& a) {
   return done;
 }
 
-bool HostClock(Task& t, clockid_t clk, clockid_t* host) {
-  switch (clk) {
-    case CLOCK_REALTIME: case CLOCK_MONOTONIC: case CLOCK_MONOTONIC_RAW:
-    case CLOCK_REALTIME_COARSE: case CLOCK_MONOTONIC_COARSE:
-    case CLOCK_BOOTTIME:
-      *host = clk;
-      return true;
-    case CLOCK_PROCESS_CPUTIME_ID:
-    case CLOCK_THREAD_CPUTIME_ID:
-      // The Sentry's own CPU clocks: they advance while it serves the
-      // program. Time the program spends in its own code runs in the
-      // platform's host processes and is not added yet (the platform will
-      // report it with per-task accounting).
-      *host = clk == CLOCK_PROCESS_CPUTIME_ID ? CLOCK_PROCESS_CPUTIME_ID
-                                              : CLOCK_THREAD_CPUTIME_ID;
-      return true;
-    default:
-      return false;
-  }
-}
-
-int64_t SysClockGettime(Task& t, const SyscallArgs& a) {
-  clockid_t host;
-  if (!HostClock(t, static_cast<clockid_t>(a.a[0]), &host)) return -EINVAL;
-  struct timespec ts;
-  if (clock_gettime(host, &ts) != 0) return -errno;
-  return t.mm().CopyOut(a.a[1], &ts, sizeof(ts)) == sizeof(ts) ? 0 : -EFAULT;
-}
-
-int64_t SysClockGetres(Task& t, const SyscallArgs& a) {
-  clockid_t host;
-  if (!HostClock(t, static_cast<clockid_t>(a.a[0]), &host)) return -EINVAL;
-  struct timespec ts;
-  if (clock_getres(host, &ts) != 0) return -errno;
-  if (a.a[1] == 0) return 0;
-  return t.mm().CopyOut(a.a[1], &ts, sizeof(ts)) == sizeof(ts) ? 0 : -EFAULT;
-}
-
 int64_t SysGettimeofday(Task& t, const SyscallArgs& a) {
   struct timeval tv;
   gettimeofday(&tv, nullptr);
@@ -173,53 +135,6 @@ int64_t SysTime(Task& t, const SyscallArgs& a) {
   int64_t now = ::time(nullptr);
   if (a.a[0] != 0 && t.mm().CopyOut(a.a[0], &now, 8) != 8) return -EFAULT;
   return now;
-}
-
-// Sleeps until `deadline` (on `clk`); on an interruption writes the time
-// left to `rem` (relative sleeps only) and returns -EINTR.
-int64_t Sleep(Task& t, clockid_t clk, const timespec& req, bool absolute,
-              uint64_t rem_addr) {
-  if (req.tv_sec < 0 || req.tv_nsec < 0 || req.tv_nsec >= 1000000000) {
-    return -EINVAL;
-  }
-  absl::Duration d = absl::DurationFromTimespec(req);
-  if (absolute) {
-    struct timespec now;
-    clock_gettime(clk, &now);
-    d -= absl::DurationFromTimespec(now);
-  }
-  absl::Time deadline = absl::Now() + d;
-  for (;;) {
-    Task::WakeReason why = t.Block(deadline);
-    if (why == Task::WakeReason::kTimeout) return 0;
-    if (why == Task::WakeReason::kInterrupted) break;
-    if (absl::Now() >= deadline) return 0;
-  }
-  if (!absolute && rem_addr != 0) {
-    absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
-    timespec rem = absl::ToTimespec(left);
-    t.mm().CopyOut(rem_addr, &rem, sizeof(rem));
-  }
-  return -EINTR;
-}
-
-int64_t SysNanosleep(Task& t, const SyscallArgs& a) {
-  timespec req;
-  if (t.mm().CopyIn(a.a[0], &req, sizeof(req)) != sizeof(req)) return -EFAULT;
-  return Sleep(t, CLOCK_MONOTONIC, req, false, a.a[1]);
-}
-
-int64_t SysClockNanosleep(Task& t, const SyscallArgs& a) {
-  clockid_t clk = static_cast<clockid_t>(a.a[0]);
-  if (clk != CLOCK_REALTIME && clk != CLOCK_MONOTONIC && clk != CLOCK_BOOTTIME) {
-    if (clk == CLOCK_THREAD_CPUTIME_ID) return -EINVAL;
-    return -ENOTSUP;
-  }
-  if (a.a[1] & ~static_cast<uint64_t>(TIMER_ABSTIME)) return -EINVAL;
-  timespec req;
-  if (t.mm().CopyIn(a.a[2], &req, sizeof(req)) != sizeof(req)) return -EFAULT;
-  int64_t r = Sleep(t, clk, req, (a.a[1] & TIMER_ABSTIME) != 0, a.a[3]);
-  return r;
 }
 
 int64_t SysSchedYield(Task&, const SyscallArgs&) {
@@ -331,12 +246,8 @@ void RegisterInfo(Entry* table) {
   table[SYS_getrlimit] = {SysGetrlimit, "getrlimit"};
   table[SYS_setrlimit] = {SysSetrlimit, "setrlimit"};
   table[SYS_getrandom] = {SysGetrandom, "getrandom"};
-  table[SYS_clock_gettime] = {SysClockGettime, "clock_gettime"};
-  table[SYS_clock_getres] = {SysClockGetres, "clock_getres"};
   table[SYS_gettimeofday] = {SysGettimeofday, "gettimeofday"};
   table[SYS_time] = {SysTime, "time"};
-  table[SYS_nanosleep] = {SysNanosleep, "nanosleep"};
-  table[SYS_clock_nanosleep] = {SysClockNanosleep, "clock_nanosleep"};
   table[SYS_sched_yield] = {SysSchedYield, "sched_yield"};
   table[SYS_sched_getaffinity] = {SysSchedGetaffinity, "sched_getaffinity"};
   table[SYS_sched_setaffinity] = {SysSchedSetaffinity, "sched_setaffinity"};

@@ -223,6 +223,10 @@ int64_t DoExecve(Task& t, int64_t dirfd, uint64_t path_addr, uint64_t argv_addr,
   }
   g.fds().CloseOnExec();
   g.ResetHandlersForExec();
+  // POSIX timers do not survive exec; interval timers do (timer_create(2),
+  // setitimer(2)). ru_maxrss keeps the old image's size.
+  g.timers().DeletePosixTimers();
+  g.NoteMaxRss();
   t.ExecImage(*cpu);
   size_t slash = exec_path.rfind('/');
   std::string exe_path = vfs.PathOf(ctx.root(), loc);
@@ -278,8 +282,7 @@ int64_t SysWait4(Task& t, const SyscallArgs& a) {
     if (t.mm().CopyOut(a.a[1], &st, 4) != 4) return -EFAULT;
   }
   if (a.a[3] != 0) {
-    // Per-child resource usage is not accounted yet: report zeros.
-    struct rusage ru = {};
+    struct rusage ru = res.usage.ToRusage();
     if (t.mm().CopyOut(a.a[3], &ru, sizeof(ru)) != sizeof(ru)) return -EFAULT;
   }
   return r;
@@ -335,6 +338,11 @@ int64_t SysWaitid(Task& t, const SyscallArgs& a) {
       }
     }
     if (t.mm().CopyOut(a.a[2], &si, sizeof(si)) != sizeof(si)) return -EFAULT;
+  }
+  if (a.a[4] != 0) {
+    // The raw syscall's fifth argument: the child's rusage, as wait4.
+    struct rusage ru = r > 0 ? res.usage.ToRusage() : rusage{};
+    if (t.mm().CopyOut(a.a[4], &ru, sizeof(ru)) != sizeof(ru)) return -EFAULT;
   }
   return 0;
 }

@@ -138,12 +138,20 @@ int64_t SysRtSigtimedwait(Task& t, const SyscallArgs& a) {
   // taken here instead of being delivered: block them, and watch pending.
   SigSet old = t.signal_mask();
   for (;;) {
-    int signo = t.TakePendingSignal(set);
+    kernel::SignalInfo info;
+    int signo = t.TakePendingSignal(set, &info);
     if (signo > 0) {
       if (a.a[1] != 0) {
         siginfo_t si = {};
         si.si_signo = signo;
-        si.si_code = SI_USER;
+        si.si_code = info.code;
+        if (info.code == SI_TIMER) {
+          si.si_timerid = info.timerid;
+          si.si_overrun = info.overrun;
+          si.si_value.sival_ptr = reinterpret_cast<void*>(info.value);
+        } else if (info.code == SI_USER || info.code == SI_TKILL) {
+          si.si_pid = info.sender;
+        }
         if (t.mm().CopyOut(a.a[1], &si, sizeof(si)) != sizeof(si)) return -EFAULT;
       }
       return signo;

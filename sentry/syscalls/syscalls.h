@@ -49,6 +49,7 @@ void RegisterInfo(Entry* table);
 void RegisterSplice(Entry* table);
 void RegisterMemfd(Entry* table);
 void RegisterInotify(Entry* table);
+void RegisterTime(Entry* table);
 
 }  // namespace sandboxd::syscalls
 

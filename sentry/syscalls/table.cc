@@ -21,6 +21,7 @@ Table::Table() {
   RegisterSplice(table_);
   RegisterMemfd(table_);
   RegisterInotify(table_);
+  RegisterTime(table_);
 }
 
 int64_t Table::Invoke(Task& t, const SyscallArgs& args) {

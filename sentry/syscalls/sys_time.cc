@@ -1,0 +1,310 @@
+// Clocks, sleeps, interval timers, POSIX timers and CPU usage:
+// clock_gettime, clock_getres, nanosleep, clock_nanosleep, alarm,
+// setitimer/getitimer, timer_*, getrusage, times.
+// The timers themselves are in sentry/kernel/timers.h, the accounting in
+// sentry/kernel/cputime.h.
+#include <errno.h>
+#include <sys/resource.h>
+#include <sys/syscall.h>
+#include <sys/time.h>
+#include <sys/times.h>
+#include <time.h>
+
+#include <algorithm>
+#include <climits>
+
+#include "absl/time/clock.h"
+#include "sentry/syscalls/syscalls.h"
+
+namespace sandboxd::syscalls {
+namespace {
+
+using kernel::kNsPerSec;
+
+// The resolution Linux reports for tick-based CPU clocks (PROF, VIRT):
+// one tick at Debian's HZ=250.
+constexpr int64_t kTickNs = kNsPerSec / 250;
+// times(2) and the clock_t fields count USER_HZ ticks.
+constexpr int64_t kUserHzNs = kNsPerSec / 100;
+
+template <typename T>
+bool CopyIn(Task& t, uint64_t addr, T* v) {
+  return t.mm().CopyIn(addr, v, sizeof(T)) == static_cast<int64_t>(sizeof(T));
+}
+template <typename T>
+bool CopyOut(Task& t, uint64_t addr, const T& v) {
+  return t.mm().CopyOut(addr, &v, sizeof(T)) == static_cast<int64_t>(sizeof(T));
+}
+
+int64_t SysClockGettime(Task& t, const SyscallArgs& a) {
+  kernel::TimerClock clock;
+  int64_t r = kernel::ResolveClock(t, static_cast<clockid_t>(a.a[0]), &clock);
+  if (r < 0) return r;
+  struct timespec ts;
+  if (clock.kind == kernel::TimerClock::Kind::kHost) {
+    // Coarse and raw clocks too: read the host's as they are.
+    if (clock_gettime(clock.host, &ts) != 0) return -errno;
+  } else {
+    int64_t ns = clock.Now();
+    if (ns < 0) return -EINVAL;
+    ts.tv_sec = ns / kNsPerSec;
+    ts.tv_nsec = ns % kNsPerSec;
+  }
+  return CopyOut(t, a.a[1], ts) ? 0 : -EFAULT;
+}
+
+int64_t SysClockGetres(Task& t, const SyscallArgs& a) {
+  kernel::TimerClock clock;
+  int64_t r = kernel::ResolveClock(t, static_cast<clockid_t>(a.a[0]), &clock);
+  if (r < 0) return r;
+  struct timespec ts = {0, 1};
+  if (clock.kind == kernel::TimerClock::Kind::kHost) {
+    if (clock_getres(clock.host, &ts) != 0) return -errno;
+  } else if (clock.which != kernel::CpuWhich::kSched) {
+    ts.tv_nsec = kTickNs;
+  }
+  if (a.a[1] == 0) return 0;
+  return CopyOut(t, a.a[1], ts) ? 0 : -EFAULT;
+}
+
+// ---------------------------------------------------------------------------
+// Sleeps
+
+bool ValidTimespec(const timespec& ts) {
+  return ts.tv_sec >= 0 && ts.tv_nsec >= 0 && ts.tv_nsec < kNsPerSec;
+}
+
+// Sleeps on host clock `clk` until `req` (absolute) or for `req`; on an
+// interruption writes the time left to `rem` (relative sleeps only) and
+// returns -EINTR.
+int64_t Sleep(Task& t, clockid_t clk, const timespec& req, bool absolute,
+              uint64_t rem_addr) {
+  if (!ValidTimespec(req)) return -EINVAL;
+  absl::Duration d = absl::DurationFromTimespec(req);
+  if (absolute) {
+    struct timespec now;
+    clock_gettime(clk, &now);
+    d -= absl::DurationFromTimespec(now);
+  }
+  absl::Time deadline = absl::Now() + d;
+  for (;;) {
+    Task::WakeReason why = t.Block(deadline);
+    if (why == Task::WakeReason::kTimeout) return 0;
+    if (why == Task::WakeReason::kInterrupted) break;
+    if (absl::Now() >= deadline) return 0;
+  }
+  if (!absolute && rem_addr != 0) {
+    absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
+    timespec rem = absl::ToTimespec(left);
+    CopyOut(t, rem_addr, rem);
+  }
+  return -EINTR;
+}
+
+// Sleeps until a CPU clock reaches the time asked for, looking at it again
+// whenever the budget left could first have been used up.
+int64_t CpuSleep(Task& t, const kernel::TimerClock& clock, const timespec& req,
+                 bool absolute, uint64_t rem_addr) {
+  if (!ValidTimespec(req)) return -EINVAL;
+  int64_t now = clock.Now();
+  if (now < 0) return -EINVAL;
+  int64_t ns = req.tv_sec * kNsPerSec + req.tv_nsec;
+  int64_t target = absolute ? ns : now + ns;
+  for (;;) {
+    now = clock.Now();
+    if (now < 0 || now >= target) return 0;
+    int64_t wait = std::max<int64_t>((target - now) / clock.Threads(), 1000000);
+    Task::WakeReason why = t.Block(absl::Now() + absl::Nanoseconds(wait));
+    if (why == Task::WakeReason::kInterrupted) break;
+  }
+  if (!absolute && rem_addr != 0) {
+    int64_t left = std::max<int64_t>(target - std::max<int64_t>(clock.Now(), 0), 0);
+    timespec rem = {static_cast<time_t>(left / kNsPerSec),
+                    static_cast<long>(left % kNsPerSec)};
+    CopyOut(t, rem_addr, rem);
+  }
+  return -EINTR;
+}
+
+int64_t SysNanosleep(Task& t, const SyscallArgs& a) {
+  timespec req;
+  if (!CopyIn(t, a.a[0], &req)) return -EFAULT;
+  return Sleep(t, CLOCK_MONOTONIC, req, false, a.a[1]);
+}
+
+int64_t SysClockNanosleep(Task& t, const SyscallArgs& a) {
+  clockid_t clk = static_cast<clockid_t>(a.a[0]);
+  switch (clk) {
+    case CLOCK_MONOTONIC_RAW: case CLOCK_REALTIME_COARSE:
+    case CLOCK_MONOTONIC_COARSE:
+      return -EOPNOTSUPP;
+    case CLOCK_REALTIME_ALARM: case CLOCK_BOOTTIME_ALARM:
+      if (a.a[1] & ~static_cast<uint64_t>(TIMER_ABSTIME)) return -EINVAL;
+      return -EPERM;  // no CAP_WAKE_ALARM in a sandbox
+    default:
+      break;
+  }
+  kernel::CpuClockId cpu;
+  // Linux: a thread may not sleep on its own CPU clock.
+  if (kernel::DecodeCpuClock(clk, &cpu) && cpu.thread &&
+      (cpu.pid == 0 || cpu.pid == t.tid())) {
+    return -EINVAL;
+  }
+  kernel::TimerClock clock;
+  int64_t r = kernel::ResolveClock(t, clk, &clock);
+  if (r < 0) return r;
+  if (a.a[1] & ~static_cast<uint64_t>(TIMER_ABSTIME)) return -EINVAL;
+  timespec req;
+  if (!CopyIn(t, a.a[2], &req)) return -EFAULT;
+  const bool absolute = (a.a[1] & TIMER_ABSTIME) != 0;
+  if (clock.kind == kernel::TimerClock::Kind::kHost) {
+    return Sleep(t, clock.host, req, absolute, a.a[3]);
+  }
+  return CpuSleep(t, clock, req, absolute, a.a[3]);
+}
+
+// ---------------------------------------------------------------------------
+// Interval timers
+
+int64_t SysSetitimer(Task& t, const SyscallArgs& a) {
+  struct itimerval next = {}, old = {};
+  // A null new value disarms, as Linux has always accepted.
+  if (a.a[1] != 0 && !CopyIn(t, a.a[1], &next)) return -EFAULT;
+  int64_t r = t.group().timers().SetITimer(t, static_cast<int>(a.a[0]), next,
+                                           a.a[2] != 0 ? &old : nullptr);
+  if (r < 0) return r;
+  if (a.a[2] != 0 && !CopyOut(t, a.a[2], old)) return -EFAULT;
+  return 0;
+}
+
+int64_t SysGetitimer(Task& t, const SyscallArgs& a) {
+  struct itimerval cur;
+  int64_t r = t.group().timers().GetITimer(static_cast<int>(a.a[0]), &cur);
+  if (r < 0) return r;
+  return CopyOut(t, a.a[1], cur) ? 0 : -EFAULT;
+}
+
+int64_t SysAlarm(Task& t, const SyscallArgs& a) {
+  struct itimerval next = {}, old = {};
+  next.it_value.tv_sec = static_cast<unsigned int>(a.a[0]);
+  t.group().timers().SetITimer(t, ITIMER_REAL, next, &old);
+  // Linux's alarm_setitimer: round to the nearest second, and never
+  // report 0 for an alarm that is still pending.
+  int64_t secs = old.it_value.tv_sec;
+  if ((secs == 0 && old.it_value.tv_usec != 0) ||
+      old.it_value.tv_usec >= 500000) {
+    secs++;
+  }
+  return secs;
+}
+
+// ---------------------------------------------------------------------------
+// POSIX timers
+
+int64_t SysTimerCreate(Task& t, const SyscallArgs& a) {
+  kernel::KSigEvent sev;
+  if (a.a[1] != 0 && !CopyIn(t, a.a[1], &sev)) return -EFAULT;
+  int id = 0;
+  kernel::ProcessTimers& timers = t.group().timers();
+  int64_t r = timers.Create(t, static_cast<clockid_t>(a.a[0]),
+                            a.a[1] != 0 ? &sev : nullptr, &id);
+  if (r < 0) return r;
+  int32_t id32 = id;
+  if (!CopyOut(t, a.a[2], id32)) {
+    timers.Delete(id);
+    return -EFAULT;
+  }
+  return 0;
+}
+
+int64_t SysTimerSettime(Task& t, const SyscallArgs& a) {
+  if (a.a[2] == 0) return -EINVAL;
+  struct itimerspec next, old;
+  if (!CopyIn(t, a.a[2], &next)) return -EFAULT;
+  int64_t r = t.group().timers().SetTime(static_cast<int>(a.a[0]),
+                                         static_cast<int>(a.a[1]), next,
+                                         a.a[3] != 0 ? &old : nullptr);
+  if (r < 0) return r;
+  if (a.a[3] != 0 && !CopyOut(t, a.a[3], old)) return -EFAULT;
+  return 0;
+}
+
+int64_t SysTimerGettime(Task& t, const SyscallArgs& a) {
+  struct itimerspec cur;
+  int64_t r = t.group().timers().GetTime(static_cast<int>(a.a[0]), &cur);
+  if (r < 0) return r;
+  return CopyOut(t, a.a[1], cur) ? 0 : -EFAULT;
+}
+
+int64_t SysTimerGetoverrun(Task& t, const SyscallArgs& a) {
+  return t.group().timers().GetOverrun(static_cast<int>(a.a[0]));
+}
+
+int64_t SysTimerDelete(Task& t, const SyscallArgs& a) {
+  return t.group().timers().Delete(static_cast<int>(a.a[0]));
+}
+
+// ---------------------------------------------------------------------------
+// CPU usage
+
+int64_t SysGetrusage(Task& t, const SyscallArgs& a) {
+  kernel::Usage u;
+  switch (static_cast<int>(a.a[0])) {
+    case RUSAGE_SELF:
+      t.group().NoteMaxRss();
+      u = t.group().SelfUsage();
+      break;
+    case RUSAGE_CHILDREN:
+      u = t.group().ChildrenUsage();
+      break;
+    case RUSAGE_THREAD: {
+      // Times and counts of the thread, memory of the process.
+      t.group().NoteMaxRss();
+      uint64_t maxrss = t.group().SelfUsage().maxrss_kb;
+      u = t.cputime().Read(kernel::MonotonicNowNs());
+      u.maxrss_kb = maxrss;
+      break;
+    }
+    default:
+      return -EINVAL;
+  }
+  struct rusage ru = u.ToRusage();
+  return CopyOut(t, a.a[1], ru) ? 0 : -EFAULT;
+}
+
+int64_t SysTimes(Task& t, const SyscallArgs& a) {
+  if (a.a[0] != 0) {
+    kernel::Usage self = t.group().SelfUsage();
+    kernel::Usage children = t.group().ChildrenUsage();
+    struct tms buf;
+    buf.tms_utime = self.user_ns / kUserHzNs;
+    buf.tms_stime = self.sys_ns / kUserHzNs;
+    buf.tms_cutime = children.user_ns / kUserHzNs;
+    buf.tms_cstime = children.sys_ns / kUserHzNs;
+    if (!CopyOut(t, a.a[0], buf)) return -EFAULT;
+  }
+  // The return value counts ticks since an arbitrary point: the host's.
+  struct tms ignored;
+  return static_cast<int64_t>(::times(&ignored));
+}
+
+}  // namespace
+
+void RegisterTime(Entry* table) {
+  table[SYS_clock_gettime] = {SysClockGettime, "clock_gettime"};
+  table[SYS_clock_getres] = {SysClockGetres, "clock_getres"};
+  table[SYS_nanosleep] = {SysNanosleep, "nanosleep"};
+  table[SYS_clock_nanosleep] = {SysClockNanosleep, "clock_nanosleep"};
+  table[SYS_alarm] = {SysAlarm, "alarm"};
+  table[SYS_setitimer] = {SysSetitimer, "setitimer"};
+  table[SYS_getitimer] = {SysGetitimer, "getitimer"};
+  table[SYS_timer_create] = {SysTimerCreate, "timer_create"};
+  table[SYS_timer_settime] = {SysTimerSettime, "timer_settime"};
+  table[SYS_timer_gettime] = {SysTimerGettime, "timer_gettime"};
+  table[SYS_timer_getoverrun] = {SysTimerGetoverrun, "timer_getoverrun"};
+  table[SYS_timer_delete] = {SysTimerDelete, "timer_delete"};
+  table[SYS_getrusage] = {SysGetrusage, "getrusage"};
+  table[SYS_times] = {SysTimes, "times"};
+}
+
+}  // namespace sandboxd::syscalls

@@ -41,6 +41,7 @@
 #include "sentry/mm/memory_file.h"
 #include "sentry/mm/mm.h"
 #include "sentry/syscalls/syscalls.h"
+#include "sentry/vdso/vdso_mapping.h"
 
 namespace sandboxd {
 namespace {
@@ -242,6 +243,9 @@ int Run(const Options& o) {
   auto platform = systrap::Systrap::Create((*mf)->fd());
   if (!platform.ok()) Die(kExitUsage, std::string(platform.status().message()));
   mm::MemoryFile* memfile = mf->get();
+  // Started early: the Timekeeper calibrates the TSC while the rest starts.
+  auto the_vdso = vdso::Vdso::Create(memfile, vdso::Vdso::Options{});
+  if (!the_vdso.ok()) Die(kExitUsage, absl::StrCat("vDSO: ", the_vdso.status().message()));
   uintptr_t min_addr = (*platform)->MinUserAddress();
   uintptr_t max_addr = (*platform)->MaxUserAddress();
 
@@ -249,6 +253,7 @@ int Run(const Options& o) {
   table.set_trace(o.strace);
   kernel::KernelOptions kopts;
   kopts.hostname = o.hostname;
+  kopts.vdso = the_vdso->get();
   kernel::Kernel k(std::move(*mf), std::move(*platform), &table, kopts);
 
   // The root filesystem: the host directory, read-only, under a tmpfs in
@@ -296,6 +301,9 @@ int Run(const Options& o) {
   if (!image.ok()) {
     Die(kExitCannotExec, absl::StrCat(o.argv[0], ": ", image.status().message()));
   }
+  auto vdso_base = (*the_vdso)->Map(*mm);
+  if (!vdso_base.ok()) Die(kExitUsage, std::string(vdso_base.status().message()));
+  image->vdso = *vdso_base;
   loader::StackSpec spec;
   spec.argv = o.argv;
   spec.envp = o.env;
@@ -315,6 +323,9 @@ int Run(const Options& o) {
     fds->InstallAt(fd, std::make_shared<fs::HostFile>(UniqueFd(d)), false);
   }
 
+  // The program's first clock_gettime should not trap: the rate is known
+  // 1 ms after the Vdso's creation, usually long before this point.
+  (*the_vdso)->timekeeper().WaitCalibrated();
   auto init = k.CreateInit(mm, fds, fsctx, *cpu);
   if (!init.ok()) Die(kExitUsage, std::string(init.status().message()));
   kernel::Task* init_task = *init;
@@ -349,6 +360,9 @@ int Run(const Options& o) {
               static_cast<unsigned long>(count));
     }
   }
+  // Stopped while the memory file it writes into is still there (the
+  // Kernel, declared after it, owns the file and goes first).
+  the_vdso->reset();
   return st.ShellStatus();
 }
 

@@ -2,7 +2,7 @@
 //
 //   sentry run [--platform=systrap] [--rootfs=DIR] [--cwd=DIR]
 //              [--env=K=V ...] [--hostname=NAME] [--log-unimplemented]
-//              [--strace]
+//              [--strace] [--vdso=tsc|syscall]
 //              -- PROGRAM [ARGS...]
 //
 // Exit status: the program's (128+N when killed by signal N); 125 when the
@@ -78,6 +78,9 @@ struct Options {
   std::vector<std::string> argv;
   bool log_unimplemented = false;
   bool strace = false;
+  // --vdso=syscall: the vDSO makes every call a system call (for tests
+  // and benchmarks of the trapping path); default: served from the TSC.
+  bool vdso_tsc = true;
 };
 
 Options ParseArgs(int argc, char** argv) {
@@ -124,6 +127,13 @@ Options ParseArgs(int argc, char** argv) {
     }
     if (a == "--strace") {
       o.strace = true;
+      continue;
+    }
+    if (value("--vdso", &v)) {
+      if (v != "tsc" && v != "syscall") {
+        Die(kExitUsage, absl::StrCat("--vdso wants tsc or syscall, got: ", v));
+      }
+      o.vdso_tsc = v == "tsc";
       continue;
     }
     if (absl::StartsWith(a, "-")) {
@@ -244,7 +254,9 @@ int Run(const Options& o) {
   if (!platform.ok()) Die(kExitUsage, std::string(platform.status().message()));
   mm::MemoryFile* memfile = mf->get();
   // Started early: the Timekeeper calibrates the TSC while the rest starts.
-  auto the_vdso = vdso::Vdso::Create(memfile, vdso::Vdso::Options{});
+  vdso::Vdso::Options vdso_opts;
+  vdso_opts.use_tsc = o.vdso_tsc;
+  auto the_vdso = vdso::Vdso::Create(memfile, vdso_opts);
   if (!the_vdso.ok()) Die(kExitUsage, absl::StrCat("vDSO: ", the_vdso.status().message()));
   uintptr_t min_addr = (*platform)->MinUserAddress();
   uintptr_t max_addr = (*platform)->MaxUserAddress();

@@ -230,24 +230,16 @@ void Timekeeper::Publish(uint64_t base_tsc, uint64_t mult, int64_t mono) {
   base_mono_ = mono;
   valid_ = true;
 
-  int64_t sec[kVvarNumClocks], nsec[kVvarNumClocks];
-  SplitNs(mono, &sec[kVvarMonotonic], &nsec[kVvarMonotonic]);
-  SplitNs(mono + real_off_, &sec[kVvarRealtime], &nsec[kVvarRealtime]);
-  SplitNs(mono + boot_off_, &sec[kVvarBoottime], &nsec[kVvarBoottime]);
-
-  // Seqcount writer: odd, fields, even (vvar.h).
-  uint32_t seq = __atomic_load_n(&vvar_->seq, __ATOMIC_RELAXED);
-  __atomic_store_n(&vvar_->seq, seq + 1, __ATOMIC_RELAXED);
-  __atomic_thread_fence(__ATOMIC_RELEASE);
-  __atomic_store_n(&vvar_->base_tsc, base_tsc, __ATOMIC_RELAXED);
-  __atomic_store_n(&vvar_->mult, mult, __ATOMIC_RELAXED);
-  __atomic_store_n(&vvar_->shift, kVvarShift, __ATOMIC_RELAXED);
-  for (uint32_t c = 0; c < kVvarNumClocks; c++) {
-    __atomic_store_n(&vvar_->base_sec[c], sec[c], __ATOMIC_RELAXED);
-    __atomic_store_n(&vvar_->base_nsec[c], nsec[c], __ATOMIC_RELAXED);
-  }
-  __atomic_store_n(&vvar_->mode, kVvarModeTsc, __ATOMIC_RELAXED);
-  __atomic_store_n(&vvar_->seq, seq + 2, __ATOMIC_RELEASE);
+  VvarParams p;
+  p.mode = kVvarModeTsc;
+  p.base_tsc = base_tsc;
+  p.mult = mult;
+  SplitNs(mono, &p.base_sec[kVvarMonotonic], &p.base_nsec[kVvarMonotonic]);
+  SplitNs(mono + real_off_, &p.base_sec[kVvarRealtime],
+          &p.base_nsec[kVvarRealtime]);
+  SplitNs(mono + boot_off_, &p.base_sec[kVvarBoottime],
+          &p.base_nsec[kVvarBoottime]);
+  VvarWrite(vvar_, p);
 }
 
 }  // namespace sandboxd::vdso

@@ -6,9 +6,12 @@
 #include <time.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "sentry/vdso/vvar.h"
 
@@ -117,6 +120,57 @@ TEST(TimekeeperLogic, WithoutTscTheVvarStaysInSyscallMode) {
   tk.Update(At(kMono0 + 1000000), 1000000);
   EXPECT_EQ(v.mode, kVvarModeSyscall);
   EXPECT_EQ(v.seq, 0u);
+}
+
+// The seqcount: a reader racing a writer that flips between two parameter
+// sets never sees a mix of them. With mult 0 a clock reads exactly its
+// base, so every reading must be one set's (sec, nsec) pair.
+TEST(VvarSeqcount, ReadersNeverSeeATornUpdate) {
+  alignas(64) static Vvar v{};
+  VvarParams a{}, b{};
+  a.mode = b.mode = kVvarModeTsc;
+  for (uint32_t c = 0; c < kVvarNumClocks; c++) {
+    a.base_sec[c] = 1000 + c;
+    a.base_nsec[c] = 111;
+    b.base_sec[c] = 2000 + c;
+    b.base_nsec[c] = 222;
+  }
+  b.base_tsc = ~0ull;  // a delta clamped to 0 either way
+  VvarWrite(&v, a);
+  std::atomic<bool> stop{false};
+  std::thread writer([&] {
+    for (uint64_t i = 0; !stop.load(std::memory_order_relaxed); i++) {
+      VvarWrite(&v, (i & 1) ? a : b);
+    }
+  });
+  // Until the two threads have overlapped a lot (the machine may be busy):
+  // 200 000 changes of set seen by the reader, or 3 s.
+  uint64_t torn = 0, seen_a = 0, seen_b = 0, changes = 0;
+  bool last_a = true;
+  const absl::Time deadline = absl::Now() + absl::Seconds(3);
+  for (uint64_t i = 0; changes < 200000 && ((i & 4095) || absl::Now() < deadline);
+       i++) {
+    int64_t sec, nsec;
+    uint32_t c = static_cast<uint32_t>(i % kVvarNumClocks);
+    ASSERT_TRUE(VvarRead(&v, c, &sec, &nsec));
+    if (sec == 1000 + c && nsec == 111) {
+      seen_a++;
+      changes += !last_a;
+      last_a = true;
+    } else if (sec == 2000 + c && nsec == 222) {
+      seen_b++;
+      changes += last_a;
+      last_a = false;
+    } else {
+      torn++;
+    }
+  }
+  stop = true;
+  writer.join();
+  EXPECT_EQ(torn, 0u);
+  EXPECT_GT(seen_a, 0u);
+  EXPECT_GT(seen_b, 0u);
+  EXPECT_EQ(v.seq % 2, 0u);
 }
 
 TEST(TscUsable, FromCpuinfoAndClocksource) {

@@ -66,6 +66,32 @@ inline T VvarLoad(const T* p) {
   return __atomic_load_n(p, __ATOMIC_RELAXED);
 }
 
+// What the writer publishes in one go.
+struct VvarParams {
+  uint32_t mode;
+  uint64_t base_tsc;
+  uint64_t mult;
+  int64_t base_sec[kVvarNumClocks];
+  int64_t base_nsec[kVvarNumClocks];
+};
+
+// The seqcount writer: odd, fields, even. Preconditions: one writer at a
+// time (the Timekeeper serialises its updates).
+inline void VvarWrite(Vvar* v, const VvarParams& p) {
+  uint32_t seq = __atomic_load_n(&v->seq, __ATOMIC_RELAXED);
+  __atomic_store_n(&v->seq, seq + 1, __ATOMIC_RELAXED);
+  __atomic_thread_fence(__ATOMIC_RELEASE);
+  __atomic_store_n(&v->base_tsc, p.base_tsc, __ATOMIC_RELAXED);
+  __atomic_store_n(&v->mult, p.mult, __ATOMIC_RELAXED);
+  __atomic_store_n(&v->shift, kVvarShift, __ATOMIC_RELAXED);
+  for (uint32_t c = 0; c < kVvarNumClocks; c++) {
+    __atomic_store_n(&v->base_sec[c], p.base_sec[c], __ATOMIC_RELAXED);
+    __atomic_store_n(&v->base_nsec[c], p.base_nsec[c], __ATOMIC_RELAXED);
+  }
+  __atomic_store_n(&v->mode, p.mode, __ATOMIC_RELAXED);
+  __atomic_store_n(&v->seq, seq + 2, __ATOMIC_RELEASE);
+}
+
 // Reads clock `c` at the current TSC. Returns false when the vvar says the
 // TSC is not to be used (the caller makes the system call).
 inline bool VvarRead(const Vvar* v, uint32_t c, int64_t* sec, int64_t* nsec) {

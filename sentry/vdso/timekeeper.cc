@@ -194,14 +194,22 @@ void Timekeeper::Update(const Sample& s, int64_t next_interval_ns) {
   }
   double rate = static_cast<double>(s.mono - prev_.mono) /
                 static_cast<double>(s.tsc - prev_.tsc);
-  int64_t mono = s.mono;
+  // The new parameters start at `at`: the TSC now, just before they are
+  // published, so that readers are continuous across the update however
+  // long ago the sample was taken (a preempted updater). The host's clock
+  // at `at` is extrapolated from the sample at the measured rate.
+  const uint64_t at =
+      publish_at_sample_ ? s.tsc : std::max(VvarRdtsc(), s.tsc);
+  const int64_t host_at =
+      s.mono + static_cast<int64_t>(static_cast<double>(at - s.tsc) * rate);
+  int64_t mono = host_at;
   if (valid_) {
-    uint64_t delta = s.tsc > base_tsc_ ? s.tsc - base_tsc_ : 0;
+    uint64_t delta = at > base_tsc_ ? at - base_tsc_ : 0;
     int64_t predicted =
         base_mono_ + static_cast<int64_t>(
                          (static_cast<unsigned __int128>(delta) * mult_) >>
                          kVvarShift);
-    int64_t err = predicted - s.mono;
+    int64_t err = predicted - host_at;
     if (std::llabs(err) <= kMaxSlewNs) {
       // Continue from where the readers are, and run slower (faster) until
       // the next update so as to arrive on the host's clock.
@@ -220,7 +228,7 @@ void Timekeeper::Update(const Sample& s, int64_t next_interval_ns) {
   }
   uint64_t mult = static_cast<uint64_t>(
       std::llround(std::ldexp(rate, static_cast<int>(kVvarShift))));
-  Publish(s.tsc, mult, mono);
+  Publish(at, mult, mono);
   prev_ = s;
 }
 

@@ -75,6 +75,13 @@ class Timekeeper {
   // `next_interval_ns` later. Public for tests, which feed it samples.
   void Update(const Sample& s, int64_t next_interval_ns);
 
+  // Tests: publish parameters based at the sample's TSC rather than at the
+  // TSC read when publishing, so that synthetic samples give exact values.
+  void PublishAtSampleForTest() {
+    absl::MutexLock l(&update_mu_);
+    publish_at_sample_ = true;
+  }
+
   bool calibrated() const;
   // The monotonic time (ns) the current parameters give at TSC `tsc`.
   int64_t MonotonicAt(uint64_t tsc) const;
@@ -89,6 +96,7 @@ class Timekeeper {
 
   // Serialises Update (the thread and tests).
   mutable absl::Mutex update_mu_;
+  bool publish_at_sample_ ABSL_GUARDED_BY(update_mu_) = false;
   bool have_prev_ ABSL_GUARDED_BY(update_mu_) = false;
   Sample prev_ ABSL_GUARDED_BY(update_mu_);
   bool valid_ ABSL_GUARDED_BY(update_mu_) = false;

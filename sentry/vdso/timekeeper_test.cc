@@ -39,6 +39,7 @@ int64_t Base(const Vvar& v, int c) {
 TEST(TimekeeperLogic, TwoSamplesCalibrate) {
   alignas(64) Vvar v{};
   Timekeeper tk(&v, /*use_tsc=*/true);
+  tk.PublishAtSampleForTest();
   EXPECT_EQ(v.mode, kVvarModeSyscall);
   tk.Update(At(kMono0), 1000000);
   EXPECT_FALSE(tk.calibrated());
@@ -61,6 +62,7 @@ TEST(TimekeeperLogic, TwoSamplesCalibrate) {
 TEST(TimekeeperLogic, AnErrorIsSlewedAwayWithoutAStep) {
   alignas(64) Vvar v{};
   Timekeeper tk(&v, true);
+  tk.PublishAtSampleForTest();
   Timekeeper::Sample prev = At(kMono0 + 1000000);
   tk.Update(At(kMono0), 1000000);
   tk.Update(prev, 1000000000);
@@ -86,6 +88,7 @@ TEST(TimekeeperLogic, AnErrorIsSlewedAwayWithoutAStep) {
 TEST(TimekeeperLogic, ALargeErrorIsStepped) {
   alignas(64) Vvar v{};
   Timekeeper tk(&v, true);
+  tk.PublishAtSampleForTest();
   tk.Update(At(kMono0), 1000000);
   tk.Update(At(kMono0 + 1000000), 1000000);
   Timekeeper::Sample s = At(kMono0 + 2000000);
@@ -97,6 +100,7 @@ TEST(TimekeeperLogic, ALargeErrorIsStepped) {
 TEST(TimekeeperLogic, OffsetNoiseIsIgnoredAndStepsAreFollowed) {
   alignas(64) Vvar v{};
   Timekeeper tk(&v, true);
+  tk.PublishAtSampleForTest();
   tk.Update(At(kMono0), 1000000);
   tk.Update(At(kMono0 + 1000000), 2000000);
   Timekeeper::Sample s = At(kMono0 + 3000000);
@@ -109,6 +113,31 @@ TEST(TimekeeperLogic, OffsetNoiseIsIgnoredAndStepsAreFollowed) {
   EXPECT_EQ(Base(v, kVvarRealtime) - Base(v, kVvarMonotonic),
             kRealOff + 3600000000000);
   EXPECT_EQ(Base(v, kVvarBoottime) - Base(v, kVvarMonotonic), kBootOff);
+}
+
+// An updater preempted between its sample and the publication must not
+// make the clock jump back: the parameters start at the TSC of the
+// publication, where they continue the old ones, even when the update
+// slews hard (here: the sample says the clock is 500 ns ahead, and the next
+// update is due in 1 ms: a 1% slow-down, applied from 20 ms back, would
+// step back 200 us).
+TEST(TimekeeperLogic, APreemptedUpdaterDoesNotStepBack) {
+  std::string why;
+  if (!HostTscUsable(&why)) GTEST_SKIP() << "no usable TSC: " << why;
+  alignas(64) Vvar v{};
+  Timekeeper tk(&v, true);
+  tk.Update(Timekeeper::Now(), 1000000);
+  absl::SleepFor(absl::Milliseconds(2));
+  tk.Update(Timekeeper::Now(), 1000000);
+  ASSERT_TRUE(tk.calibrated());
+  Timekeeper::Sample s = Timekeeper::Now();
+  s.mono -= 500;
+  absl::SleepFor(absl::Milliseconds(20));
+  const int64_t before = tk.MonotonicAt(VvarRdtsc());
+  tk.Update(s, 1000000);
+  const int64_t after = tk.MonotonicAt(VvarRdtsc());
+  EXPECT_GE(after, before);
+  EXPECT_LT(after - before, 1000000);
 }
 
 TEST(TimekeeperLogic, WithoutTscTheVvarStaysInSyscallMode) {

@@ -23,11 +23,16 @@ int64_t ClockNs(clockid_t clk) {
   return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
 }
 
+// Tries per reading: usually the first is tight; a preempted one is retried.
+constexpr int kTries = 8;
+constexpr int64_t kTightNs = 1000;
+
 // Reads `clk` between two CLOCK_MONOTONIC reads and returns its offset to
-// the monotonic midpoint, from the tightest of a few tries.
-int64_t OffsetToMonotonic(clockid_t clk) {
+// the monotonic midpoint, from the tightest of a few tries (*window: that
+// bracket's width).
+int64_t OffsetToMonotonic(clockid_t clk, int64_t* window) {
   int64_t best_window = INT64_MAX, off = 0;
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < kTries && best_window > kTightNs; i++) {
     int64_t m1 = ClockNs(CLOCK_MONOTONIC);
     int64_t c = ClockNs(clk);
     int64_t m2 = ClockNs(CLOCK_MONOTONIC);
@@ -36,6 +41,7 @@ int64_t OffsetToMonotonic(clockid_t clk) {
       off = c - (m1 + (m2 - m1) / 2);
     }
   }
+  *window = best_window;
   return off;
 }
 
@@ -107,7 +113,7 @@ bool HostTscUsable(std::string* why) {
 Timekeeper::Sample Timekeeper::Now() {
   Sample s;
   int64_t best_window = INT64_MAX;
-  for (int i = 0; i < 3; i++) {
+  for (int i = 0; i < kTries && best_window > kTightNs; i++) {
     int64_t m1 = ClockNs(CLOCK_MONOTONIC);
     uint64_t tsc = VvarRdtsc();
     int64_t m2 = ClockNs(CLOCK_MONOTONIC);
@@ -117,8 +123,10 @@ Timekeeper::Sample Timekeeper::Now() {
       s.mono = m1 + (m2 - m1) / 2;
     }
   }
-  s.real = s.mono + OffsetToMonotonic(CLOCK_REALTIME);
-  s.boot = s.mono + OffsetToMonotonic(CLOCK_BOOTTIME);
+  int64_t real_window, boot_window;
+  s.real = s.mono + OffsetToMonotonic(CLOCK_REALTIME, &real_window);
+  s.boot = s.mono + OffsetToMonotonic(CLOCK_BOOTTIME, &boot_window);
+  s.window = std::max({best_window, real_window, boot_window});
   return s;
 }
 
@@ -183,7 +191,7 @@ int64_t Timekeeper::MonotonicAt(uint64_t tsc) const {
 }
 
 void Timekeeper::Update(const Sample& s, int64_t next_interval_ns) {
-  if (!use_tsc_) return;
+  if (!use_tsc_ || s.window > kMaxSampleWindowNs) return;
   absl::MutexLock l(&update_mu_);
   if (!have_prev_ || s.tsc <= prev_.tsc || s.mono <= prev_.mono) {
     // Nothing to measure a rate against (first sample, or a TSC that went

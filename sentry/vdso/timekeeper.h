@@ -46,6 +46,9 @@ class Timekeeper {
   static constexpr int64_t kMaxIntervalNs = 1000000000;     // 1 s
   static constexpr int64_t kMaxSlewNs = 1000000;            // 1 ms
   static constexpr int64_t kOffsetNoiseNs = 5000;           // 5 us
+  // A sample whose host-clock bracket is wider than this (the thread was
+  // preempted while taking it) says too little and is not used.
+  static constexpr int64_t kMaxSampleWindowNs = 5000;       // 5 us
 
   // One reading of the TSC and the host's clocks, all in ns.
   struct Sample {
@@ -53,6 +56,9 @@ class Timekeeper {
     int64_t mono = 0;
     int64_t real = 0;
     int64_t boot = 0;
+    // The widest of the host-clock brackets around the TSC, realtime and
+    // boottime reads: the sample's uncertainty.
+    int64_t window = 0;
   };
   // Reads the TSC bracketed by host CLOCK_MONOTONIC reads (the tightest of a
   // few tries), and the realtime and boottime offsets the same way.

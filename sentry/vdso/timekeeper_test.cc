@@ -126,11 +126,17 @@ TEST(TimekeeperLogic, APreemptedUpdaterDoesNotStepBack) {
   if (!HostTscUsable(&why)) GTEST_SKIP() << "no usable TSC: " << why;
   alignas(64) Vvar v{};
   Timekeeper tk(&v, true);
-  tk.Update(Timekeeper::Now(), 1000000);
-  absl::SleepFor(absl::Milliseconds(2));
-  tk.Update(Timekeeper::Now(), 1000000);
+  // Calibrated over 20 ms, from samples that were not preempted (Update
+  // ignores those).
+  for (int i = 0; i < 100 && !tk.calibrated(); i++) {
+    tk.Update(Timekeeper::Now(), 1000000);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
   ASSERT_TRUE(tk.calibrated());
-  Timekeeper::Sample s = Timekeeper::Now();
+  Timekeeper::Sample s;
+  do {
+    s = Timekeeper::Now();
+  } while (s.window > Timekeeper::kMaxSampleWindowNs);
   s.mono -= 500;
   absl::SleepFor(absl::Milliseconds(20));
   const int64_t before = tk.MonotonicAt(VvarRdtsc());
@@ -138,6 +144,20 @@ TEST(TimekeeperLogic, APreemptedUpdaterDoesNotStepBack) {
   const int64_t after = tk.MonotonicAt(VvarRdtsc());
   EXPECT_GE(after, before);
   EXPECT_LT(after - before, 1000000);
+}
+
+TEST(TimekeeperLogic, PreemptedSamplesAreIgnored) {
+  alignas(64) Vvar v{};
+  Timekeeper tk(&v, true);
+  tk.PublishAtSampleForTest();
+  tk.Update(At(kMono0), 1000000);
+  Timekeeper::Sample s = At(kMono0 + 1000000);
+  s.window = Timekeeper::kMaxSampleWindowNs + 1;
+  tk.Update(s, 1000000);
+  EXPECT_FALSE(tk.calibrated());
+  s.window = 100;
+  tk.Update(s, 1000000);
+  EXPECT_TRUE(tk.calibrated());
 }
 
 TEST(TimekeeperLogic, WithoutTscTheVvarStaysInSyscallMode) {

@@ -228,6 +228,11 @@ void Timekeeper::Update(const Sample& s, int64_t next_interval_ns) {
     }
   }
   int64_t real_off = s.real - s.mono, boot_off = s.boot - s.mono;
+  // BOOTTIME is MONOTONIC plus the time the host spent suspended: never
+  // less, and exactly equal on a host that never slept. A measured offset
+  // within the noise is that zero (else a reader could see BOOTTIME a few
+  // ns behind MONOTONIC).
+  if (boot_off < kOffsetNoiseNs) boot_off = 0;
   if (!valid_ || std::llabs(real_off - real_off_) > kOffsetNoiseNs) {
     real_off_ = real_off;
   }

@@ -146,6 +146,19 @@ TEST(TimekeeperLogic, APreemptedUpdaterDoesNotStepBack) {
   EXPECT_LT(after - before, 1000000);
 }
 
+TEST(TimekeeperLogic, BoottimeIsNeverBehindMonotonic) {
+  alignas(64) Vvar v{};
+  Timekeeper tk(&v, true);
+  tk.PublishAtSampleForTest();
+  Timekeeper::Sample s = At(kMono0);
+  s.boot = s.mono - 40;  // a host that never slept, measured with noise
+  tk.Update(s, 1000000);
+  s = At(kMono0 + 1000000);
+  s.boot = s.mono - 40;
+  tk.Update(s, 1000000);
+  EXPECT_EQ(Base(v, kVvarBoottime), Base(v, kVvarMonotonic));
+}
+
 TEST(TimekeeperLogic, PreemptedSamplesAreIgnored) {
   alignas(64) Vvar v{};
   Timekeeper tk(&v, true);

@@ -372,8 +372,9 @@ int Run(const Options& o) {
               static_cast<unsigned long>(count));
     }
   }
-  // Stopped while the memory file it writes into is still there (the
-  // Kernel, declared after it, owns the file and goes first).
+  // Stop the Timekeeper while the memory file it writes into still exists:
+  // the Kernel owns that file and, declared after the Vdso, would be
+  // destroyed before it.
   the_vdso->reset();
   return st.ShellStatus();
 }

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/run.sh — one command, two tables.
+# bench/run.sh — one command, three tables.
 #
 # 1. The cost of a trivial system call (raw getpid) natively, under
 #    `sentry run`, and under gVisor's `runsc --network=none do` (Debian's
@@ -13,9 +13,13 @@
 #    between two cores, (d) futex wake/wait round trips across cores and on
 #    one core; then the sentry's figures split into those pieces, with what
 #    is left over attributed to the Sentry's own work.
+# 3. clock_gettime(CLOCK_MONOTONIC) through libc natively, under the sentry
+#    (served by the Sentry's vDSO, no trap), under the sentry with
+#    --vdso=syscall (every call traps) and under runsc; unpinned, median and
+#    ratio to native, interleaved with the runs above.
 #
 # Builds nothing: uses out/bin/{bench_getpid,bench_sigsys,bench_pingpong,
-# sentry} as built by cmake (see bench/README.md). Missing or failing
+# bench_clock_gettime,sentry} as built by cmake (see bench/README.md). Missing or failing
 # configurations are reported in the tables, not fatal.
 #
 # 3. Workloads of real programs (bench/workloads.sh; WORKLOADS=0 skips it).
@@ -33,6 +37,10 @@
 #   N_FUTEX=20000      round trips per same-core futex run
 #   N_FUTEX_X=5000     round trips per cross-core futex run (slow here)
 #   BENCH_SIGSYS=…  BENCH_PINGPONG=…        binaries to use
+#   CLOCK=1            0: skip table 3
+#   N_CLOCK=1000000    clock_gettime calls per run (native, sentry, runsc)
+#   N_CLOCK_TRAP=20000 calls per run with --vdso=syscall
+#   BENCH_CLOCK=…      binary to use
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BENCH=${BENCH_GETPID:-$ROOT/out/bin/bench_getpid}
@@ -49,6 +57,10 @@ TIMEOUT=${BENCH_TIMEOUT:-300}
 SIGSYS=${BENCH_SIGSYS:-$ROOT/out/bin/bench_sigsys}
 PINGPONG=${BENCH_PINGPONG:-$ROOT/out/bin/bench_pingpong}
 BREAKDOWN=${BREAKDOWN:-1}
+CLOCK_BENCH=${BENCH_CLOCK:-$ROOT/out/bin/bench_clock_gettime}
+CLOCK=${CLOCK:-1}
+N_CLOCK=${N_CLOCK:-1000000}
+N_CLOCK_TRAP=${N_CLOCK_TRAP:-20000}
 N_TRAP=${N_TRAP:-100000}
 N_SPIN=${N_SPIN:-200000}
 N_FUTEX=${N_FUTEX:-20000}
@@ -138,6 +150,38 @@ run_micro() {
   echo "$v" >>"$tmp/m.$key"
 }
 
+# Table 3: key|command prefix|N (the benchmark and N are appended).
+clocks=()
+if [ "$CLOCK" != 0 ]; then
+  if [ -x "$CLOCK_BENCH" ]; then
+    clocks+=("native||$N_CLOCK")
+    if [ -x "$SENTRY" ]; then
+      clocks+=("sentry|$SENTRY run ${SENTRY_FLAGS[*]} --|$N_CLOCK")
+      clocks+=("sentry-trap|$SENTRY run ${SENTRY_FLAGS[*]} --vdso=syscall --|$N_CLOCK_TRAP")
+    fi
+    command -v "$RUNSC" >/dev/null 2>&1 &&
+      clocks+=("runsc|$RUNSC ${RUNSC_FLAGS[*]} do|$N_CLOCK")
+  else
+    echo "note: no bench_clock_gettime in $ROOT/out/bin: table 3 is skipped" >&2
+  fi
+fi
+
+# run_clock KEY PREFIX N: appends one ns/call figure (or "fail") to $tmp/c.KEY.
+run_clock() {
+  local key=$1 out v
+  local -a cmd=()
+  # shellcheck disable=SC2206
+  [ -n "$2" ] && cmd+=($2)
+  cmd+=("$CLOCK_BENCH" "$3")
+  out=$(cd "$tmp" && timeout -k 5 "$TIMEOUT" "${cmd[@]}" </dev/null 2>"$tmp/err.c.$key")
+  v=$(printf '%s\n' "$out" | awk '/^ns_per_call /{print $2}' | tail -1)
+  if [ -z "$v" ]; then
+    v=fail
+    echo "clock/$key failed: $(head -c 300 "$tmp/err.c.$key" | tr '\n' ' ')" >>"$tmp/errors"
+  fi
+  echo "$v" >>"$tmp/c.$key"
+}
+
 # Interleave repetitions so that drift on a noisy machine hits all equally.
 for _ in $(seq 1 "$REPS"); do
   for c in "${configs[@]}"; do
@@ -147,6 +191,10 @@ for _ in $(seq 1 "$REPS"); do
     for pin in unpinned pinned; do run_one "$name" "$pin" "$prefix"; done
   done
   for m in ${micros[@]+"${micros[@]}"}; do run_micro "${m%%|*}" "${m#*|}"; done
+  for c in ${clocks[@]+"${clocks[@]}"}; do
+    rest=${c#*|}
+    run_clock "${c%%|*}" "${rest%|*}" "${rest##*|}"
+  done
 done
 
 median() { # median of the numeric lines of file $1 ("fail" lines ignored)
@@ -238,6 +286,23 @@ if [ "$BREAKDOWN" != 0 ]; then
   breakdown "sentry pinned" "$sp" "trap (a)" "$ap" "copies (b-a)" "$(diff_ "$bp" "$ap")" \
     "2 ctx switches (d same core)" "$(median "$tmp/m.futex.same")"
   breakdown "unpinned via (c+)" "$su" "trap (a)" "$au" "hand-over + slot copies (c+)" "$(median "$tmp/m.spinload.cross")"
+fi
+
+if [ ${#clocks[@]} -gt 0 ]; then
+  echo
+  echo "clock_gettime(CLOCK_MONOTONIC) through libc, unpinned, median of $REPS"
+  echo "(N=$N_CLOCK; sentry-trap: --vdso=syscall, every call traps, N=$N_CLOCK_TRAP)"
+  echo
+  printf '%-12s %14s %12s %8s  %s\n' config "ns/call" "x native" "ok runs" "range (ns)"
+  printf '%-12s %14s %12s %8s  %s\n' ------ ------- -------- ------- ----------
+  base=$(median "$tmp/c.native")
+  for c in "${clocks[@]}"; do
+    key=${c%%|*}
+    m=$(median "$tmp/c.$key")
+    ok=$(grep -vc fail "$tmp/c.$key" 2>/dev/null || true)
+    if [ "$m" = n/a ] || [ "$base" = n/a ]; then ratio=n/a; else ratio=$(awk -v a="$m" -v b="$base" 'BEGIN{printf "%.1f", a/b}'); fi
+    printf '%-12s %14s %12s %8s  %s\n' "$key" "$m" "$ratio" "${ok:-0}/$REPS" "$(spread "$tmp/c.$key")"
+  done
 fi
 
 if [ -s "$tmp/errors" ]; then

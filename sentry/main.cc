@@ -2,7 +2,7 @@
 //
 //   sentry run [--platform=systrap] [--rootfs=DIR] [--cwd=DIR]
 //              [--env=K=V ...] [--hostname=NAME] [--log-unimplemented]
-//              [--strace]
+//              [--strace] [--vdso=tsc|syscall]
 //              -- PROGRAM [ARGS...]
 //
 // Exit status: the program's (128+N when killed by signal N); 125 when the
@@ -42,6 +42,7 @@
 #include "sentry/mm/memory_file.h"
 #include "sentry/mm/mm.h"
 #include "sentry/syscalls/syscalls.h"
+#include "sentry/vdso/vdso_mapping.h"
 
 namespace sandboxd {
 namespace {
@@ -79,6 +80,9 @@ struct Options {
   std::vector<std::string> argv;
   bool log_unimplemented = false;
   bool strace = false;
+  // --vdso=syscall: the vDSO makes every call a system call (for tests
+  // and benchmarks of the trapping path); default: served from the TSC.
+  bool vdso_tsc = true;
 };
 
 Options ParseArgs(int argc, char** argv) {
@@ -125,6 +129,13 @@ Options ParseArgs(int argc, char** argv) {
     }
     if (a == "--strace") {
       o.strace = true;
+      continue;
+    }
+    if (value("--vdso", &v)) {
+      if (v != "tsc" && v != "syscall") {
+        Die(kExitUsage, absl::StrCat("--vdso wants tsc or syscall, got: ", v));
+      }
+      o.vdso_tsc = v == "tsc";
       continue;
     }
     if (absl::StartsWith(a, "-")) {
@@ -270,6 +281,11 @@ int Run(const Options& o) {
   auto platform = systrap::Systrap::Create((*mf)->fd());
   if (!platform.ok()) Die(kExitUsage, std::string(platform.status().message()));
   mm::MemoryFile* memfile = mf->get();
+  // Started early: the Timekeeper calibrates the TSC while the rest starts.
+  vdso::Vdso::Options vdso_opts;
+  vdso_opts.use_tsc = o.vdso_tsc;
+  auto the_vdso = vdso::Vdso::Create(memfile, vdso_opts);
+  if (!the_vdso.ok()) Die(kExitUsage, absl::StrCat("vDSO: ", the_vdso.status().message()));
   uintptr_t min_addr = (*platform)->MinUserAddress();
   uintptr_t max_addr = (*platform)->MaxUserAddress();
 
@@ -277,6 +293,7 @@ int Run(const Options& o) {
   table.set_trace(o.strace);
   kernel::KernelOptions kopts;
   kopts.hostname = o.hostname;
+  kopts.vdso = the_vdso->get();
   kernel::Kernel k(std::move(*mf), std::move(*platform), &table, kopts);
 
   // The root filesystem: the host directory, read-only, under a tmpfs in
@@ -327,6 +344,9 @@ int Run(const Options& o) {
   if (!image.ok()) {
     Die(kExitCannotExec, absl::StrCat(o.argv[0], ": ", image.status().message()));
   }
+  auto vdso_base = (*the_vdso)->Map(*mm);
+  if (!vdso_base.ok()) Die(kExitUsage, std::string(vdso_base.status().message()));
+  image->vdso = *vdso_base;
   loader::StackSpec spec;
   spec.argv = o.argv;
   spec.envp = o.env;
@@ -346,6 +366,9 @@ int Run(const Options& o) {
     fds->InstallAt(fd, std::make_shared<fs::HostFile>(UniqueFd(d)), false);
   }
 
+  // The program's first clock_gettime should not trap: the rate is known
+  // 1 ms after the Vdso's creation, usually long before this point.
+  (*the_vdso)->timekeeper().WaitCalibrated();
   auto init = k.CreateInit(mm, fds, fsctx, *cpu);
   if (!init.ok()) Die(kExitUsage, std::string(init.status().message()));
   kernel::Task* init_task = *init;
@@ -381,6 +404,10 @@ int Run(const Options& o) {
               static_cast<unsigned long>(count));
     }
   }
+  // Stop the Timekeeper while the memory file it writes into still exists:
+  // the Kernel owns that file and, declared after the Vdso, would be
+  // destroyed before it.
+  the_vdso->reset();
   return st.ShellStatus();
 }
 

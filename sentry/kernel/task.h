@@ -42,6 +42,10 @@
 #include "sentry/mm/memory_file.h"
 #include "sentry/mm/mm.h"
 
+namespace sandboxd::vdso {
+class Vdso;
+}  // namespace sandboxd::vdso
+
 namespace sandboxd::kernel {
 
 class Kernel;
@@ -378,6 +382,9 @@ inline constexpr uint64_t kUnimplementedStopSignal = 100000;
 
 struct KernelOptions {
   std::string hostname = "sandbox";
+  // The vDSO that exec maps into each new address space (null: none).
+  // Not owned; outlives the Kernel.
+  vdso::Vdso* vdso = nullptr;
 };
 
 class Kernel {

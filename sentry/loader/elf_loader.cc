@@ -283,7 +283,10 @@ absl::StatusOr<platform::CpuState> SetupStack(mm::MM& mm,
   }
   spec.arg_start = sp;
 
-  std::vector<uint64_t> auxv = {
+  std::vector<uint64_t> auxv;
+  // Linux puts the architecture's entries (the vDSO) first.
+  if (image.vdso != 0) auxv = {AT_SYSINFO_EHDR, image.vdso};
+  auxv.insert(auxv.end(), {
       AT_PHDR, image.phdr,      AT_PHENT, image.phent,
       AT_PHNUM, image.phnum,    AT_PAGESZ, kPage,
       AT_BASE, image.interp_base, AT_FLAGS, 0,
@@ -295,7 +298,7 @@ absl::StatusOr<platform::CpuState> SetupStack(mm::MM& mm,
       AT_RANDOM, random,        AT_EXECFN, execfn,
       AT_PLATFORM, platform_str,
       AT_MINSIGSTKSZ, getauxval(AT_MINSIGSTKSZ),
-      AT_NULL, 0};
+      AT_NULL, 0});
   spec.auxv = auxv;
   std::vector<uint64_t> vec;
   vec.push_back(spec.argv.size());

@@ -27,6 +27,7 @@ struct LoadedImage {
   uint64_t interp_base = 0;  // where the interpreter was loaded (AT_BASE)
   uint64_t start = 0;   // where execution begins: the interpreter's entry,
                         // or the program's
+  uint64_t vdso = 0;    // where the vDSO is mapped (AT_SYSINFO_EHDR); 0: none
 };
 
 // Where a static-PIE image goes (Linux's ELF_ET_DYN_BASE on x86-64).

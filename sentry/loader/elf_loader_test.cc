@@ -565,6 +565,24 @@ TEST_F(SetupStackTest, EmptyArgvAndEnvp) {
   EXPECT_EQ(ReadWord(sp + 24), static_cast<uint64_t>(AT_PHDR));
 }
 
+TEST_F(SetupStackTest, VdsoIsTheFirstAuxvEntry) {
+  LoadedImage li;
+  li.entry = 0x401000;
+  StackSpec spec;
+  spec.execfn = "x";
+  std::memset(spec.random, 0, 16);
+  auto cpu = SetupStack(*mm_, li, spec);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  // Without a vDSO there is no AT_SYSINFO_EHDR (above: AT_PHDR comes first).
+  li.vdso = 0x7fff12340000;
+  cpu = SetupStack(*mm_, li, spec);
+  ASSERT_TRUE(cpu.ok()) << cpu.status();
+  uint64_t sp = cpu->regs.rsp;
+  EXPECT_EQ(ReadWord(sp + 24), static_cast<uint64_t>(AT_SYSINFO_EHDR));
+  EXPECT_EQ(ReadWord(sp + 32), li.vdso);
+  EXPECT_EQ(ReadWord(sp + 40), static_cast<uint64_t>(AT_PHDR));
+}
+
 TEST_F(SetupStackTest, HugeArgumentsAreE2big) {
   LoadedImage li;
   li.entry = 0x401000;

@@ -438,10 +438,12 @@ uintptr_t MM::EnsureBacked(VmaMap::const_iterator vit, uintptr_t start,
         *bus = true;
         return cur;
       }
-    } else if (vma.mappable && !vma.is_private &&
-               vma.mappable->SupportsShared()) {
+    } else if (vma.mappable && vma.mappable->SupportsShared() &&
+               (!vma.is_private || !vma.max_prot.write)) {
       // The file's own pages, page by page (they need not be contiguous
-      // in the memory file). Past the end of the file: SIGBUS.
+      // in the memory file). Past the end of the file: SIGBUS. A private
+      // mapping that can never be written (max_prot) has nothing to copy
+      // on write, so it uses them too (the vDSO's [vvar] page).
       uint64_t obj_off = vma.offset + (cur - vma_start);
       uint64_t file_end = PageRoundUp(vma.mappable->Size());
       if (obj_off >= file_end) {

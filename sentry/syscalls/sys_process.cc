@@ -22,6 +22,7 @@
 #include "sentry/syscalls/paths.h"
 #include "sentry/syscalls/process.h"
 #include "sentry/syscalls/syscalls.h"
+#include "sentry/vdso/vdso_mapping.h"
 
 namespace sandboxd::syscalls {
 
@@ -205,6 +206,11 @@ int64_t DoExecve(Task& t, int64_t dirfd, uint64_t path_addr, uint64_t argv_addr,
       return -EACCES;
     }
     return -ENOEXEC;
+  }
+  if (vdso::Vdso* vdso = t.kernel().options().vdso) {
+    auto base = vdso->Map(*mm);
+    if (!base.ok()) return -ENOMEM;
+    image->vdso = *base;
   }
   loader::StackSpec spec;
   spec.argv = argv;

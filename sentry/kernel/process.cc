@@ -64,7 +64,36 @@ void Task::WaitVforkDone(Task& parent) {
 // ---------------------------------------------------------------------------
 // Kernel: the process tree
 
+namespace {
+
+// The SIGCHLD (or other exit signal) a parent gets when `c` ends.
+siginfo_t ChildExitInfo(ThreadGroup& c, int signo) {
+  ExitStatus st = c.exit_status();
+  siginfo_t info{};
+  info.si_signo = signo;
+  info.si_pid = c.tgid();
+  if (st.signo != 0) {
+    info.si_code = st.core ? CLD_DUMPED : CLD_KILLED;
+    info.si_status = st.signo;
+  } else {
+    info.si_code = CLD_EXITED;
+    info.si_status = st.code;
+  }
+  return info;
+}
+
+}  // namespace
+
 void Kernel::SignalGroup(ThreadGroup& g, int signo, pid_t sender) {
+  siginfo_t info{};
+  info.si_signo = signo;
+  info.si_code = SI_USER;
+  info.si_pid = sender;
+  SignalGroupInfo(g, info);
+}
+
+void Kernel::SignalGroupInfo(ThreadGroup& g, const siginfo_t& info) {
+  const int signo = info.si_signo;
   std::vector<Task*> tasks = g.Tasks();
   if (tasks.empty()) return;
   Task* target = tasks.front();
@@ -74,7 +103,7 @@ void Kernel::SignalGroup(ThreadGroup& g, int signo, pid_t sender) {
       break;
     }
   }
-  target->SendSignal(signo, sender);
+  target->SendSignalInfo(info, /*group_directed=*/true);
 }
 
 void Kernel::ReapLocked(const std::shared_ptr<ThreadGroup>& g) {
@@ -110,7 +139,7 @@ void Kernel::GroupExitedLocked(const std::shared_ptr<ThreadGroup>& g) {
       c->parent = init.get();
       init->children.push_back(c);
       if (c->zombie) {
-        SignalGroup(*init, SIGCHLD, c->tgid());
+        SignalGroupInfo(*init, ChildExitInfo(*c, SIGCHLD));
         init->child_events.Notify(POLLIN);
       }
     } else {
@@ -134,7 +163,7 @@ void Kernel::GroupExitedLocked(const std::shared_ptr<ThreadGroup>& g) {
   SigAction a = p->GetAction(SIGCHLD);
   bool ignored = a.handler == kSigIgn;
   if (g->exit_signal > 0 && !(g->exit_signal == SIGCHLD && ignored)) {
-    SignalGroup(*p, g->exit_signal, g->tgid());
+    SignalGroupInfo(*p, ChildExitInfo(*g, g->exit_signal));
   }
   p->child_events.Notify(POLLIN);
   // A parent that ignores SIGCHLD (or set SA_NOCLDWAIT) never sees
@@ -197,10 +226,26 @@ int64_t Kernel::WaitChild(Task& t, pid_t pid, bool by_pgid, int options,
       bool is_clone = c->exit_signal != SIGCHLD;
       if (!all && is_clone != clones) continue;
       any = true;
-      if (!c->zombie) continue;
+      const bool consume = reap && !(options & WNOWAIT);
+      if (!c->zombie) {
+        // Job control: a stop, then a continue, each reported once.
+        int signo = 0;
+        if ((options & WSTOPPED) && c->TakeStopReport(consume, &signo)) {
+          *res = WaitResult{c->tgid(), ExitStatus{}, signo, false};
+          return 1;
+        }
+        if ((options & WCONTINUED) && c->TakeContinueReport(consume)) {
+          *res = WaitResult{c->tgid(), ExitStatus{}, 0, true};
+          return 1;
+        }
+        continue;
+      }
+      if (!(options & WEXITED)) continue;
       res->pid = c->tgid();
       res->status = c->exit_status();
-      if (reap && !(options & WNOWAIT)) ReapLocked(c);
+      res->stop_signo = 0;
+      res->continued = false;
+      if (consume) ReapLocked(c);
       return 1;
     }
     return any ? 0 : -ECHILD;

@@ -11,6 +11,12 @@ using SigSet = uint64_t;  // bit (signo - 1)
 
 inline constexpr SigSet SigBit(int signo) { return 1ull << (signo - 1); }
 inline constexpr SigSet kUnblockable = SigBit(9) | SigBit(19);  // KILL, STOP
+// SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU: the job-control stop signals.
+inline constexpr SigSet kStopSignals =
+    SigBit(19) | SigBit(20) | SigBit(21) | SigBit(22);
+inline constexpr bool IsStopSignal(int signo) {
+  return (kStopSignals & SigBit(signo)) != 0;
+}
 
 // The kernel's struct sigaction for rt_sigaction on x86-64.
 struct SigAction {

@@ -70,7 +70,7 @@ bool OnStack(const SignalStack& ss, uint64_t sp) {
 }  // namespace
 
 bool Task::DeliverToHandler(int signo, int code, uint64_t addr, pid_t sender,
-                            const SigAction& act) {
+                            const SigAction& act, const siginfo_t* info) {
   platform::Regs& r = cpu_.regs;
   uint64_t sp = r.rsp;
   bool on_alt = OnStack(altstack_, sp);
@@ -113,6 +113,13 @@ bool Task::DeliverToHandler(int signo, int code, uint64_t addr, pid_t sender,
     frame.info.fields.kill.uid = 0;
   } else {
     frame.info.fields.addr = addr;
+  }
+  // A queued signal carries its whole siginfo (sigqueue's value, SIGCHLD's
+  // status, ...), as the sender gave it.
+  static_assert(sizeof(siginfo_t) == sizeof(SigInfo));
+  if (info != nullptr) {
+    std::memcpy(&frame.info, info, sizeof(frame.info));
+    frame.info.si_signo = signo;
   }
 
   if (fp_size != 0 &&

@@ -1,6 +1,7 @@
 #include "sentry/kernel/task.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
@@ -100,6 +101,8 @@ bool ThreadGroup::RemoveTask(Task* t) {
       break;
     }
   }
+  // The others may all be stopped already.
+  if (!tasks_.empty()) MaybeCompleteStopLocked();
   return tasks_.empty();
 }
 
@@ -118,8 +121,17 @@ Task::Task(Kernel* k, pid_t tid, std::shared_ptr<ThreadGroup> tg,
 
 Task::~Task() = default;
 
+namespace {
+thread_local Task* current_task = nullptr;
+}  // namespace
+
+Task* Task::Current() { return current_task; }
+
 void Task::Start() {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    current_task = this;
+    Run();
+  });
 }
 
 void Task::Join() {
@@ -130,7 +142,7 @@ Task::WakeReason Task::Block(absl::Time deadline) {
   absl::MutexLock l(&mu_);
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return wake_pending_ || interrupt_.load() ||
-           (pending_.load() & ~mask_.load()) != 0;
+           (pending_.load() & ~mask_.load()) != 0 || tg_->stop_requested();
   };
   while (!ready()) {
     if (cv_.WaitWithDeadline(&mu_, deadline) && !ready()) {
@@ -188,6 +200,7 @@ void Task::Poke() {
     cv_.SignalAll();
   }
   uint64_t one = 1;
+  poked_.store(true, std::memory_order_release);
   (void)!write(interrupt_fd_.get(), &one, sizeof(one));
   ctx_->Interrupt();
 }
@@ -203,10 +216,29 @@ void Task::ExitThread(int code) {
 }
 
 void Task::SendSignal(int signo, pid_t sender) {
+  siginfo_t info{};
+  info.si_signo = signo;
+  info.si_code = SI_USER;
+  info.si_pid = sender;
+  SendSignalInfo(info);
+}
+
+void Task::SendSignalInfo(const siginfo_t& info, bool group_directed) {
+  const int signo = info.si_signo;
+  // Linux's prepare_signal: job-control signals act when sent, whatever
+  // the disposition or mask.
+  if (IsStopSignal(signo)) {
+    tg_->DiscardPending(SigBit(SIGCONT));
+  } else if (signo == SIGCONT) {
+    tg_->DiscardPending(kStopSignals);
+    tg_->Continue();
+  }
   SigAction act = tg_->GetAction(signo);
+  // SIGCONT's default action (continuing) was taken above.
   bool ignored = act.handler == kSigIgn ||
                  (act.handler == kSigDfl &&
-                  DefaultActionOf(signo) == DefaultAction::kIgnore);
+                  (DefaultActionOf(signo) == DefaultAction::kIgnore ||
+                   DefaultActionOf(signo) == DefaultAction::kContinue));
   // A blocked signal stays pending even if ignored now: its disposition
   // may change before it is unblocked (Linux checks at delivery too).
   if (ignored && (mask_.load() & SigBit(signo)) == 0 && signo != SIGKILL) {
@@ -215,17 +247,22 @@ void Task::SendSignal(int signo, pid_t sender) {
   {
     absl::MutexLock l(&mu_);
     pending_.fetch_or(SigBit(signo));
-    if (pending_info_[signo - 1].signo == 0) {
-      pending_info_[signo - 1] = PendingInfo{signo, SI_USER, sender};
+    if (!pending_info_[signo - 1].queued) {
+      pending_info_[signo - 1] = PendingInfo{true, group_directed, info};
     }
   }
-  Poke();
+  tg_->signal_queue->Notify(POLLIN);
+  // A blocked signal interrupts nothing (signalfd and sigtimedwait
+  // waiters were woken through the queue); this thread unblocks it itself.
+  if ((mask_.load() & SigBit(signo)) == 0) Poke();
 }
 
 void Task::Run() {
   while (!exit_thread_ && !killed_ && !tg_->exiting()) {
     DeliverPendingSignals();
     if (exit_thread_ || killed_ || tg_->exiting()) break;
+    if (DoJobControl()) continue;
+    PrepareToResume();
     Event ev = ctx_->Switch(mm().address_space(), cpu_);
     switch (ev.kind) {
       case Event::Kind::kSyscall:
@@ -272,6 +309,13 @@ bool Restartable(uint64_t nr) {
   }
 }
 
+// Interrupted calls that Linux restarts when the signal ran no handler (a
+// stop and continue, a signal that was ignored by the time it came out):
+// the -ERESTARTSYS ones and those that return -ERESTARTNOHAND.
+bool RestartsWithoutHandler(uint64_t nr) {
+  return Restartable(nr) || nr == SYS_pause || nr == SYS_rt_sigsuspend;
+}
+
 }  // namespace
 
 void Task::HandleSyscall() {
@@ -283,14 +327,16 @@ void Task::HandleSyscall() {
   // interrupted it has SA_RESTART (decided at delivery).
   restart_pending_ = ret == -EINTR && Restartable(args.nr) &&
                      (pending_.load() & ~mask_.load()) != 0;
+  restart_if_no_handler_ = ret == -EINTR && RestartsWithoutHandler(args.nr);
 }
 
-int Task::TakePendingSignal(SigSet set) {
+int Task::TakePendingSignal(SigSet set, siginfo_t* info) {
   absl::MutexLock l(&mu_);
   SigSet hit = pending_.load() & set;
   if (hit == 0) return 0;
   int signo = __builtin_ctzll(hit) + 1;
   pending_.fetch_and(~SigBit(signo));
+  if (info != nullptr) *info = pending_info_[signo - 1].info;
   pending_info_[signo - 1] = PendingInfo{};
   return signo;
 }
@@ -327,7 +373,9 @@ void Task::DeliverPendingSignals() {
         cpu_.regs.rax = cpu_.regs.orig_rax;
       }
     }
-    if (!DeliverToHandler(signo, info.code, 0, info.sender, act)) {
+    restart_if_no_handler_ = false;  // the handler's SA_RESTART decides
+    if (!DeliverToHandler(signo, info.info.si_code, 0, info.info.si_pid, act,
+                          info.queued ? &info.info : nullptr)) {
       tg_->Exit(ExitStatus{0, SIGSEGV, true});
       return;
     }
@@ -354,9 +402,10 @@ void Task::ApplyDefaultAction(int signo) {
     case DefaultAction::kContinue:
       return;
     case DefaultAction::kStop:
-      // Job control (stopped processes) comes with process groups and
-      // wait4; until then a stop signal is not acted on. Counted.
-      kernel_->CountUnimplemented(kUnimplementedStopSignal);
+      // POSIX: the terminal stop signals do not stop an orphaned process
+      // group (nobody could continue it); Linux discards them.
+      if (signo != SIGSTOP && kernel_->IsPgrpOrphaned(*tg_)) return;
+      tg_->BeginStop(signo);
       return;
     case DefaultAction::kCore:
       tg_->Exit(ExitStatus{0, signo, true});
@@ -378,7 +427,9 @@ void Task::Cleanup() {
   }
   ctx_->Release();
   if (tid_ == tg_->tgid()) tg_->set_leader_exit_code(exit_code_);
-  if (tg_->RemoveTask(this) && !tg_->exiting()) {
+  const bool last = tg_->RemoveTask(this);
+  if (!last) NotifyParentIfDue();
+  if (last && !tg_->exiting()) {
     // Every thread left with exit(2): the process's status is the
     // leader's exit code, as wait(2) reports it on Linux.
     tg_->Exit(ExitStatus{tg_->leader_exit_code(), 0, false});

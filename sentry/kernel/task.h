@@ -13,6 +13,7 @@
 #ifndef SANDBOXD_SENTRY_KERNEL_TASK_H_
 #define SANDBOXD_SENTRY_KERNEL_TASK_H_
 
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 
@@ -107,6 +108,32 @@ class ThreadGroup {
   uint64_t arg_start = 0, arg_end = 0, env_start = 0, env_end = 0;
   // Parents wait here for children's state changes (wait4, waitid).
   fs::WaitQueue child_events;
+  // Notified (POLLIN) whenever a signal becomes pending for a task of the
+  // group: what signalfd readers wait on. Shared-owned so that epoll can
+  // hold it (fs/event_source.h).
+  const std::shared_ptr<fs::WaitQueue> signal_queue =
+      std::make_shared<fs::WaitQueue>();
+
+  // Job control (job_control.cc). A stop signal's default action asks every
+  // task to stop at its next chance; the group is stopped once all have.
+  bool stop_requested() const {
+    return stop_requested_.load(std::memory_order_acquire);
+  }
+  // Starts a group stop for `signo` (no-op while one is in progress).
+  void BeginStop(int signo);
+  // SIGCONT, at sending time: ends a stop (finished or in progress) and
+  // records what the parent must learn.
+  void Continue();
+  // Removes `set` from the pending signals of every task (a stop signal
+  // discards pending SIGCONT and vice versa).
+  void DiscardPending(SigSet set);
+  // wait4/waitid: a stop not yet reported (its signal in *signo) and a
+  // continue not yet reported. `consume` clears the report (not WNOWAIT).
+  bool TakeStopReport(bool consume, int* signo);
+  bool TakeContinueReport(bool consume);
+  // The CLD_STOPPED/CLD_CONTINUED notification owed to the parent (0 if
+  // none), with its si_status; taken by the task that sends it.
+  int TakeParentNotification(int* status);
 
   // Releases what a zombie no longer needs (address space, files).
   void ReleaseResources();
@@ -144,12 +171,31 @@ class ThreadGroup {
   std::shared_ptr<fs::FsContext> fs_;
   std::atomic<bool> exiting_{false};
   std::atomic<int> leader_exit_code_{0};
+  std::atomic<bool> stop_requested_{false};
+
+  // A task of the group reached its stop point; true if that completed the
+  // group stop. Then Task::Resumed when it leaves it.
+  bool TaskStopped();
+  void TaskResumed();
+  // Preconditions: mu_ held. Marks the group stopped once every task is.
+  void MaybeCompleteStopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetParentNotificationLocked(int why, int status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::atomic<bool> notification_due_{false};
 
   absl::Mutex mu_;
   std::array<SigAction, kNumSignals> actions_ ABSL_GUARDED_BY(mu_);
   std::array<rlimit, RLIM_NLIMITS> limits_ ABSL_GUARDED_BY(mu_);
   ExitStatus status_ ABSL_GUARDED_BY(mu_);
   std::vector<Task*> tasks_ ABSL_GUARDED_BY(mu_);
+  int stop_signo_ ABSL_GUARDED_BY(mu_) = 0;
+  int stopped_tasks_ ABSL_GUARDED_BY(mu_) = 0;  // tasks at their stop point
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;   // every task is
+  bool stop_report_ ABSL_GUARDED_BY(mu_) = false;      // for WSTOPPED
+  bool continue_report_ ABSL_GUARDED_BY(mu_) = false;  // for WCONTINUED
+  int parent_notification_ ABSL_GUARDED_BY(mu_) = 0;   // CLD_* or 0
+  int parent_notification_status_ ABSL_GUARDED_BY(mu_) = 0;
+  friend class Task;
 };
 
 class Task : public fs::Blocker {
@@ -224,8 +270,9 @@ class Task : public fs::Blocker {
   // Signals pending for this thread (tgkill/tkill and process-directed
   // signals routed here).
   SigSet pending_signals() const { return pending_.load(); }
-  // Removes and returns the lowest pending signal in `set` (0 if none).
-  int TakePendingSignal(SigSet set);
+  // Removes and returns the lowest pending signal in `set` (0 if none),
+  // with its siginfo in *info if not null.
+  int TakePendingSignal(SigSet set, siginfo_t* info = nullptr);
 
   // Delivers a signal caused by this task's own execution (fault, abort):
   // runs the handler if one is installed and the signal is not blocked,
@@ -233,6 +280,20 @@ class Task : public fs::Blocker {
   void ForceSignal(int signo, int code, uint64_t addr);
   // Sends a signal to this task from kill/tgkill.
   void SendSignal(int signo, pid_t sender);
+  // Queues `info` (its si_signo is the signal). `group_directed`: a
+  // process-directed signal routed to this task, which any task of the
+  // group may take with a signalfd read (Linux's shared pending queue).
+  // Applies SIGCONT's and the stop signals' effects at sending time.
+  void SendSignalInfo(const siginfo_t& info, bool group_directed = false);
+  // Linux's dequeue_signal, for signalfd and sigtimedwait: removes the
+  // lowest signal of `set` pending for this task, or else a
+  // process-directed one pending on another task of the group; 0 if none.
+  int DequeueSignal(SigSet set, siginfo_t* info);
+  // Whether DequeueSignal(set) would find a signal.
+  bool CanDequeueSignal(SigSet set);
+  // The task whose host thread is calling (Linux's `current`); null on
+  // threads that run no task.
+  static Task* Current();
 
   // vfork: the parent sleeps until the child execs or exits.
   // Called by the child (this task) when it execs or exits.
@@ -269,7 +330,21 @@ class Task : public fs::Blocker {
   // Delivers `signo` to a handler: builds the frame on the user stack.
   // Returns false if the frame cannot be written (the task then dies).
   bool DeliverToHandler(int signo, int code, uint64_t addr, pid_t sender,
-                        const SigAction& act);
+                        const SigAction& act,
+                        const siginfo_t* info = nullptr);
+  // Job control at the task's stop point (job_control.cc): sends what the
+  // parent is owed, and parks the task while its group is stopped. True if
+  // it parked (signals must be looked at again).
+  bool DoJobControl();
+  void NotifyParentIfDue();
+  // Just before the task goes back to application code: a syscall that a
+  // stop (or any signal that ran no handler) interrupted starts again, as
+  // Linux's -ERESTARTSYS/-ERESTARTNOHAND do; a leftover Poke (a stop that
+  // was cancelled, a signal taken by signalfd) is drained so that host
+  // waits do not keep failing with -EINTR.
+  void PrepareToResume();
+  // Signals of `set` pending on this task that were process-directed.
+  SigSet GroupDirectedPending(SigSet set);
   void ApplyDefaultAction(int signo);
   void Cleanup();
 
@@ -288,6 +363,9 @@ class Task : public fs::Blocker {
   std::atomic<bool> killed_{false};
   // The last syscall was interrupted and may be restarted (SA_RESTART).
   bool restart_pending_ = false;
+  // The last syscall returned -EINTR and Linux would restart it if no
+  // handler runs (PrepareToResume).
+  bool restart_if_no_handler_ = false;
   bool restore_mask_ = false;
   SigSet saved_mask_ = 0;
   bool vforked_ = false;
@@ -296,9 +374,9 @@ class Task : public fs::Blocker {
   int exit_code_ = 0;
 
   struct PendingInfo {
-    int signo = 0;
-    int code = 0;
-    pid_t sender = 0;
+    bool queued = false;
+    bool group_directed = false;
+    siginfo_t info{};
   };
   std::atomic<SigSet> pending_{0};
 
@@ -308,15 +386,14 @@ class Task : public fs::Blocker {
   bool wake_pending_ ABSL_GUARDED_BY(mu_) = false;
   std::array<PendingInfo, kNumSignals> pending_info_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> interrupt_{false};
+  std::atomic<bool> poked_{false};  // interrupt_fd_ may be readable
   UniqueFd interrupt_fd_;  // eventfd, readable once interrupted
   friend class Kernel;
   friend class SignalFrame;
+  friend class ThreadGroup;
 };
 
 inline constexpr pid_t kMaxPid = 4194304;
-// Pseudo syscall numbers for counted, not-yet-implemented behaviour.
-inline constexpr uint64_t kUnimplementedStopSignal = 100000;
-
 struct KernelOptions {
   std::string hostname = "sandbox";
 };
@@ -358,12 +435,14 @@ class Kernel {
 
   // wait4/waitid. Selects children by pid (>0), process group (pgid > 0
   // with by_pgid), or any (pid == -1). options: WNOHANG, WNOWAIT,
-  // WEXITED (implied by wait4). Returns the child's pid and fills
+  // WEXITED, WSTOPPED, WCONTINUED (wait4 passes WEXITED). Returns the child's pid and fills
   // *status; 0 with WNOHANG when none has exited; -ECHILD when there is no
   // such child; -EINTR when interrupted.
   struct WaitResult {
     pid_t pid = 0;
     ExitStatus status;
+    int stop_signo = 0;      // WSTOPPED: stopped by this signal
+    bool continued = false;  // WCONTINUED: continued
   };
   int64_t WaitChild(Task& t, pid_t pid, bool by_pgid, int options,
                     WaitResult* out);
@@ -379,6 +458,14 @@ class Kernel {
   int64_t SignalProcessGroup(Task& sender, pid_t pgid, int signo);
   // Sends a process-directed signal to `g`.
   void SignalGroup(ThreadGroup& g, int signo, pid_t sender);
+  void SignalGroupInfo(ThreadGroup& g, const siginfo_t& info);
+  // Job control (job_control.cc). Tells `g`'s parent that `g` stopped or
+  // continued (why: CLD_STOPPED, CLD_CONTINUED): SIGCHLD unless the parent
+  // ignores it or set SA_NOCLDSTOP, and a wakeup of its waits.
+  void NotifyParentJobControl(ThreadGroup& g, int why, int status);
+  // Whether `g`'s process group is orphaned (POSIX): no member has a
+  // parent in another process group of the same session.
+  bool IsPgrpOrphaned(ThreadGroup& g);
   // Starts init and waits until every task of the sandbox has exited.
   ExitStatus RunUntilInitExits(Task* init);
 

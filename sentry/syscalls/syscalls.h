@@ -46,6 +46,7 @@ void RegisterMemory(Entry* table);
 void RegisterThread(Entry* table);
 void RegisterSignal(Entry* table);
 void RegisterInfo(Entry* table);
+void RegisterSignalfd(Entry* table);
 
 }  // namespace sandboxd::syscalls
 

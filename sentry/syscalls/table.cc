@@ -18,6 +18,7 @@ Table::Table() {
   RegisterThread(table_);
   RegisterSignal(table_);
   RegisterInfo(table_);
+  RegisterSignalfd(table_);
 }
 
 int64_t Table::Invoke(Task& t, const SyscallArgs& args) {

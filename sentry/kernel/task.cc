@@ -311,9 +311,19 @@ bool Restartable(uint64_t nr) {
 
 // Interrupted calls that Linux restarts when the signal ran no handler (a
 // stop and continue, a signal that was ignored by the time it came out):
-// the -ERESTARTSYS ones and those that return -ERESTARTNOHAND.
+// the -ERESTARTSYS ones and those that return -ERESTARTNOHAND. select and
+// the p* calls wrote the time left back, as Linux does; poll starts again
+// with its whole timeout (Linux keeps the deadline in a restart block).
+// nanosleep and clock_nanosleep are not here: without a restart block they
+// return -EINTR and the time left.
 bool RestartsWithoutHandler(uint64_t nr) {
-  return Restartable(nr) || nr == SYS_pause || nr == SYS_rt_sigsuspend;
+  switch (nr) {
+    case SYS_pause: case SYS_rt_sigsuspend: case SYS_poll: case SYS_ppoll:
+    case SYS_select: case SYS_pselect6:
+      return true;
+    default:
+      return Restartable(nr);
+  }
 }
 
 }  // namespace

@@ -5,6 +5,7 @@
  * (SIGCONT discards pending stop signals); SIGKILL of a stopped process; a
  * stopped multi-threaded process, whose blocked read restarts. */
 #define _GNU_SOURCE
+#include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
@@ -238,33 +239,50 @@ static void test_ignored_cont_and_nocldstop(void) {
 struct shared {
   volatile long spins;
   volatile int got;
+  volatile int got2;
 };
 static struct shared* g_sh;
-static int g_pipe[2];
+static int g_pipe[2], g_pipe2[2];
 
 static void* spinner(void* arg) {
   for (;;) __atomic_fetch_add(&g_sh->spins, 1, __ATOMIC_RELAXED);
   return NULL;
 }
 
+/* Blocked in poll, then read: both restart after the stop (no -EINTR). */
 static void* reader(void* arg) {
+  struct pollfd p = {g_pipe[0], POLLIN, 0};
+  if (poll(&p, 1, -1) != 1) {
+    g_sh->got = -2;
+    return NULL;
+  }
   char c = 0;
   ssize_t n = read(g_pipe[0], &c, 1);
   g_sh->got = n == 1 && c == 'x' ? 1 : -1;
   return NULL;
 }
 
+/* Blocked in read: restarts after the stop. */
+static void* reader2(void* arg) {
+  char c = 0;
+  ssize_t n = read(g_pipe2[0], &c, 1);
+  g_sh->got2 = n == 1 && c == 'y' ? 1 : -1;
+  return NULL;
+}
+
 static void test_threads(void) {
   g_sh = mmap(NULL, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS,
               -1, 0);
-  if (g_sh == MAP_FAILED || pipe(g_pipe) != 0) return;
+  if (g_sh == MAP_FAILED || pipe(g_pipe) != 0 || pipe(g_pipe2) != 0) return;
   pid_t pid = fork();
   if (pid == 0) {
-    pthread_t a, b;
+    pthread_t a, b, c;
     pthread_create(&a, NULL, spinner, NULL);
     pthread_create(&b, NULL, reader, NULL);
+    pthread_create(&c, NULL, reader2, NULL);
     pthread_join(b, NULL);
-    _exit(g_sh->got == 1 ? 0 : 2);
+    pthread_join(c, NULL);
+    _exit(g_sh->got == 1 && g_sh->got2 == 1 ? 0 : 2 + g_sh->got + 4 * g_sh->got2);
   }
   /* Let it run a little. */
   while (__atomic_load_n(&g_sh->spins, __ATOMIC_RELAXED) == 0) sleep_ms(1);
@@ -285,13 +303,16 @@ static void test_threads(void) {
   while (__atomic_load_n(&g_sh->spins, __ATOMIC_RELAXED) == after) sleep_ms(1);
   CHECK("threads: running again", 1);
   next_sigchld(&si);
-  char c = 'x';
-  CHECK("threads: write", write(g_pipe[1], &c, 1) == 1);
-  CHECK("threads: the interrupted read restarted and got the byte",
+  char c = 'x', d = 'y';
+  CHECK("threads: write", write(g_pipe[1], &c, 1) == 1 &&
+                              write(g_pipe2[1], &d, 1) == 1);
+  CHECK("threads: the interrupted poll and reads restarted",
         waitpid(pid, &st, 0) == pid && WIFEXITED(st) && WEXITSTATUS(st) == 0);
   next_sigchld(&si);
   close(g_pipe[0]);
   close(g_pipe[1]);
+  close(g_pipe2[0]);
+  close(g_pipe2[1]);
 }
 
 int main(void) {

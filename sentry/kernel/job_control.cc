@@ -69,6 +69,11 @@ void ThreadGroup::DiscardPending(SigSet set) {
   }
 }
 
+bool ThreadGroup::stopped() {
+  absl::MutexLock l(&mu_);
+  return stopped_;
+}
+
 bool ThreadGroup::TakeStopReport(bool consume, int* signo) {
   absl::MutexLock l(&mu_);
   if (!stopped_ || !stop_report_) return false;
@@ -179,6 +184,14 @@ SigSet Task::GroupDirectedPending(SigSet set) {
     if ((hit & SigBit(signo)) && pending_info_[signo - 1].group_directed) {
       out |= SigBit(signo);
     }
+  }
+  return out;
+}
+
+SigSet Task::PendingForThreadAndGroup() {
+  SigSet out = pending_.load();
+  for (Task* other : tg_->Tasks()) {
+    if (other != this) out |= other->GroupDirectedPending(~0ull);
   }
   return out;
 }

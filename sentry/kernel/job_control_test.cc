@@ -186,8 +186,10 @@ TEST_F(JobControlTest, EveryThreadStopsAndContinues) {
   (*t2)->SendSignal(SIGSTOP, 1);
   ASSERT_TRUE(AwaitStopped(c->tid()));
   EXPECT_TRUE(c->group().stop_requested());
+  EXPECT_TRUE(c->group().stopped());
   c->SendSignal(SIGCONT, 1);
   EXPECT_FALSE(c->group().stop_requested());
+  EXPECT_FALSE(c->group().stopped());
   Kernel::WaitResult r;
   ASSERT_TRUE(Eventually([&] {
     return Wait(c->tid(), WCONTINUED, &r) == c->tid();

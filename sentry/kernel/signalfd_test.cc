@@ -192,5 +192,22 @@ TEST_F(SignalFdTest, QueuedSiginfoIsKept) {
   EXPECT_EQ(s.ssi_int, 77);
 }
 
+TEST_F(SignalFdTest, AnotherThreadTakesProcessSignalsButNotThreadSignals) {
+  auto t2 = kernel_->CreateThread(*task_, platform::CpuState{});
+  ASSERT_TRUE(t2.ok()) << t2.status();
+  auto f = NewFd(SigBit(SIGUSR1) | SigBit(SIGUSR2));
+  task_->SendSignal(SIGUSR2, 1);  // directed at the first thread
+  kernel_->SignalGroup(task_->group(), SIGUSR1, 1);  // at the process
+  EXPECT_EQ((*t2)->PendingForThreadAndGroup(), SigBit(SIGUSR1));
+  signalfd_siginfo s[2] = {};
+  ASSERT_EQ(f->Read(s, sizeof(s), -1, (*t2)->io()),
+            static_cast<int64_t>(sizeof(s[0])));
+  EXPECT_EQ(s[0].ssi_signo, static_cast<uint32_t>(SIGUSR1));
+  EXPECT_EQ(f->Read(s, sizeof(s), -1, (*t2)->io()), -EAGAIN);
+  ASSERT_EQ(f->Read(s, sizeof(s), -1, task_->io()),
+            static_cast<int64_t>(sizeof(s[0])));
+  EXPECT_EQ(s[0].ssi_signo, static_cast<uint32_t>(SIGUSR2));
+}
+
 }  // namespace
 }  // namespace sandboxd::kernel

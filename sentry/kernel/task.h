@@ -119,6 +119,8 @@ class ThreadGroup {
   bool stop_requested() const {
     return stop_requested_.load(std::memory_order_acquire);
   }
+  // Every task has stopped (what /proc shows as state T).
+  bool stopped();
   // Starts a group stop for `signo` (no-op while one is in progress).
   void BeginStop(int signo);
   // SIGCONT, at sending time: ends a stop (finished or in progress) and
@@ -291,6 +293,9 @@ class Task : public fs::Blocker {
   int DequeueSignal(SigSet set, siginfo_t* info);
   // Whether DequeueSignal(set) would find a signal.
   bool CanDequeueSignal(SigSet set);
+  // rt_sigpending's view: this thread's pending signals and the
+  // process-directed ones pending on any thread of the group.
+  SigSet PendingForThreadAndGroup();
   // The task whose host thread is calling (Linux's `current`); null on
   // threads that run no task.
   static Task* Current();

@@ -169,14 +169,18 @@ int main(void) {
   sigaction(SIGUSR2, &sa, NULL);
   child = fork();
   if (child == 0) {
-    struct timespec ts = {0, 50 * 1000 * 1000};
-    nanosleep(&ts, NULL);
-    kill(parent, SIGUSR2);
-    _exit(0);
+    /* Again and again: one that comes before the read only runs the
+     * handler. */
+    for (;;) {
+      struct timespec ts = {0, 50 * 1000 * 1000};
+      nanosleep(&ts, NULL);
+      kill(parent, SIGUSR2);
+    }
   }
   CHECK_ERRNO("blocking read interrupted by a handled signal",
               read(bfd, si, sizeof(si)), EINTR);
   CHECK("the handler ran", g_handled == SIGUSR2);
+  kill(child, SIGKILL);
   waitpid(child, &st, 0);
 
   close(bfd);

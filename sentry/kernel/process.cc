@@ -72,25 +72,48 @@ void Task::WaitVforkDone(Task& parent) {
 // ---------------------------------------------------------------------------
 // Kernel: the process tree
 
-void Kernel::SignalGroup(ThreadGroup& g, int signo, pid_t sender) {
-  SignalInfo info;
-  info.signo = signo;
-  info.code = SI_USER;
-  info.sender = sender;
-  SignalGroup(g, std::move(info));
+namespace {
+
+// The SIGCHLD (or other exit signal) a parent gets when `c` ends.
+siginfo_t ChildExitInfo(ThreadGroup& c, int signo) {
+  ExitStatus st = c.exit_status();
+  siginfo_t info{};
+  info.si_signo = signo;
+  info.si_pid = c.tgid();
+  if (st.signo != 0) {
+    info.si_code = st.core ? CLD_DUMPED : CLD_KILLED;
+    info.si_status = st.signo;
+  } else {
+    info.si_code = CLD_EXITED;
+    info.si_status = st.code;
+  }
+  return info;
 }
 
-bool Kernel::SignalGroup(ThreadGroup& g, SignalInfo info) {
+}  // namespace
+
+void Kernel::SignalGroup(ThreadGroup& g, int signo, pid_t sender) {
+  siginfo_t info{};
+  info.si_signo = signo;
+  info.si_code = SI_USER;
+  info.si_pid = sender;
+  SignalGroupInfo(g, info);
+}
+
+bool Kernel::SignalGroupInfo(ThreadGroup& g, const siginfo_t& info,
+                             std::shared_ptr<SignalSource> source) {
+  const int signo = info.si_signo;
   std::vector<Task*> tasks = g.Tasks();
   if (tasks.empty()) return false;
   Task* target = tasks.front();
   for (Task* c : tasks) {
-    if ((c->signal_mask() & SigBit(info.signo)) == 0) {
+    if ((c->signal_mask() & SigBit(signo)) == 0) {
       target = c;
       break;
     }
   }
-  return target->QueueSignal(std::move(info));
+  return target->SendSignalInfo(info, /*group_directed=*/true,
+                                std::move(source));
 }
 
 // `g` is taken by value: callers pass elements of the parent's children
@@ -128,7 +151,7 @@ void Kernel::GroupExitedLocked(const std::shared_ptr<ThreadGroup>& g) {
       c->parent = init.get();
       init->children.push_back(c);
       if (c->zombie) {
-        SignalGroup(*init, SIGCHLD, c->tgid());
+        SignalGroupInfo(*init, ChildExitInfo(*c, SIGCHLD));
         init->child_events.Notify(POLLIN);
       }
     } else {
@@ -152,7 +175,7 @@ void Kernel::GroupExitedLocked(const std::shared_ptr<ThreadGroup>& g) {
   SigAction a = p->GetAction(SIGCHLD);
   bool ignored = a.handler == kSigIgn;
   if (g->exit_signal > 0 && !(g->exit_signal == SIGCHLD && ignored)) {
-    SignalGroup(*p, g->exit_signal, g->tgid());
+    SignalGroupInfo(*p, ChildExitInfo(*g, g->exit_signal));
   }
   p->child_events.Notify(POLLIN);
   // A parent that ignores SIGCHLD (or set SA_NOCLDWAIT) never sees
@@ -223,12 +246,32 @@ int64_t Kernel::WaitChild(Task& t, pid_t pid, bool by_pgid, int options,
       bool is_clone = c->exit_signal != SIGCHLD;
       if (!all && is_clone != clones) continue;
       any = true;
-      if (!c->zombie) continue;
+      const bool consume = reap && !(options & WNOWAIT);
+      if (!c->zombie) {
+        // Job control: a stop, then a continue, each reported once.
+        int signo = 0;
+        if ((options & WSTOPPED) && c->TakeStopReport(consume, &signo)) {
+          *res = WaitResult{};
+          res->pid = c->tgid();
+          res->stop_signo = signo;
+          return 1;
+        }
+        if ((options & WCONTINUED) && c->TakeContinueReport(consume)) {
+          *res = WaitResult{};
+          res->pid = c->tgid();
+          res->continued = true;
+          return 1;
+        }
+        continue;
+      }
+      if (!(options & WEXITED)) continue;
       res->pid = c->tgid();
       res->status = c->exit_status();
+      res->stop_signo = 0;
+      res->continued = false;
       res->usage = c->SelfUsage();
       res->usage += c->ChildrenUsage();
-      if (reap && !(options & WNOWAIT)) {
+      if (consume) {
         // The parent's children's usage grows when it reaps, as Linux's
         // wait_task_zombie adds to cutime/cstime.
         me.AddChildUsage(res->usage);

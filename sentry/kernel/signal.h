@@ -2,6 +2,7 @@
 #ifndef SANDBOXD_SENTRY_KERNEL_SIGNAL_H_
 #define SANDBOXD_SENTRY_KERNEL_SIGNAL_H_
 
+#include <signal.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -14,6 +15,12 @@ using SigSet = uint64_t;  // bit (signo - 1)
 
 inline constexpr SigSet SigBit(int signo) { return 1ull << (signo - 1); }
 inline constexpr SigSet kUnblockable = SigBit(9) | SigBit(19);  // KILL, STOP
+// SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU: the job-control stop signals.
+inline constexpr SigSet kStopSignals =
+    SigBit(19) | SigBit(20) | SigBit(21) | SigBit(22);
+inline constexpr bool IsStopSignal(int signo) {
+  return (kStopSignals & SigBit(signo)) != 0;
+}
 
 // The kernel's struct sigaction for rt_sigaction on x86-64.
 struct SigAction {
@@ -39,30 +46,17 @@ struct SignalStack {
 };
 static_assert(sizeof(SignalStack) == 24);
 
-struct SignalInfo;
-
 // What queued a signal and wants to know when it is taken off the queue:
 // a POSIX timer counts its overruns until then (Linux's posixtimer_rearm).
 class SignalSource {
  public:
   virtual ~SignalSource() = default;
   // Called by the receiving task, with none of its locks held, when the
-  // signal leaves the pending set (delivered, ignored or sigtimedwait'ed).
-  // May fill the info's overrun. Returns false if the signal is stale and
-  // must be dropped (its timer was re-armed or deleted since).
-  virtual bool Dequeued(SignalInfo* info) = 0;
-};
-
-// One pending signal's siginfo, as much of it as the Sentry produces.
-struct SignalInfo {
-  int signo = 0;
-  int code = 0;        // SI_USER, SI_TKILL, SI_KERNEL, SI_TIMER, fault codes
-  pid_t sender = 0;    // SI_USER, SI_TKILL
-  uint64_t addr = 0;   // faults
-  int timerid = 0;     // SI_TIMER
-  int overrun = 0;     // SI_TIMER
-  uint64_t value = 0;  // SI_TIMER: the sigevent's sigval
-  std::shared_ptr<SignalSource> source;
+  // signal leaves the pending set (delivered, ignored, taken by
+  // sigtimedwait or a signalfd). May fill the siginfo's si_overrun.
+  // Returns false if the signal is stale and must be dropped (its timer
+  // was re-armed or deleted since).
+  virtual bool Dequeued(siginfo_t* info) = 0;
 };
 
 }  // namespace sandboxd::kernel

@@ -74,10 +74,8 @@ bool OnStack(const SignalStack& ss, uint64_t sp) {
 
 }  // namespace
 
-bool Task::DeliverToHandler(const SignalInfo& info, const SigAction& act) {
-  const int signo = info.signo;
-  const int code = info.code;
-  const uint64_t addr = info.addr;
+bool Task::DeliverToHandler(int signo, int code, uint64_t addr, pid_t sender,
+                            const SigAction& act, const siginfo_t* info) {
   platform::Regs& r = cpu_.regs;
   uint64_t sp = r.rsp;
   bool on_alt = OnStack(altstack_, sp);
@@ -116,14 +114,17 @@ bool Task::DeliverToHandler(const SignalInfo& info, const SigAction& act) {
   frame.info.si_signo = signo;
   frame.info.si_code = code;
   if (code == SI_USER || code == SI_TKILL) {
-    frame.info.fields.kill.pid = info.sender;
+    frame.info.fields.kill.pid = sender;
     frame.info.fields.kill.uid = 0;
-  } else if (code == SI_TIMER) {
-    frame.info.fields.timer.tid = info.timerid;
-    frame.info.fields.timer.overrun = info.overrun;
-    frame.info.fields.timer.value = info.value;
   } else {
     frame.info.fields.addr = addr;
+  }
+  // A queued signal carries its whole siginfo (sigqueue's value, SIGCHLD's
+  // status, ...), as the sender gave it.
+  static_assert(sizeof(siginfo_t) == sizeof(SigInfo));
+  if (info != nullptr) {
+    std::memcpy(&frame.info, info, sizeof(frame.info));
+    frame.info.si_signo = signo;
   }
 
   if (fp_size != 0 &&

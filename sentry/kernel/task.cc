@@ -1,6 +1,7 @@
 #include "sentry/kernel/task.h"
 
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/eventfd.h>
 #include <sys/syscall.h>
@@ -102,6 +103,8 @@ bool ThreadGroup::RemoveTask(Task* t) {
       break;
     }
   }
+  // The others may all be stopped already.
+  if (!tasks_.empty()) MaybeCompleteStopLocked();
   return tasks_.empty();
 }
 
@@ -120,8 +123,17 @@ Task::Task(Kernel* k, pid_t tid, std::shared_ptr<ThreadGroup> tg,
 
 Task::~Task() = default;
 
+namespace {
+thread_local Task* current_task = nullptr;
+}  // namespace
+
+Task* Task::Current() { return current_task; }
+
 void Task::Start() {
-  thread_ = std::thread([this] { Run(); });
+  thread_ = std::thread([this] {
+    current_task = this;
+    Run();
+  });
 }
 
 void Task::Join() {
@@ -139,7 +151,7 @@ Task::WakeReason Task::WaitUntilReady(absl::Time deadline) {
   absl::MutexLock l(&mu_);
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return wake_pending_ || interrupt_.load() ||
-           (pending_.load() & ~mask_.load()) != 0;
+           (pending_.load() & ~mask_.load()) != 0 || tg_->stop_requested();
   };
   if (!ready()) {
     // Time asleep is nobody's CPU time.
@@ -204,6 +216,7 @@ void Task::Poke() {
     cv_.SignalAll();
   }
   uint64_t one = 1;
+  poked_.store(true, std::memory_order_release);
   (void)!write(interrupt_fd_.get(), &one, sizeof(one));
   ctx_->Interrupt();
 }
@@ -219,19 +232,30 @@ void Task::ExitThread(int code) {
 }
 
 void Task::SendSignal(int signo, pid_t sender) {
-  SignalInfo info;
-  info.signo = signo;
-  info.code = SI_USER;
-  info.sender = sender;
-  QueueSignal(std::move(info));
+  siginfo_t info{};
+  info.si_signo = signo;
+  info.si_code = SI_USER;
+  info.si_pid = sender;
+  SendSignalInfo(info);
 }
 
-bool Task::QueueSignal(SignalInfo info) {
-  const int signo = info.signo;
+bool Task::SendSignalInfo(const siginfo_t& info, bool group_directed,
+                          std::shared_ptr<SignalSource> source) {
+  const int signo = info.si_signo;
+  // Linux's prepare_signal: job-control signals act when sent, whatever
+  // the disposition or mask.
+  if (IsStopSignal(signo)) {
+    tg_->DiscardPending(SigBit(SIGCONT));
+  } else if (signo == SIGCONT) {
+    tg_->DiscardPending(kStopSignals);
+    tg_->Continue();
+  }
   SigAction act = tg_->GetAction(signo);
+  // SIGCONT's default action (continuing) was taken above.
   bool ignored = act.handler == kSigIgn ||
                  (act.handler == kSigDfl &&
-                  DefaultActionOf(signo) == DefaultAction::kIgnore);
+                  (DefaultActionOf(signo) == DefaultAction::kIgnore ||
+                   DefaultActionOf(signo) == DefaultAction::kContinue));
   // A blocked signal stays pending even if ignored now: its disposition
   // may change before it is unblocked (Linux checks at delivery too).
   if (ignored && (mask_.load() & SigBit(signo)) == 0 && signo != SIGKILL) {
@@ -239,19 +263,19 @@ bool Task::QueueSignal(SignalInfo info) {
   }
   {
     absl::MutexLock l(&mu_);
-    if (pending_info_[signo - 1].signo != 0) return false;
-    pending_info_[signo - 1] = std::move(info);
+    // One pending instance per signal number: a second is merged into the
+    // first (whose siginfo stays).
+    if (pending_info_[signo - 1].queued) return false;
     pending_.fetch_or(SigBit(signo));
+    pending_info_[signo - 1] =
+        PendingInfo{true, group_directed, info, std::move(source)};
   }
-  Poke();
+  tg_->signal_queue->Notify(POLLIN);
+  // A blocked signal interrupts nothing (signalfd and sigtimedwait
+  // waiters were woken through the queue); this thread unblocks it itself.
+  if ((mask_.load() & SigBit(signo)) == 0) Poke();
   return true;
 }
-
-namespace {
-thread_local Task* current_task = nullptr;
-}  // namespace
-
-Task* Task::Current() { return current_task; }
 
 void Task::Run() {
   current_task = this;
@@ -259,6 +283,8 @@ void Task::Run() {
   while (!exit_thread_ && !killed_ && !tg_->exiting()) {
     DeliverPendingSignals();
     if (exit_thread_ || killed_ || tg_->exiting()) break;
+    if (DoJobControl()) continue;
+    PrepareToResume();
     // From Switch's entry to its return the application ran: user time.
     cputime_.EnterApp(MonotonicNowNs());
     Event ev = ctx_->Switch(mm().address_space(), cpu_);
@@ -318,6 +344,23 @@ bool Restartable(uint64_t nr) {
   }
 }
 
+// Interrupted calls that Linux restarts when the signal ran no handler (a
+// stop and continue, a signal that was ignored by the time it came out):
+// the -ERESTARTSYS ones and those that return -ERESTARTNOHAND. select and
+// the p* calls wrote the time left back, as Linux does; poll starts again
+// with its whole timeout (Linux keeps the deadline in a restart block).
+// nanosleep and clock_nanosleep are not here: without a restart block they
+// return -EINTR and the time left.
+bool RestartsWithoutHandler(uint64_t nr) {
+  switch (nr) {
+    case SYS_pause: case SYS_rt_sigsuspend: case SYS_poll: case SYS_ppoll:
+    case SYS_select: case SYS_pselect6:
+      return true;
+    default:
+      return Restartable(nr);
+  }
+}
+
 }  // namespace
 
 void Task::HandleSyscall() {
@@ -329,25 +372,26 @@ void Task::HandleSyscall() {
   // interrupted it has SA_RESTART (decided at delivery).
   restart_pending_ = ret == -EINTR && Restartable(args.nr) &&
                      (pending_.load() & ~mask_.load()) != 0;
+  restart_if_no_handler_ = ret == -EINTR && RestartsWithoutHandler(args.nr);
 }
 
-int Task::TakePendingSignal(SigSet set, SignalInfo* out) {
+int Task::TakePendingSignal(SigSet set, siginfo_t* out) {
   for (;;) {
-    SignalInfo info;
+    PendingInfo pi;
+    int signo;
     {
       absl::MutexLock l(&mu_);
       SigSet hit = pending_.load() & set;
       if (hit == 0) return 0;
-      int signo = __builtin_ctzll(hit) + 1;
+      signo = __builtin_ctzll(hit) + 1;
       pending_.fetch_and(~SigBit(signo));
-      info = std::move(pending_info_[signo - 1]);
-      pending_info_[signo - 1] = SignalInfo{};
-      info.signo = signo;
+      pi = std::move(pending_info_[signo - 1]);
+      pending_info_[signo - 1] = PendingInfo{};
     }
-    // Without mu_: the source's lock is ordered before ours.
-    if (info.source != nullptr && !info.source->Dequeued(&info)) continue;
-    int signo = info.signo;
-    if (out != nullptr) *out = std::move(info);
+    // Without mu_: the source's lock is ordered before ours. A stale timer
+    // signal (re-armed or deleted since) is dropped.
+    if (pi.source != nullptr && !pi.source->Dequeued(&pi.info)) continue;
+    if (out != nullptr) *out = pi.info;
     return signo;
   }
 }
@@ -360,17 +404,18 @@ void Task::DeliverPendingSignals() {
       return;
     }
     int signo = __builtin_ctzll(deliverable) + 1;
-    SignalInfo info;
+    PendingInfo info;
     {
       absl::MutexLock l(&mu_);
       pending_.fetch_and(~SigBit(signo));
       info = std::move(pending_info_[signo - 1]);
-      pending_info_[signo - 1] = SignalInfo{};
+      pending_info_[signo - 1] = PendingInfo{};
       uint64_t drained;
       (void)!read(interrupt_fd_.get(), &drained, sizeof(drained));
     }
-    info.signo = signo;
-    if (info.source != nullptr && !info.source->Dequeued(&info)) continue;
+    // A stale timer signal (re-armed or deleted since it was queued) is
+    // dropped; a live one gets its overrun count.
+    if (info.source != nullptr && !info.source->Dequeued(&info.info)) continue;
     SigAction act = tg_->GetAction(signo);
     if (signo == SIGKILL || act.handler == kSigDfl) {
       ApplyDefaultAction(signo);
@@ -386,7 +431,9 @@ void Task::DeliverPendingSignals() {
         cpu_.regs.rax = cpu_.regs.orig_rax;
       }
     }
-    if (!DeliverToHandler(info, act)) {
+    restart_if_no_handler_ = false;  // the handler's SA_RESTART decides
+    if (!DeliverToHandler(signo, info.info.si_code, 0, info.info.si_pid, act,
+                          info.queued ? &info.info : nullptr)) {
       tg_->Exit(ExitStatus{0, SIGSEGV, true});
       return;
     }
@@ -402,11 +449,7 @@ void Task::ForceSignal(int signo, int code, uint64_t addr) {
     ApplyDefaultAction(signo);
     return;
   }
-  SignalInfo info;
-  info.signo = signo;
-  info.code = code;
-  info.addr = addr;
-  if (!DeliverToHandler(info, act)) {
+  if (!DeliverToHandler(signo, code, addr, 0, act)) {
     tg_->Exit(ExitStatus{0, SIGSEGV, true});
   }
 }
@@ -417,9 +460,10 @@ void Task::ApplyDefaultAction(int signo) {
     case DefaultAction::kContinue:
       return;
     case DefaultAction::kStop:
-      // Job control (stopped processes) comes with process groups and
-      // wait4; until then a stop signal is not acted on. Counted.
-      kernel_->CountUnimplemented(kUnimplementedStopSignal);
+      // POSIX: the terminal stop signals do not stop an orphaned process
+      // group (nobody could continue it); Linux discards them.
+      if (signo != SIGSTOP && kernel_->IsPgrpOrphaned(*tg_)) return;
+      tg_->BeginStop(signo);
       return;
     case DefaultAction::kCore:
       tg_->Exit(ExitStatus{0, signo, true});
@@ -441,7 +485,9 @@ void Task::Cleanup() {
   }
   ctx_->Release();
   if (tid_ == tg_->tgid()) tg_->set_leader_exit_code(exit_code_);
-  if (tg_->RemoveTask(this) && !tg_->exiting()) {
+  const bool last = tg_->RemoveTask(this);
+  if (!last) NotifyParentIfDue();
+  if (last && !tg_->exiting()) {
     // Every thread left with exit(2): the process's status is the
     // leader's exit code, as wait(2) reports it on Linux.
     tg_->Exit(ExitStatus{tg_->leader_exit_code(), 0, false});

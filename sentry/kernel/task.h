@@ -13,6 +13,7 @@
 #ifndef SANDBOXD_SENTRY_KERNEL_TASK_H_
 #define SANDBOXD_SENTRY_KERNEL_TASK_H_
 
+#include <signal.h>
 #include <sys/resource.h>
 #include <sys/types.h>
 #include <time.h>
@@ -130,6 +131,34 @@ class ThreadGroup {
   const int64_t start_ns = MonotonicNanos();
   // Parents wait here for children's state changes (wait4, waitid).
   fs::WaitQueue child_events;
+  // Notified (POLLIN) whenever a signal becomes pending for a task of the
+  // group: what signalfd readers wait on. Shared-owned so that epoll can
+  // hold it (fs/event_source.h).
+  const std::shared_ptr<fs::WaitQueue> signal_queue =
+      std::make_shared<fs::WaitQueue>();
+
+  // Job control (job_control.cc). A stop signal's default action asks every
+  // task to stop at its next chance; the group is stopped once all have.
+  bool stop_requested() const {
+    return stop_requested_.load(std::memory_order_acquire);
+  }
+  // Every task has stopped (what /proc shows as state T).
+  bool stopped();
+  // Starts a group stop for `signo` (no-op while one is in progress).
+  void BeginStop(int signo);
+  // SIGCONT, at sending time: ends a stop (finished or in progress) and
+  // records what the parent must learn.
+  void Continue();
+  // Removes `set` from the pending signals of every task (a stop signal
+  // discards pending SIGCONT and vice versa).
+  void DiscardPending(SigSet set);
+  // wait4/waitid: a stop not yet reported (its signal in *signo) and a
+  // continue not yet reported. `consume` clears the report (not WNOWAIT).
+  bool TakeStopReport(bool consume, int* signo);
+  bool TakeContinueReport(bool consume);
+  // The CLD_STOPPED/CLD_CONTINUED notification owed to the parent (0 if
+  // none), with its si_status; taken by the task that sends it.
+  int TakeParentNotification(int* status);
 
   // Releases what a zombie no longer needs (address space, files).
   void ReleaseResources();
@@ -178,6 +207,17 @@ class ThreadGroup {
   std::shared_ptr<fs::FsContext> fs_;
   std::atomic<bool> exiting_{false};
   std::atomic<int> leader_exit_code_{0};
+  std::atomic<bool> stop_requested_{false};
+
+  // A task of the group reached its stop point; true if that completed the
+  // group stop. Then Task::Resumed when it leaves it.
+  bool TaskStopped();
+  void TaskResumed();
+  // Preconditions: mu_ held. Marks the group stopped once every task is.
+  void MaybeCompleteStopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void SetParentNotificationLocked(int why, int status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::atomic<bool> notification_due_{false};
 
   absl::Mutex mu_;
   std::array<SigAction, kNumSignals> actions_ ABSL_GUARDED_BY(mu_);
@@ -188,6 +228,14 @@ class ThreadGroup {
   Usage children_usage_ ABSL_GUARDED_BY(mu_);
   uint64_t maxrss_kb_ ABSL_GUARDED_BY(mu_) = 0;
   ProcessTimers timers_;
+  int stop_signo_ ABSL_GUARDED_BY(mu_) = 0;
+  int stopped_tasks_ ABSL_GUARDED_BY(mu_) = 0;  // tasks at their stop point
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;   // every task is
+  bool stop_report_ ABSL_GUARDED_BY(mu_) = false;      // for WSTOPPED
+  bool continue_report_ ABSL_GUARDED_BY(mu_) = false;  // for WCONTINUED
+  int parent_notification_ ABSL_GUARDED_BY(mu_) = 0;   // CLD_* or 0
+  int parent_notification_status_ ABSL_GUARDED_BY(mu_) = 0;
+  friend class Task;
 };
 
 class Task : public fs::Blocker {
@@ -282,8 +330,8 @@ class Task : public fs::Blocker {
   // signals routed here).
   SigSet pending_signals() const { return pending_.load(); }
   // Removes and returns the lowest pending signal in `set` (0 if none),
-  // with its siginfo in *info when not null.
-  int TakePendingSignal(SigSet set, SignalInfo* info = nullptr);
+  // with its siginfo in *info if not null.
+  int TakePendingSignal(SigSet set, siginfo_t* info = nullptr);
 
   // Delivers a signal caused by this task's own execution (fault, abort):
   // runs the handler if one is installed and the signal is not blocked,
@@ -291,9 +339,25 @@ class Task : public fs::Blocker {
   void ForceSignal(int signo, int code, uint64_t addr);
   // Sends a signal to this task from kill/tgkill.
   void SendSignal(int signo, pid_t sender);
-  // Queues `info` for this task. Returns false when it was not queued:
-  // ignored, or the signal is already pending (one per signal number).
-  bool QueueSignal(SignalInfo info);
+  // Queues `info` (its si_signo is the signal). `group_directed`: a
+  // process-directed signal routed to this task, which any task of the
+  // group may take with a signalfd read (Linux's shared pending queue).
+  // Applies SIGCONT's and the stop signals' effects at sending time.
+  // Returns false when it was not queued: ignored, or that signal is
+  // already pending (one per signal number; a POSIX timer then counts an
+  // overrun). `source`, if any, is told when the signal is taken off the
+  // queue (signal.h).
+  bool SendSignalInfo(const siginfo_t& info, bool group_directed = false,
+                      std::shared_ptr<SignalSource> source = nullptr);
+  // Linux's dequeue_signal, for signalfd and sigtimedwait: removes the
+  // lowest signal of `set` pending for this task, or else a
+  // process-directed one pending on another task of the group; 0 if none.
+  int DequeueSignal(SigSet set, siginfo_t* info);
+  // Whether DequeueSignal(set) would find a signal.
+  bool CanDequeueSignal(SigSet set);
+  // rt_sigpending's view: this thread's pending signals and the
+  // process-directed ones pending on any thread of the group.
+  SigSet PendingForThreadAndGroup();
 
   // CPU time of this thread (cputime.h).
   TaskCpuTime& cputime() { return cputime_; }
@@ -334,7 +398,22 @@ class Task : public fs::Blocker {
   void DeliverPendingSignals();
   // Delivers `signo` to a handler: builds the frame on the user stack.
   // Returns false if the frame cannot be written (the task then dies).
-  bool DeliverToHandler(const SignalInfo& info, const SigAction& act);
+  bool DeliverToHandler(int signo, int code, uint64_t addr, pid_t sender,
+                        const SigAction& act,
+                        const siginfo_t* info = nullptr);
+  // Job control at the task's stop point (job_control.cc): sends what the
+  // parent is owed, and parks the task while its group is stopped. True if
+  // it parked (signals must be looked at again).
+  bool DoJobControl();
+  void NotifyParentIfDue();
+  // Just before the task goes back to application code: a syscall that a
+  // stop (or any signal that ran no handler) interrupted starts again, as
+  // Linux's -ERESTARTSYS/-ERESTARTNOHAND do; a leftover Poke (a stop that
+  // was cancelled, a signal taken by signalfd) is drained so that host
+  // waits do not keep failing with -EINTR.
+  void PrepareToResume();
+  // Signals of `set` pending on this task that were process-directed.
+  SigSet GroupDirectedPending(SigSet set);
   void ApplyDefaultAction(int signo);
   void Cleanup();
 
@@ -353,6 +432,9 @@ class Task : public fs::Blocker {
   std::atomic<bool> killed_{false};
   // The last syscall was interrupted and may be restarted (SA_RESTART).
   bool restart_pending_ = false;
+  // The last syscall returned -EINTR and Linux would restart it if no
+  // handler runs (PrepareToResume).
+  bool restart_if_no_handler_ = false;
   bool restore_mask_ = false;
   SigSet saved_mask_ = 0;
   bool vforked_ = false;
@@ -361,25 +443,30 @@ class Task : public fs::Blocker {
   int exit_code_ = 0;
   TaskCpuTime cputime_;
 
+  struct PendingInfo {
+    bool queued = false;
+    bool group_directed = false;
+    siginfo_t info{};
+    std::shared_ptr<SignalSource> source;  // a POSIX timer
+  };
   std::atomic<SigSet> pending_{0};
 
   // Blocking.
   absl::Mutex mu_;
   absl::CondVar cv_;
   bool wake_pending_ ABSL_GUARDED_BY(mu_) = false;
-  std::array<SignalInfo, kNumSignals> pending_info_ ABSL_GUARDED_BY(mu_);
+  std::array<PendingInfo, kNumSignals> pending_info_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> interrupt_{false};
   std::atomic<bool> sleeping_{false};
   const int64_t start_ns_ = MonotonicNanos();
+  std::atomic<bool> poked_{false};  // interrupt_fd_ may be readable
   UniqueFd interrupt_fd_;  // eventfd, readable once interrupted
   friend class Kernel;
   friend class SignalFrame;
+  friend class ThreadGroup;
 };
 
 inline constexpr pid_t kMaxPid = 4194304;
-// Pseudo syscall numbers for counted, not-yet-implemented behaviour.
-inline constexpr uint64_t kUnimplementedStopSignal = 100000;
-
 struct KernelOptions {
   std::string hostname = "sandbox";
   // The vDSO that exec maps into each new address space (null: none).
@@ -428,13 +515,15 @@ class Kernel {
 
   // wait4/waitid. Selects children by pid (>0), process group (pgid > 0
   // with by_pgid), or any (pid == -1). options: WNOHANG, WNOWAIT,
-  // WEXITED (implied by wait4). Returns the child's pid and fills
+  // WEXITED, WSTOPPED, WCONTINUED (wait4 passes WEXITED). Returns the child's pid and fills
   // *status; 0 with WNOHANG when none has exited; -ECHILD when there is no
   // such child; -EINTR when interrupted.
   struct WaitResult {
     pid_t pid = 0;
     ExitStatus status;
     Usage usage;  // the child's and its reaped children's (wait4's rusage)
+    int stop_signo = 0;      // WSTOPPED: stopped by this signal
+    bool continued = false;  // WCONTINUED: continued
   };
   int64_t WaitChild(Task& t, pid_t pid, bool by_pgid, int options,
                     WaitResult* out);
@@ -450,9 +539,16 @@ class Kernel {
   int64_t SignalProcessGroup(Task& sender, pid_t pgid, int signo);
   // Sends a process-directed signal to `g`.
   void SignalGroup(ThreadGroup& g, int signo, pid_t sender);
-  // Queues `info` for one thread of `g` that does not block it (the first
-  // if all do). Returns false if it was not queued (Task::QueueSignal).
-  bool SignalGroup(ThreadGroup& g, SignalInfo info);
+  // Returns false if it was not queued (Task::SendSignalInfo).
+  bool SignalGroupInfo(ThreadGroup& g, const siginfo_t& info,
+                       std::shared_ptr<SignalSource> source = nullptr);
+  // Job control (job_control.cc). Tells `g`'s parent that `g` stopped or
+  // continued (why: CLD_STOPPED, CLD_CONTINUED): SIGCHLD unless the parent
+  // ignores it or set SA_NOCLDSTOP, and a wakeup of its waits.
+  void NotifyParentJobControl(ThreadGroup& g, int why, int status);
+  // Whether `g`'s process group is orphaned (POSIX): no member has a
+  // parent in another process group of the same session.
+  bool IsPgrpOrphaned(ThreadGroup& g);
   // Starts init and waits until every task of the sandbox has exited.
   ExitStatus RunUntilInitExits(Task* init);
 

@@ -221,22 +221,24 @@ void IntervalTimer::SendLocked(uint64_t periods) {
     overrun_ += periods;
     return;
   }
-  SignalInfo info;
-  info.signo = target_.signo;
-  info.code = target_.code;
+  siginfo_t info{};
+  info.si_signo = target_.signo;
+  info.si_code = target_.code;
+  std::shared_ptr<SignalSource> source;
   if (target_.posix) {
     overrun_ += periods - 1;
-    info.timerid = target_.timerid;
-    info.value = target_.value;
-    info.source = shared_from_this();
+    info.si_timerid = target_.timerid;
+    info.si_value.sival_ptr = reinterpret_cast<void*>(target_.value);
+    source = shared_from_this();
   }
   bool queued = false;
   if (target_.notify == TimerTarget::Notify::kThread) {
     if (std::shared_ptr<Task> t = target_.task.lock()) {
-      queued = t->QueueSignal(std::move(info));
+      queued = t->SendSignalInfo(info, /*group_directed=*/false,
+                                 std::move(source));
     }
   } else if (std::shared_ptr<ThreadGroup> g = target_.group.lock()) {
-    queued = g->kernel().SignalGroup(*g, std::move(info));
+    queued = g->kernel().SignalGroupInfo(*g, info, std::move(source));
   }
   if (target_.posix && queued) {
     signal_pending_ = true;
@@ -244,14 +246,14 @@ void IntervalTimer::SendLocked(uint64_t periods) {
   }
 }
 
-bool IntervalTimer::Dequeued(SignalInfo* info) {
+bool IntervalTimer::Dequeued(siginfo_t* info) {
   absl::MutexLock l(&mu_);
   if (deleted_ || queued_seq_ != seq_) return false;
   signal_pending_ = false;
   overrun_last_ = static_cast<int>(
       std::min<uint64_t>(overrun_, static_cast<uint64_t>(INT_MAX)));
   overrun_ = 0;
-  info->overrun = overrun_last_;
+  info->si_overrun = overrun_last_;
   return true;
 }
 

@@ -105,7 +105,7 @@ class IntervalTimer : public fs::Timer,
   void Delete();
 
   void Expired() override;
-  bool Dequeued(SignalInfo* info) override;
+  bool Dequeued(siginfo_t* info) override;
 
  private:
   void ArmLocked(int64_t now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

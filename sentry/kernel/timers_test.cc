@@ -60,7 +60,7 @@ class TimersTest : public ::testing::Test {
   ProcessTimers& timers() { return task_->group().timers(); }
 
   // Waits up to `patience` for `signo` to be pending, then takes it.
-  bool TakeSignal(int signo, SignalInfo* info,
+  bool TakeSignal(int signo, siginfo_t* info,
                   absl::Duration patience = absl::Seconds(10)) {
     absl::Time end = absl::Now() + patience;
     while (absl::Now() < end) {
@@ -132,12 +132,12 @@ TEST_F(TimersTest, CreateRejectsWhatLinuxRejects) {
 TEST_F(TimersTest, OneShotDeliversSiTimerWithValueAndId) {
   int id = CreateTimer(kSig, 0xabcdef);
   ASSERT_EQ(timers().SetTime(id, 0, Spec(5, 0), nullptr), 0);
-  SignalInfo info;
+  siginfo_t info{};
   ASSERT_TRUE(TakeSignal(kSig, &info));
-  EXPECT_EQ(info.code, SI_TIMER);
-  EXPECT_EQ(info.timerid, id);
-  EXPECT_EQ(info.value, 0xabcdefu);
-  EXPECT_EQ(info.overrun, 0);
+  EXPECT_EQ(info.si_code, SI_TIMER);
+  EXPECT_EQ(info.si_timerid, id);
+  EXPECT_EQ(reinterpret_cast<uint64_t>(info.si_value.sival_ptr), 0xabcdefu);
+  EXPECT_EQ(info.si_overrun, 0);
   itimerspec cur;
   ASSERT_EQ(timers().GetTime(id, &cur), 0);
   EXPECT_EQ(cur.it_value.tv_sec, 0);
@@ -148,11 +148,11 @@ TEST_F(TimersTest, PendingSignalTurnsExpiriesIntoOverruns) {
   int id = CreateTimer(kSig, 1);
   ASSERT_EQ(timers().SetTime(id, 0, Spec(2, 2), nullptr), 0);
   absl::SleepFor(absl::Milliseconds(100));
-  SignalInfo info;
+  siginfo_t info{};
   ASSERT_TRUE(TakeSignal(kSig, &info));
   // ~50 periods ended while the first signal waited.
-  EXPECT_GE(info.overrun, 10);
-  EXPECT_EQ(timers().GetOverrun(id), info.overrun);
+  EXPECT_GE(info.si_overrun, 10);
+  EXPECT_EQ(timers().GetOverrun(id), info.si_overrun);
   timers().Delete(id);
 }
 
@@ -162,7 +162,7 @@ TEST_F(TimersTest, RearmingDropsTheStaleSignal) {
   absl::SleepFor(absl::Milliseconds(50));
   EXPECT_NE(task_->pending_signals() & SigBit(kSig), 0u);
   ASSERT_EQ(timers().SetTime(id, 0, Spec(0, 0), nullptr), 0);
-  SignalInfo info;
+  siginfo_t info{};
   EXPECT_EQ(task_->TakePendingSignal(SigBit(kSig), &info), 0);
 }
 
@@ -171,7 +171,7 @@ TEST_F(TimersTest, AbsoluteTimeInThePastFiresAtOnce) {
   itimerspec v = Spec(0, 0);
   v.it_value.tv_sec = 1;  // 1970
   ASSERT_EQ(timers().SetTime(id, TIMER_ABSTIME, v, nullptr), 0);
-  SignalInfo info;
+  siginfo_t info{};
   EXPECT_TRUE(TakeSignal(kSig, &info, absl::Seconds(2)));
 }
 
@@ -191,9 +191,9 @@ TEST_F(TimersTest, ItimerRealSendsSigalrmFromTheKernel) {
   itimerval v{};
   v.it_value.tv_usec = 3000;
   ASSERT_EQ(timers().SetITimer(*task_, ITIMER_REAL, v, nullptr), 0);
-  SignalInfo info;
+  siginfo_t info{};
   ASSERT_TRUE(TakeSignal(SIGALRM, &info));
-  EXPECT_EQ(info.code, SI_KERNEL);
+  EXPECT_EQ(info.si_code, SI_KERNEL);
   itimerval cur;
   ASSERT_EQ(timers().GetITimer(ITIMER_REAL, &cur), 0);
   EXPECT_EQ(cur.it_value.tv_sec, 0);
@@ -210,7 +210,7 @@ TEST_F(TimersTest, ItimerVirtualCountsOnlyApplicationTime) {
   itimerval v{};
   v.it_value.tv_usec = 20000;
   ASSERT_EQ(timers().SetITimer(*task_, ITIMER_VIRTUAL, v, nullptr), 0);
-  SignalInfo info;
+  siginfo_t info{};
   EXPECT_FALSE(TakeSignal(SIGVTALRM, &info, absl::Milliseconds(150)));
   c.StopBlocking(MonotonicNowNs());
   c.EnterApp(MonotonicNowNs());
@@ -224,16 +224,16 @@ TEST_F(TimersTest, ThreadCpuClockTimerFires) {
   c.EnterApp(MonotonicNowNs());
   int id = CreateTimer(kSig + 1, 7, CLOCK_THREAD_CPUTIME_ID);
   ASSERT_EQ(timers().SetTime(id, 0, Spec(10, 0), nullptr), 0);
-  SignalInfo info;
+  siginfo_t info{};
   EXPECT_TRUE(TakeSignal(kSig + 1, &info));
-  EXPECT_EQ(info.value, 7u);
+  EXPECT_EQ(reinterpret_cast<uint64_t>(info.si_value.sival_ptr), 7u);
   c.LeaveApp(MonotonicNowNs());
 }
 
 TEST_F(TimersTest, DeletingStopsPeriodicTimers) {
   int id = CreateTimer(kSig, 1);
   ASSERT_EQ(timers().SetTime(id, 0, Spec(1, 1), nullptr), 0);
-  SignalInfo info;
+  siginfo_t info{};
   ASSERT_TRUE(TakeSignal(kSig, &info));
   timers().DeletePosixTimers();
   task_->TakePendingSignal(SigBit(kSig), &info);

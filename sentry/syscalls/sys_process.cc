@@ -281,10 +281,13 @@ int64_t SysWait4(Task& t, const SyscallArgs& a) {
     pid = -pid;
   }
   kernel::Kernel::WaitResult res;
-  int64_t r = t.kernel().WaitChild(t, pid, by_pgid, options, &res);
+  // WUNTRACED is WSTOPPED; exits are always reported.
+  int64_t r = t.kernel().WaitChild(t, pid, by_pgid, options | WEXITED, &res);
   if (r <= 0) return r;
   if (a.a[1] != 0) {
     int32_t st = res.status.WaitStatus();
+    if (res.stop_signo != 0) st = (res.stop_signo << 8) | 0x7f;
+    if (res.continued) st = 0xffff;
     if (t.mm().CopyOut(a.a[1], &st, 4) != 4) return -EFAULT;
   }
   if (a.a[3] != 0) {
@@ -303,12 +306,6 @@ int64_t SysWaitid(Task& t, const SyscallArgs& a) {
     return -EINVAL;
   }
   if (!(options & (WEXITED | WSTOPPED | WCONTINUED))) return -EINVAL;
-  if (!(options & WEXITED)) {
-    // Stopped and continued children need job control (not yet): there
-    // is nothing that could ever be reported.
-    t.kernel().CountUnimplemented(SYS_waitid);
-    return -EINVAL;
-  }
   pid_t pid = -1;
   bool by_pgid = false;
   switch (idtype) {
@@ -335,7 +332,13 @@ int64_t SysWaitid(Task& t, const SyscallArgs& a) {
       si.si_signo = SIGCHLD;
       si.si_pid = res.pid;
       si.si_uid = 0;
-      if (res.status.signo != 0) {
+      if (res.stop_signo != 0) {
+        si.si_code = CLD_STOPPED;
+        si.si_status = res.stop_signo;
+      } else if (res.continued) {
+        si.si_code = CLD_CONTINUED;
+        si.si_status = SIGCONT;
+      } else if (res.status.signo != 0) {
         si.si_code = res.status.core ? CLD_DUMPED : CLD_KILLED;
         si.si_status = res.status.signo;
       } else {

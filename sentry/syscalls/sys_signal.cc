@@ -1,5 +1,6 @@
 // Signal syscalls: dispositions, masks, the alternate stack, sending.
 #include <errno.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/syscall.h>
 
@@ -62,7 +63,7 @@ int64_t SysRtSigprocmask(Task& t, const SyscallArgs& a) {
 
 int64_t SysRtSigpending(Task& t, const SyscallArgs& a) {
   if (a.a[1] > sizeof(SigSet)) return -EINVAL;
-  SigSet pending = t.pending_signals() & t.signal_mask();
+  SigSet pending = t.PendingForThreadAndGroup() & t.signal_mask();
   return t.mm().CopyOut(a.a[0], &pending, a.a[1]) == static_cast<int64_t>(a.a[1])
              ? 0
              : -EFAULT;
@@ -134,36 +135,22 @@ int64_t SysRtSigtimedwait(Task& t, const SyscallArgs& a) {
     }
     deadline = absl::Now() + absl::DurationFromTimespec(ts);
   }
-  // While waiting, the signals of `set` are unblocked for wakeups but
-  // taken here instead of being delivered: block them, and watch pending.
-  SigSet old = t.signal_mask();
+  // The signals of `set` stay blocked (they are usually blocked so that
+  // they wait here): watch the group's signal queue for them instead.
   for (;;) {
-    kernel::SignalInfo info;
-    int signo = t.TakePendingSignal(set, &info);
+    siginfo_t si = {};
+    int signo = t.DequeueSignal(set, &si);
     if (signo > 0) {
-      if (a.a[1] != 0) {
-        siginfo_t si = {};
-        si.si_signo = signo;
-        si.si_code = info.code;
-        if (info.code == SI_TIMER) {
-          si.si_timerid = info.timerid;
-          si.si_overrun = info.overrun;
-          si.si_value.sival_ptr = reinterpret_cast<void*>(info.value);
-        } else if (info.code == SI_USER || info.code == SI_TKILL) {
-          si.si_pid = info.sender;
-        }
-        if (t.mm().CopyOut(a.a[1], &si, sizeof(si)) != sizeof(si)) return -EFAULT;
+      si.si_signo = signo;
+      if (a.a[1] != 0 && t.mm().CopyOut(a.a[1], &si, sizeof(si)) != sizeof(si)) {
+        return -EFAULT;
       }
       return signo;
     }
-    t.set_signal_mask(old & ~set);
-    Task::WakeReason why = t.Block(deadline);
-    t.set_signal_mask(old);
-    if (why == Task::WakeReason::kTimeout) return -EAGAIN;
-    if (why == Task::WakeReason::kInterrupted &&
-        (t.pending_signals() & set) == 0) {
-      return -EINTR;
-    }
+    int r = t.Wait(*t.group().signal_queue, POLLIN,
+                   [&t, set] { return t.CanDequeueSignal(set); }, deadline);
+    if (r == -ETIMEDOUT) return -EAGAIN;
+    if (r < 0) return r;
   }
 }
 

@@ -50,6 +50,7 @@ void RegisterSplice(Entry* table);
 void RegisterMemfd(Entry* table);
 void RegisterInotify(Entry* table);
 void RegisterTime(Entry* table);
+void RegisterSignalfd(Entry* table);
 
 }  // namespace sandboxd::syscalls
 

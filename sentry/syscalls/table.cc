@@ -22,6 +22,7 @@ Table::Table() {
   RegisterMemfd(table_);
   RegisterInotify(table_);
   RegisterTime(table_);
+  RegisterSignalfd(table_);
 }
 
 int64_t Table::Invoke(Task& t, const SyscallArgs& args) {

@@ -164,6 +164,7 @@ absl::StatusOr<Task*> Kernel::CreateProcess(Task& parent,
   g->parent = &pg;
   g->pgid = pg.pgid;
   g->sid = pg.sid;
+  g->ctty = pg.ctty;
   g->exit_signal = exit_signal;
   g->comm = pg.comm;
   pg.children.push_back(g);
@@ -279,6 +280,7 @@ int64_t Kernel::SetSid(Task& t) {
   }
   me.sid = me.tgid();
   me.pgid = me.tgid();
+  me.ctty.reset();  // a new session starts without a controlling terminal
   return me.sid;
 }
 

@@ -37,6 +37,10 @@
 #include "sentry/mm/memory_file.h"
 #include "sentry/mm/mm.h"
 
+namespace sandboxd::fs::tty {
+class Terminal;
+}  // namespace sandboxd::fs::tty
+
 namespace sandboxd::kernel {
 
 class Kernel;
@@ -103,6 +107,8 @@ class ThreadGroup {
   bool did_exec = false;     // setpgid by the parent fails after exec
   std::string comm;          // the program's name (16 bytes, as Linux)
   std::string exe;           // the executable's path in the sandbox
+  // The controlling terminal (ctty.cc); inherited by fork, gone at setsid.
+  std::shared_ptr<fs::tty::Terminal> ctty;
   // Where the initial argv and envp strings are in the address space.
   uint64_t arg_start = 0, arg_end = 0, env_start = 0, env_end = 0;
   // Parents wait here for children's state changes (wait4, waitid).
@@ -379,6 +385,28 @@ class Kernel {
   int64_t SignalProcessGroup(Task& sender, pid_t pgid, int signo);
   // Sends a process-directed signal to `g`.
   void SignalGroup(ThreadGroup& g, int signo, pid_t sender);
+  // Controlling terminals and job control (ctty.cc, Linux's tty_jobctrl.c).
+  // `t`'s controlling terminal, null if none (or hung up).
+  std::shared_ptr<fs::tty::Terminal> ControllingTerminal(Task& t);
+  // open(2) without O_NOCTTY of a terminal's program side: a session
+  // leader without one acquires it if it controls no session yet.
+  void TerminalOpened(Task& t, const std::shared_ptr<fs::tty::Terminal>& tty);
+  // Makes `tty` init's controlling terminal (the host terminal at start).
+  void SetInitTerminal(const std::shared_ptr<fs::tty::Terminal>& tty);
+  int64_t SetControllingTerminal(Task& t,
+                                 const std::shared_ptr<fs::tty::Terminal>& tty,
+                                 bool steal);                      // TIOCSCTTY
+  int64_t DropControllingTerminal(Task& t, fs::tty::Terminal& tty);  // TIOCNOTTY
+  int64_t SetForegroundGroup(Task& t, fs::tty::Terminal& tty, pid_t pgid);
+  // 0 to go on, -EIO, or -EINTR after sending `signo` to t's group
+  // (see fs::tty::JobControl::CheckAccess).
+  int CheckTerminalAccess(Task& t, fs::tty::Terminal& tty, int signo,
+                          bool ignored_ok);
+  // Sends `signo` to process group `pgid` from the kernel (no sender).
+  void SignalPgrp(pid_t pgid, int signo);
+  // A hangup of `tty`, which controlled session `sid`.
+  void HangUpTerminal(const std::shared_ptr<fs::tty::Terminal>& tty, pid_t sid);
+
   // Starts init and waits until every task of the sandbox has exited.
   ExitStatus RunUntilInitExits(Task* init);
 

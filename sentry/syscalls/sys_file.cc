@@ -13,6 +13,7 @@
 #include "sentry/fs/pipe.h"
 #include "sentry/syscalls/lock_syscalls.h"
 #include "sentry/syscalls/syscalls.h"
+#include "sentry/syscalls/tty.h"
 
 namespace sandboxd::syscalls {
 namespace {
@@ -198,6 +199,9 @@ int64_t SysFstat(Task& t, const SyscallArgs& a) {
 int64_t SysIoctl(Task& t, const SyscallArgs& a) {
   auto f = GetFile(t, a.a[0]);
   if (f == nullptr) return -EBADF;
+  bool tty;
+  int64_t tr = TerminalIoctl(t, f, a.a[1], a.a[2], &tty);
+  if (tty) return tr;
   bool in, out;
   int64_t size = fs::IoctlArgSize(a.a[1], &in, &out);
   if (size < 0) return -ENOTTY;

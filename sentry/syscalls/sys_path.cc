@@ -17,6 +17,7 @@
 #include "sentry/fs/vfs.h"
 #include "sentry/syscalls/paths.h"
 #include "sentry/syscalls/syscalls.h"
+#include "sentry/syscalls/tty.h"
 
 namespace sandboxd::syscalls {
 
@@ -176,7 +177,7 @@ int64_t DoOpen(Task& t, int64_t dirfd, const std::string& path, int flags,
     }
   }
   std::shared_ptr<fs::File> file;
-  int r = loc.inode().Open(flags, &file);
+  int r = OpenInode(t, loc, flags, &file);
   if (r < 0) return r;
   if (auto* inf = dynamic_cast<fs::InodeFile*>(file.get())) inf->set_location(loc);
   return t.group().fds().Install(file, (flags & O_CLOEXEC) != 0);

@@ -222,7 +222,7 @@ absl::Status MountDev(fs::Vfs& vfs, const fs::FsContext& ctx,
   };
   if (console != nullptr) {
     dopts.open_console = [console](std::shared_ptr<fs::File>* out) {
-      return console->OpenProgramSide(O_RDWR, out);
+      return console->OpenProgramSide(O_RDWR, nullptr, out);
     };
   }
   static fs::DevFs* devfs = new fs::DevFs(std::move(dopts));

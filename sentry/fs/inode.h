@@ -111,6 +111,10 @@ class Inode : public std::enable_shared_from_this<Inode> {
     return -ENOTDIR;
   }
 
+  // Whether the VFS may cache what Lookup returns. Directories whose
+  // entries appear and vanish on their own (devpts) say no.
+  virtual bool CacheLookups() const { return true; }
+
   // Symlinks.
   virtual int Readlink(std::string* target) { return -EINVAL; }
 

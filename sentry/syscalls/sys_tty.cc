@@ -96,7 +96,7 @@ int64_t MasterIoctl(Task& t, fs::tty::PtyMasterFile& m, uint64_t request,
         return -EINVAL;
       }
       std::shared_ptr<fs::File> f;
-      int64_t r = pty.OpenProgramSide(flags | O_NOCTTY, &f);
+      int64_t r = pty.OpenProgramSide(flags | O_NOCTTY, nullptr, &f);
       if (r < 0) return r;
       return t.group().fds().Install(std::move(f), (flags & O_CLOEXEC) != 0);
     }
@@ -230,7 +230,8 @@ int OpenInode(Task& t, const fs::Location& loc, int flags,
     if (inode.GetAttr(&a) == 0 && a.rdev == fs::kDevTty) {
       std::shared_ptr<Terminal> term = t.kernel().ControllingTerminal(t);
       if (term == nullptr) return -ENXIO;
-      return static_cast<int>(term->OpenProgramSide(flags, out));
+      return static_cast<int>(
+          term->OpenProgramSide(flags, inode.shared_from_this(), out));
     }
   }
   int r = inode.Open(flags, out);

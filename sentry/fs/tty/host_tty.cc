@@ -30,11 +30,15 @@ std::shared_ptr<File> HostTerminal::OpenHostFd(int fd) {
       UniqueFd(d), std::static_pointer_cast<Terminal>(shared_from_this()));
 }
 
-int64_t HostTerminal::OpenProgramSide(int flags, std::shared_ptr<File>* out) {
+int64_t HostTerminal::OpenProgramSide(int flags, std::shared_ptr<Inode> via,
+                                      std::shared_ptr<File>* out) {
   // Every opener of a terminal shares its device; the host description's
   // flags are not ours to change, and HostFile keeps O_NONBLOCK itself.
   std::shared_ptr<File> f = OpenHostFd(fd_.get());
   if (f == nullptr) return -errno;
+  if (via != nullptr) {
+    static_cast<HostTtyFile&>(*f).set_stat_node(std::move(via));
+  }
   if (flags & O_NONBLOCK) f->SetStatusFlags(f->StatusFlags() | O_NONBLOCK);
   *out = std::move(f);
   return 0;
@@ -95,7 +99,9 @@ int64_t HostTtyFile::Write(const void* buf, uint64_t n, int64_t offset,
 }
 
 int64_t HostTtyFile::Stat(struct stat* st) {
-  const auto& node = static_cast<HostTerminal&>(*term_).node();
+  const std::shared_ptr<Inode>& node =
+      stat_node_ != nullptr ? stat_node_
+                            : static_cast<HostTerminal&>(*term_).node();
   if (node == nullptr) return HostFile::Stat(st);
   Attr a;
   int r = node->GetAttr(&a);

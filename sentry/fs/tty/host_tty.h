@@ -46,7 +46,8 @@ class HostTerminal final : public Terminal {
   int64_t OutputQueued(int* out) override;
   int64_t Flush(int queue) override;
   bool hung_up() const override { return false; }
-  int64_t OpenProgramSide(int flags, std::shared_ptr<File>* out) override;
+  int64_t OpenProgramSide(int flags, std::shared_ptr<Inode> via,
+                          std::shared_ptr<File>* out) override;
 
  private:
   const UniqueFd fd_;
@@ -67,9 +68,12 @@ class HostTtyFile final : public HostFile, public TtyFile {
   // Terminal ioctls are handled through terminal(); nothing else applies.
   int64_t Ioctl(uint64_t request, void* buf) override { return -ENOTTY; }
   const std::shared_ptr<Terminal>& terminal() const override { return term_; }
+  // The node fstat shows when not the terminal's own (/dev/tty).
+  void set_stat_node(std::shared_ptr<Inode> node) { stat_node_ = std::move(node); }
 
  private:
   const std::shared_ptr<Terminal> term_;
+  std::shared_ptr<Inode> stat_node_;
 };
 
 }  // namespace sandboxd::fs::tty

@@ -373,10 +373,16 @@ int64_t Pty::Flush(int queue) {
   return 0;
 }
 
-int64_t Pty::OpenProgramSide(int flags, std::shared_ptr<File>* out) {
+int64_t Pty::OpenProgramSide(int flags, std::shared_ptr<Inode> via,
+                             std::shared_ptr<File>* out) {
   std::shared_ptr<PtsInode> inode = pts_inode();
   if (inode == nullptr) return -EIO;
-  return inode->Open(flags, out);
+  if (via == nullptr) return inode->Open(flags, out);
+  int64_t r = ReplicaOpening();
+  if (r < 0) return r;
+  *out = std::make_shared<PtyReplicaFile>(
+      std::move(via), flags, std::static_pointer_cast<Pty>(shared_from_this()));
+  return 0;
 }
 
 std::shared_ptr<PtsInode> Pty::pts_inode() {
@@ -509,6 +515,7 @@ class DevPtsRoot final : public Inode {
     return fs_->Lookup(name, out);
   }
   int ReadDir(std::vector<DirEntry>* out) override { return fs_->ReadDir(out); }
+  bool CacheLookups() const override { return false; }
   int Create(const std::string&, const CreateRequest&,
              std::shared_ptr<Inode>*) override {
     return -EACCES;

@@ -93,7 +93,8 @@ class Pty final : public Terminal {
   int64_t OutputQueued(int* out) override;
   int64_t Flush(int queue) override;
   bool hung_up() const override;
-  int64_t OpenProgramSide(int flags, std::shared_ptr<File>* out) override;
+  int64_t OpenProgramSide(int flags, std::shared_ptr<Inode> via,
+                          std::shared_ptr<File>* out) override;
 
   // The replica's inode in devpts (null once the master closed).
   std::shared_ptr<PtsInode> pts_inode();

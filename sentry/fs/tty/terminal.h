@@ -91,8 +91,11 @@ class Terminal : public std::enable_shared_from_this<Terminal> {
   // After a hangup the terminal controls nothing and its program side
   // reads EOF.
   virtual bool hung_up() const = 0;
-  // Opens the program side again (/dev/tty): a new description.
-  virtual int64_t OpenProgramSide(int flags, std::shared_ptr<File>* out) = 0;
+  // Opens the program side again: a new description. `via` is the node it
+  // is opened by when that is not the terminal's own (/dev/tty): fstat
+  // shows that node, as on Linux.
+  virtual int64_t OpenProgramSide(int flags, std::shared_ptr<Inode> via,
+                                  std::shared_ptr<File>* out) = 0;
 
  protected:
   // SIGWINCH to the foreground group, if any.

@@ -9,8 +9,6 @@
 #include <errno.h>
 #include <signal.h>
 
-#include <thread>
-
 #include "sentry/fs/tty/terminal.h"
 
 namespace sandboxd::kernel {
@@ -27,10 +25,10 @@ std::shared_ptr<Terminal> Kernel::ControllingTerminal(Task& t) {
 void Kernel::TerminalOpened(Task& t, const std::shared_ptr<Terminal>& tty) {
   absl::MutexLock l(&mu_);
   ThreadGroup& me = t.group();
-  if (me.sid != me.tgid() || me.ctty != nullptr || tty->session() != 0) return;
-  if (tty->hung_up()) return;
+  if (me.sid != me.tgid() || tty->session() != 0 || tty->hung_up()) return;
+  if (me.ctty != nullptr && !me.ctty->hung_up()) return;
   me.ctty = tty;
-  tty->SetSession(me.sid, me.pgid);
+  tty->SetSession(me.sid, me.pgid, groups_[me.tgid()]);
 }
 
 void Kernel::SetInitTerminal(const std::shared_ptr<Terminal>& tty) {
@@ -38,7 +36,7 @@ void Kernel::SetInitTerminal(const std::shared_ptr<Terminal>& tty) {
   auto it = groups_.find(1);
   if (it == groups_.end()) return;
   it->second->ctty = tty;
-  tty->SetSession(it->second->sid, it->second->pgid);
+  tty->SetSession(it->second->sid, it->second->pgid, it->second);
 }
 
 int64_t Kernel::SetControllingTerminal(Task& t,
@@ -59,7 +57,7 @@ int64_t Kernel::SetControllingTerminal(Task& t,
     }
   }
   me.ctty = tty;
-  tty->SetSession(me.sid, me.pgid);
+  tty->SetSession(me.sid, me.pgid, groups_[me.tgid()]);
   return 0;
 }
 
@@ -133,22 +131,21 @@ int Kernel::CheckTerminalAccess(Task& t, Terminal& tty, int signo,
   return -EINTR;
 }
 
+void Kernel::DisassociateTerminalLocked(ThreadGroup& leader) {
+  std::shared_ptr<Terminal> tty = leader.ctty;
+  if (tty == nullptr || tty->hung_up() || tty->session() != leader.sid) return;
+  const pid_t fg = tty->foreground();
+  tty->SetSession(0, 0);
+  for (const auto& [id, g] : groups_) {
+    if (g->ctty == tty) g->ctty.reset();
+    if (fg > 0 && !g->zombie && g->pgid == fg) SignalGroup(*g, SIGHUP, 0);
+  }
+}
+
 void Kernel::SignalPgrp(pid_t pgid, int signo) {
   absl::MutexLock l(&mu_);
   for (const auto& [id, g] : groups_) {
     if (!g->zombie && g->pgid == pgid) SignalGroup(*g, signo, 0);
-  }
-}
-
-void Kernel::HangUpTerminal(const std::shared_ptr<Terminal>& tty, pid_t sid) {
-  absl::MutexLock l(&mu_);
-  for (const auto& [id, g] : groups_) {
-    if (g->ctty != tty) continue;
-    g->ctty.reset();
-    if (!g->zombie && g->tgid() == sid) {
-      SignalGroup(*g, SIGHUP, 0);
-      SignalGroup(*g, SIGCONT, 0);
-    }
   }
 }
 
@@ -169,13 +166,14 @@ class KernelJobControl final : public fs::tty::JobControl {
     return k_->CheckTerminalAccess(*task, t, signo, ignored_ok);
   }
 
+  // Without Kernel::mu_, which the caller may hold (a process's exit
+  // releases its files under it): the leader is held by the terminal, and
+  // signalling a group takes only the locks below mu_.
   void HangUp(std::shared_ptr<Terminal> t, pid_t sid) override {
-    // The master's last close may come from a process's exit, which
-    // releases its files under Kernel::mu_: the signals go from a thread
-    // of their own. Hangups are rare; the thread lives for one lock.
-    Kernel* k = k_;
-    std::thread([k, t = std::move(t), sid] { k->HangUpTerminal(t, sid); })
-        .detach();
+    auto leader = std::static_pointer_cast<ThreadGroup>(t->session_leader().lock());
+    if (leader == nullptr || leader->tgid() != sid || leader->exiting()) return;
+    k_->SignalGroup(*leader, SIGHUP, 0);
+    k_->SignalGroup(*leader, SIGCONT, 0);
   }
 
  private:

@@ -97,6 +97,7 @@ void Kernel::GroupExitedLocked(const std::shared_ptr<ThreadGroup>& g) {
   if (g->zombie) return;
   g->zombie = true;
   const bool is_init = g->tgid() == 1;
+  if (g->sid == g->tgid()) DisassociateTerminalLocked(*g);
 
   // Children go to init (the sandbox's pid 1); when init itself exits,
   // every other process of the pid namespace is killed, as on Linux.

@@ -404,8 +404,6 @@ class Kernel {
                           bool ignored_ok);
   // Sends `signo` to process group `pgid` from the kernel (no sender).
   void SignalPgrp(pid_t pgid, int signo);
-  // A hangup of `tty`, which controlled session `sid`.
-  void HangUpTerminal(const std::shared_ptr<fs::tty::Terminal>& tty, pid_t sid);
 
   // Starts init and waits until every task of the sandbox has exited.
   ExitStatus RunUntilInitExits(Task* init);
@@ -427,6 +425,10 @@ class Kernel {
   void GroupExitedLocked(const std::shared_ptr<ThreadGroup>& g)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReapLocked(const std::shared_ptr<ThreadGroup>& g)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A session leader exited: its controlling terminal's foreground group
+  // gets SIGHUP and the session loses the terminal (ctty.cc).
+  void DisassociateTerminalLocked(ThreadGroup& leader)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::unique_ptr<mm::MemoryFile> mf_;

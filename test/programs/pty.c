@@ -279,6 +279,48 @@ int main(void) {
         poll(&pf, 1, 0) == 1 && (pf.revents & POLLHUP));
   close(s2);
 
+  /* A session leader that opens a terminal without O_NOCTTY acquires it;
+   * when it exits, its foreground job gets SIGHUP. The job holds a pipe
+   * open: EOF on it means the job died. */
+  int m4;
+  char name4[64];
+  int s4 = open_pair(&m4, name4, sizeof(name4));
+  close(s4);
+  int jp[2], rp[2];
+  if (pipe(jp) != 0 || pipe(rp) != 0) return 1;
+  fflush(stdout);
+  pid_t leader = fork();
+  if (leader == 0) {
+    close(jp[0]);
+    setsid();
+    int fd = open(name4, O_RDWR);
+    int ok = fd >= 0 && tcgetpgrp(fd) == getpid();
+    pid_t job = fork();
+    if (job == 0) {
+      setpgid(0, 0);
+      if (write(rp[1], "j", 1) != 1) _exit(3);
+      for (;;) pause();
+    }
+    char c;
+    close(jp[1]);
+    if (read(rp[0], &c, 1) != 1) ok = 0;
+    setpgid(job, job);
+    if (tcsetpgrp(fd, job) != 0) ok = 0;
+    _exit(ok ? 0 : 1);
+  }
+  close(jp[1]);
+  close(rp[1]);
+  waitpid(leader, &wst, 0);
+  CHECK("open without O_NOCTTY makes the controlling terminal",
+        WIFEXITED(wst) && WEXITSTATUS(wst) == 0);
+  pf.fd = jp[0];
+  pf.events = POLLIN;
+  CHECK("the leader's exit hangs up its foreground job",
+        poll(&pf, 1, 5000) == 1 && read(jp[0], buf, 1) == 0);
+  close(jp[0]);
+  close(rp[0]);
+  close(m4);
+
   /* The master sees EIO once the replica is closed. */
   int m3;
   char name3[64];

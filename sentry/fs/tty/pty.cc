@@ -138,10 +138,8 @@ void Pty::MasterClosed() {
   // The hangup: readers and writers of the replica wake up to EOF and EIO.
   replica_q_->Notify(kIn | kOut | POLLHUP | POLLERR);
   pid_t sid = session();
+  if (sid > 0) job_control()->HangUp(shared_from_this(), sid);
   SetSession(0, 0);
-  if (sid > 0) {
-    job_control()->HangUp(std::static_pointer_cast<Terminal>(shared_from_this()), sid);
-  }
 }
 
 bool Pty::hung_up() const {

@@ -44,10 +44,10 @@ class JobControl {
   // process group.
   virtual int CheckAccess(Terminal& t, const IoContext& io, int signo,
                           bool ignored_ok) = 0;
-  // The terminal hung up (its master side closed): the session leader gets
-  // SIGHUP and SIGCONT and the session loses its controlling terminal.
-  // May be called with kernel locks held (a process's last close happens
-  // at its exit): the implementation must not take them synchronously.
+  // The terminal hung up (its master side closed): the session leader
+  // (Terminal::session_leader) gets SIGHUP and SIGCONT; processes stop
+  // seeing it as their controlling terminal (hung_up()). May be called with
+  // Kernel::mu_ held (a process's last close happens at its exit).
   virtual void HangUp(std::shared_ptr<Terminal> t, pid_t sid) = 0;
 };
 
@@ -68,10 +68,17 @@ class Terminal : public std::enable_shared_from_this<Terminal> {
     absl::MutexLock l(&job_mu_);
     return fg_pgid_;
   }
-  void SetSession(pid_t sid, pid_t pgid) {
+  // `leader` is the kernel's session leader object, opaque here, held
+  // weakly for the hangup.
+  void SetSession(pid_t sid, pid_t pgid, std::weak_ptr<void> leader = {}) {
     absl::MutexLock l(&job_mu_);
     sid_ = sid;
     fg_pgid_ = pgid;
+    leader_ = std::move(leader);
+  }
+  std::weak_ptr<void> session_leader() const {
+    absl::MutexLock l(&job_mu_);
+    return leader_;
   }
   void SetForeground(pid_t pgid) {
     absl::MutexLock l(&job_mu_);
@@ -109,6 +116,7 @@ class Terminal : public std::enable_shared_from_this<Terminal> {
   mutable absl::Mutex job_mu_;
   pid_t sid_ ABSL_GUARDED_BY(job_mu_) = 0;
   pid_t fg_pgid_ ABSL_GUARDED_BY(job_mu_) = 0;
+  std::weak_ptr<void> leader_ ABSL_GUARDED_BY(job_mu_);
 };
 
 // Implemented by every File of a terminal: both sides of a pty, the host

@@ -12,6 +12,7 @@
 
 #include "gtest/gtest.h"
 #include "sentry/fs/fake_blocker.h"
+#include "sentry/fs/vfs.h"
 
 namespace sandboxd::fs::tty {
 namespace {
@@ -197,6 +198,23 @@ TEST_F(PtyTest, PacketMode) {
   EXPECT_EQ(Read(*master_), std::string("\0d", 2));
   master_->pty().Flush(TCIFLUSH);
   EXPECT_EQ(Read(*master_), std::string(1, TIOCPKT_FLUSHREAD));
+}
+
+// Path lookups see replicas come and go: devpts is never cached.
+TEST_F(PtyTest, VfsLookupsFollowTheDirectory) {
+  Vfs vfs(devpts_->Root(), "devpts", "devpts", false);
+  FsContext ctx(vfs.Root(), vfs.Root());
+  Location loc;
+  EXPECT_EQ(vfs.Resolve(ctx, vfs.Root(), "/0", true, &loc), 0);
+  EXPECT_EQ(vfs.Resolve(ctx, vfs.Root(), "/1", true, &loc), -ENOENT);
+  master_.reset();
+  EXPECT_EQ(vfs.Resolve(ctx, vfs.Root(), "/0", true, &loc), -ENOENT);
+  std::shared_ptr<File> m;
+  ASSERT_EQ(devpts_->OpenMaster(ptmx_, O_RDWR, &m), 0);
+  ASSERT_EQ(vfs.Resolve(ctx, vfs.Root(), "/0", true, &loc), 0);
+  Attr a;
+  loc.inode().GetAttr(&a);
+  EXPECT_EQ(a.rdev, makedev(136, 0));
 }
 
 }  // namespace

@@ -327,6 +327,7 @@ int main(void) {
   int s3 = open_pair(&m3, name3, sizeof(name3));
   close(s3);
   CHECK_ERRNO("master read after the replica closed", read(m3, buf, 1), EIO);
+  CHECK("master write without a replica", write(m3, "z\n", 2) == 2);
   pf.fd = m3;
   CHECK("master poll: POLLHUP", poll(&pf, 1, 0) == 1 && (pf.revents & POLLHUP));
   close(m3);

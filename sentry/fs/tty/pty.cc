@@ -86,17 +86,13 @@ int64_t Pty::MasterWrite(const void* buf, uint64_t n, bool nonblock,
   for (;;) {
     std::string echo;
     std::vector<int> signals;
-    bool none_open = false;
     {
+      // Input is taken whether or not a replica is open (it waits for
+      // the next opener), as Linux does.
       absl::MutexLock l(&mu_);
-      if (replicas_ == 0) {
-        none_open = true;
-      } else {
-        done += ld_.Input(p + done, n - done, &echo, &signals);
-        output_ += echo;
-      }
+      done += ld_.Input(p + done, n - done, &echo, &signals);
+      output_ += echo;
     }
-    if (none_open) return done > 0 ? static_cast<int64_t>(done) : -EIO;
     replica_q_->Notify(kIn);
     if (!echo.empty()) master_q_->Notify(kIn);
     if (!signals.empty()) {
@@ -112,7 +108,7 @@ int64_t Pty::MasterWrite(const void* buf, uint64_t n, bool nonblock,
     }
     int r = io.blocker->Wait(*master_q_, kOut, [this] {
       absl::MutexLock l(&mu_);
-      return ld_.HasRoom() || replicas_ == 0;
+      return ld_.HasRoom();
     });
     if (r < 0) return done > 0 ? static_cast<int64_t>(done) : r;
   }

@@ -11,8 +11,8 @@
 // by the opener, mode 0620 group 5 (Debian's devpts options); it
 // disappears when the master closes, and the master's close hangs the
 // replica up (reads give EOF, writes EIO; its session leader gets SIGHUP).
-// Reading the master gives EIO once every replica is closed, writing it
-// before any replica is open gives EIO too. Packet mode (TIOCPKT) prefixes
+// Reading the master gives EIO once every replica is closed; writing it
+// works with or without a replica open (the input waits for one). Packet mode (TIOCPKT) prefixes
 // each master read with a status byte (data, or TIOCPKT_FLUSHREAD/WRITE
 // after TCFLSH).
 //

@@ -181,13 +181,16 @@ TEST_F(PtyTest, MasterCloseHangsUp) {
 
 TEST_F(PtyTest, ReplicaCloseGivesMasterEio) {
   master_->pty().SetLocked(false);
-  EXPECT_EQ(Write(*master_, "x"), -EIO);  // no replica open yet
+  EXPECT_EQ(Write(*master_, "x\n"), 2);  // taken before any replica opens
   auto r = OpenReplica();
+  EXPECT_EQ(Read(*r), "x\n");
+  EXPECT_EQ(Read(*master_), "x\r\n");
   Write(*r, "bye");
   r.reset();
   EXPECT_EQ(Read(*master_), "bye");  // what was written stays readable
   EXPECT_EQ(Read(*master_), "error " + std::to_string(EIO));
   EXPECT_TRUE(master_->Readiness(POLLIN) & POLLHUP);
+  EXPECT_EQ(Write(*master_, "y"), 1);
 }
 
 TEST_F(PtyTest, PacketMode) {

@@ -9,6 +9,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
@@ -205,6 +206,21 @@ int main(void) {
   CHECK("replica write: NL becomes CRNL", write(s, "out\n", 4) == 4 &&
                                               read_for(m, buf, 5) == 5 &&
                                               strcmp(buf, "out\r\n") == 0);
+  int ep = epoll_create1(0);
+  struct epoll_event ev = {EPOLLIN, {0}}, evs[2];
+  CHECK("epoll on the master", ep >= 0 && epoll_ctl(ep, EPOLL_CTL_ADD, m, &ev) == 0 &&
+                                   epoll_wait(ep, evs, 2, 0) == 0);
+  write(s, "e", 1);
+  CHECK("epoll: master readable after a replica write",
+        epoll_wait(ep, evs, 2, 2000) == 1 && (evs[0].events & EPOLLIN));
+  read_for(m, buf, 1);
+  close(ep);
+  int one = 1, zero = 0;
+  CHECK("TIOCPKT on", ioctl(m, TIOCPKT, &one) == 0);
+  write(s, "p", 1);
+  r = read_for(m, buf, 2);
+  CHECK("packet mode: a data packet", r == 2 && buf[0] == TIOCPKT_DATA && buf[1] == 'p');
+  CHECK("TIOCPKT off", ioctl(m, TIOCPKT, &zero) == 0);
   int fl = fcntl(s, F_GETFL);
   fcntl(s, F_SETFL, fl | O_NONBLOCK);
   CHECK_ERRNO("nonblocking read without a line", read(s, buf, 1), EAGAIN);

@@ -36,7 +36,10 @@
 #include "sentry/fs/proc/procfs.h"
 #include "sentry/fs/rootfs.h"
 #include "sentry/fs/tmpfs.h"
+#include "sentry/fs/tty/host_tty.h"
+#include "sentry/fs/tty/pty.h"
 #include "sentry/fs/vfs.h"
+#include "sentry/kernel/ctty.h"
 #include "sentry/kernel/task.h"
 #include "sentry/loader/elf_loader.h"
 #include "sentry/mm/memory_file.h"
@@ -58,6 +61,7 @@ constexpr uint64_t kOverlayDev = 0x803;
 constexpr uint64_t kDevfsDev = 0x804;
 constexpr uint64_t kShmDev = 0x805;
 constexpr uint64_t kProcDev = 0x806;
+constexpr uint64_t kDevptsDev = 0x807;
 
 [[noreturn]] void Die(int code, const std::string& msg) {
   fprintf(stderr, "sentry: %s\n", msg.c_str());
@@ -202,11 +206,14 @@ fs::Location FindProgram(fs::Vfs& vfs, const fs::FsContext& ctx,
       absl::StrCat(prog, ": ", strerror(last_err)));
 }
 
-// /dev: devfs, never the host's; /dev/shm: a tmpfs of its own, as on
-// Linux. The mountpoint is created in the overlay's upper layer when the
-// rootfs has no /dev.
+// /dev: devfs, never the host's, with devpts at /dev/pts and, when the
+// Sentry runs on a host terminal, /dev/console; /dev/shm: a tmpfs of its
+// own, as on Linux. The mountpoint is created in the overlay's upper layer
+// when the rootfs has no /dev. /dev/tty is the caller's controlling
+// terminal, which the open path resolves (syscalls/sys_tty.cc).
 absl::Status MountDev(fs::Vfs& vfs, const fs::FsContext& ctx,
-                      mm::MemoryFile* memfile) {
+                      mm::MemoryFile* memfile, fs::tty::JobControl* jc,
+                      const std::shared_ptr<fs::tty::HostTerminal>& console) {
   fs::Location root = vfs.Root();
   fs::Location dev;
   int r = vfs.Lookup(root, "dev", &dev);
@@ -219,8 +226,23 @@ absl::Status MountDev(fs::Vfs& vfs, const fs::FsContext& ctx,
   if (r < 0) return ErrnoStatus("mounting /dev: looking up /dev", -r);
   fs::DevFsOptions dopts;
   dopts.dev = kDevfsDev;
-  dopts.open_tty = fs::HostTtyOpener(STDIN_FILENO);
+  static std::shared_ptr<fs::tty::DevPts> devpts =
+      fs::tty::DevPts::Create(kDevptsDev, jc);
+  dopts.pts = devpts->Root();
+  dopts.open_ptmx = [](std::shared_ptr<fs::Inode> ptmx, int flags,
+                       std::shared_ptr<fs::File>* out) {
+    return devpts->OpenMaster(std::move(ptmx), flags, out);
+  };
+  if (console != nullptr) {
+    dopts.open_console = [console](std::shared_ptr<fs::File>* out) {
+      return console->OpenProgramSide(O_RDWR, nullptr, out);
+    };
+  }
   static fs::DevFs* devfs = new fs::DevFs(std::move(dopts));
+  if (console != nullptr) {
+    std::shared_ptr<fs::Inode> node;
+    if (devfs->Root()->Lookup("console", &node) == 0) console->set_node(node);
+  }
   r = vfs.MountAt(dev, devfs->Root(), "devtmpfs", "devtmpfs", false);
   if (r < 0) return ErrnoStatus("mounting devfs on /dev", -r);
   fs::Location shm;
@@ -270,6 +292,10 @@ int Run(const Options& o) {
   for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGUSR1, SIGWINCH}) {
     sigaddset(&fwd, s);
   }
+  // On a host terminal ^Z is the sandbox's too: it stops the sandbox's
+  // foreground job, not the Sentry.
+  const bool on_tty = isatty(STDIN_FILENO) == 1;
+  if (on_tty) sigaddset(&fwd, SIGTSTP);
   pthread_sigmask(SIG_BLOCK, &fwd, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
@@ -295,6 +321,18 @@ int Run(const Options& o) {
   kopts.hostname = o.hostname;
   kopts.vdso = the_vdso->get();
   kernel::Kernel k(std::move(*mf), std::move(*platform), &table, kopts);
+  static std::unique_ptr<fs::tty::JobControl> job_control =
+      kernel::NewJobControl(&k);
+  // The host terminal, when stdin is one: the sandbox's console and its
+  // init's controlling terminal.
+  std::shared_ptr<fs::tty::HostTerminal> console;
+  if (on_tty) {
+    int d = fcntl(STDIN_FILENO, F_DUPFD_CLOEXEC, 3);
+    if (d >= 0) {
+      console = std::make_shared<fs::tty::HostTerminal>(UniqueFd(d),
+                                                        job_control.get());
+    }
+  }
 
   // The root filesystem: the host directory, read-only, under a tmpfs in
   // the memory file that takes every write.
@@ -312,7 +350,8 @@ int Run(const Options& o) {
                                        /*read_only=*/false);
   k.set_vfs(vfs);
   auto fsctx = std::make_shared<fs::FsContext>(vfs->Root(), vfs->Root());
-  if (absl::Status s = MountDev(*vfs, *fsctx, memfile); !s.ok()) {
+  if (absl::Status s = MountDev(*vfs, *fsctx, memfile, job_control.get(), console);
+      !s.ok()) {
     Die(kExitUsage, std::string(s.message()));
   }
   if (absl::Status s = MountProc(*vfs, &k, std::move(host_info)); !s.ok()) {
@@ -361,6 +400,11 @@ int Run(const Options& o) {
   getrlimit(RLIMIT_NOFILE, &nofile);
   auto fds = std::make_shared<fs::FdTable>(nofile.rlim_cur);
   for (int fd = 0; fd < 3; fd++) {
+    if (console != nullptr && console->Same(fd)) {
+      std::shared_ptr<fs::File> f = console->OpenHostFd(fd);
+      if (f != nullptr) fds->InstallAt(fd, std::move(f), false);
+      continue;
+    }
     int d = fcntl(fd, F_DUPFD_CLOEXEC, 3);
     if (d < 0) continue;  // not open in the sentry: not open in the sandbox
     fds->InstallAt(fd, std::make_shared<fs::HostFile>(UniqueFd(d)), false);
@@ -384,11 +428,26 @@ int Run(const Options& o) {
     g.auxv = spec.auxv;
   }
   mm.reset();
+  if (console != nullptr) k.SetInitTerminal(console);
 
-  std::thread forwarder([&k, &fwd] {
+  // Signals for the sandbox. What the host terminal generates (it sends
+  // them to its foreground group, the Sentry's) goes to the sandbox's
+  // foreground process group, a resize as SIGWINCH to it; the rest to init.
+  std::thread forwarder([&k, &fwd, console] {
     for (;;) {
       int sig = sigwaitinfo(&fwd, nullptr);
       if (sig <= 0) continue;
+      if (console != nullptr) {
+        pid_t fg = console->foreground();
+        if (sig == SIGWINCH) {
+          console->HostResized();
+          continue;
+        }
+        if ((sig == SIGINT || sig == SIGQUIT || sig == SIGTSTP) && fg > 0) {
+          k.SignalPgrp(fg, sig);
+          continue;
+        }
+      }
       std::shared_ptr<kernel::Task> t = k.FindTask(1);
       if (t != nullptr) t->SendSignal(sig, 0);
     }

@@ -31,6 +31,9 @@ timespec Now() {
 struct DevFsShared {
   uint64_t dev = 0;
   TtyOpener open_tty;
+  TtyOpener open_console;
+  std::function<int64_t(std::shared_ptr<Inode>, int, std::shared_ptr<File>*)>
+      open_ptmx;
   timespec created = {};
   std::atomic<uint64_t> next_ino{1};  // the root is inode 1
 };
@@ -125,7 +128,7 @@ class DevDirectory final : public DevInode {
       : DevInode(std::move(fs), S_IFDIR, perm) {}
 
   // Only while building the tree, before the directory is shared.
-  void Add(const std::string& name, std::shared_ptr<DevInode> inode) {
+  void Add(const std::string& name, std::shared_ptr<Inode> inode) {
     if (inode->Type() == S_IFDIR) subdirs_++;
     entries_.emplace(name, std::move(inode));
   }
@@ -140,7 +143,9 @@ class DevDirectory final : public DevInode {
   int ReadDir(std::vector<DirEntry>* out) override {
     out->clear();
     for (const auto& [name, inode] : entries_) {
-      out->push_back(DirEntry{name, inode->ino(), DirentType(inode->Type())});
+      Attr a;
+      inode->GetAttr(&a);
+      out->push_back(DirEntry{name, a.ino, DirentType(inode->Type())});
     }
     return 0;
   }
@@ -169,11 +174,11 @@ class DevDirectory final : public DevInode {
   }
 
   // Constant once the tree is built, hence unguarded.
-  std::map<std::string, std::shared_ptr<DevInode>> entries_;
+  std::map<std::string, std::shared_ptr<Inode>> entries_;
   uint32_t subdirs_ = 0;
 };
 
-enum class DeviceKind { kNull, kZero, kFull, kRandom, kTty };
+enum class DeviceKind { kNull, kZero, kFull, kRandom, kTty, kConsole, kPtmx };
 
 // An open null, zero, full, random or urandom device. The inode's file
 // for stat, fchmod and /proc/self/fd; reads and writes are the device's.
@@ -195,6 +200,8 @@ class DeviceFile final : public InodeFile {
       case DeviceKind::kRandom:
         return ReadRandom(static_cast<uint8_t*>(buf), n);
       case DeviceKind::kTty:
+      case DeviceKind::kConsole:
+      case DeviceKind::kPtmx:
         break;
     }
     return -EIO;  // unreachable: the tty's file is the opener's
@@ -233,21 +240,30 @@ class DeviceFile final : public InodeFile {
 class DevDevice final : public DevInode {
  public:
   DevDevice(std::shared_ptr<DevFsShared> fs, DeviceKind kind, uint64_t rdev)
-      : DevInode(std::move(fs), S_IFCHR, 0666, rdev), kind_(kind) {}
+      : DevInode(std::move(fs), S_IFCHR,
+                 kind == DeviceKind::kConsole ? 0600 : 0666, rdev),
+        kind_(kind) {}
 
   int Open(int flags, std::shared_ptr<File>* out) override {
     // O_PATH does no I/O: a plain inode file, as for any other node.
     if (flags & O_PATH) return Inode::Open(flags, out);
-    if (kind_ == DeviceKind::kTty) return OpenTty(flags, out);
+    if (kind_ == DeviceKind::kTty) return OpenTty(fs_->open_tty, flags, out);
+    if (kind_ == DeviceKind::kConsole) {
+      return OpenTty(fs_->open_console, flags, out);
+    }
+    if (kind_ == DeviceKind::kPtmx) {
+      return static_cast<int>(fs_->open_ptmx(shared_from_this(), flags, out));
+    }
     *out = std::make_shared<DeviceFile>(shared_from_this(), flags, kind_);
     return 0;
   }
 
  private:
-  int OpenTty(int flags, std::shared_ptr<File>* out) {
-    if (!fs_->open_tty) return -ENXIO;
+  static int OpenTty(const TtyOpener& open, int flags,
+                     std::shared_ptr<File>* out) {
+    if (!open) return -ENXIO;
     std::shared_ptr<File> f;
-    int64_t r = fs_->open_tty(&f);
+    int64_t r = open(&f);
     if (r < 0) return static_cast<int>(r);
     if (flags & O_NONBLOCK) {
       r = f->SetStatusFlags(f->StatusFlags() | O_NONBLOCK);
@@ -266,6 +282,8 @@ DevFs::DevFs(DevFsOptions opts) {
   auto fs = std::make_shared<DevFsShared>();
   fs->dev = opts.dev;
   fs->open_tty = std::move(opts.open_tty);
+  fs->open_console = std::move(opts.open_console);
+  fs->open_ptmx = std::move(opts.open_ptmx);
   fs->created = Now();
 
   auto root = std::make_shared<DevDirectory>(fs, 0755);
@@ -282,7 +300,15 @@ DevFs::DevFs(DevFsOptions opts) {
   root->Add("stdin", std::make_shared<DevSymlink>(fs, "/proc/self/fd/0"));
   root->Add("stdout", std::make_shared<DevSymlink>(fs, "/proc/self/fd/1"));
   root->Add("stderr", std::make_shared<DevSymlink>(fs, "/proc/self/fd/2"));
-  root->Add("pts", std::make_shared<DevDirectory>(fs, 0755));
+  if (fs->open_console) {
+    root->Add("console", device(DeviceKind::kConsole, kDevConsole));
+  }
+  if (fs->open_ptmx) root->Add("ptmx", device(DeviceKind::kPtmx, kDevPtmx));
+  if (opts.pts != nullptr) {
+    root->Add("pts", opts.pts);
+  } else {
+    root->Add("pts", std::make_shared<DevDirectory>(fs, 0755));
+  }
   // Sticky and world-writable, like the tmpfs that is mounted over it.
   root->Add("shm", std::make_shared<DevDirectory>(fs, 01777));
   root_ = std::move(root);

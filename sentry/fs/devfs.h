@@ -8,10 +8,13 @@
 //   random  1:8   reads from the host's getrandom(2); writes are accepted
 //   urandom 1:9   (and, like Linux's, add nothing the sandbox can observe)
 //   tty     5:0   the controlling terminal: DevFsOptions::open_tty, or
-//                 ENXIO when the sandbox has none (as on Linux)
+//                 ENXIO (the Sentry's open path answers it with the
+//                 caller's controlling terminal before devfs is asked)
+//   console 5:1   the host terminal (DevFsOptions::open_console), if any
+//   ptmx    5:2   a new pseudo-terminal pair (DevFsOptions::open_ptmx)
 //   fd -> /proc/self/fd, stdin/stdout/stderr -> /proc/self/fd/{0,1,2}
-//   pts/    empty until pseudo-terminals exist; so /dev/ptmx is absent
-//           (ENOENT) rather than present and failing
+//   pts/    devpts (DevFsOptions::pts, sentry/fs/tty); without it an
+//           empty directory and no /dev/ptmx (ENOENT rather than failing)
 //   shm/    an empty directory, the mountpoint of /dev/shm's own tmpfs
 //
 // Every device is always ready for poll and ignores offsets; devices stat
@@ -41,6 +44,14 @@ struct DevFsOptions {
   uint64_t dev = 0;  // st_dev of every devfs inode
   // /dev/tty. Unset: the sandbox has no controlling terminal (ENXIO).
   TtyOpener open_tty;
+  // /dev/console. Unset: no console node.
+  TtyOpener open_console;
+  // /dev/ptmx (given its own inode) and the directory mounted as /dev/pts.
+  // Unset: neither exists.
+  std::function<int64_t(std::shared_ptr<Inode> ptmx, int flags,
+                        std::shared_ptr<File>* out)>
+      open_ptmx;
+  std::shared_ptr<Inode> pts;
 };
 
 // glibc's makedev() encoding of st_rdev, usable in constants (makedev
@@ -57,6 +68,8 @@ inline constexpr uint64_t kDevFull = MakeDev(1, 7);
 inline constexpr uint64_t kDevRandom = MakeDev(1, 8);
 inline constexpr uint64_t kDevURandom = MakeDev(1, 9);
 inline constexpr uint64_t kDevTty = MakeDev(5, 0);
+inline constexpr uint64_t kDevConsole = MakeDev(5, 1);
+inline constexpr uint64_t kDevPtmx = MakeDev(5, 2);
 
 class DevFs {
  public:

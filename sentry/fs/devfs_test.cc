@@ -170,6 +170,33 @@ TEST_F(DevFsTest, TtyOpensWhatTheOpenerGives) {
   EXPECT_EQ(Get(failing, "tty")->Open(O_RDWR, &f), -EIO);
 }
 
+TEST_F(DevFsTest, ConsolePtmxAndPtsWhenGiven) {
+  DevFsOptions o = Options();
+  int ptmx_opens = 0;
+  o.open_ptmx = [&](std::shared_ptr<Inode> node, int flags,
+                    std::shared_ptr<File>* out) -> int64_t {
+    ptmx_opens++;
+    *out = std::make_shared<InodeFile>(std::move(node), flags);
+    return 0;
+  };
+  o.open_console = [](std::shared_ptr<File>*) -> int64_t { return -EIO; };
+  auto pts = DevFs(Options()).Root();  // any directory will do
+  o.pts = pts;
+  DevFs fs(o);
+  Attr a;
+  ASSERT_EQ(Get(fs, "ptmx")->GetAttr(&a), 0);
+  EXPECT_EQ(a.mode, S_IFCHR | 0666u);
+  EXPECT_EQ(a.rdev, kDevPtmx);
+  ASSERT_EQ(Get(fs, "console")->GetAttr(&a), 0);
+  EXPECT_EQ(a.mode, S_IFCHR | 0600u);
+  EXPECT_EQ(a.rdev, kDevConsole);
+  std::shared_ptr<File> f;
+  EXPECT_EQ(Get(fs, "ptmx")->Open(O_RDWR, &f), 0);
+  EXPECT_EQ(ptmx_opens, 1);
+  EXPECT_EQ(Get(fs, "console")->Open(O_RDWR, &f), -EIO);
+  EXPECT_EQ(Get(fs, "pts"), pts);
+}
+
 TEST_F(DevFsTest, Symlinks) {
   struct Want {
     const char* name;

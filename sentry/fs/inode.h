@@ -115,6 +115,12 @@ class Inode : public std::enable_shared_from_this<Inode> {
     return -ENOTDIR;
   }
 
+  // Whether the VFS may cache what Lookup returns. Directories whose
+  // entries appear and vanish without the VFS being told (devpts; procfs's
+  // processes, threads and descriptors) say no: they are asked at every
+  // lookup and stale dentries are replaced.
+  virtual bool CacheLookups() const { return true; }
+
   // Symlinks.
   virtual int Readlink(std::string* target) { return -EINVAL; }
   // Magic links (procfs's /proc/[pid]/{exe,cwd,root,fd/N}) lead to an
@@ -122,11 +128,6 @@ class Inode : public std::enable_shared_from_this<Inode> {
   // says. Returns 0, -errno, or kNotMagicLink for ordinary symlinks, which
   // the VFS follows through Readlink.
   virtual int FollowMagicLink(Location* out) { return kNotMagicLink; }
-
-  // Directories whose entries come and go without the VFS being told
-  // (procfs: processes, threads, descriptors): their children are looked
-  // up every time instead of being cached as dentries.
-  virtual bool UncachedChildren() const { return false; }
 
   // Regular file data, pread/pwrite style.
   virtual int64_t Read(void* buf, uint64_t n, uint64_t off) { return -EINVAL; }

@@ -118,16 +118,10 @@ int Vfs::Step(const Location& root, const Location& cur,
     return 0;
   }
   if (name.size() > kNameMax) return -ENAMETOOLONG;
-  if (cur.inode().UncachedChildren()) {
-    std::shared_ptr<Inode> child;
-    int r = cur.inode().Lookup(name, &child);
-    if (r < 0) return r;
-    absl::MutexLock l(&mu_);
-    *out = MountedOn(Location{
-        cur.mount, std::make_shared<Dentry>(child, name, cur.dentry)});
-    return 0;
-  }
-  {
+  // Directories whose entries come and go behind the VFS's back (devpts, procfs)
+  // are asked every time; their dentries are replaced when stale.
+  const bool dynamic = !cur.inode().CacheLookups();
+  if (!dynamic) {
     absl::MutexLock l(&mu_);
     auto it = cur.dentry->children_.find(name);
     if (it != cur.dentry->children_.end()) {
@@ -137,11 +131,20 @@ int Vfs::Step(const Location& root, const Location& cur,
   }
   std::shared_ptr<Inode> child;
   int r = cur.inode().Lookup(name, &child);
-  if (r < 0) return r;
+  if (r < 0) {
+    if (dynamic) {
+      absl::MutexLock l(&mu_);
+      auto it = cur.dentry->children_.find(name);
+      if (it != cur.dentry->children_.end() && it->second->mounts_here_ == 0) {
+        cur.dentry->children_.erase(it);
+      }
+    }
+    return r;
+  }
   absl::MutexLock l(&mu_);
   auto& slot = cur.dentry->children_[name];
   if (slot == nullptr || slot->inode() != child) {
-    if (slot == nullptr) {
+    if (slot == nullptr || (dynamic && slot->mounts_here_ == 0)) {
       slot = std::make_shared<Dentry>(child, name, cur.dentry);
     }
   }

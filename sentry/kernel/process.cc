@@ -138,6 +138,7 @@ void Kernel::GroupExitedLocked(const std::shared_ptr<ThreadGroup>& g) {
   if (g->zombie) return;
   g->zombie = true;
   const bool is_init = g->tgid() == 1;
+  if (g->sid == g->tgid()) DisassociateTerminalLocked(*g);
 
   // Children go to init (the sandbox's pid 1); when init itself exits,
   // every other process of the pid namespace is killed, as on Linux.
@@ -205,6 +206,7 @@ absl::StatusOr<Task*> Kernel::CreateProcess(Task& parent,
   g->parent = &pg;
   g->pgid = pg.pgid;
   g->sid = pg.sid;
+  g->ctty = pg.ctty;
   g->exit_signal = exit_signal;
   // The child runs the parent's image until it execs.
   g->comm = pg.comm;
@@ -355,6 +357,7 @@ int64_t Kernel::SetSid(Task& t) {
   }
   me.sid = me.tgid();
   me.pgid = me.tgid();
+  me.ctty.reset();  // a new session starts without a controlling terminal
   return me.sid;
 }
 

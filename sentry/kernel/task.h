@@ -46,6 +46,9 @@
 namespace sandboxd::vdso {
 class Vdso;
 }  // namespace sandboxd::vdso
+namespace sandboxd::fs::tty {
+class Terminal;
+}  // namespace sandboxd::fs::tty
 
 namespace sandboxd::kernel {
 
@@ -121,6 +124,8 @@ class ThreadGroup {
   bool did_exec = false;     // setpgid by the parent fails after exec
   std::string comm;          // the program's name (16 bytes, as Linux)
   std::string exe;           // the executable's path in the sandbox
+  // The controlling terminal (ctty.cc); inherited by fork, gone at setsid.
+  std::shared_ptr<fs::tty::Terminal> ctty;
   // Where the initial argv and envp strings are in the address space.
   uint64_t arg_start = 0, arg_end = 0, env_start = 0, env_end = 0;
   // The auxiliary vector the image started with (/proc/[pid]/auxv).
@@ -549,6 +554,26 @@ class Kernel {
   // Whether `g`'s process group is orphaned (POSIX): no member has a
   // parent in another process group of the same session.
   bool IsPgrpOrphaned(ThreadGroup& g);
+  // Controlling terminals and job control (ctty.cc, Linux's tty_jobctrl.c).
+  // `t`'s controlling terminal, null if none (or hung up).
+  std::shared_ptr<fs::tty::Terminal> ControllingTerminal(Task& t);
+  // open(2) without O_NOCTTY of a terminal's program side: a session
+  // leader without one acquires it if it controls no session yet.
+  void TerminalOpened(Task& t, const std::shared_ptr<fs::tty::Terminal>& tty);
+  // Makes `tty` init's controlling terminal (the host terminal at start).
+  void SetInitTerminal(const std::shared_ptr<fs::tty::Terminal>& tty);
+  int64_t SetControllingTerminal(Task& t,
+                                 const std::shared_ptr<fs::tty::Terminal>& tty,
+                                 bool steal);                      // TIOCSCTTY
+  int64_t DropControllingTerminal(Task& t, fs::tty::Terminal& tty);  // TIOCNOTTY
+  int64_t SetForegroundGroup(Task& t, fs::tty::Terminal& tty, pid_t pgid);
+  // 0 to go on, -EIO, or -EINTR after sending `signo` to t's group
+  // (see fs::tty::JobControl::CheckAccess).
+  int CheckTerminalAccess(Task& t, fs::tty::Terminal& tty, int signo,
+                          bool ignored_ok);
+  // Sends `signo` to process group `pgid` from the kernel (no sender).
+  void SignalPgrp(pid_t pgid, int signo);
+
   // Starts init and waits until every task of the sandbox has exited.
   ExitStatus RunUntilInitExits(Task* init);
 
@@ -579,6 +604,10 @@ class Kernel {
   void GroupExitedLocked(const std::shared_ptr<ThreadGroup>& g)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ReapLocked(std::shared_ptr<ThreadGroup> g)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A session leader exited: its controlling terminal's foreground group
+  // gets SIGHUP and the session loses the terminal (ctty.cc).
+  void DisassociateTerminalLocked(ThreadGroup& leader)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   std::unique_ptr<mm::MemoryFile> mf_;

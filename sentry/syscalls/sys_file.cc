@@ -14,6 +14,7 @@
 #include "sentry/syscalls/lock_syscalls.h"
 #include "sentry/syscalls/memfd_syscalls.h"
 #include "sentry/syscalls/syscalls.h"
+#include "sentry/syscalls/tty.h"
 
 namespace sandboxd::syscalls {
 namespace {
@@ -199,12 +200,17 @@ int64_t SysFstat(Task& t, const SyscallArgs& a) {
 int64_t SysIoctl(Task& t, const SyscallArgs& a) {
   auto f = GetFile(t, a.a[0]);
   if (f == nullptr) return -EBADF;
+  // The request is an unsigned int: musl passes it sign-extended.
+  const uint64_t request = static_cast<uint32_t>(a.a[1]);
+  bool tty;
+  int64_t tr = TerminalIoctl(t, f, request, a.a[2], &tty);
+  if (tty) return tr;
   bool in, out;
-  int64_t size = fs::IoctlArgSize(a.a[1], &in, &out);
+  int64_t size = fs::IoctlArgSize(request, &in, &out);
   if (size < 0) return -ENOTTY;
   std::vector<uint8_t> buf(size);
   if (in && t.mm().CopyIn(a.a[2], buf.data(), size) != size) return -EFAULT;
-  int64_t r = f->Ioctl(a.a[1], buf.data());
+  int64_t r = f->Ioctl(request, buf.data());
   if (r < 0) return r;
   if (out && t.mm().CopyOut(a.a[2], buf.data(), size) != size) return -EFAULT;
   return r;

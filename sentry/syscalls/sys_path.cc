@@ -18,6 +18,7 @@
 #include "sentry/fs/inotify.h"
 #include "sentry/syscalls/paths.h"
 #include "sentry/syscalls/syscalls.h"
+#include "sentry/syscalls/tty.h"
 
 namespace sandboxd::syscalls {
 
@@ -177,7 +178,7 @@ int64_t DoOpen(Task& t, int64_t dirfd, const std::string& path, int flags,
     }
   }
   std::shared_ptr<fs::File> file;
-  int r = loc.inode().Open(flags, &file);
+  int r = OpenInode(t, loc, flags, &file);
   if (r < 0) return r;
   if (auto* inf = dynamic_cast<fs::InodeFile*>(file.get())) {
     inf->set_location(loc, &vfs);

@@ -233,7 +233,7 @@ class DirInode final : public ProcInode {
     out->clear();
     return list_(out);
   }
-  bool UncachedChildren() const override { return true; }
+  bool CacheLookups() const override { return false; }
   int Create(const std::string&, const CreateRequest&,
              std::shared_ptr<Inode>*) override {
     return -EACCES;

@@ -12,7 +12,7 @@
 //
 // Files are generated at open (a seq_file-style snapshot), so that reads in
 // small chunks see one consistent text. Directories of processes, threads
-// and descriptors are never cached by the VFS (UncachedChildren): a process
+// and descriptors are never cached by the VFS (CacheLookups): a process
 // that is reaped is gone at the next lookup. exe, cwd, root and fd/N are
 // magic links (Inode::FollowMagicLink): following one reaches the object
 // itself; opening fd/N of a pipe opens the pipe anew.

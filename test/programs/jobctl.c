@@ -16,6 +16,19 @@
 
 #include "common.h"
 
+/* The state letter of /proc/PID/stat (the field after the comm). */
+static char proc_state(pid_t pid) {
+  char path[64], buf[512];
+  snprintf(path, sizeof path, "/proc/%d/stat", (int)pid);
+  FILE *f = fopen(path, "r");
+  if (f == NULL) return '?';
+  size_t n = fread(buf, 1, sizeof buf - 1, f);
+  fclose(f);
+  buf[n] = 0;
+  char *p = strrchr(buf, ')');
+  return p != NULL && p[1] == ' ' ? p[2] : '?';
+}
+
 static void sleep_ms(long ms) {
   struct timespec ts = {ms / 1000, (ms % 1000) * 1000000L};
   while (nanosleep(&ts, &ts) != 0) {
@@ -69,6 +82,7 @@ static void test_stop_continue(void) {
   CHECK("stop: reported once",
         waitpid(pid, &st, WUNTRACED | WNOHANG) == 0);
   CHECK("stop: plain waitpid does not see it", waitpid(pid, &st, WNOHANG) == 0);
+  CHECK("stop: /proc/PID/stat says T", proc_state(pid) == 'T');
 
   CHECK("cont: kill", kill(pid, SIGCONT) == 0);
   sig = next_sigchld(&si);

@@ -540,6 +540,7 @@ TaskStat MakeTaskStat(Kernel& k, ThreadGroup& g, const ProcInfo& p, pid_t tid) {
       }
     }
     s.state = all_sleeping ? 'S' : 'R';
+    if (g.stopped()) s.state = 'T';  // job control: the whole group
     if (tid == 0 && !p.threads.empty()) {
       s.sig_blocked = p.threads.front().mask;
       s.sig_pending = p.threads.front().pending;

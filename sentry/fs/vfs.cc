@@ -88,6 +88,30 @@ int Vfs::MountAt(const Location& where, std::shared_ptr<Inode> fs_root,
   return 0;
 }
 
+int Vfs::Unmount(Location where, bool detach) {
+  absl::MutexLock l(&mu_);
+  if (where.dentry != where.mount->root) return -EINVAL;
+  if (where.mount == root_mount_) return -EBUSY;
+  std::vector<std::shared_ptr<Mount>> doomed{where.mount};
+  for (size_t i = 0; i < doomed.size(); i++) {
+    for (const auto& [key, m] : mounts_) {
+      if (m->parent == doomed[i]) {
+        if (!detach) return -EBUSY;
+        doomed.push_back(m);
+      }
+    }
+  }
+  // References to the mount: `where`, mounts_'s entry and doomed[0]; any
+  // more is a user (a Location in an open file, a cwd, a root).
+  if (!detach && where.mount.use_count() > 3) return -EBUSY;
+  for (auto it = doomed.rbegin(); it != doomed.rend(); ++it) {
+    const Mount& m = **it;
+    m.mountpoint->mounts_here_--;
+    mounts_.erase({m.parent.get(), m.mountpoint.get()});
+  }
+  return 0;
+}
+
 Location Vfs::MountedOn(const Location& loc) const {
   Location cur = loc;
   for (;;) {

@@ -60,6 +60,7 @@ class Mount {
   std::string fstype;
   std::string source;
   bool read_only = false;
+  bool expire_mark = false;  // umount2(MNT_EXPIRE) was called once
   uint64_t id = 0;
 };
 
@@ -126,6 +127,14 @@ class Vfs {
   // Mounts a filesystem whose root is `fs_root` on the directory `where`.
   int MountAt(const Location& where, std::shared_ptr<Inode> fs_root,
               std::string fstype, std::string source, bool read_only);
+
+  // Detaches the mount whose root is `where` (umount2). -EINVAL if `where`
+  // is not a mount's root, -EBUSY for the root mount, for a mount with
+  // mounts below it or one still in use (open files, working directories:
+  // anything holding its Location) unless `detach` (MNT_DETACH: lazy, the
+  // users keep what they hold; mounts below go too). `where` is taken by
+  // value and must be the caller's only reference to the mount.
+  int Unmount(Location where, bool detach);
 
   // Resolves `path` relative to `start` (absolute paths start at
   // ctx.root()). follow_last: follow a symlink in the last component.

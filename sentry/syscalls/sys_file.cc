@@ -172,6 +172,24 @@ int64_t SysPwritev(Task& t, const SyscallArgs& a) {
   return WithSigpipe(t, VectorIo(t, a, true, a.a[3]));
 }
 
+// preadv2/pwritev2(fd, iov, iovcnt, pos_l, pos_h, flags): on x86-64 pos_l
+// is the whole offset; -1 means the file position (readv/writev). Flags:
+// RWF_HIPRI, RWF_DSYNC and RWF_SYNC change nothing here (every write is
+// complete when it returns); RWF_NOWAIT and RWF_APPEND are not supported
+// (EOPNOTSUPP, as Linux answers for a file without them), unknown flags
+// too.
+constexpr uint64_t kRwfHipri = 0x1, kRwfDsync = 0x2, kRwfSync = 0x4;
+
+int64_t Rwv2(Task& t, const SyscallArgs& a, bool write) {
+  const int64_t off = static_cast<int64_t>(a.a[3]);
+  if (off < -1) return -EINVAL;
+  if ((a.a[5] & ~(kRwfHipri | kRwfDsync | kRwfSync)) != 0) return -EOPNOTSUPP;
+  int64_t r = VectorIo(t, a, write, off);
+  return write ? WithSigpipe(t, r) : r;
+}
+int64_t SysPreadv2(Task& t, const SyscallArgs& a) { return Rwv2(t, a, false); }
+int64_t SysPwritev2(Task& t, const SyscallArgs& a) { return Rwv2(t, a, true); }
+
 int64_t SysLseek(Task& t, const SyscallArgs& a) {
   auto f = GetFile(t, a.a[0]);
   if (f == nullptr) return -EBADF;
@@ -290,6 +308,8 @@ void RegisterFile(Entry* table) {
   table[SYS_writev] = {SysWritev, "writev"};
   table[SYS_preadv] = {SysPreadv, "preadv"};
   table[SYS_pwritev] = {SysPwritev, "pwritev"};
+  table[SYS_preadv2] = {SysPreadv2, "preadv2"};
+  table[SYS_pwritev2] = {SysPwritev2, "pwritev2"};
   table[SYS_lseek] = {SysLseek, "lseek"};
   table[SYS_close] = {SysClose, "close"};
   table[SYS_fstat] = {SysFstat, "fstat"};

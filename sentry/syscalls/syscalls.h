@@ -46,6 +46,7 @@ void RegisterMemory(Entry* table);
 void RegisterThread(Entry* table);
 void RegisterSignal(Entry* table);
 void RegisterInfo(Entry* table);
+void RegisterMount(Entry* table);
 void RegisterSplice(Entry* table);
 void RegisterMemfd(Entry* table);
 void RegisterInotify(Entry* table);

@@ -18,6 +18,7 @@ Table::Table() {
   RegisterThread(table_);
   RegisterSignal(table_);
   RegisterInfo(table_);
+  RegisterMount(table_);
   RegisterSplice(table_);
   RegisterMemfd(table_);
   RegisterInotify(table_);

@@ -1,0 +1,179 @@
+// mount(2) and umount2(2) inside the sandbox's one mount namespace.
+//
+// The sandbox's processes are root in their own namespaces, so, as in a
+// Linux user namespace, they may mount tmpfs where they like. Only tmpfs
+// is offered: other filesystem types Linux knows (proc, sysfs, devpts,
+// overlay, bind mounts, ...) give EPERM, unknown ones ENODEV. Mount
+// propagation does not exist here, so MS_PRIVATE (with or without MS_REC)
+// on an existing mount is already true and succeeds; MS_SHARED, MS_SLAVE,
+// MS_UNBINDABLE, MS_BIND and MS_MOVE give EPERM.
+#include <errno.h>
+#include <fcntl.h>
+#include <sys/mount.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+
+#include <atomic>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "sentry/fs/tmpfs.h"
+#include "sentry/fs/vfs.h"
+#include "sentry/syscalls/paths.h"
+#include "sentry/syscalls/syscalls.h"
+
+namespace sandboxd::syscalls {
+namespace {
+
+constexpr uint64_t kPage = 4096;
+
+// st_dev of the tmpfs mounts made by the program: after the Sentry's own
+// (sentry/main.cc uses 0x801..0x807).
+std::atomic<uint64_t> next_tmpfs_dev{0x810};
+
+// A number as tmpfs's options take it (memparse): an optional k, m, g
+// suffix. (size=N% of memory is not supported: EINVAL.)
+bool ParseNumber(const std::string& v, uint64_t* out) {
+  if (v.empty()) return false;
+  uint64_t mult = 1;
+  std::string digits = v;
+  switch (v.back()) {
+    case 'k': case 'K': mult = 1ull << 10; digits.pop_back(); break;
+    case 'm': case 'M': mult = 1ull << 20; digits.pop_back(); break;
+    case 'g': case 'G': mult = 1ull << 30; digits.pop_back(); break;
+    default: break;
+  }
+  uint64_t n;
+  if (!absl::SimpleAtoi(digits, &n)) return false;
+  if (n != 0 && mult > UINT64_MAX / n) return false;
+  *out = n * mult;
+  return true;
+}
+
+// tmpfs's options: size=, nr_inodes=, mode=, uid=, gid=. Unknown options
+// are EINVAL, as Linux's tmpfs says.
+int64_t ParseTmpfsOptions(const std::string& data, fs::TmpFsOptions* o) {
+  for (absl::string_view opt : absl::StrSplit(data, ',', absl::SkipEmpty())) {
+    std::string key(opt), value;
+    if (size_t eq = key.find('='); eq != std::string::npos) {
+      value = key.substr(eq + 1);
+      key.resize(eq);
+    }
+    uint64_t n = 0;
+    if (key == "size") {
+      if (!ParseNumber(value, &n) || n > UINT64_MAX - kPage) return -EINVAL;
+      o->size_limit = (n + kPage - 1) / kPage * kPage;
+    } else if (key == "nr_inodes") {
+      if (!ParseNumber(value, &n)) return -EINVAL;
+      o->inode_limit = n;
+    } else if (key == "mode") {
+      char* end = nullptr;
+      unsigned long m = strtoul(value.c_str(), &end, 8);
+      if (value.empty() || *end != 0 || m > 07777) return -EINVAL;
+      o->root_mode = static_cast<uint32_t>(m);
+    } else if (key == "uid") {
+      if (!absl::SimpleAtoi(value, &o->root_uid)) return -EINVAL;
+    } else if (key == "gid") {
+      if (!absl::SimpleAtoi(value, &o->root_gid)) return -EINVAL;
+    } else {
+      return -EINVAL;
+    }
+  }
+  return 0;
+}
+
+bool KnownButUnsupported(const std::string& type) {
+  static const char* const kTypes[] = {
+      "proc", "sysfs", "devpts", "mqueue", "cgroup", "cgroup2", "overlay",
+      "devtmpfs", "ramfs", "bpf", "tracefs", "debugfs", "securityfs",
+      "hugetlbfs", "fusectl", "binfmt_misc", "ext4", "xfs", "btrfs", "vfat",
+      "iso9660", "squashfs", "nfs", "fuse"};
+  for (const char* k : kTypes) {
+    if (type == k) return true;
+  }
+  return false;
+}
+
+int64_t SysMount(Task& t, const SyscallArgs& a) {
+  std::string target;
+  if (int64_t r = ReadPath(t, a.a[1], &target); r < 0) return r;
+  const uint64_t flags = a.a[3];
+  fs::Location where;
+  if (int64_t r = ResolveAt(t, AT_FDCWD, target, true, false, &where); r < 0) {
+    return r;
+  }
+  if (flags & (MS_BIND | MS_MOVE | MS_SHARED | MS_SLAVE | MS_UNBINDABLE)) {
+    return -EPERM;
+  }
+  if (flags & MS_PRIVATE) {
+    // Propagation only: already private (there is no other kind here).
+    return where.dentry == where.mount->root ? 0 : -EINVAL;
+  }
+  if (flags & MS_REMOUNT) {
+    if (where.dentry != where.mount->root) return -EINVAL;
+    where.mount->read_only = (flags & MS_RDONLY) != 0;
+    return 0;
+  }
+  std::string type;
+  if (a.a[2] == 0) return -EFAULT;
+  if (int64_t r = ReadPath(t, a.a[2], &type); r < 0) return r;
+  if (type != "tmpfs") return KnownButUnsupported(type) ? -EPERM : -ENODEV;
+  std::string source = "none";
+  if (a.a[0] != 0) {
+    if (int64_t r = ReadPath(t, a.a[0], &source); r < 0) return r;
+  }
+  fs::TmpFsOptions opts;
+  opts.root_mode = 01777;
+  if (a.a[4] != 0) {
+    std::string data;
+    if (int64_t r = ReadPath(t, a.a[4], &data); r < 0) return r;
+    if (int64_t r = ParseTmpfsOptions(data, &opts); r < 0) return r;
+  }
+  if (where.inode().Type() != S_IFDIR) return -ENOTDIR;
+  opts.dev = next_tmpfs_dev.fetch_add(1);
+  // The root inode keeps the superblock; the TmpFs object is not needed
+  // after it made them.
+  fs::TmpFs tmpfs(&t.kernel().memory_file(), opts);
+  return t.kernel().vfs().MountAt(where, tmpfs.Root(), "tmpfs", source,
+                                  (flags & MS_RDONLY) != 0);
+}
+
+int64_t SysUmount2(Task& t, const SyscallArgs& a) {
+  const uint64_t flags = a.a[1];
+  if (flags & ~static_cast<uint64_t>(MNT_FORCE | MNT_DETACH | MNT_EXPIRE |
+                                     UMOUNT_NOFOLLOW)) {
+    return -EINVAL;
+  }
+  if ((flags & MNT_EXPIRE) && (flags & (MNT_FORCE | MNT_DETACH))) {
+    return -EINVAL;
+  }
+  std::string target;
+  if (int64_t r = ReadPath(t, a.a[0], &target); r < 0) return r;
+  fs::Location where;
+  if (int64_t r = ResolveAt(t, AT_FDCWD, target, !(flags & UMOUNT_NOFOLLOW),
+                            false, &where);
+      r < 0) {
+    return r;
+  }
+  // MNT_EXPIRE: the first call marks the mount and fails with EAGAIN, a
+  // second one unmounts it if it is unused. (Linux also clears the mark
+  // when the mount is used in between; here it stays.)
+  if ((flags & MNT_EXPIRE) && where.dentry == where.mount->root &&
+      !where.mount->expire_mark) {
+    where.mount->expire_mark = true;
+    return -EAGAIN;
+  }
+  return t.kernel().vfs().Unmount(std::move(where), (flags & MNT_DETACH) != 0);
+}
+
+}  // namespace
+
+void RegisterMount(Entry* table) {
+  table[SYS_mount] = {SysMount, "mount"};
+  table[SYS_umount2] = {SysUmount2, "umount2"};
+}
+
+}  // namespace sandboxd::syscalls

@@ -35,6 +35,10 @@ void ThreadGroup::InheritFrom(ThreadGroup& parent) {
   absl::MutexLock l(&mu_);
   actions_ = actions;
   limits_ = limits;
+  dumpable.store(parent.dumpable.load());
+  no_new_privs.store(parent.no_new_privs.load());
+  keepcaps.store(parent.keepcaps.load());
+  cap_bset.store(parent.cap_bset.load());
 }
 
 void ThreadGroup::ResetHandlersForExec() {
@@ -140,14 +144,25 @@ void Kernel::GroupExitedLocked(const std::shared_ptr<ThreadGroup>& g) {
   const bool is_init = g->tgid() == 1;
   if (g->sid == g->tgid()) DisassociateTerminalLocked(*g);
 
-  // Children go to init (the sandbox's pid 1); when init itself exits,
-  // every other process of the pid namespace is killed, as on Linux.
+  // Children go to the nearest living ancestor that is a child subreaper
+  // (prctl PR_SET_CHILD_SUBREAPER), else to init (the sandbox's pid 1);
+  // when init itself exits, every other process of the pid namespace is
+  // killed, as on Linux.
   std::shared_ptr<ThreadGroup> init;
   auto iit = groups_.find(1);
   if (iit != groups_.end() && !iit->second->zombie) init = iit->second;
+  for (ThreadGroup* a = g->parent; a != nullptr && !is_init; a = a->parent) {
+    if (a->child_subreaper && !a->zombie && !a->exiting()) {
+      auto ait = groups_.find(a->tgid());
+      if (ait != groups_.end()) init = ait->second;
+      break;
+    }
+  }
   std::vector<std::shared_ptr<ThreadGroup>> orphans;
   orphans.swap(g->children);
   for (auto& c : orphans) {
+    // PR_SET_PDEATHSIG: the child hears of its parent's death.
+    if (!c->zombie && c->pdeath_signal != 0) SignalGroup(*c, c->pdeath_signal, 0);
     if (init != nullptr) {
       c->parent = init.get();
       init->children.push_back(c);

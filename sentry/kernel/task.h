@@ -132,6 +132,18 @@ class ThreadGroup {
   std::vector<uint64_t> auxv;
   // /proc/[pid]/oom_score_adj: kept and inherited, used by nothing yet.
   std::atomic<int> oom_score_adj{0};
+  // prctl(2) state (sys_prctl.cc). Under Kernel::mu_: PR_SET_PDEATHSIG's
+  // signal (sent when the parent exits; cleared by fork) and
+  // PR_SET_CHILD_SUBREAPER (orphans below go here rather than to init).
+  int pdeath_signal = 0;
+  bool child_subreaper = false;
+  // Inherited by fork: PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS (sticky),
+  // PR_SET_KEEPCAPS, the capability bounding set (PR_CAPBSET_DROP; the
+  // sandbox's root starts with every capability, as in a user namespace).
+  std::atomic<int> dumpable{1};
+  std::atomic<bool> no_new_privs{false};
+  std::atomic<bool> keepcaps{false};
+  std::atomic<uint64_t> cap_bset{(1ull << 41) - 1};  // CAP_LAST_CAP = 40
   // When the process was created (MonotonicNanos).
   const int64_t start_ns = MonotonicNanos();
   // Parents wait here for children's state changes (wait4, waitid).
@@ -253,6 +265,10 @@ class Task : public fs::Blocker {
   static Task* Current();
 
   pid_t tid() const { return tid_; }
+  // A thread's own name (prctl PR_SET_NAME by a thread other than the
+  // leader, whose name is the group's comm); empty: the group's comm.
+  // Guarded by Kernel::mu_.
+  std::string thread_comm;
   ThreadGroup& group() { return *tg_; }
   const std::shared_ptr<ThreadGroup>& group_ptr() const { return tg_; }
   Kernel& kernel() { return *kernel_; }

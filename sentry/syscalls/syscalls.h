@@ -47,6 +47,7 @@ void RegisterThread(Entry* table);
 void RegisterSignal(Entry* table);
 void RegisterInfo(Entry* table);
 void RegisterMount(Entry* table);
+void RegisterPrctl(Entry* table);
 void RegisterSplice(Entry* table);
 void RegisterMemfd(Entry* table);
 void RegisterInotify(Entry* table);

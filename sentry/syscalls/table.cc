@@ -19,6 +19,7 @@ Table::Table() {
   RegisterSignal(table_);
   RegisterInfo(table_);
   RegisterMount(table_);
+  RegisterPrctl(table_);
   RegisterSplice(table_);
   RegisterMemfd(table_);
   RegisterInotify(table_);

@@ -1,0 +1,189 @@
+// prctl(2), and the advice calls that change nothing a program can observe
+// here: fadvise64 and the NUMA memory policy (one node).
+//
+// prctl options that Linux has and the Sentry does not implement return
+// EINVAL (Linux's answer to an option it does not know) and are counted as
+// unimplemented (--log-unimplemented shows prctl), so they are never
+// silent successes.
+#include <errno.h>
+#include <fcntl.h>
+#include <linux/prctl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+
+#include <algorithm>
+#include <cstring>
+#include <string>
+
+#include "sentry/fs/file.h"
+#include "sentry/syscalls/syscalls.h"
+
+namespace sandboxd::syscalls {
+namespace {
+
+constexpr int kCapLastCap = 40;       // CAP_CHECKPOINT_RESTORE (Linux 6.1)
+constexpr uint64_t kTimerSlackNs = 50000;  // Linux's default
+
+int64_t GetName(Task& t, uint64_t addr) {
+  char name[16] = {0};
+  t.kernel().WithTasklistLock([&] {
+    const std::string& n =
+        t.thread_comm.empty() ? t.group().comm : t.thread_comm;
+    memcpy(name, n.data(), std::min<size_t>(n.size(), 15));
+  });
+  return t.mm().CopyOut(addr, name, sizeof(name)) == sizeof(name) ? 0 : -EFAULT;
+}
+
+int64_t SetName(Task& t, uint64_t addr) {
+  char name[16] = {0};
+  // Up to 16 bytes, stopping at a NUL; a fault before one is EFAULT.
+  size_t n = 0;
+  for (; n < sizeof(name) - 1; n++) {
+    if (t.mm().CopyIn(addr + n, &name[n], 1) != 1) return -EFAULT;
+    if (name[n] == 0) break;
+  }
+  name[sizeof(name) - 1] = 0;
+  std::string s(name, strnlen(name, sizeof(name)));
+  t.kernel().WithTasklistLock([&] {
+    if (t.tid() == t.group().tgid()) {
+      t.group().comm = s;
+      t.thread_comm.clear();
+    } else {
+      t.thread_comm = s;
+    }
+  });
+  return 0;
+}
+
+int64_t SysPrctl(Task& t, const SyscallArgs& a) {
+  kernel::ThreadGroup& g = t.group();
+  const int option = static_cast<int>(a.a[0]);
+  const uint64_t arg2 = a.a[1];
+  switch (option) {
+    case PR_SET_NAME:
+      return SetName(t, arg2);
+    case PR_GET_NAME:
+      return GetName(t, arg2);
+    case PR_SET_PDEATHSIG: {
+      if (arg2 > static_cast<uint64_t>(kernel::kNumSignals)) return -EINVAL;
+      t.kernel().WithTasklistLock([&] { g.pdeath_signal = static_cast<int>(arg2); });
+      return 0;
+    }
+    case PR_GET_PDEATHSIG: {
+      int sig = 0;
+      t.kernel().WithTasklistLock([&] { sig = g.pdeath_signal; });
+      return t.mm().CopyOut(arg2, &sig, sizeof(sig)) == sizeof(sig) ? 0 : -EFAULT;
+    }
+    case PR_GET_DUMPABLE:
+      return g.dumpable.load();
+    case PR_SET_DUMPABLE:
+      if (arg2 > 1) return -EINVAL;  // SUID_DUMP_ROOT (2) is not settable
+      g.dumpable.store(static_cast<int>(arg2));
+      return 0;
+    case PR_GET_KEEPCAPS:
+      return g.keepcaps.load() ? 1 : 0;
+    case PR_SET_KEEPCAPS:
+      if (arg2 > 1) return -EINVAL;
+      g.keepcaps.store(arg2 == 1);
+      return 0;
+    case PR_SET_NO_NEW_PRIVS:
+      if (arg2 != 1 || a.a[2] || a.a[3] || a.a[4]) return -EINVAL;
+      g.no_new_privs.store(true);
+      return 0;
+    case PR_GET_NO_NEW_PRIVS:
+      if (arg2 || a.a[2] || a.a[3] || a.a[4]) return -EINVAL;
+      return g.no_new_privs.load() ? 1 : 0;
+    case PR_CAPBSET_READ:
+      if (arg2 > static_cast<uint64_t>(kCapLastCap)) return -EINVAL;
+      return (g.cap_bset.load() >> arg2) & 1;
+    case PR_CAPBSET_DROP:
+      if (arg2 > static_cast<uint64_t>(kCapLastCap)) return -EINVAL;
+      g.cap_bset.fetch_and(~(1ull << arg2));
+      return 0;
+    case PR_SET_CHILD_SUBREAPER:
+      t.kernel().WithTasklistLock([&] { g.child_subreaper = arg2 != 0; });
+      return 0;
+    case PR_GET_CHILD_SUBREAPER: {
+      int v = 0;
+      t.kernel().WithTasklistLock([&] { v = g.child_subreaper ? 1 : 0; });
+      return t.mm().CopyOut(arg2, &v, sizeof(v)) == sizeof(v) ? 0 : -EFAULT;
+    }
+    case PR_GET_TIMERSLACK:
+      return static_cast<int64_t>(kTimerSlackNs);
+    case PR_SET_TIMERSLACK:
+      // Accepted: the Sentry's timers fire when due; there is no slack to
+      // widen, and reading it back gives Linux's default.
+      return 0;
+    case PR_GET_SECCOMP:
+      return 0;  // no seccomp filter is installed in the sandbox
+    case PR_GET_TID_ADDRESS:
+      return -EINVAL;  // needs CONFIG_CHECKPOINT_RESTORE, off here
+    default:
+      t.kernel().CountUnimplemented(SYS_prctl);
+      return -EINVAL;
+  }
+}
+
+// posix_fadvise: advice on a file's caching. Errors as Linux; the advice
+// itself changes nothing the program can see (no page cache to tune).
+int64_t SysFadvise64(Task& t, const SyscallArgs& a) {
+  std::shared_ptr<fs::File> f = t.group().fds().Get(static_cast<int>(a.a[0]));
+  if (f == nullptr) return -EBADF;
+  if (static_cast<int64_t>(a.a[2]) < 0) return -EINVAL;
+  if (a.a[3] > 5) return -EINVAL;  // POSIX_FADV_NORMAL..POSIX_FADV_NOREUSE
+  struct stat st;
+  if (f->Stat(&st) == 0 && S_ISFIFO(st.st_mode)) return -ESPIPE;
+  return 0;
+}
+
+// One NUMA node (node 0) and only the default policy.
+constexpr int kMpolDefault = 0;
+constexpr uint64_t kMpolFNode = 1, kMpolFAddr = 2, kMpolFMemsAllowed = 4;
+
+int64_t SysGetMempolicy(Task& t, const SyscallArgs& a) {
+  const uint64_t flags = a.a[4];
+  if (flags & ~(kMpolFNode | kMpolFAddr | kMpolFMemsAllowed)) return -EINVAL;
+  if ((flags & kMpolFMemsAllowed) && (flags & (kMpolFNode | kMpolFAddr))) {
+    return -EINVAL;
+  }
+  const uint64_t maxnode = a.a[2];
+  if (a.a[1] != 0) {
+    if (maxnode < 1) return -EINVAL;
+    uint64_t mask = 1;  // node 0
+    uint64_t bytes = std::min<uint64_t>((maxnode + 63) / 64 * 8, 64);
+    char buf[64] = {0};
+    memcpy(buf, &mask, sizeof(mask));
+    if (t.mm().CopyOut(a.a[1], buf, bytes) != static_cast<int64_t>(bytes)) {
+      return -EFAULT;
+    }
+  }
+  if (a.a[0] != 0) {
+    int mode = kMpolDefault;  // MPOL_F_NODE: the node, which is 0 too
+    if (t.mm().CopyOut(a.a[0], &mode, sizeof(mode)) != sizeof(mode)) return -EFAULT;
+  }
+  return 0;
+}
+
+int64_t SysSetMempolicy(Task& t, const SyscallArgs& a) {
+  // MPOL_DEFAULT with no nodes is what there is; anything else would
+  // promise a placement that one node cannot give differently: accepted
+  // only for node 0 (a nodemask of 1), as Linux does on a one-node host.
+  const int mode = static_cast<int>(a.a[0] & 0xffff);
+  if (mode == kMpolDefault) return a.a[1] == 0 ? 0 : -EINVAL;
+  if (mode < 0 || mode > 6) return -EINVAL;
+  if (a.a[1] == 0) return mode == 1 /* MPOL_PREFERRED: local */ ? 0 : -EINVAL;
+  uint64_t mask = 0;
+  if (t.mm().CopyIn(a.a[1], &mask, sizeof(mask)) != sizeof(mask)) return -EFAULT;
+  return (mask & 1) != 0 ? 0 : -EINVAL;
+}
+
+}  // namespace
+
+void RegisterPrctl(Entry* table) {
+  table[SYS_prctl] = {SysPrctl, "prctl"};
+  table[SYS_fadvise64] = {SysFadvise64, "fadvise64"};
+  table[SYS_get_mempolicy] = {SysGetMempolicy, "get_mempolicy"};
+  table[SYS_set_mempolicy] = {SysSetMempolicy, "set_mempolicy"};
+}
+
+}  // namespace sandboxd::syscalls

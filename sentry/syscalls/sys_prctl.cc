@@ -1,4 +1,4 @@
-// prctl(2), and the advice calls that change nothing a program can observe
+// prctl(2), capget(2), and the advice calls that change nothing a program can observe
 // here: fadvise64 and the NUMA memory policy (one node).
 //
 // prctl options that Linux has and the Sentry does not implement return
@@ -124,6 +124,43 @@ int64_t SysPrctl(Task& t, const SyscallArgs& a) {
   }
 }
 
+// capget: the sandbox's processes are root in their user namespace and
+// hold every capability (effective and permitted; none inheritable), as
+// their getuid() of 0 says. (capset is not implemented: dropping
+// capabilities would have to be enforced, which the Sentry does not do
+// yet, so it stays ENOSYS rather than pretend.)
+int64_t SysCapget(Task& t, const SyscallArgs& a) {
+  struct Header {
+    uint32_t version;
+    int pid;
+  } h;
+  constexpr uint32_t kV1 = 0x19980330, kV2 = 0x20071026, kV3 = 0x20080522;
+  if (t.mm().CopyIn(a.a[0], &h, sizeof(h)) != sizeof(h)) return -EFAULT;
+  if (h.version != kV1 && h.version != kV2 && h.version != kV3) {
+    h.version = kV3;  // tells the caller which version to use
+    if (t.mm().CopyOut(a.a[0], &h, sizeof(h)) != sizeof(h)) return -EFAULT;
+    return a.a[1] == 0 ? 0 : -EINVAL;
+  }
+  if (h.pid < 0) return -EINVAL;
+  if (h.pid != 0 && t.kernel().FindGroup(h.pid) == nullptr &&
+      t.kernel().FindTask(h.pid) == nullptr) {
+    return -ESRCH;
+  }
+  if (a.a[1] == 0) return 0;
+  struct Data {
+    uint32_t effective, permitted, inheritable;
+  } d[2] = {};
+  const uint64_t all = (1ull << (kCapLastCap + 1)) - 1;
+  d[0].effective = d[0].permitted = static_cast<uint32_t>(all);
+  d[1].effective = d[1].permitted = static_cast<uint32_t>(all >> 32);
+  const size_t n = h.version == kV1 ? 1 : 2;
+  if (t.mm().CopyOut(a.a[1], d, n * sizeof(Data)) !=
+      static_cast<int64_t>(n * sizeof(Data))) {
+    return -EFAULT;
+  }
+  return 0;
+}
+
 // posix_fadvise: advice on a file's caching. Errors as Linux; the advice
 // itself changes nothing the program can see (no page cache to tune).
 int64_t SysFadvise64(Task& t, const SyscallArgs& a) {
@@ -181,6 +218,7 @@ int64_t SysSetMempolicy(Task& t, const SyscallArgs& a) {
 
 void RegisterPrctl(Entry* table) {
   table[SYS_prctl] = {SysPrctl, "prctl"};
+  table[SYS_capget] = {SysCapget, "capget"};
   table[SYS_fadvise64] = {SysFadvise64, "fadvise64"};
   table[SYS_get_mempolicy] = {SysGetMempolicy, "get_mempolicy"};
   table[SYS_set_mempolicy] = {SysSetMempolicy, "set_mempolicy"};

@@ -4,6 +4,8 @@
 #include <sched.h>
 #include <sys/syscall.h>
 
+#include <algorithm>
+
 #include "absl/time/clock.h"
 #include "sentry/syscalls/process.h"
 #include "sentry/syscalls/syscalls.h"
@@ -49,6 +51,47 @@ int64_t SysClone(Task& t, const SyscallArgs& a) {
   if (flags & CLONE_CHILD_CLEARTID) c->set_clear_child_tid(a.a[3]);
   c->Start();
   return c->tid();
+}
+
+// clone3(args, size): struct clone_args, mapped onto clone's registers.
+// Not supported (EINVAL, counted): CLONE_PIDFD (no pidfds yet), set_tid
+// (choosing pids), CLONE_INTO_CGROUP.
+int64_t SysClone3(Task& t, const SyscallArgs& a) {
+  struct CloneArgs {
+    uint64_t flags, pidfd, child_tid, parent_tid, exit_signal, stack,
+        stack_size, tls, set_tid, set_tid_size, cgroup;
+  } ca{};
+  constexpr uint64_t kSizeVer0 = 64;  // CLONE_ARGS_SIZE_VER0
+  const uint64_t size = a.a[1];
+  if (size < kSizeVer0) return -EINVAL;
+  if (size > 4096) return -E2BIG;
+  const uint64_t known = std::min<uint64_t>(size, sizeof(ca));
+  if (t.mm().CopyIn(a.a[0], &ca, known) != static_cast<int64_t>(known)) {
+    return -EFAULT;
+  }
+  // A newer caller's extra fields must be zero (Linux: E2BIG otherwise).
+  for (uint64_t off = sizeof(ca); off < size; off++) {
+    uint8_t b;
+    if (t.mm().CopyIn(a.a[0] + off, &b, 1) != 1) return -EFAULT;
+    if (b != 0) return -E2BIG;
+  }
+  constexpr uint64_t kCloneIntoCgroup = 0x200000000ull;
+  if ((ca.flags & 0xff) != 0 || ca.exit_signal > 64) return -EINVAL;
+  if ((ca.stack == 0) != (ca.stack_size == 0)) return -EINVAL;
+  if ((ca.flags & (CLONE_PIDFD | kCloneIntoCgroup)) || ca.set_tid != 0 ||
+      ca.set_tid_size != 0) {
+    t.kernel().CountUnimplemented(SYS_clone3);
+    return -EINVAL;
+  }
+  if ((ca.flags & CLONE_THREAD) && ca.exit_signal != 0) return -EINVAL;
+  SyscallArgs c{};
+  c.nr = SYS_clone;
+  c.a[0] = ca.flags | ca.exit_signal;
+  c.a[1] = ca.stack != 0 ? ca.stack + ca.stack_size : 0;  // the stack's top
+  c.a[2] = ca.parent_tid;
+  c.a[3] = ca.child_tid;
+  c.a[4] = ca.tls;
+  return SysClone(t, c);
 }
 
 int64_t SysExit(Task& t, const SyscallArgs& a) {
@@ -229,6 +272,7 @@ int64_t SysFutex(Task& t, const SyscallArgs& a) {
 
 void RegisterThread(Entry* table) {
   table[SYS_clone] = {SysClone, "clone"};
+  table[SYS_clone3] = {SysClone3, "clone3"};
   table[SYS_exit] = {SysExit, "exit"};
   table[SYS_exit_group] = {SysExitGroup, "exit_group"};
   table[SYS_set_tid_address] = {SysSetTidAddress, "set_tid_address"};

@@ -6,6 +6,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/prctl.h>
@@ -14,6 +15,11 @@
 #include <unistd.h>
 
 #include "common.h"
+
+/* linux/capability.h's ABI (musl has no linux/ headers). */
+#define CAP_VERSION_3 0x20080522
+struct cap_header { uint32_t version; int pid; };
+struct cap_data { uint32_t effective, permitted, inheritable; };
 
 static int comm_is(const char *want) {
   char buf[64] = {0};
@@ -131,5 +137,14 @@ int main(void) {
   unsigned long mask = 0;
   CHECK("get_mempolicy: MPOL_DEFAULT",
         syscall(SYS_get_mempolicy, &mode, &mask, 64, 0, 0) == 0 && mode == 0);
+  struct cap_header hdr = {CAP_VERSION_3, 0};
+  struct cap_data caps[2];
+  memset(caps, 0, sizeof caps);
+  CHECK("capget v3", syscall(SYS_capget, &hdr, caps) == 0);
+  CHECK("capget: CAP_CHOWN effective and permitted",
+        (caps[0].effective & 1) && (caps[0].permitted & 1));
+  hdr.version = 0x12345678;
+  CHECK_ERRNO("capget, unknown version: EINVAL", syscall(SYS_capget, &hdr, caps), EINVAL);
+  CHECK("and the preferred version is written back", hdr.version == CAP_VERSION_3);
   return finish();
 }

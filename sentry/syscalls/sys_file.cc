@@ -2,6 +2,7 @@
 // descriptors). Path-based calls come with the VFS.
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/ioctl.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
@@ -223,6 +224,21 @@ int64_t SysIoctl(Task& t, const SyscallArgs& a) {
   bool tty;
   int64_t tr = TerminalIoctl(t, f, request, a.a[2], &tty);
   if (tty) return tr;
+  // The requests every file takes (Linux's do_vfs_ioctl).
+  switch (request) {
+    case FIOCLEX:
+    case FIONCLEX:
+      return t.group().fds().SetCloexec(static_cast<int>(a.a[0]),
+                                        request == FIOCLEX);
+    case FIONBIO: {
+      int on;
+      if (t.mm().CopyIn(a.a[2], &on, sizeof(on)) != sizeof(on)) return -EFAULT;
+      int fl = f->StatusFlags();
+      return f->SetStatusFlags(on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK));
+    }
+    default:
+      break;
+  }
   bool in, out;
   int64_t size = fs::IoctlArgSize(request, &in, &out);
   if (size < 0) return -ENOTTY;

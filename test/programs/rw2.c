@@ -1,11 +1,13 @@
 /* preadv2/pwritev2: an offset, -1 for the file position, the accepted
  * flags (RWF_HIPRI, RWF_DSYNC, RWF_SYNC), EOPNOTSUPP for unknown flags,
- * EINVAL for offsets below -1, ESPIPE on a pipe with an offset. */
+ * EINVAL for offsets below -1, ESPIPE on a pipe with an offset; and the
+ * ioctls every file takes (FIONBIO, FIOCLEX, FIONCLEX). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <stdio.h>
 #include <string.h>
 #include <sys/syscall.h>
+#include <sys/ioctl.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -54,6 +56,14 @@ int main(void) {
   CHECK_ERRNO("pwritev2 on a pipe with an offset: ESPIPE", pv2(SYS_pwritev2, p[1], w, 1, 0, 0), ESPIPE);
   CHECK("pwritev2 on a pipe at -1", pv2(SYS_pwritev2, p[1], w, 1, -1, 0) == 6);
   CHECK("preadv2 on a pipe at -1", pv2(SYS_preadv2, p[0], r, 1, -1, 0) == 5);
+  /* The ioctls every file takes. */
+  int on = 1;
+  CHECK("FIONBIO on a pipe", ioctl(p[0], FIONBIO, &on) == 0 && (fcntl(p[0], F_GETFL) & O_NONBLOCK));
+  CHECK_ERRNO("then an empty read: EAGAIN", read(p[0], x, 1), EAGAIN);
+  on = 0;
+  CHECK("FIONBIO off", ioctl(p[0], FIONBIO, &on) == 0 && !(fcntl(p[0], F_GETFL) & O_NONBLOCK));
+  CHECK("FIOCLEX on a file", ioctl(fd, FIOCLEX) == 0 && fcntl(fd, F_GETFD) == FD_CLOEXEC);
+  CHECK("FIONCLEX", ioctl(fd, FIONCLEX) == 0 && fcntl(fd, F_GETFD) == 0);
   close(fd);
   return finish();
 }

@@ -59,6 +59,7 @@ int main(void) {
   /* The ioctls every file takes. */
   int on = 1;
   CHECK("FIONBIO on a pipe", ioctl(p[0], FIONBIO, &on) == 0 && (fcntl(p[0], F_GETFL) & O_NONBLOCK));
+  CHECK("the pipe's last byte", read(p[0], x, 1) == 1);
   CHECK_ERRNO("then an empty read: EAGAIN", read(p[0], x, 1), EAGAIN);
   on = 0;
   CHECK("FIONBIO off", ioctl(p[0], FIONBIO, &on) == 0 && !(fcntl(p[0], F_GETFL) & O_NONBLOCK));

@@ -12,6 +12,7 @@
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <sys/wait.h>
 #include <termios.h>
 #include <unistd.h>
@@ -69,6 +70,25 @@ static int session_child(const char *name, int master, int ready) {
   CHECK("TIOCGSID is our session",
         ioctl(fd, TIOCGSID, &sid) == 0 && sid == getpid());
   CHECK("foreground group is ours", tcgetpgrp(fd) == getpgrp());
+  {
+    /* /proc/self/stat: tty_nr names the terminal (new_encode_dev of its
+     * st_rdev), tpgid its foreground group. */
+    struct stat ts;
+    char sbuf[512] = {0};
+    int sf = open("/proc/self/stat", O_RDONLY);
+    ssize_t sn = sf >= 0 ? read(sf, sbuf, sizeof sbuf - 1) : -1;
+    if (sf >= 0) close(sf);
+    char *rp = sn > 0 ? strrchr(sbuf, ')') : NULL;
+    int tty_nr = -1, tpgid = 0;
+    char st_c;
+    int ppid_, pgrp_, sess_;
+    if (rp != NULL) sscanf(rp + 2, "%c %d %d %d %d %d", &st_c, &ppid_, &pgrp_, &sess_, &tty_nr, &tpgid);
+    fstat(fd, &ts);
+    unsigned maj = major(ts.st_rdev), min = minor(ts.st_rdev);
+    int want = (int)((min & 0xff) | (maj << 8) | ((min & ~0xffu) << 12));
+    CHECK("/proc/self/stat tty_nr is the terminal", tty_nr == want);
+    CHECK("/proc/self/stat tpgid is the foreground group", tpgid == getpgrp());
+  }
   int t = open("/dev/tty", O_RDWR);
   CHECK("/dev/tty opens the controlling terminal", t >= 0 && isatty(t));
   struct stat a, b;

@@ -36,9 +36,10 @@ std::string StatLine(const TaskStat& t) {
   // fs/proc/array.c do_task_stat. The flags are PF_RANDOMIZE, which every
   // user process has; tty_nr 0 and tpgid -1: no controlling terminal.
   std::string s = absl::StrFormat(
-      "%d (%s) %c %d %d %d 0 -1 4194304 0 0 0 0 %u %u 0 0 20 0 %d 0 %d %u "
+      "%d (%s) %c %d %d %d %u %d 4194304 0 0 0 0 %u %u 0 0 20 0 %d 0 %d %u "
       "%u %u",
-      t.pid, t.comm, t.state, t.ppid, t.pgid, t.sid, t.utime_ticks,
+      t.pid, t.comm, t.state, t.ppid, t.pgid, t.sid, t.tty_nr, t.tpgid,
+      t.utime_ticks,
       t.stime_ticks, t.num_threads, t.start_ticks, mm ? m.vm_size : 0,
       mm ? Pages(m.rss) : 0, t.rss_limit);
   // startcode endcode startstack kstkesp kstkeip signal blocked sigignore

@@ -38,8 +38,10 @@ struct TaskStat {
   pid_t ppid = 0;
   pid_t pgid = 0;
   pid_t sid = 0;
+  uint32_t tty_nr = 0;  // the controlling terminal, new_encode_dev form
+  pid_t tpgid = -1;     // its foreground process group; -1: no terminal
   std::string comm;
-  char state = 'R';  // R, S, Z
+  char state = 'R';  // R, S, T, Z
   int num_threads = 1;
   int64_t start_ticks = 0;  // since the sandbox's boot, in clock ticks
   uint64_t utime_ticks = 0;

@@ -29,6 +29,7 @@
 #include "sentry/fs/pipe.h"
 #include "sentry/fs/proc/format.h"
 #include "sentry/fs/timerfd.h"
+#include "sentry/fs/tty/terminal.h"
 #include "sentry/fs/vfs.h"
 #include "sentry/mm/mm.h"
 
@@ -459,6 +460,8 @@ struct ThreadInfo {
 // One thread group, copied under the tasklist lock.
 struct ProcInfo {
   pid_t tgid = 0, ppid = 0, pgid = 0, sid = 0;
+  uint32_t tty_nr = 0;
+  pid_t tpgid = -1;
   bool zombie = false;
   std::string comm, exe;
   uint64_t arg_start = 0, arg_end = 0, env_start = 0, env_end = 0;
@@ -485,6 +488,14 @@ int Snapshot(Kernel& k, const std::weak_ptr<ThreadGroup>& weak, ProcInfo* out) {
     out->ppid = g->parent != nullptr ? g->parent->tgid() : 0;
     out->pgid = g->pgid;
     out->sid = g->sid;
+    if (g->ctty != nullptr && !g->ctty->hung_up()) {
+      // Linux's new_encode_dev, as do_task_stat prints it.
+      dev_t d = g->ctty->Device();
+      out->tty_nr = (minor(d) & 0xff) | (major(d) << 8) |
+                    ((minor(d) & ~0xffu) << 12);
+      out->tpgid = g->ctty->foreground();
+      if (out->tpgid == 0) out->tpgid = -1;
+    }
     out->zombie = g->zombie;
     out->comm = g->comm;
     out->exe = g->exe;
@@ -521,6 +532,8 @@ TaskStat MakeTaskStat(Kernel& k, ThreadGroup& g, const ProcInfo& p, pid_t tid) {
   s.ppid = p.ppid;
   s.pgid = p.pgid;
   s.sid = p.sid;
+  s.tty_nr = p.tty_nr;
+  s.tpgid = p.tpgid;
   s.comm = p.comm;
   s.num_threads = static_cast<int>(p.threads.size());
   s.exit_signal = p.exit_signal;

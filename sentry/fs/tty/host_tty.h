@@ -46,6 +46,8 @@ class HostTerminal final : public Terminal {
   int64_t OutputQueued(int* out) override;
   int64_t Flush(int queue) override;
   bool hung_up() const override { return false; }
+  // /dev/console's: 5:1.
+  dev_t Device() const override { return makedev(5, 1); }
   int64_t OpenProgramSide(int flags, std::shared_ptr<Inode> via,
                           std::shared_ptr<File>* out) override;
 

@@ -56,6 +56,7 @@ class Pty final : public Terminal {
   ~Pty() override;
 
   uint32_t index() const { return index_; }
+  dev_t Device() const override { return makedev(kPtsMajor, index_); }
 
   // The master side.
   int64_t MasterRead(void* buf, uint64_t n, bool nonblock, const IoContext& io);

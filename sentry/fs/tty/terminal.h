@@ -16,6 +16,7 @@
 
 #include <signal.h>
 #include <sys/ioctl.h>
+#include <sys/sysmacros.h>
 #include <sys/types.h>
 
 #include <cstdint>
@@ -84,6 +85,9 @@ class Terminal : public std::enable_shared_from_this<Terminal> {
     absl::MutexLock l(&job_mu_);
     fg_pgid_ = pgid;
   }
+
+  // The device number that names it (st_rdev of its node; /proc's tty_nr).
+  virtual dev_t Device() const = 0;
 
   virtual int64_t GetTermios(KernelTermios* out) = 0;
   // TCSETS (drain is immediate: output never waits for a line), TCSETSF

@@ -1,0 +1,511 @@
+// Round trips of the fs objects: build a graph, save it, load it into a
+// fresh memory file and check that it behaves as the original did (data,
+// further writes, sharing), not only that fields match.
+#include "sentry/state/fs_state.h"
+
+#include <fcntl.h>
+#include <linux/falloc.h>
+#include <stdlib.h>
+#include <sys/eventfd.h>
+#include <sys/sysmacros.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "base/status_macros.h"
+#include "gtest/gtest.h"
+#include "sentry/fs/eventfd.h"
+#include "sentry/fs/pipe.h"
+#include "sentry/fs/tmpfs.h"
+#include "sentry/fs/vfs.h"
+#include "sentry/mm/memory_file.h"
+#include "sentry/state/image.h"
+#include "sentry/state/pages.h"
+
+namespace sandboxd::state {
+namespace {
+
+using fs::Attr;
+using fs::CreateRequest;
+using fs::Inode;
+
+constexpr uint64_t kPage = mm::kPageSize;
+
+std::unique_ptr<mm::MemoryFile> NewMemoryFile() {
+  auto mf = mm::MemoryFile::Create(1ull << 30);
+  EXPECT_TRUE(mf.ok()) << mf.status();
+  return std::move(mf).value();
+}
+
+std::shared_ptr<Inode> Make(Inode& dir, const std::string& name,
+                            uint32_t type = S_IFREG, uint32_t mode = 0644,
+                            const std::string& target = "", uint64_t rdev = 0) {
+  CreateRequest req;
+  req.type = type;
+  req.mode = mode;
+  req.uid = 1000;
+  req.gid = 100;
+  req.target = target;
+  req.rdev = rdev;
+  std::shared_ptr<Inode> out;
+  EXPECT_EQ(dir.Create(name, req, &out), 0) << name;
+  return out;
+}
+
+std::shared_ptr<Inode> Get(Inode& dir, const std::string& name) {
+  std::shared_ptr<Inode> out;
+  EXPECT_EQ(dir.Lookup(name, &out), 0) << name;
+  return out;
+}
+
+Attr Stat(Inode& inode) {
+  Attr a;
+  EXPECT_EQ(inode.GetAttr(&a), 0);
+  return a;
+}
+
+std::string Read(Inode& file, uint64_t n, uint64_t off = 0) {
+  std::string buf(n, '\0');
+  int64_t got = file.Read(buf.data(), n, off);
+  EXPECT_GE(got, 0);
+  buf.resize(std::max<int64_t>(got, 0));
+  return buf;
+}
+
+void Write(Inode& file, const std::string& s, uint64_t off) {
+  EXPECT_EQ(file.Write(s.data(), s.size(), off),
+            static_cast<int64_t>(s.size()));
+}
+
+void ExpectSameAttr(const Attr& a, const Attr& b, const std::string& what) {
+  EXPECT_EQ(a.dev, b.dev) << what;
+  EXPECT_EQ(a.ino, b.ino) << what;
+  EXPECT_EQ(a.mode, b.mode) << what;
+  EXPECT_EQ(a.nlink, b.nlink) << what;
+  EXPECT_EQ(a.uid, b.uid) << what;
+  EXPECT_EQ(a.gid, b.gid) << what;
+  EXPECT_EQ(a.rdev, b.rdev) << what;
+  EXPECT_EQ(a.size, b.size) << what;
+  EXPECT_EQ(a.blocks, b.blocks) << what;
+  EXPECT_EQ(a.atime.tv_sec, b.atime.tv_sec) << what;
+  EXPECT_EQ(a.atime.tv_nsec, b.atime.tv_nsec) << what;
+  EXPECT_EQ(a.mtime.tv_nsec, b.mtime.tv_nsec) << what;
+  EXPECT_EQ(a.ctime.tv_nsec, b.ctime.tv_nsec) << what;
+}
+
+// Saves with `save` (which gets the Saver), loads with `load` into a fresh
+// memory file, through state.pb and pages.{img,idx} in a directory, as a
+// checkpoint would.
+class FsStateTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    mf_ = NewMemoryFile();
+    mf2_ = NewMemoryFile();
+    char tmpl[] = "/tmp/fs_state_test.XXXXXX";
+    dir_ = mkdtemp(tmpl);
+  }
+  void TearDown() override { system(("rm -rf " + dir_).c_str()); }
+
+  std::shared_ptr<fs::TmpFsDirectory> NewTmpFs(uint64_t dev = 42,
+                                               uint64_t size_limit = 0,
+                                               uint64_t inode_limit = 0) {
+    fs::TmpFsOptions opts;
+    opts.dev = dev;
+    opts.size_limit = size_limit;
+    opts.inode_limit = inode_limit;
+    fs::TmpFs t(mf_.get(), opts);
+    return std::static_pointer_cast<fs::TmpFsDirectory>(t.Root());
+  }
+
+  // Writes the image; returns the error of `save`, if any.
+  absl::Status SaveImage(const std::function<absl::Status(Saver&)>& save) {
+    auto pages = FilePageWriter::Create(dir_, mf_->Internal(0));
+    if (!pages.ok()) return pages.status();
+    pb::State st;
+    Saver s(&st, pages->get());
+    absl::Status r = save(s);
+    if (!r.ok()) return r;
+    r = (*pages)->Finish();
+    if (!r.ok()) return r;
+    return WriteStateFile(dir_, st);
+  }
+
+  // Reads the image and runs `load` on it.
+  void LoadImage(const std::function<void(Loader&)>& load) {
+    auto st = ReadStateFile(dir_);
+    ASSERT_TRUE(st.ok()) << st.status();
+    state_ = std::move(st).value();
+    auto pages = FilePageReader::Open(dir_);
+    ASSERT_TRUE(pages.ok()) << pages.status();
+    reader_ = std::move(pages).value();
+    Loader l(&state_, reader_.get(), mf2_.get());
+    load(l);
+  }
+
+  std::unique_ptr<mm::MemoryFile> mf_, mf2_;
+  std::string dir_;
+  pb::State state_;
+  std::unique_ptr<FilePageReader> reader_;
+};
+
+TEST_F(FsStateTest, TmpFsTree) {
+  auto root = NewTmpFs(42, 1 << 20, 100);
+  auto dir = Make(*root, "dir", S_IFDIR, 0750);
+  auto file = Make(*dir, "file", S_IFREG, 0640);
+  Write(*file, "hello", 0);
+  // A hole, then data two pages in, then fallocated-but-zero pages.
+  Write(*file, "world", 2 * kPage + 10);
+  ASSERT_EQ(file->Allocate(FALLOC_FL_KEEP_SIZE, 4 * kPage, 2 * kPage), 0);
+  ASSERT_EQ(root->Link("hardlink", file), 0);
+  Make(*root, "link", S_IFLNK, 0777, "dir/file");
+  Make(*dir, "fifo", S_IFIFO, 0600);
+  Make(*dir, "null", S_IFCHR, 0666, "", makedev(1, 3));
+  Make(*dir, "sub", S_IFDIR, 0700);
+  auto empty = Make(*root, "empty");
+  fs::SetAttrRequest set;
+  set.set_atime = true;
+  set.atime = {1000, 5};
+  set.set_mtime = true;
+  set.mtime = {2000, 7};
+  set.set_uid = true;
+  set.uid = 4;
+  ASSERT_EQ(empty->SetAttr(set), 0);
+  auto sealed = std::static_pointer_cast<fs::TmpFsRegularFile>(
+      Make(*root, "sealed"));
+  sealed->set_initial_seals(0);
+  ASSERT_EQ(sealed->AddSeals(fs::kSealGrow | fs::kSealShrink), 0);
+
+  uint64_t root_id = 0;
+  ASSERT_TRUE(SaveImage([&](Saver& s) {
+                auto id = FsState::SaveInode(s, root);
+                if (id.ok()) root_id = *id;
+                return id.status();
+              }).ok());
+
+  LoadImage([&](Loader& l) {
+    auto loaded = FsState::LoadInode(l, root_id);
+    ASSERT_TRUE(loaded.ok()) << loaded.status();
+    std::shared_ptr<Inode> r2 = *loaded;
+    ExpectSameAttr(Stat(*root), Stat(*r2), "/");
+    for (const char* path : {"dir", "hardlink", "link", "empty", "sealed"}) {
+      ExpectSameAttr(Stat(*Get(*root, path)), Stat(*Get(*r2, path)), path);
+    }
+    auto dir2 = Get(*r2, "dir");
+    for (const char* path : {"file", "fifo", "null", "sub"}) {
+      ExpectSameAttr(Stat(*Get(*dir, path)), Stat(*Get(*dir2, path)), path);
+    }
+    // Hard links are one inode again.
+    auto file2 = Get(*dir2, "file");
+    EXPECT_EQ(file2, Get(*r2, "hardlink"));
+    EXPECT_EQ(Stat(*file2).nlink, 2u);
+    // Data, the hole and the size.
+    EXPECT_EQ(Read(*file2, 5), "hello");
+    EXPECT_EQ(Read(*file2, 10, 100), std::string(10, '\0'));
+    EXPECT_EQ(Read(*file2, 5, 2 * kPage + 10), "world");
+    EXPECT_EQ(Stat(*file2).size, 2 * kPage + 15);
+    std::string target;
+    EXPECT_EQ(Get(*r2, "link")->Readlink(&target), 0);
+    EXPECT_EQ(target, "dir/file");
+    // The loaded file is independent of the original and writable.
+    Write(*file2, "HELLO", 0);
+    EXPECT_EQ(Read(*Get(*r2, "hardlink"), 5), "HELLO");
+    EXPECT_EQ(Read(*file, 5), "hello");
+    // Seals.
+    auto sealed2 = std::static_pointer_cast<fs::TmpFsRegularFile>(
+        Get(*r2, "sealed"));
+    EXPECT_EQ(sealed2->Seals(), fs::kSealGrow | fs::kSealShrink);
+    EXPECT_EQ(sealed2->Write("x", 1, 0), -EPERM);
+    // ".." of a loaded subdirectory, and the superblock's sequence and
+    // limits: the next inode gets the number the original would have.
+    auto sub2 = Get(*dir2, "sub");
+    auto next = Make(*r2, "next");
+    auto next_orig = Make(*root, "next");
+    EXPECT_EQ(Stat(*next).ino, Stat(*next_orig).ino);
+    struct statfs a, b;
+    ASSERT_EQ(root->StatFs(&a), 0);
+    ASSERT_EQ(r2->StatFs(&b), 0);
+    EXPECT_EQ(a.f_blocks, b.f_blocks);
+    EXPECT_EQ(a.f_bfree, b.f_bfree);
+    EXPECT_EQ(a.f_files, b.f_files);
+    EXPECT_EQ(a.f_ffree, b.f_ffree);
+    // Renaming into the loaded tree works (parent links are right): a
+    // directory cannot move below itself.
+    EXPECT_EQ(r2->Rename("dir", *sub2, "moved", 0), -EINVAL);
+    EXPECT_EQ(dir2->Unlink("sub", true), 0);
+    EXPECT_EQ(Stat(*dir2).nlink, 2u);
+  });
+}
+
+TEST_F(FsStateTest, MountsLocationsAndFsContext) {
+  auto root = NewTmpFs(1);
+  Make(*Make(*root, "mnt", S_IFDIR, 0755), "under", S_IFDIR);
+  auto other = NewTmpFs(2);
+  Make(*Make(*other, "work", S_IFDIR, 0755), "f");
+  fs::Vfs vfs(root, "tmpfs", "rootfs", false);
+  fs::Location mnt;
+  auto ctx = std::make_shared<fs::FsContext>(vfs.Root(), vfs.Root());
+  ASSERT_EQ(vfs.Resolve(*ctx, vfs.Root(), "/mnt", true, &mnt), 0);
+  ASSERT_EQ(vfs.MountAt(mnt, other, "tmpfs", "data", true), 0);
+  fs::Location work;
+  ASSERT_EQ(vfs.Resolve(*ctx, vfs.Root(), "/mnt/work", true, &work), 0);
+  ctx->set_cwd(work);
+  ctx->exchange_umask(027);
+
+  uint64_t ctx_id = 0;
+  ASSERT_TRUE(SaveImage([&](Saver& s) {
+                RETURN_IF_ERROR(FsState::SaveVfs(s, vfs));
+                auto id = FsState::SaveFsContext(s, vfs, ctx);
+                if (id.ok()) ctx_id = *id;
+                return id.status();
+              }).ok());
+
+  LoadImage([&](Loader& l) {
+    auto vfs2 = FsState::LoadVfs(l);
+    ASSERT_TRUE(vfs2.ok()) << vfs2.status();
+    auto ctx2 = FsState::LoadFsContext(l, **vfs2, ctx_id);
+    ASSERT_TRUE(ctx2.ok()) << ctx2.status();
+    EXPECT_EQ((*vfs2)->MountInfoText((*vfs2)->Root()),
+              vfs.MountInfoText(vfs.Root()));
+    EXPECT_EQ((*ctx2)->umask(), 027u);
+    EXPECT_EQ((*vfs2)->PathOf((*ctx2)->root(), (*ctx2)->cwd()), "/mnt/work");
+    // Relative lookups from the loaded cwd reach the mounted tmpfs, which
+    // is read-only again, and ".." crosses back into the root mount.
+    fs::Location f;
+    ASSERT_EQ((*vfs2)->Resolve(**ctx2, (*ctx2)->cwd(), "f", true, &f), 0);
+    EXPECT_EQ(Stat(f.inode()).dev, 2u);
+    EXPECT_TRUE(f.mount->read_only);
+    fs::Location under;
+    ASSERT_EQ((*vfs2)->Resolve(**ctx2, (*ctx2)->cwd(), "../..", true, &under),
+              0);
+    EXPECT_EQ(under, (*vfs2)->Root());
+  });
+}
+
+TEST_F(FsStateTest, FilesAndDescriptorTables) {
+  auto root = NewTmpFs();
+  auto data = Make(*root, "data");
+  Write(*data, "0123456789", 0);
+  auto gone = Make(*root, "gone");
+  Write(*gone, "still here", 0);
+  fs::Vfs vfs(root, "tmpfs", "rootfs", false);
+  auto ctx = std::make_shared<fs::FsContext>(vfs.Root(), vfs.Root());
+
+  auto open = [&](const std::string& path, int flags) {
+    fs::Location loc;
+    EXPECT_EQ(vfs.Resolve(*ctx, vfs.Root(), path, true, &loc), 0);
+    std::shared_ptr<fs::File> f;
+    EXPECT_EQ(loc.inode().Open(flags, &f), 0);
+    static_cast<fs::InodeFile*>(f.get())->set_location(loc, &vfs);
+    return f;
+  };
+  auto fds = std::make_shared<fs::FdTable>(1024);
+  auto f = open("/data", O_RDWR);
+  char buf[16];
+  ASSERT_EQ(f->Read(buf, 3, -1, {}), 3);
+  fds->InstallAt(3, f, false);
+  fds->InstallAt(5, f, true);  // dup, close-on-exec
+  auto g = open("/gone", O_RDONLY);
+  fds->InstallAt(4, g, false);
+  ASSERT_EQ(vfs.Unlink(vfs.Root(), "gone", false), 0);
+  auto [rd, wr] = fs::PipeEnd::Create(O_NONBLOCK);
+  ASSERT_EQ(wr->Write("pipe data", 9, -1, {}), 9);
+  fds->InstallAt(6, rd, false);
+  fds->InstallAt(7, wr, false);
+  auto ev = std::make_shared<fs::EventFd>(7, EFD_SEMAPHORE | EFD_NONBLOCK);
+  fds->InstallAt(8, ev, false);
+  // A second table (fork) sharing the write end and the data file.
+  auto child = fds->Fork();
+  child->Close(6);
+
+  uint64_t t1 = 0, t2 = 0;
+  ASSERT_TRUE(SaveImage([&](Saver& s) {
+                RETURN_IF_ERROR(FsState::SaveVfs(s, vfs));
+                auto a = FsState::SaveFdTable(s, vfs, fds);
+                auto b = FsState::SaveFdTable(s, vfs, child);
+                if (!a.ok()) return a.status();
+                if (!b.ok()) return b.status();
+                t1 = *a;
+                t2 = *b;
+                return absl::OkStatus();
+              }).ok());
+  rd.reset();
+  wr.reset();
+
+  // The Loader holds what it loaded until it goes: check after it did.
+  absl::StatusOr<std::unique_ptr<fs::Vfs>> vfs2;
+  absl::StatusOr<std::shared_ptr<fs::FdTable>> fds2, child2;
+  LoadImage([&](Loader& l) {
+    EXPECT_EQ(l.state().files_size(), 5);
+    EXPECT_EQ(l.state().pipes_size(), 1);
+    vfs2 = FsState::LoadVfs(l);
+    ASSERT_TRUE(vfs2.ok()) << vfs2.status();
+    fds2 = FsState::LoadFdTable(l, **vfs2, t1);
+    child2 = FsState::LoadFdTable(l, **vfs2, t2);
+  });
+  {
+    ASSERT_TRUE(fds2.ok()) << fds2.status();
+    ASSERT_TRUE(child2.ok()) << child2.status();
+    auto& t = **fds2;
+    EXPECT_EQ(t.Fds(), fds->Fds());
+    EXPECT_EQ(t.GetCloexec(3), 0);
+    EXPECT_EQ(t.GetCloexec(5), 1);
+    // One description behind fds 3 and 5 and the child's 3, at offset 3.
+    EXPECT_EQ(t.Get(3), t.Get(5));
+    EXPECT_EQ(t.Get(3), (*child2)->Get(3));
+    EXPECT_NE(t.Get(3), t.Get(4));
+    char b2[16] = {};
+    ASSERT_EQ(t.Get(5)->Read(b2, 2, -1, {}), 2);
+    EXPECT_EQ(std::string(b2, 2), "34");
+    EXPECT_EQ(t.Get(3)->Seek(0, SEEK_CUR), 5);
+    EXPECT_EQ(t.Get(3)->StatusFlags() & O_ACCMODE, O_RDWR);
+    EXPECT_EQ((*vfs2)->PathOf((*vfs2)->Root(), t.Get(3)->location()), "/data");
+    // The unlinked file: still readable, shown deleted, not in the tree.
+    ASSERT_EQ(t.Get(4)->Read(b2, 10, 0, {}), 10);
+    EXPECT_EQ(std::string(b2, 10), "still here");
+    bool reachable = true;
+    (*vfs2)->PathOf((*vfs2)->Root(), t.Get(4)->location(), &reachable);
+    EXPECT_FALSE(reachable);
+    fs::Location none;
+    EXPECT_EQ((*vfs2)->Resolve(*ctx, (*vfs2)->Root(), "/gone", true, &none),
+              -ENOENT);
+    // The pipe: its data, its flags, and both ends shared.
+    auto rd2 = t.Get(6), wr2 = t.Get(7);
+    EXPECT_EQ(wr2, (*child2)->Get(7));
+    EXPECT_EQ(rd2->StatusFlags() & O_NONBLOCK, O_NONBLOCK);
+    ASSERT_EQ(rd2->Read(b2, 16, -1, {}), 9);
+    EXPECT_EQ(std::string(b2, 9), "pipe data");
+    EXPECT_EQ(rd2->Read(b2, 16, -1, {}), -EAGAIN);
+    ASSERT_EQ(wr2->Write("more", 4, -1, {}), 4);
+    ASSERT_EQ(rd2->Read(b2, 16, -1, {}), 4);
+    // Writers were counted again from the loaded ends: closing every
+    // descriptor of the write end gives EOF.
+    wr2.reset();
+    t.Close(7);
+    (*child2)->Close(7);
+    EXPECT_EQ(rd2->Read(b2, 16, -1, {}), 0);
+    // The eventfd: semaphore mode and the counter.
+    uint64_t v = 0;
+    ASSERT_EQ(t.Get(8)->Read(&v, 8, -1, {}), 8);
+    EXPECT_EQ(v, 1u);
+    EXPECT_EQ(static_cast<fs::EventFd*>(t.Get(8).get())->value(), 6u);
+  }
+}
+
+TEST_F(FsStateTest, UnsupportedObjectsFailByName) {
+  // A file kind the image cannot hold yet.
+  class Strange : public fs::File {
+   public:
+    int64_t Read(void*, uint64_t, int64_t, const fs::IoContext&) override {
+      return 0;
+    }
+    int64_t Write(const void*, uint64_t, int64_t,
+                  const fs::IoContext&) override {
+      return 0;
+    }
+    int64_t Seek(int64_t, int) override { return 0; }
+    int64_t Stat(struct stat*) override { return 0; }
+    int64_t Ioctl(uint64_t, void*) override { return -ENOTTY; }
+    int StatusFlags() const override { return 0; }
+    int64_t SetStatusFlags(int) override { return 0; }
+  };
+  auto root = NewTmpFs();
+  fs::Vfs vfs(root, "tmpfs", "rootfs", false);
+  auto fds = std::make_shared<fs::FdTable>(1024);
+  fds->InstallAt(0, std::make_shared<Strange>(), false);
+  absl::Status s = SaveImage([&](Saver& s) {
+    return FsState::SaveFdTable(s, vfs, fds).status();
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("Strange"), std::string::npos) << s;
+
+  // An inode of another filesystem (here, a bare Inode).
+  class Other : public Inode {
+   public:
+    uint32_t Type() const override { return S_IFDIR; }
+    int GetAttr(Attr* out) override { return 0; }
+  };
+  fs::Vfs other(std::make_shared<Other>(), "other", "none", false);
+  s = SaveImage([&](Saver& s) { return FsState::SaveVfs(s, other); });
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented);
+  EXPECT_NE(s.message().find("Other"), std::string::npos) << s;
+
+  // A host file that is not inherited stdio.
+  auto host = std::make_shared<fs::HostFile>(UniqueFd(dup(1)));
+  fds->InstallAt(0, host, false);
+  s = SaveImage([&](Saver& s) {
+    return FsState::SaveFdTable(s, vfs, fds).status();
+  });
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnimplemented) << s;
+}
+
+TEST_F(FsStateTest, HostFilesComeFromTheCaller) {
+  auto root = NewTmpFs();
+  fs::Vfs vfs(root, "tmpfs", "rootfs", false);
+  auto fds = std::make_shared<fs::FdTable>(1024);
+  int p[2];
+  ASSERT_EQ(pipe(p), 0);
+  UniqueFd prd(p[0]), pwr(p[1]);
+  auto host = std::make_shared<fs::HostFile>(UniqueFd(dup(pwr.get())));
+  host->set_inherited_fd(1);
+  fds->InstallAt(1, host, false);
+  uint64_t id = 0;
+  ASSERT_TRUE(SaveImage([&](Saver& s) {
+                RETURN_IF_ERROR(FsState::SaveVfs(s, vfs));
+                auto t = FsState::SaveFdTable(s, vfs, fds);
+                if (t.ok()) id = *t;
+                return t.status();
+              }).ok());
+  LoadImage([&](Loader& l) {
+    auto vfs2 = FsState::LoadVfs(l);
+    ASSERT_TRUE(vfs2.ok());
+    // Without the descriptor: a clear error.
+    auto missing = FsState::LoadFdTable(l, **vfs2, id);
+    EXPECT_EQ(missing.status().code(), absl::StatusCode::kFailedPrecondition)
+        << missing.status();
+    l.set_host_fd(1, pwr.get());
+    auto t = FsState::LoadFdTable(l, **vfs2, id);
+    ASSERT_TRUE(t.ok()) << t.status();
+    ASSERT_EQ((*t)->Get(1)->Write("out", 3, -1, {}), 3);
+    char b[4] = {};
+    ASSERT_EQ(read(prd.get(), b, 3), 3);
+    EXPECT_EQ(std::string(b), "out");
+  });
+}
+
+TEST_F(FsStateTest, DamagedReferencesAreErrors) {
+  pb::State st;
+  pb::TmpFsInode* dir = st.add_inodes()->mutable_tmpfs();
+  dir->set_superblock(1);
+  dir->set_type(S_IFDIR);
+  dir->set_ino(1);
+  st.add_tmpfs_superblocks()->set_next_ino(2);
+  // A directory that contains itself, and an entry beyond the table.
+  pb::TmpFsDirEntry* e = dir->add_entries();
+  e->set_name("self");
+  e->set_inode(1);
+  MemoryPages pages(nullptr);
+  {
+    Loader l(&st, &pages, mf2_.get());
+    auto r = FsState::LoadInode(l, 1);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  }
+  e->set_inode(9);
+  {
+    Loader l(&st, &pages, mf2_.get());
+    auto r = FsState::LoadInode(l, 1);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  }
+  e->set_name("../x");
+  e->set_inode(0);
+  {
+    Loader l(&st, &pages, mf2_.get());
+    auto r = FsState::LoadInode(l, 1);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument) << r.status();
+  }
+}
+
+}  // namespace
+}  // namespace sandboxd::state

@@ -5,6 +5,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <string>
 #include <typeinfo>
@@ -14,7 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "base/unique_fd.h"
+#include "sentry/fs/epoll.h"
 #include "sentry/fs/eventfd.h"
+#include "sentry/fs/timerfd.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/mm/memory_file.h"
 
@@ -525,6 +528,51 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
           r->set_nonblock(ev->nonblock_.load());
           return absl::OkStatus();
         }
+        if (auto* tf = dynamic_cast<fs::TimerFd*>(f.get())) {
+          pb::TimerFd* r = rec->mutable_timerfd();
+          fs::TimerFd::State& st = *tf->state_;
+          r->set_clock(st.clock_);
+          r->set_nonblock(tf->nonblock_.load());
+          absl::MutexLock lock(&st.mu_);
+          if (st.next_ns_ != 0) {
+            r->set_armed(true);
+            r->set_remaining_ns(
+                std::max<int64_t>(st.next_ns_ - fs::ClockNowNs(st.clock_), 1));
+          }
+          r->set_interval_ns(st.interval_ns_);
+          r->set_ticks(st.ticks_);
+          return absl::OkStatus();
+        }
+        if (auto* ep = dynamic_cast<fs::EpollFile*>(f.get())) {
+          pb::Epoll* r = rec->mutable_epoll();
+          r->set_nonblock(ep->nonblock_.load());
+          struct Watched {
+            std::shared_ptr<fs::File> file;
+            pb::EpollInterest rec;
+          };
+          std::vector<Watched> watched;
+          {
+            absl::MutexLock lock(&ep->mu_);
+            absl::MutexLock rl(&ep->ready_mu_);
+            for (const auto& [key, i] : ep->interests_) {
+              auto file = i->file.lock();
+              if (file == nullptr) continue;  // dropped at the next look anyway
+              Watched w{std::move(file), {}};
+              w.rec.set_fd(i->fd);
+              w.rec.set_events(i->events.load());
+              w.rec.set_data(i->data);
+              w.rec.set_disabled(i->disabled);
+              watched.push_back(std::move(w));
+            }
+          }
+          // Outside the epoll's locks: a watched file may be an epoll too.
+          for (Watched& w : watched) {
+            ASSIGN_OR_RETURN(uint64_t id, SaveFile(s, vfs, w.file));
+            w.rec.set_file(id);
+            *r->add_interests() = std::move(w.rec);
+          }
+          return absl::OkStatus();
+        }
         if (auto* h = dynamic_cast<fs::HostFile*>(f.get())) {
           if (h->inherited_fd() < 0) {
             return absl::UnimplementedError(
@@ -590,6 +638,64 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadFile(Loader& l,
                 std::make_shared<fs::EventFd>(
                     r.count(), (r.semaphore() ? EFD_SEMAPHORE : 0) |
                                    (r.nonblock() ? EFD_NONBLOCK : 0)));
+          }
+          case pb::File::kTimerfd: {
+            const pb::TimerFd& r = rec.timerfd();
+            std::shared_ptr<fs::TimerFd> tf;
+            int64_t err = fs::TimerFd::Create(
+                r.clock(), r.nonblock() ? TFD_NONBLOCK : 0, &tf);
+            if (err < 0) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("timerfd on clock ", r.clock(), ": errno ", -err));
+            }
+            if (r.interval_ns() < 0 || (r.armed() && r.remaining_ns() < 1)) {
+              return absl::InvalidArgumentError("timerfd with a bad time");
+            }
+            fs::TimerFd::State& st = *tf->state_;
+            absl::MutexLock lock(&st.mu_);
+            st.interval_ns_ = r.interval_ns();
+            st.ticks_ = r.ticks();
+            if (r.armed()) {
+              st.next_ns_ = fs::ClockNowNs(st.clock_) + r.remaining_ns();
+              fs::TimerThread::Get().Arm(tf->state_, st.clock_, st.next_ns_);
+            }
+            return std::static_pointer_cast<fs::File>(tf);
+          }
+          case pb::File::kEpoll: {
+            const pb::Epoll& r = rec.epoll();
+            auto ep = std::make_shared<fs::EpollFile>();
+            ep->nonblock_.store(r.nonblock());
+            for (const pb::EpollInterest& i : r.interests()) {
+              ASSIGN_OR_RETURN(std::shared_ptr<fs::File> file,
+                               LoadFile(l, vfs, i.file()));
+              if (file == nullptr) {
+                return absl::InvalidArgumentError("epoll interest without a file");
+              }
+              struct epoll_event ev = {};
+              ev.events = i.events();
+              ev.data.u64 = i.data();
+              int64_t err = ep->Ctl(EPOLL_CTL_ADD, i.fd(), file, ev);
+              if (err < 0) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "epoll interest in fd ", i.fd(), ": errno ", -err));
+              }
+              if (i.disabled()) {
+                absl::MutexLock lock(&ep->mu_);
+                absl::MutexLock rl(&ep->ready_mu_);
+                auto it = ep->interests_.find({file.get(), i.fd()});
+                if (it != ep->interests_.end()) {
+                  fs::EpollFile::Interest* in = it->second.get();
+                  in->disabled = true;
+                  if (in->queued) {
+                    in->queued = false;
+                    ep->ready_.erase(std::remove(ep->ready_.begin(),
+                                                 ep->ready_.end(), in),
+                                     ep->ready_.end());
+                  }
+                }
+              }
+            }
+            return std::static_pointer_cast<fs::File>(ep);
           }
           case pb::File::kHostFile: {
             const pb::HostFile& r = rec.host_file();

@@ -16,8 +16,11 @@
 #include <vector>
 
 #include "base/status_macros.h"
+#include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "sentry/fs/epoll.h"
 #include "sentry/fs/eventfd.h"
+#include "sentry/fs/timerfd.h"
 #include "sentry/fs/pipe.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/fs/vfs.h"
@@ -392,6 +395,132 @@ TEST_F(FsStateTest, FilesAndDescriptorTables) {
     EXPECT_EQ(v, 1u);
     EXPECT_EQ(static_cast<fs::EventFd*>(t.Get(8).get())->value(), 6u);
   }
+}
+
+TEST_F(FsStateTest, TimerFds) {
+  auto root = NewTmpFs();
+  fs::Vfs vfs(root, "tmpfs", "rootfs", false);
+  auto fds = std::make_shared<fs::FdTable>(1024);
+  // Armed for 100 s, every 3 s after.
+  std::shared_ptr<fs::TimerFd> armed, fired, idle;
+  ASSERT_EQ(fs::TimerFd::Create(CLOCK_MONOTONIC, TFD_NONBLOCK, &armed), 0);
+  struct itimerspec spec = {};
+  spec.it_value.tv_sec = 100;
+  spec.it_interval.tv_sec = 3;
+  ASSERT_EQ(armed->SetTime(0, spec, nullptr), 0);
+  // Fired once (an absolute time in the past), not read: one expiration.
+  ASSERT_EQ(fs::TimerFd::Create(CLOCK_REALTIME, TFD_NONBLOCK, &fired), 0);
+  struct itimerspec past = {};
+  past.it_value.tv_nsec = 1;
+  ASSERT_EQ(fired->SetTime(TFD_TIMER_ABSTIME, past, nullptr), 0);
+  for (int i = 0; i < 1000 && fired->Readiness(POLLIN) == 0; i++) usleep(1000);
+  ASSERT_NE(fired->Readiness(POLLIN), 0);
+  ASSERT_EQ(fs::TimerFd::Create(CLOCK_BOOTTIME, 0, &idle), 0);
+  fds->InstallAt(0, armed, false);
+  fds->InstallAt(1, fired, false);
+  fds->InstallAt(2, idle, false);
+
+  uint64_t id = 0;
+  ASSERT_TRUE(SaveImage([&](Saver& s) {
+                RETURN_IF_ERROR(FsState::SaveVfs(s, vfs));
+                auto t = FsState::SaveFdTable(s, vfs, fds);
+                if (t.ok()) id = *t;
+                return t.status();
+              }).ok());
+  LoadImage([&](Loader& l) {
+    auto vfs2 = FsState::LoadVfs(l);
+    ASSERT_TRUE(vfs2.ok());
+    auto t = FsState::LoadFdTable(l, **vfs2, id);
+    ASSERT_TRUE(t.ok()) << t.status();
+    auto* a = static_cast<fs::TimerFd*>((*t)->Get(0).get());
+    struct itimerspec cur;
+    a->GetTime(&cur);
+    EXPECT_GE(cur.it_value.tv_sec, 98);
+    EXPECT_LE(cur.it_value.tv_sec, 99);
+    EXPECT_EQ(cur.it_interval.tv_sec, 3);
+    EXPECT_EQ(a->StatusFlags() & O_NONBLOCK, O_NONBLOCK);
+    uint64_t v = 0;
+    EXPECT_EQ(a->Read(&v, 8, -1, {}), -EAGAIN);
+    auto* f = static_cast<fs::TimerFd*>((*t)->Get(1).get());
+    ASSERT_EQ(f->Read(&v, 8, -1, {}), 8);
+    EXPECT_EQ(v, 1u);
+    auto* i = static_cast<fs::TimerFd*>((*t)->Get(2).get());
+    i->GetTime(&cur);
+    EXPECT_EQ(cur.it_value.tv_sec, 0);
+    EXPECT_EQ(cur.it_value.tv_nsec, 0);
+    EXPECT_EQ(i->StatusFlags() & O_NONBLOCK, 0);
+    // The loaded timer still fires.
+    struct itimerspec soon = {};
+    soon.it_value.tv_nsec = 1000;
+    ASSERT_EQ(a->SetTime(0, soon, nullptr), 0);
+    for (int k = 0; k < 1000 && a->Readiness(POLLIN) == 0; k++) usleep(1000);
+    EXPECT_EQ(a->Read(&v, 8, -1, {}), 8);
+  });
+}
+
+TEST_F(FsStateTest, Epoll) {
+  auto root = NewTmpFs();
+  fs::Vfs vfs(root, "tmpfs", "rootfs", false);
+  auto fds = std::make_shared<fs::FdTable>(1024);
+  auto ev = std::make_shared<fs::EventFd>(1, 0);
+  auto once = std::make_shared<fs::EventFd>(1, 0);
+  auto [rd, wr] = fs::PipeEnd::Create(0);
+  auto ep = std::make_shared<fs::EpollFile>();
+  fds->InstallAt(3, ev, false);
+  fds->InstallAt(4, rd, false);
+  fds->InstallAt(5, wr, false);
+  fds->InstallAt(6, once, false);
+  fds->InstallAt(7, ep, false);
+  auto add = [&](int fd, uint32_t events, uint64_t data) {
+    struct epoll_event e = {};
+    e.events = events;
+    e.data.u64 = data;
+    return ep->Ctl(EPOLL_CTL_ADD, fd, fds->Get(fd), e);
+  };
+  ASSERT_EQ(add(3, EPOLLIN, 33), 0);
+  ASSERT_EQ(add(4, EPOLLIN, 44), 0);
+  ASSERT_EQ(add(6, EPOLLIN | EPOLLONESHOT, 66), 0);
+  struct epoll_event out[8];
+  // Report both once: the one-shot interest is now disabled.
+  ASSERT_EQ(ep->Wait(out, 8, absl::InfinitePast(), {}), 2);
+
+  uint64_t id = 0;
+  ASSERT_TRUE(SaveImage([&](Saver& s) {
+                RETURN_IF_ERROR(FsState::SaveVfs(s, vfs));
+                auto t = FsState::SaveFdTable(s, vfs, fds);
+                if (t.ok()) id = *t;
+                return t.status();
+              }).ok());
+  absl::StatusOr<std::shared_ptr<fs::FdTable>> t;
+  std::unique_ptr<fs::Vfs> vfs2;
+  LoadImage([&](Loader& l) {
+    auto v = FsState::LoadVfs(l);
+    ASSERT_TRUE(v.ok());
+    vfs2 = std::move(v).value();
+    t = FsState::LoadFdTable(l, *vfs2, id);
+  });
+  ASSERT_TRUE(t.ok()) << t.status();
+  auto* ep2 = static_cast<fs::EpollFile*>((*t)->Get(7).get());
+  // The ready list was rebuilt from readiness: the eventfd, with its data.
+  ASSERT_EQ(ep2->Wait(out, 8, absl::InfinitePast(), {}), 1);
+  EXPECT_EQ(out[0].data.u64, 33u);
+  EXPECT_EQ(out[0].events, static_cast<uint32_t>(EPOLLIN));
+  // The interests watch the loaded files themselves.
+  uint64_t v = 0;
+  ASSERT_EQ((*t)->Get(3)->Read(&v, 8, -1, {}), 8);
+  EXPECT_EQ(ep2->Wait(out, 8, absl::InfinitePast(), {}), 0);
+  ASSERT_EQ((*t)->Get(5)->Write("x", 1, -1, {}), 1);
+  ASSERT_EQ(ep2->Wait(out, 8, absl::InfinitePast(), {}), 1);
+  EXPECT_EQ(out[0].data.u64, 44u);
+  // The one-shot interest stays disabled until EPOLL_CTL_MOD.
+  struct epoll_event e = {};
+  e.events = EPOLLIN;
+  e.data.u64 = 67;
+  ASSERT_EQ(ep2->Ctl(EPOLL_CTL_MOD, 6, (*t)->Get(6), e), 0);
+  bool saw = false;
+  int n = ep2->Wait(out, 8, absl::InfinitePast(), {});
+  for (int k = 0; k < n; k++) saw |= out[k].data.u64 == 67;
+  EXPECT_TRUE(saw);
 }
 
 TEST_F(FsStateTest, UnsupportedObjectsFailByName) {

@@ -512,7 +512,13 @@ TEST_F(FsStateTest, Epoll) {
   ASSERT_EQ((*t)->Get(5)->Write("x", 1, -1, {}), 1);
   ASSERT_EQ(ep2->Wait(out, 8, absl::InfinitePast(), {}), 1);
   EXPECT_EQ(out[0].data.u64, 44u);
-  // The one-shot interest stays disabled until EPOLL_CTL_MOD.
+  char x;
+  ASSERT_EQ((*t)->Get(4)->Read(&x, 1, -1, {}), 1);
+  // The one-shot interest stays disabled until EPOLL_CTL_MOD, whatever
+  // happens to its file.
+  const uint64_t one = 1;
+  ASSERT_EQ((*t)->Get(6)->Write(&one, 8, -1, {}), 8);
+  EXPECT_EQ(ep2->Wait(out, 8, absl::InfinitePast(), {}), 0);
   struct epoll_event e = {};
   e.events = EPOLLIN;
   e.data.u64 = 67;

@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "sentry/fs/file.h"
 #include "sentry/fs/inode.h"
+#include "sentry/fs/overlay.h"
 #include "sentry/fs/pipe.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/fs/vfs.h"
@@ -74,6 +75,11 @@ struct FsState {
       Loader& l, fs::Vfs& vfs, uint64_t id);
 
  private:
+  static absl::StatusOr<uint64_t> SaveOverlayFs(Saver& s, fs::OverlayFs& o);
+  static absl::Status SaveOverlayInode(Saver& s, fs::OverlayInode& o,
+                                       pb::OverlayInode* r);
+  static absl::StatusOr<std::shared_ptr<fs::Inode>> LoadOverlayInode(
+      Loader& l, const pb::OverlayInode& r);
   static bool InTree(const fs::Vfs& vfs, const std::shared_ptr<fs::Mount>& m);
   static absl::StatusOr<uint64_t> SaveSuperblock(
       Saver& s, const std::shared_ptr<fs::TmpFsSuperblock>& sb);

@@ -10,6 +10,7 @@
 #include <sys/sysmacros.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -20,6 +21,8 @@
 #include "gtest/gtest.h"
 #include "sentry/fs/epoll.h"
 #include "sentry/fs/eventfd.h"
+#include "sentry/fs/hostfs.h"
+#include "sentry/fs/overlay.h"
 #include "sentry/fs/timerfd.h"
 #include "sentry/fs/pipe.h"
 #include "sentry/fs/tmpfs.h"
@@ -527,6 +530,136 @@ TEST_F(FsStateTest, Epoll) {
   int n = ep2->Wait(out, 8, absl::InfinitePast(), {});
   for (int k = 0; k < n; k++) saw |= out[k].data.u64 == 67;
   EXPECT_TRUE(saw);
+}
+
+// Writes `data` to the host file `path`.
+void HostWrite(const std::string& path, const std::string& data) {
+  FILE* f = fopen(path.c_str(), "w");
+  ASSERT_NE(f, nullptr) << path;
+  fwrite(data.data(), 1, data.size(), f);
+  fclose(f);
+}
+
+std::shared_ptr<Inode> HostRoot(const std::string& dir) {
+  auto r = fs::hostfs::NewRoot(UniqueFd(open(dir.c_str(), O_PATH | O_DIRECTORY)),
+                               7);
+  EXPECT_TRUE(r.ok()) << r.status();
+  return r.ok() ? *r : nullptr;
+}
+
+std::vector<std::string> Names(Inode& dir) {
+  std::vector<fs::DirEntry> ents;
+  EXPECT_EQ(dir.ReadDir(&ents), 0);
+  std::vector<std::string> out;
+  for (const auto& e : ents) out.push_back(e.name);
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+TEST_F(FsStateTest, OverlayOverTheRootfs) {
+  // The host rootfs: /etc/conf, /etc/gone, /opt/old, /bin/tool.
+  const std::string host = dir_ + "/rootfs";
+  ASSERT_EQ(mkdir(host.c_str(), 0755), 0);
+  for (const char* d : {"/etc", "/opt", "/bin"}) {
+    ASSERT_EQ(mkdir((host + d).c_str(), 0755), 0);
+  }
+  HostWrite(host + "/etc/conf", "lower conf");
+  HostWrite(host + "/etc/gone", "deleted in the sandbox");
+  HostWrite(host + "/opt/old", "hidden by an opaque dir");
+  HostWrite(host + "/bin/tool", "0123456789");
+  // Image files go elsewhere: the test's directory is the rootfs's parent.
+  dir_ += "/image";
+  ASSERT_EQ(mkdir(dir_.c_str(), 0755), 0);
+
+  auto lower = HostRoot(host);
+  ASSERT_NE(lower, nullptr);
+  auto upper = NewTmpFs(5);
+  auto overlay = std::make_unique<fs::OverlayFs>(upper, lower, 0x803);
+  fs::Vfs vfs(overlay->Root(), "overlay", "rootfs", false);
+  auto ctx = std::make_shared<fs::FsContext>(vfs.Root(), vfs.Root());
+  auto resolve = [&](fs::Vfs& v, fs::FsContext& c, const std::string& path) {
+    fs::Location loc;
+    EXPECT_EQ(v.Resolve(c, c.root(), path, true, &loc), 0) << path;
+    return loc;
+  };
+  // Copy-up with a change, a whiteout, an opaque directory, a new file.
+  auto conf = resolve(vfs, *ctx, "/etc/conf");
+  Write(conf.inode(), "UPPER", 0);
+  fs::Location etc = resolve(vfs, *ctx, "/etc");
+  ASSERT_EQ(vfs.Unlink(etc, "gone", false), 0);
+  ASSERT_EQ(vfs.Unlink(resolve(vfs, *ctx, "/opt"), "old", false), 0);
+  ASSERT_EQ(vfs.Unlink(vfs.Root(), "opt", true), 0);
+  CreateRequest mk;
+  mk.type = S_IFDIR;
+  mk.mode = 0700;
+  fs::Location opt;
+  ASSERT_EQ(vfs.Create(vfs.Root(), "opt", mk, &opt), 0);
+  CreateRequest reg;
+  fs::Location made;
+  ASSERT_EQ(vfs.Create(opt, "new", reg, &made), 0);
+  Write(made.inode(), "new file", 0);
+  // A descriptor on a file only in the lower layer, and a cwd in it.
+  auto tool = resolve(vfs, *ctx, "/bin/tool");
+  std::shared_ptr<fs::File> f;
+  ASSERT_EQ(tool.inode().Open(O_RDONLY, &f), 0);
+  static_cast<fs::InodeFile*>(f.get())->set_location(tool, &vfs);
+  char b[16];
+  ASSERT_EQ(f->Read(b, 4, -1, {}), 4);
+  auto fds = std::make_shared<fs::FdTable>(64);
+  fds->InstallAt(0, f, false);
+  ctx->set_cwd(resolve(vfs, *ctx, "/bin"));
+
+  uint64_t t_id = 0, c_id = 0;
+  // Without the rootfs at save, the overlay cannot be saved.
+  absl::Status no_rootfs =
+      SaveImage([&](Saver& s) { return FsState::SaveVfs(s, vfs); });
+  EXPECT_EQ(no_rootfs.code(), absl::StatusCode::kUnimplemented) << no_rootfs;
+  ASSERT_TRUE(SaveImage([&](Saver& s) {
+                s.set_rootfs(lower.get());
+                RETURN_IF_ERROR(FsState::SaveVfs(s, vfs));
+                ASSIGN_OR_RETURN(t_id, FsState::SaveFdTable(s, vfs, fds));
+                ASSIGN_OR_RETURN(c_id, FsState::SaveFsContext(s, vfs, ctx));
+                return absl::OkStatus();
+              }).ok());
+
+  std::unique_ptr<fs::Vfs> vfs2;
+  std::shared_ptr<fs::FdTable> fds2;
+  std::shared_ptr<fs::FsContext> ctx2;
+  std::vector<std::shared_ptr<void>> kept;
+  LoadImage([&](Loader& l) {
+    l.set_rootfs(HostRoot(host));
+    auto v = FsState::LoadVfs(l);
+    ASSERT_TRUE(v.ok()) << v.status();
+    vfs2 = std::move(v).value();
+    auto t = FsState::LoadFdTable(l, *vfs2, t_id);
+    ASSERT_TRUE(t.ok()) << t.status();
+    fds2 = *t;
+    auto c = FsState::LoadFsContext(l, *vfs2, c_id);
+    ASSERT_TRUE(c.ok()) << c.status();
+    ctx2 = *c;
+    kept = l.TakeKept();
+  });
+  ASSERT_NE(vfs2, nullptr);
+  overlay.reset();  // nothing loaded may depend on the original
+  EXPECT_EQ(Names(*vfs2->Root().dentry->inode()),
+            Names(*vfs.Root().dentry->inode()));
+  EXPECT_EQ(Read(resolve(*vfs2, *ctx2, "/etc/conf").inode(), 32),
+            "UPPER conf");
+  fs::Location none;
+  EXPECT_EQ(vfs2->Resolve(*ctx2, ctx2->root(), "/etc/gone", true, &none),
+            -ENOENT);
+  EXPECT_EQ(Names(resolve(*vfs2, *ctx2, "/opt").inode()),
+            std::vector<std::string>{"new"});
+  EXPECT_EQ(Read(resolve(*vfs2, *ctx2, "/opt/new").inode(), 32), "new file");
+  EXPECT_EQ(Stat(resolve(*vfs2, *ctx2, "/opt").inode()).mode & 07777, 0700u);
+  EXPECT_EQ(vfs2->PathOf(ctx2->root(), ctx2->cwd()), "/bin");
+  ASSERT_EQ(fds2->Get(0)->Read(b, 6, -1, {}), 6);
+  EXPECT_EQ(std::string(b, 6), "456789");
+  // The loaded overlay still copies up, and the host is never written.
+  Write(resolve(*vfs2, *ctx2, "/bin/tool").inode(), "X", 0);
+  EXPECT_EQ(Read(resolve(*vfs2, *ctx2, "/bin/tool").inode(), 3), "X12");
+  auto host_tool = HostRoot(host + "/bin");
+  EXPECT_EQ(Read(*Get(*host_tool, "tool"), 3), "012");
 }
 
 TEST_F(FsStateTest, UnsupportedObjectsFailByName) {

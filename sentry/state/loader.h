@@ -23,6 +23,7 @@
 #include <memory>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
@@ -35,6 +36,9 @@
 
 namespace sandboxd::mm {
 class MemoryFile;
+}
+namespace sandboxd::fs {
+class Inode;
 }
 
 namespace sandboxd::state {
@@ -59,6 +63,17 @@ class Loader {
     auto it = host_fds_.find(saved_fd);
     return it == host_fds_.end() ? -1 : it->second;
   }
+
+  // The rootfs directory, reopened by the caller (a hostfs root): the
+  // lower layer of a loaded overlay.
+  void set_rootfs(std::shared_ptr<fs::Inode> root) { rootfs_ = std::move(root); }
+  const std::shared_ptr<fs::Inode>& rootfs() const { return rootfs_; }
+
+  // Objects that the loaded graph uses but does not own (an OverlayFs,
+  // which its inodes reach by plain pointer): the caller takes them with
+  // TakeKept() and keeps them as long as it keeps what it loaded.
+  void Keep(std::shared_ptr<void> obj) { kept_.push_back(std::move(obj)); }
+  std::vector<std::shared_ptr<void>> TakeKept() { return std::move(kept_); }
 
   // The object with `id` in `table` (`kind` names it in errors), built by
   // `build` the first time. Id 0 is null.
@@ -112,6 +127,8 @@ class Loader {
   PageReader* const pages_;
   mm::MemoryFile* const memfile_;
   std::map<int, int> host_fds_;
+  std::shared_ptr<fs::Inode> rootfs_;
+  std::vector<std::shared_ptr<void>> kept_;
   // Null while the object is being built.
   std::map<Key, std::shared_ptr<void>> objects_;
 };

@@ -40,6 +40,11 @@ class Saver {
   pb::State& state() { return *state_; }
   PageWriter& pages() { return *pages_; }
 
+  // The rootfs directory (the hostfs root), the one lower layer an
+  // overlay may have for now: it is reopened by the loader's caller.
+  void set_rootfs(const void* rootfs) { rootfs_ = rootfs; }
+  const void* rootfs() const { return rootfs_; }
+
   // The id of `obj` in `table`. The first time, a record is appended and
   // `fill` writes it; the id is assigned before `fill` runs, so that an
   // object reachable from itself ends the recursion. A null `obj` is id 0.
@@ -69,6 +74,7 @@ class Saver {
   using Key = std::pair<const void*, const void*>;  // (table, object)
   pb::State* const state_;
   PageWriter* const pages_;
+  const void* rootfs_ = nullptr;
   std::map<Key, uint64_t> ids_;
 };
 

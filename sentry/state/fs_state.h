@@ -22,6 +22,7 @@
 #include "absl/status/statusor.h"
 #include "sentry/fs/file.h"
 #include "sentry/fs/inode.h"
+#include "sentry/fs/lock.h"
 #include "sentry/fs/overlay.h"
 #include "sentry/fs/pipe.h"
 #include "sentry/fs/tmpfs.h"
@@ -73,6 +74,14 @@ struct FsState {
       Saver& s, const fs::Vfs& vfs, const std::shared_ptr<fs::FsContext>& c);
   static absl::StatusOr<std::shared_ptr<fs::FsContext>> LoadFsContext(
       Loader& l, fs::Vfs& vfs, uint64_t id);
+
+  // Every lock of `table` (State.locks), after the descriptor tables and
+  // files that own them were saved (a lock never saves its owner).
+  // Waiters are not state: a blocked task retries its request.
+  static absl::Status SaveLocks(Saver& s, fs::LockTable& table);
+  // Sets the saved locks in `table` (the Sentry's LockTable::Global(), or
+  // a test's), owned by the loaded tables and files.
+  static absl::Status LoadLocks(Loader& l, fs::Vfs& vfs, fs::LockTable& table);
 
  private:
   static absl::StatusOr<uint64_t> SaveOverlayFs(Saver& s, fs::OverlayFs& o);

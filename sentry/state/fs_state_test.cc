@@ -22,6 +22,7 @@
 #include "sentry/fs/epoll.h"
 #include "sentry/fs/eventfd.h"
 #include "sentry/fs/hostfs.h"
+#include "sentry/fs/lock.h"
 #include "sentry/fs/overlay.h"
 #include "sentry/fs/timerfd.h"
 #include "sentry/fs/pipe.h"
@@ -660,6 +661,102 @@ TEST_F(FsStateTest, OverlayOverTheRootfs) {
   EXPECT_EQ(Read(resolve(*vfs2, *ctx2, "/bin/tool").inode(), 3), "X12");
   auto host_tool = HostRoot(host + "/bin");
   EXPECT_EQ(Read(*Get(*host_tool, "tool"), 3), "012");
+}
+
+TEST_F(FsStateTest, RecordLocksAndFlocks) {
+  auto root = NewTmpFs();
+  Make(*root, "f");
+  fs::Vfs vfs(root, "tmpfs", "rootfs", false);
+  auto ctx = std::make_shared<fs::FsContext>(vfs.Root(), vfs.Root());
+  fs::Location loc;
+  ASSERT_EQ(vfs.Resolve(*ctx, vfs.Root(), "/f", true, &loc), 0);
+  auto open = [&] {
+    std::shared_ptr<fs::File> f;
+    EXPECT_EQ(loc.inode().Open(O_RDWR, &f), 0);
+    static_cast<fs::InodeFile*>(f.get())->set_location(loc, &vfs);
+    return f;
+  };
+  auto fds = std::make_shared<fs::FdTable>(64);
+  auto f1 = open(), f2 = open(), f3 = open();
+  fds->InstallAt(3, f1, false);
+  fds->InstallAt(4, f2, false);
+  fds->InstallAt(5, f3, false);
+  fs::LockTable locks;
+  auto inode = loc.dentry->inode();
+  fs::RecordLock posix;
+  posix.type = F_WRLCK;
+  posix.start = 0;
+  posix.end = 9;
+  posix.owner = fs::RecordLockOwner::Posix(fds.get(), 100);
+  ASSERT_EQ(locks.SetRecord(inode, posix, nullptr), 0);
+  fs::RecordLock ofd;
+  ofd.type = F_RDLCK;
+  ofd.start = 20;
+  ofd.owner = fs::RecordLockOwner::Ofd(f1.get());
+  ASSERT_EQ(locks.SetRecord(inode, ofd, nullptr), 0);
+  ASSERT_EQ(locks.Flock(inode, f2.get(), F_RDLCK, nullptr), 0);
+  ASSERT_EQ(locks.Flock(inode, f3.get(), F_RDLCK, nullptr), 0);
+
+  // Locks before their owners: refused.
+  absl::Status early = SaveImage([&](Saver& s) {
+    return FsState::SaveLocks(s, locks);
+  });
+  EXPECT_EQ(early.code(), absl::StatusCode::kFailedPrecondition) << early;
+  uint64_t t_id = 0;
+  ASSERT_TRUE(SaveImage([&](Saver& s) {
+                RETURN_IF_ERROR(FsState::SaveVfs(s, vfs));
+                ASSIGN_OR_RETURN(t_id, FsState::SaveFdTable(s, vfs, fds));
+                return FsState::SaveLocks(s, locks);
+              }).ok());
+
+  fs::LockTable locks2;
+  std::unique_ptr<fs::Vfs> vfs2;
+  std::shared_ptr<fs::FdTable> fds2;
+  LoadImage([&](Loader& l) {
+    auto v = FsState::LoadVfs(l);
+    ASSERT_TRUE(v.ok()) << v.status();
+    vfs2 = std::move(v).value();
+    auto t = FsState::LoadFdTable(l, *vfs2, t_id);
+    ASSERT_TRUE(t.ok()) << t.status();
+    fds2 = *t;
+    absl::Status ls = FsState::LoadLocks(l, *vfs2, locks2);
+    ASSERT_TRUE(ls.ok()) << ls;
+  });
+  ASSERT_NE(fds2, nullptr);
+  auto inode2 = fds2->Get(3)->inode();
+  auto recs = locks2.RecordLocks(inode2.get());
+  ASSERT_EQ(recs.size(), 2u);
+  EXPECT_EQ(recs[0].type, F_WRLCK);
+  EXPECT_EQ(recs[0].end, 9);
+  EXPECT_EQ(recs[0].owner.pid, 100);
+  EXPECT_EQ(recs[0].owner.id, reinterpret_cast<uintptr_t>(fds2.get()));
+  EXPECT_EQ(recs[1].type, F_RDLCK);
+  EXPECT_EQ(recs[1].start, 20);
+  EXPECT_EQ(recs[1].end, fs::kLockOffsetMax);
+  EXPECT_EQ(recs[1].owner.id,
+            reinterpret_cast<uintptr_t>(fds2->Get(3).get()));
+  // Another process conflicts with the POSIX lock and sees its tgid.
+  auto other = std::make_shared<fs::FdTable>(64);
+  fs::RecordLock want;
+  want.type = F_WRLCK;
+  want.start = 5;
+  want.end = 5;
+  want.owner = fs::RecordLockOwner::Posix(other.get(), 200);
+  fs::RecordLock conflict;
+  ASSERT_TRUE(locks2.TestRecord(inode2, want, &conflict));
+  EXPECT_EQ(conflict.owner.pid, 100);
+  // The shared flocks hold against a new exclusive one, and go with their
+  // loaded descriptions.
+  std::shared_ptr<fs::File> f4;
+  ASSERT_EQ(inode2->Open(O_RDWR, &f4), 0);
+  EXPECT_EQ(locks2.Flock(inode2, f4.get(), F_WRLCK, nullptr), -EWOULDBLOCK);
+  locks2.ReleaseDescription(inode2.get(), fds2->Get(4).get());
+  EXPECT_EQ(locks2.Flock(inode2, f4.get(), F_WRLCK, nullptr), -EWOULDBLOCK);
+  locks2.ReleaseDescription(inode2.get(), fds2->Get(5).get());
+  EXPECT_EQ(locks2.Flock(inode2, f4.get(), F_WRLCK, nullptr), 0);
+  // The loaded table is the POSIX owner: it can unlock.
+  locks2.ReleasePosix(inode2.get(), fds2.get());
+  EXPECT_FALSE(locks2.TestRecord(inode2, want, &conflict));
 }
 
 TEST_F(FsStateTest, UnsupportedObjectsFailByName) {

@@ -65,9 +65,14 @@ class Saver {
     return id;
   }
 
-  // Whether `obj` was saved into `table` already (for tests and checks).
+  // Whether `obj` was saved into `table` already, and its id (0: not).
+  // For references that must not save what they name (a lock's owner).
   bool Saved(const void* table, const void* obj) const {
-    return ids_.count(Key{table, obj}) != 0;
+    return IdOf(table, obj) != 0;
+  }
+  uint64_t IdOf(const void* table, const void* obj) const {
+    auto it = ids_.find(Key{table, obj});
+    return it == ids_.end() ? 0 : it->second;
   }
 
  private:

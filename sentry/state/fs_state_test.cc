@@ -14,6 +14,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "base/status_macros.h"
@@ -22,6 +23,7 @@
 #include "sentry/fs/epoll.h"
 #include "sentry/fs/eventfd.h"
 #include "sentry/fs/hostfs.h"
+#include "sentry/fs/inotify.h"
 #include "sentry/fs/lock.h"
 #include "sentry/fs/overlay.h"
 #include "sentry/fs/timerfd.h"
@@ -757,6 +759,70 @@ TEST_F(FsStateTest, RecordLocksAndFlocks) {
   // The loaded table is the POSIX owner: it can unlock.
   locks2.ReleasePosix(inode2.get(), fds2.get());
   EXPECT_FALSE(locks2.TestRecord(inode2, want, &conflict));
+}
+
+// Reads one inotify event: (wd, mask, name).
+std::tuple<int, uint32_t, std::string> NextEvent(fs::File& f) {
+  alignas(struct inotify_event) char buf[4096];
+  int64_t n = f.Read(buf, sizeof(buf), -1, {});
+  if (n <= 0) return {static_cast<int>(n), 0, ""};
+  auto* e = reinterpret_cast<struct inotify_event*>(buf);
+  return {e->wd, e->mask, e->len ? std::string(e->name) : ""};
+}
+
+TEST_F(FsStateTest, Inotify) {
+  auto root = NewTmpFs();
+  auto file = Make(*root, "watched");
+  fs::Vfs vfs(root, "tmpfs", "rootfs", false);
+  auto in = std::make_shared<fs::InotifyFile>(/*nonblock=*/true);
+  ASSERT_EQ(in->AddWatch(root, IN_CREATE), 1);
+  ASSERT_EQ(in->AddWatch(file, IN_ATTRIB), 2);
+  CreateRequest reg;
+  fs::Location made;
+  ASSERT_EQ(vfs.Create(vfs.Root(), "before", reg, &made), 0);
+  auto fds = std::make_shared<fs::FdTable>(64);
+  fds->InstallAt(3, in, false);
+  uint64_t t_id = 0;
+  ASSERT_TRUE(SaveImage([&](Saver& s) {
+                RETURN_IF_ERROR(FsState::SaveVfs(s, vfs));
+                ASSIGN_OR_RETURN(t_id, FsState::SaveFdTable(s, vfs, fds));
+                return absl::OkStatus();
+              }).ok());
+  fds.reset();
+  in.reset();  // the original's watches go
+
+  std::unique_ptr<fs::Vfs> vfs2;
+  std::shared_ptr<fs::FdTable> fds2;
+  LoadImage([&](Loader& l) {
+    auto v = FsState::LoadVfs(l);
+    ASSERT_TRUE(v.ok()) << v.status();
+    vfs2 = std::move(v).value();
+    auto t = FsState::LoadFdTable(l, *vfs2, t_id);
+    ASSERT_TRUE(t.ok()) << t.status();
+    fds2 = *t;
+  });
+  ASSERT_NE(fds2, nullptr);
+  auto in2 = std::static_pointer_cast<fs::InotifyFile>(fds2->Get(3));
+  // The event queued before the save.
+  EXPECT_EQ(NextEvent(*in2), std::make_tuple(1, uint32_t{IN_CREATE},
+                                             std::string("before")));
+  EXPECT_EQ(std::get<0>(NextEvent(*in2)), -EAGAIN);
+  // The watches live on the loaded inodes.
+  ASSERT_EQ(vfs2->Create(vfs2->Root(), "after", reg, &made), 0);
+  EXPECT_EQ(NextEvent(*in2), std::make_tuple(1, uint32_t{IN_CREATE},
+                                             std::string("after")));
+  fs::Location w;
+  fs::FsContext ctx(vfs2->Root(), vfs2->Root());
+  ASSERT_EQ(vfs2->Resolve(ctx, ctx.root(), "/watched", true, &w), 0);
+  fs::SetAttrRequest chmod;
+  chmod.set_mode = true;
+  chmod.mode = 0600;
+  ASSERT_EQ(w.inode().SetAttr(chmod), 0);
+  fs::inotify::NotifyInode(w.inode(), IN_ATTRIB);
+  EXPECT_EQ(NextEvent(*in2), std::make_tuple(2, uint32_t{IN_ATTRIB},
+                                             std::string()));
+  // Watch descriptors continue the saved sequence.
+  EXPECT_EQ(in2->AddWatch(made.dentry->inode(), IN_MODIFY), 3);
 }
 
 TEST_F(FsStateTest, UnsupportedObjectsFailByName) {

@@ -407,7 +407,9 @@ int Run(const Options& o) {
     }
     int d = fcntl(fd, F_DUPFD_CLOEXEC, 3);
     if (d < 0) continue;  // not open in the sentry: not open in the sandbox
-    fds->InstallAt(fd, std::make_shared<fs::HostFile>(UniqueFd(d)), false);
+    auto host = std::make_shared<fs::HostFile>(UniqueFd(d));
+    host->set_inherited_fd(fd);  // what a restore asks its caller for
+    fds->InstallAt(fd, std::move(host), false);
   }
 
   // The program's first clock_gettime should not trap: the rate is known

@@ -77,6 +77,7 @@ class EpollFile : public File, public EventSource {
   std::shared_ptr<WaitQueue> event_queue() override { return queue_; }
 
  private:
+  friend struct ::sandboxd::state::FsState;
   struct Interest;
   class Link : public Waiter {
    public:

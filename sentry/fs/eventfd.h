@@ -47,6 +47,7 @@ class EventFd : public File, public EventSource {
   uint64_t value();
 
  private:
+  friend struct ::sandboxd::state::FsState;
   const std::shared_ptr<WaitQueue> queue_ = std::make_shared<WaitQueue>();
   const bool semaphore_;
   const uint64_t ino_;

@@ -101,6 +101,7 @@ class InodeFile : public File {
   Location location() override { return loc_; }
 
  private:
+  friend struct ::sandboxd::state::FsState;
   // Read, Write and GetDents under mu_; the inotify hooks run after.
   int64_t ReadLocked(void* buf, uint64_t n, int64_t offset);
   int64_t WriteLocked(const void* buf, uint64_t n, int64_t offset);
@@ -148,6 +149,12 @@ class HostFile : public File, public EventSource {
   std::shared_ptr<WaitQueue> event_queue() override;
 
   int host_fd() const { return fd_.get(); }
+  // The descriptor number this file stands for in the Sentry's own
+  // inheritance (0, 1, 2 for the sandbox's stdio), so that a restore can
+  // ask its caller for the same one; -1 for other host files (devfs's
+  // console, procfs), which cannot be saved.
+  int inherited_fd() const { return inherited_fd_; }
+  void set_inherited_fd(int fd) { inherited_fd_ = fd; }
 
  private:
   // Waits until the host fd is ready for `events` or the task is
@@ -155,6 +162,7 @@ class HostFile : public File, public EventSource {
   int64_t WaitReady(short events, const IoContext& io);
 
   UniqueFd fd_;
+  int inherited_fd_ = -1;
   // O_NONBLOCK as the sandbox sees it. The host description is shared with
   // whoever started the sandbox, so its flags are never changed.
   std::atomic<bool> nonblock_{false};
@@ -197,6 +205,7 @@ class FdTable {
   void CloseOnExec();
 
  private:
+  friend struct ::sandboxd::state::FsState;
   struct Entry {
     std::shared_ptr<File> file;
     bool cloexec = false;

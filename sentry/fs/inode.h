@@ -23,6 +23,12 @@
 #include <string>
 #include <vector>
 
+namespace sandboxd::state {
+// Checkpoint/restore of the fs objects (sentry/state/fs_state.h): the
+// classes that keep their state private befriend it.
+struct FsState;
+}  // namespace sandboxd::state
+
 namespace sandboxd::fs {
 
 class File;

@@ -173,6 +173,32 @@ int64_t InotifyFile::AddWatch(std::shared_ptr<Inode> inode, uint32_t mask) {
   return wd;
 }
 
+std::vector<InotifyFile::WatchState> InotifyFile::Watches(int* last_wd) {
+  Registry& r = registry();
+  absl::MutexLock l(&r.mu);
+  std::vector<WatchState> out;
+  for (auto it = r.by_wd.lower_bound({this, 0});
+       it != r.by_wd.end() && it->first.first == this; ++it) {
+    out.push_back({it->second->wd, it->second->mask, it->second->inode});
+  }
+  auto n = r.next_wd.find(this);
+  *last_wd = n == r.next_wd.end() ? 0 : n->second;
+  return out;
+}
+
+void InotifyFile::RestoreWatches(const std::vector<WatchState>& watches,
+                                 int last_wd) {
+  Registry& r = registry();
+  absl::MutexLock l(&r.mu);
+  for (const WatchState& s : watches) {
+    auto w = std::make_unique<Watch>(Watch{this, s.wd, s.mask, s.inode});
+    r.by_inode[s.inode.get()].push_back(w.get());
+    r.by_wd[{this, s.wd}] = std::move(w);
+    inotify::internal::watch_count.fetch_add(1, std::memory_order_relaxed);
+  }
+  r.next_wd[this] = last_wd;
+}
+
 int64_t InotifyFile::RemoveWatch(int wd) {
   Registry& r = registry();
   std::vector<std::shared_ptr<Inode>> doomed;

@@ -27,6 +27,7 @@
 #include <deque>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -74,7 +75,19 @@ class InotifyFile : public File, public EventSource {
   // returns whether readers must be woken.
   bool Enqueue(int wd, uint32_t mask, uint32_t cookie, const std::string& name);
 
+  // Checkpoint/restore: this instance's watches (ascending wd) and the
+  // last watch descriptor it handed out; and putting them back into a new
+  // instance (which must have none yet).
+  struct WatchState {
+    int wd;
+    uint32_t mask;  // events and IN_ONESHOT, IN_EXCL_UNLINK
+    std::shared_ptr<Inode> inode;
+  };
+  std::vector<WatchState> Watches(int* last_wd);
+  void RestoreWatches(const std::vector<WatchState>& watches, int last_wd);
+
  private:
+  friend struct ::sandboxd::state::FsState;
   struct Event {
     int wd;
     uint32_t mask;

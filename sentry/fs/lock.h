@@ -128,6 +128,7 @@ class LockTable {
   size_t TrackedInodes();
 
  private:
+  friend struct ::sandboxd::state::FsState;
   struct FlockLock {
     uintptr_t file;
     short type;  // F_RDLCK or F_WRLCK

@@ -39,6 +39,7 @@ class OverlayFs {
 
  private:
   friend class OverlayInode;
+  friend struct ::sandboxd::state::FsState;
   bool IsOpaque(const Inode* upper_dir);
   void SetOpaque(const std::shared_ptr<Inode>& upper_dir);
 
@@ -84,6 +85,7 @@ class OverlayInode : public Inode {
   }
 
  private:
+  friend struct ::sandboxd::state::FsState;
   std::shared_ptr<Inode> Current();  // upper if present, else lower
   std::shared_ptr<Inode> upper();
   // The merged child, or -ENOENT; fills *child_upper/*child_lower.

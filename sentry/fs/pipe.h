@@ -75,6 +75,7 @@ class Pipe {
   uint64_t ino() const { return ino_; }
 
  private:
+  friend struct ::sandboxd::state::FsState;
   // Appends up to `n` bytes; returns how many fit.
   uint64_t Append(const uint8_t* p, uint64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t Consume(uint8_t* p, uint64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

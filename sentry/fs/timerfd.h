@@ -100,6 +100,7 @@ class TimerFd : public File, public EventSource {
   ~TimerFd() override;
 
  private:
+  friend struct ::sandboxd::state::FsState;
   // What the timer thread holds (weakly): the timer's settings and count.
   class State : public Timer, public std::enable_shared_from_this<State> {
    public:

@@ -102,6 +102,7 @@ class TmpFsSuperblock {
   absl::Mutex rename_mu;
 
  private:
+  friend struct ::sandboxd::state::FsState;
   mm::MemoryFile* const memfile_;
   const uint64_t dev_;
   const uint64_t max_pages_;   // 0: unlimited
@@ -160,6 +161,7 @@ class TmpFsInode : public Inode {
   // Directories change their children's link counts and ctimes, and read
   // their children's mode for directory checks.
   friend class TmpFsDirectory;
+  friend struct ::sandboxd::state::FsState;
 };
 
 class TmpFsDirectory final : public TmpFsInode {
@@ -185,6 +187,7 @@ class TmpFsDirectory final : public TmpFsInode {
       ABSL_NO_THREAD_SAFETY_ANALYSIS;
 
  private:
+  friend struct ::sandboxd::state::FsState;
   using Chain = std::vector<std::shared_ptr<TmpFsDirectory>>;
 
   void FillKindAttrLocked(Attr* out) const override
@@ -277,6 +280,7 @@ class TmpFsRegularFile final : public TmpFsInode {
   void EndSharedMapping();
 
  private:
+  friend struct ::sandboxd::state::FsState;
   // Makes pages [first, first + count) exist, in index order, allocating
   // missing runs contiguously. Returns how many leading pages of the range
   // exist afterwards; on a shortfall sets *err (-ENOSPC or -ENOMEM). Runs
@@ -312,6 +316,7 @@ class TmpFsSymlink final : public TmpFsInode {
   int Readlink(std::string* target) override;
 
  private:
+  friend struct ::sandboxd::state::FsState;
   void FillKindAttrLocked(Attr* out) const override
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   const std::string target_;
@@ -326,6 +331,7 @@ class TmpFsSpecialFile final : public TmpFsInode {
                    uint32_t perm, uint32_t uid, uint32_t gid, uint64_t rdev);
 
  private:
+  friend struct ::sandboxd::state::FsState;
   void FillKindAttrLocked(Attr* out) const override
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   const uint64_t rdev_;

@@ -43,6 +43,7 @@ class Dentry {
 
  private:
   friend class Vfs;
+  friend struct ::sandboxd::state::FsState;
   const std::shared_ptr<Inode> inode_;
   // Guarded by the owning Vfs's mu_.
   std::string name_;
@@ -187,6 +188,7 @@ class Vfs {
   std::string MountInfoText(const Location& root) const;
 
  private:
+  friend struct ::sandboxd::state::FsState;
   // Steps from a directory to its child or parent; crosses mounts.
   int Step(const Location& root, const Location& cur, const std::string& name,
            Location* out);

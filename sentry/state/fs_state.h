@@ -1,0 +1,104 @@
+// Save and load of the filesystem objects: tmpfs trees (with their data
+// through the PageWriter), the mount tree, locations, pipes, eventfds,
+// open file descriptions, descriptor tables and FsContexts.
+//
+// One struct of static functions, befriended by the fs classes whose state
+// is private, so that sentry/fs itself needs neither protobuf nor this
+// directory. Every Save of an object the image cannot hold yet (hostfs,
+// overlay, procfs, devfs inodes; sockets, ptys, timerfds, epoll, inotify
+// files) fails with an UnimplementedError that names the object: a
+// checkpoint is never silently incomplete.
+//
+// Order at load: the Vfs first (LoadVfs), then what refers to locations
+// (files, FsContexts). Inodes and pipes are loaded on demand by whatever
+// refers to them.
+#ifndef SANDBOXD_SENTRY_STATE_FS_STATE_H_
+#define SANDBOXD_SENTRY_STATE_FS_STATE_H_
+
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "sentry/fs/file.h"
+#include "sentry/fs/inode.h"
+#include "sentry/fs/lock.h"
+#include "sentry/fs/overlay.h"
+#include "sentry/fs/pipe.h"
+#include "sentry/fs/tmpfs.h"
+#include "sentry/fs/vfs.h"
+#include "sentry/state/loader.h"
+#include "sentry/state/saver.h"
+
+namespace sandboxd::state {
+
+struct FsState {
+  // Inodes (State.inodes). Directories bring their whole subtree.
+  static absl::StatusOr<uint64_t> SaveInode(Saver& s,
+                                            const std::shared_ptr<fs::Inode>& inode);
+  static absl::StatusOr<std::shared_ptr<fs::Inode>> LoadInode(Loader& l,
+                                                              uint64_t id);
+
+  // The mount tree (State.mounts, State.vfs).
+  static absl::Status SaveVfs(Saver& s, const fs::Vfs& vfs);
+  static absl::StatusOr<std::unique_ptr<fs::Vfs>> LoadVfs(Loader& l);
+
+  // A Location as (mount, path from the mount's root). Locations outside
+  // `vfs`'s tree or whose name was removed fail: callers that can live
+  // with a detached name (open files) check Reachable first.
+  static absl::StatusOr<pb::Location> SaveLocation(Saver& s, const fs::Vfs& vfs,
+                                                   const fs::Location& loc);
+  static absl::StatusOr<fs::Location> LoadLocation(Loader& l, fs::Vfs& vfs,
+                                                   const pb::Location& rec);
+
+  // Pipes (State.pipes); their ends are files.
+  static absl::StatusOr<uint64_t> SavePipe(Saver& s,
+                                           const std::shared_ptr<fs::Pipe>& p);
+  static absl::StatusOr<std::shared_ptr<fs::Pipe>> LoadPipe(Loader& l,
+                                                            uint64_t id);
+
+  // Open file descriptions (State.files).
+  static absl::StatusOr<uint64_t> SaveFile(Saver& s, const fs::Vfs& vfs,
+                                           const std::shared_ptr<fs::File>& f);
+  static absl::StatusOr<std::shared_ptr<fs::File>> LoadFile(Loader& l,
+                                                            fs::Vfs& vfs,
+                                                            uint64_t id);
+
+  // Descriptor tables (State.fd_tables) and FsContexts (State.fs_contexts),
+  // each shared by the threads (CLONE_FILES, CLONE_FS) that share it.
+  static absl::StatusOr<uint64_t> SaveFdTable(
+      Saver& s, const fs::Vfs& vfs, const std::shared_ptr<fs::FdTable>& t);
+  static absl::StatusOr<std::shared_ptr<fs::FdTable>> LoadFdTable(
+      Loader& l, fs::Vfs& vfs, uint64_t id);
+  static absl::StatusOr<uint64_t> SaveFsContext(
+      Saver& s, const fs::Vfs& vfs, const std::shared_ptr<fs::FsContext>& c);
+  static absl::StatusOr<std::shared_ptr<fs::FsContext>> LoadFsContext(
+      Loader& l, fs::Vfs& vfs, uint64_t id);
+
+  // Every lock of `table` (State.locks), after the descriptor tables and
+  // files that own them were saved (a lock never saves its owner).
+  // Waiters are not state: a blocked task retries its request.
+  static absl::Status SaveLocks(Saver& s, fs::LockTable& table);
+  // Sets the saved locks in `table` (the Sentry's LockTable::Global(), or
+  // a test's), owned by the loaded tables and files.
+  static absl::Status LoadLocks(Loader& l, fs::Vfs& vfs, fs::LockTable& table);
+
+ private:
+  static absl::StatusOr<uint64_t> SaveOverlayFs(Saver& s, fs::OverlayFs& o);
+  static absl::Status SaveOverlayInode(Saver& s, fs::OverlayInode& o,
+                                       pb::OverlayInode* r);
+  static absl::StatusOr<std::shared_ptr<fs::Inode>> LoadOverlayInode(
+      Loader& l, const pb::OverlayInode& r);
+  static bool InTree(const fs::Vfs& vfs, const std::shared_ptr<fs::Mount>& m);
+  static absl::StatusOr<uint64_t> SaveSuperblock(
+      Saver& s, const std::shared_ptr<fs::TmpFsSuperblock>& sb);
+  static absl::StatusOr<uint64_t> SaveMount(Saver& s, const fs::Vfs& vfs,
+                                            const std::shared_ptr<fs::Mount>& m);
+  static absl::StatusOr<std::shared_ptr<fs::Mount>> LoadMount(Loader& l,
+                                                              fs::Vfs& vfs,
+                                                              uint64_t id);
+};
+
+}  // namespace sandboxd::state
+
+#endif  // SANDBOXD_SENTRY_STATE_FS_STATE_H_

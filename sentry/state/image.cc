@@ -1,0 +1,135 @@
+#include "sentry/state/image.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "base/unique_fd.h"
+#include "sentry/state/crc32c.h"
+
+namespace sandboxd::state {
+namespace {
+
+void PutU32(std::string* s, uint32_t v) { s->append(reinterpret_cast<char*>(&v), 4); }
+void PutU64(std::string* s, uint64_t v) { s->append(reinterpret_cast<char*>(&v), 8); }
+
+template <typename T>
+T Get(absl::string_view s, size_t off) {
+  T v;
+  memcpy(&v, s.data() + off, sizeof(v));
+  return v;
+}
+
+}  // namespace
+
+std::string Frame(const char (&magic)[8], absl::string_view payload) {
+  std::string out(magic, sizeof(magic));
+  PutU32(&out, kFormatVersion);
+  PutU32(&out, Crc32c(0, payload.data(), payload.size()));
+  PutU64(&out, payload.size());
+  out.append(payload.data(), payload.size());
+  return out;
+}
+
+absl::StatusOr<std::string> Unframe(const char (&magic)[8],
+                                    absl::string_view data,
+                                    absl::string_view what) {
+  if (data.size() < kHeaderSize) {
+    return absl::DataLossError(absl::StrCat(
+        what, ": truncated header (", data.size(), " of ", kHeaderSize,
+        " bytes)"));
+  }
+  if (memcmp(data.data(), magic, sizeof(magic)) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, ": not a ", absl::string_view(magic, 8), " file"));
+  }
+  const auto version = Get<uint32_t>(data, 8);
+  if (version != kFormatVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(what, ": format version ", version,
+                     ", this Sentry reads version ", kFormatVersion));
+  }
+  const auto crc = Get<uint32_t>(data, 12);
+  const auto len = Get<uint64_t>(data, 16);
+  if (len != data.size() - kHeaderSize) {
+    return absl::DataLossError(
+        absl::StrCat(what, ": payload is ", data.size() - kHeaderSize,
+                     " bytes, header says ", len, " (truncated?)"));
+  }
+  absl::string_view payload = data.substr(kHeaderSize);
+  if (Crc32c(0, payload.data(), payload.size()) != crc) {
+    return absl::DataLossError(absl::StrCat(what, ": checksum mismatch"));
+  }
+  return std::string(payload);
+}
+
+absl::StatusOr<std::string> EncodeState(const pb::State& state) {
+  std::string payload;
+  if (!state.SerializeToString(&payload)) {
+    return absl::InternalError("state.pb: serializing the state failed");
+  }
+  return Frame(kStateMagic, payload);
+}
+
+absl::StatusOr<pb::State> DecodeState(absl::string_view data,
+                                      absl::string_view what) {
+  ASSIGN_OR_RETURN(std::string payload, Unframe(kStateMagic, data, what));
+  pb::State state;
+  if (!state.ParseFromString(payload)) {
+    return absl::DataLossError(absl::StrCat(what, ": malformed State message"));
+  }
+  return state;
+}
+
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::string_view data) {
+  const std::string tmp = path + ".tmp";
+  UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd.valid()) return ErrnoStatus(absl::StrCat("creating ", tmp), errno);
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = write(fd.get(), data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(absl::StrCat("writing ", tmp), errno);
+    done += n;
+  }
+  if (fsync(fd.get()) != 0) {
+    return ErrnoStatus(absl::StrCat("fsync of ", tmp), errno);
+  }
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    return ErrnoStatus(absl::StrCat("renaming ", tmp, " to ", path), errno);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(absl::StrCat("opening ", path), errno);
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = read(fd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(absl::StrCat("reading ", path), errno);
+    if (n == 0) break;
+    out.append(buf, n);
+  }
+  return out;
+}
+
+absl::Status WriteStateFile(const std::string& dir, const pb::State& state) {
+  ASSIGN_OR_RETURN(std::string data, EncodeState(state));
+  return WriteFileAtomically(dir + "/state.pb", data);
+}
+
+absl::StatusOr<pb::State> ReadStateFile(const std::string& dir) {
+  const std::string path = dir + "/state.pb";
+  ASSIGN_OR_RETURN(std::string data, ReadWholeFile(path));
+  return DecodeState(data, path);
+}
+
+}  // namespace sandboxd::state

@@ -1,0 +1,62 @@
+// The checkpoint image's framing: every file of an image directory
+// (state.pb, pages.idx) starts with a fixed header that names the file's
+// kind, the format version and a CRC-32C of the payload, so that a loader
+// refuses a foreign, newer or damaged file with a clear error instead of
+// misreading it.
+//
+//   offset 0   char[8]  magic   ("SBXSTATE", "SBXPGIDX")
+//          8   u32      format version (kFormatVersion)
+//         12   u32      CRC-32C of the payload
+//         16   u64      payload length in bytes
+//         24   payload
+//
+// All integers little-endian (the Sentry runs on x86-64 only).
+#ifndef SANDBOXD_SENTRY_STATE_IMAGE_H_
+#define SANDBOXD_SENTRY_STATE_IMAGE_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "sentry/state/state.pb.h"
+
+namespace sandboxd::state {
+
+namespace pb = ::sandboxd::state::v1;
+
+// Bumped whenever a loader could not read older images correctly.
+inline constexpr uint32_t kFormatVersion = 1;
+
+inline constexpr char kStateMagic[8] = {'S', 'B', 'X', 'S', 'T', 'A', 'T', 'E'};
+inline constexpr char kPageIndexMagic[8] = {'S', 'B', 'X', 'P',
+                                            'G', 'I', 'D', 'X'};
+inline constexpr size_t kHeaderSize = 24;
+
+// `payload` behind a header.
+std::string Frame(const char (&magic)[8], absl::string_view payload);
+// The payload of a framed file; errors name `what` (a file name) and
+// the problem: wrong magic, unsupported version, truncation, checksum.
+absl::StatusOr<std::string> Unframe(const char (&magic)[8],
+                                    absl::string_view data,
+                                    absl::string_view what);
+
+// state.pb: the serialized State, framed.
+absl::StatusOr<std::string> EncodeState(const pb::State& state);
+absl::StatusOr<pb::State> DecodeState(absl::string_view data,
+                                      absl::string_view what = "state.pb");
+
+// Whole files (written to a temporary name and renamed into place, so that
+// a crash never leaves a half-written file under the final name).
+absl::Status WriteFileAtomically(const std::string& path,
+                                 absl::string_view data);
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
+
+// <dir>/state.pb.
+absl::Status WriteStateFile(const std::string& dir, const pb::State& state);
+absl::StatusOr<pb::State> ReadStateFile(const std::string& dir);
+
+}  // namespace sandboxd::state
+
+#endif  // SANDBOXD_SENTRY_STATE_IMAGE_H_

@@ -1,0 +1,138 @@
+// Loader: the reverse of Saver, id -> the rebuilt object.
+//
+// Every reference in a State is an id in some table; the first Load of an
+// id builds the object from its record, every later Load of the same id
+// returns the same shared_ptr, so that sharing is restored exactly (two
+// descriptors that shared a description share one again; hard links stay
+// one inode). Bad ids (beyond the table, or an object that needs itself to
+// be built) are errors, never crashes: an image is input.
+//
+// Besides the tables, the Loader carries what a load needs from outside
+// the image: the memory file new data goes to, the saved pages, and the
+// host descriptors that stand for the sandbox's inherited stdio.
+//
+// The Loader keeps every object it built alive (a later reference must find
+// it): destroy it once the load is done, or closed files never close.
+//
+// Not thread-safe: a load runs before the sandbox starts, on one thread.
+#ifndef SANDBOXD_SENTRY_STATE_LOADER_H_
+#define SANDBOXD_SENTRY_STATE_LOADER_H_
+
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/functional/function_ref.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "google/protobuf/repeated_field.h"
+#include "sentry/state/pages.h"
+#include "sentry/state/state.pb.h"
+
+namespace sandboxd::mm {
+class MemoryFile;
+}
+namespace sandboxd::fs {
+class Inode;
+}
+
+namespace sandboxd::state {
+
+namespace pb = ::sandboxd::state::v1;
+
+class Loader {
+ public:
+  // All must outlive the Loader (and `memfile` everything loaded).
+  Loader(const pb::State* state, PageReader* pages, mm::MemoryFile* memfile)
+      : state_(state), pages_(pages), memfile_(memfile) {}
+
+  const pb::State& state() const { return *state_; }
+  PageReader& pages() { return *pages_; }
+  mm::MemoryFile* memfile() const { return memfile_; }
+
+  // Host descriptors by the number they had in the saved Sentry (0, 1, 2
+  // for stdio): the HostFile loader dups the one given here.
+  void set_host_fd(int saved_fd, int fd_now) { host_fds_[saved_fd] = fd_now; }
+  // -1 when the caller did not give one.
+  int host_fd(int saved_fd) const {
+    auto it = host_fds_.find(saved_fd);
+    return it == host_fds_.end() ? -1 : it->second;
+  }
+
+  // The rootfs directory, reopened by the caller (a hostfs root): the
+  // lower layer of a loaded overlay.
+  void set_rootfs(std::shared_ptr<fs::Inode> root) { rootfs_ = std::move(root); }
+  const std::shared_ptr<fs::Inode>& rootfs() const { return rootfs_; }
+
+  // Objects that the loaded graph uses but does not own (an OverlayFs,
+  // which its inodes reach by plain pointer): the caller takes them with
+  // TakeKept() and keeps them as long as it keeps what it loaded.
+  void Keep(std::shared_ptr<void> obj) { kept_.push_back(std::move(obj)); }
+  std::vector<std::shared_ptr<void>> TakeKept() { return std::move(kept_); }
+
+  // The object with `id` in `table` (`kind` names it in errors), built by
+  // `build` the first time. Id 0 is null.
+  template <typename T, typename Msg>
+  absl::StatusOr<std::shared_ptr<T>> Load(
+      uint64_t id, const google::protobuf::RepeatedPtrField<Msg>& table,
+      absl::string_view kind,
+      absl::FunctionRef<absl::StatusOr<std::shared_ptr<T>>(const Msg&)>
+          build) {
+    if (id == 0) return std::shared_ptr<T>();
+    if (id > static_cast<uint64_t>(table.size())) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          kind, " ", id, " referenced, but the image has ", table.size()));
+    }
+    const Key key{&table, id};
+    auto it = objects_.find(key);
+    if (it != objects_.end()) {
+      if (it->second == nullptr) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(kind, " ", id, " needs itself to be loaded"));
+      }
+      return std::static_pointer_cast<T>(it->second);
+    }
+    objects_[key] = nullptr;  // in progress
+    absl::StatusOr<std::shared_ptr<T>> obj = build(table.Get(id - 1));
+    if (!obj.ok()) {
+      objects_.erase(key);
+      return absl::Status(obj.status().code(),
+                          absl::StrCat(kind, " ", id, ": ",
+                                       obj.status().message()));
+    }
+    if (*obj == nullptr) {
+      objects_.erase(key);
+      return absl::InternalError(absl::StrCat(kind, " ", id, ": built null"));
+    }
+    objects_[key] = *obj;
+    return obj;
+  }
+
+  // Registers an object built before its record is finished (a directory
+  // whose children refer to it), so that Load finds it.
+  template <typename T, typename Msg>
+  void Register(uint64_t id, const google::protobuf::RepeatedPtrField<Msg>& table,
+                std::shared_ptr<T> obj) {
+    objects_[Key{&table, id}] = std::move(obj);
+  }
+
+ private:
+  using Key = std::pair<const void*, uint64_t>;  // (table, id)
+  const pb::State* const state_;
+  PageReader* const pages_;
+  mm::MemoryFile* const memfile_;
+  std::map<int, int> host_fds_;
+  std::shared_ptr<fs::Inode> rootfs_;
+  std::vector<std::shared_ptr<void>> kept_;
+  // Null while the object is being built.
+  std::map<Key, std::shared_ptr<void>> objects_;
+};
+
+}  // namespace sandboxd::state
+
+#endif  // SANDBOXD_SENTRY_STATE_LOADER_H_

@@ -521,7 +521,8 @@ Location Vfs::Detached(std::shared_ptr<Inode> inode, const std::string& name,
   return Location{std::move(mount), std::move(d)};
 }
 
-std::string Vfs::MountsText(const Location& root) const {
+std::vector<std::pair<std::shared_ptr<Mount>, std::string>> Vfs::MountsInOrder(
+    const Location& root) const {
   std::vector<std::shared_ptr<Mount>> all;
   all.push_back(root_mount_);
   {
@@ -530,12 +531,20 @@ std::string Vfs::MountsText(const Location& root) const {
   }
   std::sort(all.begin(), all.end(),
             [](const auto& a, const auto& b) { return a->id < b->id; });
-  std::string out;
-  for (const auto& m : all) {
+  std::vector<std::pair<std::shared_ptr<Mount>, std::string>> out;
+  for (auto& m : all) {
     std::string where =
         m->parent == nullptr
             ? "/"
             : PathOf(root, Location{m->parent, m->mountpoint});
+    out.emplace_back(std::move(m), std::move(where));
+  }
+  return out;
+}
+
+std::string Vfs::MountsText(const Location& root) const {
+  std::string out;
+  for (const auto& [m, where] : MountsInOrder(root)) {
     absl::StrAppend(&out, m->source, " ", where, " ", m->fstype, " ",
                     m->read_only ? "ro" : "rw", " 0 0\n");
   }
@@ -543,20 +552,8 @@ std::string Vfs::MountsText(const Location& root) const {
 }
 
 std::string Vfs::MountInfoText(const Location& root) const {
-  std::vector<std::shared_ptr<Mount>> all;
-  all.push_back(root_mount_);
-  {
-    absl::MutexLock l(&mu_);
-    for (const auto& [key, m] : mounts_) all.push_back(m);
-  }
-  std::sort(all.begin(), all.end(),
-            [](const auto& a, const auto& b) { return a->id < b->id; });
   std::string out;
-  for (const auto& m : all) {
-    std::string where =
-        m->parent == nullptr
-            ? "/"
-            : PathOf(root, Location{m->parent, m->mountpoint});
+  for (const auto& [m, where] : MountsInOrder(root)) {
     Attr a;
     if (m->root->inode()->GetAttr(&a) != 0) a = Attr();
     const char* rw = m->read_only ? "ro" : "rw";

@@ -186,6 +186,9 @@ class Vfs {
   std::string MountsText(const Location& root) const;
   // /proc/self/mountinfo: ids, parents, devices and mountpoints.
   std::string MountInfoText(const Location& root) const;
+  // Every mount by id, with where it is mounted as seen from `root`.
+  std::vector<std::pair<std::shared_ptr<Mount>, std::string>> MountsInOrder(
+      const Location& root) const;
 
  private:
   friend struct ::sandboxd::state::FsState;

@@ -59,7 +59,7 @@ void ThreadGroup::Continue() {
 }
 
 void ThreadGroup::DiscardPending(SigSet set) {
-  for (Task* t : Tasks()) {
+  for (const auto& t : Tasks()) {
     absl::MutexLock l(&t->mu_);
     SigSet hit = t->pending_.load() & set;
     t->pending_.fetch_and(~set);
@@ -190,16 +190,16 @@ SigSet Task::GroupDirectedPending(SigSet set) {
 
 SigSet Task::PendingForThreadAndGroup() {
   SigSet out = pending_.load();
-  for (Task* other : tg_->Tasks()) {
-    if (other != this) out |= other->GroupDirectedPending(~0ull);
+  for (const auto& other : tg_->Tasks()) {
+    if (other.get() != this) out |= other->GroupDirectedPending(~0ull);
   }
   return out;
 }
 
 bool Task::CanDequeueSignal(SigSet set) {
   if (pending_.load() & set) return true;
-  for (Task* other : tg_->Tasks()) {
-    if (other != this && other->GroupDirectedPending(set) != 0) return true;
+  for (const auto& other : tg_->Tasks()) {
+    if (other.get() != this && other->GroupDirectedPending(set) != 0) return true;
   }
   return false;
 }
@@ -212,8 +212,8 @@ int Task::DequeueSignal(SigSet set, siginfo_t* info) {
   if (signo != 0) return signo;
   signo = TakePendingSignal(set, info);
   if (signo != 0) return signo;
-  for (Task* other : tg_->Tasks()) {
-    if (other == this) continue;
+  for (const auto& other : tg_->Tasks()) {
+    if (other.get() == this) continue;
     SigSet shared = other->GroupDirectedPending(set);
     if (shared == 0) continue;
     // Taken only if it is still there (another reader may have won).

@@ -107,12 +107,12 @@ void Kernel::SignalGroup(ThreadGroup& g, int signo, pid_t sender) {
 bool Kernel::SignalGroupInfo(ThreadGroup& g, const siginfo_t& info,
                              std::shared_ptr<SignalSource> source) {
   const int signo = info.si_signo;
-  std::vector<Task*> tasks = g.Tasks();
+  std::vector<std::shared_ptr<Task>> tasks = g.Tasks();
   if (tasks.empty()) return false;
-  Task* target = tasks.front();
-  for (Task* c : tasks) {
+  Task* target = tasks.front().get();
+  for (const auto& c : tasks) {
     if ((c->signal_mask() & SigBit(signo)) == 0) {
-      target = c;
+      target = c.get();
       break;
     }
   }

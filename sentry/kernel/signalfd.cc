@@ -132,7 +132,7 @@ fs::EventMask SignalFd::Readiness(fs::EventMask mask) {
     ready = t->CanDequeueSignal(want);
   } else if (auto g = owner_.lock()) {
     // Not asked by a task (tests): any signal of the creating process.
-    for (Task* t : g->Tasks()) ready = ready || (t->pending_signals() & want);
+    for (const auto& t : g->Tasks()) ready = ready || (t->pending_signals() & want);
   }
   return ready ? (mask & (POLLIN | POLLRDNORM)) : 0;
 }

@@ -108,9 +108,16 @@ bool ThreadGroup::RemoveTask(Task* t) {
   return tasks_.empty();
 }
 
-std::vector<Task*> ThreadGroup::Tasks() {
+std::vector<std::shared_ptr<Task>> ThreadGroup::Tasks() {
   absl::MutexLock l(&mu_);
-  return tasks_;
+  std::vector<std::shared_ptr<Task>> out;
+  out.reserve(tasks_.size());
+  // A task in the list is alive: the kernel drops its reference only after
+  // RemoveTask.
+  for (Task* t : tasks_) {
+    if (auto p = t->weak_from_this().lock()) out.push_back(std::move(p));
+  }
+  return out;
 }
 
 // ---------------------------------------------------------------------------

@@ -204,7 +204,10 @@ class ThreadGroup {
   // Returns true when `t` was the last task. Its CPU time stays counted
   // in the group's.
   bool RemoveTask(Task* t);
-  std::vector<Task*> Tasks();
+  // The group's live tasks, each held by a reference: a task that exits
+  // meanwhile stays valid for the caller (a signal sent to it is lost with
+  // it, as on Linux).
+  std::vector<std::shared_ptr<Task>> Tasks();
 
   // Interval and POSIX timers (timers.h).
   ProcessTimers& timers() { return timers_; }
@@ -255,7 +258,7 @@ class ThreadGroup {
   friend class Task;
 };
 
-class Task : public fs::Blocker {
+class Task : public fs::Blocker, public std::enable_shared_from_this<Task> {
  public:
   Task(Kernel* k, pid_t tid, std::shared_ptr<ThreadGroup> tg,
        std::unique_ptr<platform::Context> ctx);

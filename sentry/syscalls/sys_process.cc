@@ -125,8 +125,8 @@ bool ParseShebang(const char* buf, size_t n, std::string* interp,
 
 // Kills every other thread of the group and waits until they are gone.
 void DeThread(Task& t) {
-  for (kernel::Task* other : t.group().Tasks()) {
-    if (other != &t) other->KillForExec();
+  for (const auto& other : t.group().Tasks()) {
+    if (other.get() != &t) other->KillForExec();
   }
   for (int i = 0; i < 10000 && t.group().Tasks().size() > 1; i++) {
     absl::SleepFor(absl::Milliseconds(1));

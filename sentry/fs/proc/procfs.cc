@@ -509,7 +509,7 @@ int Snapshot(Kernel& k, const std::weak_ptr<ThreadGroup>& weak, ProcInfo* out) {
     out->mm = g->mm_ptr();
     out->fds = g->fds_ptr();
     out->fs = g->fs_ptr();
-    for (Task* t : g->Tasks()) {
+    for (const auto& t : g->Tasks()) {
       out->threads.push_back(ThreadInfo{t->tid(), t->sleeping(), t->start_ns(),
                                         t->signal_mask(),
                                         t->pending_signals()});
@@ -1088,7 +1088,7 @@ Counts CountTasks(Kernel& k) {
     c.last = std::max(c.last, g->tgid());
     k.WithTasklistLock([&] {
       if (g->zombie) return;
-      for (Task* t : g->Tasks()) {
+      for (const auto& t : g->Tasks()) {
         c.total++;
         if (!t->sleeping()) c.running++;
         c.last = std::max(c.last, t->tid());

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <x86intrin.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -158,6 +159,15 @@ absl::StatusOr<std::unique_ptr<Systrap>> Systrap::Create(int memfile_fd) {
 
 Systrap::~Systrap() {
   {
+    absl::MutexLock l(&pool_mu_);
+    stopping_ = true;
+  }
+  if (refiller_.joinable()) refiller_.join();
+  {
+    absl::MutexLock l(&pool_mu_);
+    pool_.clear();  // kills them
+  }
+  {
     absl::MutexLock l(&template_mu_);
     template_sock_.reset();
   }
@@ -167,8 +177,58 @@ Systrap::~Systrap() {
   }
 }
 
+void Systrap::set_pool_size(size_t n) {
+  absl::MutexLock l(&pool_mu_);
+  pool_size_ = n;
+  while (pool_.size() > n) pool_.pop_back();
+}
+
 absl::StatusOr<std::unique_ptr<platform::AddressSpace>>
 Systrap::NewAddressSpace() {
+  {
+    absl::MutexLock l(&pool_mu_);
+    address_spaces_made_++;
+    if (pool_size_ > 0 && address_spaces_made_ == 2 && !refiller_.joinable()) {
+      refiller_ = std::thread([this] { RefillLoop(); });
+    }
+    // A pooled process that died meanwhile is of no use.
+    while (!pool_.empty() && pool_.back()->dead()) pool_.pop_back();
+    if (!pool_.empty()) {
+      std::unique_ptr<StubProcess> s = std::move(pool_.back());
+      pool_.pop_back();
+      return std::unique_ptr<platform::AddressSpace>(std::move(s));
+    }
+  }
+  auto s = CreateStub();
+  if (!s.ok()) return s.status();
+  return std::unique_ptr<platform::AddressSpace>(std::move(*s));
+}
+
+void Systrap::RefillLoop() {
+  absl::MutexLock l(&pool_mu_);
+  for (;;) {
+    pool_mu_.Await(absl::Condition(
+        +[](Systrap* p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(p->pool_mu_) {
+          return p->stopping_ || p->pool_.size() < p->pool_size_;
+        },
+        this));
+    if (stopping_) return;
+    pool_mu_.Unlock();
+    auto s = CreateStub();
+    pool_mu_.Lock();
+    if (!s.ok()) {
+      // The template is gone or the host refuses: the synchronous path
+      // will report it; stop making processes.
+      fprintf(stderr, "sentry: systrap: stub pool: %s\n",
+              s.status().ToString().c_str());
+      return;
+    }
+    if (stopping_) return;  // *s is killed on the way out
+    pool_.push_back(std::move(*s));
+  }
+}
+
+absl::StatusOr<std::unique_ptr<StubProcess>> Systrap::CreateStub() {
   UniqueFd shared_fd(memfd_create("sandboxd-stub-shared", MFD_CLOEXEC));
   if (!shared_fd.valid()) {
     return ErrnoStatus("systrap: memfd for a stub's shared area", errno);
@@ -220,7 +280,7 @@ Systrap::NewAddressSpace() {
   if (reply < 0) {
     return ErrnoStatus("systrap: the stub template could not clone", -reply);
   }
-  return std::unique_ptr<platform::AddressSpace>(
+  return std::unique_ptr<StubProcess>(
       new StubProcess(this, reply, std::move(shared_fd), std::move(map)));
 }
 

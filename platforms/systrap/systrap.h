@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
@@ -130,8 +131,27 @@ class Systrap : public platform::Platform {
 
   uint64_t spin_cycles() const { return spin_cycles_; }
 
+  // How many stub processes to keep made ahead of need (default
+  // kDefaultPoolSize; 0: none). The pool starts at the second
+  // NewAddressSpace (the program's first fork or exec: a program that
+  // never makes a process pays nothing), and a background thread refills it
+  // whenever NewAddressSpace takes one, so that fork and execve do not wait
+  // for the template's clone, the shared area and the reaper thread.
+  static constexpr size_t kDefaultPoolSize = 2;
+  void set_pool_size(size_t n);
+
  private:
   Systrap() = default;
+  // Makes one stub process through the template.
+  absl::StatusOr<std::unique_ptr<StubProcess>> CreateStub();
+  void RefillLoop();
+
+  absl::Mutex pool_mu_;
+  std::vector<std::unique_ptr<StubProcess>> pool_ ABSL_GUARDED_BY(pool_mu_);
+  size_t pool_size_ ABSL_GUARDED_BY(pool_mu_) = kDefaultPoolSize;
+  uint64_t address_spaces_made_ ABSL_GUARDED_BY(pool_mu_) = 0;
+  bool stopping_ ABSL_GUARDED_BY(pool_mu_) = false;
+  std::thread refiller_;  // started with the pool
 
   pid_t template_pid_ = -1;
   absl::Mutex template_mu_;

@@ -519,7 +519,8 @@ uintptr_t MM::EnsureBacked(VmaMap::const_iterator vit, uintptr_t start,
   return end;
 }
 
-bool MM::BreakCow(uintptr_t start, uintptr_t end, bool unmap_copied) {
+bool MM::BreakCow(uintptr_t start, uintptr_t end, bool unmap_copied,
+                  bool reclaim_only) {
   auto it = pmas_.upper_bound(start);
   if (it != pmas_.begin() && std::prev(it)->second.end > start) --it;
   while (it != pmas_.end() && it->first < end) {
@@ -532,7 +533,12 @@ bool MM::BreakCow(uintptr_t start, uintptr_t end, bool unmap_copied) {
     const uintptr_t s = it->first;
     Pma pma = it->second;
     const uint64_t len = pma.end - s;
-    if (!mf_->IsExclusive(pma.file_offset, len)) {
+    const bool exclusive = mf_->IsExclusive(pma.file_offset, len);
+    if (!exclusive && reclaim_only) {
+      it = pmas_.lower_bound(pma.end);
+      continue;
+    }
+    if (!exclusive) {
       auto off = mf_->Allocate(len);
       if (!off.ok()) {
         LogBackingFailure(s, off.status().ToString());
@@ -1050,6 +1056,12 @@ bool MM::HandleFault(uintptr_t addr, bool write, bool exec, int* signo,
   const bool writable =
       !write || BreakCow(start, backed, /*unmap_copied=*/false) ||
       BreakCow(page, page + kPageSize, /*unmap_copied=*/false);
+  // Copy-on-write pages whose other owners are gone (a forked child that
+  // exited or exec'd) are taken back on any fault, so that the usual read
+  // before a write (of the stack, say) costs one fault, not two.
+  if (!write && vma.prot.write) {
+    BreakCow(start, backed, /*unmap_copied=*/false, /*reclaim_only=*/true);
+  }
   // Map even if that failed: pieces already copied must replace the old
   // pages in the AddressSpace.
   if (!MapBacked(vma, start, backed) || !writable) {

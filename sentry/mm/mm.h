@@ -305,10 +305,11 @@ class MM {
   // each copy-on-write piece is copied to new pages, or kept if this MM
   // holds the only reference. With `unmap_copied`, copied ranges are
   // removed from the AddressSpace (which still maps the old pages) for the
-  // next fault to map the new ones. Returns false if the memory file is
-  // full; the pieces done so far stay done.
-  bool BreakCow(uintptr_t start, uintptr_t end, bool unmap_copied)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // next fault to map the new ones. With `reclaim_only`, pieces still
+  // shared are left as they are. Returns false if the memory file is full;
+  // the pieces done so far stay done.
+  bool BreakCow(uintptr_t start, uintptr_t end, bool unmap_copied,
+                bool reclaim_only = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogBackingFailure(uintptr_t addr, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maps the PMAs intersecting [start, end) into the AddressSpace with the

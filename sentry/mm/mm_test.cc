@@ -853,7 +853,8 @@ TEST_F(ForkTest, SoleOwnerTakesPagesBackWithoutCopying) {
   int code;
   ASSERT_TRUE(mm_->HandleFault(a, false, false, &code));
   const off_t before = MappedAt(*as_, a);
-  auto child = ForkOf(*mm_);
+  FakeAddressSpace* chas;
+  auto child = ForkOf(*mm_, &chas);
   ASSERT_NE(child, nullptr);
   // The parent exits before the child: the child now owns the pages alone.
   mm_.reset();
@@ -863,13 +864,21 @@ TEST_F(ForkTest, SoleOwnerTakesPagesBackWithoutCopying) {
   EXPECT_EQ(mf_->AllocatedBytes(), allocated);
   EXPECT_EQ(Get(*child, a), 0x22);
   EXPECT_EQ(Get(*child, a + kPg), 0x11);
-  // A write fault maps the same page writable.
+  // After a fork whose child went away, even a read fault takes the
+  // pages back: they are mapped writable, where they were.
   FakeAddressSpace* cas;
   auto grandchild = ForkOf(*child, &cas);
+  ASSERT_NE(grandchild, nullptr);
+  ASSERT_TRUE(grandchild->HandleFault(a + kPg, false, false, &code));
+  bool w = true;
+  EXPECT_EQ(MappedAt(*cas, a + kPg, &w), before + static_cast<off_t>(kPg));
+  EXPECT_FALSE(w);  // still shared: read-only
   grandchild.reset();
-  ASSERT_TRUE(child->HandleFault(a + kPg, true, false, &code));
-  (void)before;
+  ASSERT_TRUE(child->HandleFault(a + kPg, false, false, &code));
+  EXPECT_EQ(MappedAt(*chas, a + kPg, &w), before + static_cast<off_t>(kPg));
+  EXPECT_TRUE(w);
   EXPECT_EQ(mf_->AllocatedBytes(), allocated);
+  EXPECT_EQ(mf_->SharedBytes(), 0u);
   child.reset();
   EXPECT_EQ(mf_->AllocatedBytes(), 0u);
 }

@@ -89,8 +89,8 @@ struct Vma {
   platform::Prot max_prot;  // what mprotect may raise prot to
   bool is_private = true;   // MAP_PRIVATE (vs MAP_SHARED)
   bool growsdown = false;   // MAP_GROWSDOWN: faults just below extend it
-  bool dontfork = false;    // MADV_DONTFORK (for fork, later)
-  bool wipeonfork = false;  // MADV_WIPEONFORK (for fork, later)
+  bool dontfork = false;    // MADV_DONTFORK: not in a fork's child
+  bool wipeonfork = false;  // MADV_WIPEONFORK: zeros in a fork's child
   // Source of the pages; both null means private anonymous memory.
   std::shared_ptr<SharedAnon> shared_anon;  // MAP_SHARED|MAP_ANONYMOUS
   std::shared_ptr<Mappable> mappable;       // file-backed (later)

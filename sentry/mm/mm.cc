@@ -1209,12 +1209,27 @@ int64_t MM::AtomicWord(uintptr_t addr, bool write,
   if (addr & 3) return -EINVAL;
   if (!InBounds(addr, 4)) return -EFAULT;
   uint8_t* word = nullptr;
+  auto take = [&word](uint8_t* p, uint64_t off, uint64_t len) {
+    if (off == 0) word = p;
+  };
+  // Futex waiters compare through the pointer after mu_ is released. In a
+  // writable private mapping, a page still shared copy-on-write would be
+  // replaced by the first write of another thread, and the waiter would
+  // compare a stale page and miss the wake: break COW here, as for a write.
+  bool writable = write;
+  if (!write) {
+    absl::ReaderMutexLock l(&mu_);
+    auto vit = FindVma(addr);
+    writable = vit != vmas_.end() && vit->second.is_private &&
+               vit->second.prot.write;
+  }
   // An aligned word never crosses a page, so the walk yields one piece.
   uint64_t done = WalkWithBacking(
-      addr, 4, write ? Access::kWrite : Access::kRead,
-      [&word](uint8_t* p, uint64_t off, uint64_t len) {
-        if (off == 0) word = p;
-      });
+      addr, 4, writable ? Access::kWrite : Access::kRead, take);
+  if (done != 4 && writable && !write) {
+    // The mapping lost PROT_WRITE meanwhile: reading is all that is asked.
+    done = WalkWithBacking(addr, 4, Access::kRead, take);
+  }
   if (done != 4 || word == nullptr) return -EFAULT;
   *out = reinterpret_cast<std::atomic<uint32_t>*>(word);
   return 0;

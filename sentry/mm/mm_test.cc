@@ -898,7 +898,9 @@ TEST_F(ForkTest, CopyOutReplacesAStaleReadOnlyMapping) {
   Put(*child, a + 9, 0x22);
   const off_t now = MappedAt(*cas, a);
   EXPECT_NE(now, shared);
-  if (now >= 0) EXPECT_EQ(mf_->Internal(now)[9], 0x22);
+  if (now >= 0) {
+    EXPECT_EQ(mf_->Internal(now)[9], 0x22);
+  }
   EXPECT_EQ(mf_->Internal(shared)[9], 0x11);
   EXPECT_EQ(Get(*mm_, a + 9), 0x11);
 }
@@ -910,14 +912,28 @@ TEST_F(ForkTest, AtomicWordForWritingBreaksSharing) {
   ASSERT_NE(child, nullptr);
   std::atomic<uint32_t>* pw;
   std::atomic<uint32_t>* cr;
-  ASSERT_EQ(mm_->AtomicWord(a, /*write=*/false, &pw), 0);
-  ASSERT_EQ(child->AtomicWord(a, /*write=*/false, &cr), 0);
-  EXPECT_EQ(pw, cr);  // reading shares
   std::atomic<uint32_t>* cw;
   ASSERT_EQ(child->AtomicWord(a, /*write=*/true, &cw), 0);
+  ASSERT_EQ(mm_->AtomicWord(a, /*write=*/false, &pw), 0);
   EXPECT_NE(cw, pw);
   cw->store(7);
   EXPECT_EQ(Get(*mm_, a), 0);
+  EXPECT_EQ(Get(*child, a), 7);
+  // A futex waiter's word (a read) in writable private memory is this
+  // MM's own page too: a later write by another thread must not move it.
+  ASSERT_EQ(child->Mprotect(a, kPg, PROT_READ), 0);
+  auto grandchild = ForkOf(*child);
+  ASSERT_NE(grandchild, nullptr);
+  ASSERT_EQ(child->AtomicWord(a, /*write=*/false, &cr), 0);
+  std::atomic<uint32_t>* gr;
+  ASSERT_EQ(grandchild->AtomicWord(a, /*write=*/false, &gr), 0);
+  EXPECT_EQ(cr, gr);  // read-only memory stays shared
+  ASSERT_EQ(child->Mprotect(a, kPg, PROT_READ | PROT_WRITE), 0);
+  ASSERT_EQ(child->AtomicWord(a, /*write=*/false, &cr), 0);
+  EXPECT_NE(cr, gr);
+  EXPECT_EQ(cr->load(), 7u);
+  Put(*child, a, 8);
+  EXPECT_EQ(cr->load(), 8u);
 }
 
 TEST_F(ForkTest, PartialMunmapAndMprotectAfterFork) {

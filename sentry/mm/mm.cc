@@ -1235,6 +1235,28 @@ int64_t MM::AtomicWord(uintptr_t addr, bool write,
   return 0;
 }
 
+int64_t MM::UpdateWord(
+    uintptr_t addr, const std::function<void(std::atomic<uint32_t>*)>& fn) {
+  while (true) {
+    std::atomic<uint32_t>* word;
+    int64_t r = AtomicWord(addr, /*write=*/true, &word);
+    if (r < 0) return r;
+    absl::ReaderMutexLock l(&mu_);
+    // Between AtomicWord and here the page may have been shared by a fork
+    // or moved; then look it up again.
+    auto vit = FindVma(addr);
+    auto pit = FindPma(addr);
+    if (vit == vmas_.end() || !vit->second.prot.write ||
+        pit == pmas_.end() || pit->second.needs_copy ||
+        mf_->Internal(pit->second.file_offset + (addr - pit->first)) !=
+            reinterpret_cast<uint8_t*>(word)) {
+      continue;
+    }
+    fn(word);
+    return 0;
+  }
+}
+
 // ---------------------------------------------------------------------------
 // Introspection.
 

@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -210,6 +211,12 @@ class MM {
   // for the memory file's lifetime, but names this address's page only
   // until it is next unmapped.
   int64_t AtomicWord(uintptr_t addr, bool write, std::atomic<uint32_t>** out);
+  // Runs fn on the word at `addr` (backed and writable, as for
+  // AtomicWord(addr, true, ...)) with mu_ held, so that no fork by another
+  // thread can share the page while fn writes it (FUTEX_WAKE_OP). fn must
+  // not call into this MM. Returns 0, -EINVAL or -EFAULT.
+  int64_t UpdateWord(uintptr_t addr,
+                     const std::function<void(std::atomic<uint32_t>*)>& fn);
   // Whether `addr` is in a MAP_SHARED mapping (whose futexes are keyed by
   // the memory, not the address, so that processes sharing it meet).
   bool IsSharedMapping(uintptr_t addr) const;

@@ -934,6 +934,16 @@ TEST_F(ForkTest, AtomicWordForWritingBreaksSharing) {
   EXPECT_EQ(cr->load(), 7u);
   Put(*child, a, 8);
   EXPECT_EQ(cr->load(), 8u);
+  // FUTEX_WAKE_OP's read-modify-write, on a page shared again by a fork.
+  auto third = ForkOf(*child);
+  ASSERT_NE(third, nullptr);
+  ASSERT_EQ(child->UpdateWord(a, [](std::atomic<uint32_t>* w) {
+    w->fetch_add(1);
+  }), 0);
+  EXPECT_EQ(Get(*child, a), 9);
+  EXPECT_EQ(Get(*third, a), 8);
+  EXPECT_EQ(child->UpdateWord(a + 2, [](std::atomic<uint32_t>*) {}), -EINVAL);
+  EXPECT_EQ(child->UpdateWord(kMin, [](std::atomic<uint32_t>*) {}), -EFAULT);
 }
 
 TEST_F(ForkTest, PartialMunmapAndMprotectAfterFork) {

@@ -9,6 +9,8 @@
 #include <cstdlib>
 #include <cstring>
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -142,6 +144,110 @@ void MemoryFile::Free(uint64_t off, uint64_t len) {
   } else {
     free_.emplace(start, end - start);
   }
+}
+
+void MemoryFile::SplitRefs(uint64_t off) {
+  auto it = refs_.upper_bound(off);
+  if (it == refs_.begin()) return;
+  --it;
+  if (it->first < off && off < it->second.end) {
+    RefRange right = it->second;
+    it->second.end = off;
+    refs_.emplace_hint(std::next(it), off, right);
+  }
+}
+
+void MemoryFile::MergeRefs(uint64_t start, uint64_t end) {
+  auto it = refs_.lower_bound(start);
+  if (it != refs_.begin()) --it;
+  while (it != refs_.end() && it->first <= end) {
+    auto next = std::next(it);
+    if (next != refs_.end() && it->second.end == next->first &&
+        it->second.refs == next->second.refs) {
+      it->second.end = next->second.end;
+      refs_.erase(next);
+    } else {
+      it = next;
+    }
+  }
+}
+
+void MemoryFile::IncRef(uint64_t off, uint64_t len) {
+  if (len == 0) return;
+  if (!IsPageAligned(off) || !IsPageAligned(len) || off + len < off ||
+      off + len > max_size_) {
+    Die("IncRef of a bad range", off, len);
+  }
+  const uint64_t end = off + len;
+  absl::MutexLock l(&mu_);
+  SplitRefs(off);
+  SplitRefs(end);
+  uint64_t cur = off;
+  auto it = refs_.lower_bound(off);
+  while (cur < end) {
+    if (it != refs_.end() && it->first == cur) {
+      it->second.refs++;
+      cur = it->second.end;
+      ++it;
+      continue;
+    }
+    // Pages not recorded have one reference; now they have two.
+    uint64_t gap_end =
+        (it != refs_.end() && it->first < end) ? it->first : end;
+    refs_.emplace_hint(it, cur, RefRange{gap_end, 2});
+    cur = gap_end;
+  }
+  MergeRefs(off, end);
+}
+
+void MemoryFile::DecRef(uint64_t off, uint64_t len) {
+  if (len == 0) return;
+  if (!IsPageAligned(off) || !IsPageAligned(len) || off + len < off ||
+      off + len > max_size_) {
+    Die("DecRef of a bad range", off, len);
+  }
+  const uint64_t end = off + len;
+  std::vector<std::pair<uint64_t, uint64_t>> to_free;
+  {
+    absl::MutexLock l(&mu_);
+    SplitRefs(off);
+    SplitRefs(end);
+    uint64_t cur = off;
+    auto it = refs_.lower_bound(off);
+    while (cur < end) {
+      if (it != refs_.end() && it->first == cur) {
+        cur = it->second.end;
+        if (--it->second.refs == 1) {
+          it = refs_.erase(it);  // back to the implicit single reference
+        } else {
+          ++it;
+        }
+        continue;
+      }
+      uint64_t gap_end =
+          (it != refs_.end() && it->first < end) ? it->first : end;
+      to_free.emplace_back(cur, gap_end - cur);  // the last reference
+      cur = gap_end;
+    }
+    MergeRefs(off, end);
+  }
+  // Free takes mu_ itself; the ranges are still allocated and referenced by
+  // no one, so nobody can touch them in between.
+  for (const auto& [o, n] : to_free) Free(o, n);
+}
+
+bool MemoryFile::IsExclusive(uint64_t off, uint64_t len) const {
+  absl::MutexLock l(&mu_);
+  auto it = refs_.upper_bound(off);
+  if (it != refs_.begin() && std::prev(it)->second.end > off) return false;
+  return it == refs_.end() || it->first >= off + len;
+}
+
+uint64_t MemoryFile::SharedBytes() const {
+  absl::MutexLock l(&mu_);
+  uint64_t n = 0;
+  for (const auto& [start, r] : refs_) n += r.end - start;
+  return n;
 }
 
 void MemoryFile::Decommit(uint64_t off, uint64_t len) {

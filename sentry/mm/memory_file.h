@@ -64,6 +64,20 @@ class MemoryFile {
   // Allocate of the same range sees zeros.
   void Free(uint64_t off, uint64_t len);
 
+  // Reference counts, for pages shared copy-on-write by several owners
+  // (private memory after fork). An allocated page has one reference until
+  // IncRef adds more; DecRef drops one from each page of [off, off+len) and
+  // frees the pages that reach zero. Only pages with more than one
+  // reference are recorded (refs_), so memory that is never shared costs
+  // nothing. Preconditions: the ranges are page-aligned and allocated.
+  void IncRef(uint64_t off, uint64_t len);
+  void DecRef(uint64_t off, uint64_t len);
+  // True if every page of [off, off+len) has exactly one reference: its
+  // owner may write it in place instead of copying.
+  bool IsExclusive(uint64_t off, uint64_t len) const;
+  // Pages with more than one reference, in bytes (each counted once).
+  uint64_t SharedBytes() const;
+
   // Releases the host memory of [off, off+len) but keeps it allocated: the
   // range reads as zeros afterwards (MADV_REMOVE on shared memory).
   void Decommit(uint64_t off, uint64_t len);
@@ -83,6 +97,11 @@ class MemoryFile {
 
   // Punches [off, off+len) out of the file (hole reads as zeros).
   void PunchHole(uint64_t off, uint64_t len);
+  // Splits the refs_ entry containing `off` (if any) at `off`.
+  void SplitRefs(uint64_t off) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Merges refs_ entries with equal counts that touch, around [start, end).
+  void MergeRefs(uint64_t start, uint64_t end)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const UniqueFd fd_;
   const Mapping mapping_;
@@ -97,6 +116,13 @@ class MemoryFile {
   // Current ftruncate'd size of the file; >= end_.
   uint64_t file_size_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t allocated_ ABSL_GUARDED_BY(mu_) = 0;
+  // Shared ranges: start -> {end, refs}, refs >= 2, never overlapping. Plain
+  // data, so that a checkpoint can save it with the allocator state.
+  struct RefRange {
+    uint64_t end;
+    uint64_t refs;
+  };
+  std::map<uint64_t, RefRange> refs_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sandboxd::mm

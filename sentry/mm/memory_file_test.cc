@@ -176,5 +176,35 @@ TEST(MemoryFileTest, ConcurrentAllocateAndFreeNeverOverlap) {
   EXPECT_EQ(mf->AllocatedBytes(), 0u);
 }
 
+TEST(MemoryFileTest, ReferenceCountsFreeOnLastDecRef) {
+  auto mf = MemoryFile::Create(1ull << 30);
+  ASSERT_TRUE(mf.ok()) << mf.status();
+  auto off = (*mf)->Allocate(4 * kPageSize);
+  ASSERT_TRUE(off.ok());
+  const uint64_t a = *off;
+  EXPECT_TRUE((*mf)->IsExclusive(a, 4 * kPageSize));
+  // Share the middle two pages twice over, the last page once.
+  (*mf)->IncRef(a + kPageSize, 2 * kPageSize);
+  (*mf)->IncRef(a + kPageSize, 3 * kPageSize);
+  EXPECT_EQ((*mf)->SharedBytes(), 3 * kPageSize);
+  EXPECT_TRUE((*mf)->IsExclusive(a, kPageSize));
+  EXPECT_FALSE((*mf)->IsExclusive(a, 2 * kPageSize));
+  // Dropping one reference from everything frees only the first page.
+  (*mf)->DecRef(a, 4 * kPageSize);
+  EXPECT_EQ((*mf)->AllocatedBytes(), 3 * kPageSize);
+  EXPECT_FALSE((*mf)->IsExclusive(a + kPageSize, kPageSize));
+  EXPECT_TRUE((*mf)->IsExclusive(a + 3 * kPageSize, kPageSize));
+  EXPECT_EQ((*mf)->SharedBytes(), 2 * kPageSize);
+  // Partial drops split the recorded ranges.
+  (*mf)->DecRef(a + 2 * kPageSize, kPageSize);
+  EXPECT_TRUE((*mf)->IsExclusive(a + 2 * kPageSize, kPageSize));
+  EXPECT_FALSE((*mf)->IsExclusive(a + kPageSize, kPageSize));
+  (*mf)->DecRef(a + kPageSize, 3 * kPageSize);
+  EXPECT_EQ((*mf)->AllocatedBytes(), kPageSize);
+  EXPECT_EQ((*mf)->SharedBytes(), 0u);
+  (*mf)->DecRef(a + kPageSize, kPageSize);
+  EXPECT_EQ((*mf)->AllocatedBytes(), 0u);
+}
+
 }  // namespace
 }  // namespace sandboxd::mm

@@ -83,7 +83,7 @@ MM::MM(MemoryFile* mf, std::unique_ptr<platform::AddressSpace> as,
 MM::~MM() {
   absl::MutexLock l(&mu_);
   for (auto& [start, pma] : pmas_) {
-    if (pma.owned) mf_->Free(pma.file_offset, pma.end - start);
+    if (pma.owned) mf_->DecRef(pma.file_offset, pma.end - start);
   }
   pmas_.clear();
   vmas_.clear();  // drops references to shared objects
@@ -92,38 +92,53 @@ MM::~MM() {
 absl::StatusOr<std::unique_ptr<MM>> MM::Fork(
     std::unique_ptr<platform::AddressSpace> as) {
   auto child = std::make_unique<MM>(mf_, std::move(as), min_addr_, max_addr_);
-  absl::ReaderMutexLock l(&mu_);
+  // Exclusive: this MM's PMAs change (needs_copy), and no copy or fault of
+  // another thread may run while pages become shared.
+  absl::MutexLock l(&mu_);
   absl::MutexLock cl(&child->mu_);
   child->brk_start_ = brk_start_;
   child->brk_ = brk_;
+  // Ranges this MM's threads may currently write through the AddressSpace
+  // and that are now shared: they must fault from now on.
+  std::vector<std::pair<uintptr_t, uintptr_t>> protect;
   for (const auto& [start, vma] : vmas_) {
     if (vma.dontfork) continue;
     child->vmas_.emplace(start, vma);
     if (vma.wipeonfork && vma.is_private && !vma.shared_anon && !vma.mappable) {
       continue;  // the child sees fresh zero pages
     }
-    // PMAs inside this VMA: shared pages are shared; private pages are
-    // copied now. (Copy-on-write sharing of private pages is the next
-    // step; a copy has the same semantics, at fork-time cost.)
+    // PMAs inside this VMA: the source's pages are shared as they are;
+    // owned (private) pages are shared copy-on-write, one more reference
+    // each. A PMA may span VMAs (InsertPma merges across them): only the
+    // part inside this VMA goes to the child.
     auto pit = pmas_.upper_bound(start);
     if (pit != pmas_.begin() && std::prev(pit)->second.end > start) --pit;
     for (; pit != pmas_.end() && pit->first < vma.end; ++pit) {
       uintptr_t s = std::max(start, pit->first);
       uintptr_t e = std::min(vma.end, pit->second.end);
-      uint64_t src = pit->second.file_offset + (s - pit->first);
-      if (!pit->second.owned) {
-        child->pmas_.emplace(s, Pma{e, src, /*owned=*/false});
+      Pma& pma = pit->second;
+      uint64_t src = pma.file_offset + (s - pit->first);
+      if (!pma.owned) {
+        child->InsertPma(s, Pma{e, src, /*owned=*/false});
         continue;
       }
-      auto off = mf_->Allocate(e - s);
-      if (!off.ok()) {
-        return absl::ResourceExhaustedError(
-            "fork: the memory file is full copying the parent's memory");
+      mf_->IncRef(src, e - s);
+      // The whole PMA is marked, also parts outside this VMA; those stay
+      // exclusive and BreakCow just takes them back.
+      pma.needs_copy = true;
+      child->InsertPma(s, Pma{e, src, /*owned=*/true, /*needs_copy=*/true});
+      if (vma.prot.write) {
+        if (!protect.empty() && protect.back().second == s) {
+          protect.back().second = e;
+        } else {
+          protect.emplace_back(s, e);
+        }
       }
-      std::memcpy(mf_->Internal(*off), mf_->Internal(src), e - s);
-      child->pmas_.emplace(s, Pma{e, *off, /*owned=*/true});
     }
   }
+  // Before the child exists (and with mu_ held, so no fault remaps them),
+  // the parent's threads lose write access to the shared pages.
+  for (const auto& [s, e] : protect) as_->Unmap(s, e - s);
   return child;
 }
 
@@ -304,7 +319,7 @@ void MM::RemovePmas(uintptr_t start, uintptr_t end) {
   auto it = SplitPma(start);
   while (it != pmas_.end() && it->first < end) {
     if (it->second.owned) {
-      mf_->Free(it->second.file_offset, it->second.end - it->first);
+      mf_->DecRef(it->second.file_offset, it->second.end - it->first);
     }
     it = pmas_.erase(it);
   }
@@ -317,7 +332,7 @@ void MM::InsertPma(uintptr_t start, Pma pma) {
   auto contiguous = [](uintptr_t a_start, const Pma& a, uintptr_t b_start,
                        const Pma& b) {
     return a.end == b_start && a.owned == b.owned &&
-           a.file_offset + (a.end - a_start) == b.file_offset;
+           a.needs_copy == b.needs_copy && a.file_offset + (a.end - a_start) == b.file_offset;
   };
   if (it != pmas_.begin()) {
     auto prev = std::prev(it);
@@ -504,15 +519,61 @@ uintptr_t MM::EnsureBacked(VmaMap::const_iterator vit, uintptr_t start,
   return end;
 }
 
+bool MM::BreakCow(uintptr_t start, uintptr_t end, bool unmap_copied,
+                  bool reclaim_only) {
+  auto it = pmas_.upper_bound(start);
+  if (it != pmas_.begin() && std::prev(it)->second.end > start) --it;
+  while (it != pmas_.end() && it->first < end) {
+    if (!it->second.needs_copy) {
+      ++it;
+      continue;
+    }
+    if (it->first < start) it = SplitPma(start);
+    if (it->second.end > end) SplitPma(end);  // `it` stays valid
+    const uintptr_t s = it->first;
+    Pma pma = it->second;
+    const uint64_t len = pma.end - s;
+    const bool exclusive = mf_->IsExclusive(pma.file_offset, len);
+    if (!exclusive && reclaim_only) {
+      it = pmas_.lower_bound(pma.end);
+      continue;
+    }
+    if (!exclusive) {
+      auto off = mf_->Allocate(len);
+      if (!off.ok()) {
+        LogBackingFailure(s, off.status().ToString());
+        return false;
+      }
+      // No one writes pages with several references (every owner maps them
+      // read-only), so this copy is consistent.
+      std::memcpy(mf_->Internal(*off), mf_->Internal(pma.file_offset), len);
+      mf_->DecRef(pma.file_offset, len);
+      pma.file_offset = *off;
+      if (unmap_copied) as_->Unmap(s, len);
+    }
+    // else: the other owners are gone; the pages are ours again, as
+    // Linux's do_wp_page reuses a page whose other mappers went away.
+    pma.needs_copy = false;
+    pmas_.erase(it);
+    InsertPma(s, pma);
+    // A PMA merged into the one just inserted is not copy-on-write, so
+    // going on from its end skips nothing.
+    it = pmas_.lower_bound(pma.end);
+  }
+  return true;
+}
+
 bool MM::MapBacked(const Vma& vma, uintptr_t start, uintptr_t end) {
   auto pit = pmas_.upper_bound(start);
   if (pit != pmas_.begin() && std::prev(pit)->second.end > start) --pit;
   for (; pit != pmas_.end() && pit->first < end; ++pit) {
     uintptr_t s = std::max(start, pit->first);
     uintptr_t e = std::min(end, pit->second.end);
+    platform::Prot prot = vma.prot;
+    if (pit->second.needs_copy) prot.write = false;  // the write faults
     absl::Status st = as_->MapFile(
         s, mf_->fd(), static_cast<off_t>(pit->second.file_offset + (s - pit->first)),
-        e - s, vma.prot);
+        e - s, prot);
     if (!st.ok()) {
       LogBackingFailure(s, st.ToString());
       return false;
@@ -980,14 +1041,30 @@ bool MM::HandleFault(uintptr_t addr, bool write, bool exec, int* signo,
       return false;
     }
     backed = page + kPageSize;
-    if (!MapBacked(vma, page, backed)) {
+    if ((write && !BreakCow(page, backed, /*unmap_copied=*/false)) ||
+        !MapBacked(vma, page, backed)) {
       *signo = SIGBUS;
       *si_code = BUS_ADRERR;
       return false;
     }
     return true;
   }
-  if (!MapBacked(vma, start, backed)) {
+  // A write to copy-on-write pages copies the block mapped here, not just
+  // the page: a fault costs more than copying 64 KiB, and writes to a page
+  // are usually followed by writes to its neighbours. If memory is short,
+  // the page alone will do. (Mapping replaces the old pages: no unmap.)
+  const bool writable =
+      !write || BreakCow(start, backed, /*unmap_copied=*/false) ||
+      BreakCow(page, page + kPageSize, /*unmap_copied=*/false);
+  // Copy-on-write pages whose other owners are gone (a forked child that
+  // exited or exec'd) are taken back on any fault, so that the usual read
+  // before a write (of the stack, say) costs one fault, not two.
+  if (!write && vma.prot.write) {
+    BreakCow(start, backed, /*unmap_copied=*/false, /*reclaim_only=*/true);
+  }
+  // Map even if that failed: pieces already copied must replace the old
+  // pages in the AddressSpace.
+  if (!MapBacked(vma, start, backed) || !writable) {
     *signo = SIGBUS;
     *si_code = BUS_ADRERR;
     return false;
@@ -1029,6 +1106,21 @@ uint64_t MM::Walk(uintptr_t addr, uint64_t n, Access access, bool allocate,
         const uintptr_t want = std::min<uintptr_t>(vit->second.end,
                                                    PageRoundUp(seg_end));
         if (EnsureBacked(vit, PageRoundDown(cur), want, &bus) <= cur) {
+          return done;
+        }
+        continue;
+      }
+      if (access == Access::kWrite && pit->second.needs_copy) {
+        // The Sentry writes like the program: never into pages another MM
+        // shares.
+        if (!allocate) {
+          *need_backing = true;
+          return done;
+        }
+        mu_.AssertHeld();
+        const uintptr_t want =
+            std::min<uintptr_t>(pit->second.end, PageRoundUp(seg_end));
+        if (!BreakCow(PageRoundDown(cur), want, /*unmap_copied=*/true)) {
           return done;
         }
         continue;
@@ -1117,15 +1209,52 @@ int64_t MM::AtomicWord(uintptr_t addr, bool write,
   if (addr & 3) return -EINVAL;
   if (!InBounds(addr, 4)) return -EFAULT;
   uint8_t* word = nullptr;
+  auto take = [&word](uint8_t* p, uint64_t off, uint64_t len) {
+    if (off == 0) word = p;
+  };
+  // Futex waiters compare through the pointer after mu_ is released. In a
+  // writable private mapping, a page still shared copy-on-write would be
+  // replaced by the first write of another thread, and the waiter would
+  // compare a stale page and miss the wake: break COW here, as for a write.
+  bool writable = write;
+  if (!write) {
+    absl::ReaderMutexLock l(&mu_);
+    auto vit = FindVma(addr);
+    writable = vit != vmas_.end() && vit->second.is_private &&
+               vit->second.prot.write;
+  }
   // An aligned word never crosses a page, so the walk yields one piece.
   uint64_t done = WalkWithBacking(
-      addr, 4, write ? Access::kWrite : Access::kRead,
-      [&word](uint8_t* p, uint64_t off, uint64_t len) {
-        if (off == 0) word = p;
-      });
+      addr, 4, writable ? Access::kWrite : Access::kRead, take);
+  if (done != 4 && writable && !write) {
+    // The mapping lost PROT_WRITE meanwhile: reading is all that is asked.
+    done = WalkWithBacking(addr, 4, Access::kRead, take);
+  }
   if (done != 4 || word == nullptr) return -EFAULT;
   *out = reinterpret_cast<std::atomic<uint32_t>*>(word);
   return 0;
+}
+
+int64_t MM::UpdateWord(
+    uintptr_t addr, const std::function<void(std::atomic<uint32_t>*)>& fn) {
+  while (true) {
+    std::atomic<uint32_t>* word;
+    int64_t r = AtomicWord(addr, /*write=*/true, &word);
+    if (r < 0) return r;
+    absl::ReaderMutexLock l(&mu_);
+    // Between AtomicWord and here the page may have been shared by a fork
+    // or moved; then look it up again.
+    auto vit = FindVma(addr);
+    auto pit = FindPma(addr);
+    if (vit == vmas_.end() || !vit->second.prot.write ||
+        pit == pmas_.end() || pit->second.needs_copy ||
+        mf_->Internal(pit->second.file_offset + (addr - pit->first)) !=
+            reinterpret_cast<uint8_t*>(word)) {
+      continue;
+    }
+    fn(word);
+    return 0;
+  }
 }
 
 // ---------------------------------------------------------------------------

@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -89,8 +90,8 @@ struct Vma {
   platform::Prot max_prot;  // what mprotect may raise prot to
   bool is_private = true;   // MAP_PRIVATE (vs MAP_SHARED)
   bool growsdown = false;   // MAP_GROWSDOWN: faults just below extend it
-  bool dontfork = false;    // MADV_DONTFORK (for fork, later)
-  bool wipeonfork = false;  // MADV_WIPEONFORK (for fork, later)
+  bool dontfork = false;    // MADV_DONTFORK: not in a fork's child
+  bool wipeonfork = false;  // MADV_WIPEONFORK: zeros in a fork's child
   // Source of the pages; both null means private anonymous memory.
   std::shared_ptr<SharedAnon> shared_anon;  // MAP_SHARED|MAP_ANONYMOUS
   std::shared_ptr<Mappable> mappable;       // file-backed (later)
@@ -104,10 +105,15 @@ struct Vma {
 struct Pma {
   uintptr_t end = 0;
   uint64_t file_offset = 0;
-  // The pages belong to this MM (private anonymous memory) and are freed
-  // when the PMA goes away; otherwise they belong to the VMA's source.
-  // Copy-on-write (fork) will add a "needs copy" flag and page refcounts.
+  // The pages belong to this MM (private memory) and it holds one memory-
+  // file reference on them (MemoryFile::IncRef/DecRef), dropped when the
+  // PMA goes away; otherwise they belong to the VMA's source.
   bool owned = false;
+  // Copy-on-write (owned pages only): since a fork the pages may be shared
+  // with other MMs. They are mapped read-only, and before anything writes
+  // them this MM copies them, or takes them back if it is the only owner
+  // left (BreakCow).
+  bool needs_copy = false;
 };
 
 // One VMA as /proc/[pid]/maps, smaps and status describe it: a copy taken
@@ -137,8 +143,10 @@ class MM {
   platform::AddressSpace& address_space() { return *as_; }
 
   // fork(2): a new MM in `as` with the same mappings; shared memory stays
-  // shared, private memory is copied (MADV_DONTFORK areas are left out,
-  // MADV_WIPEONFORK ones start zeroed).
+  // shared, private memory is shared copy-on-write (MADV_DONTFORK areas are
+  // left out, MADV_WIPEONFORK ones start zeroed). Before the child exists,
+  // this MM's writable private pages are unmapped from its AddressSpace, so
+  // that its threads' next writes fault and copy.
   absl::StatusOr<std::unique_ptr<MM>> Fork(
       std::unique_ptr<platform::AddressSpace> as);
   MemoryFile* memory_file() const { return mf_; }
@@ -203,6 +211,12 @@ class MM {
   // for the memory file's lifetime, but names this address's page only
   // until it is next unmapped.
   int64_t AtomicWord(uintptr_t addr, bool write, std::atomic<uint32_t>** out);
+  // Runs fn on the word at `addr` (backed and writable, as for
+  // AtomicWord(addr, true, ...)) with mu_ held, so that no fork by another
+  // thread can share the page while fn writes it (FUTEX_WAKE_OP). fn must
+  // not call into this MM. Returns 0, -EINVAL or -EFAULT.
+  int64_t UpdateWord(uintptr_t addr,
+                     const std::function<void(std::atomic<uint32_t>*)>& fn);
   // Whether `addr` is in a MAP_SHARED mapping (whose futexes are keyed by
   // the memory, not the address, so that processes sharing it meet).
   bool IsSharedMapping(uintptr_t addr) const;
@@ -294,17 +308,28 @@ class MM {
   uintptr_t EnsureBacked(VmaMap::const_iterator vma, uintptr_t start,
                          uintptr_t end, bool* bus)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Makes the owned PMAs in [start, end) (page-aligned) writable in place:
+  // each copy-on-write piece is copied to new pages, or kept if this MM
+  // holds the only reference. With `unmap_copied`, copied ranges are
+  // removed from the AddressSpace (which still maps the old pages) for the
+  // next fault to map the new ones. With `reclaim_only`, pieces still
+  // shared are left as they are. Returns false if the memory file is full;
+  // the pieces done so far stay done.
+  bool BreakCow(uintptr_t start, uintptr_t end, bool unmap_copied,
+                bool reclaim_only = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogBackingFailure(uintptr_t addr, const std::string& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Maps the PMAs intersecting [start, end) into the AddressSpace with the
-  // VMA's protection. Returns false if the platform failed.
+  // VMA's protection (without write for copy-on-write pages). Returns false
+  // if the platform failed.
   bool MapBacked(const Vma& vma, uintptr_t start, uintptr_t end)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // One step of a copy: walks [addr, addr+n) calling fn(internal pointer,
   // offset into the copy, length) for each backed piece. Stops at the first
   // address that is not accessible (*need_backing = false) or, unless
-  // `allocate`, at the first page without backing (*need_backing = true).
+  // `allocate`, at the first page without backing or, for writes, still
+  // copy-on-write (*need_backing = true).
   // Returns the number of bytes done. Callers hold mu_ exclusively when
   // `allocate`, otherwise at least shared.
   template <typename Fn>

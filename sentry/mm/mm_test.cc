@@ -734,5 +734,404 @@ TEST_F(MMTest, DestructionFreesEverything) {
   EXPECT_EQ(mf_->AllocatedBytes(), 0u);
 }
 
+// --- fork: copy-on-write ---------------------------------------------------
+
+// A read-only file of `size` bytes whose byte i is (i % 251).
+class PatternFile : public Mappable {
+ public:
+  explicit PatternFile(uint64_t size) : size_(size) {}
+  uint64_t Size() override { return size_; }
+  int64_t ReadAt(void* dst, uint64_t n, uint64_t off) override {
+    if (off >= size_) return 0;
+    n = std::min(n, size_ - off);
+    auto* d = static_cast<uint8_t*>(dst);
+    for (uint64_t i = 0; i < n; i++) d[i] = static_cast<uint8_t>((off + i) % 251);
+    return static_cast<int64_t>(n);
+  }
+  std::string Name() override { return "/pattern"; }
+
+ private:
+  const uint64_t size_;
+};
+
+class ForkTest : public MMTest {
+ protected:
+  // A child of `parent` with its own fake address space (*as).
+  std::unique_ptr<MM> ForkOf(MM& parent, FakeAddressSpace** as = nullptr) {
+    auto fas = std::make_unique<FakeAddressSpace>();
+    if (as != nullptr) *as = fas.get();
+    auto child = parent.Fork(std::move(fas));
+    EXPECT_TRUE(child.ok()) << child.status();
+    return child.ok() ? std::move(child).value() : nullptr;
+  }
+  static uint8_t Get(MM& mm, uintptr_t addr) {
+    uint8_t b = 0xee;
+    EXPECT_EQ(mm.CopyIn(addr, &b, 1), 1);
+    return b;
+  }
+  static void Put(MM& mm, uintptr_t addr, uint8_t v) {
+    EXPECT_EQ(mm.CopyOut(addr, &v, 1), 1);
+  }
+  // The memory-file offset `as` maps at page `addr`, or -1.
+  static off_t MappedAt(FakeAddressSpace& as, uintptr_t addr,
+                        bool* writable = nullptr) {
+    FakeAddressSpace::Page p;
+    if (!as.Mapped(addr, &p)) return -1;
+    if (writable != nullptr) *writable = p.prot.write;
+    return p.file_offset;
+  }
+};
+
+TEST_F(ForkTest, ForkSharesPagesAndWriteProtectsTheParent) {
+  uintptr_t a = MapAnon(8 * kPg);
+  Fill(a, 8 * kPg, 0x11);
+  int code;
+  ASSERT_TRUE(mm_->HandleFault(a, /*write=*/true, false, &code));
+  bool w = false;
+  const off_t before = MappedAt(*as_, a, &w);
+  ASSERT_GE(before, 0);
+  EXPECT_TRUE(w);
+  const uint64_t allocated = mf_->AllocatedBytes();
+
+  FakeAddressSpace* cas;
+  auto child = ForkOf(*mm_, &cas);
+  ASSERT_NE(child, nullptr);
+  // Nothing was copied; the parent lost its writable mapping.
+  EXPECT_EQ(mf_->AllocatedBytes(), allocated);
+  EXPECT_EQ(mf_->SharedBytes(), 8 * kPg);
+  EXPECT_EQ(MappedAt(*as_, a), -1);
+  EXPECT_EQ(child->BackedBytes(), 8 * kPg);
+  // Read faults map the very same pages, read-only, on both sides.
+  ASSERT_TRUE(child->HandleFault(a + 5, false, false, &code));
+  EXPECT_EQ(MappedAt(*cas, a, &w), before);
+  EXPECT_FALSE(w);
+  ASSERT_TRUE(mm_->HandleFault(a + 5, false, false, &code));
+  EXPECT_EQ(MappedAt(*as_, a, &w), before);
+  EXPECT_FALSE(w);
+  EXPECT_EQ(Get(*child, a + 7 * kPg), 0x11);
+}
+
+TEST_F(ForkTest, WritesOnEitherSideStayOnThatSide) {
+  uintptr_t a = MapAnon(4 * kPg);
+  Fill(a, 4 * kPg, 0x11);
+  FakeAddressSpace* cas;
+  auto child = ForkOf(*mm_, &cas);
+  ASSERT_NE(child, nullptr);
+
+  // A write fault in the child copies: the child maps new pages writable.
+  int code;
+  ASSERT_TRUE(child->HandleFault(a, /*write=*/true, false, &code));
+  bool w = false;
+  off_t off = MappedAt(*cas, a, &w);
+  ASSERT_GE(off, 0);
+  EXPECT_TRUE(w);
+  mf_->Internal(off)[0] = 0x22;  // the program's store
+  EXPECT_EQ(Get(*child, a), 0x22);
+  EXPECT_EQ(Get(*mm_, a), 0x11);
+
+  // The Sentry's writes (CopyOut) break sharing too, parent side this time.
+  Put(*mm_, a + 3 * kPg, 0x33);
+  EXPECT_EQ(Get(*mm_, a + 3 * kPg), 0x33);
+  EXPECT_EQ(Get(*child, a + 3 * kPg), 0x11);
+  EXPECT_EQ(Get(*child, a + 2 * kPg), 0x11);
+  EXPECT_EQ(Get(*mm_, a + 2 * kPg), 0x11);
+
+  // Once both sides have written everything, nothing is shared.
+  Fill(a, 4 * kPg, 0x44);
+  std::vector<uint8_t> buf(4 * kPg, 0x55);
+  ASSERT_EQ(child->CopyOut(a, buf.data(), buf.size()), 4 * kPg);
+  EXPECT_EQ(mf_->SharedBytes(), 0u);
+  EXPECT_TRUE(AllAre(a, 4 * kPg, 0x44));
+  child.reset();
+  mm_.reset();
+  EXPECT_EQ(mf_->AllocatedBytes(), 0u);
+}
+
+TEST_F(ForkTest, SoleOwnerTakesPagesBackWithoutCopying) {
+  uintptr_t a = MapAnon(2 * kPg);
+  Fill(a, 2 * kPg, 0x11);
+  int code;
+  ASSERT_TRUE(mm_->HandleFault(a, false, false, &code));
+  const off_t before = MappedAt(*as_, a);
+  FakeAddressSpace* chas;
+  auto child = ForkOf(*mm_, &chas);
+  ASSERT_NE(child, nullptr);
+  // The parent exits before the child: the child now owns the pages alone.
+  mm_.reset();
+  const uint64_t allocated = mf_->AllocatedBytes();
+  EXPECT_EQ(allocated, 2 * kPg);
+  Put(*child, a, 0x22);
+  EXPECT_EQ(mf_->AllocatedBytes(), allocated);
+  EXPECT_EQ(Get(*child, a), 0x22);
+  EXPECT_EQ(Get(*child, a + kPg), 0x11);
+  // After a fork whose child went away, even a read fault takes the
+  // pages back: they are mapped writable, where they were.
+  FakeAddressSpace* cas;
+  auto grandchild = ForkOf(*child, &cas);
+  ASSERT_NE(grandchild, nullptr);
+  ASSERT_TRUE(grandchild->HandleFault(a + kPg, false, false, &code));
+  bool w = true;
+  EXPECT_EQ(MappedAt(*cas, a + kPg, &w), before + static_cast<off_t>(kPg));
+  EXPECT_FALSE(w);  // still shared: read-only
+  grandchild.reset();
+  ASSERT_TRUE(child->HandleFault(a + kPg, false, false, &code));
+  EXPECT_EQ(MappedAt(*chas, a + kPg, &w), before + static_cast<off_t>(kPg));
+  EXPECT_TRUE(w);
+  EXPECT_EQ(mf_->AllocatedBytes(), allocated);
+  EXPECT_EQ(mf_->SharedBytes(), 0u);
+  child.reset();
+  EXPECT_EQ(mf_->AllocatedBytes(), 0u);
+}
+
+TEST_F(ForkTest, CopyOutReplacesAStaleReadOnlyMapping) {
+  uintptr_t a = MapAnon(kPg);
+  Fill(a, kPg, 0x11);
+  FakeAddressSpace* cas;
+  auto child = ForkOf(*mm_, &cas);
+  ASSERT_NE(child, nullptr);
+  int code;
+  ASSERT_TRUE(child->HandleFault(a, false, false, &code));
+  const off_t shared = MappedAt(*cas, a);
+  ASSERT_GE(shared, 0);
+  // read(2) into the page: the Sentry copies it for the child; the child's
+  // address space must not keep showing the parent's page.
+  Put(*child, a + 9, 0x22);
+  const off_t now = MappedAt(*cas, a);
+  EXPECT_NE(now, shared);
+  if (now >= 0) {
+    EXPECT_EQ(mf_->Internal(now)[9], 0x22);
+  }
+  EXPECT_EQ(mf_->Internal(shared)[9], 0x11);
+  EXPECT_EQ(Get(*mm_, a + 9), 0x11);
+}
+
+TEST_F(ForkTest, AtomicWordForWritingBreaksSharing) {
+  uintptr_t a = MapAnon(kPg);
+  Fill(a, kPg, 0);
+  auto child = ForkOf(*mm_);
+  ASSERT_NE(child, nullptr);
+  std::atomic<uint32_t>* pw;
+  std::atomic<uint32_t>* cr;
+  std::atomic<uint32_t>* cw;
+  ASSERT_EQ(child->AtomicWord(a, /*write=*/true, &cw), 0);
+  ASSERT_EQ(mm_->AtomicWord(a, /*write=*/false, &pw), 0);
+  EXPECT_NE(cw, pw);
+  cw->store(7);
+  EXPECT_EQ(Get(*mm_, a), 0);
+  EXPECT_EQ(Get(*child, a), 7);
+  // A futex waiter's word (a read) in writable private memory is this
+  // MM's own page too: a later write by another thread must not move it.
+  ASSERT_EQ(child->Mprotect(a, kPg, PROT_READ), 0);
+  auto grandchild = ForkOf(*child);
+  ASSERT_NE(grandchild, nullptr);
+  ASSERT_EQ(child->AtomicWord(a, /*write=*/false, &cr), 0);
+  std::atomic<uint32_t>* gr;
+  ASSERT_EQ(grandchild->AtomicWord(a, /*write=*/false, &gr), 0);
+  EXPECT_EQ(cr, gr);  // read-only memory stays shared
+  ASSERT_EQ(child->Mprotect(a, kPg, PROT_READ | PROT_WRITE), 0);
+  ASSERT_EQ(child->AtomicWord(a, /*write=*/false, &cr), 0);
+  EXPECT_NE(cr, gr);
+  EXPECT_EQ(cr->load(), 7u);
+  Put(*child, a, 8);
+  EXPECT_EQ(cr->load(), 8u);
+  // FUTEX_WAKE_OP's read-modify-write, on a page shared again by a fork.
+  auto third = ForkOf(*child);
+  ASSERT_NE(third, nullptr);
+  ASSERT_EQ(child->UpdateWord(a, [](std::atomic<uint32_t>* w) {
+    w->fetch_add(1);
+  }), 0);
+  EXPECT_EQ(Get(*child, a), 9);
+  EXPECT_EQ(Get(*third, a), 8);
+  EXPECT_EQ(child->UpdateWord(a + 2, [](std::atomic<uint32_t>*) {}), -EINVAL);
+  EXPECT_EQ(child->UpdateWord(kMin, [](std::atomic<uint32_t>*) {}), -EFAULT);
+}
+
+TEST_F(ForkTest, PartialMunmapAndMprotectAfterFork) {
+  uintptr_t a = MapAnon(8 * kPg);
+  Fill(a, 8 * kPg, 0x11);
+  auto child = ForkOf(*mm_);
+  ASSERT_NE(child, nullptr);
+  // The child drops a middle part; the parent keeps all of it.
+  ASSERT_EQ(child->Munmap(a + 2 * kPg, 2 * kPg), 0);
+  EXPECT_TRUE(AllAre(a, 8 * kPg, 0x11));
+  EXPECT_EQ(mf_->SharedBytes(), 6 * kPg);
+  // The parent drops another part; the child keeps its pages.
+  ASSERT_EQ(mm_->Munmap(a + 5 * kPg, kPg), 0);
+  EXPECT_EQ(Get(*child, a + 5 * kPg), 0x11);
+  EXPECT_EQ(mf_->SharedBytes(), 5 * kPg);
+  // mprotect splits VMAs and PMAs; sharing survives and breaks per side.
+  ASSERT_EQ(child->Mprotect(a + 6 * kPg, kPg, PROT_READ), 0);
+  int code;
+  EXPECT_FALSE(child->HandleFault(a + 6 * kPg, true, false, &code));
+  EXPECT_EQ(code, SEGV_ACCERR);
+  ASSERT_EQ(child->Mprotect(a + 6 * kPg, kPg, PROT_READ | PROT_WRITE), 0);
+  ASSERT_TRUE(child->HandleFault(a + 6 * kPg, true, false, &code));
+  Put(*child, a + 6 * kPg, 0x22);
+  EXPECT_EQ(Get(*mm_, a + 6 * kPg), 0x11);
+  ASSERT_EQ(mm_->Mprotect(a, 2 * kPg, PROT_READ), 0);
+  EXPECT_EQ(mm_->CopyOut(a, "x", 1), -EFAULT);
+  ASSERT_EQ(mm_->Mprotect(a, 2 * kPg, PROT_READ | PROT_WRITE), 0);
+  Put(*mm_, a + kPg, 0x33);
+  EXPECT_EQ(Get(*child, a + kPg), 0x11);
+  child.reset();
+  mm_.reset();
+  EXPECT_EQ(mf_->AllocatedBytes(), 0u);
+}
+
+TEST_F(ForkTest, MremapAfterForkMovesSharedPages) {
+  uintptr_t a = MapAnon(4 * kPg);
+  Fill(a, 4 * kPg, 0x11);
+  auto child = ForkOf(*mm_);
+  ASSERT_NE(child, nullptr);
+  const uint64_t allocated = mf_->AllocatedBytes();
+  // Moving (and growing) keeps the pages shared: nothing is copied.
+  int64_t b = child->Mremap(a + kPg, 2 * kPg, 6 * kPg, MREMAP_MAYMOVE, 0);
+  ASSERT_GT(b, 0);
+  const uintptr_t nb = static_cast<uintptr_t>(b);
+  ASSERT_NE(nb, a + kPg);
+  EXPECT_EQ(mf_->AllocatedBytes(), allocated);
+  EXPECT_EQ(Get(*child, nb + kPg), 0x11);
+  Put(*child, nb, 0x22);
+  EXPECT_EQ(Get(*mm_, a + kPg), 0x11);
+  EXPECT_EQ(Get(*child, nb + 5 * kPg), 0);  // the grown part is fresh
+  // Shrinking in the parent drops its references to the tail.
+  ASSERT_EQ(mm_->Mremap(a, 4 * kPg, kPg, 0, 0), static_cast<int64_t>(a));
+  EXPECT_EQ(Get(*child, nb + kPg), 0x11);
+  EXPECT_EQ(Get(*child, a), 0x11);
+  child.reset();
+  mm_.reset();
+  EXPECT_EQ(mf_->AllocatedBytes(), 0u);
+}
+
+TEST_F(ForkTest, DontneedAfterForkDropsOnlyThisSide) {
+  uintptr_t a = MapAnon(4 * kPg);
+  Fill(a, 4 * kPg, 0x11);
+  auto child = ForkOf(*mm_);
+  ASSERT_NE(child, nullptr);
+  ASSERT_EQ(child->Madvise(a, 2 * kPg, MADV_DONTNEED), 0);
+  EXPECT_EQ(Get(*child, a), 0);
+  EXPECT_EQ(Get(*child, a + 2 * kPg), 0x11);
+  EXPECT_TRUE(AllAre(a, 4 * kPg, 0x11));
+  // The parent is the only owner of [a, a+2 pages) now: no copy to write.
+  const uint64_t allocated = mf_->AllocatedBytes();
+  Put(*mm_, a, 0x33);
+  EXPECT_EQ(mf_->AllocatedBytes(), allocated);
+  ASSERT_EQ(mm_->Madvise(a + 2 * kPg, 2 * kPg, MADV_DONTNEED), 0);
+  EXPECT_EQ(Get(*mm_, a + 3 * kPg), 0);
+  EXPECT_EQ(Get(*child, a + 3 * kPg), 0x11);
+  EXPECT_EQ(mf_->SharedBytes(), 0u);
+}
+
+TEST_F(ForkTest, ThreeGenerations) {
+  uintptr_t a = MapAnon(4 * kPg);
+  Fill(a, 4 * kPg, 1);
+  auto b = ForkOf(*mm_);
+  ASSERT_NE(b, nullptr);
+  Put(*b, a, 2);
+  auto c = ForkOf(*b);
+  ASSERT_NE(c, nullptr);
+  Put(*c, a + kPg, 3);
+  // b's copy of page 0 (with c), page 1 (a, b), pages 2-3 (all three).
+  EXPECT_EQ(mf_->SharedBytes(), 4 * kPg);
+  // Each generation sees its own writes and its ancestors' from before its
+  // birth, nothing later.
+  Put(*mm_, a + 2 * kPg, 4);
+  EXPECT_EQ(Get(*mm_, a), 1);
+  EXPECT_EQ(Get(*mm_, a + kPg), 1);
+  EXPECT_EQ(Get(*b, a), 2);
+  EXPECT_EQ(Get(*b, a + kPg), 1);
+  EXPECT_EQ(Get(*b, a + 2 * kPg), 1);
+  EXPECT_EQ(Get(*c, a), 2);
+  EXPECT_EQ(Get(*c, a + kPg), 3);
+  EXPECT_EQ(Get(*c, a + 2 * kPg), 1);
+  EXPECT_EQ(Get(*c, a + 3 * kPg), 1);
+  // The middle generation goes first; the others keep their pages.
+  b.reset();
+  EXPECT_EQ(Get(*c, a), 2);
+  EXPECT_EQ(Get(*c, a + 3 * kPg), 1);
+  mm_.reset();
+  EXPECT_EQ(Get(*c, a + 2 * kPg), 1);
+  EXPECT_EQ(mf_->SharedBytes(), 0u);
+  c.reset();
+  EXPECT_EQ(mf_->AllocatedBytes(), 0u);
+}
+
+TEST_F(ForkTest, DontforkAndWipeonfork) {
+  uintptr_t a = MapAnon(3 * kPg);
+  Fill(a, 3 * kPg, 0x11);
+  ASSERT_EQ(mm_->Madvise(a, kPg, MADV_DONTFORK), 0);
+  ASSERT_EQ(mm_->Madvise(a + kPg, kPg, MADV_WIPEONFORK), 0);
+  auto child = ForkOf(*mm_);
+  ASSERT_NE(child, nullptr);
+  int code;
+  EXPECT_FALSE(child->HandleFault(a, false, false, &code));
+  EXPECT_EQ(Get(*child, a + kPg), 0);
+  EXPECT_EQ(Get(*child, a + 2 * kPg), 0x11);
+  EXPECT_EQ(mf_->SharedBytes(), kPg);
+  // The parent's own pages in the areas the child did not get are still
+  // exclusively its: writing them copies nothing.
+  const uint64_t allocated = mf_->AllocatedBytes();
+  Fill(a, 2 * kPg, 0x22);
+  EXPECT_EQ(mf_->AllocatedBytes(), allocated);
+}
+
+TEST_F(ForkTest, SharedMemoryStaysShared) {
+  uintptr_t s = MapAnon(kPg, PROT_READ | PROT_WRITE, MAP_SHARED);
+  Put(*mm_, s, 1);
+  auto child = ForkOf(*mm_);
+  ASSERT_NE(child, nullptr);
+  Put(*child, s, 2);
+  EXPECT_EQ(Get(*mm_, s), 2);
+  EXPECT_EQ(mf_->SharedBytes(), 0u);
+}
+
+TEST_F(ForkTest, PrivateFileMappingIsCopyOnWrite) {
+  auto file = std::make_shared<PatternFile>(3 * kPg);
+  int64_t r = mm_->MmapFile(0, 3 * kPg, PROT_READ | PROT_WRITE, MAP_PRIVATE,
+                            file, 0, platform::Prot{true, true, true});
+  ASSERT_GT(r, 0);
+  const uintptr_t a = static_cast<uintptr_t>(r);
+  EXPECT_EQ(Get(*mm_, a + 300), 300 % 251);
+  Put(*mm_, a + 1, 0xaa);
+  auto child = ForkOf(*mm_);
+  ASSERT_NE(child, nullptr);
+  EXPECT_EQ(Get(*child, a + 1), 0xaa);
+  Put(*child, a + 2, 0xbb);
+  Put(*mm_, a + 2 * kPg, 0xcc);
+  EXPECT_EQ(Get(*mm_, a + 2), 2);
+  EXPECT_EQ(Get(*child, a + 2 * kPg), (2 * kPg) % 251);
+  EXPECT_EQ(Get(*child, a + 2), 0xbb);
+}
+
+// Other threads of the parent keep writing while it forks: each child must
+// see one fixed value, the one from before its fork, however long it looks.
+TEST_F(ForkTest, ForkWhileAnotherThreadWrites) {
+  uintptr_t a = MapAnon(4 * kPg);
+  Fill(a, 4 * kPg, 0);
+  std::atomic<bool> stop{false};
+  std::atomic<uint64_t> written{0};
+  std::thread writer([&] {
+    for (uint64_t v = 1; !stop.load(); v++) {
+      ASSERT_EQ(mm_->CopyOut(a + kPg + 64, &v, sizeof(v)), 8);
+      written.store(v);
+    }
+  });
+  while (written.load() == 0) std::this_thread::yield();
+  for (int i = 0; i < 200; i++) {
+    auto child = ForkOf(*mm_);
+    ASSERT_NE(child, nullptr);
+    uint64_t first, later;
+    ASSERT_EQ(child->CopyIn(a + kPg + 64, &first, 8), 8);
+    std::this_thread::yield();
+    ASSERT_EQ(child->CopyIn(a + kPg + 64, &later, 8), 8);
+    EXPECT_EQ(first, later) << "fork " << i;
+  }
+  stop = true;
+  writer.join();
+  uint64_t last;
+  ASSERT_EQ(mm_->CopyIn(a + kPg + 64, &last, 8), 8);
+  EXPECT_GT(last, 0u);
+}
+
 }  // namespace
 }  // namespace sandboxd::mm

@@ -235,18 +235,24 @@ int64_t SysFutex(Task& t, const SyscallArgs& a) {
                              : static_cast<uint32_t>(soparg);
       uint32_t cmparg = static_cast<uint32_t>(scmparg);
       auto apply = [&]() -> int64_t {
-        uint32_t old = word2->load();
-        uint32_t nv;
-        do {
-          switch (opcode) {
-            case FUTEX_OP_SET: nv = oparg; break;
-            case FUTEX_OP_ADD: nv = old + oparg; break;
-            case FUTEX_OP_OR: nv = old | oparg; break;
-            case FUTEX_OP_ANDN: nv = old & ~oparg; break;
-            case FUTEX_OP_XOR: nv = old ^ oparg; break;
-            default: return -ENOSYS;
-          }
-        } while (!word2->compare_exchange_weak(old, nv));
+        if (opcode > FUTEX_OP_XOR) return -ENOSYS;
+        uint32_t old = 0;
+        // Under the MM's lock: a fork by another thread must not share the
+        // page between finding the word and writing it.
+        int64_t ur = mm.UpdateWord(uaddr2, [&](std::atomic<uint32_t>* w) {
+          old = w->load();
+          uint32_t nv;
+          do {
+            switch (opcode) {
+              case FUTEX_OP_SET: nv = oparg; break;
+              case FUTEX_OP_ADD: nv = old + oparg; break;
+              case FUTEX_OP_OR: nv = old | oparg; break;
+              case FUTEX_OP_ANDN: nv = old & ~oparg; break;
+              default: nv = old ^ oparg; break;  // FUTEX_OP_XOR
+            }
+          } while (!w->compare_exchange_weak(old, nv));
+        });
+        if (ur < 0) return ur;
         int32_t o = static_cast<int32_t>(old), c = static_cast<int32_t>(cmparg);
         switch (cmp) {
           case FUTEX_OP_CMP_EQ: return o == c;

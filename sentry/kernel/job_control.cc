@@ -25,20 +25,20 @@ namespace sandboxd::kernel {
 // ThreadGroup
 
 void ThreadGroup::BeginStop(int signo) {
-  std::vector<Task*> tasks;
+  std::vector<std::shared_ptr<Task>> tasks;
   {
     absl::MutexLock l(&mu_);
     if (exiting() || stop_requested_.load()) return;
     stop_signo_ = signo;
     stopped_ = false;
     stop_requested_.store(true, std::memory_order_release);
-    tasks = tasks_;
+    tasks = TasksLocked();
   }
-  for (Task* t : tasks) t->Poke();
+  for (const auto& t : tasks) t->Poke();
 }
 
 void ThreadGroup::Continue() {
-  std::vector<Task*> tasks;
+  std::vector<std::shared_ptr<Task>> tasks;
   {
     absl::MutexLock l(&mu_);
     if (!stop_requested_.load() && !stopped_) return;
@@ -53,9 +53,9 @@ void ThreadGroup::Continue() {
     stop_report_ = false;
     stopped_ = false;
     stop_requested_.store(false, std::memory_order_release);
-    tasks = tasks_;
+    tasks = TasksLocked();
   }
-  for (Task* t : tasks) t->Poke();
+  for (const auto& t : tasks) t->Poke();
 }
 
 void ThreadGroup::DiscardPending(SigSet set) {

@@ -72,15 +72,15 @@ void ThreadGroup::SetLimit(int resource, const rlimit& r) {
 }
 
 void ThreadGroup::Exit(ExitStatus status) {
-  std::vector<Task*> tasks;
+  std::vector<std::shared_ptr<Task>> tasks;
   {
     absl::MutexLock l(&mu_);
     if (exiting_.load()) return;
     status_ = status;
     exiting_.store(true, std::memory_order_release);
-    tasks = tasks_;
+    tasks = TasksLocked();
   }
-  for (Task* t : tasks) t->Interrupt();
+  for (const auto& t : tasks) t->Interrupt();
 }
 
 ExitStatus ThreadGroup::exit_status() {
@@ -110,6 +110,10 @@ bool ThreadGroup::RemoveTask(Task* t) {
 
 std::vector<std::shared_ptr<Task>> ThreadGroup::Tasks() {
   absl::MutexLock l(&mu_);
+  return TasksLocked();
+}
+
+std::vector<std::shared_ptr<Task>> ThreadGroup::TasksLocked() {
   std::vector<std::shared_ptr<Task>> out;
   out.reserve(tasks_.size());
   // A task in the list is alive: the kernel drops its reference only after

@@ -208,6 +208,8 @@ class ThreadGroup {
   // meanwhile stays valid for the caller (a signal sent to it is lost with
   // it, as on Linux).
   std::vector<std::shared_ptr<Task>> Tasks();
+  std::vector<std::shared_ptr<Task>> TasksLocked()
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Interval and POSIX timers (timers.h).
   ProcessTimers& timers() { return timers_; }

@@ -122,7 +122,8 @@ class FutexSyscalls : public kernel::SyscallTable {
       case SYS_rt_sigsuspend:
         // As sys_signal.cc's: the temporary mask until a signal comes.
         t.SetTemporaryMask(a.a[0], t.signal_mask());
-        t.Block(absl::InfiniteFuture());
+        while (t.Block(absl::InfiniteFuture()) != Task::WakeReason::kInterrupted) {
+        }
         return -EINTR;
       case SYS_exit_group:
         t.group().Exit(kernel::ExitStatus{static_cast<int>(a.a[0]), 0, false});
@@ -412,8 +413,13 @@ TEST_F(KernelStateTest, FutexWaiterRestartsAfterLoad) {
   ASSERT_TRUE(Save(*a).ok());
   EXPECT_TRUE(state_.tasks(0).in_syscall());
   // The original ends (its wait is interrupted).
-  init->group().Exit(kernel::ExitStatus{0, SIGKILL, false});
-  run_a.get();
+  {
+    // Held so that Exit's wakeup cannot outlive the task (it exits as soon
+    // as it is woken, and RunUntilInitExits frees it).
+    std::shared_ptr<Task> keep = a->FindTask(init->tid());
+    init->group().Exit(kernel::ExitStatus{0, SIGKILL, false});
+    run_a.get();
+  }
 
   std::atomic<bool> reentered{false};
   auto pb_platform = std::make_unique<ScriptedPlatform>();
@@ -463,7 +469,9 @@ TEST_F(KernelStateTest, FutexWaiterRestartsAfterLoad) {
 TEST_F(KernelStateTest, ZombieSigsuspendAndCpuTime) {
   constexpr uint64_t kRip = 0x400502;
   constexpr kernel::SigSet kMask = kernel::SigBit(SIGUSR1);
-  constexpr kernel::SigSet kTemporary = kernel::SigBit(SIGUSR2);
+  // SIGCHLD blocked too: the child's exit must not end the suspend.
+  constexpr kernel::SigSet kTemporary =
+      kernel::SigBit(SIGUSR2) | kernel::SigBit(SIGCHLD);
   FutexSyscalls sys;
   auto pa = std::make_unique<ScriptedPlatform>();
   pa->AddScript({[&](CpuState& c) {
@@ -505,8 +513,13 @@ TEST_F(KernelStateTest, ZombieSigsuspendAndCpuTime) {
   int64_t saved_cpu_ns = state_.tasks(0).cpu().sys_ns() +
                          state_.tasks(0).cpu().user_ns();
   EXPECT_GT(saved_cpu_ns, 0);
-  init->group().Exit(kernel::ExitStatus{0, SIGKILL, false});
-  run_a.get();
+  {
+    // Held so that Exit's wakeup cannot outlive the task (it exits as soon
+    // as it is woken, and RunUntilInitExits frees it).
+    std::shared_ptr<Task> keep = a->FindTask(init->tid());
+    init->group().Exit(kernel::ExitStatus{0, SIGKILL, false});
+    run_a.get();
+  }
 
   auto pb_platform = std::make_unique<ScriptedPlatform>();
   std::atomic<bool> resuspended{false};

@@ -16,6 +16,10 @@
 #include <atomic>
 #include <cstdint>
 
+namespace sandboxd::state {
+struct KernelState;
+}  // namespace sandboxd::state
+
 namespace sandboxd::kernel {
 
 inline constexpr int64_t kNsPerSec = 1000000000;
@@ -81,6 +85,7 @@ class TaskCpuTime {
   int64_t since_ = 0;
   std::atomic<uint64_t> minflt_{0};
   std::atomic<uint64_t> nvcsw_{0};
+  friend struct state::KernelState;
 };
 
 // Which part of a CPU clock counts (Linux's CPUCLOCK_PROF, _VIRT, _SCHED).

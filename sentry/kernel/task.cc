@@ -377,7 +377,9 @@ bool RestartsWithoutHandler(uint64_t nr) {
 void Task::HandleSyscall() {
   platform::Regs& r = cpu_.regs;
   SyscallArgs args{r.orig_rax, {r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9}};
+  in_syscall_.store(true, std::memory_order_release);
   int64_t ret = kernel_->syscalls().Invoke(*this, args);
+  in_syscall_.store(false, std::memory_order_release);
   if (ret != kNoReturnValue) r.rax = static_cast<uint64_t>(ret);
   // An interrupted restartable call is re-run if the handler that
   // interrupted it has SA_RESTART (decided at delivery).
@@ -593,6 +595,25 @@ absl::StatusOr<Task*> Kernel::CreateThread(Task& parent,
   tasks_[tid] = std::move(task);
   live_tasks_++;
   return t;
+}
+
+ExitStatus Kernel::RunRestored() {
+  std::shared_ptr<ThreadGroup> init = FindGroup(1);
+  std::vector<std::shared_ptr<Task>> tasks;
+  {
+    absl::MutexLock l(&mu_);
+    for (const auto& [tid, t] : tasks_) tasks.push_back(t);
+  }
+  for (auto& t : tasks) t->Start();
+  std::vector<std::shared_ptr<Task>> done;
+  {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* live) { return *live == 0; }, &live_tasks_));
+    done.swap(exited_);
+  }
+  for (auto& t : done) t->Join();
+  return init != nullptr ? init->exit_status() : ExitStatus{};
 }
 
 ExitStatus Kernel::RunUntilInitExits(Task* init) {

@@ -49,6 +49,9 @@ class Vdso;
 namespace sandboxd::fs::tty {
 class Terminal;
 }  // namespace sandboxd::fs::tty
+namespace sandboxd::state {
+struct KernelState;  // checkpoint save/load (sentry/state/kernel_state.h)
+}  // namespace sandboxd::state
 
 namespace sandboxd::kernel {
 
@@ -258,6 +261,7 @@ class ThreadGroup {
   int parent_notification_ ABSL_GUARDED_BY(mu_) = 0;   // CLD_* or 0
   int parent_notification_status_ ABSL_GUARDED_BY(mu_) = 0;
   friend class Task;
+  friend struct state::KernelState;
 };
 
 class Task : public fs::Blocker, public std::enable_shared_from_this<Task> {
@@ -456,6 +460,9 @@ class Task : public fs::Blocker, public std::enable_shared_from_this<Task> {
   uint64_t robust_list_ = 0, robust_len_ = 0;
   bool exit_thread_ = false;
   std::atomic<bool> killed_{false};
+  // The task is inside a syscall handler (a checkpoint taken while it
+  // blocks there makes it re-execute the syscall after the load).
+  std::atomic<bool> in_syscall_{false};
   // The last syscall was interrupted and may be restarted (SA_RESTART).
   bool restart_pending_ = false;
   // The last syscall returned -EINTR and Linux would restart it if no
@@ -490,6 +497,7 @@ class Task : public fs::Blocker, public std::enable_shared_from_this<Task> {
   friend class Kernel;
   friend class SignalFrame;
   friend class ThreadGroup;
+  friend struct state::KernelState;
 };
 
 inline constexpr pid_t kMaxPid = 4194304;
@@ -597,6 +605,10 @@ class Kernel {
 
   // Starts init and waits until every task of the sandbox has exited.
   ExitStatus RunUntilInitExits(Task* init);
+  // After a checkpoint load (state::KernelState::LoadKernel built the tasks
+  // without starting them): starts every task, waits until all have exited
+  // and returns init's status.
+  ExitStatus RunRestored();
 
   std::shared_ptr<Task> FindTask(pid_t tid);
   std::shared_ptr<ThreadGroup> FindGroup(pid_t tgid);
@@ -649,6 +661,7 @@ class Kernel {
 
   absl::Mutex unimpl_mu_;
   std::map<uint64_t, uint64_t> unimplemented_ ABSL_GUARDED_BY(unimpl_mu_);
+  friend struct state::KernelState;
 };
 
 }  // namespace sandboxd::kernel

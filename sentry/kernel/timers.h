@@ -35,6 +35,10 @@
 #include "sentry/kernel/cputime.h"
 #include "sentry/kernel/signal.h"
 
+namespace sandboxd::state {
+struct KernelState;
+}  // namespace sandboxd::state
+
 namespace sandboxd::kernel {
 
 class Task;
@@ -126,6 +130,7 @@ class IntervalTimer : public fs::Timer,
   uint64_t queued_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t overrun_ ABSL_GUARDED_BY(mu_) = 0;  // since the signal was queued
   int overrun_last_ ABSL_GUARDED_BY(mu_) = 0;
+  friend struct state::KernelState;
 };
 
 // Periods of `interval_ns` that ended between `next_ns` and `now_ns`,
@@ -166,6 +171,7 @@ class ProcessTimers {
   std::shared_ptr<IntervalTimer> itimers_[3] ABSL_GUARDED_BY(mu_);
   std::map<int, std::shared_ptr<IntervalTimer>> posix_ ABSL_GUARDED_BY(mu_);
   int next_id_ ABSL_GUARDED_BY(mu_) = 0;
+  friend struct state::KernelState;
 };
 
 }  // namespace sandboxd::kernel

@@ -1,0 +1,563 @@
+// Round trips of the kernel objects: build tasks and thread groups in one
+// Kernel, save them, load them into a fresh Kernel and check that the
+// loaded ones behave as the originals would (signals taken with their
+// siginfo, timers still running, the tree that wait and getppid use, tids
+// allocated where they left off, a blocked futex waiter that restarts).
+#include "sentry/state/kernel_state.h"
+
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <future>
+#include <memory>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "base/status_macros.h"
+#include "gtest/gtest.h"
+#include "sentry/fs/tmpfs.h"
+#include "sentry/fs/vfs.h"
+#include "sentry/kernel/testing/fakes.h"
+#include "sentry/mm/memory_file.h"
+#include "sentry/state/fs_state.h"
+#include "sentry/state/pages.h"
+
+namespace sandboxd::state {
+namespace {
+
+using kernel::Kernel;
+using kernel::Task;
+using kernel::testing::EventOf;
+using kernel::testing::FakeAddressSpace;
+using platform::CpuState;
+using platform::Event;
+
+constexpr uintptr_t kMin = kernel::testing::kMinUserAddr;
+constexpr uintptr_t kMax = kernel::testing::kMaxUserAddr;
+
+// Address spaces are not saved yet: the fake records how many it saw and
+// gives each loaded group a new, empty MM in the loading kernel.
+class FakeMms : public MmCheckpointer {
+ public:
+  absl::Status SaveMm(Saver&, mm::MM&, pb::Mm*) override {
+    saved++;
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::shared_ptr<mm::MM>> LoadMm(Loader&, Kernel& k,
+                                                 const pb::Mm&) override {
+    loaded++;
+    return std::make_shared<mm::MM>(&k.memory_file(),
+                                    std::make_unique<FakeAddressSpace>(), kMin,
+                                    kMax);
+  }
+  int saved = 0;
+  int loaded = 0;
+};
+
+// One step of a context's script: sees the registers as Switch would.
+using Step = std::function<Event(CpuState&)>;
+
+// Runs its steps in order, then reports the task dead.
+class ScriptedContext : public platform::Context {
+ public:
+  explicit ScriptedContext(std::deque<Step> steps) : steps_(std::move(steps)) {}
+  Event Switch(platform::AddressSpace&, CpuState& cpu) override {
+    Step step;
+    {
+      absl::MutexLock l(&mu_);
+      if (steps_.empty()) return EventOf(Event::Kind::kDead);
+      step = std::move(steps_.front());
+      steps_.pop_front();
+    }
+    return step(cpu);
+  }
+  void Interrupt() override {}
+
+ private:
+  absl::Mutex mu_;
+  std::deque<Step> steps_ ABSL_GUARDED_BY(mu_);
+};
+
+// Hands out the queued scripts, one per NewContext (none: never runs).
+class ScriptedPlatform : public kernel::testing::FakePlatform {
+ public:
+  absl::StatusOr<std::unique_ptr<platform::Context>> NewContext() override {
+    absl::MutexLock l(&mu_);
+    if (scripts_.empty()) return std::make_unique<kernel::testing::IdleContext>();
+    auto ctx = std::make_unique<ScriptedContext>(std::move(scripts_.front()));
+    scripts_.pop_front();
+    return ctx;
+  }
+  void AddScript(std::deque<Step> s) {
+    absl::MutexLock l(&mu_);
+    scripts_.push_back(std::move(s));
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::deque<std::deque<Step>> scripts_ ABSL_GUARDED_BY(mu_);
+};
+
+// The futex word of the waiter tests lives here (the fake MM has no
+// memory); FUTEX_WAIT and FUTEX_WAKE on any address use it.
+std::atomic<uint32_t> g_word{0};
+
+class FutexSyscalls : public kernel::SyscallTable {
+ public:
+  int64_t Invoke(Task& t, const kernel::SyscallArgs& a) override {
+    switch (a.nr) {
+      case SYS_futex:
+        if ((a.a[1] & FUTEX_CMD_MASK) == FUTEX_WAIT) {
+          return t.kernel().futexes().Wait(
+              t, kernel::Futexes::Key{&t.mm(), a.a[0]}, &g_word,
+              static_cast<uint32_t>(a.a[2]), ~0u, absl::InfiniteFuture());
+        }
+        return -ENOSYS;
+      case SYS_rt_sigsuspend:
+        // As sys_signal.cc's: the temporary mask until a signal comes.
+        t.SetTemporaryMask(a.a[0], t.signal_mask());
+        while (t.Block(absl::InfiniteFuture()) != Task::WakeReason::kInterrupted) {
+        }
+        return -EINTR;
+      case SYS_exit_group:
+        t.group().Exit(kernel::ExitStatus{static_cast<int>(a.a[0]), 0, false});
+        return kernel::kNoReturnValue;
+      default:
+        return -ENOSYS;
+    }
+  }
+};
+
+std::unique_ptr<Kernel> NewKernel(kernel::SyscallTable* sys,
+                                  std::unique_ptr<platform::Platform> p =
+                                      std::make_unique<ScriptedPlatform>()) {
+  auto mf = mm::MemoryFile::Create(1ull << 30);
+  EXPECT_TRUE(mf.ok()) << mf.status();
+  return std::make_unique<Kernel>(std::move(mf).value(), std::move(p), sys,
+                                  kernel::KernelOptions{});
+}
+
+std::shared_ptr<mm::MM> NewMm(Kernel& k) {
+  return std::make_shared<mm::MM>(&k.memory_file(),
+                                  std::make_unique<FakeAddressSpace>(), kMin,
+                                  kMax);
+}
+
+class KernelStateTest : public ::testing::Test {
+ protected:
+  // The descriptor tables and FsContexts are saved in a Vfs (an empty
+  // tmpfs: these tasks resolve no paths).
+  void SetUp() override {
+    auto mf = mm::MemoryFile::Create(1ull << 20);
+    ASSERT_TRUE(mf.ok()) << mf.status();
+    vfs_mf_ = std::move(mf).value();
+    fs::TmpFs tmp(vfs_mf_.get(), fs::TmpFsOptions{});
+    vfs_ = std::make_shared<fs::Vfs>(tmp.Root(), "tmpfs", "rootfs", false);
+  }
+
+  // As a checkpoint does: the mount tree first, then the kernel.
+  absl::Status Save(Kernel& k) {
+    state_.Clear();
+    Saver s(&state_, &pages_);
+    RETURN_IF_ERROR(FsState::SaveVfs(s, *vfs_));
+    return KernelState::SaveKernel(s, k, *vfs_, mms_);
+  }
+  absl::Status Load(Kernel& k) {
+    Loader l(&state_, &pages_, &k.memory_file());
+    ASSIGN_OR_RETURN(std::unique_ptr<fs::Vfs> vfs, FsState::LoadVfs(l));
+    loaded_vfs_.push_back(std::move(vfs));
+    return KernelState::LoadKernel(l, k, *loaded_vfs_.back(), mms_);
+  }
+
+  std::shared_ptr<fs::FsContext> Fs() {
+    return std::make_shared<fs::FsContext>(vfs_->Root(), vfs_->Root());
+  }
+
+  kernel::testing::NoSyscalls nosys_;
+  std::unique_ptr<mm::MemoryFile> vfs_mf_;
+  std::shared_ptr<fs::Vfs> vfs_;
+  std::vector<std::unique_ptr<fs::Vfs>> loaded_vfs_;
+  FakeMms mms_;
+  MemoryPages pages_{nullptr};
+  pb::State state_;
+};
+
+TEST_F(KernelStateTest, TasksGroupsSignalsTimersRoundTrip) {
+  auto a = NewKernel(&nosys_);
+  auto fds = std::make_shared<fs::FdTable>(64);
+  CpuState cpu{};
+  cpu.regs.rip = 0x401234;
+  cpu.regs.rsp = 0x7fff0000;
+  cpu.regs.fs_base = 0x7f0000001000;
+  cpu.fp_size = 512;
+  cpu.fp[24] = 0x80;  // MXCSR's low byte
+  auto init_or = a->CreateInit(NewMm(*a), fds, Fs(), cpu);
+  ASSERT_TRUE(init_or.ok()) << init_or.status();
+  Task* init = *init_or;
+  auto thread_or = a->CreateThread(*init, cpu);
+  ASSERT_TRUE(thread_or.ok());
+  Task* thread = *thread_or;
+  // A child process sharing the descriptor table (CLONE_FILES).
+  auto child_or = a->CreateProcess(*init, NewMm(*a), fds, Fs(), SIGCHLD, cpu);
+  ASSERT_TRUE(child_or.ok());
+  Task* child = *child_or;
+
+  kernel::ThreadGroup& g = init->group();
+  a->WithTasklistLock([&] {
+    g.comm = "initprog";
+    g.exe = "/bin/initprog";
+    g.auxv = {6, 4096, 0, 0};
+    g.child_subreaper = true;
+    thread->thread_comm = "worker";
+  });
+  g.no_new_privs.store(true);
+  g.cap_bset.store(0x1234);
+  kernel::SigAction act{0x401000, SA_RESTART | 0x04000000, 0x401100,
+                        kernel::SigBit(SIGINT)};
+  g.SetAction(SIGUSR1, act);
+  g.SetLimit(RLIMIT_NOFILE, rlimit{100, 200});
+  thread->set_signal_mask(kernel::SigBit(SIGUSR2));
+  thread->signal_stack().sp = 0x500000;
+  thread->signal_stack().flags = 0;
+  thread->signal_stack().size = 8192;
+  thread->set_clear_child_tid(0x601000);
+  thread->set_robust_list(0x602000, 24);
+  siginfo_t info{};
+  info.si_signo = SIGUSR2;
+  info.si_code = SI_QUEUE;
+  info.si_pid = 77;
+  info.si_value.sival_int = 4242;
+  ASSERT_TRUE(thread->SendSignalInfo(info));
+  a->CountUnimplemented(999);
+  a->CountUnimplemented(999);
+  // A POSIX timer with 100 s to go and a 1 s interval.
+  int timer_id = -1;
+  ASSERT_EQ(g.timers().Create(*init, CLOCK_MONOTONIC, nullptr, &timer_id), 0);
+  itimerspec its{{1, 0}, {100, 0}};
+  ASSERT_EQ(g.timers().SetTime(timer_id, 0, its, nullptr), 0);
+
+  ASSERT_TRUE(Save(*a).ok());
+  EXPECT_EQ(mms_.saved, 2);  // init's (shared by its thread) and the child's
+
+  auto b = NewKernel(&nosys_);
+  absl::Status st = Load(*b);
+  ASSERT_TRUE(st.ok()) << st;
+  EXPECT_EQ(mms_.loaded, 2);
+
+  auto init2 = b->FindTask(init->tid());
+  auto thread2 = b->FindTask(thread->tid());
+  auto child2 = b->FindTask(child->tid());
+  ASSERT_NE(init2, nullptr);
+  ASSERT_NE(thread2, nullptr);
+  ASSERT_NE(child2, nullptr);
+  // Threads share their group; processes share what they shared.
+  EXPECT_EQ(&init2->group(), &thread2->group());
+  EXPECT_EQ(init2->group().fds_ptr(), child2->group().fds_ptr());
+  EXPECT_NE(&init2->group().mm(), &child2->group().mm());
+  EXPECT_EQ(init2->group().Tasks().size(), 2u);
+  EXPECT_EQ(init2->group().Tasks()[0].get(), init2.get());  // leader first
+  // CPU state.
+  EXPECT_EQ(thread2->cpu().regs.rip, 0x401234u);
+  EXPECT_EQ(thread2->cpu().regs.fs_base, 0x7f0000001000u);
+  EXPECT_EQ(thread2->cpu().fp_size, 512u);
+  EXPECT_EQ(thread2->cpu().fp[24], 0x80);
+  // The process tree, as getppid and wait see it.
+  EXPECT_EQ(b->ParentOf(child2->group()), init->tid());
+  ASSERT_EQ(init2->group().children.size(), 1u);
+  EXPECT_EQ(init2->group().children[0].get(), &child2->group());
+  // Group state.
+  kernel::ThreadGroup& g2 = init2->group();
+  EXPECT_EQ(g2.comm, "initprog");
+  EXPECT_EQ(g2.exe, "/bin/initprog");
+  EXPECT_EQ(g2.auxv, (std::vector<uint64_t>{6, 4096, 0, 0}));
+  EXPECT_TRUE(g2.child_subreaper);
+  EXPECT_TRUE(g2.no_new_privs.load());
+  EXPECT_EQ(g2.cap_bset.load(), 0x1234u);
+  EXPECT_EQ(g2.pgid, init->tid());
+  EXPECT_EQ(g2.sid, init->tid());
+  kernel::SigAction act2 = g2.GetAction(SIGUSR1);
+  EXPECT_EQ(act2.handler, act.handler);
+  EXPECT_EQ(act2.flags, act.flags);
+  EXPECT_EQ(act2.mask, act.mask);
+  EXPECT_EQ(g2.GetLimit(RLIMIT_NOFILE).rlim_cur, 100u);
+  EXPECT_EQ(g2.GetLimit(RLIMIT_NOFILE).rlim_max, 200u);
+  // Thread state.
+  EXPECT_EQ(thread2->thread_comm, "worker");
+  EXPECT_EQ(thread2->signal_mask(), kernel::SigBit(SIGUSR2));
+  EXPECT_EQ(thread2->signal_stack().sp, 0x500000u);
+  EXPECT_EQ(thread2->signal_stack().size, 8192u);
+  EXPECT_EQ(thread2->signal_stack().flags, 0);
+  EXPECT_EQ(thread2->robust_list(), 0x602000u);
+  // The pending signal comes out with its siginfo.
+  EXPECT_EQ(thread2->pending_signals(), kernel::SigBit(SIGUSR2));
+  siginfo_t got{};
+  EXPECT_EQ(thread2->TakePendingSignal(~0ull, &got), SIGUSR2);
+  EXPECT_EQ(got.si_code, SI_QUEUE);
+  EXPECT_EQ(got.si_pid, 77);
+  EXPECT_EQ(got.si_value.sival_int, 4242);
+  // The timer runs on, with the time it had left.
+  itimerspec cur{};
+  ASSERT_EQ(g2.timers().GetTime(timer_id, &cur), 0);
+  EXPECT_GT(cur.it_value.tv_sec, 90);
+  EXPECT_LE(cur.it_value.tv_sec, 100);
+  EXPECT_EQ(cur.it_interval.tv_sec, 1);
+  // A new timer gets the next id, as it would have.
+  int next_id = -1;
+  ASSERT_EQ(g2.timers().Create(*init2, CLOCK_MONOTONIC, nullptr, &next_id), 0);
+  EXPECT_EQ(next_id, timer_id + 1);
+  // Counters, and pid allocation goes on where it was.
+  EXPECT_EQ(b->UnimplementedCounts()[999], 2u);
+  auto t_a = a->CreateThread(*init, cpu);
+  auto t_b = b->CreateThread(*init2, cpu);
+  ASSERT_TRUE(t_a.ok() && t_b.ok());
+  EXPECT_EQ((*t_a)->tid(), (*t_b)->tid());
+  g.timers().DeleteAll();
+  g2.timers().DeleteAll();
+}
+
+TEST_F(KernelStateTest, PendingTimerSignalKeepsItsTimer) {
+  auto a = NewKernel(&nosys_);
+  auto init_or = a->CreateInit(NewMm(*a), std::make_shared<fs::FdTable>(64),
+                               Fs(), CpuState{});
+  ASSERT_TRUE(init_or.ok());
+  Task* init = *init_or;
+  init->set_signal_mask(kernel::SigBit(SIGALRM));
+  int id = -1;
+  ASSERT_EQ(init->group().timers().Create(*init, CLOCK_MONOTONIC, nullptr, &id),
+            0);
+  // Every 1 ms: the signal is queued and, blocked, counts overruns.
+  itimerspec its{{0, 1000000}, {0, 1000000}};
+  ASSERT_EQ(init->group().timers().SetTime(id, 0, its, nullptr), 0);
+  absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (init->pending_signals() == 0 && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_NE(init->pending_signals(), 0u);
+  absl::SleepFor(absl::Milliseconds(20));
+  ASSERT_TRUE(Save(*a).ok());
+  init->group().timers().DeleteAll();
+
+  auto b = NewKernel(&nosys_);
+  ASSERT_TRUE(Load(*b).ok());
+  auto init2 = b->FindTask(init->tid());
+  ASSERT_NE(init2, nullptr);
+  absl::SleepFor(absl::Milliseconds(20));
+  // Still one signal, from the live timer: its overruns were counted on
+  // both sides of the checkpoint (a stale source would drop it).
+  siginfo_t got{};
+  EXPECT_EQ(init2->TakePendingSignal(~0ull, &got), SIGALRM);
+  EXPECT_EQ(got.si_timerid, id);
+  EXPECT_GE(got.si_overrun, 30);
+  init2->group().timers().DeleteAll();
+}
+
+TEST_F(KernelStateTest, ControllingTerminalIsUnimplemented) {
+  auto a = NewKernel(&nosys_);
+  auto init_or = a->CreateInit(NewMm(*a), std::make_shared<fs::FdTable>(64),
+                               Fs(), CpuState{});
+  ASSERT_TRUE(init_or.ok());
+  // Any non-null terminal pointer: it is only compared with null.
+  auto fake_tty = std::shared_ptr<fs::tty::Terminal>(
+      reinterpret_cast<fs::tty::Terminal*>(0x1000), [](fs::tty::Terminal*) {});
+  a->WithTasklistLock([&] { (*init_or)->group().ctty = fake_tty; });
+  absl::Status st = Save(*a);
+  EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
+  EXPECT_NE(st.message().find("controlling terminal"), std::string::npos);
+  a->WithTasklistLock([&] { (*init_or)->group().ctty.reset(); });
+}
+
+TEST_F(KernelStateTest, LoadIntoAKernelWithTasksFails) {
+  auto a = NewKernel(&nosys_);
+  ASSERT_TRUE(a->CreateInit(NewMm(*a), std::make_shared<fs::FdTable>(64),
+                            Fs(), CpuState{})
+                  .ok());
+  ASSERT_TRUE(Save(*a).ok());
+  EXPECT_EQ(Load(*a).code(), absl::StatusCode::kFailedPrecondition);
+}
+
+// A task blocked in FUTEX_WAIT at checkpoint time re-executes the syscall
+// after the load, queues again, and a FUTEX_WAKE then wakes it.
+TEST_F(KernelStateTest, FutexWaiterRestartsAfterLoad) {
+  constexpr uint64_t kRip = 0x400502;  // after the syscall instruction
+  constexpr uint64_t kAddr = 0x600000;
+  g_word.store(0);
+  FutexSyscalls sys;
+  auto pa = std::make_unique<ScriptedPlatform>();
+  pa->AddScript({[&](CpuState& c) {
+    c.regs.rip = kRip;
+    c.regs.rax = c.regs.orig_rax = SYS_futex;
+    c.regs.rdi = kAddr;
+    c.regs.rsi = FUTEX_WAIT;
+    c.regs.rdx = 0;
+    return EventOf(Event::Kind::kSyscall);
+  }});
+  auto a = NewKernel(&sys, std::move(pa));
+  auto init_or = a->CreateInit(NewMm(*a), std::make_shared<fs::FdTable>(64),
+                               Fs(), CpuState{});
+  ASSERT_TRUE(init_or.ok());
+  Task* init = *init_or;
+  pid_t tid = init->tid();
+  auto run_a = std::async(std::launch::async,
+                          [&] { return a->RunUntilInitExits(init); });
+  absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (!init->sleeping() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_TRUE(init->sleeping());
+  ASSERT_TRUE(Save(*a).ok());
+  EXPECT_TRUE(state_.tasks(0).in_syscall());
+  // The original ends (its wait is interrupted).
+  {
+    // Held so that Exit's wakeup cannot outlive the task (it exits as soon
+    // as it is woken, and RunUntilInitExits frees it).
+    std::shared_ptr<Task> keep = a->FindTask(init->tid());
+    init->group().Exit(kernel::ExitStatus{0, SIGKILL, false});
+    run_a.get();
+  }
+
+  std::atomic<bool> reentered{false};
+  auto pb_platform = std::make_unique<ScriptedPlatform>();
+  pb_platform->AddScript({
+      [&](CpuState& c) {
+        // Back on the syscall instruction with its number in rax; the
+        // arguments intact. The CPU executes it again.
+        EXPECT_EQ(c.regs.rip, kRip - 2);
+        EXPECT_EQ(c.regs.rax, static_cast<uint64_t>(SYS_futex));
+        EXPECT_EQ(c.regs.rdi, kAddr);
+        reentered = c.regs.rip == kRip - 2 && c.regs.rax == SYS_futex;
+        c.regs.rip = kRip;
+        c.regs.orig_rax = c.regs.rax;
+        return EventOf(Event::Kind::kSyscall);
+      },
+      [&](CpuState& c) {
+        // The wait returned 0 (woken), then the program exits with 7.
+        EXPECT_EQ(c.regs.rax, 0u);
+        c.regs.orig_rax = SYS_exit_group;
+        c.regs.rdi = c.regs.rax == 0 ? 7 : 1;
+        return EventOf(Event::Kind::kSyscall);
+      },
+  });
+  auto b = NewKernel(&sys, std::move(pb_platform));
+  absl::Status st = Load(*b);
+  ASSERT_TRUE(st.ok()) << st;
+  auto run_b = std::async(std::launch::async, [&] { return b->RunRestored(); });
+  auto t2 = b->FindTask(tid);
+  ASSERT_NE(t2, nullptr);
+  // Wake it once it waits again.
+  int64_t woken = 0;
+  give_up = absl::Now() + absl::Seconds(10);
+  while (woken == 0 && absl::Now() < give_up) {
+    woken = b->futexes().Wake(kernel::Futexes::Key{&t2->mm(), kAddr}, 1, ~0u);
+    if (woken == 0) absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_EQ(woken, 1);
+  t2.reset();
+  kernel::ExitStatus es = run_b.get();
+  EXPECT_TRUE(reentered.load());
+  EXPECT_EQ(es.code, 7);
+}
+
+// A zombie child keeps its exit status for wait; a parent blocked in
+// rt_sigsuspend gets its own mask back and suspends again after the load;
+// CPU time goes on from the saved totals.
+TEST_F(KernelStateTest, ZombieSigsuspendAndCpuTime) {
+  constexpr uint64_t kRip = 0x400502;
+  constexpr kernel::SigSet kMask = kernel::SigBit(SIGUSR1);
+  // SIGCHLD blocked too: the child's exit must not end the suspend.
+  constexpr kernel::SigSet kTemporary =
+      kernel::SigBit(SIGUSR2) | kernel::SigBit(SIGCHLD);
+  FutexSyscalls sys;
+  auto pa = std::make_unique<ScriptedPlatform>();
+  pa->AddScript({[&](CpuState& c) {
+    c.regs.rip = kRip;
+    c.regs.rax = c.regs.orig_rax = SYS_rt_sigsuspend;
+    c.regs.rdi = kTemporary;
+    return EventOf(Event::Kind::kSyscall);
+  }});
+  pa->AddScript({[&](CpuState& c) {
+    c.regs.orig_rax = SYS_exit_group;
+    c.regs.rdi = 3;
+    return EventOf(Event::Kind::kSyscall);
+  }});
+  auto a = NewKernel(&sys, std::move(pa));
+  auto init_or = a->CreateInit(NewMm(*a), std::make_shared<fs::FdTable>(64),
+                               Fs(), CpuState{});
+  ASSERT_TRUE(init_or.ok());
+  Task* init = *init_or;
+  init->set_signal_mask(kMask);
+  auto child_or = a->CreateProcess(*init, NewMm(*a),
+                                   std::make_shared<fs::FdTable>(64), Fs(),
+                                   SIGCHLD, CpuState{});
+  ASSERT_TRUE(child_or.ok());
+  pid_t child_pid = (*child_or)->tid();
+  std::shared_ptr<kernel::ThreadGroup> child_group = (*child_or)->group_ptr();
+  auto run_a = std::async(std::launch::async,
+                          [&] { return a->RunUntilInitExits(init); });
+  (*child_or)->Start();
+  absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < give_up) {
+    bool zombie = false;
+    a->WithTasklistLock([&] { zombie = child_group->zombie; });
+    if (zombie && init->sleeping()) break;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  ASSERT_TRUE(init->sleeping());
+  EXPECT_EQ(init->signal_mask(), kTemporary);
+  ASSERT_TRUE(Save(*a).ok());
+  int64_t saved_cpu_ns = state_.tasks(0).cpu().sys_ns() +
+                         state_.tasks(0).cpu().user_ns();
+  EXPECT_GT(saved_cpu_ns, 0);
+  {
+    // Held so that Exit's wakeup cannot outlive the task (it exits as soon
+    // as it is woken, and RunUntilInitExits frees it).
+    std::shared_ptr<Task> keep = a->FindTask(init->tid());
+    init->group().Exit(kernel::ExitStatus{0, SIGKILL, false});
+    run_a.get();
+  }
+
+  auto pb_platform = std::make_unique<ScriptedPlatform>();
+  std::atomic<bool> resuspended{false};
+  pb_platform->AddScript({[&](CpuState& c) {
+    resuspended = c.regs.rip == kRip - 2 && c.regs.rax == SYS_rt_sigsuspend &&
+                  c.regs.rdi == kTemporary;
+    c.regs.rip = kRip;
+    c.regs.orig_rax = c.regs.rax;
+    return EventOf(Event::Kind::kSyscall);
+  }});
+  auto b = NewKernel(&sys, std::move(pb_platform));
+  ASSERT_TRUE(Load(*b).ok());
+  auto init2 = b->FindTask(init->tid());
+  ASSERT_NE(init2, nullptr);
+  // Its own mask, not sigsuspend's temporary one.
+  EXPECT_EQ(init2->signal_mask(), kMask);
+  kernel::Usage u = init2->cputime().Read(kernel::MonotonicNowNs());
+  EXPECT_EQ(u.user_ns + u.sys_ns, saved_cpu_ns);
+  // wait reaps the zombie with its status.
+  Kernel::WaitResult wr;
+  EXPECT_EQ(b->WaitChild(*init2, -1, false, WEXITED | WNOHANG, &wr), child_pid);
+  EXPECT_EQ(wr.pid, child_pid);
+  EXPECT_EQ(wr.status.code, 3);
+  EXPECT_EQ(b->FindGroup(child_pid), nullptr);
+  // Started, it suspends again; SIGTERM (not blocked) ends it.
+  auto run_b = std::async(std::launch::async, [&] { return b->RunRestored(); });
+  give_up = absl::Now() + absl::Seconds(10);
+  while (!resuspended && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  while (!init2->sleeping() && absl::Now() < give_up) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_TRUE(resuspended.load());
+  b->SignalGroup(init2->group(), SIGTERM, 0);
+  init2.reset();
+  EXPECT_EQ(run_b.get().signo, SIGTERM);
+}
+
+}  // namespace
+}  // namespace sandboxd::state

@@ -301,6 +301,7 @@ StubProcess::StubProcess(Systrap* platform, pid_t pid, UniqueFd shared_fd,
   {
     absl::MutexLock l(&slots_mu_);
     used_slots_.set(0);  // the control thread
+    ever_used_.set(0);
   }
   reaper_ = std::thread([this] { Reap(); });
 }
@@ -320,7 +321,16 @@ void StubProcess::Reap() {
   // word to the Sentry so that a waiter about to sleep sees the change.
   StoreSeqCst(&shared_->control.owner, kOwnerSentry);
   Futex(&shared_->control.owner, FUTEX_WAKE, INT32_MAX);
+  // Only slots that were ever handed out: touching the others would make
+  // the host allocate their pages of the shared area (2 MiB for all 256)
+  // just to free them again, at every process exit.
+  std::bitset<kMaxThreads> slots;
+  {
+    absl::MutexLock l(&slots_mu_);
+    slots = ever_used_;
+  }
   for (uint32_t i = 0; i < kMaxThreads; i++) {
+    if (!slots.test(i)) continue;
     StoreSeqCst(&shared_->slots[i].owner, kOwnerSentry);
     Futex(&shared_->slots[i].owner, FUTEX_WAKE, INT32_MAX);
     StoreSeqCst(reinterpret_cast<uint32_t*>(&shared_->slots[i].tid), 0);
@@ -413,6 +423,7 @@ absl::StatusOr<int> StubProcess::NewThread(pid_t* tid) {
           continue;
         }
         used_slots_.set(i);
+        ever_used_.set(i);
         slot = static_cast<int>(i);
         break;
       }

@@ -86,6 +86,9 @@ class StubProcess : public platform::AddressSpace {
   absl::Mutex control_mu_;
   absl::Mutex slots_mu_;
   std::bitset<kMaxThreads> used_slots_ ABSL_GUARDED_BY(slots_mu_);
+  // Slots handed out at least once: the only ones a Sentry thread can be
+  // waiting on, and the only ones whose pages of the shared area exist.
+  std::bitset<kMaxThreads> ever_used_ ABSL_GUARDED_BY(slots_mu_);
 };
 
 // One application thread's binding to a stub thread.

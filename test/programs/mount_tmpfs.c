@@ -47,6 +47,8 @@ int main(void) {
   CHECK("mkdir the mountpoint", mkdir(dir, 0755) == 0);
   struct stat before, st;
   stat(dir, &before);
+  /* (Not /tmp: it may be a mountpoint itself, as under Bazel's sandbox.) */
+  CHECK_ERRNO("umount2 of a plain directory: EINVAL", umount2(dir, 0), EINVAL);
 
   CHECK("mount tmpfs mode=0710,size=64k",
         mount("sbxtest", dir, "tmpfs", MS_NOSUID, "mode=0710,size=64k") == 0);
@@ -83,7 +85,6 @@ int main(void) {
   CHECK("create after the remount", fd >= 0);
   if (fd >= 0) close(fd);
 
-  CHECK_ERRNO("umount2 of a plain directory: EINVAL", umount2("/tmp", 0) == 0 ? 0 : -1, EINVAL);
   CHECK_ERRNO("unknown filesystem type: ENODEV",
               mount("x", dir, "nosuchfs_sbx", 0, NULL), ENODEV);
   CHECK_ERRNO("mount on a file: ENOTDIR", mount("x", file, "tmpfs", 0, NULL), ENOTDIR);

@@ -221,10 +221,8 @@ int64_t SysIoctl(Task& t, const SyscallArgs& a) {
   if (f == nullptr) return -EBADF;
   // The request is an unsigned int: musl passes it sign-extended.
   const uint64_t request = static_cast<uint32_t>(a.a[1]);
-  bool tty;
-  int64_t tr = TerminalIoctl(t, f, request, a.a[2], &tty);
-  if (tty) return tr;
-  // The requests every file takes (Linux's do_vfs_ioctl).
+  // The requests every file takes, terminals included (Linux's
+  // do_vfs_ioctl, before any driver sees the call).
   switch (request) {
     case FIOCLEX:
     case FIONCLEX:
@@ -239,6 +237,9 @@ int64_t SysIoctl(Task& t, const SyscallArgs& a) {
     default:
       break;
   }
+  bool tty;
+  int64_t tr = TerminalIoctl(t, f, request, a.a[2], &tty);
+  if (tty) return tr;
   bool in, out;
   int64_t size = fs::IoctlArgSize(request, &in, &out);
   if (size < 0) return -ENOTTY;

@@ -184,12 +184,6 @@ int64_t TerminalIoctl(Task& t, const std::shared_ptr<fs::File>& f,
       // pseudo-terminal has no line to send a break on.
       if (int64_t r = CheckChange(t, *term); r < 0) return r;
       return 0;
-    case FIONBIO: {
-      int on;
-      if (int64_t r = CopyInValue(t, arg, &on); r < 0) return r;
-      int fl = f->StatusFlags();
-      return f->SetStatusFlags(on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK));
-    }
     case TIOCSCTTY:
       // Linux wants a readable description or CAP_SYS_ADMIN, and
       // CAP_SYS_ADMIN to steal (arg 1): the sandbox's root has it.

@@ -413,14 +413,19 @@ int64_t SysGetcwd(Task& t, const SyscallArgs& a) {
   return static_cast<int64_t>(path.size() + 1);
 }
 
-int64_t SysChdir(Task& t, const SyscallArgs& a) {
+// The directory a chdir/chroot path argument names.
+int64_t ResolveDirectory(Task& t, uint64_t path_addr, Location* out) {
   std::string path;
-  int64_t r = ReadPath(t, a.a[0], &path);
+  int64_t r = ReadPath(t, path_addr, &path);
   if (r < 0) return r;
+  r = ResolveAt(t, AT_FDCWD, path, true, false, out);
+  if (r < 0) return r;
+  return out->inode().Type() == S_IFDIR ? 0 : -ENOTDIR;
+}
+
+int64_t SysChdir(Task& t, const SyscallArgs& a) {
   Location l;
-  r = ResolveAt(t, AT_FDCWD, path, true, false, &l);
-  if (r < 0) return r;
-  if (l.inode().Type() != S_IFDIR) return -ENOTDIR;
+  if (int64_t r = ResolveDirectory(t, a.a[0], &l); r < 0) return r;
   t.group().fs().set_cwd(l);
   return 0;
 }
@@ -435,13 +440,8 @@ int64_t SysFchdir(Task& t, const SyscallArgs& a) {
 }
 
 int64_t SysChroot(Task& t, const SyscallArgs& a) {
-  std::string path;
-  int64_t r = ReadPath(t, a.a[0], &path);
-  if (r < 0) return r;
   Location l;
-  r = ResolveAt(t, AT_FDCWD, path, true, false, &l);
-  if (r < 0) return r;
-  if (l.inode().Type() != S_IFDIR) return -ENOTDIR;
+  if (int64_t r = ResolveDirectory(t, a.a[0], &l); r < 0) return r;
   t.group().fs().set_root(l);
   return 0;
 }

@@ -197,12 +197,8 @@ for _ in $(seq 1 "$REPS"); do
   done
 done
 
-median() { # median of the numeric lines of file $1 ("fail" lines ignored)
-  grep -v fail "$1" 2>/dev/null | sort -g | awk '{a[NR]=$1} END {if (NR==0) print "n/a"; else if (NR%2) print a[(NR+1)/2]; else printf "%.1f\n", (a[NR/2]+a[NR/2+1])/2}'
-}
-spread() {
-  grep -v fail "$1" 2>/dev/null | sort -g | awk 'NR==1{lo=$1} {hi=$1} END {if (NR) printf "%s..%s", lo, hi; else print "-"}'
-}
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 
 echo "getpid syscall cost — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs, kernel $(uname -r)"
 echo "native N=$N_NATIVE, sandboxes N=$N_SANDBOX, median of $REPS runs"

@@ -12,8 +12,6 @@
  *   bench_workloads open N FILE   N x open + read 4 KiB + close of FILE
  *   bench_workloads tmpfile N     N x open(O_CREAT|O_TRUNC) + write 4 KiB +
  *                                 close + unlink of a file in /tmp
- *   bench_workloads clock N       N x clock_gettime(CLOCK_MONOTONIC) through
- *                                 libc (the vDSO where there is one)
  *
  * Prints "ns_per_op <float>" (CLOCK_MONOTONIC around the timed loop, after
  * N/10 warm-up operations). Built static so that the same file runs in all
@@ -142,19 +140,11 @@ static void tmpfile_op(void) {
   if (unlink(tmp_path) != 0) die("unlink");
 }
 
-static volatile long clock_sink;
-
-static void clock_op(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  clock_sink += t.tv_nsec;
-}
-
 int main(int argc, char **argv) {
   self = argv[0];
   if (argc >= 2 && strcmp(argv[1], "exit") == 0) return 0;
   if (argc < 3) {
-    fprintf(stderr, "usage: %s pipe|pipe-threads|fork|forkexec|open|tmpfile|clock N [FILE]\n",
+    fprintf(stderr, "usage: %s pipe|pipe-threads|fork|forkexec|open|tmpfile N [FILE]\n",
             argv[0]);
     return 2;
   }
@@ -182,8 +172,6 @@ int main(int argc, char **argv) {
   } else if (strcmp(mode, "tmpfile") == 0) {
     snprintf(tmp_path, sizeof tmp_path, "/tmp/bench_workloads.%d", (int)getpid());
     op = tmpfile_op;
-  } else if (strcmp(mode, "clock") == 0) {
-    op = clock_op;
   } else {
     fprintf(stderr, "unknown mode %s\n", mode);
     return 2;

@@ -7,7 +7,8 @@
 # its stubs, or runsc, share one core): pipe ping-pong between two processes
 # and between two threads, fork+wait, fork+exec+wait (static, /bin/true),
 #   open+read+close of a host file (the read-only rootfs), create+write+
-#   close+unlink in /tmp (the overlay's tmpfs), clock_gettime through libc.
+#   close+unlink in /tmp (the overlay's tmpfs). (clock_gettime has its own
+#   table in bench/run.sh.)
 # Table 2: start-up, wall time of a whole sandbox run from the host:
 #   `/bin/true` and `python3 -c pass` from the host's Debian root.
 # Each figure is the median of REPS runs; runs of the configurations are
@@ -61,7 +62,6 @@ ops=(
   "forkexec|fork + execve /bin/true + waitpid|$((1000 / div))|$((100 / div))|/bin/true"
   "open|open + read 4 KiB + close (rootfs)|$((100000 / div))|$((5000 / div))"
   "tmpfile|creat + write 4 KiB + close + unlink (/tmp)|$((50000 / div))|$((2000 / div))"
-  "clock|clock_gettime(MONOTONIC) via libc|$((2000000 / div))|$((200000 / div))"
 )
 # name|what|command (appended to the config's prefix)
 starts=(
@@ -117,10 +117,8 @@ for _ in $(seq 1 "$REPS"); do
   done
 done
 
-median() {
-  grep -v fail "$1" 2>/dev/null | sort -g | awk '{a[NR]=$1} END {if (NR==0) print "n/a"; else if (NR%2) print a[(NR+1)/2]; else printf "%.1f\n", (a[NR/2]+a[NR/2+1])/2}'
-}
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ && b > 0) printf "%.1fx", a / b; else print "n/a" }'; }
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 
 echo "workloads — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs, kernel $(uname -r), median of $REPS"
 [ -x "$SENTRY" ] && echo "sentry: $SENTRY run --rootfs=/ ${SENTRY_FLAGS[*]}"

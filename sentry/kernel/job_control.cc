@@ -15,6 +15,7 @@
 #include <errno.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include "sentry/kernel/task.h"
@@ -160,13 +161,16 @@ bool Task::DoJobControl() {
 
 void Task::PrepareToResume() {
   if (restart_if_no_handler_) {
-    // Back to the syscall instruction, with its number in rax.
+    // Back to the syscall instruction, with its number in rax (or
+    // restart_syscall's, which resumes from the restart block).
     cpu_.regs.rip -= 2;
-    cpu_.regs.rax = cpu_.regs.orig_rax;
+    cpu_.regs.rax = restart_with_block_ ? SYS_restart_syscall
+                                        : cpu_.regs.orig_rax;
   }
-  // Both restart decisions are about the call that just returned; once
+  // The restart decisions are about the call that just returned; once
   // the task goes back to application code they are stale.
   restart_if_no_handler_ = false;
+  restart_with_block_ = false;
   restart_pending_ = false;
   // Whatever a Poke asked for has been looked at. A Poke after this also
   // interrupts the platform context, so the next Switch returns at once.

@@ -386,6 +386,14 @@ void Task::HandleSyscall() {
   restart_pending_ = ret == -EINTR && Restartable(args.nr) &&
                      (pending_.load() & ~mask_.load()) != 0;
   restart_if_no_handler_ = ret == -EINTR && RestartsWithoutHandler(args.nr);
+  // An interrupted sleep left its deadline in the restart block: Linux's
+  // -ERESTART_RESTARTBLOCK, which goes on as restart_syscall(2).
+  restart_with_block_ = ret == -EINTR &&
+                        restart_block_.kind != RestartBlock::Kind::kNone &&
+                        (args.nr == SYS_nanosleep ||
+                         args.nr == SYS_clock_nanosleep ||
+                         args.nr == SYS_restart_syscall);
+  if (restart_with_block_) restart_if_no_handler_ = true;
 }
 
 int Task::TakePendingSignal(SigSet set, siginfo_t* out) {
@@ -445,6 +453,11 @@ void Task::DeliverPendingSignals() {
       }
     }
     restart_if_no_handler_ = false;  // the handler's SA_RESTART decides
+    // A handler ran: the sleep returns EINTR, and a later restart_syscall
+    // has nothing to resume (Linux resets the block when it sets up the
+    // frame).
+    restart_with_block_ = false;
+    restart_block_ = RestartBlock{};
     if (!DeliverToHandler(signo, info.info.si_code, 0, info.info.si_pid, act,
                           info.queued ? &info.info : nullptr)) {
       tg_->Exit(ExitStatus{0, SIGSEGV, true});

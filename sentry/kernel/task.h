@@ -264,6 +264,18 @@ class ThreadGroup {
   friend struct state::KernelState;
 };
 
+// Linux's restart_block: how restart_syscall(2) resumes an interrupted
+// sleep when the interruption ran no handler (a stop and continue, an
+// ignored signal), so that the sleep keeps its deadline instead of
+// starting over or failing with EINTR.
+struct RestartBlock {
+  enum class Kind { kNone, kSleep };
+  Kind kind = Kind::kNone;
+  clockid_t clock = CLOCK_MONOTONIC;  // as the program named it
+  int64_t deadline_ns = 0;            // absolute, on `clock`
+  uint64_t rem_addr = 0;              // where the time left goes (0: nowhere)
+};
+
 class Task : public fs::Blocker, public std::enable_shared_from_this<Task> {
  public:
   Task(Kernel* k, pid_t tid, std::shared_ptr<ThreadGroup> tg,
@@ -416,6 +428,9 @@ class Task : public fs::Blocker, public std::enable_shared_from_this<Task> {
     robust_len_ = len;
   }
   uint64_t robust_list() const { return robust_list_; }
+  // Set by a sleep that is interrupted (sys_time.cc), read by
+  // restart_syscall(2). Only the task's own thread touches it.
+  RestartBlock& restart_block() { return restart_block_; }
 
  private:
   void Run();
@@ -468,6 +483,9 @@ class Task : public fs::Blocker, public std::enable_shared_from_this<Task> {
   // The last syscall returned -EINTR and Linux would restart it if no
   // handler runs (PrepareToResume).
   bool restart_if_no_handler_ = false;
+  // ... and it restarts as restart_syscall(2), from restart_block_.
+  bool restart_with_block_ = false;
+  RestartBlock restart_block_;
   bool restore_mask_ = false;
   SigSet saved_mask_ = 0;
   bool vforked_ = false;

@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <utility>
 
 #include "absl/time/clock.h"
 #include "sentry/syscalls/syscalls.h"
@@ -74,42 +75,47 @@ bool ValidTimespec(const timespec& ts) {
   return ts.tv_sec >= 0 && ts.tv_nsec >= 0 && ts.tv_nsec < kNsPerSec;
 }
 
-// Sleeps on host clock `clk` until `req` (absolute) or for `req`; on an
-// interruption writes the time left to `rem` (relative sleeps only) and
-// returns -EINTR.
-int64_t Sleep(Task& t, clockid_t clk, const timespec& req, bool absolute,
-              uint64_t rem_addr) {
-  if (!ValidTimespec(req)) return -EINVAL;
-  absl::Duration d = absl::DurationFromTimespec(req);
-  if (absolute) {
-    struct timespec now;
-    clock_gettime(clk, &now);
-    d -= absl::DurationFromTimespec(now);
-  }
-  absl::Time deadline = absl::Now() + d;
-  for (;;) {
-    Task::WakeReason why = t.Block(deadline);
-    if (why == Task::WakeReason::kTimeout) return 0;
-    if (why == Task::WakeReason::kInterrupted) break;
-    if (absl::Now() >= deadline) return 0;
-  }
-  if (!absolute && rem_addr != 0) {
-    absl::Duration left = std::max(deadline - absl::Now(), absl::ZeroDuration());
-    timespec rem = absl::ToTimespec(left);
+int64_t HostClockNs(clockid_t clk) {
+  struct timespec now;
+  clock_gettime(clk, &now);
+  return now.tv_sec * kNsPerSec + now.tv_nsec;
+}
+
+// What an interrupted sleep leaves behind: the time left in `rem` (if the
+// program asked for it) and its deadline in the restart block, from which
+// restart_syscall(2) goes on when no handler runs. -EINTR otherwise.
+int64_t Interrupted(Task& t, clockid_t program_clock, int64_t deadline_ns,
+                    int64_t now_ns, uint64_t rem_addr) {
+  if (rem_addr != 0) {
+    int64_t left = std::max<int64_t>(deadline_ns - now_ns, 0);
+    timespec rem = {static_cast<time_t>(left / kNsPerSec),
+                    static_cast<long>(left % kNsPerSec)};
     CopyOut(t, rem_addr, rem);
   }
+  t.restart_block() = kernel::RestartBlock{kernel::RestartBlock::Kind::kSleep,
+                                           program_clock, deadline_ns, rem_addr};
   return -EINTR;
 }
 
-// Sleeps until a CPU clock reaches the time asked for, looking at it again
-// whenever the budget left could first have been used up.
-int64_t CpuSleep(Task& t, const kernel::TimerClock& clock, const timespec& req,
-                 bool absolute, uint64_t rem_addr) {
-  if (!ValidTimespec(req)) return -EINVAL;
-  int64_t now = clock.Now();
-  if (now < 0) return -EINVAL;
-  int64_t ns = req.tv_sec * kNsPerSec + req.tv_nsec;
-  int64_t target = absolute ? ns : now + ns;
+// Sleeps on host clock `clk` until its time is `deadline_ns`.
+int64_t SleepUntil(Task& t, clockid_t program_clock, clockid_t clk,
+                   int64_t deadline_ns, uint64_t rem_addr) {
+  for (;;) {
+    int64_t now = HostClockNs(clk);
+    if (now >= deadline_ns) return 0;
+    Task::WakeReason why =
+        t.Block(absl::Now() + absl::Nanoseconds(deadline_ns - now));
+    if (why == Task::WakeReason::kInterrupted) break;
+  }
+  return Interrupted(t, program_clock, deadline_ns, HostClockNs(clk), rem_addr);
+}
+
+// Sleeps until a CPU clock reaches `target`, looking at it again whenever
+// the budget left could first have been used up.
+int64_t CpuSleepUntil(Task& t, clockid_t program_clock,
+                      const kernel::TimerClock& clock, int64_t target,
+                      uint64_t rem_addr) {
+  int64_t now;
   for (;;) {
     now = clock.Now();
     if (now < 0 || now >= target) return 0;
@@ -117,19 +123,49 @@ int64_t CpuSleep(Task& t, const kernel::TimerClock& clock, const timespec& req,
     Task::WakeReason why = t.Block(absl::Now() + absl::Nanoseconds(wait));
     if (why == Task::WakeReason::kInterrupted) break;
   }
-  if (!absolute && rem_addr != 0) {
-    int64_t left = std::max<int64_t>(target - std::max<int64_t>(clock.Now(), 0), 0);
-    timespec rem = {static_cast<time_t>(left / kNsPerSec),
-                    static_cast<long>(left % kNsPerSec)};
-    CopyOut(t, rem_addr, rem);
+  return Interrupted(t, program_clock, target, std::max<int64_t>(clock.Now(), 0),
+                     rem_addr);
+}
+
+// A sleep on `clock` for `req`, or until `req` with TIMER_ABSTIME (which
+// writes no time left, as on Linux).
+int64_t Sleep(Task& t, clockid_t program_clock, const kernel::TimerClock& clock,
+              const timespec& req, bool absolute, uint64_t rem_addr) {
+  if (!ValidTimespec(req)) return -EINVAL;
+  int64_t ns = req.tv_sec * kNsPerSec + req.tv_nsec;
+  if (absolute) rem_addr = 0;
+  if (clock.kind == kernel::TimerClock::Kind::kHost) {
+    int64_t deadline = absolute ? ns : HostClockNs(clock.host) + ns;
+    return SleepUntil(t, program_clock, clock.host, deadline, rem_addr);
   }
-  return -EINTR;
+  int64_t now = clock.Now();
+  if (now < 0) return -EINVAL;
+  return CpuSleepUntil(t, program_clock, clock, absolute ? ns : now + ns,
+                       rem_addr);
 }
 
 int64_t SysNanosleep(Task& t, const SyscallArgs& a) {
   timespec req;
   if (!CopyIn(t, a.a[0], &req)) return -EFAULT;
-  return Sleep(t, CLOCK_MONOTONIC, req, false, a.a[1]);
+  kernel::TimerClock clock;
+  clock.kind = kernel::TimerClock::Kind::kHost;
+  clock.host = CLOCK_MONOTONIC;
+  return Sleep(t, CLOCK_MONOTONIC, clock, req, false, a.a[1]);
+}
+
+// restart_syscall(2): goes on with the sleep that a stop (or a signal that
+// ran no handler) interrupted, towards the same deadline. Without one, as
+// when a program calls it itself, Linux's answer: EINTR.
+int64_t SysRestartSyscall(Task& t, const SyscallArgs&) {
+  kernel::RestartBlock b = std::exchange(t.restart_block(), kernel::RestartBlock{});
+  if (b.kind != kernel::RestartBlock::Kind::kSleep) return -EINTR;
+  kernel::TimerClock clock;
+  int64_t r = kernel::ResolveClock(t, b.clock, &clock);
+  if (r < 0) return r;
+  if (clock.kind == kernel::TimerClock::Kind::kHost) {
+    return SleepUntil(t, b.clock, clock.host, b.deadline_ns, b.rem_addr);
+  }
+  return CpuSleepUntil(t, b.clock, clock, b.deadline_ns, b.rem_addr);
 }
 
 int64_t SysClockNanosleep(Task& t, const SyscallArgs& a) {
@@ -157,10 +193,7 @@ int64_t SysClockNanosleep(Task& t, const SyscallArgs& a) {
   timespec req;
   if (!CopyIn(t, a.a[2], &req)) return -EFAULT;
   const bool absolute = (a.a[1] & TIMER_ABSTIME) != 0;
-  if (clock.kind == kernel::TimerClock::Kind::kHost) {
-    return Sleep(t, clock.host, req, absolute, a.a[3]);
-  }
-  return CpuSleep(t, clock, req, absolute, a.a[3]);
+  return Sleep(t, clk, clock, req, absolute, a.a[3]);
 }
 
 // ---------------------------------------------------------------------------
@@ -295,6 +328,7 @@ void RegisterTime(Entry* table) {
   table[SYS_clock_getres] = {SysClockGetres, "clock_getres"};
   table[SYS_nanosleep] = {SysNanosleep, "nanosleep"};
   table[SYS_clock_nanosleep] = {SysClockNanosleep, "clock_nanosleep"};
+  table[SYS_restart_syscall] = {SysRestartSyscall, "restart_syscall"};
   table[SYS_alarm] = {SysAlarm, "alarm"};
   table[SYS_setitimer] = {SysSetitimer, "setitimer"};
   table[SYS_getitimer] = {SysGetitimer, "getitimer"};

@@ -3,12 +3,15 @@
  * wait4 (WUNTRACED, WCONTINUED) and waitid (WSTOPPED, WCONTINUED, WNOWAIT),
  * each reported once; the orphaned-process-group rule; the queueing rules
  * (SIGCONT discards pending stop signals); SIGKILL of a stopped process; a
- * stopped multi-threaded process, whose blocked read restarts. */
+ * stopped multi-threaded process, whose blocked read restarts; sleeps that
+ * a stop interrupts go on to their deadline (restart_syscall), and one that
+ * a handler interrupts fails with EINTR and the time left. */
 #define _GNU_SOURCE
 #include <poll.h>
 #include <pthread.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -329,6 +332,81 @@ static void test_threads(void) {
   close(g_pipe2[1]);
 }
 
+static long elapsed_ms(const struct timespec* a, const struct timespec* b) {
+  return (b->tv_sec - a->tv_sec) * 1000 + (b->tv_nsec - a->tv_nsec) / 1000000;
+}
+
+static void on_usr1(int sig) { (void)sig; }
+
+/* A child sleeps 300 ms (nanosleep, then clock_nanosleep) while the parent
+ * stops and continues it after 50 ms: the sleep is not cut short, it does
+ * not fail with EINTR and it does not start over. Exit code: 0 if so. */
+static int stopped_sleeper(int use_clock) {
+  struct timespec start, end, req = {0, 300000000}, rem = {0, 0};
+  clock_gettime(CLOCK_MONOTONIC, &start);
+  int r = use_clock ? clock_nanosleep(CLOCK_MONOTONIC, 0, &req, &rem)
+                    : nanosleep(&req, &rem);
+  clock_gettime(CLOCK_MONOTONIC, &end);
+  long ms = elapsed_ms(&start, &end);
+  if (r != 0) return 1;
+  if (ms < 295) return 2;
+  if (ms > 500 + 300) return 3; /* started over after the stop */
+  return 0;
+}
+
+static void test_sleep_restarts(void) {
+  for (int use_clock = 0; use_clock < 2; use_clock++) {
+    const char* name = use_clock ? "clock_nanosleep" : "nanosleep";
+    char label[96];
+    pid_t pid = fork();
+    if (pid == 0) _exit(stopped_sleeper(use_clock));
+    sleep_ms(50);
+    kill(pid, SIGSTOP);
+    int st = 0;
+    waitpid(pid, &st, WUNTRACED);
+    siginfo_t si;
+    next_sigchld(&si);
+    sleep_ms(100);
+    kill(pid, SIGCONT);
+    next_sigchld(&si);
+    st = 0;
+    while (waitpid(pid, &st, 0) != pid) {
+    }
+    snprintf(label, sizeof label,
+             "%s stopped and continued goes on to its deadline", name);
+    CHECK(label, WIFEXITED(st) && WEXITSTATUS(st) == 0);
+    next_sigchld(&si);
+  }
+
+  /* A handler that runs interrupts the sleep for good. */
+  struct sigaction sa;
+  memset(&sa, 0, sizeof sa);
+  sa.sa_handler = on_usr1;
+  sigaction(SIGUSR1, &sa, NULL);
+  pid_t pid = fork();
+  if (pid == 0) {
+    struct timespec req = {2, 0}, rem = {0, 0};
+    int r = nanosleep(&req, &rem);
+    int ok = r == -1 && errno == EINTR && rem.tv_sec >= 1 && rem.tv_sec < 2;
+    _exit(ok ? 0 : 1);
+  }
+  sleep_ms(50);
+  kill(pid, SIGUSR1);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  CHECK("nanosleep interrupted by a handler: EINTR and the time left",
+        WIFEXITED(st) && WEXITSTATUS(st) == 0);
+  siginfo_t si;
+  next_sigchld(&si);
+  signal(SIGUSR1, SIG_DFL);
+
+  /* With nothing to resume, restart_syscall fails with EINTR. */
+  errno = 0;
+  long r = syscall(SYS_restart_syscall);
+  CHECK("restart_syscall without an interrupted call: EINTR",
+        r == -1 && errno == EINTR);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   sigset_t s;
@@ -343,5 +421,6 @@ int main(void) {
   test_cont_discards_stop();
   test_ignored_cont_and_nocldstop();
   test_threads();
+  test_sleep_restarts();
   return finish();
 }

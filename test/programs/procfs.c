@@ -13,6 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/auxv.h>
+#include <sys/prctl.h>
 #include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
@@ -111,6 +112,86 @@ static void *sleeper(void *arg) {
 }
 
 static char text[1 << 16];
+
+/* A thread that reports its tid and, when told, its own name. */
+static struct {
+  int tid;
+  int go[2], done[2];
+  char name[16];
+} g_named;
+
+static void *named_thread(void *arg) {
+  (void)arg;
+  __atomic_store_n(&g_named.tid, (int)syscall(SYS_gettid), __ATOMIC_RELEASE);
+  char c;
+  if (read(g_named.go[0], &c, 1) != 1) return NULL;
+  prctl(PR_GET_NAME, g_named.name);
+  (void)!write(g_named.done[1], "d", 1);
+  return NULL;
+}
+
+/* comm: per thread in task/TID, writable by the process itself (what
+ * pthread_setname_np/pthread_getname_np of another thread use), keeping
+ * the bytes written, newline included, up to 15; another process's comm
+ * is not writable. */
+static void test_comm_write(void) {
+  char path[128], buf[64];
+  int fd = open("/proc/self/comm", O_WRONLY);
+  CHECK("comm opens for writing", fd >= 0);
+  CHECK("comm write", write(fd, "renamed\n", 8) == 8);
+  close(fd);
+  CHECK("comm keeps the newline written",
+        slurp("/proc/self/comm", buf, sizeof buf) == 9 &&
+            strcmp(buf, "renamed\n\n") == 0);
+  char pname[16] = {0};
+  prctl(PR_GET_NAME, pname);
+  CHECK("prctl sees the written comm", strcmp(pname, "renamed\n") == 0);
+  fd = open("/proc/self/comm", O_WRONLY);
+  CHECK("comm write longer than 15 bytes",
+        write(fd, "abcdefghijklmnopqrstuvwxyz", 26) == 26);
+  close(fd);
+  CHECK("comm is cut to 15 bytes",
+        slurp("/proc/self/comm", buf, sizeof buf) > 0 &&
+            strcmp(buf, "abcdefghijklmno\n") == 0);
+
+  if (pipe(g_named.go) != 0 || pipe(g_named.done) != 0) return;
+  pthread_t th;
+  pthread_create(&th, NULL, named_thread, NULL);
+  while (__atomic_load_n(&g_named.tid, __ATOMIC_ACQUIRE) == 0) sched_yield();
+  snprintf(path, sizeof path, "/proc/self/task/%d/comm", g_named.tid);
+  fd = open(path, O_WRONLY);
+  CHECK("thread comm write", fd >= 0 && write(fd, "worker", 6) == 6);
+  close(fd);
+  CHECK("thread comm reads back",
+        slurp(path, buf, sizeof buf) > 0 && strcmp(buf, "worker\n") == 0);
+  (void)!write(g_named.go[1], "g", 1);
+  char c;
+  (void)!read(g_named.done[0], &c, 1);
+  pthread_join(th, NULL);
+  CHECK("the thread's own PR_GET_NAME", strcmp(g_named.name, "worker") == 0);
+  CHECK("the process keeps its name",
+        slurp("/proc/self/comm", buf, sizeof buf) > 0 &&
+            strcmp(buf, "abcdefghijklmno\n") == 0);
+
+  int p[2];
+  if (pipe(p) != 0) return;
+  pid_t child = fork();
+  if (child == 0) {
+    close(p[1]);
+    (void)!read(p[0], &c, 1);
+    _exit(0);
+  }
+  snprintf(path, sizeof path, "/proc/%d/comm", child);
+  fd = open(path, O_WRONLY);
+  CHECK_ERRNO("another process's comm is not writable",
+              fd >= 0 ? write(fd, "x", 1) : -1, EINVAL);
+  if (fd >= 0) close(fd);
+  close(p[0]);
+  close(p[1]);
+  int st;
+  waitpid(child, &st, 0);
+  prctl(PR_SET_NAME, "procfs");
+}
 
 int main(int argc, char **argv) {
   (void)argc;
@@ -475,5 +556,6 @@ int main(int argc, char **argv) {
   snprintf(path, sizeof path, "/proc/%d", child);
   CHECK_ERRNO("reaped child's directory is gone", access(path, F_OK), ENOENT);
 
+  test_comm_write();
   return finish();
 }

@@ -796,10 +796,40 @@ class ProcessDirs {
         return ReadStrings(p, p.env_start, p.env_end, o);
       });
     } else if (name == "comm") {
-      *out = Seq(name, [](const ProcInfo& p, std::string* o) {
-        *o = p.comm + "\n";
-        return 0;
-      });
+      // A thread's own name in task/TID (pthread_getname_np of another
+      // thread reads it there); writable by the process itself, as on
+      // Linux, which keeps the bytes written, newline included, up to 15.
+      const pid_t tid = tid_ != 0 ? tid_ : pid_;
+      *out = Seq(
+          name,
+          [k, tid](const ProcInfo& p, std::string* o) {
+            std::string comm = p.comm;
+            std::shared_ptr<Task> t = k->FindTask(tid);
+            if (t != nullptr) {
+              k->WithTasklistLock([&] {
+                if (!t->thread_comm.empty()) comm = t->thread_comm;
+              });
+            }
+            *o = comm + "\n";
+            return 0;
+          },
+          [k, tid](const std::string& text) -> int64_t {
+            Task* me = Task::Current();
+            std::shared_ptr<Task> t = k->FindTask(tid);
+            if (t == nullptr) return -ESRCH;
+            if (me == nullptr || &me->group() != &t->group()) return -EINVAL;
+            std::string name = text.substr(0, 15);
+            name.resize(strnlen(name.data(), name.size()));
+            k->WithTasklistLock([&] {
+              if (t->tid() == t->group().tgid()) {
+                t->group().comm = name;
+                t->thread_comm.clear();
+              } else {
+                t->thread_comm = name;
+              }
+            });
+            return static_cast<int64_t>(text.size());
+          });
     } else if (name == "maps") {
       *out = Seq(name, [](const ProcInfo& p, std::string* o) {
         *o = MapsText(p);

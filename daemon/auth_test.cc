@@ -113,6 +113,18 @@ class AuthTest : public testing::Test {
     return listener_->AfterStart();
   }
 
+  // A group other than ours that a file can be given to: "nogroup" on a
+  // normal host; inside a user namespace that does not map it (Bazel's
+  // sandbox) our own group, so that the chgrp path still runs.
+  std::string ChownableGroup() {
+    std::string probe = dir_ + "/probe";
+    Spit(probe, "", 0600);
+    struct group* g = getgrnam("nogroup");
+    if (g != nullptr && chown(probe.c_str(), -1, g->gr_gid) == 0) return "nogroup";
+    g = getgrgid(getegid());
+    return g != nullptr ? g->gr_name : "root";
+  }
+
   ListenOptions TcpOptions() {
     ListenOptions o;
     o.tcp_address = "127.0.0.1:0";
@@ -135,7 +147,8 @@ class AuthTest : public testing::Test {
 };
 
 TEST_F(AuthTest, TcpNeedsTheToken) {
-  ASSERT_TRUE(Start(TcpOptions()).ok());
+  absl::Status started = Start(TcpOptions());
+  ASSERT_TRUE(started.ok()) << started;
   ASSERT_GT(listener_->tcp_port(), 0);
 
   // With the token: served.
@@ -205,15 +218,16 @@ TEST_F(AuthTest, TokenFileChecks) {
 TEST_F(AuthTest, UnixSocketModeAndGroup) {
   ListenOptions o;
   o.unix_socket = dir_ + "/sandboxd.sock";
-  o.socket_group = "nogroup";  // the real default, "sandboxd", rarely exists in tests
-  ASSERT_TRUE(Start(o).ok());
+  o.socket_group = ChownableGroup();  // the default, "sandboxd", rarely exists here
+  absl::Status started = Start(o);
+  ASSERT_TRUE(started.ok()) << started;
   struct stat st;
   ASSERT_EQ(stat(o.unix_socket.c_str(), &st), 0);
   EXPECT_TRUE(S_ISSOCK(st.st_mode));
   EXPECT_EQ(st.st_mode & 0777, 0660u);
-  if (struct group* g = getgrnam("nogroup")) {
-    EXPECT_EQ(st.st_gid, g->gr_gid);
-  }
+  struct group* g = getgrnam(o.socket_group.c_str());
+  ASSERT_NE(g, nullptr);
+  EXPECT_EQ(st.st_gid, g->gr_gid);
 
   std::string reply;
   grpc::Status s = HealthCheck(
@@ -266,7 +280,8 @@ TEST_F(AuthTest, NonSocketFileIsNotRemoved) {
 TEST_F(AuthTest, UnixAndTcpTogether) {
   ListenOptions o = TcpOptions();
   o.unix_socket = dir_ + "/sandboxd.sock";
-  ASSERT_TRUE(Start(o).ok());
+  absl::Status started = Start(o);
+  ASSERT_TRUE(started.ok()) << started;
   EXPECT_TRUE(HealthCheck(grpc::CreateChannel(absl::StrCat("unix:", o.unix_socket),
                                               grpc::InsecureChannelCredentials()))
                   .ok());

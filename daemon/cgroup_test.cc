@@ -198,6 +198,9 @@ TEST_P(CgroupTest, AddProcessProcsAndKillAll) {
   auto cg = manager_->New("procs");
   ASSERT_TRUE(cg.ok()) << cg.status();
   Child child(SleepForever);
+  EXPECT_EQ((*cg)->AddProcess(0).code(), absl::StatusCode::kInvalidArgument)
+      << "0 would mean the daemon itself";
+  EXPECT_EQ((*cg)->AddProcess(-1).code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE((*cg)->AddProcess(child.pid()).ok());
   auto procs = (*cg)->Procs();
   ASSERT_TRUE(procs.ok()) << procs.status();

@@ -323,6 +323,8 @@ CgroupManager::~CgroupManager() = default;
 
 CgroupVersion CgroupManager::version() const { return layout_->version; }
 
+const std::string& CgroupManager::parent() const { return layout_->parent; }
+
 bool CgroupManager::HasController(const std::string& controller) const {
   return layout_->For(controller) != nullptr;
 }

@@ -124,12 +124,7 @@ class CgroupTest : public testing::TestWithParam<Mode> {
                ? absl::StrCat("/sys/fs/cgroup/", controller, "/", parent(), "/", name)
                : absl::StrCat("/sys/fs/cgroup/unified/", parent(), "/", name);
   }
-  std::string parent() {
-    // Describe() ends with "<dir>/<parent>)": recover the parent from it.
-    std::string d = manager_->Describe();
-    d.pop_back();
-    return d.substr(d.rfind('/') + 1);
-  }
+  const std::string& parent() { return manager_->parent(); }
 
   std::unique_ptr<CgroupManager> manager_;
 };

@@ -27,7 +27,6 @@
 
 #include <atomic>
 #include <cstdint>
-#include <string>
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"

@@ -87,6 +87,9 @@ struct Options {
   // --vdso=syscall: the vDSO makes every call a system call (for tests
   // and benchmarks of the trapping path); default: served from the TSC.
   bool vdso_tsc = true;
+  // --systrap-fastpath=adaptive|off|timer: how hand-over waiters decide to
+  // spin (platforms/systrap/fastpath.h); off and timer are for benchmarks.
+  systrap::FastPathMode fastpath = systrap::FastPathMode::kAdaptive;
 };
 
 Options ParseArgs(int argc, char** argv) {
@@ -140,6 +143,12 @@ Options ParseArgs(int argc, char** argv) {
         Die(kExitUsage, absl::StrCat("--vdso wants tsc or syscall, got: ", v));
       }
       o.vdso_tsc = v == "tsc";
+      continue;
+    }
+    if (value("--systrap-fastpath", &v)) {
+      absl::StatusOr<systrap::FastPathMode> m = systrap::ParseFastPathMode(v);
+      if (!m.ok()) Die(kExitUsage, std::string(m.status().message()));
+      o.fastpath = *m;
       continue;
     }
     if (absl::StartsWith(a, "-")) {
@@ -304,7 +313,7 @@ int Run(const Options& o) {
 
   auto mf = mm::MemoryFile::Create();
   if (!mf.ok()) Die(kExitUsage, std::string(mf.status().message()));
-  auto platform = systrap::Systrap::Create((*mf)->fd());
+  auto platform = systrap::Systrap::Create((*mf)->fd(), o.fastpath);
   if (!platform.ok()) Die(kExitUsage, std::string(platform.status().message()));
   mm::MemoryFile* memfile = mf->get();
   // Started early: the Timekeeper calibrates the TSC while the rest starts.

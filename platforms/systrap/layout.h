@@ -88,6 +88,16 @@ inline constexpr uint64_t kStubCloneFlags =
     0x00010000 /* CLONE_THREAD */ | 0x00040000 /* CLONE_SYSVSEM */ |
     0x00200000 /* CLONE_CHILD_CLEARTID */ | 0x01000000 /* CLONE_CHILD_SETTID */;
 
+// Exit codes of a stub process that found something it cannot go on with
+// (DeathReason names them).
+enum StubExit : int {
+  kStubExitAltStack = 111,   // sigaltstack failed in a new thread
+  kStubExitBadStack = 112,   // a signal handler on a stack not its slot's
+  kStubExitControlSignal = 113,  // the control thread took a signal
+  kStubExitSeccomp = 114,    // installing the seccomp filter failed
+  kStubExitCorrupt = 115,    // a hand-over word holds neither owner value
+};
+
 // Number of general registers in the kernel's ucontext mcontext (NGREG).
 inline constexpr int kNumGregs = 23;
 inline constexpr uint32_t kMaxFpSize = 4096;
@@ -103,9 +113,12 @@ struct alignas(64) ThreadSlot {
 
   // Written by the Sentry before owner=kOwnerStub.
   alignas(64) uint32_t action;
-  uint32_t pad0;
+  int32_t sentry_cpu;  // the host CPU of the Sentry thread (-1: unknown)
   uint64_t fs_base;  // loaded before returning to the application
   uint64_t gs_base;
+  // How long the stub thread spins (TSC) at its next wait for the Sentry
+  // before it sleeps; 0: it sleeps at once (the fast path decides).
+  uint64_t stub_spin_cycles;
 
   // Written by the stub before owner=kOwnerSentry.
   alignas(64) uint32_t trap;     // TrapKind
@@ -117,6 +130,15 @@ struct alignas(64) ThreadSlot {
   uint32_t sys_arch;     // SIGSYS: si_arch
   uint64_t stub_fs_base;  // FS base at the trap
   uint64_t stub_gs_base;
+
+  // Written by the stub: the hand-over timestamps (TSC) for the fast path's
+  // latencies. submit_tsc and stub_cpu before owner=kOwnerSentry; wake_tsc
+  // and stub_spun when the stub sees owner=kOwnerStub again (read by the
+  // Sentry at the next trap).
+  alignas(64) uint64_t submit_tsc;
+  uint64_t wake_tsc;
+  int32_t stub_cpu;     // the host CPU the stub thread trapped on
+  uint32_t stub_spun;   // 1: it spun while waiting (0: slept at once)
 
   // Both directions: registers in mcontext gregs order, and the xsave image.
   alignas(64) uint64_t gregs[kNumGregs];
@@ -138,7 +160,7 @@ struct alignas(64) ControlBlock {
 struct alignas(64) StubConfig {
   uint32_t has_fsgsbase;  // rdfsbase/wrfsbase are usable in user mode
   uint32_t pad;
-  uint64_t spin_cycles;   // how long a waiting stub thread spins (TSC)
+  uint64_t spin_cycles;   // how long the control thread spins (TSC)
 };
 
 struct StubShared {
@@ -150,7 +172,8 @@ static_assert(sizeof(StubShared) <= kStubSharedSize);
 static_assert(offsetof(ThreadSlot, owner) == 0);
 static_assert(offsetof(ThreadSlot, action) == 64);
 static_assert(offsetof(ThreadSlot, trap) == 128);
-static_assert(offsetof(ThreadSlot, gregs) == 192);
+static_assert(offsetof(ThreadSlot, submit_tsc) == 192);
+static_assert(offsetof(ThreadSlot, gregs) == 256);
 static_assert(offsetof(ThreadSlot, fp) % 64 == 0);
 static_assert(sizeof(ThreadSlot) % 64 == 0);
 static_assert(offsetof(StubShared, control) == 64);

@@ -16,6 +16,7 @@
 #include <unistd.h>
 #include <x86intrin.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
@@ -45,7 +46,9 @@ void StoreSeqCst(uint32_t* p, uint32_t v) {
   __atomic_store_n(p, v, __ATOMIC_SEQ_CST);
 }
 
-// TSC cycles per microsecond, measured against CLOCK_MONOTONIC.
+// TSC cycles per microsecond, measured against CLOCK_MONOTONIC over 250 us
+// (two clock reads of well under 1 us each: better than 1 %, plenty for a
+// spin window and log2 latency buckets).
 uint64_t TscPerMicrosecond() {
   timespec a, b;
   clock_gettime(CLOCK_MONOTONIC, &a);
@@ -53,19 +56,33 @@ uint64_t TscPerMicrosecond() {
   do {
     clock_gettime(CLOCK_MONOTONIC, &b);
   } while ((b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec) <
-           2000000);
+           250000);
   uint64_t c1 = __rdtsc();
   uint64_t ns = (b.tv_sec - a.tv_sec) * 1000000000L + (b.tv_nsec - a.tv_nsec);
   uint64_t per_us = (c1 - c0) * 1000 / ns;
   return per_us > 0 ? per_us : 1000;
 }
 
-// How long either side spins before it sleeps on the futex. A syscall
-// served by the Sentry takes a few microseconds; a cross-core futex wakeup
-// costs 50-95 us here (LIMITS.md), so a spin of this order pays whenever
-// the other side answers within it. The adaptive policy comes with the
-// fast-path issue.
+// How long a waiter spins, when the fast path says it should, before it
+// sleeps on the futex. A syscall served by the Sentry takes a few
+// microseconds; a cross-core futex wakeup costs 40-95 us here (LIMITS.md),
+// so a spin of this order pays whenever the other side answers within it.
+// Whether it pays is measured (fastpath.h).
 constexpr uint64_t kSpinMicros = 20;
+
+// A latency above this is no hand-over's: a timestamp was overwritten by
+// the application (the slot is in its address space) or is from another
+// round trip. Dropped, not counted.
+constexpr uint64_t kMaxLatencyNs = 1000ull * 1000 * 1000;
+
+// The TSC and this thread's host CPU (Linux keeps node << 12 | cpu in
+// TSC_AUX).
+uint64_t RdtscpCpu(int* cpu) {
+  unsigned int aux;
+  uint64_t t = __rdtscp(&aux);
+  *cpu = static_cast<int>(aux & 0xfff);
+  return t;
+}
 
 // mcontext gregs indices (sys/ucontext.h REG_*).
 enum {
@@ -114,13 +131,22 @@ absl::Status ReserveStubWindow() {
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::unique_ptr<Systrap>> Systrap::Create(int memfile_fd) {
+absl::StatusOr<std::unique_ptr<Systrap>> Systrap::Create(
+    int memfile_fd, FastPathMode fastpath) {
   std::unique_ptr<Systrap> p(new Systrap());
   // Spinning only pays when the other side runs on another CPU at the
   // same time; confined to one CPU the spinner would only delay it.
   cpu_set_t cpus;
   int ncpu = sched_getaffinity(0, sizeof(cpus), &cpus) == 0 ? CPU_COUNT(&cpus) : 1;
-  p->spin_cycles_ = ncpu > 1 ? TscPerMicrosecond() * kSpinMicros : 0;
+  const uint64_t tsc_per_us = TscPerMicrosecond();
+  p->ns_per_cycle_q32_ = (uint64_t{1000} << 32) / tsc_per_us;
+  p->spin_cycles_ = ncpu > 1 && fastpath != FastPathMode::kOff
+                        ? tsc_per_us * kSpinMicros
+                        : 0;
+  FastPath::Options fo;
+  fo.mode = fastpath;
+  fo.cpus = ncpu;
+  p->fastpath_ = std::make_unique<FastPath>(fo);
   p->has_fsgsbase_ = (getauxval(AT_HWCAP2) & 2 /* HWCAP2_FSGSBASE */) != 0;
 
   RETURN_IF_ERROR(ReserveStubWindow());
@@ -152,12 +178,44 @@ absl::StatusOr<std::unique_ptr<Systrap>> Systrap::Create(int memfile_fd) {
     TemplateMain(args);
   }
   p->template_pid_ = pid;
-  absl::MutexLock l(&p->template_mu_);
-  p->template_sock_ = std::move(ours);
+  {
+    absl::MutexLock l(&p->template_mu_);
+    p->template_sock_ = std::move(ours);
+  }
+  // After the fork: the template must be forked while we have one thread.
+  if (fastpath == FastPathMode::kTimer) {
+    Systrap* raw = p.get();
+    p->timer_ = std::thread([raw] { raw->TimerLoop(); });
+  }
   return p;
 }
 
+void Systrap::TimerLoop() {
+  absl::MutexLock l(&timer_mu_);
+  const absl::Duration period = absl::Nanoseconds(FastPath::kTimerPeriodNs);
+  while (!timer_mu_.AwaitWithTimeout(absl::Condition(&timer_stop_), period)) {
+    fastpath_->Tick(TscToNs(__rdtsc()));
+  }
+}
+
+const Stats& Systrap::stats() {
+  int64_t awake = 0, queued = 0;
+  {
+    absl::MutexLock l(&live_mu_);
+    for (StubProcess* s : live_) s->SampleGauges(&awake, &queued);
+  }
+  Stats& st = fastpath_->mutable_counters();
+  st.stub_threads_awake.store(awake, std::memory_order_relaxed);
+  st.contexts_queued.store(queued, std::memory_order_relaxed);
+  return st;
+}
+
 Systrap::~Systrap() {
+  {
+    absl::MutexLock l(&timer_mu_);
+    timer_stop_ = true;
+  }
+  if (timer_.joinable()) timer_.join();
   {
     absl::MutexLock l(&pool_mu_);
     stopping_ = true;
@@ -244,7 +302,7 @@ absl::StatusOr<std::unique_ptr<StubProcess>> Systrap::CreateStub() {
   Mapping map(m, kStubSharedSize);
   auto* shared = static_cast<StubShared*>(m);
   shared->config.has_fsgsbase = has_fsgsbase_ ? 1 : 0;
-  shared->config.spin_cycles = spin_cycles_;
+  shared->config.spin_cycles = spin_cycles_;  // the control thread's
   shared->control.owner = kOwnerSentry;
 
   int32_t reply = 0;
@@ -303,10 +361,19 @@ StubProcess::StubProcess(Systrap* platform, pid_t pid, UniqueFd shared_fd,
     used_slots_.set(0);  // the control thread
     ever_used_.set(0);
   }
+  {
+    absl::MutexLock l(&platform_->live_mu_);
+    platform_->live_.push_back(this);
+  }
   reaper_ = std::thread([this] { Reap(); });
 }
 
 StubProcess::~StubProcess() {
+  {
+    absl::MutexLock l(&platform_->live_mu_);
+    auto& live = platform_->live_;
+    live.erase(std::find(live.begin(), live.end(), this));
+  }
   kill(pid_, SIGKILL);
   reaper_.join();
 }
@@ -344,30 +411,65 @@ void StubProcess::HandToStub(uint32_t* owner, uint32_t* stub_sleeping) {
   if (LoadSeqCst(stub_sleeping) != 0) Futex(owner, FUTEX_WAKE, 1);
 }
 
-bool StubProcess::WaitForSentry(uint32_t* owner, uint32_t* sentry_sleeping) {
-  const uint64_t spin = platform_->spin_cycles();
-  const uint64_t start = __rdtsc();
-  while (LoadAcquire(owner) != kOwnerSentry) {
-    if (__rdtsc() - start > spin) {
-      StoreSeqCst(sentry_sleeping, 1);
-      while (LoadSeqCst(owner) != kOwnerSentry) {
-        Futex(owner, FUTEX_WAIT, kOwnerStub);
-      }
-      StoreSeqCst(sentry_sleeping, 0);
-      break;
+bool StubProcess::WaitForSentry(uint32_t* owner, uint32_t* sentry_sleeping,
+                                uint64_t spin_cycles) {
+  if (spin_cycles != 0) {
+    const uint64_t start = __rdtsc();
+    while (LoadAcquire(owner) != kOwnerSentry) {
+      if (__rdtsc() - start > spin_cycles) break;
+      _mm_pause();
     }
-    _mm_pause();
+  }
+  if (LoadAcquire(owner) != kOwnerSentry) {
+    StoreSeqCst(sentry_sleeping, 1);
+    for (;;) {
+      uint32_t v = LoadSeqCst(owner);
+      if (v == kOwnerSentry) break;
+      if (v != kOwnerStub && !corrupt_.exchange(true)) {
+        // Overwritten by the application: FUTEX_WAIT on kOwnerStub would
+        // return at once forever. End this sandbox's process; the reaper
+        // then hands the word back (and wakes us below).
+        kill(pid_, SIGKILL);
+      }
+      Futex(owner, FUTEX_WAIT, v);
+    }
+    StoreSeqCst(sentry_sleeping, 0);
   }
   return !dead();
 }
 
+void StubProcess::SampleGauges(int64_t* awake, int64_t* queued) {
+  if (dead()) return;
+  absl::MutexLock l(&slots_mu_);
+  for (uint32_t i = 1; i < kMaxThreads; i++) {
+    if (!used_slots_.test(i)) continue;
+    ThreadSlot* s = &shared_->slots[i];
+    if (LoadAcquire(&s->stub_sleeping) == 0) ++*awake;
+    if (LoadAcquire(&s->owner) == kOwnerSentry &&
+        LoadAcquire(&s->sentry_sleeping) != 0) {
+      ++*queued;
+    }
+  }
+}
+
 std::string StubProcess::DeathReason() const {
   int st = exit_status_.load(std::memory_order_relaxed);
+  if (corrupt_.load(std::memory_order_relaxed)) {
+    return absl::StrCat(
+        "stub process ", pid_,
+        " killed: a hand-over word of its shared memory held neither owner "
+        "value (overwritten by the application?)");
+  }
+  if (WIFEXITED(st) && WEXITSTATUS(st) == kStubExitCorrupt) {
+    return absl::StrCat("stub process ", pid_,
+                        " found a hand-over word of its shared memory "
+                        "overwritten and exited");
+  }
   if (WIFSIGNALED(st)) {
     return absl::StrCat("stub process ", pid_, " killed by signal ",
                         WTERMSIG(st));
   }
-  if (WEXITSTATUS(st) == 113) {
+  if (WEXITSTATUS(st) == kStubExitControlSignal) {
     const ThreadSlot& s = shared_->slots[0];
     return absl::StrCat("stub process ", pid_,
                         ": its control thread took signal ", s.signo,
@@ -389,7 +491,10 @@ int64_t StubProcess::Control(ControlOp op, uint64_t a0, uint64_t a1,
   cb->args[3] = a3; cb->args[4] = a4; cb->args[5] = a5;
   cb->result = -EIO;
   HandToStub(&cb->owner, &cb->stub_sleeping);
-  if (!WaitForSentry(&cb->owner, &cb->sentry_sleeping)) return -ESRCH;
+  if (!WaitForSentry(&cb->owner, &cb->sentry_sleeping,
+                     platform_->spin_cycles())) {
+    return -ESRCH;
+  }
   return cb->result;
 }
 
@@ -438,6 +543,8 @@ absl::StatusOr<int> StubProcess::NewThread(pid_t* tid) {
   s->sentry_sleeping = 0;
   s->stub_sleeping = 0;
   s->trap = 0;
+  s->stub_spin_cycles = 0;
+  s->sentry_cpu = -1;
   StoreSeqCst(&s->owner, kOwnerStub);  // the new thread runs until it traps
   int64_t r = Control(kOpClone, static_cast<uint64_t>(slot));
   if (r < 0) {
@@ -451,7 +558,8 @@ absl::StatusOr<int> StubProcess::NewThread(pid_t* tid) {
                        static_cast<int>(-r));
   }
   *tid = static_cast<pid_t>(r);
-  if (!WaitForSentry(&s->owner, &s->sentry_sleeping)) {
+  if (!WaitForSentry(&s->owner, &s->sentry_sleeping,
+                     platform_->spin_cycles())) {
     return absl::UnavailableError(
         absl::StrCat("systrap: starting a thread: ", DeathReason()));
   }
@@ -525,14 +633,30 @@ Event SystrapContext::Switch(platform::AddressSpace& as_base, CpuState& cpu) {
   s->fp_size = fp_size;
   std::memcpy(s->fp, cpu.fp, fp_size);
   s->action = kActionResume;
+
+  // The fast path: whether the stub spins at its next wait for us, and
+  // whether we spin now waiting for its next trap.
+  FastPath& fp = platform_->fastpath();
+  int host_cpu;
+  const uint64_t give = RdtscpCpu(&host_cpu);
+  const uint64_t give_ns = platform_->TscToNs(give);
+  s->sentry_cpu = host_cpu;
+  s->stub_spin_cycles = fp.ShouldSpin(Side::kStub, give_ns, -1, -1)
+                            ? platform_->spin_cycles()
+                            : 0;
+  const int stub_cpu = __atomic_load_n(&s->stub_cpu, __ATOMIC_RELAXED);
+  const bool spin = fp.ShouldSpin(Side::kSentry, give_ns, host_cpu, stub_cpu);
   StubProcess::HandToStub(&s->owner, &s->stub_sleeping);
-  bool alive = as.WaitForSentry(&s->owner, &s->sentry_sleeping);
+  bool alive = as.WaitForSentry(&s->owner, &s->sentry_sleeping,
+                                spin ? platform_->spin_cycles() : 0);
+  const uint64_t take = __rdtsc();
   running_.store(false, std::memory_order_seq_cst);
   if (!alive) {
     ev.kind = Event::Kind::kDead;
     ev.detail = as.DeathReason();
     return ev;
   }
+  RecordHandOvers(*s, give, take, spin);
 
   // Everything read here may have been written by the application.
   GregsToRegs(s->gregs, cpu.regs);
@@ -574,6 +698,25 @@ Event SystrapContext::Switch(platform::AddressSpace& as_base, CpuState& cpu) {
       break;
   }
   return ev;
+}
+
+void SystrapContext::RecordHandOvers(const ThreadSlot& s, uint64_t give,
+                                     uint64_t take, bool spun) {
+  // The stub's timestamps are untrusted: only values inside this round trip
+  // are latencies.
+  FastPath& fp = platform_->fastpath();
+  const uint64_t submit = __atomic_load_n(&s.submit_tsc, __ATOMIC_RELAXED);
+  const uint64_t wake = __atomic_load_n(&s.wake_tsc, __ATOMIC_RELAXED);
+  const bool stub_spun = __atomic_load_n(&s.stub_spun, __ATOMIC_RELAXED) != 0;
+  if (give <= submit && submit <= take) {
+    uint64_t ns = platform_->TscToNs(take - submit);
+    if (ns < kMaxLatencyNs) fp.Record(Side::kSentry, spun, ns);
+  }
+  if (give <= wake && wake <= take) {
+    uint64_t ns = platform_->TscToNs(wake - give);
+    if (ns < kMaxLatencyNs) fp.Record(Side::kStub, stub_spun, ns);
+  }
+  fp.OnSubmit(platform_->TscToNs(take));
 }
 
 void SystrapContext::Interrupt() {

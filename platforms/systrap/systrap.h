@@ -11,6 +11,7 @@
 // thread on the Sentry's request.
 //
 // Lock order: Systrap::template_mu_ > StubProcess::control_mu_ >
+// StubProcess::slots_mu_; Systrap::pool_mu_ > Systrap::live_mu_ >
 // StubProcess::slots_mu_.
 #ifndef SANDBOXD_PLATFORMS_SYSTRAP_SYSTRAP_H_
 #define SANDBOXD_PLATFORMS_SYSTRAP_SYSTRAP_H_
@@ -30,7 +31,9 @@
 #include "base/mapping.h"
 #include "base/unique_fd.h"
 #include "platforms/platform.h"
+#include "platforms/systrap/fastpath.h"
 #include "platforms/systrap/layout.h"
+#include "platforms/systrap/stats.h"
 
 namespace sandboxd::systrap {
 
@@ -50,6 +53,9 @@ class StubProcess : public platform::AddressSpace {
   StubShared* shared() const { return shared_; }
   // Why the process ended (valid once dead()).
   std::string DeathReason() const;
+  // Adds this process's application threads that are awake and contexts
+  // waiting for a sleeping Sentry thread (Stats' gauges).
+  void SampleGauges(int64_t* awake, int64_t* queued);
 
   // Runs one request on the control thread; returns its result or -errno.
   int64_t Control(ControlOp op, uint64_t a0 = 0, uint64_t a1 = 0,
@@ -62,9 +68,12 @@ class StubProcess : public platform::AddressSpace {
   // Makes the thread in `slot` exit and frees the slot.
   void ReleaseThread(int slot);
 
-  // Waits until *owner == kOwnerSentry or the process died. Returns false
-  // if it died.
-  bool WaitForSentry(uint32_t* owner, uint32_t* sentry_sleeping);
+  // Waits until *owner == kOwnerSentry or the process died: spins for
+  // spin_cycles (TSC; 0: not at all), then sleeps on the futex. Returns
+  // false if it died, or if *owner held neither owner value (the shared
+  // memory was overwritten): then the process is killed.
+  bool WaitForSentry(uint32_t* owner, uint32_t* sentry_sleeping,
+                     uint64_t spin_cycles);
   // Hands *owner to the stub and wakes it if it sleeps.
   static void HandToStub(uint32_t* owner, uint32_t* stub_sleeping);
 
@@ -80,6 +89,7 @@ class StubProcess : public platform::AddressSpace {
   Mapping shared_map_;
   StubShared* const shared_;
   std::atomic<bool> dead_{false};
+  std::atomic<bool> corrupt_{false};  // killed for a corrupted hand-over word
   std::atomic<int> exit_status_{0};
   std::thread reaper_;
 
@@ -103,6 +113,12 @@ class SystrapContext : public platform::Context {
   void Release() override;
 
  private:
+  // Feeds the fast path the two hand-overs of one round trip: ours to the
+  // stub at TSC `give` (seen by the stub at s.wake_tsc) and the stub's back
+  // (published at s.submit_tsc, seen by us at `take`); `spun`: we spun.
+  void RecordHandOvers(const ThreadSlot& s, uint64_t give, uint64_t take,
+                       bool spun);
+
   Systrap* const platform_;
   // Owned by the task's host thread (Switch/Release); Interrupt reads
   // stub_ and tid_ only while running_ is set.
@@ -123,7 +139,9 @@ class Systrap : public platform::Platform {
  public:
   // Forks the stub template. Must be called while the calling process has
   // a single thread. `memfile_fd` is the sandbox's memory file.
-  static absl::StatusOr<std::unique_ptr<Systrap>> Create(int memfile_fd);
+  // `fastpath` chooses how waiters decide to spin (fastpath.h).
+  static absl::StatusOr<std::unique_ptr<Systrap>> Create(
+      int memfile_fd, FastPathMode fastpath = FastPathMode::kAdaptive);
   ~Systrap() override;
 
   std::string Name() const override { return "systrap"; }
@@ -132,7 +150,17 @@ class Systrap : public platform::Platform {
       override;
   absl::StatusOr<std::unique_ptr<platform::Context>> NewContext() override;
 
+  // How long a waiter spins when it spins at all (TSC cycles; 0 when the
+  // sandbox may use one CPU only).
   uint64_t spin_cycles() const { return spin_cycles_; }
+  FastPath& fastpath() { return *fastpath_; }
+  // TSC cycles to ns (an origin-free conversion for the fast path's clock).
+  uint64_t TscToNs(uint64_t cycles) const {
+    return static_cast<uint64_t>(
+        (static_cast<unsigned __int128>(cycles) * ns_per_cycle_q32_) >> 32);
+  }
+  // The counters; samples the gauges first.
+  const Stats& stats();
 
   // How many stub processes to keep made ahead of need (default
   // kDefaultPoolSize; 0: none). The pool starts at the second
@@ -144,10 +172,23 @@ class Systrap : public platform::Platform {
   void set_pool_size(size_t n);
 
  private:
+  friend class StubProcess;  // registers itself in live_
   Systrap() = default;
   // Makes one stub process through the template.
   absl::StatusOr<std::unique_ptr<StubProcess>> CreateStub();
   void RefillLoop();
+  // --systrap-fastpath=timer: evaluates the fast path every 400 us.
+  void TimerLoop();
+
+  // Every StubProcess alive, for the gauges of stats().
+  absl::Mutex live_mu_;
+  std::vector<StubProcess*> live_ ABSL_GUARDED_BY(live_mu_);
+
+  std::unique_ptr<FastPath> fastpath_;
+  uint64_t ns_per_cycle_q32_ = 0;  // ns per TSC cycle, 32.32 fixed point
+  absl::Mutex timer_mu_;
+  bool timer_stop_ ABSL_GUARDED_BY(timer_mu_) = false;
+  std::thread timer_;
 
   absl::Mutex pool_mu_;
   std::vector<std::unique_ptr<StubProcess>> pool_ ABSL_GUARDED_BY(pool_mu_);

@@ -1,10 +1,12 @@
 #include "platforms/systrap/systrap.h"
 
+#include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <cstddef>
 #include <cstring>
 #include <thread>
 
@@ -198,6 +200,104 @@ TEST_F(SystrapTest, ManyThreadsInOneAddressSpace) {
   }
   for (auto& t : threads) t.join();
   EXPECT_EQ(traps.load(), 8 * 200);
+}
+
+uint64_t Total(const std::atomic<uint64_t> (&h)[kLatencyBuckets]) {
+  uint64_t n = 0;
+  for (const auto& b : h) n += b.load();
+  return n;
+}
+
+TEST_F(SystrapTest, HandOversAreTimedAndCounted) {
+  // getpid; jmp back.
+  LoadCode({0xb8, 39, 0, 0, 0, 0x0f, 0x05, 0xeb, 0xf7}, 0);
+  auto as = NewSpace();
+  auto ctx = platform_->NewContext();
+  CpuState cpu = StartAt(kCode);
+  const Stats& before = platform_->stats();
+  const uint64_t to_sentry = Total(before.latency[0]);
+  const uint64_t to_stub = Total(before.latency[1]);
+  const uint64_t evaluations = before.evaluations.load();
+  constexpr int kTraps = 3000;
+  for (int i = 0; i < kTraps; i++) {
+    ASSERT_EQ((*ctx)->Switch(*as, cpu).kind, Event::Kind::kSyscall);
+  }
+  const Stats& after = platform_->stats();
+  // Every round trip is two timed hand-overs; a few may be dropped (a TSC
+  // read across CPUs that is out of order), not many.
+  EXPECT_GE(Total(after.latency[0]) - to_sentry, uint64_t{kTraps} * 9 / 10);
+  EXPECT_GE(Total(after.latency[1]) - to_stub, uint64_t{kTraps} * 9 / 10);
+  // 3000 round trips take well over one 400 us period: evaluated inline.
+  EXPECT_GT(after.evaluations.load(), evaluations);
+  (*ctx)->Release();
+}
+
+TEST_F(SystrapTest, GaugesSeeARunningThread) {
+  LoadCode({0xeb, 0xfe}, 0);  // jmp .
+  auto as = NewSpace();
+  auto ctx = platform_->NewContext();
+  CpuState cpu = StartAt(kCode);
+  std::atomic<int64_t> awake{0};
+  std::thread t([&] {
+    for (int i = 0; i < 2000 && awake.load() == 0; i++) {
+      awake.store(platform_->stats().stub_threads_awake.load());
+      usleep(1000);
+    }
+    (*ctx)->Interrupt();
+  });
+  Event ev = (*ctx)->Switch(*as, cpu);
+  t.join();
+  EXPECT_EQ(ev.kind, Event::Kind::kInterrupted);
+  EXPECT_GE(awake.load(), 1);
+  (*ctx)->Release();
+}
+
+// The application can write the shared area. A hand-over word holding
+// neither owner value would make FUTEX_WAIT fail at once, forever: whichever
+// side waits on it must end the stub process (and the Sentry learn of it
+// from the reaper), not spin.
+TEST_F(SystrapTest, OverwrittenWordSeenByTheStub) {
+  // The control thread waits on its word, which now says 7: the stub exits
+  // with its own code. We wait on another word (a released slot's, which
+  // the reaper also hands back) so that only the stub can notice.
+  LoadCode({0xb8, 39, 0, 0, 0, 0x0f, 0x05}, 0);  // getpid
+  auto as = NewSpace();
+  auto* stub = static_cast<StubProcess*>(as.get());
+  auto ctx = platform_->NewContext();
+  CpuState cpu = StartAt(kCode);
+  ASSERT_EQ((*ctx)->Switch(*as, cpu).kind, Event::Kind::kSyscall);
+  (*ctx)->Release();
+  ThreadSlot* s = &stub->shared()->slots[1];
+  __atomic_store_n(&s->owner, uint32_t{kOwnerStub}, __ATOMIC_SEQ_CST);
+  // The control thread sleeps on its word by now: write it and wake it, as
+  // a spurious wakeup would (spinning, it would see the value at once).
+  uint32_t* word = &stub->shared()->control.owner;
+  __atomic_store_n(word, 7u, __ATOMIC_SEQ_CST);
+  syscall(SYS_futex, word, FUTEX_WAKE, 1, nullptr, nullptr, 0);
+  EXPECT_FALSE(stub->WaitForSentry(&s->owner, &s->sentry_sleeping, 0));
+  EXPECT_TRUE(stub->dead());
+  EXPECT_NE(stub->DeathReason().find("found a hand-over word"),
+            std::string::npos)
+      << stub->DeathReason();
+}
+
+TEST_F(SystrapTest, OverwrittenWordSeenByTheSentry) {
+  // A slot whose thread has exited: nobody in the stub watches its word, so
+  // the Sentry's wait must notice (and kill the stub).
+  LoadCode({0xb8, 39, 0, 0, 0, 0x0f, 0x05}, 0);  // getpid
+  auto as = NewSpace();
+  auto* stub = static_cast<StubProcess*>(as.get());
+  auto ctx = platform_->NewContext();
+  CpuState cpu = StartAt(kCode);
+  ASSERT_EQ((*ctx)->Switch(*as, cpu).kind, Event::Kind::kSyscall);
+  (*ctx)->Release();
+  ThreadSlot* s = &stub->shared()->slots[1];
+  __atomic_store_n(&s->owner, 7u, __ATOMIC_SEQ_CST);
+  EXPECT_FALSE(stub->WaitForSentry(&s->owner, &s->sentry_sleeping, 0));
+  EXPECT_TRUE(stub->dead());
+  EXPECT_NE(stub->DeathReason().find("killed: a hand-over word"),
+            std::string::npos)
+      << stub->DeathReason();
 }
 
 }  // namespace

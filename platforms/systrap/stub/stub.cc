@@ -60,31 +60,63 @@ STUB_INLINE void Die(int code) {
   for (;;) Syscall3(__NR_exit_group, code, 0, 0);
 }
 
-// Hands `owner` to the Sentry and waits until it is handed back: spins for
-// a bounded time, then sleeps on the futex. *sleeping tells the Sentry to
-// FUTEX_WAKE us; the Sentry sets owner before reading it (seq_cst on both
-// sides), so a wakeup cannot be lost.
-STUB_INLINE void HandOverAndWait(uint32_t* owner, uint32_t* sentry_sleeping,
-                                 uint32_t* stub_sleeping) {
-  StoreSeqCst(owner, kOwnerSentry);
-  if (LoadSeqCst(sentry_sleeping) != 0) {
-    Syscall6(__NR_futex, reinterpret_cast<long>(owner), FUTEX_WAKE, 1, 0, 0,
-             0);
+// rdtscp: the TSC and, in TSC_AUX, Linux's (node << 12 | cpu).
+STUB_INLINE uint64_t Rdtscp(int32_t* cpu) {
+  uint32_t lo, hi, aux;
+  __asm__ volatile("rdtscp" : "=a"(lo), "=d"(hi), "=c"(aux));
+  *cpu = static_cast<int32_t>(aux & 0xfff);
+  return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+
+// Sleeps on *owner until it is kOwnerStub. Any other value than the two
+// owners means the shared memory was overwritten (by the application, which
+// can write it): FUTEX_WAIT would fail at once and this would spin forever,
+// so the stub dies with its own exit code and the Sentry reports it.
+STUB_INLINE void SleepUntilStub(uint32_t* owner, uint32_t* stub_sleeping) {
+  StoreSeqCst(stub_sleeping, 1);
+  for (;;) {
+    uint32_t v = LoadSeqCst(owner);
+    if (v == kOwnerStub) break;
+    if (v != kOwnerSentry) Die(kStubExitCorrupt);
+    Syscall6(__NR_futex, reinterpret_cast<long>(owner), FUTEX_WAIT,
+             kOwnerSentry, 0, 0, 0);
   }
-  const uint64_t spin = StubSharedInStub()->config.spin_cycles;
-  const uint64_t start = Rdtsc();
-  while (LoadAcquire(owner) != kOwnerStub) {
-    if (Rdtsc() - start > spin) {
-      StoreSeqCst(stub_sleeping, 1);
-      while (LoadSeqCst(owner) != kOwnerStub) {
-        Syscall6(__NR_futex, reinterpret_cast<long>(owner), FUTEX_WAIT,
-                 kOwnerSentry, 0, 0, 0);
+  StoreSeqCst(stub_sleeping, 0);
+}
+
+// Hands the slot to the Sentry and waits until it is handed back: spins for
+// as long as the Sentry said at the last hand-back (the adaptive fast path;
+// never when the Sentry thread was on this CPU), then sleeps on the futex.
+// *sentry_sleeping tells us to FUTEX_WAKE the Sentry, *stub_sleeping tells
+// the Sentry to wake us; each side sets owner before reading the other's
+// flag (seq_cst on both sides), so a wakeup cannot be lost. Both ends are
+// timestamped for the Sentry's latency figures.
+STUB_INLINE void HandOverAndWait(ThreadSlot* slot) {
+  uint64_t spin = __atomic_load_n(&slot->stub_spin_cycles, __ATOMIC_RELAXED);
+  int32_t sentry_cpu = __atomic_load_n(&slot->sentry_cpu, __ATOMIC_RELAXED);
+  int32_t cpu;
+  slot->submit_tsc = Rdtscp(&cpu);
+  slot->stub_cpu = cpu;
+  if (sentry_cpu == cpu) spin = 0;  // it needs this CPU to answer
+  StoreSeqCst(&slot->owner, kOwnerSentry);
+  if (LoadSeqCst(&slot->sentry_sleeping) != 0) {
+    Syscall6(__NR_futex, reinterpret_cast<long>(&slot->owner), FUTEX_WAKE, 1,
+             0, 0, 0);
+  }
+  if (spin != 0) {
+    const uint64_t start = Rdtsc();
+    while (LoadAcquire(&slot->owner) != kOwnerStub) {
+      if (Rdtsc() - start > spin) {
+        SleepUntilStub(&slot->owner, &slot->stub_sleeping);
+        break;
       }
-      StoreSeqCst(stub_sleeping, 0);
-      break;
+      __builtin_ia32_pause();
     }
-    __builtin_ia32_pause();
+  } else {
+    SleepUntilStub(&slot->owner, &slot->stub_sleeping);
   }
+  slot->wake_tsc = Rdtsc();
+  slot->stub_spun = spin != 0 ? 1 : 0;
 }
 
 STUB_INLINE void Copy(void* dst, const void* src, uint64_t n) {
@@ -170,7 +202,7 @@ extern "C" STUB void sbx_stub_thread_entry() {
   ss.ss_size = kStackSize;
   ss.ss_flags = 0;
   if (Syscall3(__NR_sigaltstack, reinterpret_cast<long>(&ss), 0, 0) != 0) {
-    Die(111);
+    Die(kStubExitAltStack);
   }
   for (;;) __asm__ volatile("int3");
 }
@@ -181,7 +213,9 @@ extern "C" STUB void sbx_stub_signal_handler(int signo, void* info_v,
   ucontext_t* uc = static_cast<ucontext_t*>(uc_v);
   StubShared* shared = StubSharedInStub();
   uint64_t sp = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
-  if (sp < kStubStacks || sp >= kStubStacks + kStubStacksSize) Die(112);
+  if (sp < kStubStacks || sp >= kStubStacks + kStubStacksSize) {
+    Die(kStubExitBadStack);
+  }
   uint64_t index = (sp - kStubStacks) / kStackSize;
   ThreadSlot* slot = &shared->slots[index];
   if (index == 0) {
@@ -191,7 +225,7 @@ extern "C" STUB void sbx_stub_signal_handler(int signo, void* info_v,
     slot->sig_code = info->si_code;
     slot->fault_addr = reinterpret_cast<uint64_t>(info->si_addr);
     for (int i = 0; i < kNumGregs; i++) slot->gregs[i] = uc->uc_mcontext.gregs[i];
-    Die(113);
+    Die(kStubExitControlSignal);
   }
   const bool fsgsbase = shared->config.has_fsgsbase != 0;
 
@@ -217,7 +251,7 @@ extern "C" STUB void sbx_stub_signal_handler(int signo, void* info_v,
   slot->stub_fs_base = fs_base;
   slot->stub_gs_base = gs_base;
 
-  HandOverAndWait(&slot->owner, &slot->sentry_sleeping, &slot->stub_sleeping);
+  HandOverAndWait(slot);
 
   if (__atomic_load_n(&slot->action, __ATOMIC_ACQUIRE) != kActionResume) {
     for (;;) Syscall3(__NR_exit, 0, 0, 0);
@@ -264,12 +298,7 @@ extern "C" STUB __attribute__((noreturn)) void sbx_stub_control_loop() {
     const uint64_t start = Rdtsc();
     while (LoadAcquire(&cb->owner) != kOwnerStub) {
       if (Rdtsc() - start > spin) {
-        StoreSeqCst(&cb->stub_sleeping, 1);
-        while (LoadSeqCst(&cb->owner) != kOwnerStub) {
-          Syscall6(__NR_futex, reinterpret_cast<long>(&cb->owner), FUTEX_WAIT,
-                   kOwnerSentry, 0, 0, 0);
-        }
-        StoreSeqCst(&cb->stub_sleeping, 0);
+        SleepUntilStub(&cb->owner, &cb->stub_sleeping);
         break;
       }
       __builtin_ia32_pause();
@@ -315,7 +344,7 @@ extern "C" STUB __attribute__((noreturn)) void sbx_stub_main(const void* prog) {
   // syscalls, and only the few the filter allows.
   if (Syscall3(__NR_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */, 0,
                reinterpret_cast<long>(prog)) != 0) {
-    Die(114);
+    Die(kStubExitSeccomp);
   }
   // Nothing of the process that forked us may stay visible to the
   // application: unmap everything outside the stub region.

@@ -1,0 +1,44 @@
+// systrap's counters, always on: plain atomics, written lock-free on the
+// hand-over path and read by anyone through Systrap::stats(). The daemon's
+// Prometheus export reads them from there (later).
+#ifndef SANDBOXD_PLATFORMS_SYSTRAP_STATS_H_
+#define SANDBOXD_PLATFORMS_SYSTRAP_STATS_H_
+
+#include <atomic>
+#include <cstdint>
+
+namespace sandboxd::systrap {
+
+// Latency histograms: bucket i counts latencies in [2^i, 2^(i+1)) ns
+// (bucket 0 also takes 0 ns; the last takes everything above).
+inline constexpr int kLatencyBuckets = 32;
+
+// Which waiting side a fast-path figure is about.
+enum class Side {
+  kSentry = 0,  // a Sentry thread waiting for its stub thread's next trap
+  kStub = 1,    // a stub thread waiting for the Sentry's reply
+};
+
+struct Stats {
+  // Fast path (fastpath.h), indexed by Side.
+  std::atomic<uint32_t> spinning[2] = {};  // 1: that side spins before sleeping
+  std::atomic<uint64_t> enabled[2] = {};   // times the side was turned on
+  std::atomic<uint64_t> disabled[2] = {};  // times it was turned off
+  std::atomic<uint64_t> evaluations{0};    // recording periods evaluated
+  std::atomic<uint64_t> idle_resets{0};    // "on" reset after 2 idle periods
+  // Hand-over latency, log2 ns buckets: [kSentry] from the stub publishing a
+  // context to the Sentry seeing it; [kStub] from the Sentry publishing its
+  // reply to the stub seeing it.
+  std::atomic<uint64_t> latency[2][kLatencyBuckets] = {};
+
+  // Gauges, sampled when Systrap::stats() is called: application (stub)
+  // threads not asleep on their futex (running application code, or
+  // spinning for the Sentry's reply), and contexts handed to the Sentry
+  // whose Sentry thread is still asleep (waiting for its wakeup).
+  std::atomic<int64_t> stub_threads_awake{0};
+  std::atomic<int64_t> contexts_queued{0};
+};
+
+}  // namespace sandboxd::systrap
+
+#endif  // SANDBOXD_PLATFORMS_SYSTRAP_STATS_H_

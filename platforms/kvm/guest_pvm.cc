@@ -12,6 +12,19 @@
 namespace sandboxd::kvm {
 
 absl::Status InstallPvmStub(PrivateMemory* mem, PageTables* pt) {
+  ASSIGN_OR_RETURN(uint64_t phys, WritePvmStubPage(mem));
+  return MapPvmStub(pt, phys);
+}
+
+absl::Status MapPvmStub(PageTables* pt, uint64_t phys) {
+  return Annotate(
+      pt->Map(kStubVa, phys, k4K,
+              PteAccess{.write = false, .exec = true,
+                        .user = kStubPagesNeedUser}),
+      "mapping the PVM stub");
+}
+
+absl::StatusOr<uint64_t> WritePvmStubPage(PrivateMemory* mem) {
   ASSIGN_OR_RETURN(TablePage page, mem->AllocPage());
   auto* bytes = reinterpret_cast<uint8_t*>(page.host);
   std::memcpy(bytes + kStubSyscallEntry, kStubCode, sizeof(kStubCode));
@@ -21,11 +34,7 @@ absl::Status InstallPvmStub(PrivateMemory* mem, PageTables* pt) {
   uint8_t* bitmap = bytes + kStubTss + sizeof(Tss64);
   std::memset(bitmap, 0xff, kStubIoBitmapBytes + 1);  // + terminator
   bitmap[kSyscallPort / 8] &= ~(1u << (kSyscallPort % 8));
-  return Annotate(
-      pt->Map(kStubVa, page.phys, k4K,
-              PteAccess{.write = false, .exec = true,
-                        .user = kStubPagesNeedUser}),
-      "mapping the PVM stub");
+  return page.phys;
 }
 
 absl::Status InitPvmVcpu(const Vcpu& v) {

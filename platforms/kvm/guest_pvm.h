@@ -29,6 +29,10 @@ inline constexpr uint32_t kMsrSyscallMask = 0xc0000084;
 // Copies the stub code into a fresh private page and maps it at kStubVa
 // in `pt` (read+execute, user-accessible: see kStubPagesNeedUser).
 absl::Status InstallPvmStub(PrivateMemory* mem, PageTables* pt);
+// The two halves of it: the page (one per VM), and its mapping (one per
+// address space).
+absl::StatusOr<uint64_t> WritePvmStubPage(PrivateMemory* mem);
+absl::Status MapPvmStub(PageTables* pt, uint64_t phys);
 
 // MSR_STAR/LSTAR/SFMASK for the stub's syscall entry.
 absl::Status InitPvmVcpu(const Vcpu& v);

@@ -40,6 +40,15 @@ struct KvmMsrsOne {
 static_assert(offsetof(KvmMsrsOne, entry) == 8);
 static_assert(sizeof(KvmMsrsOne) == 24);
 
+// struct kvm_xsave without its (empty in C) flexible tail: the 4 KiB
+// region in the standard (non-compacted) XSAVE format.
+struct KvmXsave {
+  uint32_t region[1024];
+};
+static_assert(sizeof(KvmXsave) == 4096);
+inline constexpr unsigned long kKvmGetXsave = _IOR(KVMIO, 0xa4, KvmXsave);
+inline constexpr unsigned long kKvmSetXsave = _IOW(KVMIO, 0xa5, KvmXsave);
+
 // struct kvm_cpuid2 with room for `n` entries: the 8-byte header (nent,
 // padding) and the entries right after it.
 class KvmCpuid2Buffer {

@@ -87,6 +87,7 @@ absl::Status PageTables::MapIn(uint64_t* table, int level, uint64_t va,
     const uint64_t chunk = std::min(len, entry_end - va);
     uint64_t* e = &table[Index(va, level)];
     if (level == 1) {
+      if (Present(*e) && *e != (pa | bits)) ++invalidations_;
       *e = pa | bits;
     } else if (level <= 3 && chunk == size && (va & (size - 1)) == 0 &&
                (pa & (size - 1)) == 0) {
@@ -95,6 +96,7 @@ absl::Status PageTables::MapIn(uint64_t* table, int level, uint64_t va,
         FreeTree(alloc_->HostOf(*e & kPteAddrMask), level - 1);
         FreeTableAt(*e);
       }
+      if (Present(*e) && *e != (pa | bits | kPteHuge)) ++invalidations_;
       *e = pa | bits | kPteHuge;
     } else {
       ASSIGN_OR_RETURN(uint64_t * next, Descend(e, level));
@@ -121,6 +123,7 @@ absl::Status PageTables::UnmapIn(uint64_t* table, int level, uint64_t va,
           FreeTableAt(*e);
         }
         *e = 0;
+        ++invalidations_;
       } else {
         // Part of the entry: split a large page, then clear inside it.
         ASSIGN_OR_RETURN(uint64_t * next, Descend(e, level));
@@ -142,6 +145,7 @@ absl::StatusOr<uint64_t*> PageTables::Descend(uint64_t* e, int level) {
   ASSIGN_OR_RETURN(TablePage next, alloc_->AllocTable());
   ++table_pages_;
   if (Present(*e)) {
+    ++invalidations_;  // the large page is replaced by a table
     // Split a large page into 512 entries one level down, with the same
     // rights. PS stays set above level 1; in a PTE bit 7 is PAT, so clear.
     const uint64_t base = *e & kPteAddrMask & ~(EntrySize(level) - 1);
@@ -155,6 +159,7 @@ absl::StatusOr<uint64_t*> PageTables::Descend(uint64_t* e, int level) {
 }
 
 void PageTables::FreeTableAt(uint64_t entry) {
+  ++invalidations_;
   const uint64_t phys = entry & kPteAddrMask;
   alloc_->FreeTable(TablePage{alloc_->HostOf(phys), phys});
   --table_pages_;

@@ -104,6 +104,12 @@ class PageTables {
   // Table pages in use, the root included (for tests and metrics).
   size_t table_pages() const { return table_pages_; }
 
+  // Counts changes that a cached translation could contradict: a present
+  // entry overwritten or cleared, a table page freed. A shadow MMU (PVM)
+  // or a TLB must be flushed when this moves; adding a mapping where there
+  // was none does not move it.
+  uint64_t invalidations() const { return invalidations_; }
+
  private:
   PageTables(TableAllocator* alloc, TablePage root)
       : alloc_(alloc), root_(root), table_pages_(1) {}
@@ -125,6 +131,7 @@ class PageTables {
   TableAllocator* alloc_ = nullptr;
   TablePage root_;
   size_t table_pages_ = 0;
+  uint64_t invalidations_ = 0;
 };
 
 }  // namespace sandboxd::kvm

@@ -147,6 +147,22 @@ TEST_F(PageTablesTest, RemapReplaces) {
   EXPECT_EQ(pt_->table_pages(), 3u);
 }
 
+TEST_F(PageTablesTest, InvalidationsCountOnlyWhatCachesCouldHold) {
+  ASSERT_TRUE(pt_->Map(0x10000, 0x1000, 4 * k4K, kRw).ok());
+  ASSERT_TRUE(pt_->Map(0x40000000, 0, k2M, kRw).ok());
+  EXPECT_EQ(pt_->invalidations(), 0u);  // only new mappings
+  ASSERT_TRUE(pt_->Map(0x10000, 0x1000, k4K, kRw).ok());
+  EXPECT_EQ(pt_->invalidations(), 0u);  // the same entry again
+  ASSERT_TRUE(pt_->Map(0x10000, 0x1000, k4K, kRx).ok());
+  EXPECT_EQ(pt_->invalidations(), 1u);  // rights changed
+  ASSERT_TRUE(pt_->Unmap(0x11000, k4K).ok());
+  EXPECT_EQ(pt_->invalidations(), 2u);
+  ASSERT_TRUE(pt_->Unmap(0x100000, k4K).ok());
+  EXPECT_EQ(pt_->invalidations(), 2u);  // nothing was there
+  ASSERT_TRUE(pt_->Unmap(0x40001000, k4K).ok());
+  EXPECT_GT(pt_->invalidations(), 2u);  // split and cleared
+}
+
 TEST_F(PageTablesTest, RejectsBadRanges) {
   EXPECT_FALSE(pt_->Map(0x1001, 0, k4K, kRw).ok());
   EXPECT_FALSE(pt_->Map(kLowerHalfEnd - k4K, 0, 2 * k4K, kRw).ok());

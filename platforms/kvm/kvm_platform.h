@@ -16,10 +16,10 @@
 // translations before the next KVM_RUN by re-creating the private memory
 // slot, with every vCPU out of KVM_RUN (run_mu_ held for writing).
 //
-// Lock order: KvmPlatform::zap_mu_ > KvmPlatform::ctx_mu_ >
+// Lock order: KvmAddressSpace::mu_ > KvmPlatform::slots_mu_;
+// KvmPlatform::zap_mu_ > KvmPlatform::ctx_mu_ >
 // KvmContext::kick_mu_; KvmPlatform::run_mu_ (readers: vCPUs in
-// KVM_RUN) is taken after the kicks; VcpuPool::mu_ and
-// KvmAddressSpace::mu_ are leaves.
+// KVM_RUN) is taken after the kicks; VcpuPool::mu_ is a leaf.
 #ifndef SANDBOXD_PLATFORMS_KVM_KVM_PLATFORM_H_
 #define SANDBOXD_PLATFORMS_KVM_KVM_PLATFORM_H_
 
@@ -129,6 +129,12 @@ class KvmPlatform : public platform::Platform {
   }
   absl::Status FlushShadowIfStale() ABSL_LOCKS_EXCLUDED(zap_mu_, run_mu_);
   absl::Mutex& run_mu() ABSL_LOCK_RETURNED(run_mu_) { return run_mu_; }
+
+  // The memory file is put into guest-physical memory in kMemfileChunk
+  // slots, added when a mapping first reaches them: one 64 GiB slot would
+  // cost ~75 ms at startup here, a 1 GiB one well under a millisecond.
+  static constexpr uint64_t kMemfileChunk = 1ull << 30;
+  absl::Status EnsureMemfileSlots(uint64_t end) ABSL_LOCKS_EXCLUDED(slots_mu_);
   uint64_t shadow_flushes() const { return flushes_.load(); }
   uint64_t shadow_flush_ns() const { return flush_ns_.load(); }
 
@@ -146,6 +152,9 @@ class KvmPlatform : public platform::Platform {
   uint64_t xcr0_ = 3;
 
   friend class KvmContext;
+  absl::Mutex slots_mu_;
+  uint64_t memfile_slots_ ABSL_GUARDED_BY(slots_mu_) = 0;  // chunks added
+  uint64_t memfile_max_ = 0;
   std::atomic<uint64_t> stale_{0}, flushed_{0};
   std::atomic<uint64_t> flushes_{0}, flush_ns_{0};
   absl::Mutex zap_mu_;

@@ -1,8 +1,8 @@
 // x86-64 descriptor tables for the hardware-KVM flavour of the guest stub:
 // GDT segment descriptors, the 64-bit TSS and its 16-byte system
 // descriptor, and IDT interrupt gates (Intel SDM vol. 3, 3.4.5, 7.2.3,
-// 6.14.1). Pure encoding, no KVM: the PVM flavour needs none of this (PVM
-// ignores the guest's GDT, IDT and TR and delivers events its own way).
+// 6.14.1). Pure encoding, no KVM. The PVM flavour uses only the TSS (its
+// I/O bitmap, see stub_pvm.h) and the selector values.
 #ifndef SANDBOXD_PLATFORMS_KVM_DESCRIPTORS_H_
 #define SANDBOXD_PLATFORMS_KVM_DESCRIPTORS_H_
 

@@ -348,9 +348,9 @@ Event KvmContext::Decode(uint32_t reason, CpuState& cpu) {
         case 6:  // #UD
           return Exception(SIGILL, ILL_ILLOPN, regs.rip);
         case 1:  // #DB
-        case 3:  // #BP
-          return Exception(SIGTRAP,
-                           ev.exception.nr == 3 ? TRAP_BRKPT : TRAP_TRACE, 0);
+          return Exception(SIGTRAP, TRAP_TRACE, 0);
+        case 3:  // #BP: RIP is already past the int3, as Linux reports it
+          return Exception(SIGTRAP, SI_KERNEL, 0);
         case 16:  // #MF
         case 19:  // #XM
           return Exception(SIGFPE, 0, regs.rip);

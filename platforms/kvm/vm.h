@@ -2,10 +2,10 @@
 // slots, vCPUs and a pool of them.
 //
 // Guest-physical layout (see README.md):
-//   [0, memfile size)          the memory file: GPA == memory-file offset,
-//                              one slot over the Sentry's mapping of it
-//   [kPrivateBase, +size)      platform-private memory: page tables, the
-//                              stub's code and per-vCPU pages
+//   [0, memfile max)           the memory file: GPA == memory-file offset,
+//                              in 1 GiB slots added on demand (KvmPlatform)
+//   [kPrivateBase, +size)      platform-private memory: page tables and the
+//                              stub page
 //
 // Lock order: VcpuPool::mu_ only (leaf).
 #ifndef SANDBOXD_PLATFORMS_KVM_VM_H_

@@ -1,6 +1,6 @@
 // sentry: runs one program in a sandbox.
 //
-//   sentry run [--platform=systrap] [--rootfs=DIR] [--cwd=DIR]
+//   sentry run [--platform=systrap|kvm] [--rootfs=DIR] [--cwd=DIR]
 //              [--env=K=V ...] [--hostname=NAME] [--log-unimplemented]
 //              [--strace] [--vdso=tsc|syscall]
 //              -- PROGRAM [ARGS...]
@@ -26,6 +26,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/unique_fd.h"
+#include "platforms/kvm/kvm_platform.h"
 #include "platforms/systrap/systrap.h"
 #include "base/status_macros.h"
 #include "sentry/fs/devfs.h"
@@ -71,7 +72,7 @@ constexpr uint64_t kDevptsDev = 0x807;
 
 void Usage() {
   fprintf(stderr,
-          "usage: sentry run [--platform=systrap] [--rootfs=DIR] [--cwd=DIR] "
+          "usage: sentry run [--platform=systrap|kvm] [--rootfs=DIR] [--cwd=DIR] "
           "[--env=K=V ...] [--hostname=NAME] -- PROGRAM [ARGS...]\n");
 }
 
@@ -162,9 +163,9 @@ Options ParseArgs(int argc, char** argv) {
     Usage();
     Die(kExitUsage, "no program to run");
   }
-  if (o.platform != "systrap") {
+  if (o.platform != "systrap" && o.platform != "kvm") {
     Die(kExitUsage, absl::StrCat("unknown platform: ", o.platform,
-                                 " (available: systrap)"));
+                                 " (available: systrap, kvm)"));
   }
   return o;
 }
@@ -313,7 +314,11 @@ int Run(const Options& o) {
 
   auto mf = mm::MemoryFile::Create();
   if (!mf.ok()) Die(kExitUsage, std::string(mf.status().message()));
-  auto platform = systrap::Systrap::Create((*mf)->fd(), o.fastpath);
+  using PlatformOr = absl::StatusOr<std::unique_ptr<platform::Platform>>;
+  PlatformOr platform =
+      o.platform == "kvm"
+          ? PlatformOr(kvm::KvmPlatform::Create((*mf)->fd(), (*mf)->max_size()))
+          : PlatformOr(systrap::Systrap::Create((*mf)->fd(), o.fastpath));
   if (!platform.ok()) Die(kExitUsage, std::string(platform.status().message()));
   mm::MemoryFile* memfile = mf->get();
   // Started early: the Timekeeper calibrates the TSC while the rest starts.

@@ -1,0 +1,468 @@
+#include "platforms/kvm/kvm_platform.h"
+
+#include <signal.h>
+#include <sys/ioctl.h>
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "base/status_macros.h"
+#include "platforms/kvm/cpuid.h"
+#include "platforms/kvm/descriptors.h"
+#include "platforms/kvm/guest_pvm.h"
+#include "platforms/kvm/kvm_abi.h"
+
+namespace sandboxd::kvm {
+
+using platform::CpuState;
+using platform::Event;
+
+namespace {
+
+// Private guest memory: page tables of every address space, the stub.
+// Kept small: re-creating this slot is how the shadow MMU is flushed, and
+// that costs more the larger the slot (256 MiB: ~12 ms; 16 MiB: 0.1-10 ms,
+// mostly the SRCU grace period on a busy host). 32 MiB is 8192 table pages.
+// Reserved, not committed: a page costs memory only once written.
+constexpr uint64_t kPrivateBytes = 32ull << 20;
+constexpr size_t kPoolSize = 4;
+
+constexpr uint64_t kRflagsFixed = 0x2, kRflagsIf = 0x200;
+// What a user-mode program can set in RFLAGS (CF PF AF ZF SF TF DF OF AC
+// ID, and the rest of the arithmetic flags); IOPL, VM, VIF, VIP and NT
+// stay clear, as SYSRET and sigreturn leave them on Linux.
+constexpr uint64_t kRflagsUser = 0x254dd5;
+
+// Signal-frame layout of the xsave image (the kernel's struct
+// _fpx_sw_bytes at byte 464, and the magic after the image).
+constexpr uint32_t kFpMagic1 = 0x46505853, kFpMagic2 = 0x46505845;
+constexpr size_t kSwBytesOffset = 464;
+
+Event Dead(const absl::Status& st) {
+  Event ev;
+  ev.kind = Event::Kind::kDead;
+  ev.detail = std::string(st.message());
+  return ev;
+}
+
+Event Exception(int signo, int code, uint64_t addr) {
+  Event ev;
+  ev.kind = Event::Kind::kException;
+  ev.signo = signo;
+  ev.code = code;
+  ev.addr = addr;
+  return ev;
+}
+
+uint64_t HostXcr0() {
+  uint32_t lo, hi;
+  asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
+  return (static_cast<uint64_t>(hi) << 32) | lo;
+}
+
+}  // namespace
+
+// ---- KvmAddressSpace ----
+
+absl::Status KvmAddressSpace::MapFile(uintptr_t addr, int fd, off_t off,
+                                      size_t len, platform::Prot prot) {
+  if (fd != platform_->memfile_fd()) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "kvm: MapFile of fd %d: only the memory file can be mapped", fd));
+  }
+  if (addr >= kStubVa || len > kStubVa - addr) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "kvm: MapFile at %#x+%#x reaches the stub at %#x", addr, len,
+        kStubVa));
+  }
+  if (off < 0) return absl::InvalidArgumentError("kvm: MapFile: negative offset");
+  RETURN_IF_ERROR(platform_->EnsureMemfileSlots(static_cast<uint64_t>(off) + len));
+  absl::MutexLock l(&mu_);
+  const uint64_t inval = pt_.invalidations();
+  absl::Status st;
+  if (!prot.read && !prot.write && !prot.exec) {
+    st = pt_.Unmap(addr, len);  // PROT_NONE: nothing is accessible
+  } else {
+    // x86 pages are always readable when present.
+    st = pt_.Map(addr, static_cast<uint64_t>(off), len,
+                 PteAccess{.write = prot.write, .exec = prot.exec});
+  }
+  if (pt_.invalidations() != inval) platform_->MarkShadowStale();
+  return st;
+}
+
+void KvmAddressSpace::Unmap(uintptr_t addr, size_t len) {
+  if (addr >= kStubVa) return;
+  len = std::min<uint64_t>(len, kStubVa - addr);
+  absl::MutexLock l(&mu_);
+  const uint64_t inval = pt_.invalidations();
+  (void)pt_.Unmap(addr, len);  // fails only for unaligned input
+  if (pt_.invalidations() != inval) platform_->MarkShadowStale();
+}
+
+KvmAddressSpace::~KvmAddressSpace() {
+  // The table pages go back to the allocator and will be reused: KVM's
+  // shadow of them must go first.
+  platform_->MarkShadowStale();
+}
+
+// ---- KvmContext ----
+
+KvmContext::KvmContext(KvmPlatform* p) : platform_(p) {
+  absl::MutexLock l(&platform_->ctx_mu_);
+  platform_->contexts_.insert(this);
+}
+
+KvmContext::~KvmContext() {
+  {
+    absl::MutexLock l(&platform_->ctx_mu_);
+    platform_->contexts_.erase(this);
+  }
+  Release();
+}
+
+void KvmContext::Kick() {
+  absl::MutexLock l(&kick_mu_);
+  if (running_) {
+    vcpu_->run()->immediate_exit = 1;
+    pthread_kill(thread_, kKickSignal);
+  }
+}
+
+absl::Status KvmContext::Acquire() {
+  ASSIGN_OR_RETURN(vcpu_, platform_->pool()->Take());
+  RETURN_IF_ERROR(InitPvmVcpu(*vcpu_));
+  kvm_xcrs xcrs = {};
+  xcrs.nr_xcrs = 1;
+  xcrs.xcrs[0].xcr = 0;
+  xcrs.xcrs[0].value = platform_->xcr0();
+  if (ioctl(vcpu_->fd(), KVM_SET_XCRS, &xcrs) < 0) {
+    return ErrnoStatus(absl::StrFormat("KVM_SET_XCRS xcr0=%#x",
+                                       platform_->xcr0()),
+                       errno);
+  }
+  sregs_valid_ = false;
+  return absl::OkStatus();
+}
+
+void KvmContext::Release() {
+  if (vcpu_ == nullptr) return;
+  platform_->pool()->Give(std::move(vcpu_));
+  sregs_valid_ = false;
+}
+
+void KvmContext::Interrupt() {
+  interrupt_.store(true);
+  absl::MutexLock l(&kick_mu_);
+  if (running_) {
+    vcpu_->run()->immediate_exit = 1;
+    pthread_kill(thread_, kKickSignal);
+  }
+}
+
+absl::Status KvmContext::LoadFp(const CpuState& cpu) {
+  KvmXsave x = {};
+  auto* bytes = reinterpret_cast<uint8_t*>(x.region);
+  const uint32_t size = platform_->xsave_size();
+  if (cpu.fp_size >= size + 4) {
+    std::memcpy(bytes, cpu.fp, size);
+    // The software-reserved bytes are the kernel's, not the CPU's.
+    std::memset(bytes + kSwBytesOffset, 0, 512 - kSwBytesOffset);
+    uint32_t mxcsr;
+    std::memcpy(&mxcsr, bytes + 24, 4);
+    mxcsr &= 0xffff;  // reserved bits would make KVM_SET_XSAVE fail
+    std::memcpy(bytes + 24, &mxcsr, 4);
+    uint64_t xstate_bv;
+    std::memcpy(&xstate_bv, bytes + 512, 8);
+    xstate_bv &= platform_->xcr0();
+    std::memcpy(bytes + 512, &xstate_bv, 8);
+  } else {
+    // A fresh task: the state execve gives (FCW 0x37f, MXCSR 0x1f80).
+    const uint16_t fcw = 0x37f;
+    const uint32_t mxcsr = 0x1f80, mxcsr_mask = 0xffff;
+    const uint64_t xstate_bv = 0x3;
+    std::memcpy(bytes, &fcw, 2);
+    std::memcpy(bytes + 24, &mxcsr, 4);
+    std::memcpy(bytes + 28, &mxcsr_mask, 4);
+    std::memcpy(bytes + 512, &xstate_bv, 8);
+  }
+  if (ioctl(vcpu_->fd(), kKvmSetXsave, &x) < 0) {
+    return ErrnoStatus("KVM_SET_XSAVE", errno);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvmContext::SaveFp(CpuState& cpu) {
+  KvmXsave x;
+  if (ioctl(vcpu_->fd(), kKvmGetXsave, &x) < 0) {
+    return ErrnoStatus("KVM_GET_XSAVE", errno);
+  }
+  const uint32_t size = platform_->xsave_size();
+  std::memcpy(cpu.fp, x.region, size);
+  // As the kernel writes it into a signal frame: sw bytes and magic.
+  struct {
+    uint32_t magic1;
+    uint32_t extended_size;
+    uint64_t xfeatures;
+    uint32_t xstate_size;
+    uint32_t padding[7];
+  } sw = {kFpMagic1, size + 4, platform_->xcr0(), size, {}};
+  static_assert(sizeof(sw) == 48);
+  std::memcpy(cpu.fp + kSwBytesOffset, &sw, sizeof(sw));
+  std::memcpy(cpu.fp + size, &kFpMagic2, 4);
+  cpu.fp_size = size + 4;
+  return absl::OkStatus();
+}
+
+Event KvmContext::Switch(platform::AddressSpace& as, CpuState& cpu) {
+  auto& kas = static_cast<KvmAddressSpace&>(as);
+  if (vcpu_ == nullptr) {
+    absl::Status st = Acquire();
+    if (!st.ok()) return Dead(Annotate(st, "kvm: taking a vCPU"));
+  }
+  if (interrupt_.exchange(false)) return Event{};
+  kvm_run* run = vcpu_->run();
+  run->kvm_valid_regs =
+      KVM_SYNC_X86_REGS | KVM_SYNC_X86_SREGS | KVM_SYNC_X86_EVENTS;
+
+  kvm_regs& r = run->s.regs.regs;
+  const platform::Regs& in = cpu.regs;
+  r.rax = in.rax, r.rbx = in.rbx, r.rcx = in.rcx, r.rdx = in.rdx;
+  r.rsi = in.rsi, r.rdi = in.rdi, r.rsp = in.rsp, r.rbp = in.rbp;
+  r.r8 = in.r8, r.r9 = in.r9, r.r10 = in.r10, r.r11 = in.r11;
+  r.r12 = in.r12, r.r13 = in.r13, r.r14 = in.r14, r.r15 = in.r15;
+  r.rip = in.rip;
+  r.rflags = (in.eflags & kRflagsUser) | kRflagsFixed | kRflagsIf;
+  uint32_t dirty = KVM_SYNC_X86_REGS;
+
+  const uint64_t root = kas.root();
+  if (!sregs_valid_ || root != loaded_root_ || in.fs_base != loaded_fs_ ||
+      in.gs_base != loaded_gs_) {
+    kvm_sregs& s = run->s.regs.sregs;
+    if (!sregs_valid_) {
+      absl::Status st = vcpu_->GetSregs(&s);
+      if (!st.ok()) return Dead(st);
+    }
+    UserModeSregs(&s, root, in.fs_base, in.gs_base);
+    dirty |= KVM_SYNC_X86_SREGS;
+    sregs_valid_ = true;
+    loaded_root_ = root;
+    loaded_fs_ = in.fs_base, loaded_gs_ = in.gs_base;
+  }
+  run->kvm_dirty_regs = dirty;
+  if (absl::Status st = LoadFp(cpu); !st.ok()) {
+    // Only a corrupt image from sigreturn gets here; Linux answers that
+    // with SIGSEGV.
+    cpu.fp_size = 0;
+    return Exception(SIGSEGV, SI_KERNEL, 0);
+  }
+
+  absl::StatusOr<uint32_t> reason;
+  for (;;) {
+    if (absl::Status st = platform_->FlushShadowIfStale(); !st.ok()) {
+      return Dead(st);
+    }
+    absl::ReaderMutexLock run_lock(&platform_->run_mu());
+    {
+      absl::MutexLock l(&kick_mu_);
+      running_ = true;
+      thread_ = pthread_self();
+      if (interrupt_.load() || platform_->ShadowFlushPending()) {
+        run->immediate_exit = 1;
+      }
+    }
+    reason = vcpu_->Run();
+    {
+      absl::MutexLock l(&kick_mu_);
+      running_ = false;
+      run->immediate_exit = 0;
+    }
+    if (!reason.ok()) return Dead(reason.status());
+    // A kick for the shadow flush: flush, then run on.
+    if (*reason != KVM_EXIT_INTR || interrupt_.load()) break;
+    if (!platform_->ShadowFlushPending()) break;
+    run->kvm_dirty_regs = 0;  // the synced registers hold the live state
+  }
+  interrupt_.store(false);
+
+  platform::Regs& out = cpu.regs;
+  out.rax = r.rax, out.rbx = r.rbx, out.rcx = r.rcx, out.rdx = r.rdx;
+  out.rsi = r.rsi, out.rdi = r.rdi, out.rsp = r.rsp, out.rbp = r.rbp;
+  out.r8 = r.r8, out.r9 = r.r9, out.r10 = r.r10, out.r11 = r.r11;
+  out.r12 = r.r12, out.r13 = r.r13, out.r14 = r.r14, out.r15 = r.r15;
+  out.rip = r.rip;
+  out.eflags = r.rflags;
+  out.cs = kUserCs;
+  out.ss = kUserDs;
+  out.fs_base = loaded_fs_ = run->s.regs.sregs.fs.base;
+  out.gs_base = loaded_gs_ = run->s.regs.sregs.gs.base;
+  if (absl::Status st = SaveFp(cpu); !st.ok()) return Dead(st);
+  return Decode(*reason, cpu);
+}
+
+Event KvmContext::Decode(uint32_t reason, CpuState& cpu) {
+  kvm_run* run = vcpu_->run();
+  platform::Regs& regs = cpu.regs;
+  switch (reason) {
+    case KVM_EXIT_IO: {
+      if (run->io.port != kSyscallPort ||
+          run->io.direction != KVM_EXIT_IO_OUT) {
+        break;
+      }
+      if (regs.rip != kStubVa + kStubSyscallEntry + 2) {
+        // The program's own OUT to the port: on Linux, a #GP.
+        return Exception(SIGSEGV, SI_KERNEL, 0);
+      }
+      // SYSCALL left the return address in RCX and RFLAGS in R11.
+      Event ev;
+      ev.kind = Event::Kind::kSyscall;
+      regs.orig_rax = regs.rax;
+      regs.rip = regs.rcx;
+      regs.eflags = regs.r11;
+      return ev;
+    }
+    case KVM_EXIT_SHUTDOWN: {
+      // PVM delivers no exception to the guest here: the vCPU stops, and
+      // the vCPU events say which exception it was.
+      sregs_valid_ = false;
+      const kvm_vcpu_events& ev = run->s.regs.events;
+      const uint32_t err = ev.exception.error_code;
+      switch (ev.exception.nr) {
+        case 14: {  // #PF
+          Event f;
+          f.kind = Event::Kind::kFault;
+          f.signo = SIGSEGV;
+          // The synced sregs can hold a stale CR2 after a triple fault;
+          // KVM_GET_SREGS has the one of this fault.
+          kvm_sregs s;
+          f.addr = vcpu_->GetSregs(&s).ok() ? s.cr2 : 0;
+          f.write = (err & 2) != 0;
+          f.exec = (err & 16) != 0;
+          return f;
+        }
+        case 0:  // #DE
+          return Exception(SIGFPE, FPE_INTDIV, regs.rip);
+        case 6:  // #UD
+          return Exception(SIGILL, ILL_ILLOPN, regs.rip);
+        case 1:  // #DB
+          return Exception(SIGTRAP, TRAP_TRACE, 0);
+        case 3:  // #BP: RIP is already past the int3, as Linux reports it
+          return Exception(SIGTRAP, SI_KERNEL, 0);
+        case 16:  // #MF
+        case 19:  // #XM
+          return Exception(SIGFPE, 0, regs.rip);
+        case 17:  // #AC
+          return Exception(SIGBUS, BUS_ADRALN, 0);
+        default:  // #GP, #SS, #NP...
+          return Exception(SIGSEGV, SI_KERNEL, 0);
+      }
+    }
+    case KVM_EXIT_INTR:
+      return Event{};
+    default:
+      break;
+  }
+  return Dead(absl::InternalError(
+      absl::StrCat("kvm: unexpected exit: ", DescribeExit(*vcpu_, reason))));
+}
+
+// ---- KvmPlatform ----
+
+absl::StatusOr<std::unique_ptr<KvmPlatform>> KvmPlatform::Create(
+    int memfile_fd, uint64_t memfile_max) {
+  std::unique_ptr<KvmPlatform> p(new KvmPlatform());
+  // Twenty round trips prove the path; the full figure is kvm_test's.
+  absl::StatusOr<ProbeReport> probe = RunProbe(20);
+  if (!probe.ok()) {
+    return absl::Status(probe.status().code(),
+                        absl::StrCat("--platform=kvm: the probe failed: ",
+                                     probe.status().message()));
+  }
+  p->probe_ = *probe;
+  ASSIGN_OR_RETURN(p->vm_, Vm::Create(Flavour::kPvm));
+  p->memfile_fd_ = memfile_fd;
+  void* m = mmap(nullptr, memfile_max, PROT_READ | PROT_WRITE,
+                 MAP_SHARED | MAP_NORESERVE, memfile_fd, 0);
+  if (m == MAP_FAILED) return ErrnoStatus("kvm: mapping the memory file", errno);
+  p->memfile_map_ = Mapping(m, memfile_max);
+  p->memfile_max_ = memfile_max;
+  ASSIGN_OR_RETURN(p->private_,
+                   PrivateMemory::Create(p->vm_.get(), 1, kPrivateBytes));
+  ASSIGN_OR_RETURN(p->stub_phys_, WritePvmStubPage(p->private_.get()));
+  p->xsave_size_ = XsaveSize(p->vm_->cpuid());
+  if (p->xsave_size_ > platform::kMaxFpStateSize - 4) {
+    return absl::FailedPreconditionError(absl::StrFormat(
+        "kvm: xsave area of %u bytes does not fit CpuState", p->xsave_size_));
+  }
+  const kvm_cpuid_entry2* d = FindCpuid(p->vm_->cpuid(), 0xd, 0);
+  const uint64_t supported =
+      d ? (static_cast<uint64_t>(d->edx) << 32 | d->eax) : 3;
+  p->xcr0_ = HostXcr0() & supported;
+  ASSIGN_OR_RETURN(p->pool_, VcpuPool::Create(p->vm_.get(), kPoolSize));
+  InstallKickHandler();
+  return p;
+}
+
+absl::Status KvmPlatform::EnsureMemfileSlots(uint64_t end) {
+  if (end > memfile_max_) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "kvm: memory-file offset %#x beyond its maximum %#x", end,
+        memfile_max_));
+  }
+  const uint64_t want = (end + kMemfileChunk - 1) / kMemfileChunk;
+  absl::MutexLock l(&slots_mu_);
+  for (; memfile_slots_ < want; ++memfile_slots_) {
+    const uint64_t gpa = memfile_slots_ * kMemfileChunk;
+    const uint64_t size = std::min(kMemfileChunk, memfile_max_ - gpa);
+    uint64_t ns = 0;
+    // Slots 0 and 1 are the probe's and the private memory's.
+    RETURN_IF_ERROR(vm_->SetSlot(2 + memfile_slots_, gpa,
+                                 memfile_map_.bytes() + gpa, size, &ns));
+    vm_->mutable_timings().memfile_slot_ns += ns;
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvmPlatform::FlushShadowIfStale() {
+  if (!ShadowFlushPending()) return absl::OkStatus();
+  absl::MutexLock z(&zap_mu_);
+  const uint64_t want = stale_.load(std::memory_order_acquire);
+  if (flushed_.load() >= want) return absl::OkStatus();
+  {
+    absl::MutexLock c(&ctx_mu_);
+    for (KvmContext* ctx : contexts_) ctx->Kick();
+  }
+  absl::MutexLock w(&run_mu_);  // every vCPU is out of KVM_RUN
+  const uint64_t t0 = MonotonicNs();
+  // Deleting the slot makes KVM zap every shadow page built from guest
+  // page tables inside it; adding it back costs the next faults a walk.
+  RETURN_IF_ERROR(Annotate(vm_->SetSlot(1, kPrivateBase, private_->host_base(),
+                                        0),
+                           "kvm: dropping the shadow page tables"));
+  RETURN_IF_ERROR(Annotate(vm_->SetSlot(1, kPrivateBase, private_->host_base(),
+                                        private_->size()),
+                           "kvm: restoring the private slot"));
+  flush_ns_.fetch_add(MonotonicNs() - t0);
+  flushes_.fetch_add(1);
+  flushed_.store(want, std::memory_order_release);
+  return absl::OkStatus();
+}
+
+KvmPlatform::~KvmPlatform() = default;
+
+absl::StatusOr<std::unique_ptr<platform::AddressSpace>>
+KvmPlatform::NewAddressSpace() {
+  ASSIGN_OR_RETURN(PageTables pt, PageTables::Create(private_.get()));
+  RETURN_IF_ERROR(MapPvmStub(&pt, stub_phys_));
+  return std::unique_ptr<platform::AddressSpace>(
+      new KvmAddressSpace(this, std::move(pt)));
+}
+
+absl::StatusOr<std::unique_ptr<platform::Context>> KvmPlatform::NewContext() {
+  return std::unique_ptr<platform::Context>(new KvmContext(this));
+}
+
+}  // namespace sandboxd::kvm

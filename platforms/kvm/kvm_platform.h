@@ -1,0 +1,168 @@
+// The kvm platform: application threads run in user mode of a KVM guest
+// (the PVM flavour; see README.md for what the stub does and why).
+//
+// One VM per sandbox. Guest-physical memory is the memory file at GPA ==
+// file offset (slot 0, over this platform's own shared mapping of the
+// memfd) plus PrivateMemory at kPrivateBase (page tables, the stub page).
+// Each address space is one set of page tables; each context holds a vCPU
+// from the pool while its task runs, and the task's own thread is the
+// thread in KVM_RUN.
+//
+// Shadow coherence: PVM runs the guest on shadow page tables that KVM
+// builds from the guest's tables and keeps coherent by write-protecting
+// them against guest writes. The Sentry writes them from the host, which
+// KVM does not see, so after any change that a shadow entry could
+// contradict (PageTables::invalidations) the platform drops all shadow
+// translations before the next KVM_RUN by re-creating the private memory
+// slot, with every vCPU out of KVM_RUN (run_mu_ held for writing).
+//
+// Lock order: KvmAddressSpace::mu_ > KvmPlatform::slots_mu_;
+// KvmPlatform::zap_mu_ > KvmPlatform::ctx_mu_ >
+// KvmContext::kick_mu_; KvmPlatform::run_mu_ (readers: vCPUs in
+// KVM_RUN) is taken after the kicks; VcpuPool::mu_ is a leaf.
+#ifndef SANDBOXD_PLATFORMS_KVM_KVM_PLATFORM_H_
+#define SANDBOXD_PLATFORMS_KVM_KVM_PLATFORM_H_
+
+#include <pthread.h>
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <set>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "base/mapping.h"
+#include "platforms/kvm/page_tables.h"
+#include "platforms/kvm/probe.h"
+#include "platforms/kvm/stub_pvm.h"
+#include "platforms/kvm/vm.h"
+#include "platforms/platform.h"
+
+namespace sandboxd::kvm {
+
+class KvmPlatform;
+
+class KvmAddressSpace : public platform::AddressSpace {
+ public:
+  absl::Status MapFile(uintptr_t addr, int fd, off_t off, size_t len,
+                       platform::Prot prot) override;
+  void Unmap(uintptr_t addr, size_t len) override;
+
+  uint64_t root() const { return pt_.root(); }
+
+ private:
+  friend class KvmPlatform;
+  KvmAddressSpace(KvmPlatform* p, PageTables pt)
+      : platform_(p), pt_(std::move(pt)) {}
+
+  KvmPlatform* const platform_;
+  absl::Mutex mu_;  // serializes MapFile/Unmap (mm holds its own locks too)
+  PageTables pt_ ABSL_GUARDED_BY(mu_);
+
+ public:
+  ~KvmAddressSpace() override;
+};
+
+class KvmContext : public platform::Context {
+ public:
+  explicit KvmContext(KvmPlatform* p);
+  ~KvmContext() override;
+
+  platform::Event Switch(platform::AddressSpace& as,
+                         platform::CpuState& cpu) override;
+  void Interrupt() override;
+  void Release() override;
+  // Makes a KVM_RUN in progress return (for the shadow flush), without
+  // making Switch return.
+  void Kick();
+
+ private:
+  absl::Status Acquire();
+  absl::Status LoadFp(const platform::CpuState& cpu);
+  absl::Status SaveFp(platform::CpuState& cpu);
+  platform::Event Decode(uint32_t reason, platform::CpuState& cpu);
+
+  KvmPlatform* const platform_;
+  std::unique_ptr<Vcpu> vcpu_;  // owned by the task's thread
+  // What the vCPU's segment state was last loaded with; a mismatch (or a
+  // triple fault, which leaves the vCPU needing a reload) means
+  // KVM_SET_SREGS through the synced registers.
+  bool sregs_valid_ = false;
+  uint64_t loaded_root_ = 0;
+  uint64_t loaded_fs_ = 0, loaded_gs_ = 0;
+
+  absl::Mutex kick_mu_;
+  bool running_ ABSL_GUARDED_BY(kick_mu_) = false;
+  pthread_t thread_ ABSL_GUARDED_BY(kick_mu_){};
+  std::atomic<bool> interrupt_{false};
+};
+
+class KvmPlatform : public platform::Platform {
+ public:
+  // Probes KVM (RunProbe) and builds the VM over the memory file `fd`,
+  // whose size never exceeds `memfile_max`. Fails with one line when the
+  // probe does.
+  static absl::StatusOr<std::unique_ptr<KvmPlatform>> Create(
+      int memfile_fd, uint64_t memfile_max);
+  ~KvmPlatform() override;
+
+  std::string Name() const override { return "kvm"; }
+  uintptr_t MaxUserAddress() const override { return kStubVa; }
+  absl::StatusOr<std::unique_ptr<platform::AddressSpace>> NewAddressSpace()
+      override;
+  absl::StatusOr<std::unique_ptr<platform::Context>> NewContext() override;
+
+  const ProbeReport& probe() const { return probe_; }
+  Vm* vm() const { return vm_.get(); }
+  VcpuPool* pool() const { return pool_.get(); }
+  int memfile_fd() const { return memfile_fd_; }
+  uint32_t xsave_size() const { return xsave_size_; }
+  uint64_t xcr0() const { return xcr0_; }
+
+  // See "Shadow coherence" above.
+  void MarkShadowStale() { stale_.fetch_add(1, std::memory_order_acq_rel); }
+  bool ShadowFlushPending() const {
+    return flushed_.load(std::memory_order_acquire) <
+           stale_.load(std::memory_order_acquire);
+  }
+  absl::Status FlushShadowIfStale() ABSL_LOCKS_EXCLUDED(zap_mu_, run_mu_);
+  absl::Mutex& run_mu() ABSL_LOCK_RETURNED(run_mu_) { return run_mu_; }
+
+  // The memory file is put into guest-physical memory in kMemfileChunk
+  // slots, added when a mapping first reaches them: one 64 GiB slot would
+  // cost ~75 ms at startup here, a 1 GiB one well under a millisecond.
+  static constexpr uint64_t kMemfileChunk = 1ull << 30;
+  absl::Status EnsureMemfileSlots(uint64_t end) ABSL_LOCKS_EXCLUDED(slots_mu_);
+  uint64_t shadow_flushes() const { return flushes_.load(); }
+  uint64_t shadow_flush_ns() const { return flush_ns_.load(); }
+
+ private:
+  KvmPlatform() = default;
+
+  ProbeReport probe_;
+  std::unique_ptr<Vm> vm_;
+  int memfile_fd_ = -1;
+  Mapping memfile_map_;
+  std::unique_ptr<PrivateMemory> private_;
+  uint64_t stub_phys_ = 0;  // the stub page, mapped into every space
+  std::unique_ptr<VcpuPool> pool_;
+  uint32_t xsave_size_ = 512;
+  uint64_t xcr0_ = 3;
+
+  friend class KvmContext;
+  absl::Mutex slots_mu_;
+  uint64_t memfile_slots_ ABSL_GUARDED_BY(slots_mu_) = 0;  // chunks added
+  uint64_t memfile_max_ = 0;
+  std::atomic<uint64_t> stale_{0}, flushed_{0};
+  std::atomic<uint64_t> flushes_{0}, flush_ns_{0};
+  absl::Mutex zap_mu_;
+  absl::Mutex ctx_mu_ ABSL_ACQUIRED_AFTER(zap_mu_);
+  std::set<KvmContext*> contexts_ ABSL_GUARDED_BY(ctx_mu_);
+  absl::Mutex run_mu_;
+};
+
+}  // namespace sandboxd::kvm
+
+#endif  // SANDBOXD_PLATFORMS_KVM_KVM_PLATFORM_H_

@@ -1,0 +1,218 @@
+#include "platforms/kvm/kvm_platform.h"
+
+#include <signal.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstring>
+#include <thread>
+#include <vector>
+
+#include "gtest/gtest.h"
+
+namespace sandboxd::kvm {
+namespace {
+
+using platform::CpuState;
+using platform::Event;
+using platform::Prot;
+
+constexpr uintptr_t kCode = 0x10000;
+constexpr uintptr_t kData = 0x20000;
+// Memory-file offsets: code, then data pages A and B.
+constexpr off_t kCodeOff = 0, kPageA = 4096, kPageB = 8192;
+
+class KvmPlatformTest : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    memfd_ = memfd_create("kvm-platform-test", 0);
+    ASSERT_GE(memfd_, 0);
+    ASSERT_EQ(ftruncate(memfd_, 3 * 4096), 0);
+    auto p = KvmPlatform::Create(memfd_, 1ull << 30);
+    if (!p.ok()) {
+      skip_ = std::string(p.status().message());
+      return;
+    }
+    platform_ = p->release();
+  }
+
+  void SetUp() override {
+    if (platform_ == nullptr) GTEST_SKIP() << skip_;
+  }
+
+  void Load(const std::vector<uint8_t>& code, uint64_t a, uint64_t b) {
+    ASSERT_EQ(pwrite(memfd_, code.data(), code.size(), kCodeOff),
+              static_cast<ssize_t>(code.size()));
+    ASSERT_EQ(pwrite(memfd_, &a, 8, kPageA), 8);
+    ASSERT_EQ(pwrite(memfd_, &b, 8, kPageB), 8);
+  }
+
+  std::unique_ptr<platform::AddressSpace> NewSpace() {
+    auto as = platform_->NewAddressSpace();
+    EXPECT_TRUE(as.ok()) << as.status();
+    EXPECT_TRUE((*as)->MapFile(kCode, memfd_, kCodeOff, 4096,
+                               Prot{true, false, true}).ok());
+    return std::move(*as);
+  }
+
+  std::unique_ptr<platform::Context> NewContext() {
+    auto c = platform_->NewContext();
+    EXPECT_TRUE(c.ok()) << c.status();
+    return std::move(*c);
+  }
+
+  static CpuState StartAt(uintptr_t rip) {
+    CpuState cpu;
+    cpu.regs.rip = rip;
+    cpu.regs.eflags = 0x202;
+    return cpu;
+  }
+
+  static int memfd_;
+  static KvmPlatform* platform_;
+  static std::string skip_;
+};
+
+int KvmPlatformTest::memfd_ = -1;
+KvmPlatform* KvmPlatformTest::platform_ = nullptr;
+std::string KvmPlatformTest::skip_;
+
+TEST_F(KvmPlatformTest, SyscallThenIllegalInstruction) {
+  // mov $39,%eax; syscall; ud2
+  Load({0xb8, 39, 0, 0, 0, 0x0f, 0x05, 0x0f, 0x0b}, 0, 0);
+  auto as = NewSpace();
+  auto ctx = NewContext();
+  CpuState cpu = StartAt(kCode);
+  cpu.regs.rdi = 0x1111;
+  Event ev = ctx->Switch(*as, cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kSyscall) << ev.detail;
+  EXPECT_EQ(cpu.regs.orig_rax, 39u);
+  EXPECT_EQ(cpu.regs.rip, kCode + 7);
+  EXPECT_EQ(cpu.regs.rcx, kCode + 7);
+  EXPECT_EQ(cpu.regs.rdi, 0x1111u);
+  EXPECT_GT(cpu.fp_size, 512u);
+  cpu.regs.rax = 1234;
+  ev = ctx->Switch(*as, cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kException) << ev.detail;
+  EXPECT_EQ(ev.signo, SIGILL);
+  EXPECT_EQ(cpu.regs.rip, kCode + 7);
+  EXPECT_EQ(cpu.regs.rax, 1234u);
+}
+
+TEST_F(KvmPlatformTest, FaultThenMapThenRemapThenUnmap) {
+  // 1: mov kData,%rax; syscall; jmp 1b
+  Load({0x48, 0x8b, 0x04, 0x25, 0x00, 0x00, 0x02, 0x00, 0x0f, 0x05, 0xeb,
+        0xf4},
+       0xaaaa, 0xbbbb);
+  auto as = NewSpace();
+  auto ctx = NewContext();
+  CpuState cpu = StartAt(kCode);
+  Event ev = ctx->Switch(*as, cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kFault) << ev.detail;
+  EXPECT_EQ(ev.addr, kData);
+  EXPECT_FALSE(ev.write);
+  EXPECT_EQ(cpu.regs.rip, kCode);
+
+  ASSERT_TRUE(as->MapFile(kData, memfd_, kPageA, 4096, Prot{true, true, false}).ok());
+  ev = ctx->Switch(*as, cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kSyscall) << ev.detail;
+  EXPECT_EQ(cpu.regs.rax, 0xaaaau);
+
+  // The same address now maps another page: the guest must see it.
+  ASSERT_TRUE(as->MapFile(kData, memfd_, kPageB, 4096, Prot{true, true, false}).ok());
+  ev = ctx->Switch(*as, cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kSyscall) << ev.detail;
+  EXPECT_EQ(cpu.regs.rax, 0xbbbbu);
+
+  as->Unmap(kData, 4096);
+  ev = ctx->Switch(*as, cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kFault) << ev.detail;
+  EXPECT_EQ(ev.addr, kData);
+  ASSERT_GT(platform_->shadow_flushes(), 0u);
+  std::printf("shadow flushes so far: %lu, %.1f us each\n",
+              static_cast<unsigned long>(platform_->shadow_flushes()),
+              platform_->shadow_flush_ns() / 1e3 /
+                  platform_->shadow_flushes());
+}
+
+// Round trips through the whole Switch path (registers, segment state,
+// the xsave image both ways), for the README.
+TEST_F(KvmPlatformTest, SwitchRoundTripTime) {
+  Load({0x0f, 0x05, 0xeb, 0xfc}, 0, 0);  // 1: syscall; jmp 1b
+  auto as = NewSpace();
+  auto ctx = NewContext();
+  CpuState cpu = StartAt(kCode);
+  std::vector<uint64_t> t;
+  for (int i = 0; i < 300; ++i) {
+    const uint64_t t0 = MonotonicNs();
+    Event ev = ctx->Switch(*as, cpu);
+    t.push_back(MonotonicNs() - t0);
+    ASSERT_EQ(ev.kind, Event::Kind::kSyscall) << ev.detail;
+  }
+  std::sort(t.begin(), t.end());
+  std::printf("Switch syscall round trip: median %.1f us, min %.1f us\n",
+              t[t.size() / 2] / 1e3, t[0] / 1e3);
+}
+
+TEST_F(KvmPlatformTest, WriteFaultOnReadOnlyPage) {
+  // movq $7,kData
+  Load({0x48, 0xc7, 0x04, 0x25, 0x00, 0x00, 0x02, 0x00, 0x07, 0, 0, 0}, 0, 0);
+  auto as = NewSpace();
+  ASSERT_TRUE(as->MapFile(kData, memfd_, kPageA, 4096, Prot{true, false, false}).ok());
+  auto ctx = NewContext();
+  CpuState cpu = StartAt(kCode);
+  Event ev = ctx->Switch(*as, cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kFault) << ev.detail;
+  EXPECT_EQ(ev.addr, kData);
+  EXPECT_TRUE(ev.write);
+}
+
+TEST_F(KvmPlatformTest, FsBaseAndXmmState) {
+  // mov %fs:8,%rax; movq %xmm0,%rdx; syscall; ud2
+  Load({0x64, 0x48, 0x8b, 0x04, 0x25, 0x08, 0, 0, 0, 0x66, 0x48, 0x0f,
+        0x7e, 0xc2, 0x0f, 0x05, 0x0f, 0x0b},
+       0, 0);
+  const uint64_t tls = 0x5151;
+  ASSERT_EQ(pwrite(memfd_, &tls, 8, kPageA + 8), 8);
+  auto as = NewSpace();
+  ASSERT_TRUE(as->MapFile(kData, memfd_, kPageA, 4096, Prot{true, true, false}).ok());
+  auto ctx = NewContext();
+  CpuState cpu = StartAt(kCode);
+  cpu.regs.fs_base = kData;
+  Event ev = ctx->Switch(*as, cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kSyscall) << ev.detail;
+  EXPECT_EQ(cpu.regs.rax, tls);
+  EXPECT_EQ(cpu.regs.rdx, 0u);
+  EXPECT_EQ(cpu.regs.fs_base, kData);
+  // xmm0 lives at byte 160 of the fxsave area; set it and run again.
+  const uint64_t x = 0x1122334455667788ull;
+  std::memcpy(cpu.fp + 160, &x, 8);
+  cpu.regs.rip = kCode;
+  ev = ctx->Switch(*as, cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kSyscall) << ev.detail;
+  EXPECT_EQ(cpu.regs.rdx, x);
+}
+
+TEST_F(KvmPlatformTest, InterruptStopsASpinningGuest) {
+  Load({0xeb, 0xfe}, 0, 0);  // 1: jmp 1b
+  auto as = NewSpace();
+  auto ctx = NewContext();
+  CpuState cpu = StartAt(kCode);
+  std::thread t([&] {
+    usleep(100 * 1000);
+    ctx->Interrupt();
+  });
+  Event ev = ctx->Switch(*as, cpu);
+  t.join();
+  EXPECT_EQ(ev.kind, Event::Kind::kInterrupted) << ev.detail;
+  EXPECT_EQ(cpu.regs.rip, kCode);
+  // An interrupt before Switch makes the next Switch return at once.
+  ctx->Interrupt();
+  ev = ctx->Switch(*as, cpu);
+  EXPECT_EQ(ev.kind, Event::Kind::kInterrupted);
+}
+
+}  // namespace
+}  // namespace sandboxd::kvm

@@ -1,0 +1,198 @@
+#include "platforms/kvm/probe.h"
+
+#include <pthread.h>
+#include <signal.h>
+#include <sys/ioctl.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/notification.h"
+#include "base/status_macros.h"
+#include "platforms/kvm/guest_pvm.h"
+#include "platforms/kvm/stub_pvm.h"
+
+namespace sandboxd::kvm {
+namespace {
+
+static_assert(kKickSignal == SIGUSR2);
+
+// The probe's application: one page of code and one of stack.
+constexpr uint64_t kProbeCodeVa = 0x400000;
+constexpr uint64_t kProbeStackVa = 0x800000;
+constexpr uint64_t kPrivateSlotBytes = 4ull << 20;
+
+// loop: syscall          0f 05
+//       mov %rax,%rdi    48 89 c7
+//       jmp loop         eb f9
+// Each syscall shows the host the previous result (in %rdi): the proof
+// that a value written by the host reached user mode and survived.
+constexpr uint8_t kProbeCode[] = {0x0f, 0x05, 0x48, 0x89, 0xc7, 0xeb, 0xf9};
+constexpr uint64_t kSyscallLen = 2;
+
+void NoOp(int) {}
+
+// Stops a KVM_RUN that outlives the timeout: immediate_exit for a thread
+// about to enter, a signal for one inside.
+class Watchdog {
+ public:
+  Watchdog(kvm_run* run, absl::Duration timeout)
+      : run_(run), target_(pthread_self()) {
+    thread_ = std::thread([this, timeout] {
+      if (done_.WaitForNotificationWithTimeout(timeout)) return;
+      fired_.store(true);
+      while (!done_.HasBeenNotified()) {
+        run_->immediate_exit = 1;
+        pthread_kill(target_, kKickSignal);
+        done_.WaitForNotificationWithTimeout(absl::Milliseconds(10));
+      }
+    });
+  }
+  ~Watchdog() {
+    done_.Notify();
+    thread_.join();
+    run_->immediate_exit = 0;
+  }
+  bool fired() const { return fired_.load(); }
+
+ private:
+  kvm_run* const run_;
+  const pthread_t target_;
+  absl::Notification done_;
+  std::atomic<bool> fired_{false};
+  std::thread thread_;
+};
+
+absl::Status ProbePvm(Vm* vm, ProbeReport* report, const uint8_t* app,
+                      size_t app_len, int round_trips, absl::Duration timeout) {
+  if (app_len > k4K) {
+    return absl::InvalidArgumentError("kvm probe: code larger than a page");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<PrivateMemory> mem,
+                   PrivateMemory::Create(vm, /*slot=*/1, kPrivateSlotBytes));
+  report->private_slot_bytes = kPrivateSlotBytes;
+  ASSIGN_OR_RETURN(PageTables pt, PageTables::Create(mem.get()));
+  RETURN_IF_ERROR(InstallPvmStub(mem.get(), &pt));
+  ASSIGN_OR_RETURN(TablePage code, mem->AllocPage());
+  std::memcpy(code.host, app, app_len);
+  ASSIGN_OR_RETURN(TablePage stack, mem->AllocPage());
+  RETURN_IF_ERROR(pt.Map(kProbeCodeVa, code.phys, k4K,
+                         PteAccess{.write = false, .exec = true}));
+  RETURN_IF_ERROR(pt.Map(kProbeStackVa, stack.phys, k4K,
+                         PteAccess{.write = true, .exec = false}));
+
+  const uint64_t t0 = MonotonicNs();
+  ASSIGN_OR_RETURN(std::unique_ptr<Vcpu> vcpu, vm->CreateVcpu(0));
+  vm->mutable_timings().first_vcpu_ns = MonotonicNs() - t0;
+  RETURN_IF_ERROR(InitPvmVcpu(*vcpu));
+  kvm_sregs s;
+  RETURN_IF_ERROR(vcpu->GetSregs(&s));
+  UserModeSregs(&s, pt.root(), 0, 0);
+  RETURN_IF_ERROR(vcpu->SetSregs(s));
+  kvm_regs r = {};
+  r.rip = kProbeCodeVa;
+  r.rsp = kProbeStackVa + k4K;
+  r.rflags = 0x202;
+  RETURN_IF_ERROR(vcpu->SetRegs(r));
+
+  kvm_run* run = vcpu->run();
+  run->kvm_valid_regs = KVM_SYNC_X86_REGS;
+  InstallKickHandler();
+  Watchdog watchdog(run, timeout);
+  std::vector<uint64_t> times;
+  times.reserve(round_trips);
+  uint64_t want_rdi = 0;
+  for (int i = 0; i < round_trips; ++i) {
+    const uint64_t start = MonotonicNs();
+    ASSIGN_OR_RETURN(uint32_t reason, vcpu->Run());
+    const uint64_t took = MonotonicNs() - start;
+    if (reason == KVM_EXIT_INTR && watchdog.fired()) {
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "kvm probe (pvm): no exit within %s after %d round trips; %s",
+          absl::FormatDuration(timeout), i,
+          DescribeExit(*vcpu, reason)));
+    }
+    kvm_regs& q = run->s.regs.regs;
+    const bool syscall = reason == KVM_EXIT_IO &&
+                         run->io.direction == KVM_EXIT_IO_OUT &&
+                         run->io.port == kSyscallPort;
+    if (!syscall || q.rcx != kProbeCodeVa + kSyscallLen ||
+        (i > 0 && q.rdi != want_rdi)) {
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "kvm probe (pvm): round trip %d did not come back as the syscall "
+          "(want rcx=%#x rdi=%#x): %s",
+          i, kProbeCodeVa + kSyscallLen, want_rdi,
+          DescribeExit(*vcpu, reason)));
+    }
+    if (i == 0) {
+      report->first_entry_ns = took;
+    } else {
+      times.push_back(took);
+    }
+    // Return to user mode as SYSRET would, with a result to check.
+    want_rdi = 0x5eed0000 + i;
+    q.rax = want_rdi;
+    q.rip = q.rcx;
+    q.rflags = q.r11;
+    run->kvm_dirty_regs = KVM_SYNC_X86_REGS;
+    report->round_trips = i + 1;
+  }
+  if (!times.empty()) {
+    std::sort(times.begin(), times.end());
+    report->round_trip_median_ns = times[times.size() / 2];
+    report->round_trip_min_ns = times.front();
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void InstallKickHandler() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    struct sigaction sa = {};
+    sa.sa_handler = NoOp;
+    sigemptyset(&sa.sa_mask);
+    sa.sa_flags = 0;  // no SA_RESTART: KVM_RUN returns EINTR
+    sigaction(kKickSignal, &sa, nullptr);
+  });
+}
+
+absl::StatusOr<ProbeReport> RunProbe(int round_trips, absl::Duration timeout) {
+  return RunProbeWithCode(kProbeCode, sizeof(kProbeCode), round_trips,
+                          timeout);
+}
+
+absl::StatusOr<ProbeReport> RunProbeWithCode(const uint8_t* code,
+                                             size_t code_len, int round_trips,
+                                             absl::Duration timeout) {
+  ProbeReport report;
+  {
+    ASSIGN_OR_RETURN(UniqueFd kvm, OpenKvm());
+    report.flavour = DetectFlavour(kvm.get());
+  }
+  switch (report.flavour.flavour) {
+    case Flavour::kNone:
+      return absl::UnavailableError(
+          absl::StrCat("kvm: no usable flavour: ", report.flavour.reason));
+    case Flavour::kHardware:
+      return absl::UnimplementedError(absl::StrCat(
+          "kvm: hardware KVM (", report.flavour.reason,
+          "): the GDT/IDT/SYSCALL stub is not written yet"));
+    case Flavour::kPvm:
+      break;
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<Vm> vm, Vm::Create(Flavour::kPvm));
+  RETURN_IF_ERROR(
+      ProbePvm(vm.get(), &report, code, code_len, round_trips, timeout));
+  report.timings = vm->timings();
+  return report;
+}
+
+}  // namespace sandboxd::kvm

@@ -121,11 +121,8 @@ absl::StatusOr<uint64_t> FsState::SaveInode(
           absl::MutexLock l(&f->data_mu_);
           r->set_size(f->size_);
           r->set_seals(f->seals_);
-          if (f->writable_maps_ != 0) {
-            return absl::UnimplementedError(
-                "save: tmpfs file with writable shared mappings (mm state "
-                "is not saved yet)");
-          }
+          // writable_maps_ is not saved: the loaded writable shared
+          // mappings count themselves again (MmState).
           // Runs where both the file's and the memory file's pages are
           // consecutive: one PageWriter call each.
           pb::PageRun* run = nullptr;

@@ -39,9 +39,9 @@
 
 namespace sandboxd::state {
 
-// What the mm part implements (MmState): the record of one address space,
-// and the address space rebuilt from it (in the loading kernel's memory
-// file and platform).
+// The record of one address space, and the address space rebuilt from it
+// (in the loading kernel's memory file and platform): MmState
+// (mm_state.h), or a test's fake.
 class MmCheckpointer {
  public:
   virtual ~MmCheckpointer() = default;

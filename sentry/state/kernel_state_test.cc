@@ -41,7 +41,8 @@ using platform::Event;
 constexpr uintptr_t kMin = kernel::testing::kMinUserAddr;
 constexpr uintptr_t kMax = kernel::testing::kMaxUserAddr;
 
-// Address spaces are not saved yet: the fake records how many it saw and
+// These tests are about the kernel objects: the fake records how many MMs
+// it saw and
 // gives each loaded group a new, empty MM in the loading kernel.
 class FakeMms : public MmCheckpointer {
  public:

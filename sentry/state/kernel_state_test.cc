@@ -42,8 +42,7 @@ constexpr uintptr_t kMin = kernel::testing::kMinUserAddr;
 constexpr uintptr_t kMax = kernel::testing::kMaxUserAddr;
 
 // These tests are about the kernel objects: the fake records how many MMs
-// it saw and
-// gives each loaded group a new, empty MM in the loading kernel.
+// it saw and gives each loaded group a new, empty MM in the loading kernel.
 class FakeMms : public MmCheckpointer {
  public:
   absl::Status SaveMm(Saver&, mm::MM&, pb::Mm*) override {

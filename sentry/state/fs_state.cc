@@ -23,6 +23,8 @@
 #include "sentry/fs/timerfd.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/mm/memory_file.h"
+#include "sentry/socket/unix_socket.h"
+#include "sentry/state/socket_state.h"
 
 namespace sandboxd::state {
 namespace {
@@ -739,6 +741,10 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
           r->set_overflow_queued(in->overflow_queued_);
           return absl::OkStatus();
         }
+        if (auto* us = dynamic_cast<socket::UnixSocket*>(f.get())) {
+          return SocketState::SaveUnixSocket(s, vfs, *us,
+                                             rec->mutable_unix_socket());
+        }
         if (auto* h = dynamic_cast<fs::HostFile*>(f.get())) {
           if (h->inherited_fd() < 0) {
             return absl::UnimplementedError(
@@ -892,6 +898,8 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadFile(Loader& l,
             in->overflow_queued_ = r.overflow_queued();
             return std::static_pointer_cast<fs::File>(in);
           }
+          case pb::File::kUnixSocket:
+            return SocketState::LoadUnixSocket(l, vfs, rec.unix_socket());
           case pb::File::kHostFile: {
             const pb::HostFile& r = rec.host_file();
             const int fd = l.host_fd(r.host_fd());

@@ -4,10 +4,11 @@
 //
 // One struct of static functions, befriended by the fs classes whose state
 // is private, so that sentry/fs itself needs neither protobuf nor this
-// directory. Every Save of an object the image cannot hold yet (hostfs,
-// overlay, procfs, devfs inodes; sockets, ptys, timerfds, epoll, inotify
+// directory. Every Save of an object the image cannot hold yet (hostfs
+// inodes other than the rootfs, procfs, devfs inodes; ptys, signalfd
 // files) fails with an UnimplementedError that names the object: a
-// checkpoint is never silently incomplete.
+// checkpoint is never silently incomplete. AF_UNIX socket files are
+// SocketState's (socket_state.h).
 //
 // Order at load: the Vfs first (LoadVfs), then what refers to locations
 // (files, FsContexts). Inodes and pipes are loaded on demand by whatever

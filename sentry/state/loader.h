@@ -40,6 +40,9 @@ class MemoryFile;
 namespace sandboxd::fs {
 class Inode;
 }
+namespace sandboxd::socket {
+class UnixNamespace;
+}
 
 namespace sandboxd::state {
 
@@ -68,6 +71,11 @@ class Loader {
   // lower layer of a loaded overlay.
   void set_rootfs(std::shared_ptr<fs::Inode> root) { rootfs_ = std::move(root); }
   const std::shared_ptr<fs::Inode>& rootfs() const { return rootfs_; }
+
+  // The namespace loaded AF_UNIX sockets bind their names in and live in
+  // (the Sentry's, or a test's); null: an image with sockets fails.
+  void set_unix_namespace(socket::UnixNamespace* ns) { unix_ns_ = ns; }
+  socket::UnixNamespace* unix_namespace() const { return unix_ns_; }
 
   // Objects that the loaded graph uses but does not own (an OverlayFs,
   // which its inodes reach by plain pointer): the caller takes them with
@@ -128,6 +136,7 @@ class Loader {
   mm::MemoryFile* const memfile_;
   std::map<int, int> host_fds_;
   std::shared_ptr<fs::Inode> rootfs_;
+  socket::UnixNamespace* unix_ns_ = nullptr;
   std::vector<std::shared_ptr<void>> kept_;
   // Null while the object is being built.
   std::map<Key, std::shared_ptr<void>> objects_;

@@ -22,6 +22,7 @@
 #include "sentry/fs/overlay.h"
 #include "sentry/fs/timerfd.h"
 #include "sentry/fs/tmpfs.h"
+#include "sentry/kernel/signalfd.h"
 #include "sentry/mm/memory_file.h"
 #include "sentry/socket/unix_socket.h"
 #include "sentry/state/socket_state.h"
@@ -741,6 +742,18 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
           r->set_overflow_queued(in->overflow_queued_);
           return absl::OkStatus();
         }
+        if (auto* sf = dynamic_cast<kernel::SignalFd*>(f.get())) {
+          std::shared_ptr<kernel::ThreadGroup> owner = sf->owner_.lock();
+          if (owner == nullptr) {
+            return absl::UnimplementedError(
+                "save: a signalfd whose process has exited");
+          }
+          pb::SignalFd* r = rec->mutable_signalfd();
+          r->set_mask(sf->mask());
+          r->set_nonblock(sf->nonblock_.load());
+          r->set_owner_tgid(owner->tgid());
+          return absl::OkStatus();
+        }
         if (auto* us = dynamic_cast<socket::UnixSocket*>(f.get())) {
           return SocketState::SaveUnixSocket(s, vfs, *us,
                                              rec->mutable_unix_socket());
@@ -897,6 +910,33 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadFile(Loader& l,
             }
             in->overflow_queued_ = r.overflow_queued();
             return std::static_pointer_cast<fs::File>(in);
+          }
+          case pb::File::kSignalfd: {
+            // Its process was made first (KernelState::NewGroup): found by
+            // its tgid among the image's groups.
+            const pb::SignalFd& r = rec.signalfd();
+            const auto& groups = l.state().thread_groups();
+            uint64_t gid = 0;
+            for (int i = 0; i < groups.size() && gid == 0; i++) {
+              if (groups.Get(i).tgid() == r.owner_tgid()) gid = i + 1;
+            }
+            ASSIGN_OR_RETURN(
+                std::shared_ptr<kernel::ThreadGroup> owner,
+                (l.Load<kernel::ThreadGroup, pb::ThreadGroup>(
+                    gid, groups, "thread group",
+                    [](const pb::ThreadGroup&)
+                        -> absl::StatusOr<std::shared_ptr<kernel::ThreadGroup>> {
+                      return absl::FailedPreconditionError(
+                          "a signalfd's process is loaded with the kernel "
+                          "(KernelState::LoadKernel)");
+                    })));
+            if (owner == nullptr) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "signalfd of process ", r.owner_tgid(), ", not in the image"));
+            }
+            return std::static_pointer_cast<fs::File>(
+                std::make_shared<kernel::SignalFd>(
+                    std::move(owner), r.mask(), r.nonblock() ? SFD_NONBLOCK : 0));
           }
           case pb::File::kUnixSocket:
             return SocketState::LoadUnixSocket(l, vfs, rec.unix_socket());

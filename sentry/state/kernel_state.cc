@@ -410,90 +410,103 @@ absl::StatusOr<std::shared_ptr<IntervalTimer>> KernelState::LoadTimer(
       });
 }
 
-absl::StatusOr<std::shared_ptr<ThreadGroup>> KernelState::LoadGroup(
-    Loader& l, Kernel& k, fs::Vfs& vfs, MmCheckpointer& mms, uint64_t id) {
-  return l.Load<ThreadGroup, pb::ThreadGroup>(
+absl::Status KernelState::NewGroup(Loader& l, Kernel& k, uint64_t id) {
+  auto g = l.Load<ThreadGroup, pb::ThreadGroup>(
       id, l.state().thread_groups(), "thread group",
       [&](const pb::ThreadGroup& r)
           -> absl::StatusOr<std::shared_ptr<ThreadGroup>> {
         if (!ValidPid(r.tgid())) {
           return absl::InvalidArgumentError(absl::StrCat("bad tgid ", r.tgid()));
         }
-        if (r.actions_size() != kernel::kNumSignals ||
-            r.rlimits_size() != RLIM_NLIMITS || r.itimers_size() > 3) {
-          return absl::InvalidArgumentError(
-              "wrong number of signal actions, limits or interval timers");
-        }
-        std::shared_ptr<mm::MM> mm;
-        if (r.mm() != 0) {
-          ASSIGN_OR_RETURN(mm, (l.Load<mm::MM, pb::Mm>(
-                                   r.mm(), l.state().mms(), "mm",
-                                   [&](const pb::Mm& m) {
-                                     return mms.LoadMm(l, k, m);
-                                   })));
-        }
-        ASSIGN_OR_RETURN(auto fds, FsState::LoadFdTable(l, vfs, r.fd_table()));
-        ASSIGN_OR_RETURN(auto fsc,
-                         FsState::LoadFsContext(l, vfs, r.fs_context()));
-        auto g = std::make_shared<ThreadGroup>(&k, r.tgid(), std::move(mm),
-                                               std::move(fds), std::move(fsc));
-        g->oom_score_adj.store(r.oom_score_adj());
-        g->dumpable.store(r.dumpable());
-        g->no_new_privs.store(r.no_new_privs());
-        g->keepcaps.store(r.keepcaps());
-        g->cap_bset.store(r.cap_bset());
-        g->exiting_.store(r.exiting());
-        g->leader_exit_code_.store(r.leader_exit_code());
-        g->stop_requested_.store(r.stop_requested());
-        g->notification_due_.store(r.notification_due());
-        {
-          absl::MutexLock lock(&g->mu_);
-          for (int i = 0; i < kernel::kNumSignals; i++) {
-            const pb::SigAction& a = r.actions(i);
-            g->actions_[i] = kernel::SigAction{a.handler(), a.flags(),
-                                               a.restorer(), a.mask()};
-          }
-          for (int i = 0; i < RLIM_NLIMITS; i++) {
-            g->limits_[i].rlim_cur = r.rlimits(i).cur();
-            g->limits_[i].rlim_max = r.rlimits(i).max();
-          }
-          g->status_ = kernel::ExitStatus{r.exit_code(), r.exit_signo(),
-                                          r.exit_core()};
-          g->stop_signo_ = r.stop_signo();
-          // The tasks reach their stop point again after the start; the
-          // stop is not reported twice (it completed already).
-          g->stopped_ = r.stopped();
-          g->stopped_tasks_ = 0;
-          g->stop_report_ = r.stop_report();
-          g->continue_report_ = r.continue_report();
-          g->parent_notification_ = r.parent_notification();
-          g->parent_notification_status_ = r.parent_notification_status();
-          g->dead_usage_ = LoadUsage(r.dead_usage());
-          g->children_usage_ = LoadUsage(r.children_usage());
-          g->maxrss_kb_ = r.maxrss_kb();
-        }
+        // Its address space, descriptors and FsContext come in LoadGroup.
+        auto g = std::make_shared<ThreadGroup>(&k, r.tgid(), nullptr, nullptr,
+                                               nullptr);
         absl::MutexLock lock(&k.mu_);
-        g->pgid = r.pgid();
-        g->sid = r.sid();
-        g->zombie = r.zombie();
-        g->reaped = r.reaped();
-        g->exit_signal = r.exit_signal();
-        g->did_exec = r.did_exec();
-        g->comm = r.comm();
-        g->exe = r.exe();
-        g->arg_start = r.arg_start();
-        g->arg_end = r.arg_end();
-        g->env_start = r.env_start();
-        g->env_end = r.env_end();
-        g->auxv.assign(r.auxv().begin(), r.auxv().end());
-        g->pdeath_signal = r.pdeath_signal();
-        g->child_subreaper = r.child_subreaper();
         if (!k.groups_.emplace(r.tgid(), g).second) {
           return absl::InvalidArgumentError(
               absl::StrCat("tgid ", r.tgid(), " twice"));
         }
         return g;
       });
+  if (g.ok() && *g == nullptr) return absl::InvalidArgumentError("thread group 0");
+  return g.status();
+}
+
+absl::Status KernelState::LoadGroup(Loader& l, Kernel& k, fs::Vfs& vfs,
+                                    MmCheckpointer& mms, uint64_t id) {
+  // Made by NewGroup.
+  const pb::ThreadGroup& r = l.state().thread_groups(id - 1);
+  std::shared_ptr<ThreadGroup> g = k.FindGroup(r.tgid());
+  if (g == nullptr) return absl::InternalError("group not made");
+  if (r.actions_size() != kernel::kNumSignals ||
+      r.rlimits_size() != RLIM_NLIMITS || r.itimers_size() > 3) {
+    return absl::InvalidArgumentError(
+        "wrong number of signal actions, limits or interval timers");
+  }
+  std::shared_ptr<mm::MM> mm;
+  if (r.mm() != 0) {
+    ASSIGN_OR_RETURN(mm, (l.Load<mm::MM, pb::Mm>(
+                             r.mm(), l.state().mms(), "mm",
+                             [&](const pb::Mm& m) {
+                               return mms.LoadMm(l, k, m);
+                             })));
+  }
+  ASSIGN_OR_RETURN(auto fds, FsState::LoadFdTable(l, vfs, r.fd_table()));
+  ASSIGN_OR_RETURN(auto fsc, FsState::LoadFsContext(l, vfs, r.fs_context()));
+  g->mm_ = std::move(mm);
+  g->fds_ = std::move(fds);
+  g->fs_ = std::move(fsc);
+  g->oom_score_adj.store(r.oom_score_adj());
+  g->dumpable.store(r.dumpable());
+  g->no_new_privs.store(r.no_new_privs());
+  g->keepcaps.store(r.keepcaps());
+  g->cap_bset.store(r.cap_bset());
+  g->exiting_.store(r.exiting());
+  g->leader_exit_code_.store(r.leader_exit_code());
+  g->stop_requested_.store(r.stop_requested());
+  g->notification_due_.store(r.notification_due());
+  {
+    absl::MutexLock lock(&g->mu_);
+    for (int i = 0; i < kernel::kNumSignals; i++) {
+      const pb::SigAction& a = r.actions(i);
+      g->actions_[i] = kernel::SigAction{a.handler(), a.flags(), a.restorer(),
+                                         a.mask()};
+    }
+    for (int i = 0; i < RLIM_NLIMITS; i++) {
+      g->limits_[i].rlim_cur = r.rlimits(i).cur();
+      g->limits_[i].rlim_max = r.rlimits(i).max();
+    }
+    g->status_ = kernel::ExitStatus{r.exit_code(), r.exit_signo(), r.exit_core()};
+    g->stop_signo_ = r.stop_signo();
+    // The tasks reach their stop point again after the start; the stop is
+    // not reported twice (it completed already).
+    g->stopped_ = r.stopped();
+    g->stopped_tasks_ = 0;
+    g->stop_report_ = r.stop_report();
+    g->continue_report_ = r.continue_report();
+    g->parent_notification_ = r.parent_notification();
+    g->parent_notification_status_ = r.parent_notification_status();
+    g->dead_usage_ = LoadUsage(r.dead_usage());
+    g->children_usage_ = LoadUsage(r.children_usage());
+    g->maxrss_kb_ = r.maxrss_kb();
+  }
+  absl::MutexLock lock(&k.mu_);
+  g->pgid = r.pgid();
+  g->sid = r.sid();
+  g->zombie = r.zombie();
+  g->reaped = r.reaped();
+  g->exit_signal = r.exit_signal();
+  g->did_exec = r.did_exec();
+  g->comm = r.comm();
+  g->exe = r.exe();
+  g->arg_start = r.arg_start();
+  g->arg_end = r.arg_end();
+  g->env_start = r.env_start();
+  g->env_end = r.env_end();
+  g->auxv.assign(r.auxv().begin(), r.auxv().end());
+  g->pdeath_signal = r.pdeath_signal();
+  g->child_subreaper = r.child_subreaper();
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<Task>> KernelState::LoadTask(Loader& l,
@@ -510,7 +523,7 @@ absl::StatusOr<std::shared_ptr<Task>> KernelState::LoadTask(Loader& l,
             r.fp().size() != r.fp_size()) {
           return absl::InvalidArgumentError("bad CPU state");
         }
-        // Built by the first pass (LoadGroup); not built here.
+        // Built by the first pass (NewGroup); not built here.
         if (r.group() == 0 ||
             r.group() > static_cast<uint64_t>(l.state().thread_groups_size())) {
           return absl::InvalidArgumentError("bad thread group");
@@ -664,8 +677,11 @@ absl::Status KernelState::LoadKernel(Loader& l, Kernel& k, fs::Vfs& vfs,
     return absl::InvalidArgumentError(absl::StrCat("bad next tid ", r.next_tid()));
   }
   // Groups, then tasks, then what links them (tree, timers, signals).
+  // Every group exists before anything that may name one is loaded (a
+  // signalfd names the process that made it), then each is filled in.
+  for (uint64_t id : r.thread_groups()) RETURN_IF_ERROR(NewGroup(l, k, id));
   for (uint64_t id : r.thread_groups()) {
-    RETURN_IF_ERROR(LoadGroup(l, k, vfs, mms, id).status());
+    RETURN_IF_ERROR(LoadGroup(l, k, vfs, mms, id));
   }
   for (uint64_t id : r.tasks()) RETURN_IF_ERROR(LoadTask(l, k, id).status());
   for (uint64_t id : r.thread_groups()) RETURN_IF_ERROR(LinkGroup(l, k, id));

@@ -73,9 +73,11 @@ struct KernelState {
                                            MmCheckpointer& mms);
   static absl::StatusOr<uint64_t> SaveTimer(
       Saver& s, kernel::IntervalTimer& timer);
-  static absl::StatusOr<std::shared_ptr<kernel::ThreadGroup>> LoadGroup(
-      Loader& l, kernel::Kernel& k, fs::Vfs& vfs, MmCheckpointer& mms,
-      uint64_t id);
+  // A group is made (in the Loader and the kernel's table) before it is
+  // filled in, so that what its descriptors hold can name it.
+  static absl::Status NewGroup(Loader& l, kernel::Kernel& k, uint64_t id);
+  static absl::Status LoadGroup(Loader& l, kernel::Kernel& k, fs::Vfs& vfs,
+                                MmCheckpointer& mms, uint64_t id);
   static absl::StatusOr<std::shared_ptr<kernel::Task>> LoadTask(
       Loader& l, kernel::Kernel& k, uint64_t id);
   static absl::StatusOr<std::shared_ptr<kernel::IntervalTimer>> LoadTimer(

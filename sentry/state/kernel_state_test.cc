@@ -6,6 +6,8 @@
 #include "sentry/state/kernel_state.h"
 
 #include <linux/futex.h>
+#include <poll.h>
+#include <sys/signalfd.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
@@ -23,6 +25,7 @@
 #include "gtest/gtest.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/fs/vfs.h"
+#include "sentry/kernel/signalfd.h"
 #include "sentry/kernel/testing/fakes.h"
 #include "sentry/mm/memory_file.h"
 #include "sentry/state/fs_state.h"
@@ -370,6 +373,39 @@ TEST_F(KernelStateTest, ControllingTerminalIsUnimplemented) {
   EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
   EXPECT_NE(st.message().find("controlling terminal"), std::string::npos);
   a->WithTasklistLock([&] { (*init_or)->group().ctty.reset(); });
+}
+
+TEST_F(KernelStateTest, SignalFdKeepsMaskAndWakesWithItsProcess) {
+  auto a = NewKernel(&nosys_);
+  auto fds = std::make_shared<fs::FdTable>(64);
+  auto init_or = a->CreateInit(NewMm(*a), fds, Fs(), CpuState{});
+  ASSERT_TRUE(init_or.ok());
+  // Its process's group (it is in that group's own descriptor table).
+  auto owner = a->FindGroup((*init_or)->tid());
+  auto sfd = std::make_shared<kernel::SignalFd>(
+      owner, kernel::SigBit(SIGUSR1) | kernel::SigBit(SIGKILL), SFD_NONBLOCK);
+  ASSERT_EQ(fds->Install(sfd, false), 0);
+  ASSERT_TRUE(Save(*a).ok());
+
+  auto b = NewKernel(&nosys_);
+  absl::Status st = Load(*b);
+  ASSERT_TRUE(st.ok()) << st;
+  auto init2 = b->FindTask((*init_or)->tid());
+  ASSERT_NE(init2, nullptr);
+  auto* loaded = dynamic_cast<kernel::SignalFd*>(init2->group().fds().Get(0).get());
+  ASSERT_NE(loaded, nullptr);
+  EXPECT_EQ(loaded->mask(), kernel::SigBit(SIGUSR1));  // never SIGKILL
+  EXPECT_TRUE(loaded->StatusFlags() & O_NONBLOCK);
+  // Its pollers wait on the loaded process's signal queue.
+  EXPECT_EQ(loaded->event_queue(), init2->group().signal_queue);
+  // Polled from no task, it looks at its process's signals.
+  init2->set_signal_mask(kernel::SigBit(SIGUSR1));
+  EXPECT_EQ(loaded->Readiness(POLLIN), 0u);
+  siginfo_t info{};
+  info.si_signo = SIGUSR1;
+  info.si_code = SI_USER;
+  ASSERT_TRUE(init2->SendSignalInfo(info));
+  EXPECT_EQ(loaded->Readiness(POLLIN), static_cast<fs::EventMask>(POLLIN));
 }
 
 TEST_F(KernelStateTest, LoadIntoAKernelWithTasksFails) {

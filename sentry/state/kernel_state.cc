@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -139,6 +140,7 @@ absl::StatusOr<uint64_t> KernelState::SaveGroup(Saver& s, ThreadGroup& g,
           r->set_child_subreaper(g.child_subreaper);
         }
         r->set_tgid(g.tgid());
+        r->set_age_ns(std::max<int64_t>(0, kernel::MonotonicNanos() - g.start_ns));
         r->set_oom_score_adj(g.oom_score_adj.load());
         r->set_dumpable(g.dumpable.load());
         r->set_no_new_privs(g.no_new_privs.load());
@@ -286,6 +288,7 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
         r->set_clear_child_tid(t.clear_child_tid_);
         r->set_robust_list(t.robust_list_);
         r->set_robust_len(t.robust_len_);
+        r->set_age_ns(std::max<int64_t>(0, kernel::MonotonicNanos() - t.start_ns_));
         r->set_exit_thread(t.exit_thread_);
         r->set_exit_code(t.exit_code_);
 
@@ -339,6 +342,7 @@ absl::Status KernelState::SaveKernel(Saver& s, Kernel& k, const fs::Vfs& vfs,
   }
   pb::Kernel* r = s.state().mutable_kernel();
   r->set_next_tid(next_tid);
+  r->set_uptime_ns(std::max<int64_t>(0, kernel::MonotonicNanos() - k.boot_ns_));
   // Groups first, then their tasks in the group's order (leader first), so
   // that a load rebuilds the same order.
   size_t saved_tasks = 0;
@@ -453,6 +457,8 @@ absl::Status KernelState::LoadGroup(Loader& l, Kernel& k, fs::Vfs& vfs,
   }
   ASSIGN_OR_RETURN(auto fds, FsState::LoadFdTable(l, vfs, r.fd_table()));
   ASSIGN_OR_RETURN(auto fsc, FsState::LoadFsContext(l, vfs, r.fs_context()));
+  // Ages go on from the load: a process that had run 5 s shows 5 s.
+  g->start_ns = kernel::MonotonicNanos() - std::max<int64_t>(0, r.age_ns());
   g->mm_ = std::move(mm);
   g->fds_ = std::move(fds);
   g->fs_ = std::move(fsc);
@@ -554,6 +560,7 @@ absl::StatusOr<std::shared_ptr<Task>> KernelState::LoadTask(Loader& l,
         t->clear_child_tid_ = r.clear_child_tid();
         t->robust_list_ = r.robust_list();
         t->robust_len_ = r.robust_len();
+        t->start_ns_ = kernel::MonotonicNanos() - std::max<int64_t>(0, r.age_ns());
         t->exit_thread_ = r.exit_thread();
         t->exit_code_ = r.exit_code();
         // CPU time goes on from the saved totals (the task is idle until
@@ -677,6 +684,7 @@ absl::Status KernelState::LoadKernel(Loader& l, Kernel& k, fs::Vfs& vfs,
     return absl::InvalidArgumentError(absl::StrCat("bad next tid ", r.next_tid()));
   }
   // Groups, then tasks, then what links them (tree, timers, signals).
+  k.boot_ns_ = kernel::MonotonicNanos() - std::max<int64_t>(0, r.uptime_ns());
   // Every group exists before anything that may name one is loaded (a
   // signalfd names the process that made it), then each is filled in.
   for (uint64_t id : r.thread_groups()) RETURN_IF_ERROR(NewGroup(l, k, id));

@@ -408,6 +408,32 @@ TEST_F(KernelStateTest, SignalFdKeepsMaskAndWakesWithItsProcess) {
   EXPECT_EQ(loaded->Readiness(POLLIN), static_cast<fs::EventMask>(POLLIN));
 }
 
+// Start times go on from the load: /proc's starttime and uptime show the
+// same ages as before the checkpoint, not a new boot.
+TEST_F(KernelStateTest, AgesGoOnFromTheLoad) {
+  auto a = NewKernel(&nosys_);
+  auto init_or = a->CreateInit(NewMm(*a), std::make_shared<fs::FdTable>(64),
+                               Fs(), CpuState{});
+  ASSERT_TRUE(init_or.ok());
+  Task* init = *init_or;
+  init->group().start_ns -= 5000000000;  // as if it had run for 5 s
+  absl::SleepFor(absl::Milliseconds(50));
+  const int64_t since_boot = init->group().start_ns - a->boot_ns();
+  ASSERT_TRUE(Save(*a).ok());
+
+  auto b = NewKernel(&nosys_);  // booted just now
+  ASSERT_TRUE(Load(*b).ok());
+  const int64_t now = kernel::MonotonicNanos();
+  auto init2 = b->FindTask(init->tid());
+  ASSERT_NE(init2, nullptr);
+  const int64_t age = now - init2->group().start_ns;
+  EXPECT_GE(age, 5050000000);
+  EXPECT_LT(age, 6000000000);
+  EXPECT_GE(now - init2->start_ns(), 50000000);
+  EXPECT_GE(now - b->boot_ns(), 50000000);
+  EXPECT_NEAR(init2->group().start_ns - b->boot_ns(), since_boot, 10000000);
+}
+
 TEST_F(KernelStateTest, LoadIntoAKernelWithTasksFails) {
   auto a = NewKernel(&nosys_);
   ASSERT_TRUE(a->CreateInit(NewMm(*a), std::make_shared<fs::FdTable>(64),

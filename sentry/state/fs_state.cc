@@ -89,6 +89,8 @@ absl::StatusOr<uint64_t> FsState::SaveInode(
         }
         auto* t = dynamic_cast<fs::TmpFsInode*>(inode.get());
         if (t == nullptr) {
+          // Pseudo-filesystem inodes are saved by SavePseudoInode, when
+          // their path is known (a mount's root, an open file).
           return absl::UnimplementedError(absl::StrCat(
               "save: ", KindName(*inode), " inodes cannot be saved yet"));
         }
@@ -156,12 +158,51 @@ absl::StatusOr<uint64_t> FsState::SaveInode(
       });
 }
 
+bool FsState::IsPseudoFs(const std::string& fstype) {
+  return fstype == "proc" || fstype == "devtmpfs";
+}
+
+absl::StatusOr<uint64_t> FsState::SavePseudoInode(
+    Saver& s, const std::shared_ptr<fs::Inode>& inode,
+    const std::string& fstype, const std::string& path) {
+  return s.Save<fs::Inode, pb::Inode>(
+      inode.get(), s.state().mutable_inodes(), [&](pb::Inode* rec) {
+        pb::PseudoInode* r = rec->mutable_pseudo();
+        r->set_fstype(fstype);
+        r->set_path(path);
+        return absl::OkStatus();
+      });
+}
+
+absl::StatusOr<std::shared_ptr<fs::Inode>> FsState::LoadPseudoInode(
+    Loader& l, const pb::PseudoInode& r) {
+  std::shared_ptr<fs::Inode> cur = l.pseudo_root(r.fstype());
+  if (cur == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the loader was given no ", r.fstype(), " filesystem to load into"));
+  }
+  for (absl::string_view name : absl::StrSplit(r.path(), '/', absl::SkipEmpty())) {
+    if (name == "." || name == "..") {
+      return absl::InvalidArgumentError(absl::StrCat("path \"", r.path(), "\""));
+    }
+    std::shared_ptr<fs::Inode> next;
+    int err = cur->Lookup(std::string(name), &next);
+    if (err < 0) {
+      return absl::NotFoundError(absl::StrCat(r.fstype(), " path \"", r.path(),
+                                              "\": errno ", -err));
+    }
+    cur = std::move(next);
+  }
+  return cur;
+}
+
 absl::StatusOr<std::shared_ptr<fs::Inode>> FsState::LoadInode(Loader& l,
                                                               uint64_t id) {
   return l.Load<fs::Inode, pb::Inode>(
       id, l.state().inodes(), "inode",
       [&](const pb::Inode& rec) -> absl::StatusOr<std::shared_ptr<fs::Inode>> {
         if (rec.has_overlay()) return LoadOverlayInode(l, rec.overlay());
+        if (rec.has_pseudo()) return LoadPseudoInode(l, rec.pseudo());
         if (!rec.has_tmpfs()) {
           return absl::InvalidArgumentError("inode of unknown kind");
         }
@@ -444,6 +485,10 @@ absl::StatusOr<uint64_t> FsState::SaveMount(Saver& s, const fs::Vfs& vfs,
               absl::StrCat("save: mount ", m->id, " is not in the mount tree"));
         }
         r->set_id(m->id);
+        if (IsPseudoFs(m->fstype)) {
+          RETURN_IF_ERROR(
+              SavePseudoInode(s, m->root->inode(), m->fstype, "/").status());
+        }
         ASSIGN_OR_RETURN(uint64_t root, FsState::SaveInode(s, m->root->inode()));
         r->set_root_inode(root);
         if (m->parent != nullptr) {
@@ -632,12 +677,31 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
       f.get(), s.state().mutable_files(), [&](pb::File* rec) -> absl::Status {
         if (auto* in = dynamic_cast<fs::InodeFile*>(f.get())) {
           pb::InodeFile* r = rec->mutable_inode_file();
+          const fs::Location& at = in->loc_;
+          if (at.valid() && IsPseudoFs(at.mount->fstype)) {
+            // A procfs or devfs file: its inode by its path, opened again
+            // at load (a device's file, a procfs snapshot taken then).
+            bool reachable = false;
+            std::string path = vfs.PathOf(
+                fs::Location{at.mount, at.mount->root}, at, &reachable);
+            if (!reachable) {
+              return absl::UnimplementedError(absl::StrCat(
+                  "save: a ", at.mount->fstype, " file no longer at its path"));
+            }
+            RETURN_IF_ERROR(
+                SavePseudoInode(s, in->inode_, at.mount->fstype, path).status());
+          }
           ASSIGN_OR_RETURN(uint64_t inode, SaveInode(s, in->inode_));
           r->set_inode(inode);
           {
             absl::MutexLock lock(&in->mu_);
             r->set_flags(in->flags_);
             r->set_offset(in->offset_);
+          }
+          if (at.valid() && IsPseudoFs(at.mount->fstype)) {
+            // Their files keep their own offsets (a procfs snapshot's).
+            int64_t off = f->Seek(0, SEEK_CUR);
+            r->set_offset(off > 0 ? off : 0);
           }
           const fs::Location& loc = in->loc_;
           if (loc.valid()) {
@@ -774,6 +838,28 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
       });
 }
 
+absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadPseudoFile(
+    Loader& l, fs::Vfs& vfs, const pb::InodeFile& r, fs::Location loc) {
+  if (!loc.valid()) {
+    return absl::InvalidArgumentError("a pseudo-filesystem file without a path");
+  }
+  // Opened again, as open(2) would: the device's or procfs's own file.
+  std::shared_ptr<fs::File> f;
+  int err = loc.dentry->inode()->Open(r.flags() & ~(O_CREAT | O_EXCL | O_TRUNC),
+                                      &f);
+  if (err < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "reopening \"", r.location().path(), "\": errno ", -err));
+  }
+  if (auto* in = dynamic_cast<fs::InodeFile*>(f.get())) {
+    in->set_location(std::move(loc), &vfs);
+  }
+  // Devices ignore offsets; a procfs file reads on from where it was, in
+  // the text generated now (the process's state at load).
+  if (r.offset() > 0) f->Seek(r.offset(), SEEK_SET);
+  return f;
+}
+
 absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadFile(Loader& l,
                                                             fs::Vfs& vfs,
                                                             uint64_t id) {
@@ -792,10 +878,15 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadFile(Loader& l,
                                       r.detached_fstype());
             } else if (r.has_location()) {
               ASSIGN_OR_RETURN(loc, LoadLocation(l, vfs, r.location()));
-              if (loc.dentry->inode() != inode) {
+              // (A procfs lookup makes a new inode object each time.)
+              if (loc.dentry->inode() != inode &&
+                  !l.state().inodes(static_cast<int>(r.inode()) - 1).has_pseudo()) {
                 return absl::InvalidArgumentError(absl::StrCat(
                     "\"", r.location().path(), "\" names another inode"));
               }
+            }
+            if (l.state().inodes(static_cast<int>(r.inode()) - 1).has_pseudo()) {
+              return LoadPseudoFile(l, vfs, r, std::move(loc));
             }
             auto f = std::make_shared<fs::InodeFile>(inode, r.flags());
             // Detached names belong to no tree: no Vfs to tell of events.

@@ -430,6 +430,23 @@ absl::Status KernelState::NewGroup(Loader& l, Kernel& k, uint64_t id) {
           return absl::InvalidArgumentError(
               absl::StrCat("tgid ", r.tgid(), " twice"));
         }
+        // What the tasklist lock guards, set now: procfs files that the
+        // descriptor tables open again at load read it (comm, ids).
+        g->pgid = r.pgid();
+        g->sid = r.sid();
+        g->zombie = r.zombie();
+        g->reaped = r.reaped();
+        g->exit_signal = r.exit_signal();
+        g->did_exec = r.did_exec();
+        g->comm = r.comm();
+        g->exe = r.exe();
+        g->arg_start = r.arg_start();
+        g->arg_end = r.arg_end();
+        g->env_start = r.env_start();
+        g->env_end = r.env_end();
+        g->auxv.assign(r.auxv().begin(), r.auxv().end());
+        g->pdeath_signal = r.pdeath_signal();
+        g->child_subreaper = r.child_subreaper();
         return g;
       });
   if (g.ok() && *g == nullptr) return absl::InvalidArgumentError("thread group 0");
@@ -496,22 +513,6 @@ absl::Status KernelState::LoadGroup(Loader& l, Kernel& k, fs::Vfs& vfs,
     g->children_usage_ = LoadUsage(r.children_usage());
     g->maxrss_kb_ = r.maxrss_kb();
   }
-  absl::MutexLock lock(&k.mu_);
-  g->pgid = r.pgid();
-  g->sid = r.sid();
-  g->zombie = r.zombie();
-  g->reaped = r.reaped();
-  g->exit_signal = r.exit_signal();
-  g->did_exec = r.did_exec();
-  g->comm = r.comm();
-  g->exe = r.exe();
-  g->arg_start = r.arg_start();
-  g->arg_end = r.arg_end();
-  g->env_start = r.env_start();
-  g->env_end = r.env_end();
-  g->auxv.assign(r.auxv().begin(), r.auxv().end());
-  g->pdeath_signal = r.pdeath_signal();
-  g->child_subreaper = r.child_subreaper();
   return absl::OkStatus();
 }
 

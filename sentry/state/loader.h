@@ -72,6 +72,18 @@ class Loader {
   void set_rootfs(std::shared_ptr<fs::Inode> root) { rootfs_ = std::move(root); }
   const std::shared_ptr<fs::Inode>& rootfs() const { return rootfs_; }
 
+  // The root of a filesystem the caller built anew for the loaded tree,
+  // by the fstype its mounts had ("proc", "devtmpfs"): procfs (over the
+  // loading Kernel), devfs. Its saved inodes are looked up again by path.
+  void set_pseudo_root(const std::string& fstype,
+                       std::shared_ptr<fs::Inode> root) {
+    pseudo_roots_[fstype] = std::move(root);
+  }
+  std::shared_ptr<fs::Inode> pseudo_root(const std::string& fstype) const {
+    auto it = pseudo_roots_.find(fstype);
+    return it == pseudo_roots_.end() ? nullptr : it->second;
+  }
+
   // The namespace loaded AF_UNIX sockets bind their names in and live in
   // (the Sentry's, or a test's); null: an image with sockets fails.
   void set_unix_namespace(socket::UnixNamespace* ns) { unix_ns_ = ns; }
@@ -137,6 +149,7 @@ class Loader {
   std::map<int, int> host_fds_;
   std::shared_ptr<fs::Inode> rootfs_;
   socket::UnixNamespace* unix_ns_ = nullptr;
+  std::map<std::string, std::shared_ptr<fs::Inode>> pseudo_roots_;
   std::vector<std::shared_ptr<void>> kept_;
   // Null while the object is being built.
   std::map<Key, std::shared_ptr<void>> objects_;

@@ -22,6 +22,7 @@
 #include "sentry/fs/overlay.h"
 #include "sentry/fs/timerfd.h"
 #include "sentry/fs/tmpfs.h"
+#include "sentry/fs/tty/terminal.h"
 #include "sentry/kernel/signalfd.h"
 #include "sentry/mm/memory_file.h"
 #include "sentry/socket/unix_socket.h"
@@ -675,6 +676,14 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
                                            const std::shared_ptr<fs::File>& f) {
   return s.Save<fs::File, pb::File>(
       f.get(), s.state().mutable_files(), [&](pb::File* rec) -> absl::Status {
+        // Before the InodeFile and HostFile cases, which would take a pty's
+        // sides or a terminal's stdio for plain files (a /dev/ptmx opened
+        // again is a new pair).
+        if (dynamic_cast<fs::tty::TtyFile*>(f.get()) != nullptr) {
+          return absl::UnimplementedError(absl::StrCat(
+              "save: ", KindName(*f),
+              ": terminals (ptys, the host terminal) are not saveable yet"));
+        }
         if (auto* in = dynamic_cast<fs::InodeFile*>(f.get())) {
           pb::InodeFile* r = rec->mutable_inode_file();
           const fs::Location& at = in->loc_;

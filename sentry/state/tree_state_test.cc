@@ -239,6 +239,23 @@ TEST(TreeStateTest, MainsTreeRoundTrips) {
   EXPECT_EQ(init2->group().fs().cwd().inode().Type(), static_cast<uint32_t>(S_IFDIR));
   EXPECT_EQ(vfs2->PathOf(vfs2->Root(), init2->group().fs().cwd()), "/proc/1");
 
+  // A pty is refused by name, not saved as a /dev/ptmx to open again
+  // (which would make a new pair).
+  auto ptmx = Open(*vfs, "/dev/ptmx", O_RDWR);
+  ASSERT_NE(ptmx, nullptr);
+  ASSERT_EQ(fds->Install(ptmx, false), 3);
+  {
+    pb::State st2;
+    Saver s(&st2, &pages);
+    s.set_rootfs(lower.get());
+    ASSERT_TRUE(FsState::SaveVfs(s, *vfs).ok());
+    MmState mms2;
+    absl::Status saved = KernelState::SaveKernel(s, *a, *vfs, mms2);
+    EXPECT_EQ(saved.code(), absl::StatusCode::kUnimplemented) << saved;
+    EXPECT_NE(saved.message().find("PtyMasterFile"), std::string::npos) << saved;
+  }
+  ASSERT_EQ(fds->Close(3), 0);
+
   // Without a /proc to load into: an error naming it.
   auto c = NewKernel(&nosys);
   Loader l2(&st, &pages, &c->memory_file());

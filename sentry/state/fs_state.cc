@@ -27,6 +27,7 @@
 #include "sentry/mm/memory_file.h"
 #include "sentry/socket/unix_socket.h"
 #include "sentry/state/socket_state.h"
+#include "sentry/state/tty_state.h"
 
 namespace sandboxd::state {
 namespace {
@@ -680,9 +681,7 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
         // sides or a terminal's stdio for plain files (a /dev/ptmx opened
         // again is a new pair).
         if (dynamic_cast<fs::tty::TtyFile*>(f.get()) != nullptr) {
-          return absl::UnimplementedError(absl::StrCat(
-              "save: ", KindName(*f),
-              ": terminals (ptys, the host terminal) are not saveable yet"));
+          return TtyState::SaveTtyFile(s, vfs, f, rec);
         }
         if (auto* in = dynamic_cast<fs::InodeFile*>(f.get())) {
           pb::InodeFile* r = rec->mutable_inode_file();
@@ -1038,6 +1037,8 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadFile(Loader& l,
                 std::make_shared<kernel::SignalFd>(
                     std::move(owner), r.mask(), r.nonblock() ? SFD_NONBLOCK : 0));
           }
+          case pb::File::kPtyFile:
+            return TtyState::LoadPtyFile(l, vfs, rec.pty_file());
           case pb::File::kUnixSocket:
             return SocketState::LoadUnixSocket(l, vfs, rec.unix_socket());
           case pb::File::kHostFile: {

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "sentry/state/fs_state.h"
+#include "sentry/state/tty_state.h"
 
 namespace sandboxd::state {
 
@@ -114,13 +115,10 @@ absl::StatusOr<uint64_t> KernelState::SaveGroup(Saver& s, ThreadGroup& g,
         // saved without it (they take fs and mm locks).
         ThreadGroup* parent;
         std::vector<std::shared_ptr<ThreadGroup>> children;
+        std::shared_ptr<fs::tty::Terminal> ctty;
         {
           absl::MutexLock l(&g.kernel_->mu_);
-          if (g.ctty != nullptr) {
-            return absl::UnimplementedError(absl::StrCat(
-                "process ", g.tgid(),
-                ": a controlling terminal is not saveable yet"));
-          }
+          ctty = g.ctty;
           parent = g.parent;
           children = g.children;
           r->set_pgid(g.pgid);
@@ -208,6 +206,15 @@ absl::StatusOr<uint64_t> KernelState::SaveGroup(Saver& s, ThreadGroup& g,
                   g.mm_.get(), s.state().mutable_mms(),
                   [&](pb::Mm* m) { return mms.SaveMm(s, *g.mm_, m); })));
           r->set_mm(mm_id);
+        }
+        if (ctty != nullptr) {
+          auto id = TtyState::SaveTerminal(s, ctty);
+          if (!id.ok()) {
+            return absl::Status(id.status().code(),
+                                absl::StrCat("process ", g.tgid(), ": ",
+                                             id.status().message()));
+          }
+          r->set_ctty(*id);
         }
         ASSIGN_OR_RETURN(uint64_t fds, FsState::SaveFdTable(s, vfs, g.fds_));
         r->set_fd_table(fds);
@@ -474,6 +481,14 @@ absl::Status KernelState::LoadGroup(Loader& l, Kernel& k, fs::Vfs& vfs,
   }
   ASSIGN_OR_RETURN(auto fds, FsState::LoadFdTable(l, vfs, r.fd_table()));
   ASSIGN_OR_RETURN(auto fsc, FsState::LoadFsContext(l, vfs, r.fs_context()));
+  std::shared_ptr<fs::tty::Pty> ctty;
+  if (r.ctty() != 0) {
+    ASSIGN_OR_RETURN(ctty, TtyState::LoadPty(l, r.ctty()));
+  }
+  {
+    absl::MutexLock lock(&k.mu_);
+    g->ctty = std::move(ctty);
+  }
   // Ages go on from the load: a process that had run 5 s shows 5 s.
   g->start_ns = kernel::MonotonicNanos() - std::max<int64_t>(0, r.age_ns());
   g->mm_ = std::move(mm);

@@ -19,9 +19,9 @@
 // Futex waiters need nothing else: the futex word is in memory, and the
 // re-executed FUTEX_WAIT queues the task again.
 //
-// Not saveable yet (UnimplementedError naming them): a group with a
-// controlling terminal, a vfork parent waiting for its child, signal
-// sources other than timers.
+// Not saveable yet (UnimplementedError naming them): a group whose
+// controlling terminal is not a pty (the host terminal), a vfork parent
+// waiting for its child, signal sources other than timers.
 #ifndef SANDBOXD_SENTRY_STATE_KERNEL_STATE_H_
 #define SANDBOXD_SENTRY_STATE_KERNEL_STATE_H_
 

@@ -5,6 +5,7 @@
 // allocated where they left off, a blocked futex waiter that restarts).
 #include "sentry/state/kernel_state.h"
 
+#include <fcntl.h>
 #include <linux/futex.h>
 #include <poll.h>
 #include <sys/signalfd.h>
@@ -25,6 +26,8 @@
 #include "gtest/gtest.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/fs/vfs.h"
+#include "sentry/fs/tty/pty.h"
+#include "sentry/kernel/ctty.h"
 #include "sentry/kernel/signalfd.h"
 #include "sentry/kernel/testing/fakes.h"
 #include "sentry/mm/memory_file.h"
@@ -173,6 +176,7 @@ class KernelStateTest : public ::testing::Test {
   }
   absl::Status Load(Kernel& k) {
     Loader l(&state_, &pages_, &k.memory_file());
+    l.set_devpts(loader_devpts_);
     ASSIGN_OR_RETURN(std::unique_ptr<fs::Vfs> vfs, FsState::LoadVfs(l));
     loaded_vfs_.push_back(std::move(vfs));
     return KernelState::LoadKernel(l, k, *loaded_vfs_.back(), mms_);
@@ -187,6 +191,7 @@ class KernelStateTest : public ::testing::Test {
   std::shared_ptr<fs::Vfs> vfs_;
   std::vector<std::unique_ptr<fs::Vfs>> loaded_vfs_;
   FakeMms mms_;
+  std::shared_ptr<fs::tty::DevPts> loader_devpts_;  // where loaded ptys go
   MemoryPages pages_{nullptr};
   pb::State state_;
 };
@@ -360,19 +365,124 @@ TEST_F(KernelStateTest, PendingTimerSignalKeepsItsTimer) {
   init2->group().timers().DeleteAll();
 }
 
-TEST_F(KernelStateTest, ControllingTerminalIsUnimplemented) {
+// A terminal that is not a pty (as the host terminal): not saveable yet.
+class OtherTerminal : public fs::tty::Terminal {
+ public:
+  OtherTerminal() : Terminal(nullptr) {}
+  dev_t Device() const override { return 0; }
+  int64_t GetTermios(fs::tty::KernelTermios*) override { return -ENOTTY; }
+  int64_t SetTermios(const fs::tty::KernelTermios&, bool) override {
+    return -ENOTTY;
+  }
+  int64_t GetWinsize(struct winsize*) override { return -ENOTTY; }
+  int64_t SetWinsize(const struct winsize&) override { return -ENOTTY; }
+  int64_t InputQueued(int*) override { return -ENOTTY; }
+  int64_t OutputQueued(int*) override { return -ENOTTY; }
+  int64_t Flush(int) override { return -ENOTTY; }
+  bool hung_up() const override { return false; }
+  int64_t OpenProgramSide(int, std::shared_ptr<fs::Inode>,
+                          std::shared_ptr<fs::File>*) override {
+    return -ENXIO;
+  }
+};
+
+TEST_F(KernelStateTest, ControllingTerminalOtherThanAPtyIsUnimplemented) {
   auto a = NewKernel(&nosys_);
   auto init_or = a->CreateInit(NewMm(*a), std::make_shared<fs::FdTable>(64),
                                Fs(), CpuState{});
   ASSERT_TRUE(init_or.ok());
-  // Any non-null terminal pointer: it is only compared with null.
-  auto fake_tty = std::shared_ptr<fs::tty::Terminal>(
-      reinterpret_cast<fs::tty::Terminal*>(0x1000), [](fs::tty::Terminal*) {});
-  a->WithTasklistLock([&] { (*init_or)->group().ctty = fake_tty; });
+  a->SetInitTerminal(std::make_shared<OtherTerminal>());
   absl::Status st = Save(*a);
   EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
   EXPECT_NE(st.message().find("controlling terminal"), std::string::npos);
   a->WithTasklistLock([&] { (*init_or)->group().ctty.reset(); });
+}
+
+// A pty pair, both sides open in init, which has the replica as its
+// controlling terminal: settings, buffered input and output, packet mode
+// and the session links come back, in the loading Sentry's devpts.
+TEST_F(KernelStateTest, PtyWithBuffersAndControllingTerminal) {
+  auto a = NewKernel(&nosys_);
+  auto jc = kernel::NewJobControl(a.get());
+  auto devpts = fs::tty::DevPts::Create(/*dev=*/77, jc.get());
+  auto fds = std::make_shared<fs::FdTable>(64);
+  auto init_or = a->CreateInit(NewMm(*a), fds, Fs(), CpuState{});
+  ASSERT_TRUE(init_or.ok());
+  std::shared_ptr<fs::Inode> ptmx;
+  ASSERT_EQ(devpts->Root()->Lookup("ptmx", &ptmx), 0);
+  std::shared_ptr<fs::File> master;
+  ASSERT_EQ(devpts->OpenMaster(ptmx, O_RDWR | O_NONBLOCK, &master), 0);
+  auto& mf = dynamic_cast<fs::tty::PtyMasterFile&>(*master);
+  fs::tty::Pty& pty = mf.pty();
+  ASSERT_EQ(pty.SetLocked(false), 0);
+  std::shared_ptr<fs::Inode> node;
+  ASSERT_EQ(devpts->Root()->Lookup("0", &node), 0);
+  std::shared_ptr<fs::File> replica;
+  ASSERT_EQ(node->Open(O_RDWR | O_NONBLOCK, &replica), 0);
+  ASSERT_EQ(fds->Install(master, false), 0);
+  ASSERT_EQ(fds->Install(replica, false), 1);
+  a->SetInitTerminal(mf.terminal());
+  fs::tty::KernelTermios t;
+  ASSERT_EQ(pty.GetTermios(&t), 0);
+  t.c_lflag &= ~ECHO;  // no echo: the master reads only what the program writes
+  ASSERT_EQ(pty.SetTermios(t, false), 0);
+  struct winsize ws = {40, 120, 0, 0};
+  ASSERT_EQ(pty.SetWinsize(ws), 0);
+  fs::IoContext io;
+  ASSERT_EQ(master->Write("line one\npart", 13, -1, io), 13);
+  ASSERT_EQ(replica->Write("out\n", 4, -1, io), 4);
+  ASSERT_EQ(pty.SetPacketMode(true), 0);
+
+  ASSERT_TRUE(Save(*a).ok());
+  // The loading Sentry's devpts, over its own kernel.
+  auto b = NewKernel(&nosys_);
+  auto jc2 = kernel::NewJobControl(b.get());
+  auto devpts2 = fs::tty::DevPts::Create(/*dev=*/78, jc2.get());
+  loader_devpts_ = devpts2;
+  absl::Status st = Load(*b);
+  ASSERT_TRUE(st.ok()) << st;
+  auto init2 = b->FindTask(1);
+  ASSERT_NE(init2, nullptr);
+  fs::FdTable& fds2 = init2->group().fds();
+  auto* m2 = dynamic_cast<fs::tty::PtyMasterFile*>(fds2.Get(0).get());
+  ASSERT_NE(m2, nullptr);
+  std::shared_ptr<fs::File> r2 = fds2.Get(1);
+  ASSERT_NE(dynamic_cast<fs::tty::PtyReplicaFile*>(r2.get()), nullptr);
+  fs::tty::Pty& pty2 = m2->pty();
+  EXPECT_EQ(b->ControllingTerminal(*init2).get(), &pty2);
+  EXPECT_EQ(pty2.session(), 1);
+  EXPECT_EQ(pty2.foreground(), 1);
+  EXPECT_EQ(pty2.index(), 0u);
+  struct winsize ws2 = {};
+  ASSERT_EQ(pty2.GetWinsize(&ws2), 0);
+  EXPECT_EQ(ws2.ws_row, 40);
+  EXPECT_EQ(ws2.ws_col, 120);
+  fs::tty::KernelTermios t2;
+  ASSERT_EQ(pty2.GetTermios(&t2), 0);
+  EXPECT_EQ(t2.c_lflag & ECHO, 0u);
+  std::shared_ptr<fs::Inode> node2;
+  EXPECT_EQ(devpts2->Root()->Lookup("0", &node2), 0);  // /dev/pts/0 again
+  // The program reads the complete line; the partial one waits for its end.
+  char buf[64];
+  ASSERT_EQ(r2->Read(buf, sizeof(buf), -1, io), 9);
+  EXPECT_EQ(std::string(buf, 9), "line one\n");
+  EXPECT_EQ(r2->Read(buf, sizeof(buf), -1, io), -EAGAIN);
+  ASSERT_EQ(m2->Write("ial\n", 4, -1, io), 4);
+  ASSERT_EQ(r2->Read(buf, sizeof(buf), -1, io), 8);
+  EXPECT_EQ(std::string(buf, 8), "partial\n");
+  // Packet mode: a status byte, then what the program wrote (ONLCR'd).
+  ASSERT_EQ(m2->Read(buf, sizeof(buf), -1, io), 6);
+  EXPECT_EQ(std::string(buf, 6), std::string("\0out\r\n", 6));
+  // The replica count was rebuilt: closing the last one, the master reads EIO.
+  ASSERT_EQ(fds2.Close(1), 0);
+  r2.reset();
+  EXPECT_EQ(m2->Read(buf, sizeof(buf), -1, io), -EIO);
+  // Closed while the job controls that hang-ups go through still exist.
+  ASSERT_EQ(fds2.Close(0), 0);
+  master.reset();
+  replica.reset();
+  ASSERT_EQ(fds->Close(0), 0);
+  ASSERT_EQ(fds->Close(1), 0);
 }
 
 TEST_F(KernelStateTest, SignalFdKeepsMaskAndWakesWithItsProcess) {

@@ -43,6 +43,9 @@ class Inode;
 namespace sandboxd::socket {
 class UnixNamespace;
 }
+namespace sandboxd::fs::tty {
+class DevPts;
+}
 
 namespace sandboxd::state {
 
@@ -83,6 +86,14 @@ class Loader {
     auto it = pseudo_roots_.find(fstype);
     return it == pseudo_roots_.end() ? nullptr : it->second;
   }
+
+  // The devpts (the one inside the devfs given as "devtmpfs") that loaded
+  // ptys take their indexes and /dev/pts nodes in; null: an image with
+  // ptys fails.
+  void set_devpts(std::shared_ptr<fs::tty::DevPts> devpts) {
+    devpts_ = std::move(devpts);
+  }
+  const std::shared_ptr<fs::tty::DevPts>& devpts() const { return devpts_; }
 
   // The namespace loaded AF_UNIX sockets bind their names in and live in
   // (the Sentry's, or a test's); null: an image with sockets fails.
@@ -149,6 +160,7 @@ class Loader {
   std::map<int, int> host_fds_;
   std::shared_ptr<fs::Inode> rootfs_;
   socket::UnixNamespace* unix_ns_ = nullptr;
+  std::shared_ptr<fs::tty::DevPts> devpts_;
   std::map<std::string, std::shared_ptr<fs::Inode>> pseudo_roots_;
   std::vector<std::shared_ptr<void>> kept_;
   // Null while the object is being built.

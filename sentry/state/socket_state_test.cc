@@ -10,6 +10,7 @@
 #include <sys/socket.h>
 #include <sys/un.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -17,7 +18,7 @@
 #include "base/status_macros.h"
 #include "gtest/gtest.h"
 #include "sentry/fs/eventfd.h"
-#include "sentry/fs/fake_blocker.h"
+#include "sentry/fs/waiter.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/fs/vfs.h"
 #include "sentry/mm/memory_file.h"
@@ -47,6 +48,17 @@ std::string PathAddr(const std::string& path) {
   a.name = path;
   return a.ToSockaddr();
 }
+
+// Every socket here is non-blocking: a wait is a test failure.
+class NoBlocking : public fs::Blocker {
+ public:
+  int Wait(fs::WaitQueue&, fs::EventMask, const std::function<bool()>& ready,
+           absl::Time) override {
+    if (ready()) return 0;
+    ADD_FAILURE() << "a non-blocking socket waited";
+    return -EAGAIN;
+  }
+};
 
 // One sandbox's side: a memory file, a tmpfs mount tree and an AF_UNIX
 // namespace.
@@ -97,7 +109,7 @@ struct Side {
   socket::UnixNamespace ns;
   std::shared_ptr<fs::Vfs> vfs;
   std::unique_ptr<fs::FsContext> fsctx;
-  fs::FakeBlocker blocker;
+  NoBlocking blocker;
   socket::SocketContext ctx;
 };
 

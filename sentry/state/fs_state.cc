@@ -1039,6 +1039,8 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadFile(Loader& l,
           }
           case pb::File::kPtyFile:
             return TtyState::LoadPtyFile(l, vfs, rec.pty_file());
+          case pb::File::kConsoleFile:
+            return TtyState::LoadConsoleFile(l, rec.console_file());
           case pb::File::kUnixSocket:
             return SocketState::LoadUnixSocket(l, vfs, rec.unix_socket());
           case pb::File::kHostFile: {

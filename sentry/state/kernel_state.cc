@@ -208,13 +208,15 @@ absl::StatusOr<uint64_t> KernelState::SaveGroup(Saver& s, ThreadGroup& g,
           r->set_mm(mm_id);
         }
         if (ctty != nullptr) {
-          auto id = TtyState::SaveTerminal(s, ctty);
-          if (!id.ok()) {
-            return absl::Status(id.status().code(),
-                                absl::StrCat("process ", g.tgid(), ": ",
-                                             id.status().message()));
+          uint64_t pty = 0;
+          bool console = false;
+          absl::Status st = TtyState::SaveTerminal(s, ctty, &pty, &console);
+          if (!st.ok()) {
+            return absl::Status(st.code(), absl::StrCat("process ", g.tgid(),
+                                                        ": ", st.message()));
           }
-          r->set_ctty(*id);
+          r->set_ctty(pty);
+          r->set_ctty_console(console);
         }
         ASSIGN_OR_RETURN(uint64_t fds, FsState::SaveFdTable(s, vfs, g.fds_));
         r->set_fd_table(fds);
@@ -481,9 +483,11 @@ absl::Status KernelState::LoadGroup(Loader& l, Kernel& k, fs::Vfs& vfs,
   }
   ASSIGN_OR_RETURN(auto fds, FsState::LoadFdTable(l, vfs, r.fd_table()));
   ASSIGN_OR_RETURN(auto fsc, FsState::LoadFsContext(l, vfs, r.fs_context()));
-  std::shared_ptr<fs::tty::Pty> ctty;
+  std::shared_ptr<fs::tty::Terminal> ctty;
   if (r.ctty() != 0) {
     ASSIGN_OR_RETURN(ctty, TtyState::LoadPty(l, r.ctty()));
+  } else if (r.ctty_console()) {
+    ASSIGN_OR_RETURN(ctty, TtyState::LoadConsole(l));
   }
   {
     absl::MutexLock lock(&k.mu_);

@@ -19,8 +19,7 @@
 // Futex waiters need nothing else: the futex word is in memory, and the
 // re-executed FUTEX_WAIT queues the task again.
 //
-// Not saveable yet (UnimplementedError naming them): a group whose
-// controlling terminal is not a pty (the host terminal), a vfork parent
+// Not saveable yet (UnimplementedError naming them): a vfork parent
 // waiting for its child, signal sources other than timers.
 #ifndef SANDBOXD_SENTRY_STATE_KERNEL_STATE_H_
 #define SANDBOXD_SENTRY_STATE_KERNEL_STATE_H_

@@ -10,6 +10,8 @@
 #include <poll.h>
 #include <sys/signalfd.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -23,9 +25,11 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "base/unique_fd.h"
 #include "gtest/gtest.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/fs/vfs.h"
+#include "sentry/fs/tty/host_tty.h"
 #include "sentry/fs/tty/pty.h"
 #include "sentry/kernel/ctty.h"
 #include "sentry/kernel/signalfd.h"
@@ -177,6 +181,7 @@ class KernelStateTest : public ::testing::Test {
   absl::Status Load(Kernel& k) {
     Loader l(&state_, &pages_, &k.memory_file());
     l.set_devpts(loader_devpts_);
+    l.set_console(loader_console_);
     ASSIGN_OR_RETURN(std::unique_ptr<fs::Vfs> vfs, FsState::LoadVfs(l));
     loaded_vfs_.push_back(std::move(vfs));
     return KernelState::LoadKernel(l, k, *loaded_vfs_.back(), mms_);
@@ -192,6 +197,7 @@ class KernelStateTest : public ::testing::Test {
   std::vector<std::unique_ptr<fs::Vfs>> loaded_vfs_;
   FakeMms mms_;
   std::shared_ptr<fs::tty::DevPts> loader_devpts_;  // where loaded ptys go
+  std::shared_ptr<fs::tty::HostTerminal> loader_console_;  // the console now
   MemoryPages pages_{nullptr};
   pb::State state_;
 };
@@ -516,6 +522,61 @@ TEST_F(KernelStateTest, SignalFdKeepsMaskAndWakesWithItsProcess) {
   info.si_code = SI_USER;
   ASSERT_TRUE(init2->SendSignalInfo(info));
   EXPECT_EQ(loaded->Readiness(POLLIN), static_cast<fs::EventMask>(POLLIN));
+}
+
+// A host pty's replica as a "host terminal": the terminal the Sentry ran
+// on before the checkpoint, and another after it. -1 without host ptys.
+int HostPty(int* master) {
+  *master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (*master < 0 || grantpt(*master) != 0 || unlockpt(*master) != 0) return -1;
+  return open(ptsname(*master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+}
+
+// The host terminal is saved as "the console": the load takes the one its
+// caller hands in, with the sandbox's job control on it.
+TEST_F(KernelStateTest, ConsoleIsTheCallersAfterLoad) {
+  int m1, m2;
+  int s1 = HostPty(&m1);
+  int s2 = HostPty(&m2);
+  if (s1 < 0 || s2 < 0) GTEST_SKIP() << "no host ptys";
+  auto a = NewKernel(&nosys_);
+  auto jc = kernel::NewJobControl(a.get());
+  auto console = std::make_shared<fs::tty::HostTerminal>(
+      UniqueFd(fcntl(s1, F_DUPFD_CLOEXEC, 3)), jc.get());
+  auto fds = std::make_shared<fs::FdTable>(64);
+  ASSERT_EQ(fds->Install(console->OpenHostFd(s1), false), 0);
+  auto init_or = a->CreateInit(NewMm(*a), fds, Fs(), CpuState{});
+  ASSERT_TRUE(init_or.ok());
+  a->SetInitTerminal(console);
+  ASSERT_TRUE(Save(*a).ok());
+
+  auto b = NewKernel(&nosys_);
+  auto jc2 = kernel::NewJobControl(b.get());
+  auto console2 = std::make_shared<fs::tty::HostTerminal>(
+      UniqueFd(fcntl(s2, F_DUPFD_CLOEXEC, 3)), jc2.get());
+  loader_console_ = console2;
+  absl::Status st = Load(*b);
+  ASSERT_TRUE(st.ok()) << st;
+  auto init2 = b->FindTask(1);
+  ASSERT_NE(init2, nullptr);
+  EXPECT_EQ(b->ControllingTerminal(*init2), console2);
+  EXPECT_EQ(console2->session(), 1);
+  EXPECT_EQ(console2->foreground(), 1);
+  auto* f = dynamic_cast<fs::tty::HostTtyFile*>(init2->group().fds().Get(0).get());
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->terminal(), console2);
+  // Its writes reach the terminal the caller handed in.
+  ASSERT_EQ(f->Write("hi\n", 3, -1, fs::IoContext{}), 3);
+  char buf[16];
+  ASSERT_EQ(read(m2, buf, sizeof(buf)), 4);
+  EXPECT_EQ(std::string(buf, 4), "hi\r\n");
+
+  loader_console_.reset();
+  ASSERT_EQ(init2->group().fds().Close(0), 0);
+  ASSERT_EQ(fds->Close(0), 0);
+  b->WithTasklistLock([&] { init2->group().ctty.reset(); });
+  a->WithTasklistLock([&] { (*init_or)->group().ctty.reset(); });
+  for (int fd : {s1, s2, m1, m2}) close(fd);
 }
 
 // Start times go on from the load: /proc's starttime and uptime show the

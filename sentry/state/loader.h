@@ -45,6 +45,7 @@ class UnixNamespace;
 }
 namespace sandboxd::fs::tty {
 class DevPts;
+class HostTerminal;
 }
 
 namespace sandboxd::state {
@@ -94,6 +95,15 @@ class Loader {
     devpts_ = std::move(devpts);
   }
   const std::shared_ptr<fs::tty::DevPts>& devpts() const { return devpts_; }
+
+  // The host terminal that stands for the saved console now (as host fds
+  // stand for inherited stdio); null: an image with the console fails.
+  void set_console(std::shared_ptr<fs::tty::HostTerminal> console) {
+    console_ = std::move(console);
+  }
+  const std::shared_ptr<fs::tty::HostTerminal>& console() const {
+    return console_;
+  }
 
   // The namespace loaded AF_UNIX sockets bind their names in and live in
   // (the Sentry's, or a test's); null: an image with sockets fails.
@@ -161,6 +171,7 @@ class Loader {
   std::shared_ptr<fs::Inode> rootfs_;
   socket::UnixNamespace* unix_ns_ = nullptr;
   std::shared_ptr<fs::tty::DevPts> devpts_;
+  std::shared_ptr<fs::tty::HostTerminal> console_;
   std::map<std::string, std::shared_ptr<fs::Inode>> pseudo_roots_;
   std::vector<std::shared_ptr<void>> kept_;
   // Null while the object is being built.

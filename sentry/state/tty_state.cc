@@ -79,15 +79,54 @@ absl::StatusOr<uint64_t> TtyState::SavePty(Saver& s,
       });
 }
 
-absl::StatusOr<uint64_t> TtyState::SaveTerminal(
-    Saver& s, const std::shared_ptr<fs::tty::Terminal>& t) {
-  auto pty = std::dynamic_pointer_cast<Pty>(t);
-  if (pty == nullptr) {
-    return absl::UnimplementedError(
-        "save: a controlling terminal other than a pty (the host terminal) "
-        "is not saveable yet");
+absl::Status TtyState::SaveConsole(Saver& s, fs::tty::HostTerminal& t) {
+  pb::Console* r = s.state().mutable_console();
+  r->set_sid(t.session());
+  r->set_fg_pgid(t.foreground());
+  r->set_leader_tgid(0);
+  if (auto leader = t.session_leader().lock()) {
+    r->set_leader_tgid(
+        std::static_pointer_cast<kernel::ThreadGroup>(leader)->tgid());
   }
-  return SavePty(s, pty);
+  return absl::OkStatus();
+}
+
+absl::Status TtyState::SaveTerminal(Saver& s,
+                                    const std::shared_ptr<fs::tty::Terminal>& t,
+                                    uint64_t* pty_id, bool* console) {
+  *pty_id = 0;
+  *console = false;
+  if (auto pty = std::dynamic_pointer_cast<Pty>(t)) {
+    ASSIGN_OR_RETURN(*pty_id, SavePty(s, pty));
+    return absl::OkStatus();
+  }
+  if (auto* host = dynamic_cast<fs::tty::HostTerminal*>(t.get())) {
+    *console = true;
+    return SaveConsole(s, *host);
+  }
+  return absl::UnimplementedError(
+      "save: a controlling terminal that is neither a pty nor the console");
+}
+
+absl::StatusOr<std::shared_ptr<fs::tty::HostTerminal>> TtyState::LoadConsole(
+    Loader& l) {
+  const std::shared_ptr<fs::tty::HostTerminal>& console = l.console();
+  if (console == nullptr) {
+    return absl::FailedPreconditionError(
+        "the image uses the console, and the loader was given none");
+  }
+  if (!l.state().has_console()) {
+    return absl::InvalidArgumentError("a console reference without a console");
+  }
+  // Idempotent: every reference sets the same job control.
+  const pb::Console& r = l.state().console();
+  std::weak_ptr<void> leader;
+  if (r.leader_tgid() != 0) {
+    ASSIGN_OR_RETURN(auto g, GroupOf(l, r.leader_tgid()));
+    leader = g;
+  }
+  console->SetSession(r.sid(), r.fg_pgid(), std::move(leader));
+  return console;
 }
 
 absl::Status TtyState::SaveTtyFile(Saver& s, const fs::Vfs& vfs,
@@ -100,10 +139,18 @@ absl::Status TtyState::SaveTtyFile(Saver& s, const fs::Vfs& vfs,
     master = true;
   } else if (auto* r = dynamic_cast<fs::tty::PtyReplicaFile*>(f.get())) {
     pty = r->pty_;
+  } else if (auto* h = dynamic_cast<fs::tty::HostTtyFile*>(f.get())) {
+    auto* host = dynamic_cast<fs::tty::HostTerminal*>(h->term_.get());
+    if (host == nullptr) {
+      return absl::UnimplementedError("save: a host tty file of no console");
+    }
+    RETURN_IF_ERROR(SaveConsole(s, *host));
+    pb::ConsoleFile* r = rec->mutable_console_file();
+    r->set_flags(h->StatusFlags() & O_NONBLOCK);
+    r->set_via_tty(h->stat_node_ != nullptr && h->stat_node_ != host->node());
+    return absl::OkStatus();
   } else {
-    return absl::UnimplementedError(
-        "save: the host terminal's files (the console, stdio on a terminal) "
-        "are not saveable yet");
+    return absl::UnimplementedError("save: a terminal file of unknown kind");
   }
   pb::PtyFile* r = rec->mutable_pty_file();
   ASSIGN_OR_RETURN(uint64_t id, SavePty(s, pty));
@@ -230,6 +277,29 @@ absl::StatusOr<std::shared_ptr<fs::File>> TtyState::LoadPtyFile(
   }
   if (loc.valid()) f->set_location(std::move(loc), &vfs);
   return std::static_pointer_cast<fs::File>(f);
+}
+
+}  // namespace sandboxd::state
+
+namespace sandboxd::state {
+
+absl::StatusOr<std::shared_ptr<fs::File>> TtyState::LoadConsoleFile(
+    Loader& l, const pb::ConsoleFile& r) {
+  ASSIGN_OR_RETURN(std::shared_ptr<fs::tty::HostTerminal> console,
+                   LoadConsole(l));
+  // /dev/tty's node, for fstat, when it was opened as that.
+  std::shared_ptr<fs::Inode> via;
+  if (r.via_tty()) {
+    if (auto dev = l.pseudo_root("devtmpfs")) dev->Lookup("tty", &via);
+  }
+  std::shared_ptr<fs::File> f;
+  int64_t err = console->OpenProgramSide(O_RDWR | (r.flags() & O_NONBLOCK),
+                                         std::move(via), &f);
+  if (err < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("opening the console: errno ", -err));
+  }
+  return f;
 }
 
 }  // namespace sandboxd::state

@@ -371,7 +371,7 @@ TEST_F(KernelStateTest, PendingTimerSignalKeepsItsTimer) {
   init2->group().timers().DeleteAll();
 }
 
-// A terminal that is not a pty (as the host terminal): not saveable yet.
+// A terminal that is neither a pty nor the host terminal: not saveable.
 class OtherTerminal : public fs::tty::Terminal {
  public:
   OtherTerminal() : Terminal(nullptr) {}
@@ -392,7 +392,7 @@ class OtherTerminal : public fs::tty::Terminal {
   }
 };
 
-TEST_F(KernelStateTest, ControllingTerminalOtherThanAPtyIsUnimplemented) {
+TEST_F(KernelStateTest, ControllingTerminalOfUnknownKindIsUnimplemented) {
   auto a = NewKernel(&nosys_);
   auto init_or = a->CreateInit(NewMm(*a), std::make_shared<fs::FdTable>(64),
                                Fs(), CpuState{});

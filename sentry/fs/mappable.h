@@ -9,6 +9,10 @@
 #include "sentry/fs/tmpfs.h"
 #include "sentry/mm/mm.h"
 
+namespace sandboxd::state {
+struct MmState;
+}  // namespace sandboxd::state
+
 namespace sandboxd::fs {
 
 // Pages of a regular file for mmap and for the ELF loader. `name` is the
@@ -58,6 +62,7 @@ class InodeMappable : public mm::Mappable {
   }
 
  private:
+  friend struct ::sandboxd::state::MmState;  // saves and restores counted_
   const std::shared_ptr<Inode> inode_;
   // Set when the file's data is in memory-file pages (shared mappings).
   TmpFsRegularFile* const tmpfs_;

@@ -22,6 +22,10 @@
 #include "sentry/kernel/signal.h"
 #include "sentry/kernel/task.h"
 
+namespace sandboxd::state {
+struct FsState;
+}  // namespace sandboxd::state
+
 namespace sandboxd::kernel {
 
 static_assert(sizeof(struct signalfd_siginfo) == 128);
@@ -63,6 +67,7 @@ class SignalFd : public fs::File, public fs::EventSource {
   std::shared_ptr<fs::WaitQueue> event_queue() override { return queue_; }
 
  private:
+  friend struct ::sandboxd::state::FsState;  // checkpoint save and load
   const std::weak_ptr<ThreadGroup> owner_;  // weak: its fd table holds us
   const std::shared_ptr<fs::WaitQueue> queue_;
   const uint64_t ino_;

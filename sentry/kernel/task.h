@@ -147,8 +147,9 @@ class ThreadGroup {
   std::atomic<bool> no_new_privs{false};
   std::atomic<bool> keepcaps{false};
   std::atomic<uint64_t> cap_bset{(1ull << 41) - 1};  // CAP_LAST_CAP = 40
-  // When the process was created (MonotonicNanos).
-  const int64_t start_ns = MonotonicNanos();
+  // When the process was created (MonotonicNanos). Set again only by a
+  // checkpoint load, before the group is shared.
+  int64_t start_ns = MonotonicNanos();
   // Parents wait here for children's state changes (wait4, waitid).
   fs::WaitQueue child_events;
   // Notified (POLLIN) whenever a signal becomes pending for a task of the
@@ -509,7 +510,7 @@ class Task : public fs::Blocker, public std::enable_shared_from_this<Task> {
   std::array<PendingInfo, kNumSignals> pending_info_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> interrupt_{false};
   std::atomic<bool> sleeping_{false};
-  const int64_t start_ns_ = MonotonicNanos();
+  int64_t start_ns_ = MonotonicNanos();  // a checkpoint load sets it again
   std::atomic<bool> poked_{false};  // interrupt_fd_ may be readable
   UniqueFd interrupt_fd_;  // eventfd, readable once interrupted
   friend class Kernel;
@@ -680,7 +681,7 @@ class Kernel {
   std::unique_ptr<platform::Platform> platform_;
   SyscallTable* const syscalls_;
   const KernelOptions opts_;
-  const int64_t boot_ns_ = MonotonicNanos();
+  int64_t boot_ns_ = MonotonicNanos();  // a checkpoint load sets it again
   std::shared_ptr<fs::Vfs> vfs_;
   Futexes futexes_;
 

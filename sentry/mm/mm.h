@@ -33,6 +33,10 @@
 #include "platforms/platform.h"
 #include "sentry/mm/memory_file.h"
 
+namespace sandboxd::state {
+struct MmState;
+}  // namespace sandboxd::state
+
 namespace sandboxd::mm {
 
 // A file-backed source of pages (regular files, tmpfs, memfd...). For now
@@ -239,6 +243,7 @@ class MM {
   static constexpr uint64_t kStackGuardGap = 256 * kPageSize;
 
  private:
+  friend struct ::sandboxd::state::MmState;  // checkpoint save and load
   using VmaMap = std::map<uintptr_t, Vma>;
   using PmaMap = std::map<uintptr_t, Pma>;
   enum class Access { kRead, kWrite, kExec };
@@ -350,7 +355,8 @@ class MM {
   const std::unique_ptr<platform::AddressSpace> as_;
   const uintptr_t min_addr_;
   const uintptr_t max_addr_;
-  const uintptr_t mmap_base_;
+  // Not const: a checkpoint load sets the saved one before the MM is used.
+  uintptr_t mmap_base_;
 
   mutable absl::Mutex mu_;
   int backing_failures_logged_ ABSL_GUARDED_BY(mu_) = 0;

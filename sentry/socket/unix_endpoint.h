@@ -42,6 +42,10 @@
 #include "sentry/fs/waiter.h"
 #include "sentry/socket/socket.h"
 
+namespace sandboxd::state {
+struct SocketState;
+}  // namespace sandboxd::state
+
 namespace sandboxd::socket {
 
 class UnixEndpoint;
@@ -208,6 +212,7 @@ class UnixEndpoint : public std::enable_shared_from_this<UnixEndpoint> {
   const std::shared_ptr<fs::WaitQueue>& queue() const { return wq_; }
 
  private:
+  friend struct ::sandboxd::state::SocketState;  // checkpoint save and load
   enum class State { kUnconnected, kConnecting, kConnected, kListening, kClosed };
   static constexpr int kRcvShutdown = 1;
   static constexpr int kSendShutdown = 2;

@@ -15,6 +15,10 @@
 #include "sentry/socket/socket.h"
 #include "sentry/socket/unix_endpoint.h"
 
+namespace sandboxd::state {
+struct SocketState;
+}  // namespace sandboxd::state
+
 namespace sandboxd::socket {
 
 // An EventSource: epoll can watch it. Waiters a datagram socket registers
@@ -81,6 +85,7 @@ class UnixSocket : public Socket, public fs::EventSource {
   int64_t RecvMsg(const SocketContext& ctx, RecvRequest& req) override;
 
  private:
+  friend struct ::sandboxd::state::SocketState;  // checkpoint save and load
   // The caller's context with this socket's namespace.
   SocketContext WithNamespace(const SocketContext& ctx) const {
     SocketContext c = ctx;

@@ -22,7 +22,12 @@
 #include "sentry/fs/overlay.h"
 #include "sentry/fs/timerfd.h"
 #include "sentry/fs/tmpfs.h"
+#include "sentry/fs/tty/terminal.h"
+#include "sentry/kernel/signalfd.h"
 #include "sentry/mm/memory_file.h"
+#include "sentry/socket/unix_socket.h"
+#include "sentry/state/socket_state.h"
+#include "sentry/state/tty_state.h"
 
 namespace sandboxd::state {
 namespace {
@@ -86,6 +91,8 @@ absl::StatusOr<uint64_t> FsState::SaveInode(
         }
         auto* t = dynamic_cast<fs::TmpFsInode*>(inode.get());
         if (t == nullptr) {
+          // Pseudo-filesystem inodes are saved by SavePseudoInode, when
+          // their path is known (a mount's root, an open file).
           return absl::UnimplementedError(absl::StrCat(
               "save: ", KindName(*inode), " inodes cannot be saved yet"));
         }
@@ -121,11 +128,8 @@ absl::StatusOr<uint64_t> FsState::SaveInode(
           absl::MutexLock l(&f->data_mu_);
           r->set_size(f->size_);
           r->set_seals(f->seals_);
-          if (f->writable_maps_ != 0) {
-            return absl::UnimplementedError(
-                "save: tmpfs file with writable shared mappings (mm state "
-                "is not saved yet)");
-          }
+          // writable_maps_ is not saved: the loaded writable shared
+          // mappings count themselves again (MmState).
           // Runs where both the file's and the memory file's pages are
           // consecutive: one PageWriter call each.
           pb::PageRun* run = nullptr;
@@ -156,12 +160,51 @@ absl::StatusOr<uint64_t> FsState::SaveInode(
       });
 }
 
+bool FsState::IsPseudoFs(const std::string& fstype) {
+  return fstype == "proc" || fstype == "devtmpfs";
+}
+
+absl::StatusOr<uint64_t> FsState::SavePseudoInode(
+    Saver& s, const std::shared_ptr<fs::Inode>& inode,
+    const std::string& fstype, const std::string& path) {
+  return s.Save<fs::Inode, pb::Inode>(
+      inode.get(), s.state().mutable_inodes(), [&](pb::Inode* rec) {
+        pb::PseudoInode* r = rec->mutable_pseudo();
+        r->set_fstype(fstype);
+        r->set_path(path);
+        return absl::OkStatus();
+      });
+}
+
+absl::StatusOr<std::shared_ptr<fs::Inode>> FsState::LoadPseudoInode(
+    Loader& l, const pb::PseudoInode& r) {
+  std::shared_ptr<fs::Inode> cur = l.pseudo_root(r.fstype());
+  if (cur == nullptr) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the loader was given no ", r.fstype(), " filesystem to load into"));
+  }
+  for (absl::string_view name : absl::StrSplit(r.path(), '/', absl::SkipEmpty())) {
+    if (name == "." || name == "..") {
+      return absl::InvalidArgumentError(absl::StrCat("path \"", r.path(), "\""));
+    }
+    std::shared_ptr<fs::Inode> next;
+    int err = cur->Lookup(std::string(name), &next);
+    if (err < 0) {
+      return absl::NotFoundError(absl::StrCat(r.fstype(), " path \"", r.path(),
+                                              "\": errno ", -err));
+    }
+    cur = std::move(next);
+  }
+  return cur;
+}
+
 absl::StatusOr<std::shared_ptr<fs::Inode>> FsState::LoadInode(Loader& l,
                                                               uint64_t id) {
   return l.Load<fs::Inode, pb::Inode>(
       id, l.state().inodes(), "inode",
       [&](const pb::Inode& rec) -> absl::StatusOr<std::shared_ptr<fs::Inode>> {
         if (rec.has_overlay()) return LoadOverlayInode(l, rec.overlay());
+        if (rec.has_pseudo()) return LoadPseudoInode(l, rec.pseudo());
         if (!rec.has_tmpfs()) {
           return absl::InvalidArgumentError("inode of unknown kind");
         }
@@ -444,6 +487,10 @@ absl::StatusOr<uint64_t> FsState::SaveMount(Saver& s, const fs::Vfs& vfs,
               absl::StrCat("save: mount ", m->id, " is not in the mount tree"));
         }
         r->set_id(m->id);
+        if (IsPseudoFs(m->fstype)) {
+          RETURN_IF_ERROR(
+              SavePseudoInode(s, m->root->inode(), m->fstype, "/").status());
+        }
         ASSIGN_OR_RETURN(uint64_t root, FsState::SaveInode(s, m->root->inode()));
         r->set_root_inode(root);
         if (m->parent != nullptr) {
@@ -630,14 +677,39 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
                                            const std::shared_ptr<fs::File>& f) {
   return s.Save<fs::File, pb::File>(
       f.get(), s.state().mutable_files(), [&](pb::File* rec) -> absl::Status {
+        // Before the InodeFile and HostFile cases, which would take a pty's
+        // sides or a terminal's stdio for plain files (a /dev/ptmx opened
+        // again is a new pair).
+        if (dynamic_cast<fs::tty::TtyFile*>(f.get()) != nullptr) {
+          return TtyState::SaveTtyFile(s, vfs, f, rec);
+        }
         if (auto* in = dynamic_cast<fs::InodeFile*>(f.get())) {
           pb::InodeFile* r = rec->mutable_inode_file();
+          const fs::Location& at = in->loc_;
+          if (at.valid() && IsPseudoFs(at.mount->fstype)) {
+            // A procfs or devfs file: its inode by its path, opened again
+            // at load (a device's file, a procfs snapshot taken then).
+            bool reachable = false;
+            std::string path = vfs.PathOf(
+                fs::Location{at.mount, at.mount->root}, at, &reachable);
+            if (!reachable) {
+              return absl::UnimplementedError(absl::StrCat(
+                  "save: a ", at.mount->fstype, " file no longer at its path"));
+            }
+            RETURN_IF_ERROR(
+                SavePseudoInode(s, in->inode_, at.mount->fstype, path).status());
+          }
           ASSIGN_OR_RETURN(uint64_t inode, SaveInode(s, in->inode_));
           r->set_inode(inode);
           {
             absl::MutexLock lock(&in->mu_);
             r->set_flags(in->flags_);
             r->set_offset(in->offset_);
+          }
+          if (at.valid() && IsPseudoFs(at.mount->fstype)) {
+            // Their files keep their own offsets (a procfs snapshot's).
+            int64_t off = f->Seek(0, SEEK_CUR);
+            r->set_offset(off > 0 ? off : 0);
           }
           const fs::Location& loc = in->loc_;
           if (loc.valid()) {
@@ -742,6 +814,22 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
           r->set_overflow_queued(in->overflow_queued_);
           return absl::OkStatus();
         }
+        if (auto* sf = dynamic_cast<kernel::SignalFd*>(f.get())) {
+          std::shared_ptr<kernel::ThreadGroup> owner = sf->owner_.lock();
+          if (owner == nullptr) {
+            return absl::UnimplementedError(
+                "save: a signalfd whose process has exited");
+          }
+          pb::SignalFd* r = rec->mutable_signalfd();
+          r->set_mask(sf->mask());
+          r->set_nonblock(sf->nonblock_.load());
+          r->set_owner_tgid(owner->tgid());
+          return absl::OkStatus();
+        }
+        if (auto* us = dynamic_cast<socket::UnixSocket*>(f.get())) {
+          return SocketState::SaveUnixSocket(s, vfs, *us,
+                                             rec->mutable_unix_socket());
+        }
         if (auto* h = dynamic_cast<fs::HostFile*>(f.get())) {
           if (h->inherited_fd() < 0) {
             return absl::UnimplementedError(
@@ -756,6 +844,28 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
         return absl::UnimplementedError(
             absl::StrCat("save: ", KindName(*f), " files cannot be saved yet"));
       });
+}
+
+absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadPseudoFile(
+    Loader& l, fs::Vfs& vfs, const pb::InodeFile& r, fs::Location loc) {
+  if (!loc.valid()) {
+    return absl::InvalidArgumentError("a pseudo-filesystem file without a path");
+  }
+  // Opened again, as open(2) would: the device's or procfs's own file.
+  std::shared_ptr<fs::File> f;
+  int err = loc.dentry->inode()->Open(r.flags() & ~(O_CREAT | O_EXCL | O_TRUNC),
+                                      &f);
+  if (err < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "reopening \"", r.location().path(), "\": errno ", -err));
+  }
+  if (auto* in = dynamic_cast<fs::InodeFile*>(f.get())) {
+    in->set_location(std::move(loc), &vfs);
+  }
+  // Devices ignore offsets; a procfs file reads on from where it was, in
+  // the text generated now (the process's state at load).
+  if (r.offset() > 0) f->Seek(r.offset(), SEEK_SET);
+  return f;
 }
 
 absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadFile(Loader& l,
@@ -776,10 +886,15 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadFile(Loader& l,
                                       r.detached_fstype());
             } else if (r.has_location()) {
               ASSIGN_OR_RETURN(loc, LoadLocation(l, vfs, r.location()));
-              if (loc.dentry->inode() != inode) {
+              // (A procfs lookup makes a new inode object each time.)
+              if (loc.dentry->inode() != inode &&
+                  !l.state().inodes(static_cast<int>(r.inode()) - 1).has_pseudo()) {
                 return absl::InvalidArgumentError(absl::StrCat(
                     "\"", r.location().path(), "\" names another inode"));
               }
+            }
+            if (l.state().inodes(static_cast<int>(r.inode()) - 1).has_pseudo()) {
+              return LoadPseudoFile(l, vfs, r, std::move(loc));
             }
             auto f = std::make_shared<fs::InodeFile>(inode, r.flags());
             // Detached names belong to no tree: no Vfs to tell of events.
@@ -895,6 +1010,39 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadFile(Loader& l,
             in->overflow_queued_ = r.overflow_queued();
             return std::static_pointer_cast<fs::File>(in);
           }
+          case pb::File::kSignalfd: {
+            // Its process was made first (KernelState::NewGroup): found by
+            // its tgid among the image's groups.
+            const pb::SignalFd& r = rec.signalfd();
+            const auto& groups = l.state().thread_groups();
+            uint64_t gid = 0;
+            for (int i = 0; i < groups.size() && gid == 0; i++) {
+              if (groups.Get(i).tgid() == r.owner_tgid()) gid = i + 1;
+            }
+            ASSIGN_OR_RETURN(
+                std::shared_ptr<kernel::ThreadGroup> owner,
+                (l.Load<kernel::ThreadGroup, pb::ThreadGroup>(
+                    gid, groups, "thread group",
+                    [](const pb::ThreadGroup&)
+                        -> absl::StatusOr<std::shared_ptr<kernel::ThreadGroup>> {
+                      return absl::FailedPreconditionError(
+                          "a signalfd's process is loaded with the kernel "
+                          "(KernelState::LoadKernel)");
+                    })));
+            if (owner == nullptr) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "signalfd of process ", r.owner_tgid(), ", not in the image"));
+            }
+            return std::static_pointer_cast<fs::File>(
+                std::make_shared<kernel::SignalFd>(
+                    std::move(owner), r.mask(), r.nonblock() ? SFD_NONBLOCK : 0));
+          }
+          case pb::File::kPtyFile:
+            return TtyState::LoadPtyFile(l, vfs, rec.pty_file());
+          case pb::File::kConsoleFile:
+            return TtyState::LoadConsoleFile(l, rec.console_file());
+          case pb::File::kUnixSocket:
+            return SocketState::LoadUnixSocket(l, vfs, rec.unix_socket());
           case pb::File::kHostFile: {
             const pb::HostFile& r = rec.host_file();
             const int fd = l.host_fd(r.host_fd());

@@ -4,10 +4,12 @@
 //
 // One struct of static functions, befriended by the fs classes whose state
 // is private, so that sentry/fs itself needs neither protobuf nor this
-// directory. Every Save of an object the image cannot hold yet (hostfs,
-// overlay, procfs, devfs inodes; sockets, ptys, timerfds, epoll, inotify
-// files) fails with an UnimplementedError that names the object: a
-// checkpoint is never silently incomplete.
+// directory. Every Save of an object the image cannot hold yet (hostfs
+// inodes other than the rootfs; ptys, the console) fails with an UnimplementedError that names the object: a
+// checkpoint is never silently incomplete. AF_UNIX socket files are
+// SocketState's (socket_state.h). procfs and devfs inodes are saved by
+// the path they were reached at and looked up again in the filesystems the
+// loader's caller builds for the new kernel.
 //
 // Order at load: the Vfs first (LoadVfs), then what refers to locations
 // (files, FsContexts). Inodes and pipes are loaded on demand by whatever
@@ -84,6 +86,16 @@ struct FsState {
   static absl::Status LoadLocks(Loader& l, fs::Vfs& vfs, fs::LockTable& table);
 
  private:
+  // Filesystems saved by path and built anew by the loader's caller
+  // (procfs, devfs), by the fstype of their mounts.
+  static bool IsPseudoFs(const std::string& fstype);
+  static absl::StatusOr<uint64_t> SavePseudoInode(
+      Saver& s, const std::shared_ptr<fs::Inode>& inode,
+      const std::string& fstype, const std::string& path);
+  static absl::StatusOr<std::shared_ptr<fs::Inode>> LoadPseudoInode(
+      Loader& l, const pb::PseudoInode& r);
+  static absl::StatusOr<std::shared_ptr<fs::File>> LoadPseudoFile(
+      Loader& l, fs::Vfs& vfs, const pb::InodeFile& r, fs::Location loc);
   static absl::StatusOr<uint64_t> SaveOverlayFs(Saver& s, fs::OverlayFs& o);
   static absl::Status SaveOverlayInode(Saver& s, fs::OverlayInode& o,
                                        pb::OverlayInode* r);

@@ -3,6 +3,7 @@
 #include <signal.h>
 #include <sys/resource.h>
 
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <string>
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "sentry/state/fs_state.h"
+#include "sentry/state/tty_state.h"
 
 namespace sandboxd::state {
 
@@ -113,13 +115,10 @@ absl::StatusOr<uint64_t> KernelState::SaveGroup(Saver& s, ThreadGroup& g,
         // saved without it (they take fs and mm locks).
         ThreadGroup* parent;
         std::vector<std::shared_ptr<ThreadGroup>> children;
+        std::shared_ptr<fs::tty::Terminal> ctty;
         {
           absl::MutexLock l(&g.kernel_->mu_);
-          if (g.ctty != nullptr) {
-            return absl::UnimplementedError(absl::StrCat(
-                "process ", g.tgid(),
-                ": a controlling terminal is not saveable yet"));
-          }
+          ctty = g.ctty;
           parent = g.parent;
           children = g.children;
           r->set_pgid(g.pgid);
@@ -139,6 +138,7 @@ absl::StatusOr<uint64_t> KernelState::SaveGroup(Saver& s, ThreadGroup& g,
           r->set_child_subreaper(g.child_subreaper);
         }
         r->set_tgid(g.tgid());
+        r->set_age_ns(std::max<int64_t>(0, kernel::MonotonicNanos() - g.start_ns));
         r->set_oom_score_adj(g.oom_score_adj.load());
         r->set_dumpable(g.dumpable.load());
         r->set_no_new_privs(g.no_new_privs.load());
@@ -206,6 +206,17 @@ absl::StatusOr<uint64_t> KernelState::SaveGroup(Saver& s, ThreadGroup& g,
                   g.mm_.get(), s.state().mutable_mms(),
                   [&](pb::Mm* m) { return mms.SaveMm(s, *g.mm_, m); })));
           r->set_mm(mm_id);
+        }
+        if (ctty != nullptr) {
+          uint64_t pty = 0;
+          bool console = false;
+          absl::Status st = TtyState::SaveTerminal(s, ctty, &pty, &console);
+          if (!st.ok()) {
+            return absl::Status(st.code(), absl::StrCat("process ", g.tgid(),
+                                                        ": ", st.message()));
+          }
+          r->set_ctty(pty);
+          r->set_ctty_console(console);
         }
         ASSIGN_OR_RETURN(uint64_t fds, FsState::SaveFdTable(s, vfs, g.fds_));
         r->set_fd_table(fds);
@@ -286,6 +297,7 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
         r->set_clear_child_tid(t.clear_child_tid_);
         r->set_robust_list(t.robust_list_);
         r->set_robust_len(t.robust_len_);
+        r->set_age_ns(std::max<int64_t>(0, kernel::MonotonicNanos() - t.start_ns_));
         r->set_exit_thread(t.exit_thread_);
         r->set_exit_code(t.exit_code_);
 
@@ -339,6 +351,7 @@ absl::Status KernelState::SaveKernel(Saver& s, Kernel& k, const fs::Vfs& vfs,
   }
   pb::Kernel* r = s.state().mutable_kernel();
   r->set_next_tid(next_tid);
+  r->set_uptime_ns(std::max<int64_t>(0, kernel::MonotonicNanos() - k.boot_ns_));
   // Groups first, then their tasks in the group's order (leader first), so
   // that a load rebuilds the same order.
   size_t saved_tasks = 0;
@@ -410,69 +423,24 @@ absl::StatusOr<std::shared_ptr<IntervalTimer>> KernelState::LoadTimer(
       });
 }
 
-absl::StatusOr<std::shared_ptr<ThreadGroup>> KernelState::LoadGroup(
-    Loader& l, Kernel& k, fs::Vfs& vfs, MmCheckpointer& mms, uint64_t id) {
-  return l.Load<ThreadGroup, pb::ThreadGroup>(
+absl::Status KernelState::NewGroup(Loader& l, Kernel& k, uint64_t id) {
+  auto g = l.Load<ThreadGroup, pb::ThreadGroup>(
       id, l.state().thread_groups(), "thread group",
       [&](const pb::ThreadGroup& r)
           -> absl::StatusOr<std::shared_ptr<ThreadGroup>> {
         if (!ValidPid(r.tgid())) {
           return absl::InvalidArgumentError(absl::StrCat("bad tgid ", r.tgid()));
         }
-        if (r.actions_size() != kernel::kNumSignals ||
-            r.rlimits_size() != RLIM_NLIMITS || r.itimers_size() > 3) {
-          return absl::InvalidArgumentError(
-              "wrong number of signal actions, limits or interval timers");
-        }
-        std::shared_ptr<mm::MM> mm;
-        if (r.mm() != 0) {
-          ASSIGN_OR_RETURN(mm, (l.Load<mm::MM, pb::Mm>(
-                                   r.mm(), l.state().mms(), "mm",
-                                   [&](const pb::Mm& m) {
-                                     return mms.LoadMm(l, k, m);
-                                   })));
-        }
-        ASSIGN_OR_RETURN(auto fds, FsState::LoadFdTable(l, vfs, r.fd_table()));
-        ASSIGN_OR_RETURN(auto fsc,
-                         FsState::LoadFsContext(l, vfs, r.fs_context()));
-        auto g = std::make_shared<ThreadGroup>(&k, r.tgid(), std::move(mm),
-                                               std::move(fds), std::move(fsc));
-        g->oom_score_adj.store(r.oom_score_adj());
-        g->dumpable.store(r.dumpable());
-        g->no_new_privs.store(r.no_new_privs());
-        g->keepcaps.store(r.keepcaps());
-        g->cap_bset.store(r.cap_bset());
-        g->exiting_.store(r.exiting());
-        g->leader_exit_code_.store(r.leader_exit_code());
-        g->stop_requested_.store(r.stop_requested());
-        g->notification_due_.store(r.notification_due());
-        {
-          absl::MutexLock lock(&g->mu_);
-          for (int i = 0; i < kernel::kNumSignals; i++) {
-            const pb::SigAction& a = r.actions(i);
-            g->actions_[i] = kernel::SigAction{a.handler(), a.flags(),
-                                               a.restorer(), a.mask()};
-          }
-          for (int i = 0; i < RLIM_NLIMITS; i++) {
-            g->limits_[i].rlim_cur = r.rlimits(i).cur();
-            g->limits_[i].rlim_max = r.rlimits(i).max();
-          }
-          g->status_ = kernel::ExitStatus{r.exit_code(), r.exit_signo(),
-                                          r.exit_core()};
-          g->stop_signo_ = r.stop_signo();
-          // The tasks reach their stop point again after the start; the
-          // stop is not reported twice (it completed already).
-          g->stopped_ = r.stopped();
-          g->stopped_tasks_ = 0;
-          g->stop_report_ = r.stop_report();
-          g->continue_report_ = r.continue_report();
-          g->parent_notification_ = r.parent_notification();
-          g->parent_notification_status_ = r.parent_notification_status();
-          g->dead_usage_ = LoadUsage(r.dead_usage());
-          g->children_usage_ = LoadUsage(r.children_usage());
-          g->maxrss_kb_ = r.maxrss_kb();
-        }
+        // Its address space, descriptors and FsContext come in LoadGroup.
+        auto g = std::make_shared<ThreadGroup>(&k, r.tgid(), nullptr, nullptr,
+                                               nullptr);
         absl::MutexLock lock(&k.mu_);
+        if (!k.groups_.emplace(r.tgid(), g).second) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("tgid ", r.tgid(), " twice"));
+        }
+        // What the tasklist lock guards, set now: procfs files that the
+        // descriptor tables open again at load read it (comm, ids).
         g->pgid = r.pgid();
         g->sid = r.sid();
         g->zombie = r.zombie();
@@ -488,12 +456,83 @@ absl::StatusOr<std::shared_ptr<ThreadGroup>> KernelState::LoadGroup(
         g->auxv.assign(r.auxv().begin(), r.auxv().end());
         g->pdeath_signal = r.pdeath_signal();
         g->child_subreaper = r.child_subreaper();
-        if (!k.groups_.emplace(r.tgid(), g).second) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("tgid ", r.tgid(), " twice"));
-        }
         return g;
       });
+  if (g.ok() && *g == nullptr) return absl::InvalidArgumentError("thread group 0");
+  return g.status();
+}
+
+absl::Status KernelState::LoadGroup(Loader& l, Kernel& k, fs::Vfs& vfs,
+                                    MmCheckpointer& mms, uint64_t id) {
+  // Made by NewGroup.
+  const pb::ThreadGroup& r = l.state().thread_groups(id - 1);
+  std::shared_ptr<ThreadGroup> g = k.FindGroup(r.tgid());
+  if (g == nullptr) return absl::InternalError("group not made");
+  if (r.actions_size() != kernel::kNumSignals ||
+      r.rlimits_size() != RLIM_NLIMITS || r.itimers_size() > 3) {
+    return absl::InvalidArgumentError(
+        "wrong number of signal actions, limits or interval timers");
+  }
+  std::shared_ptr<mm::MM> mm;
+  if (r.mm() != 0) {
+    ASSIGN_OR_RETURN(mm, (l.Load<mm::MM, pb::Mm>(
+                             r.mm(), l.state().mms(), "mm",
+                             [&](const pb::Mm& m) {
+                               return mms.LoadMm(l, k, m);
+                             })));
+  }
+  ASSIGN_OR_RETURN(auto fds, FsState::LoadFdTable(l, vfs, r.fd_table()));
+  ASSIGN_OR_RETURN(auto fsc, FsState::LoadFsContext(l, vfs, r.fs_context()));
+  std::shared_ptr<fs::tty::Terminal> ctty;
+  if (r.ctty() != 0) {
+    ASSIGN_OR_RETURN(ctty, TtyState::LoadPty(l, r.ctty()));
+  } else if (r.ctty_console()) {
+    ASSIGN_OR_RETURN(ctty, TtyState::LoadConsole(l));
+  }
+  {
+    absl::MutexLock lock(&k.mu_);
+    g->ctty = std::move(ctty);
+  }
+  // Ages go on from the load: a process that had run 5 s shows 5 s.
+  g->start_ns = kernel::MonotonicNanos() - std::max<int64_t>(0, r.age_ns());
+  g->mm_ = std::move(mm);
+  g->fds_ = std::move(fds);
+  g->fs_ = std::move(fsc);
+  g->oom_score_adj.store(r.oom_score_adj());
+  g->dumpable.store(r.dumpable());
+  g->no_new_privs.store(r.no_new_privs());
+  g->keepcaps.store(r.keepcaps());
+  g->cap_bset.store(r.cap_bset());
+  g->exiting_.store(r.exiting());
+  g->leader_exit_code_.store(r.leader_exit_code());
+  g->stop_requested_.store(r.stop_requested());
+  g->notification_due_.store(r.notification_due());
+  {
+    absl::MutexLock lock(&g->mu_);
+    for (int i = 0; i < kernel::kNumSignals; i++) {
+      const pb::SigAction& a = r.actions(i);
+      g->actions_[i] = kernel::SigAction{a.handler(), a.flags(), a.restorer(),
+                                         a.mask()};
+    }
+    for (int i = 0; i < RLIM_NLIMITS; i++) {
+      g->limits_[i].rlim_cur = r.rlimits(i).cur();
+      g->limits_[i].rlim_max = r.rlimits(i).max();
+    }
+    g->status_ = kernel::ExitStatus{r.exit_code(), r.exit_signo(), r.exit_core()};
+    g->stop_signo_ = r.stop_signo();
+    // The tasks reach their stop point again after the start; the stop is
+    // not reported twice (it completed already).
+    g->stopped_ = r.stopped();
+    g->stopped_tasks_ = 0;
+    g->stop_report_ = r.stop_report();
+    g->continue_report_ = r.continue_report();
+    g->parent_notification_ = r.parent_notification();
+    g->parent_notification_status_ = r.parent_notification_status();
+    g->dead_usage_ = LoadUsage(r.dead_usage());
+    g->children_usage_ = LoadUsage(r.children_usage());
+    g->maxrss_kb_ = r.maxrss_kb();
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<Task>> KernelState::LoadTask(Loader& l,
@@ -510,7 +549,7 @@ absl::StatusOr<std::shared_ptr<Task>> KernelState::LoadTask(Loader& l,
             r.fp().size() != r.fp_size()) {
           return absl::InvalidArgumentError("bad CPU state");
         }
-        // Built by the first pass (LoadGroup); not built here.
+        // Built by the first pass (NewGroup); not built here.
         if (r.group() == 0 ||
             r.group() > static_cast<uint64_t>(l.state().thread_groups_size())) {
           return absl::InvalidArgumentError("bad thread group");
@@ -541,6 +580,7 @@ absl::StatusOr<std::shared_ptr<Task>> KernelState::LoadTask(Loader& l,
         t->clear_child_tid_ = r.clear_child_tid();
         t->robust_list_ = r.robust_list();
         t->robust_len_ = r.robust_len();
+        t->start_ns_ = kernel::MonotonicNanos() - std::max<int64_t>(0, r.age_ns());
         t->exit_thread_ = r.exit_thread();
         t->exit_code_ = r.exit_code();
         // CPU time goes on from the saved totals (the task is idle until
@@ -664,8 +704,12 @@ absl::Status KernelState::LoadKernel(Loader& l, Kernel& k, fs::Vfs& vfs,
     return absl::InvalidArgumentError(absl::StrCat("bad next tid ", r.next_tid()));
   }
   // Groups, then tasks, then what links them (tree, timers, signals).
+  k.boot_ns_ = kernel::MonotonicNanos() - std::max<int64_t>(0, r.uptime_ns());
+  // Every group exists before anything that may name one is loaded (a
+  // signalfd names the process that made it), then each is filled in.
+  for (uint64_t id : r.thread_groups()) RETURN_IF_ERROR(NewGroup(l, k, id));
   for (uint64_t id : r.thread_groups()) {
-    RETURN_IF_ERROR(LoadGroup(l, k, vfs, mms, id).status());
+    RETURN_IF_ERROR(LoadGroup(l, k, vfs, mms, id));
   }
   for (uint64_t id : r.tasks()) RETURN_IF_ERROR(LoadTask(l, k, id).status());
   for (uint64_t id : r.thread_groups()) RETURN_IF_ERROR(LinkGroup(l, k, id));

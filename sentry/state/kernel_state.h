@@ -19,9 +19,8 @@
 // Futex waiters need nothing else: the futex word is in memory, and the
 // re-executed FUTEX_WAIT queues the task again.
 //
-// Not saveable yet (UnimplementedError naming them): a group with a
-// controlling terminal, a vfork parent waiting for its child, signal
-// sources other than timers.
+// Not saveable yet (UnimplementedError naming them): a vfork parent
+// waiting for its child, signal sources other than timers.
 #ifndef SANDBOXD_SENTRY_STATE_KERNEL_STATE_H_
 #define SANDBOXD_SENTRY_STATE_KERNEL_STATE_H_
 
@@ -39,9 +38,9 @@
 
 namespace sandboxd::state {
 
-// What the mm part implements (MmState): the record of one address space,
-// and the address space rebuilt from it (in the loading kernel's memory
-// file and platform).
+// The record of one address space, and the address space rebuilt from it
+// (in the loading kernel's memory file and platform): MmState
+// (mm_state.h), or a test's fake.
 class MmCheckpointer {
  public:
   virtual ~MmCheckpointer() = default;
@@ -73,9 +72,11 @@ struct KernelState {
                                            MmCheckpointer& mms);
   static absl::StatusOr<uint64_t> SaveTimer(
       Saver& s, kernel::IntervalTimer& timer);
-  static absl::StatusOr<std::shared_ptr<kernel::ThreadGroup>> LoadGroup(
-      Loader& l, kernel::Kernel& k, fs::Vfs& vfs, MmCheckpointer& mms,
-      uint64_t id);
+  // A group is made (in the Loader and the kernel's table) before it is
+  // filled in, so that what its descriptors hold can name it.
+  static absl::Status NewGroup(Loader& l, kernel::Kernel& k, uint64_t id);
+  static absl::Status LoadGroup(Loader& l, kernel::Kernel& k, fs::Vfs& vfs,
+                                MmCheckpointer& mms, uint64_t id);
   static absl::StatusOr<std::shared_ptr<kernel::Task>> LoadTask(
       Loader& l, kernel::Kernel& k, uint64_t id);
   static absl::StatusOr<std::shared_ptr<kernel::IntervalTimer>> LoadTimer(

@@ -5,8 +5,13 @@
 // allocated where they left off, a blocked futex waiter that restarts).
 #include "sentry/state/kernel_state.h"
 
+#include <fcntl.h>
 #include <linux/futex.h>
+#include <poll.h>
+#include <sys/signalfd.h>
 #include <signal.h>
+#include <stdlib.h>
+#include <unistd.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 
@@ -20,9 +25,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "base/unique_fd.h"
 #include "gtest/gtest.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/fs/vfs.h"
+#include "sentry/fs/tty/host_tty.h"
+#include "sentry/fs/tty/pty.h"
+#include "sentry/kernel/ctty.h"
+#include "sentry/kernel/signalfd.h"
 #include "sentry/kernel/testing/fakes.h"
 #include "sentry/mm/memory_file.h"
 #include "sentry/state/fs_state.h"
@@ -41,8 +51,8 @@ using platform::Event;
 constexpr uintptr_t kMin = kernel::testing::kMinUserAddr;
 constexpr uintptr_t kMax = kernel::testing::kMaxUserAddr;
 
-// Address spaces are not saved yet: the fake records how many it saw and
-// gives each loaded group a new, empty MM in the loading kernel.
+// These tests are about the kernel objects: the fake records how many MMs
+// it saw and gives each loaded group a new, empty MM in the loading kernel.
 class FakeMms : public MmCheckpointer {
  public:
   absl::Status SaveMm(Saver&, mm::MM&, pb::Mm*) override {
@@ -170,6 +180,8 @@ class KernelStateTest : public ::testing::Test {
   }
   absl::Status Load(Kernel& k) {
     Loader l(&state_, &pages_, &k.memory_file());
+    l.set_devpts(loader_devpts_);
+    l.set_console(loader_console_);
     ASSIGN_OR_RETURN(std::unique_ptr<fs::Vfs> vfs, FsState::LoadVfs(l));
     loaded_vfs_.push_back(std::move(vfs));
     return KernelState::LoadKernel(l, k, *loaded_vfs_.back(), mms_);
@@ -184,6 +196,8 @@ class KernelStateTest : public ::testing::Test {
   std::shared_ptr<fs::Vfs> vfs_;
   std::vector<std::unique_ptr<fs::Vfs>> loaded_vfs_;
   FakeMms mms_;
+  std::shared_ptr<fs::tty::DevPts> loader_devpts_;  // where loaded ptys go
+  std::shared_ptr<fs::tty::HostTerminal> loader_console_;  // the console now
   MemoryPages pages_{nullptr};
   pb::State state_;
 };
@@ -357,19 +371,238 @@ TEST_F(KernelStateTest, PendingTimerSignalKeepsItsTimer) {
   init2->group().timers().DeleteAll();
 }
 
-TEST_F(KernelStateTest, ControllingTerminalIsUnimplemented) {
+// A terminal that is neither a pty nor the host terminal: not saveable.
+class OtherTerminal : public fs::tty::Terminal {
+ public:
+  OtherTerminal() : Terminal(nullptr) {}
+  dev_t Device() const override { return 0; }
+  int64_t GetTermios(fs::tty::KernelTermios*) override { return -ENOTTY; }
+  int64_t SetTermios(const fs::tty::KernelTermios&, bool) override {
+    return -ENOTTY;
+  }
+  int64_t GetWinsize(struct winsize*) override { return -ENOTTY; }
+  int64_t SetWinsize(const struct winsize&) override { return -ENOTTY; }
+  int64_t InputQueued(int*) override { return -ENOTTY; }
+  int64_t OutputQueued(int*) override { return -ENOTTY; }
+  int64_t Flush(int) override { return -ENOTTY; }
+  bool hung_up() const override { return false; }
+  int64_t OpenProgramSide(int, std::shared_ptr<fs::Inode>,
+                          std::shared_ptr<fs::File>*) override {
+    return -ENXIO;
+  }
+};
+
+TEST_F(KernelStateTest, ControllingTerminalOfUnknownKindIsUnimplemented) {
   auto a = NewKernel(&nosys_);
   auto init_or = a->CreateInit(NewMm(*a), std::make_shared<fs::FdTable>(64),
                                Fs(), CpuState{});
   ASSERT_TRUE(init_or.ok());
-  // Any non-null terminal pointer: it is only compared with null.
-  auto fake_tty = std::shared_ptr<fs::tty::Terminal>(
-      reinterpret_cast<fs::tty::Terminal*>(0x1000), [](fs::tty::Terminal*) {});
-  a->WithTasklistLock([&] { (*init_or)->group().ctty = fake_tty; });
+  a->SetInitTerminal(std::make_shared<OtherTerminal>());
   absl::Status st = Save(*a);
   EXPECT_EQ(st.code(), absl::StatusCode::kUnimplemented) << st;
   EXPECT_NE(st.message().find("controlling terminal"), std::string::npos);
   a->WithTasklistLock([&] { (*init_or)->group().ctty.reset(); });
+}
+
+// A pty pair, both sides open in init, which has the replica as its
+// controlling terminal: settings, buffered input and output, packet mode
+// and the session links come back, in the loading Sentry's devpts.
+TEST_F(KernelStateTest, PtyWithBuffersAndControllingTerminal) {
+  auto a = NewKernel(&nosys_);
+  auto jc = kernel::NewJobControl(a.get());
+  auto devpts = fs::tty::DevPts::Create(/*dev=*/77, jc.get());
+  auto fds = std::make_shared<fs::FdTable>(64);
+  auto init_or = a->CreateInit(NewMm(*a), fds, Fs(), CpuState{});
+  ASSERT_TRUE(init_or.ok());
+  std::shared_ptr<fs::Inode> ptmx;
+  ASSERT_EQ(devpts->Root()->Lookup("ptmx", &ptmx), 0);
+  std::shared_ptr<fs::File> master;
+  ASSERT_EQ(devpts->OpenMaster(ptmx, O_RDWR | O_NONBLOCK, &master), 0);
+  auto& mf = dynamic_cast<fs::tty::PtyMasterFile&>(*master);
+  fs::tty::Pty& pty = mf.pty();
+  ASSERT_EQ(pty.SetLocked(false), 0);
+  std::shared_ptr<fs::Inode> node;
+  ASSERT_EQ(devpts->Root()->Lookup("0", &node), 0);
+  std::shared_ptr<fs::File> replica;
+  ASSERT_EQ(node->Open(O_RDWR | O_NONBLOCK, &replica), 0);
+  ASSERT_EQ(fds->Install(master, false), 0);
+  ASSERT_EQ(fds->Install(replica, false), 1);
+  a->SetInitTerminal(mf.terminal());
+  fs::tty::KernelTermios t;
+  ASSERT_EQ(pty.GetTermios(&t), 0);
+  t.c_lflag &= ~ECHO;  // no echo: the master reads only what the program writes
+  ASSERT_EQ(pty.SetTermios(t, false), 0);
+  struct winsize ws = {40, 120, 0, 0};
+  ASSERT_EQ(pty.SetWinsize(ws), 0);
+  fs::IoContext io;
+  ASSERT_EQ(master->Write("line one\npart", 13, -1, io), 13);
+  ASSERT_EQ(replica->Write("out\n", 4, -1, io), 4);
+  ASSERT_EQ(pty.SetPacketMode(true), 0);
+
+  ASSERT_TRUE(Save(*a).ok());
+  // The loading Sentry's devpts, over its own kernel.
+  auto b = NewKernel(&nosys_);
+  auto jc2 = kernel::NewJobControl(b.get());
+  auto devpts2 = fs::tty::DevPts::Create(/*dev=*/78, jc2.get());
+  loader_devpts_ = devpts2;
+  absl::Status st = Load(*b);
+  ASSERT_TRUE(st.ok()) << st;
+  auto init2 = b->FindTask(1);
+  ASSERT_NE(init2, nullptr);
+  fs::FdTable& fds2 = init2->group().fds();
+  auto* m2 = dynamic_cast<fs::tty::PtyMasterFile*>(fds2.Get(0).get());
+  ASSERT_NE(m2, nullptr);
+  std::shared_ptr<fs::File> r2 = fds2.Get(1);
+  ASSERT_NE(dynamic_cast<fs::tty::PtyReplicaFile*>(r2.get()), nullptr);
+  fs::tty::Pty& pty2 = m2->pty();
+  EXPECT_EQ(b->ControllingTerminal(*init2).get(), &pty2);
+  EXPECT_EQ(pty2.session(), 1);
+  EXPECT_EQ(pty2.foreground(), 1);
+  EXPECT_EQ(pty2.index(), 0u);
+  struct winsize ws2 = {};
+  ASSERT_EQ(pty2.GetWinsize(&ws2), 0);
+  EXPECT_EQ(ws2.ws_row, 40);
+  EXPECT_EQ(ws2.ws_col, 120);
+  fs::tty::KernelTermios t2;
+  ASSERT_EQ(pty2.GetTermios(&t2), 0);
+  EXPECT_EQ(t2.c_lflag & ECHO, 0u);
+  std::shared_ptr<fs::Inode> node2;
+  EXPECT_EQ(devpts2->Root()->Lookup("0", &node2), 0);  // /dev/pts/0 again
+  // The program reads the complete line; the partial one waits for its end.
+  char buf[64];
+  ASSERT_EQ(r2->Read(buf, sizeof(buf), -1, io), 9);
+  EXPECT_EQ(std::string(buf, 9), "line one\n");
+  EXPECT_EQ(r2->Read(buf, sizeof(buf), -1, io), -EAGAIN);
+  ASSERT_EQ(m2->Write("ial\n", 4, -1, io), 4);
+  ASSERT_EQ(r2->Read(buf, sizeof(buf), -1, io), 8);
+  EXPECT_EQ(std::string(buf, 8), "partial\n");
+  // Packet mode: a status byte, then what the program wrote (ONLCR'd).
+  ASSERT_EQ(m2->Read(buf, sizeof(buf), -1, io), 6);
+  EXPECT_EQ(std::string(buf, 6), std::string("\0out\r\n", 6));
+  // The replica count was rebuilt: closing the last one, the master reads EIO.
+  ASSERT_EQ(fds2.Close(1), 0);
+  r2.reset();
+  EXPECT_EQ(m2->Read(buf, sizeof(buf), -1, io), -EIO);
+  // Closed while the job controls that hang-ups go through still exist.
+  ASSERT_EQ(fds2.Close(0), 0);
+  master.reset();
+  replica.reset();
+  ASSERT_EQ(fds->Close(0), 0);
+  ASSERT_EQ(fds->Close(1), 0);
+}
+
+TEST_F(KernelStateTest, SignalFdKeepsMaskAndWakesWithItsProcess) {
+  auto a = NewKernel(&nosys_);
+  auto fds = std::make_shared<fs::FdTable>(64);
+  auto init_or = a->CreateInit(NewMm(*a), fds, Fs(), CpuState{});
+  ASSERT_TRUE(init_or.ok());
+  // Its process's group (it is in that group's own descriptor table).
+  auto owner = a->FindGroup((*init_or)->tid());
+  auto sfd = std::make_shared<kernel::SignalFd>(
+      owner, kernel::SigBit(SIGUSR1) | kernel::SigBit(SIGKILL), SFD_NONBLOCK);
+  ASSERT_EQ(fds->Install(sfd, false), 0);
+  ASSERT_TRUE(Save(*a).ok());
+
+  auto b = NewKernel(&nosys_);
+  absl::Status st = Load(*b);
+  ASSERT_TRUE(st.ok()) << st;
+  auto init2 = b->FindTask((*init_or)->tid());
+  ASSERT_NE(init2, nullptr);
+  auto* loaded = dynamic_cast<kernel::SignalFd*>(init2->group().fds().Get(0).get());
+  ASSERT_NE(loaded, nullptr);
+  EXPECT_EQ(loaded->mask(), kernel::SigBit(SIGUSR1));  // never SIGKILL
+  EXPECT_TRUE(loaded->StatusFlags() & O_NONBLOCK);
+  // Its pollers wait on the loaded process's signal queue.
+  EXPECT_EQ(loaded->event_queue(), init2->group().signal_queue);
+  // Polled from no task, it looks at its process's signals.
+  init2->set_signal_mask(kernel::SigBit(SIGUSR1));
+  EXPECT_EQ(loaded->Readiness(POLLIN), 0u);
+  siginfo_t info{};
+  info.si_signo = SIGUSR1;
+  info.si_code = SI_USER;
+  ASSERT_TRUE(init2->SendSignalInfo(info));
+  EXPECT_EQ(loaded->Readiness(POLLIN), static_cast<fs::EventMask>(POLLIN));
+}
+
+// A host pty's replica as a "host terminal": the terminal the Sentry ran
+// on before the checkpoint, and another after it. -1 without host ptys.
+int HostPty(int* master) {
+  *master = posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC);
+  if (*master < 0 || grantpt(*master) != 0 || unlockpt(*master) != 0) return -1;
+  return open(ptsname(*master), O_RDWR | O_NOCTTY | O_CLOEXEC);
+}
+
+// The host terminal is saved as "the console": the load takes the one its
+// caller hands in, with the sandbox's job control on it.
+TEST_F(KernelStateTest, ConsoleIsTheCallersAfterLoad) {
+  int m1, m2;
+  int s1 = HostPty(&m1);
+  int s2 = HostPty(&m2);
+  if (s1 < 0 || s2 < 0) GTEST_SKIP() << "no host ptys";
+  auto a = NewKernel(&nosys_);
+  auto jc = kernel::NewJobControl(a.get());
+  auto console = std::make_shared<fs::tty::HostTerminal>(
+      UniqueFd(fcntl(s1, F_DUPFD_CLOEXEC, 3)), jc.get());
+  auto fds = std::make_shared<fs::FdTable>(64);
+  ASSERT_EQ(fds->Install(console->OpenHostFd(s1), false), 0);
+  auto init_or = a->CreateInit(NewMm(*a), fds, Fs(), CpuState{});
+  ASSERT_TRUE(init_or.ok());
+  a->SetInitTerminal(console);
+  ASSERT_TRUE(Save(*a).ok());
+
+  auto b = NewKernel(&nosys_);
+  auto jc2 = kernel::NewJobControl(b.get());
+  auto console2 = std::make_shared<fs::tty::HostTerminal>(
+      UniqueFd(fcntl(s2, F_DUPFD_CLOEXEC, 3)), jc2.get());
+  loader_console_ = console2;
+  absl::Status st = Load(*b);
+  ASSERT_TRUE(st.ok()) << st;
+  auto init2 = b->FindTask(1);
+  ASSERT_NE(init2, nullptr);
+  EXPECT_EQ(b->ControllingTerminal(*init2), console2);
+  EXPECT_EQ(console2->session(), 1);
+  EXPECT_EQ(console2->foreground(), 1);
+  auto* f = dynamic_cast<fs::tty::HostTtyFile*>(init2->group().fds().Get(0).get());
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->terminal(), console2);
+  // Its writes reach the terminal the caller handed in.
+  ASSERT_EQ(f->Write("hi\n", 3, -1, fs::IoContext{}), 3);
+  char buf[16];
+  ASSERT_EQ(read(m2, buf, sizeof(buf)), 4);
+  EXPECT_EQ(std::string(buf, 4), "hi\r\n");
+
+  loader_console_.reset();
+  ASSERT_EQ(init2->group().fds().Close(0), 0);
+  ASSERT_EQ(fds->Close(0), 0);
+  b->WithTasklistLock([&] { init2->group().ctty.reset(); });
+  a->WithTasklistLock([&] { (*init_or)->group().ctty.reset(); });
+  for (int fd : {s1, s2, m1, m2}) close(fd);
+}
+
+// Start times go on from the load: /proc's starttime and uptime show the
+// same ages as before the checkpoint, not a new boot.
+TEST_F(KernelStateTest, AgesGoOnFromTheLoad) {
+  auto a = NewKernel(&nosys_);
+  auto init_or = a->CreateInit(NewMm(*a), std::make_shared<fs::FdTable>(64),
+                               Fs(), CpuState{});
+  ASSERT_TRUE(init_or.ok());
+  Task* init = *init_or;
+  init->group().start_ns -= 5000000000;  // as if it had run for 5 s
+  absl::SleepFor(absl::Milliseconds(50));
+  const int64_t since_boot = init->group().start_ns - a->boot_ns();
+  ASSERT_TRUE(Save(*a).ok());
+
+  auto b = NewKernel(&nosys_);  // booted just now
+  ASSERT_TRUE(Load(*b).ok());
+  const int64_t now = kernel::MonotonicNanos();
+  auto init2 = b->FindTask(init->tid());
+  ASSERT_NE(init2, nullptr);
+  const int64_t age = now - init2->group().start_ns;
+  EXPECT_GE(age, 5050000000);
+  EXPECT_LT(age, 6000000000);
+  EXPECT_GE(now - init2->start_ns(), 50000000);
+  EXPECT_GE(now - b->boot_ns(), 50000000);
+  EXPECT_NEAR(init2->group().start_ns - b->boot_ns(), since_boot, 10000000);
 }
 
 TEST_F(KernelStateTest, LoadIntoAKernelWithTasksFails) {

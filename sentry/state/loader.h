@@ -40,6 +40,13 @@ class MemoryFile;
 namespace sandboxd::fs {
 class Inode;
 }
+namespace sandboxd::socket {
+class UnixNamespace;
+}
+namespace sandboxd::fs::tty {
+class DevPts;
+class HostTerminal;
+}
 
 namespace sandboxd::state {
 
@@ -68,6 +75,40 @@ class Loader {
   // lower layer of a loaded overlay.
   void set_rootfs(std::shared_ptr<fs::Inode> root) { rootfs_ = std::move(root); }
   const std::shared_ptr<fs::Inode>& rootfs() const { return rootfs_; }
+
+  // The root of a filesystem the caller built anew for the loaded tree,
+  // by the fstype its mounts had ("proc", "devtmpfs"): procfs (over the
+  // loading Kernel), devfs. Its saved inodes are looked up again by path.
+  void set_pseudo_root(const std::string& fstype,
+                       std::shared_ptr<fs::Inode> root) {
+    pseudo_roots_[fstype] = std::move(root);
+  }
+  std::shared_ptr<fs::Inode> pseudo_root(const std::string& fstype) const {
+    auto it = pseudo_roots_.find(fstype);
+    return it == pseudo_roots_.end() ? nullptr : it->second;
+  }
+
+  // The devpts (the one inside the devfs given as "devtmpfs") that loaded
+  // ptys take their indexes and /dev/pts nodes in; null: an image with
+  // ptys fails.
+  void set_devpts(std::shared_ptr<fs::tty::DevPts> devpts) {
+    devpts_ = std::move(devpts);
+  }
+  const std::shared_ptr<fs::tty::DevPts>& devpts() const { return devpts_; }
+
+  // The host terminal that stands for the saved console now (as host fds
+  // stand for inherited stdio); null: an image with the console fails.
+  void set_console(std::shared_ptr<fs::tty::HostTerminal> console) {
+    console_ = std::move(console);
+  }
+  const std::shared_ptr<fs::tty::HostTerminal>& console() const {
+    return console_;
+  }
+
+  // The namespace loaded AF_UNIX sockets bind their names in and live in
+  // (the Sentry's, or a test's); null: an image with sockets fails.
+  void set_unix_namespace(socket::UnixNamespace* ns) { unix_ns_ = ns; }
+  socket::UnixNamespace* unix_namespace() const { return unix_ns_; }
 
   // Objects that the loaded graph uses but does not own (an OverlayFs,
   // which its inodes reach by plain pointer): the caller takes them with
@@ -128,6 +169,10 @@ class Loader {
   mm::MemoryFile* const memfile_;
   std::map<int, int> host_fds_;
   std::shared_ptr<fs::Inode> rootfs_;
+  socket::UnixNamespace* unix_ns_ = nullptr;
+  std::shared_ptr<fs::tty::DevPts> devpts_;
+  std::shared_ptr<fs::tty::HostTerminal> console_;
+  std::map<std::string, std::shared_ptr<fs::Inode>> pseudo_roots_;
   std::vector<std::shared_ptr<void>> kept_;
   // Null while the object is being built.
   std::map<Key, std::shared_ptr<void>> objects_;

@@ -50,6 +50,24 @@ class Vdso::ImageMappable : public mm::Mappable {
   std::string Name() override { return "[vdso]"; }
 };
 
+Vdso::Part Vdso::PartOf(const mm::Mappable& m) {
+  if (dynamic_cast<const VvarMappable*>(&m) != nullptr) return Part::kVvar;
+  if (dynamic_cast<const ImageMappable*>(&m) != nullptr) return Part::kImage;
+  return Part::kNone;
+}
+
+std::shared_ptr<mm::Mappable> Vdso::MappableOf(Part part) const {
+  switch (part) {
+    case Part::kVvar:
+      return vvar_mappable_;
+    case Part::kImage:
+      return image_mappable_;
+    case Part::kNone:
+      break;
+  }
+  return nullptr;
+}
+
 uint64_t Vdso::ImageMapSize() { return mm::PageRoundUp(kVdsoImageSize); }
 
 absl::StatusOr<std::unique_ptr<Vdso>> Vdso::Create(mm::MemoryFile* mf,

@@ -56,6 +56,13 @@ class Vdso {
   static uint64_t ImageMapSize();
   static constexpr uint64_t kVvarSize = mm::kPageSize;
 
+  // For checkpoints, which save a mapping of the vDSO as such and map the
+  // loading Sentry's own at load: which part `m` is (kNone: not the
+  // vDSO's), and this Vdso's mappable of a part.
+  enum class Part { kNone, kVvar, kImage };
+  static Part PartOf(const mm::Mappable& m);
+  std::shared_ptr<mm::Mappable> MappableOf(Part part) const;
+
   Timekeeper& timekeeper() { return *timekeeper_; }
   // Whether the TSC serves time, and if not why ("" when it does).
   bool uses_tsc() const { return tsc_why_not_.empty(); }

@@ -18,6 +18,10 @@
 #include "sentry/fs/file.h"
 #include "sentry/fs/tty/terminal.h"
 
+namespace sandboxd::state {
+struct TtyState;
+}  // namespace sandboxd::state
+
 namespace sandboxd::fs::tty {
 
 class HostTerminal final : public Terminal {
@@ -74,6 +78,7 @@ class HostTtyFile final : public HostFile, public TtyFile {
   void set_stat_node(std::shared_ptr<Inode> node) { stat_node_ = std::move(node); }
 
  private:
+  friend struct ::sandboxd::state::TtyState;  // checkpoint save and load
   const std::shared_ptr<Terminal> term_;
   std::shared_ptr<Inode> stat_node_;
 };

@@ -22,6 +22,10 @@
 
 #include "sentry/fs/tty/termios.h"
 
+namespace sandboxd::state {
+struct TtyState;
+}  // namespace sandboxd::state
+
 namespace sandboxd::fs::tty {
 
 class LineDiscipline {
@@ -62,6 +66,7 @@ class LineDiscipline {
   void FlushInput();
 
  private:
+  friend struct ::sandboxd::state::TtyState;  // checkpoint save and load
   bool canonical() const { return (termios_.c_lflag & ICANON) != 0; }
   bool Is(uint8_t c, int index) const {
     return c != kDisabled && termios_.c_cc[index] == c;

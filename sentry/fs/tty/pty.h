@@ -37,6 +37,10 @@
 #include "sentry/fs/tty/line_discipline.h"
 #include "sentry/fs/tty/terminal.h"
 
+namespace sandboxd::state {
+struct TtyState;
+}  // namespace sandboxd::state
+
 namespace sandboxd::fs::tty {
 
 class DevPts;
@@ -101,6 +105,7 @@ class Pty final : public Terminal {
   std::shared_ptr<PtsInode> pts_inode();
 
  private:
+  friend struct ::sandboxd::state::TtyState;  // checkpoint save and load
   // Master reads under packet mode: a status byte first.
   int64_t TakeMasterOutput(uint8_t* buf, uint64_t n)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -169,6 +174,7 @@ class PtyReplicaFile final : public InodeFile, public EventSource, public TtyFil
   const std::shared_ptr<Terminal>& terminal() const override { return term_; }
 
  private:
+  friend struct ::sandboxd::state::TtyState;  // checkpoint save and load
   const std::shared_ptr<Pty> pty_;
   const std::shared_ptr<Terminal> term_;
 };
@@ -185,6 +191,7 @@ class PtsInode final : public Inode {
   uint64_t ino() const { return ino_; }
 
  private:
+  friend struct ::sandboxd::state::TtyState;  // checkpoint save and load
   const std::weak_ptr<Pty> pty_;
   const uint64_t dev_;
   const uint64_t ino_;
@@ -215,6 +222,7 @@ class DevPts : public std::enable_shared_from_this<DevPts> {
   void FreeIndex(uint32_t index);
 
  private:
+  friend struct ::sandboxd::state::TtyState;  // checkpoint save and load
   DevPts(uint64_t dev, JobControl* jc) : dev_(dev), jc_(jc) {}
 
   const uint64_t dev_;

@@ -1,0 +1,265 @@
+// The tree `sentry run` builds (main.cc's MountDev and MountProc): the
+// rootfs overlay (a host directory under a tmpfs), /dev (devfs, with devpts
+// at /dev/pts), /dev/shm (tmpfs) and /proc (procfs over the kernel), saved
+// with the kernel and loaded into a fresh one whose /dev and /proc are
+// built anew, as a restoring Sentry builds them. Open files on /dev and
+// /proc are opened again at their paths and offsets.
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <memory>
+#include <string>
+
+#include "base/status_macros.h"
+#include "gtest/gtest.h"
+#include "sentry/fs/devfs.h"
+#include "sentry/fs/hostfs.h"
+#include "sentry/fs/overlay.h"
+#include "sentry/fs/proc/procfs.h"
+#include "sentry/fs/rootfs.h"
+#include "sentry/fs/tmpfs.h"
+#include "sentry/fs/tty/pty.h"
+#include "sentry/fs/vfs.h"
+#include "sentry/kernel/ctty.h"
+#include "sentry/kernel/task.h"
+#include "sentry/kernel/testing/fakes.h"
+#include "sentry/mm/memory_file.h"
+#include "sentry/state/fs_state.h"
+#include "sentry/state/kernel_state.h"
+#include "sentry/state/mm_state.h"
+#include "sentry/state/pages.h"
+
+namespace sandboxd::state {
+namespace {
+
+// main.cc's device numbers are its own; any distinct ones do here.
+constexpr uint64_t kRootfsDev = 101, kUpperDev = 102, kOverlayDev = 103,
+                   kDevfsDev = 104, kDevptsDev = 105, kShmDev = 106,
+                   kProcDev = 107;
+
+std::unique_ptr<mm::MemoryFile> NewMemoryFile() {
+  auto mf = mm::MemoryFile::Create(1ull << 30);
+  EXPECT_TRUE(mf.ok()) << mf.status();
+  return std::move(mf).value();
+}
+
+std::shared_ptr<fs::Inode> HostRoot(const std::string& dir) {
+  auto fd = fs::OpenRootfs(dir);
+  EXPECT_TRUE(fd.ok()) << fd.status();
+  auto root = fs::hostfs::NewRoot(std::move(fd).value(), kRootfsDev);
+  EXPECT_TRUE(root.ok()) << root.status();
+  return std::move(root).value();
+}
+
+// /dev and /proc as main.cc makes them, for kernel `k`.
+struct Pseudo {
+  explicit Pseudo(kernel::Kernel* k) {
+    jc = kernel::NewJobControl(k);
+    devpts = fs::tty::DevPts::Create(kDevptsDev, jc.get());
+    fs::DevFsOptions dopts;
+    dopts.dev = kDevfsDev;
+    dopts.pts = devpts->Root();
+    auto pts = devpts;
+    dopts.open_ptmx = [pts](std::shared_ptr<fs::Inode> ptmx, int flags,
+                            std::shared_ptr<fs::File>* out) {
+      return pts->OpenMaster(std::move(ptmx), flags, out);
+    };
+    devfs = std::make_unique<fs::DevFs>(std::move(dopts));
+    fs::proc::ProcFsOptions popts;
+    popts.dev = kProcDev;
+    procfs = std::make_unique<fs::proc::ProcFs>(k, std::move(popts));
+  }
+  std::unique_ptr<fs::tty::JobControl> jc;
+  std::shared_ptr<fs::tty::DevPts> devpts;
+  std::unique_ptr<fs::DevFs> devfs;
+  std::unique_ptr<fs::proc::ProcFs> procfs;
+};
+
+std::unique_ptr<kernel::Kernel> NewKernel(kernel::SyscallTable* sys) {
+  return std::make_unique<kernel::Kernel>(
+      NewMemoryFile(), std::make_unique<kernel::testing::FakePlatform>(), sys,
+      kernel::KernelOptions{});
+}
+
+int Resolve(fs::Vfs& vfs, const std::string& path, fs::Location* out) {
+  fs::FsContext ctx(vfs.Root(), vfs.Root());
+  return vfs.Resolve(ctx, vfs.Root(), path, true, out);
+}
+
+std::shared_ptr<fs::File> Open(fs::Vfs& vfs, const std::string& path,
+                               int flags) {
+  fs::Location loc;
+  EXPECT_EQ(Resolve(vfs, path, &loc), 0) << path;
+  if (!loc.valid()) return nullptr;
+  std::shared_ptr<fs::File> f;
+  EXPECT_EQ(loc.dentry->inode()->Open(flags, &f), 0) << path;
+  if (auto* in = dynamic_cast<fs::InodeFile*>(f.get())) {
+    in->set_location(loc, &vfs);
+  }
+  return f;
+}
+
+std::string ReadAll(fs::File& f) {
+  char buf[256];
+  int64_t n = f.Read(buf, sizeof(buf), -1, fs::IoContext{});
+  return n > 0 ? std::string(buf, n) : "";
+}
+
+TEST(TreeStateTest, MainsTreeRoundTrips) {
+  const char* tmpdir = getenv("TEST_TMPDIR");
+  std::string tmpl = std::string(tmpdir != nullptr ? tmpdir : "/tmp") +
+                     "/tree_state_test.XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl.data()), nullptr);
+  const std::string host = tmpl;
+  for (const char* d : {"/dev", "/proc", "/etc"}) {
+    ASSERT_EQ(mkdir((host + d).c_str(), 0755), 0);
+  }
+  std::ofstream(host + "/etc/hello") << "from the host\n";
+
+  kernel::testing::NoSyscalls nosys;
+  auto a = NewKernel(&nosys);
+  fs::TmpFsOptions upper_opts;
+  upper_opts.dev = kUpperDev;
+  upper_opts.root_mode = 0755;
+  fs::TmpFs upper(&a->memory_file(), upper_opts);
+  std::shared_ptr<fs::Inode> lower = HostRoot(host);
+  fs::OverlayFs overlay(upper.Root(), lower, kOverlayDev);
+  auto vfs = std::make_shared<fs::Vfs>(overlay.Root(), "overlay", "rootfs",
+                                       /*read_only=*/false);
+  a->set_vfs(vfs);
+  Pseudo pa(a.get());
+  fs::Location dev, shm, proc;
+  ASSERT_EQ(Resolve(*vfs, "/dev", &dev), 0);
+  ASSERT_EQ(vfs->MountAt(dev, pa.devfs->Root(), "devtmpfs", "devtmpfs", false), 0);
+  ASSERT_EQ(Resolve(*vfs, "/dev/shm", &shm), 0);
+  fs::TmpFsOptions shm_opts;
+  shm_opts.dev = kShmDev;
+  shm_opts.root_mode = 01777;
+  fs::TmpFs shmfs(&a->memory_file(), shm_opts);
+  ASSERT_EQ(vfs->MountAt(shm, shmfs.Root(), "tmpfs", "shm", false), 0);
+  ASSERT_EQ(Resolve(*vfs, "/proc", &proc), 0);
+  ASSERT_EQ(vfs->MountAt(proc, pa.procfs->Root(), "proc", "proc", false), 0);
+
+  // init, with /dev/null, its own /proc/1/comm (partly read) and a file
+  // in /dev/shm open; its cwd in /proc.
+  auto fds = std::make_shared<fs::FdTable>(64);
+  auto fsctx = std::make_shared<fs::FsContext>(vfs->Root(), vfs->Root());
+  auto mm = std::make_shared<mm::MM>(
+      &a->memory_file(), std::make_unique<kernel::testing::FakeAddressSpace>(),
+      kernel::testing::kMinUserAddr, kernel::testing::kMaxUserAddr);
+  auto init = a->CreateInit(mm, fds, fsctx, platform::CpuState{});
+  ASSERT_TRUE(init.ok()) << init.status();
+  a->WithTasklistLock([&] { (*init)->group().comm = "initprog"; });
+  ASSERT_EQ(fds->Install(Open(*vfs, "/dev/null", O_RDWR), false), 0);
+  auto comm = Open(*vfs, "/proc/1/comm", O_RDONLY);
+  char two[2];
+  ASSERT_EQ(comm->Read(two, 2, -1, fs::IoContext{}), 2);
+  ASSERT_EQ(fds->Install(comm, false), 1);
+  fs::Location shm_dir, made;
+  ASSERT_EQ(Resolve(*vfs, "/dev/shm", &shm_dir), 0);
+  fs::CreateRequest req;
+  req.type = S_IFREG;
+  req.mode = 0644;
+  ASSERT_EQ(vfs->Create(shm_dir, "data", req, &made), 0);
+  auto data = Open(*vfs, "/dev/shm/data", O_RDWR);
+  ASSERT_NE(data, nullptr);
+  ASSERT_EQ(data->Write("shm data", 8, -1, fs::IoContext{}), 8);
+  ASSERT_EQ(data->Seek(4, SEEK_SET), 4);
+  ASSERT_EQ(fds->Install(data, false), 2);
+  // A pty opened through /dev/ptmx: /dev/pts/0 in the loading devpts.
+  auto ptmx = Open(*vfs, "/dev/ptmx", O_RDWR);
+  ASSERT_NE(ptmx, nullptr);
+  ASSERT_EQ(fds->Install(ptmx, false), 3);
+  fs::Location cwd;
+  ASSERT_EQ(Resolve(*vfs, "/proc/1", &cwd), 0);
+  fsctx->set_cwd(cwd);
+
+  pb::State st;
+  MemoryPages pages(a->memory_file().Internal(0));
+  {
+    Saver s(&st, &pages);
+    s.set_rootfs(lower.get());
+    ASSERT_TRUE(FsState::SaveVfs(s, *vfs).ok());
+    MmState mms;
+    absl::Status saved = KernelState::SaveKernel(s, *a, *vfs, mms);
+    ASSERT_TRUE(saved.ok()) << saved;
+  }
+
+  // The restoring side: its own kernel, /dev and /proc, the rootfs
+  // reopened.
+  auto b = NewKernel(&nosys);
+  Pseudo pb_(b.get());
+  Loader l(&st, &pages, &b->memory_file());
+  l.set_rootfs(HostRoot(host));
+  l.set_pseudo_root("devtmpfs", pb_.devfs->Root());
+  l.set_pseudo_root("proc", pb_.procfs->Root());
+  l.set_devpts(pb_.devpts);
+  auto vfs2_or = FsState::LoadVfs(l);
+  ASSERT_TRUE(vfs2_or.ok()) << vfs2_or.status();
+  std::shared_ptr<fs::Vfs> vfs2 = std::move(vfs2_or).value();
+  b->set_vfs(vfs2);
+  MmState mms;
+  absl::Status loaded = KernelState::LoadKernel(l, *b, *vfs2, mms);
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  auto kept = l.TakeKept();
+
+  // The mounts, as /proc/mounts lists them.
+  std::vector<std::string> mounts, mounts2;
+  for (const auto& [m, path] : vfs->MountsInOrder(vfs->Root())) {
+    mounts.push_back(m->fstype + " " + path);
+  }
+  for (const auto& [m, path] : vfs2->MountsInOrder(vfs2->Root())) {
+    mounts2.push_back(m->fstype + " " + path);
+  }
+  EXPECT_EQ(mounts2, mounts);
+  fs::Location loc;
+  ASSERT_EQ(Resolve(*vfs2, "/dev/zero", &loc), 0);
+  EXPECT_EQ(loc.inode().Type(), static_cast<uint32_t>(S_IFCHR));
+  EXPECT_EQ(Resolve(*vfs2, "/dev/pts", &loc), 0);
+  auto hello = Open(*vfs2, "/etc/hello", O_RDONLY);
+  ASSERT_NE(hello, nullptr);
+  EXPECT_EQ(ReadAll(*hello), "from the host\n");
+
+  auto init2 = b->FindTask(1);
+  ASSERT_NE(init2, nullptr);
+  fs::FdTable& fds2 = init2->group().fds();
+  // /dev/null is the device again: writes vanish, reads end at once.
+  auto null2 = fds2.Get(0);
+  ASSERT_NE(null2, nullptr);
+  EXPECT_EQ(null2->Write("x", 1, -1, fs::IoContext{}), 1);
+  EXPECT_EQ(ReadAll(*null2), "");
+  // /proc/1/comm is the loaded process's, read on from where it was.
+  auto comm2 = fds2.Get(1);
+  ASSERT_NE(comm2, nullptr);
+  auto fresh = Open(*vfs2, "/proc/1/comm", O_RDONLY);
+  EXPECT_EQ(ReadAll(*fresh), "initprog\n");
+  EXPECT_EQ(ReadAll(*comm2), "itprog\n");
+  auto data2 = fds2.Get(2);
+  ASSERT_NE(data2, nullptr);
+  EXPECT_EQ(ReadAll(*data2), "data");
+  auto* master = dynamic_cast<fs::tty::PtyMasterFile*>(fds2.Get(3).get());
+  ASSERT_NE(master, nullptr);
+  EXPECT_EQ(vfs2->PathOf(vfs2->Root(), master->location()), "/dev/ptmx");
+  EXPECT_EQ(Resolve(*vfs2, "/dev/pts/0", &loc), 0);
+  // The cwd in /proc resolves in the new procfs.
+  EXPECT_EQ(init2->group().fs().cwd().inode().Type(), static_cast<uint32_t>(S_IFDIR));
+  EXPECT_EQ(vfs2->PathOf(vfs2->Root(), init2->group().fs().cwd()), "/proc/1");
+
+  // Without a /proc to load into: an error naming it.
+  auto c = NewKernel(&nosys);
+  Loader l2(&st, &pages, &c->memory_file());
+  l2.set_rootfs(HostRoot(host));
+  l2.set_pseudo_root("devtmpfs", pb_.devfs->Root());
+  auto none = FsState::LoadVfs(l2);
+  EXPECT_EQ(none.status().code(), absl::StatusCode::kFailedPrecondition)
+      << none.status();
+
+  std::string rm = "rm -rf " + host;
+  ASSERT_EQ(system(rm.c_str()), 0);
+}
+
+}  // namespace
+}  // namespace sandboxd::state

@@ -291,6 +291,21 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
         r->set_saved_mask(t.saved_mask_);
         r->set_restart_pending(restart_pending);
         r->set_restart_if_no_handler(restart_if_no_handler);
+        r->set_restart_with_block(in_syscall ? false : t.restart_with_block_);
+        if (t.restart_block_.kind == kernel::RestartBlock::Kind::kSleep) {
+          const kernel::RestartBlock& b = t.restart_block_;
+          pb::RestartBlock* rb = r->mutable_restart_block();
+          rb->set_clock(b.clock);
+          rb->set_rem_addr(b.rem_addr);
+          if (b.clock >= 0) {
+            struct timespec now;
+            clock_gettime(b.clock, &now);
+            rb->set_remaining_ns(b.deadline_ns -
+                                 (now.tv_sec * 1000000000LL + now.tv_nsec));
+          } else {
+            rb->set_cpu_deadline_ns(b.deadline_ns);
+          }
+        }
         r->set_altstack_sp(t.altstack_.sp);
         r->set_altstack_flags(t.altstack_.flags);
         r->set_altstack_size(t.altstack_.size);
@@ -574,6 +589,26 @@ absl::StatusOr<std::shared_ptr<Task>> KernelState::LoadTask(Loader& l,
         t->saved_mask_ = r.saved_mask();
         t->restart_pending_ = r.restart_pending();
         t->restart_if_no_handler_ = r.restart_if_no_handler();
+        t->restart_with_block_ = r.restart_with_block();
+        if (r.has_restart_block()) {
+          const pb::RestartBlock& rb = r.restart_block();
+          kernel::RestartBlock b;
+          b.kind = kernel::RestartBlock::Kind::kSleep;
+          b.clock = rb.clock();
+          b.rem_addr = rb.rem_addr();
+          if (rb.clock() >= 0) {
+            struct timespec now;
+            if (clock_gettime(rb.clock(), &now) != 0) {
+              return absl::DataLossError(absl::StrCat(
+                  "task ", r.tid(), ": restart block on unknown clock ", rb.clock()));
+            }
+            b.deadline_ns = now.tv_sec * 1000000000LL + now.tv_nsec +
+                            std::max<int64_t>(rb.remaining_ns(), 0);
+          } else {
+            b.deadline_ns = rb.cpu_deadline_ns();
+          }
+          t->restart_block_ = b;
+        }
         t->altstack_.sp = r.altstack_sp();
         t->altstack_.flags = r.altstack_flags();
         t->altstack_.size = r.altstack_size();

@@ -605,6 +605,58 @@ TEST_F(KernelStateTest, AgesGoOnFromTheLoad) {
   EXPECT_NEAR(init2->group().start_ns - b->boot_ns(), since_boot, 10000000);
 }
 
+// An interrupted sleep's restart block: a host-clock deadline keeps the
+// time that was left (measured from the load), a CPU-clock one its
+// deadline; the "restart as restart_syscall" decision comes along.
+TEST_F(KernelStateTest, RestartBlockKeepsTheTimeLeft) {
+  auto a = NewKernel(&nosys_);
+  auto init_or = a->CreateInit(NewMm(*a), std::make_shared<fs::FdTable>(64),
+                               Fs(), CpuState{});
+  ASSERT_TRUE(init_or.ok());
+  Task* init = *init_or;
+  struct timespec now;
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const int64_t now_ns = now.tv_sec * 1000000000LL + now.tv_nsec;
+  init->restart_block() = kernel::RestartBlock{
+      kernel::RestartBlock::Kind::kSleep, CLOCK_MONOTONIC,
+      now_ns + 3000000000LL, 0x7000};
+  ASSERT_TRUE(Save(*a).ok());
+
+  absl::SleepFor(absl::Milliseconds(100));  // time passes between save and load
+  auto b = NewKernel(&nosys_);
+  ASSERT_TRUE(Load(*b).ok());
+  auto t = b->FindTask(init->tid());
+  ASSERT_NE(t, nullptr);
+  const kernel::RestartBlock& rb = t->restart_block();
+  EXPECT_EQ(rb.kind, kernel::RestartBlock::Kind::kSleep);
+  EXPECT_EQ(rb.clock, CLOCK_MONOTONIC);
+  EXPECT_EQ(rb.rem_addr, 0x7000u);
+  clock_gettime(CLOCK_MONOTONIC, &now);
+  const int64_t left = rb.deadline_ns - (now.tv_sec * 1000000000LL + now.tv_nsec);
+  EXPECT_GT(left, 2900000000LL);  // not shortened by the 100 ms between
+  EXPECT_LE(left, 3000000000LL);
+
+  // A CPU clock's deadline is kept as it is.
+  init->restart_block() = kernel::RestartBlock{
+      kernel::RestartBlock::Kind::kSleep, -6 /* a process CPU clock */,
+      123456789, 0};
+  ASSERT_TRUE(Save(*a).ok());
+  auto c = NewKernel(&nosys_);
+  ASSERT_TRUE(Load(*c).ok());
+  auto t2 = c->FindTask(init->tid());
+  ASSERT_NE(t2, nullptr);
+  EXPECT_EQ(t2->restart_block().clock, -6);
+  EXPECT_EQ(t2->restart_block().deadline_ns, 123456789);
+
+  // No block: none after the load.
+  init->restart_block() = kernel::RestartBlock{};
+  ASSERT_TRUE(Save(*a).ok());
+  auto d = NewKernel(&nosys_);
+  ASSERT_TRUE(Load(*d).ok());
+  EXPECT_EQ(d->FindTask(init->tid())->restart_block().kind,
+            kernel::RestartBlock::Kind::kNone);
+}
+
 TEST_F(KernelStateTest, LoadIntoAKernelWithTasksFails) {
   auto a = NewKernel(&nosys_);
   ASSERT_TRUE(a->CreateInit(NewMm(*a), std::make_shared<fs::FdTable>(64),

@@ -12,7 +12,6 @@
 
 #include <algorithm>
 #include <climits>
-#include <utility>
 
 #include "absl/time/clock.h"
 #include "sentry/syscalls/syscalls.h"
@@ -156,16 +155,21 @@ int64_t SysNanosleep(Task& t, const SyscallArgs& a) {
 // restart_syscall(2): goes on with the sleep that a stop (or a signal that
 // ran no handler) interrupted, towards the same deadline. Without one, as
 // when a program calls it itself, Linux's answer: EINTR.
+// The block stays set while the sleep goes on (a checkpoint taken now
+// re-executes restart_syscall after the load, which needs it); a new
+// interruption sets it again, the end of the sleep clears it.
 int64_t SysRestartSyscall(Task& t, const SyscallArgs&) {
-  kernel::RestartBlock b = std::exchange(t.restart_block(), kernel::RestartBlock{});
+  const kernel::RestartBlock b = t.restart_block();
   if (b.kind != kernel::RestartBlock::Kind::kSleep) return -EINTR;
   kernel::TimerClock clock;
   int64_t r = kernel::ResolveClock(t, b.clock, &clock);
-  if (r < 0) return r;
-  if (clock.kind == kernel::TimerClock::Kind::kHost) {
-    return SleepUntil(t, b.clock, clock.host, b.deadline_ns, b.rem_addr);
+  if (r == 0) {
+    r = clock.kind == kernel::TimerClock::Kind::kHost
+            ? SleepUntil(t, b.clock, clock.host, b.deadline_ns, b.rem_addr)
+            : CpuSleepUntil(t, b.clock, clock, b.deadline_ns, b.rem_addr);
   }
-  return CpuSleepUntil(t, b.clock, clock, b.deadline_ns, b.rem_addr);
+  if (r != -EINTR) t.restart_block() = kernel::RestartBlock{};
+  return r;
 }
 
 int64_t SysClockNanosleep(Task& t, const SyscallArgs& a) {

@@ -189,6 +189,18 @@ Options ParseArgs(int argc, char** argv) {
       o.fastpath = *m;
       continue;
     }
+    // --systrap-patch=on|off: syscall patching (platforms/systrap/README.md,
+    // "Syscall patching"). Until the stub's trampoline lands, "on" is
+    // refused rather than accepted and silently ignored.
+    if (value("--systrap-patch", &v)) {
+      if (v == "off") continue;
+      if (v == "on") {
+        Die(kExitUsage,
+            "--systrap-patch=on: syscall patching is not built yet (only its "
+            "byte-level pieces, platforms/systrap/patch.h); use off");
+      }
+      Die(kExitUsage, absl::StrCat("--systrap-patch wants on or off, got: ", v));
+    }
     if (absl::StartsWith(a, "-")) {
       Usage();
       Die(kExitUsage, absl::StrCat("unknown flag: ", a));

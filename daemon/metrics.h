@@ -1,0 +1,122 @@
+// The daemon's Prometheus metrics, served at /metrics in the text format.
+//
+// Every instrument is declared once, in metrics.cc's constructor, with its
+// name, unit and help; label values are bounded (states, platforms, "hit" or
+// "miss", syscall numbers, and the ids of live sandboxes, which RemoveSandbox
+// drops when a sandbox is destroyed).
+//
+//   sandboxd_sandboxes{state}                        gauge
+//   sandboxd_create_seconds{pool="hit|miss",platform} histogram
+//   sandboxd_pool_size{platform}                     gauge
+//   sandboxd_pool_refill_seconds{platform}           histogram
+//   sandboxd_sentry_crashes_total                    counter
+//   sandboxd_unimplemented_syscalls_total{nr}        counter
+//   sandboxd_sandbox_memory_bytes{id}                gauge
+//   sandboxd_sandbox_cpu_seconds_total{id}           counter
+//
+// Thread safety: every method may be called from any thread.
+#ifndef SANDBOXD_DAEMON_METRICS_H_
+#define SANDBOXD_DAEMON_METRICS_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace prometheus {
+class Counter;
+class Exposer;
+class Gauge;
+class Histogram;
+class Registry;
+template <typename T>
+class Family;
+}  // namespace prometheus
+
+namespace sandboxd {
+namespace daemon {
+
+class Metrics {
+ public:
+  // `listen_address` is "host:port" for the HTTP server ("127.0.0.1:0" picks
+  // a free port), or "" to keep the metrics in memory only (Scrape still
+  // works). Fails when the address cannot be bound.
+  static absl::StatusOr<std::unique_ptr<Metrics>> Create(
+      const std::string& listen_address);
+  ~Metrics();
+  Metrics(const Metrics&) = delete;
+  Metrics& operator=(const Metrics&) = delete;
+
+  // The bound HTTP port (the real one when 0 was asked for); 0 when not served.
+  int port() const { return port_; }
+  // "host:port" actually bound, e.g. "127.0.0.1:39211"; "" when not served.
+  const std::string& address() const { return address_; }
+
+  // For instruments declared elsewhere (platform metrics). The registry lives
+  // as long as this object.
+  prometheus::Registry& Registry() { return *registry_; }
+
+  // The current metrics in the Prometheus text format, as /metrics serves them.
+  std::string Scrape() const;
+
+  // sandboxd_sandboxes{state}: number of sandboxes in `state` ("created",
+  // "running", "paused", "stopped", "failed").
+  void SetSandboxes(absl::string_view state, int64_t n);
+  // sandboxd_create_seconds{pool,platform}: wall time of one Create call.
+  void ObserveCreate(bool pool_hit, absl::string_view platform, absl::Duration d);
+  // sandboxd_pool_size{platform}: warm Sentries ready in the pool.
+  void SetPoolSize(absl::string_view platform, int64_t n);
+  // sandboxd_pool_refill_seconds{platform}: time to start one warm Sentry.
+  void ObservePoolRefill(absl::string_view platform, absl::Duration d);
+  // sandboxd_sentry_crashes_total: Sentries that died without being asked to.
+  void IncSentryCrashes();
+  // sandboxd_unimplemented_syscalls_total{nr}: ENOSYS returns, as reported by
+  // the Sentries.
+  void AddUnimplemented(int nr, uint64_t n);
+  // sandboxd_sandbox_memory_bytes{id} and sandboxd_sandbox_cpu_seconds_total{id}
+  // from the sandbox's cgroup. cpu_seconds is the cgroup's cumulative figure;
+  // the counter advances by the difference (it never goes backwards).
+  void SetSandboxUsage(absl::string_view id, uint64_t memory_bytes,
+                       double cpu_seconds);
+  // Drops the per-sandbox series of `id` (at Destroy).
+  void RemoveSandbox(absl::string_view id);
+
+ private:
+  Metrics();
+  absl::Status Serve(const std::string& listen_address);
+
+  std::shared_ptr<prometheus::Registry> registry_;
+  std::unique_ptr<prometheus::Exposer> exposer_;  // null when not served
+  int port_ = 0;
+  std::string address_;
+
+  // Families are owned by registry_.
+  prometheus::Family<prometheus::Gauge>* sandboxes_;
+  prometheus::Family<prometheus::Histogram>* create_seconds_;
+  prometheus::Family<prometheus::Gauge>* pool_size_;
+  prometheus::Family<prometheus::Histogram>* pool_refill_seconds_;
+  prometheus::Counter* sentry_crashes_;
+  prometheus::Family<prometheus::Counter>* unimplemented_;
+  prometheus::Family<prometheus::Gauge>* sandbox_memory_;
+  prometheus::Family<prometheus::Counter>* sandbox_cpu_;
+
+  // Per-sandbox series, so that RemoveSandbox can drop them.
+  struct SandboxSeries {
+    prometheus::Gauge* memory;
+    prometheus::Counter* cpu;
+  };
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, SandboxSeries> sandboxes_by_id_
+      ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace daemon
+}  // namespace sandboxd
+
+#endif  // SANDBOXD_DAEMON_METRICS_H_

@@ -56,6 +56,9 @@ struct CgroupOptions {
   // Where mounts are read from; tests point it at a fake mountinfo that maps
   // hierarchies onto plain directories.
   std::string mountinfo_path = "/proc/self/mountinfo";
+  // v2 only: kill with cgroup.kill when the kernel has it (5.14+); false
+  // makes KillAll freeze and kill pid by pid, as on older kernels.
+  bool use_cgroup_kill = true;
 };
 
 class Cgroup;

@@ -7,6 +7,7 @@ DEBS=(
   g++ cmake ninja-build pkg-config git python3
   libabsl-dev libseccomp-dev libgtest-dev libgmock-dev
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
+  prometheus-cpp-dev openssl   # the daemon's /metrics; test certificates
   musl-tools
   bazel-bootstrap default-jdk-headless
   runsc util-linux

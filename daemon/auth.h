@@ -65,6 +65,7 @@ class Listener {
 
  private:
   explicit Listener(ListenOptions options);
+  absl::Status AddTcpPort(grpc::ServerBuilder* builder);
 
   ListenOptions options_;
   // Written by grpc::ServerBuilder at BuildAndStart (hence heap-stable).

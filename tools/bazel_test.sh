@@ -20,7 +20,8 @@ cd "$REPO"
 
 DEBS=(bazel-bootstrap default-jdk-headless g++ pkg-config protobuf-compiler
       protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev libabsl-dev
-      libseccomp-dev libgtest-dev libgmock-dev musl-tools)
+      libseccomp-dev libgtest-dev libgmock-dev musl-tools prometheus-cpp-dev
+      openssl)
 
 clean=0 install=0 keep=0 targets=()
 for a in "$@"; do
@@ -42,10 +43,10 @@ if [ "$install" = 1 ]; then
 fi
 
 missing=()
-for tool in bazel java gcc g++ pkg-config protoc grpc_cpp_plugin musl-gcc; do
+for tool in bazel java gcc g++ pkg-config protoc grpc_cpp_plugin musl-gcc openssl; do
   command -v "$tool" >/dev/null 2>&1 || missing+=("$tool")
 done
-for mod in absl_status libseccomp gtest gmock protobuf grpc++; do
+for mod in absl_status libseccomp gtest gmock protobuf grpc++ prometheus-cpp-pull; do
   pkg-config --exists "$mod" 2>/dev/null || missing+=("pkg-config:$mod")
 done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -1,0 +1,270 @@
+#include "daemon/auth.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <grp.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include <grpcpp/security/auth_metadata_processor.h>
+#include <grpcpp/security/credentials.h>
+#include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server_builder.h>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "base/status_macros.h"
+#include "base/unique_fd.h"
+
+namespace sandboxd {
+namespace daemon {
+
+namespace {
+
+constexpr mode_t kSocketMode = 0660;
+constexpr absl::string_view kBearer = "Bearer ";
+
+absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return ErrnoStatus(absl::StrCat("open ", path), errno);
+  std::string out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(fd.get(), buf, sizeof(buf));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      return ErrnoStatus(absl::StrCat("read ", path), errno);
+    }
+    if (n == 0) break;
+    out.append(buf, n);
+  }
+  return out;
+}
+
+absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
+  absl::StatusOr<std::string> pem = ReadWholeFile(path);
+  if (!pem.ok()) return Annotate(pem.status(), absl::StrCat("TLS ", what));
+  if (!absl::StrContains(*pem, "-----BEGIN ")) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("TLS ", what, " ", path, ": not a PEM file"));
+  }
+  return pem;
+}
+
+// Compares without an early exit, so that the time taken does not tell an
+// attacker how much of a guessed token was right.
+bool ConstantTimeEquals(absl::string_view a, absl::string_view b) {
+  if (a.size() != b.size()) return false;
+  unsigned char diff = 0;
+  for (size_t i = 0; i < a.size(); ++i) diff |= a[i] ^ b[i];
+  return diff == 0;
+}
+
+// Refuses every call that does not carry `authorization: Bearer <token>`.
+class BearerTokenProcessor : public grpc::AuthMetadataProcessor {
+ public:
+  explicit BearerTokenProcessor(std::string token) : token_(std::move(token)) {}
+
+  // A string comparison: run it inline on gRPC's own thread.
+  bool IsBlocking() const override { return false; }
+
+  grpc::Status Process(const InputMetadata& auth_metadata, grpc::AuthContext*,
+                       OutputMetadata* consumed_auth_metadata,
+                       OutputMetadata*) override {
+    auto it = auth_metadata.find("authorization");
+    if (it == auth_metadata.end()) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "sandboxd: this port needs \"authorization: Bearer <token>\"");
+    }
+    absl::string_view value(it->second.data(), it->second.size());
+    if (!absl::ConsumePrefix(&value, kBearer) || !ConstantTimeEquals(value, token_)) {
+      return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                          "sandboxd: wrong bearer token");
+    }
+    // Keep the token out of the metadata the service handlers see.
+    consumed_auth_metadata->insert(
+        {std::string(it->first.data(), it->first.size()),
+         std::string(it->second.data(), it->second.size())});
+    return grpc::Status::OK;
+  }
+
+ private:
+  const std::string token_;
+};
+
+absl::StatusOr<sockaddr_un> UnixAddress(const std::string& path) {
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (path.empty() || path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unix socket path \"", path, "\": must be 1 to ", sizeof(addr.sun_path) - 1,
+        " bytes"));
+  }
+  memcpy(addr.sun_path, path.data(), path.size());
+  return addr;
+}
+
+// A socket file at `path` is either a live daemon's (something accepts a
+// connection: refuse to start) or a dead one's (connection refused: remove
+// it, as gRPC would anyway, but only after the check).
+absl::Status ClaimSocketPath(const std::string& path) {
+  struct stat st;
+  if (lstat(path.c_str(), &st) != 0) {
+    if (errno == ENOENT) return absl::OkStatus();
+    return ErrnoStatus(absl::StrCat("stat ", path), errno);
+  }
+  if (!S_ISSOCK(st.st_mode)) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, " exists and is not a socket; not removing it"));
+  }
+  ASSIGN_OR_RETURN(sockaddr_un addr, UnixAddress(path));
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return ErrnoStatus("socket(AF_UNIX)", errno);
+  if (connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "another process (a running sandboxd?) is listening on ", path));
+  }
+  if (errno != ECONNREFUSED) {
+    return ErrnoStatus(absl::StrCat("checking whether ", path, " is in use: connect"),
+                       errno);
+  }
+  if (unlink(path.c_str()) != 0 && errno != ENOENT) {
+    return ErrnoStatus(absl::StrCat("removing stale socket ", path), errno);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
+  auto annotate = [&](absl::Status s) { return Annotate(s, "token file"); };
+  struct stat st;
+  if (stat(path.c_str(), &st) != 0) {
+    return annotate(ErrnoStatus(absl::StrCat("stat ", path), errno));
+  }
+  if (st.st_mode & S_IROTH) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "token file ", path, " is readable by every user; chmod o-r it"));
+  }
+  absl::StatusOr<std::string> text = ReadWholeFile(path);
+  if (!text.ok()) return annotate(text.status());
+  std::string token(absl::StripAsciiWhitespace(*text));
+  if (token.empty()) {
+    return absl::InvalidArgumentError(absl::StrCat("token file ", path, " is empty"));
+  }
+  for (char c : token) {
+    // It travels in an HTTP/2 header value.
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "token file ", path, ": the token must be printable ASCII without spaces"));
+    }
+  }
+  return token;
+}
+
+Listener::Listener(ListenOptions options) : options_(std::move(options)) {}
+
+Listener::~Listener() = default;
+
+absl::Status Listener::AddTcpPort(grpc::ServerBuilder* builder) {
+  if (options_.tls_cert_file.empty() || options_.tls_key_file.empty() ||
+      options_.token_file.empty()) {
+    return absl::InvalidArgumentError(
+        "TCP needs TLS (a certificate and a key file) and a bearer token file");
+  }
+  ASSIGN_OR_RETURN(std::string cert, ReadPem(options_.tls_cert_file, "certificate"));
+  ASSIGN_OR_RETURN(std::string key, ReadPem(options_.tls_key_file, "key"));
+  ASSIGN_OR_RETURN(std::string token, ReadTokenFile(options_.token_file));
+  grpc::SslServerCredentialsOptions tls;
+  tls.pem_key_cert_pairs.push_back({std::move(key), std::move(cert)});
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::SslServerCredentials(tls);
+  creds->SetAuthMetadataProcessor(
+      std::make_shared<BearerTokenProcessor>(std::move(token)));
+  builder->AddListeningPort(options_.tcp_address, creds, &tcp_selected_port_);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Listener>> Listener::Prepare(
+    const ListenOptions& options, grpc::ServerBuilder* builder) {
+  if (options.unix_socket.empty() && options.tcp_address.empty()) {
+    return absl::InvalidArgumentError("listen: neither a unix socket nor a TCP address");
+  }
+  std::unique_ptr<Listener> l(new Listener(options));
+
+  // TCP first: its options are checked before the socket file is touched.
+  if (!options.tcp_address.empty()) {
+    RETURN_IF_ERROR(Annotate(l->AddTcpPort(builder),
+                             absl::StrCat("listen on TCP ", options.tcp_address)));
+  }
+
+  if (!options.unix_socket.empty()) {
+    auto annotate = [&](absl::Status s) {
+      return Annotate(s, absl::StrCat("listen on unix socket ", options.unix_socket));
+    };
+    RETURN_IF_ERROR(annotate(UnixAddress(options.unix_socket).status()));
+    RETURN_IF_ERROR(annotate(ClaimSocketPath(options.unix_socket)));
+    // Who may connect is decided by the socket file's permissions.
+    builder->AddListeningPort(absl::StrCat("unix:", options.unix_socket),
+                              grpc::InsecureServerCredentials(), &l->unix_bound_port_);
+  }
+  return l;
+}
+
+absl::Status Listener::AfterStart() {
+  if (!options_.unix_socket.empty()) {
+    const std::string& path = options_.unix_socket;
+    if (unix_bound_port_ == 0) {
+      return absl::UnavailableError(absl::StrCat("could not listen on unix socket ", path));
+    }
+    if (chmod(path.c_str(), kSocketMode) != 0) {
+      return ErrnoStatus(absl::StrCat("chmod ", path), errno);
+    }
+    if (!options_.socket_group.empty()) {
+      struct group grp;
+      struct group* found = nullptr;
+      std::vector<char> buf(16384);
+      int err = getgrnam_r(options_.socket_group.c_str(), &grp, buf.data(), buf.size(),
+                           &found);
+      if (err != 0) {
+        return ErrnoStatus(absl::StrCat("looking up group ", options_.socket_group), err);
+      }
+      // No such group: the socket stays root's (mode 0660: root only).
+      if (found != nullptr && chown(path.c_str(), -1, grp.gr_gid) != 0) {
+        return ErrnoStatus(
+            absl::StrCat("chgrp ", options_.socket_group, " ", path), errno);
+      }
+    }
+  }
+  if (!options_.tcp_address.empty()) {
+    if (tcp_selected_port_ == 0) {
+      return absl::UnavailableError(
+          absl::StrCat("could not listen on TCP ", options_.tcp_address));
+    }
+    tcp_port_ = tcp_selected_port_;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ClientCredentials(
+    const std::string& ca_cert_file, const std::string& token) {
+  grpc::SslCredentialsOptions tls;
+  if (!ca_cert_file.empty()) {
+    ASSIGN_OR_RETURN(tls.pem_root_certs, ReadPem(ca_cert_file, "CA certificate"));
+  }
+  if (token.empty()) return absl::InvalidArgumentError("empty bearer token");
+  // AccessTokenCredentials sends "authorization: Bearer <token>", and only
+  // over a secure channel.
+  return grpc::CompositeChannelCredentials(grpc::SslCredentials(tls),
+                                           grpc::AccessTokenCredentials(token));
+}
+
+}  // namespace daemon
+}  // namespace sandboxd

@@ -58,7 +58,11 @@ Client::Client(std::string target, std::shared_ptr<grpc::Channel> channel)
 
 absl::Status Client::Convert(const grpc::Status& s) const {
   if (s.ok()) return absl::OkStatus();
-  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+  // UNAVAILABLE from the transport (no daemon) or from the daemon itself
+  // (a Sentry that could not start): only a channel that is not connected
+  // means the former.
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+      channel_->GetState(false) != GRPC_CHANNEL_READY) {
     return absl::UnavailableError(absl::StrCat(
         "cannot reach sandboxd at ", target_,
         " (is it running? start it with: sandboxd --socket=", target_, ")"));

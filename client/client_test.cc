@@ -79,12 +79,18 @@ class Daemon {
       execv(argv[0], argv.data());
       _exit(127);
     }
+    // The channel is made once the socket exists: one made earlier would
+    // sit in gRPC's reconnect backoff (a second or more) after its first
+    // failed connect.
+    for (int i = 0; i < 600 && access(socket_.c_str(), F_OK) != 0; i++) {
+      absl::SleepFor(absl::Milliseconds(10));
+    }
     ConnectOptions o;
     o.socket = socket_;
     client_ = std::move(*Client::Connect(o));
     for (int i = 0; i < 300; i++) {
-      if (access(socket_.c_str(), F_OK) == 0 && client_->Health(absl::Seconds(1)).ok()) return;
-      absl::SleepFor(absl::Milliseconds(50));
+      if (client_->Health(absl::Seconds(1)).ok()) return;
+      absl::SleepFor(absl::Milliseconds(20));
     }
     ADD_FAILURE() << "sandboxd did not come up; its log:\n" << Log();
   }

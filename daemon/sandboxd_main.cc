@@ -210,7 +210,8 @@ int Main(int argc, char** argv) {
     int sig = 0;
     sigwait(&stop_signals, &sig);
     Log("signal ", sig, ": shutting down");
-    server->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    // Calls in flight get a moment; the sandboxes die next anyway.
+    server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   });
   server->Wait();
   stopper.join();

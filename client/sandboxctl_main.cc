@@ -351,6 +351,13 @@ void PrintTimings(Client& c, const std::string& id, absl::Duration create,
     line(absl::StrCat("daemon.", s.name()),
          s.duration().seconds() * 1e3 + s.duration().nanos() / 1e6);
   }
+  // From the Sentry's reply to Start to the init's exit, as the daemon saw it.
+  const v1::Timings& t = info->timings();
+  if (t.has_started() && t.has_exited()) {
+    using google::protobuf::util::TimeUtil;
+    line("daemon.init_started_to_exited",
+         TimeUtil::DurationToNanoseconds(t.exited() - t.started()) / 1e6);
+  }
 }
 
 int Run(Client& c, Args& a, bool create_only) {

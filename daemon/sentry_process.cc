@@ -4,7 +4,9 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -195,14 +197,18 @@ void SentryProcess::Reap(bool expected) {
   // The Sentry gets a moment to finish on its own (2 s after Destroy; a
   // crashed one is usually gone already), so that the reason is its own;
   // anything that lingers is killed, its stubs with it.
-  const int tries = expected ? 200 : 10;
+  // Waits for the exit through a pidfd (readable once the process is a
+  // zombie), so that a Sentry that exits quickly is reaped at once.
+  UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, pid_, 0)));
   bool reaped = false;
-  for (int i = 0; i < tries && !reaped; i++) {
-    pid_t r = waitpid(pid_, &status, WNOHANG);
-    if (r == pid_) reaped = true;
-    else if (r < 0 && errno != EINTR) break;
-    else usleep(10000);
+  if (pidfd.valid()) {
+    pollfd p = {pidfd.get(), POLLIN, 0};
+    int r;
+    do {
+      r = poll(&p, 1, expected ? 2000 : 100);
+    } while (r < 0 && errno == EINTR);
   }
+  if (waitpid(pid_, &status, WNOHANG) == pid_) reaped = true;
   if (!reaped) {
     Kill();
     pid_t r;

@@ -10,6 +10,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
 #include "daemon/log.h"
 
@@ -321,7 +322,7 @@ absl::Status Service::ExecStream(
 
   // Client messages: stdin, resizes, close_stdin. Ends when the client
   // half-closes or the call ends.
-  std::atomic<bool> input_done{false};
+  absl::Notification input_done;
   std::thread input([&] {
     v1::ExecRequest m;
     bool closed = false;
@@ -337,7 +338,7 @@ absl::Status Service::ExecStream(
     }
     // A client that goes away leaves the program with stdin at its end.
     relay->CloseStdin();
-    input_done.store(true);
+    input_done.Notify();
   });
 
   // Output until it ends (or the client is gone: the program goes on).
@@ -361,8 +362,7 @@ absl::Status Service::ExecStream(
   }
   // The client half-closes once it has the exit status; one that does not
   // is cut off.
-  for (int i = 0; i < 50 && !input_done.load(); i++) usleep(20000);
-  if (!input_done.load()) ctx->TryCancel();
+  if (!input_done.WaitForNotificationWithTimeout(absl::Seconds(1))) ctx->TryCancel();
   input.join();
   return absl::OkStatus();
 }

@@ -13,6 +13,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <set>
@@ -381,6 +382,66 @@ TEST(SandboxdTest, TtyGetsTheSizeAndMergesOutput) {
   EXPECT_TRUE(absl::StrContains(out, "tty")) << out;
   EXPECT_TRUE(absl::StrContains(out, "err")) << out;  // stderr is the terminal too
   EXPECT_EQ(err, "");
+}
+
+// The directory of `pid`'s cgroup in the v1 hierarchy of `controller`
+// ("" when there is none: v2 or no such hierarchy).
+std::string V1CgroupDir(int pid, const std::string& controller) {
+  std::ifstream f(absl::StrCat("/proc/", pid, "/cgroup"));
+  std::string line;
+  while (std::getline(f, line)) {
+    std::vector<std::string> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (parts.size() != 3) continue;
+    for (absl::string_view c : absl::StrSplit(parts[1], ',')) {
+      if (c == controller) {
+        std::string dir = absl::StrCat("/sys/fs/cgroup/", parts[1], parts[2]);
+        if (access(dir.c_str(), F_OK) == 0) return dir;
+        return absl::StrCat("/sys/fs/cgroup/", controller, parts[2]);
+      }
+    }
+  }
+  return "";
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream f(path);
+  std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  while (!s.empty() && s.back() == '\n') s.pop_back();
+  return s;
+}
+
+TEST(SandboxdTest, LimitsAreTheSentrysCgroup) {
+  SKIP_WITHOUT_BINARIES();
+  Daemon d({"--pool-size=1"});
+  v1::CreateRequest req = Spec({"/bin/sleep", "600"});
+  req.mutable_spec()->mutable_limits()->set_memory_bytes(256 << 20);
+  req.mutable_spec()->mutable_limits()->set_pids(300);
+  absl::StatusOr<v1::CreateResponse> created = d.c().Create(req);
+  if (absl::IsFailedPrecondition(created.status())) {
+    GTEST_SKIP() << "no cgroups here: " << created.status();
+  }
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_TRUE(d.c().Start(created->id()).ok());
+  absl::StatusOr<v1::SandboxInfo> info = d.c().Get(created->id());
+  ASSERT_TRUE(info.ok());
+  const int sentry = info->sentry_pids(0);
+  const std::string mem = V1CgroupDir(sentry, "memory");
+  const std::string pids = V1CgroupDir(sentry, "pids");
+  if (mem.empty() || pids.empty()) GTEST_SKIP() << "not a cgroup v1 host";
+  EXPECT_TRUE(absl::StrContains(mem, d.cgroup_parent())) << mem;
+  EXPECT_EQ(ReadFile(mem + "/memory.limit_in_bytes"), std::to_string(256 << 20));
+  EXPECT_EQ(ReadFile(pids + "/pids.max"), "300");
+  // The Sentry and everything it forked (its stubs) are in there.
+  std::vector<std::string> procs = absl::StrSplit(ReadFile(pids + "/cgroup.procs"), '\n');
+  EXPECT_GE(procs.size(), 2u) << ReadFile(pids + "/cgroup.procs");
+  EXPECT_NE(std::find(procs.begin(), procs.end(), std::to_string(sentry)), procs.end());
+  EXPECT_GT(info->usage().memory_bytes(), 0u);
+  ASSERT_TRUE(d.c().Destroy(created->id()).ok());
+  // Gone with the sandbox.
+  for (int i = 0; i < 100 && access(mem.c_str(), F_OK) == 0; i++) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_NE(access(mem.c_str(), F_OK), 0) << mem << " outlived its sandbox";
 }
 
 // Counts what a daemon holds: open fds, child processes, cgroup dirs, RSS.

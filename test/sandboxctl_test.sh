@@ -62,8 +62,19 @@ check "no daemon: exit 125" eq "$status" 125
 check "no daemon: exactly one line on stderr" eq "$(lines "$tmp/err")" 1
 check "no daemon: says how to start it" contains "$tmp/err" "sandboxd --socket=$SOCK"
 
+# TCP is served only with TLS and a bearer token: a self-signed certificate
+# for 127.0.0.1 and a token file readable by its owner only.
+tcp_args=()
+if command -v openssl >/dev/null &&
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+    -keyout "$tmp/key.pem" -out "$tmp/cert.pem" -days 1 -subj /CN=localhost \
+    -addext subjectAltName=IP:127.0.0.1 2>"$tmp/openssl.log"; then
+  (umask 077 && echo "t0ken-$$" >"$tmp/token" && echo "wrong" >"$tmp/bad-token")
+  tcp_args=(--tcp=127.0.0.1:0 --tls-cert="$tmp/cert.pem" --tls-key="$tmp/key.pem"
+    --token-file="$tmp/token")
+fi
 "$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" --state-dir="$tmp/state" --pool-size=1 \
-  --cgroup-parent="sandboxctl-test-$$" 2>"$tmp/daemon.log" &
+  --cgroup-parent="sandboxctl-test-$$" "${tcp_args[@]}" 2>"$tmp/daemon.log" &
 daemon_pid=$!
 for _ in $(seq 1 200); do
   [ -S "$SOCK" ] && "$SANDBOXCTL" --socket="$SOCK" ps >/dev/null 2>&1 && break
@@ -99,6 +110,20 @@ check "SANDBOXD_SOCKET names the socket" eq "$(cat "$tmp/out")" "via-env"
 
 ctl ps -q
 check "run --rm leaves no sandbox" eq "$(lines "$tmp/out")" 0
+
+if [ ${#tcp_args[@]} -gt 0 ]; then
+  port=$(sed -n 's/.* and tcp port \([0-9]*\).*/\1/p' "$tmp/daemon.log" | head -1)
+  tcp() {
+    timeout 60 "$SANDBOXCTL" --tcp="127.0.0.1:$port" --ca-cert="$tmp/cert.pem" "$@" \
+      </dev/null >"$tmp/out" 2>"$tmp/err"
+    status=$?
+  }
+  tcp --token-file="$tmp/token" run --rm -- /bin/echo over-tcp
+  check "TCP with TLS and the token: runs" eq "$(cat "$tmp/out")" "over-tcp"
+  tcp --token-file="$tmp/bad-token" run --rm -- /bin/echo over-tcp
+  check "TCP with a wrong token: refused (125)" eq "$status" 125
+  check "TCP with a wrong token: says why" contains "$tmp/err" "nauthenticated\|token"
+fi
 
 # Detached: create, start, wait, logs, ps, inspect, rm.
 ctl create --name=job1 --label=team=a -- /bin/sh -c 'echo logged; echo logged-err >&2; exit 3'

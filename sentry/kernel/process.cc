@@ -7,6 +7,7 @@
 #include <sys/wait.h>
 
 #include "absl/time/clock.h"
+#include "base/status_macros.h"
 #include "sentry/kernel/task.h"
 
 namespace sandboxd::kernel {
@@ -201,6 +202,17 @@ void Kernel::GroupExitedLocked(const std::shared_ptr<ThreadGroup>& g) {
   }
 }
 
+ExitStatus Kernel::AwaitExit(const std::shared_ptr<ThreadGroup>& g,
+                             bool* reaped) {
+  absl::MutexLock l(&mu_);
+  mu_.Await(absl::Condition(
+      +[](ThreadGroup* tg) ABSL_NO_THREAD_SAFETY_ANALYSIS { return tg->zombie; },
+      g.get()));
+  *reaped = g->parent == nullptr && g->tgid() != 1 && !g->reaped;
+  if (*reaped) ReapLocked(g);
+  return g->exit_status();
+}
+
 absl::StatusOr<Task*> Kernel::CreateProcess(Task& parent,
                                             std::shared_ptr<mm::MM> mm,
                                             std::shared_ptr<fs::FdTable> fds,
@@ -214,6 +226,7 @@ absl::StatusOr<Task*> Kernel::CreateProcess(Task& parent,
   if (pg.exiting()) {
     return absl::FailedPreconditionError("the parent is exiting");
   }
+  RETURN_IF_ERROR(CheckTaskLimitLocked());
   pid_t tid = AllocTid();
   auto g = std::make_shared<ThreadGroup>(this, tid, std::move(mm),
                                          std::move(fds), std::move(fs));

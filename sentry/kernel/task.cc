@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 
 namespace sandboxd::kernel {
 
@@ -541,6 +542,15 @@ Kernel::~Kernel() {
   for (auto& t : done) t->Join();
 }
 
+absl::Status Kernel::CheckTaskLimitLocked() {
+  if (opts_.max_tasks != 0 &&
+      static_cast<uint64_t>(live_tasks_) >= opts_.max_tasks) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the sandbox's limit of ", opts_.max_tasks, " tasks"));
+  }
+  return absl::OkStatus();
+}
+
 pid_t Kernel::AllocTid() {
   // Ids in use: live tasks, and thread groups (zombies keep theirs until
   // reaped; a process group or session id stays in use while it has
@@ -560,6 +570,7 @@ absl::StatusOr<Task*> Kernel::CreateInit(std::shared_ptr<mm::MM> mm,
   auto ctx = platform_->NewContext();
   if (!ctx.ok()) return ctx.status();
   absl::MutexLock l(&mu_);
+  RETURN_IF_ERROR(CheckTaskLimitLocked());
   pid_t tid = AllocTid();
   auto tg = std::make_shared<ThreadGroup>(this, tid, std::move(mm),
                                           std::move(fds), std::move(fs));
@@ -583,6 +594,7 @@ absl::StatusOr<Task*> Kernel::CreateThread(Task& parent,
   if (parent.group().exiting()) {
     return absl::FailedPreconditionError("the thread group is exiting");
   }
+  RETURN_IF_ERROR(CheckTaskLimitLocked());
   pid_t tid = AllocTid();
   auto task =
       std::make_shared<Task>(this, tid, parent.group_ptr(), std::move(*ctx));

@@ -506,6 +506,11 @@ struct KernelOptions {
   // The vDSO that exec maps into each new address space (null: none).
   // Not owned; outlives the Kernel.
   vdso::Vdso* vdso = nullptr;
+  // The sandbox's limits as seen from inside (the cgroup that enforces them
+  // on the host is the daemon's). 0: none.
+  uint64_t max_tasks = 0;     // clone/fork beyond this many tasks: EAGAIN
+  int max_cpus = 0;           // sched_getaffinity shows at most this many
+  uint64_t memory_limit = 0;  // sysinfo's totalram (bytes)
 };
 
 class Kernel {
@@ -530,7 +535,8 @@ class Kernel {
 
   // Creates the init process (pid 1) around a loaded address space; the
   // caller sets its registers with `init_cpu`. Returns the task, not yet
-  // started.
+  // started. Called again (sentry serve's Exec), it makes another process
+  // without a parent, in a session of its own; see AwaitExit.
   absl::StatusOr<Task*> CreateInit(std::shared_ptr<mm::MM> mm,
                                    std::shared_ptr<fs::FdTable> fds,
                                    std::shared_ptr<fs::FsContext> fs,
@@ -610,6 +616,12 @@ class Kernel {
   // and returns init's status.
   ExitStatus RunRestored();
 
+  // Blocks until `g` has exited (is a zombie) and returns its status. A
+  // group without a parent other than init (one CreateInit made for sentry
+  // serve's Exec) has nobody to wait(2) for it: it is reaped here, and
+  // *reaped says so.
+  ExitStatus AwaitExit(const std::shared_ptr<ThreadGroup>& g, bool* reaped);
+
   std::shared_ptr<Task> FindTask(pid_t tid);
   std::shared_ptr<ThreadGroup> FindGroup(pid_t tgid);
   // Every thread group with a pid (live ones and zombies), by pid: what
@@ -632,6 +644,8 @@ class Kernel {
 
  private:
   pid_t AllocTid() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ResourceExhausted when the sandbox has KernelOptions::max_tasks tasks.
+  absl::Status CheckTaskLimitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // The last task of `g` is gone: make it a zombie (or reap it), reparent
   // its children, tell its parent.
   void GroupExitedLocked(const std::shared_ptr<ThreadGroup>& g)

@@ -11,6 +11,7 @@
 #include <sys/utsname.h>
 #include <time.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "sentry/syscalls/syscalls.h"
@@ -142,10 +143,25 @@ int64_t SysSchedYield(Task&, const SyscallArgs&) {
   return 0;
 }
 
+// The CPUs the sandbox may see: the host's affinity mask, cut to the first
+// KernelOptions::max_cpus of them (a CPU quota of N, rounded up, shows N
+// CPUs, so that nproc and thread pools size themselves to it).
+int VisibleCpus(kernel::Kernel& k, cpu_set_t* set) {
+  CPU_ZERO(set);
+  if (sched_getaffinity(0, sizeof(*set), set) != 0) return -errno;
+  const int max = k.options().max_cpus;
+  int seen = 0;
+  for (int i = 0; i < CPU_SETSIZE; i++) {
+    if (!CPU_ISSET(i, set)) continue;
+    if (max > 0 && seen >= max) CPU_CLR(i, set);
+    seen++;
+  }
+  return 0;
+}
+
 int64_t SysSchedGetaffinity(Task& t, const SyscallArgs& a) {
   cpu_set_t set;
-  CPU_ZERO(&set);
-  if (sched_getaffinity(0, sizeof(set), &set) != 0) return -errno;
+  if (int r = VisibleCpus(t.kernel(), &set); r < 0) return r;
   // The kernel copies out cpumask_size(): whole longs covering nr_cpu_ids.
   int ncpu = 0;
   for (int i = 0; i < CPU_SETSIZE; i++) {
@@ -166,7 +182,7 @@ int64_t SysSchedSetaffinity(Task& t, const SyscallArgs& a) {
   CPU_ZERO(&want);
   uint64_t n = std::min<uint64_t>(a.a[1], sizeof(want));
   if (t.mm().CopyIn(a.a[2], &want, n) != static_cast<int64_t>(n)) return -EFAULT;
-  sched_getaffinity(0, sizeof(have), &have);
+  VisibleCpus(t.kernel(), &have);
   CPU_AND(&want, &want, &have);
   return CPU_COUNT(&want) > 0 ? 0 : -EINVAL;
 }
@@ -179,7 +195,7 @@ int64_t SysGetcpu(Task& t, const SyscallArgs& a) {
   return 0;
 }
 
-// The host's memory total; the sandbox's own uptime, memory use and task
+// The host's memory total (or the sandbox's limit); the sandbox's own uptime, memory use and task
 // count, as its /proc/uptime, /proc/meminfo and /proc/loadavg say.
 int64_t SysSysinfo(Task& t, const SyscallArgs& a) {
   struct sysinfo si;
@@ -188,6 +204,9 @@ int64_t SysSysinfo(Task& t, const SyscallArgs& a) {
   si.uptime = (kernel::MonotonicNanos() - k.boot_ns()) / 1000000000;
   si.loads[0] = si.loads[1] = si.loads[2] = 0;  // no load average yet
   const uint64_t unit = si.mem_unit != 0 ? si.mem_unit : 1;
+  if (k.options().memory_limit != 0) {
+    si.totalram = std::min<uint64_t>(si.totalram, k.options().memory_limit / unit);
+  }
   const uint64_t used = k.memory_file().AllocatedBytes() / unit;
   si.freeram = si.totalram > used ? si.totalram - used : 0;
   si.sharedram = si.bufferram = 0;

@@ -1,0 +1,594 @@
+#include "sentry/boot.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/random.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/status_macros.h"
+#include "platforms/systrap/systrap.h"
+#include "sentry/fs/devfs.h"
+#include "sentry/fs/file.h"
+#include "sentry/fs/hostfs.h"
+#include "sentry/fs/mappable.h"
+#include "sentry/fs/overlay.h"
+#include "sentry/fs/tmpfs.h"
+#include "sentry/fs/tty/pty.h"
+#include "sentry/kernel/ctty.h"
+#include "sentry/loader/elf_loader.h"
+#include "sentry/mm/mm.h"
+#include "sentry/vdso/timekeeper.h"
+
+namespace sandboxd::boot {
+namespace {
+
+// st_dev of the sandbox's filesystems (the host's are not shown).
+constexpr uint64_t kRootfsDev = 0x801;
+constexpr uint64_t kUpperDev = 0x802;
+constexpr uint64_t kOverlayDev = 0x803;
+constexpr uint64_t kDevfsDev = 0x804;
+constexpr uint64_t kShmDev = 0x805;
+constexpr uint64_t kProcDev = 0x806;
+constexpr uint64_t kDevptsDev = 0x807;
+
+std::string EnvValue(const std::vector<std::string>& env, const std::string& k) {
+  for (const auto& kv : env) {
+    if (absl::StartsWith(kv, k + "=")) return kv.substr(k.size() + 1);
+  }
+  return "";
+}
+
+// A failure of the sandbox's own making, never mistaken for "program not
+// found" by ShellExitCodeFor.
+absl::Status SetupError(absl::string_view what, int err) {
+  return absl::InternalError(absl::StrCat(what, ": ", strerror(err)));
+}
+
+// Finds the program in the sandbox's filesystem, searching PATH for a bare
+// name as runc and docker do. NotFound / FailedPrecondition as a shell's
+// 127 / 126.
+absl::StatusOr<fs::Location> FindProgram(fs::Vfs& vfs, const fs::FsContext& ctx,
+                                         const ProcessConfig& p,
+                                         std::string* path) {
+  std::vector<std::string> candidates;
+  const std::string& prog = p.argv[0];
+  if (prog.find('/') != std::string::npos) {
+    candidates.push_back(prog);
+  } else {
+    std::string search = EnvValue(p.env, "PATH");
+    if (search.empty()) {
+      search = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    }
+    for (absl::string_view dir : absl::StrSplit(search, ':')) {
+      if (dir.empty()) continue;
+      candidates.push_back(absl::StrCat(dir, "/", prog));
+    }
+  }
+  int last_err = ENOENT;
+  for (const std::string& c : candidates) {
+    fs::Location loc;
+    int r = vfs.Resolve(ctx, ctx.cwd(), c, true, &loc);
+    if (r < 0) {
+      if (r != -ENOENT && r != -ENOTDIR) last_err = -r;
+      continue;
+    }
+    fs::Attr a;
+    if (loc.inode().GetAttr(&a) != 0 || loc.inode().Type() != S_IFREG ||
+        (a.mode & 0111) == 0) {
+      last_err = EACCES;
+      continue;
+    }
+    *path = c;
+    return loc;
+  }
+  std::string msg = absl::StrCat(prog, ": ", strerror(last_err));
+  if (last_err == ENOENT) return absl::NotFoundError(msg);
+  return absl::FailedPreconditionError(msg);
+}
+
+// What the sandbox is shown of the host's CPUs under a quota of `cpus`
+// (0: no quota): /proc/cpuinfo's first `cpus` processors and their count.
+fs::proc::HostInfo LimitCpus(fs::proc::HostInfo host, int cpus) {
+  if (cpus <= 0 || cpus >= host.num_cpus) return host;
+  host.num_cpus = cpus;
+  // cpuinfo is one block per processor, blocks separated by a blank line.
+  size_t pos = 0;
+  for (int i = 0; i < cpus && pos != std::string::npos; i++) {
+    pos = host.cpuinfo.find("\n\n", pos);
+    if (pos != std::string::npos) pos += 2;
+  }
+  if (pos != std::string::npos) host.cpuinfo.resize(pos);
+  return host;
+}
+
+}  // namespace
+
+StageClock::StageClock() : last_ns_(kernel::MonotonicNanos()) {}
+
+void StageClock::Mark(std::string name) {
+  int64_t now = kernel::MonotonicNanos();
+  stages_.push_back(Stage{std::move(name), static_cast<uint64_t>(now - last_ns_)});
+  last_ns_ = now;
+}
+
+int ShellExitCodeFor(const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kOk:
+      return 0;
+    case absl::StatusCode::kNotFound:
+      return 127;
+    case absl::StatusCode::kFailedPrecondition:
+      return 126;
+    default:
+      return 125;
+  }
+}
+
+absl::StatusOr<Prewarmed> Prewarm(const PrewarmOptions& o, StageClock* clock) {
+  if (o.platform != "systrap") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "unknown platform: ", o.platform, " (available: systrap)"));
+  }
+  Prewarmed pw;
+  // What /proc shows of the host, read while the host's /proc is at hand.
+  pw.host = fs::proc::ReadHostInfo();
+  bool use_tsc = o.vdso_tsc;
+  if (o.isolate) {
+    // The vDSO's check of the host's TSC reads /proc and /sys, which are
+    // gone after isolation: decide here.
+    std::string why_not;
+    use_tsc = use_tsc && vdso::HostTscUsable(&why_not);
+  }
+  clock->Mark("host_info");
+  if (o.isolate) RETURN_IF_ERROR(o.isolate(clock));
+  auto mf = mm::MemoryFile::Create();
+  if (!mf.ok()) return Annotate(mf.status(), "memory file");
+  clock->Mark("memory_file");
+  auto platform = systrap::Systrap::Create((*mf)->fd());
+  if (!platform.ok()) return Annotate(platform.status(), "systrap platform");
+  clock->Mark("platform");
+  // The Timekeeper calibrates the TSC in the background from here on.
+  vdso::Vdso::Options vdso_opts;
+  vdso_opts.use_tsc = use_tsc;
+  auto the_vdso = vdso::Vdso::Create(mf->get(), vdso_opts);
+  if (!the_vdso.ok()) return Annotate(the_vdso.status(), "vDSO");
+  clock->Mark("vdso");
+  if (o.wait_calibration) {
+    (*the_vdso)->timekeeper().WaitCalibrated();
+    clock->Mark("vdso_calibration");
+  }
+  if (o.sentry_seccomp) {
+    auto filter = host_filter::Build();
+    if (!filter.ok()) return Annotate(filter.status(), "the Sentry's seccomp filter");
+    pw.filter = std::move(*filter);
+    clock->Mark("seccomp_filter");
+  }
+  pw.memfile = std::move(*mf);
+  pw.platform = std::move(*platform);
+  pw.vdso = std::move(*the_vdso);
+  return pw;
+}
+
+// ---------------------------------------------------------------------------
+// Sandbox
+
+struct Sandbox::Loaded {
+  std::shared_ptr<mm::MM> mm;
+  platform::CpuState cpu;
+  loader::StackSpec stack;
+  std::string path;  // as found (AT_EXECFN)
+  std::string exe;   // the executable's path in the sandbox
+};
+
+Sandbox::~Sandbox() {
+  if (runner_.joinable()) {
+    KillAll();
+    runner_.join();
+  }
+  // Stop the Timekeeper while the memory file it writes into (the
+  // kernel's) still exists.
+  vdso_.reset();
+}
+
+absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(Prewarmed pw,
+                                                         SandboxConfig config,
+                                                         Stdio stdio,
+                                                         StageClock* clock) {
+  if (config.init.argv.empty()) {
+    return absl::InvalidArgumentError("the process's argv is empty");
+  }
+  std::unique_ptr<Sandbox> sb(new Sandbox());
+  sb->table_.set_trace(config.strace);
+  sb->vdso_ = std::move(pw.vdso);
+  sb->filter_ = std::move(pw.filter);
+  mm::MemoryFile* memfile = pw.memfile.get();
+  kernel::KernelOptions kopts;
+  kopts.hostname = config.hostname;
+  kopts.vdso = sb->vdso_.get();
+  const Limits& lim = config.limits;
+  const int cpus = lim.cpu_millis == 0
+                       ? 0
+                       : static_cast<int>((lim.cpu_millis + 999) / 1000);
+  kopts.max_tasks = lim.pids;
+  kopts.max_cpus = cpus;
+  kopts.memory_limit = lim.memory_bytes;
+  sb->kernel_ = std::make_unique<kernel::Kernel>(
+      std::move(pw.memfile), std::move(pw.platform), &sb->table_, kopts);
+  kernel::Kernel& k = *sb->kernel_;
+  sb->job_control_ = kernel::NewJobControl(&k);
+  // The terminal of init's stdio: the sandbox's console and init's
+  // controlling terminal.
+  if (stdio.terminal && stdio.fds[0].valid()) {
+    int d = fcntl(stdio.fds[0].get(), F_DUPFD_CLOEXEC, 3);
+    if (d < 0) return SetupError("duplicating the terminal", errno);
+    sb->console_ = std::make_shared<fs::tty::HostTerminal>(
+        UniqueFd(d), sb->job_control_.get());
+  }
+  clock->Mark("kernel");
+
+  // The root filesystem: the host directory, read-only, under a tmpfs in
+  // the memory file that takes every write.
+  auto lower = fs::hostfs::NewRoot(std::move(config.rootfs), kRootfsDev);
+  if (!lower.ok()) return Annotate(lower.status(), "rootfs");
+  fs::TmpFsOptions upper_opts;
+  upper_opts.dev = kUpperDev;
+  upper_opts.root_mode = 0755;
+  sb->upper_ = std::make_unique<fs::TmpFs>(memfile, upper_opts);
+  sb->overlay_ = std::make_unique<fs::OverlayFs>(sb->upper_->Root(), *lower,
+                                                 kOverlayDev);
+  sb->vfs_ = std::make_shared<fs::Vfs>(sb->overlay_->Root(), "overlay",
+                                       "rootfs", /*read_only=*/false);
+  k.set_vfs(sb->vfs_);
+  RETURN_IF_ERROR(sb->MountDev());
+  RETURN_IF_ERROR(
+      sb->MountProc(LimitCpus(std::move(pw.host), cpus), lim.memory_bytes));
+  clock->Mark("filesystems");
+
+  ASSIGN_OR_RETURN(sb->init_fs_, sb->NewFsContext(config.init.cwd));
+  ASSIGN_OR_RETURN(Loaded l, sb->Load(config.init, sb->init_fs_));
+  clock->Mark("load");
+
+  std::shared_ptr<fs::FdTable> fds = sb->NewFdTable(stdio, sb->console_);
+  // The program's first clock_gettime should not trap: the rate is known
+  // 1 ms after the Vdso's creation, usually long before this point.
+  sb->vdso_->timekeeper().WaitCalibrated();
+  auto init = k.CreateInit(l.mm, fds, sb->init_fs_, l.cpu);
+  if (!init.ok()) return Annotate(init.status(), "creating init");
+  sb->init_ = *init;
+  {
+    kernel::ThreadGroup& g = sb->init_->group();
+    size_t slash = l.path.rfind('/');
+    g.comm = l.path.substr(slash == std::string::npos ? 0 : slash + 1, 15);
+    g.exe = l.exe;
+    g.arg_start = l.stack.arg_start;
+    g.arg_end = l.stack.arg_end;
+    g.env_start = l.stack.env_start;
+    g.env_end = l.stack.env_end;
+    g.auxv = l.stack.auxv;
+  }
+  if (sb->console_ != nullptr) k.SetInitTerminal(sb->console_);
+  clock->Mark("init");
+  return sb;
+}
+
+absl::StatusOr<std::shared_ptr<fs::FsContext>> Sandbox::NewFsContext(
+    const std::string& cwd_path) {
+  auto fsctx = std::make_shared<fs::FsContext>(vfs_->Root(), vfs_->Root());
+  const std::string& path = cwd_path.empty() ? "/" : cwd_path;
+  fs::Location cwd;
+  int r = vfs_->Resolve(*fsctx, vfs_->Root(), path, true, &cwd);
+  if (r == 0 && cwd.inode().Type() != S_IFDIR) r = -ENOTDIR;
+  if (r < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("working directory ", path, ": ", strerror(-r)));
+  }
+  fsctx->set_cwd(cwd);
+  return fsctx;
+}
+
+absl::StatusOr<Sandbox::Loaded> Sandbox::Load(
+    const ProcessConfig& p, const std::shared_ptr<fs::FsContext>& fsctx) {
+  if (p.argv.empty()) {
+    return absl::InvalidArgumentError("the process's argv is empty");
+  }
+  Loaded l;
+  ASSIGN_OR_RETURN(fs::Location prog, FindProgram(*vfs_, *fsctx, p, &l.path));
+  kernel::Kernel& k = *kernel_;
+  auto as = k.platform().NewAddressSpace();
+  if (!as.ok()) return Annotate(as.status(), "address space");
+  l.mm = std::make_shared<mm::MM>(&k.memory_file(), std::move(*as),
+                                  k.platform().MinUserAddress(),
+                                  k.platform().MaxUserAddress());
+  l.exe = vfs_->PathOf(vfs_->Root(), prog);
+  fs::InodeMappable exe(prog.dentry->inode(), l.exe);
+  auto open_interp =
+      [&](const std::string& path) -> absl::StatusOr<std::shared_ptr<mm::Mappable>> {
+    fs::Location il;
+    int r = vfs_->Resolve(*fsctx, vfs_->Root(), path, true, &il);
+    if (r < 0) return ErrnoStatus(path, -r);
+    if (il.inode().Type() != S_IFREG) return ErrnoStatus(path, EACCES);
+    return std::shared_ptr<mm::Mappable>(std::make_shared<fs::InodeMappable>(
+        il.dentry->inode(), vfs_->PathOf(vfs_->Root(), il)));
+  };
+  auto image = loader::LoadProgram(exe, *l.mm, open_interp);
+  if (!image.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(p.argv[0], ": ", image.status().message()));
+  }
+  auto vdso_base = vdso_->Map(*l.mm);
+  if (!vdso_base.ok()) return Annotate(vdso_base.status(), "mapping the vDSO");
+  image->vdso = *vdso_base;
+  l.stack.argv = p.argv;
+  l.stack.envp = p.env;
+  l.stack.execfn = l.path;
+  if (getrandom(l.stack.random, sizeof(l.stack.random), 0) !=
+      sizeof(l.stack.random)) {
+    return SetupError("getrandom", errno);
+  }
+  auto cpu = loader::SetupStack(*l.mm, *image, l.stack);
+  if (!cpu.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(p.argv[0], ": ", cpu.status().message()));
+  }
+  l.cpu = *cpu;
+  return l;
+}
+
+std::shared_ptr<fs::FdTable> Sandbox::NewFdTable(
+    Stdio& stdio, const std::shared_ptr<fs::tty::HostTerminal>& term) {
+  rlimit nofile;
+  getrlimit(RLIMIT_NOFILE, &nofile);
+  auto fds = std::make_shared<fs::FdTable>(nofile.rlim_cur);
+  for (int fd = 0; fd < 3; fd++) {
+    UniqueFd& host = stdio.fds[fd];
+    if (!host.valid()) continue;  // not open in the sandbox either
+    if (term != nullptr && term->Same(host.get())) {
+      std::shared_ptr<fs::File> f = term->OpenHostFd(host.get());
+      if (f != nullptr) fds->InstallAt(fd, std::move(f), false);
+      continue;
+    }
+    auto file = std::make_shared<fs::HostFile>(std::move(host));
+    file->set_inherited_fd(fd);  // what a restore asks its caller for
+    fds->InstallAt(fd, std::move(file), false);
+  }
+  return fds;
+}
+
+// /dev: devfs, never the host's, with devpts at /dev/pts and, when the
+// sandbox has a terminal, /dev/console; /dev/shm: a tmpfs of its own, as on
+// Linux. The mountpoint is created in the overlay's upper layer when the
+// rootfs has no /dev. /dev/tty is the caller's controlling terminal, which
+// the open path resolves (syscalls/sys_tty.cc).
+absl::Status Sandbox::MountDev() {
+  fs::Vfs& vfs = *vfs_;
+  fs::Location root = vfs.Root();
+  fs::Location dev;
+  int r = vfs.Lookup(root, "dev", &dev);
+  if (r == -ENOENT) {
+    fs::CreateRequest req;
+    req.type = S_IFDIR;
+    req.mode = 0755;
+    r = vfs.Create(root, "dev", req, &dev);
+  }
+  if (r < 0) return SetupError("mounting /dev: looking up /dev", -r);
+  fs::DevFsOptions dopts;
+  dopts.dev = kDevfsDev;
+  devpts_ = fs::tty::DevPts::Create(kDevptsDev, job_control_.get());
+  dopts.pts = devpts_->Root();
+  fs::tty::DevPts* devpts = devpts_.get();
+  dopts.open_ptmx = [devpts](std::shared_ptr<fs::Inode> ptmx, int flags,
+                             std::shared_ptr<fs::File>* out) {
+    return devpts->OpenMaster(std::move(ptmx), flags, out);
+  };
+  std::shared_ptr<fs::tty::HostTerminal> console = console_;
+  if (console != nullptr) {
+    dopts.open_console = [console](std::shared_ptr<fs::File>* out) {
+      return console->OpenProgramSide(O_RDWR, nullptr, out);
+    };
+  }
+  devfs_ = std::make_unique<fs::DevFs>(std::move(dopts));
+  if (console != nullptr) {
+    std::shared_ptr<fs::Inode> node;
+    if (devfs_->Root()->Lookup("console", &node) == 0) console->set_node(node);
+  }
+  r = vfs.MountAt(dev, devfs_->Root(), "devtmpfs", "devtmpfs", false);
+  if (r < 0) return SetupError("mounting devfs on /dev", -r);
+  fs::Location shm;
+  fs::FsContext ctx(root, root);
+  r = vfs.Resolve(ctx, root, "/dev/shm", true, &shm);
+  if (r < 0) return SetupError("mounting /dev/shm: looking up /dev/shm", -r);
+  fs::TmpFsOptions shm_opts;
+  shm_opts.dev = kShmDev;
+  shm_opts.root_mode = 01777;
+  shm_ = std::make_unique<fs::TmpFs>(&kernel_->memory_file(), shm_opts);
+  r = vfs.MountAt(shm, shm_->Root(), "tmpfs", "shm", false);
+  if (r < 0) return SetupError("mounting tmpfs on /dev/shm", -r);
+  return absl::OkStatus();
+}
+
+// /proc: the sandbox's procfs over whatever the rootfs has there (hostfs
+// shows the host's /proc mountpoint as an empty directory).
+absl::Status Sandbox::MountProc(fs::proc::HostInfo host,
+                                uint64_t memory_limit) {
+  fs::Vfs& vfs = *vfs_;
+  fs::Location root = vfs.Root();
+  fs::Location proc;
+  int r = vfs.Lookup(root, "proc", &proc);
+  if (r == -ENOENT) {
+    fs::CreateRequest req;
+    req.type = S_IFDIR;
+    req.mode = 0555;
+    r = vfs.Create(root, "proc", req, &proc);
+  }
+  if (r < 0) return SetupError("mounting /proc: looking up /proc", -r);
+  fs::proc::ProcFsOptions popts;
+  popts.dev = kProcDev;
+  popts.host = std::move(host);
+  popts.memory_limit = memory_limit;
+  procfs_ = std::make_unique<fs::proc::ProcFs>(kernel_.get(), std::move(popts));
+  r = vfs.MountAt(proc, procfs_->Root(), "proc", "proc", false);
+  if (r < 0) return SetupError("mounting procfs on /proc", -r);
+  return absl::OkStatus();
+}
+
+absl::Status Sandbox::Start() {
+  absl::MutexLock l(&mu_);
+  if (started_) return absl::FailedPreconditionError("already started");
+  // Before the program's first instruction; every thread of the Sentry
+  // takes it (TSYNC), those to come inherit it.
+  if (filter_.has_value()) {
+    RETURN_IF_ERROR(host_filter::Install(*filter_));
+  }
+  started_ = true;
+  runner_ = std::thread([this] {
+    kernel::ExitStatus st = kernel_->RunUntilInitExits(init_);
+    absl::MutexLock l(&mu_);
+    init_status_ = st;
+    done_ = true;
+  });
+  return absl::OkStatus();
+}
+
+bool Sandbox::started() {
+  absl::MutexLock l(&mu_);
+  return started_;
+}
+
+bool Sandbox::done() {
+  absl::MutexLock l(&mu_);
+  return done_;
+}
+
+kernel::ExitStatus Sandbox::Wait() {
+  absl::MutexLock l(&mu_);
+  mu_.Await(absl::Condition(&done_));
+  return init_status_;
+}
+
+absl::StatusOr<pid_t> Sandbox::Exec(const ProcessConfig& p, Stdio stdio) {
+  {
+    absl::MutexLock l(&mu_);
+    if (!started_ || done_) {
+      return absl::FailedPreconditionError("the sandbox is not running");
+    }
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<fs::FsContext> fsctx, NewFsContext(p.cwd));
+  ASSIGN_OR_RETURN(Loaded l, Load(p, fsctx));
+  std::shared_ptr<fs::tty::HostTerminal> term;
+  if (stdio.terminal && stdio.fds[0].valid()) {
+    int d = fcntl(stdio.fds[0].get(), F_DUPFD_CLOEXEC, 3);
+    if (d < 0) return SetupError("duplicating the terminal", errno);
+    term = std::make_shared<fs::tty::HostTerminal>(UniqueFd(d),
+                                                   job_control_.get());
+  }
+  std::shared_ptr<fs::FdTable> fds = NewFdTable(stdio, term);
+  // A process without a parent, in a session of its own: what CreateInit
+  // makes. Init's exit kills it with everything else.
+  auto created = kernel_->CreateInit(l.mm, fds, fsctx, l.cpu);
+  if (!created.ok()) return Annotate(created.status(), "creating the process");
+  kernel::Task* t = *created;
+  std::shared_ptr<kernel::ThreadGroup> g = t->group_ptr();
+  {
+    size_t slash = l.path.rfind('/');
+    g->comm = l.path.substr(slash == std::string::npos ? 0 : slash + 1, 15);
+    g->exe = l.exe;
+    g->arg_start = l.stack.arg_start;
+    g->arg_end = l.stack.arg_end;
+    g->env_start = l.stack.env_start;
+    g->env_end = l.stack.env_end;
+    g->auxv = l.stack.auxv;
+  }
+  pid_t pid = g->tgid();
+  {
+    absl::MutexLock lock(&mu_);
+    execs_[pid] = g;
+  }
+  t->Start();
+  return pid;
+}
+
+absl::StatusOr<kernel::ExitStatus> Sandbox::WaitPid(pid_t pid) {
+  std::shared_ptr<kernel::ThreadGroup> g;
+  {
+    absl::MutexLock l(&mu_);
+    if (pid == 1 && started_) {
+      mu_.Await(absl::Condition(&done_));
+      return init_status_;
+    }
+    auto it = execs_.find(pid);
+    if (it == execs_.end()) {
+      return absl::NotFoundError(absl::StrCat(
+          "no process ", pid, " started by Start or Exec in this sandbox"));
+    }
+    g = it->second;
+  }
+  bool reaped = false;
+  kernel::ExitStatus st = kernel_->AwaitExit(g, &reaped);
+  if (reaped) {
+    kernel::Usage u = g->SelfUsage();
+    u += g->ChildrenUsage();
+    absl::MutexLock l(&mu_);
+    reaped_usage_ += u;
+  }
+  return st;
+}
+
+absl::Status Sandbox::Signal(int signo, bool all) {
+  if (signo < 0 || signo > kernel::kNumSignals) {
+    return absl::InvalidArgumentError(absl::StrCat("bad signal number ", signo));
+  }
+  if (!started()) return absl::FailedPreconditionError("the sandbox has not started");
+  bool any = false;
+  for (const auto& g : kernel_->ThreadGroups()) {
+    if (!all && g->tgid() != 1) continue;
+    bool live = false;
+    kernel_->WithTasklistLock([&] { live = !g->zombie; });
+    if (!live) continue;
+    any = true;
+    if (signo != 0) kernel_->SignalGroup(*g, signo, 0);
+  }
+  if (!any) return absl::NotFoundError("no process left to signal");
+  return absl::OkStatus();
+}
+
+void Sandbox::KillAll() {
+  if (!started()) return;
+  for (const auto& g : kernel_->ThreadGroups()) {
+    kernel_->SignalGroup(*g, SIGKILL, 0);
+  }
+}
+
+Stats Sandbox::GetStats() {
+  Stats s;
+  kernel::Usage total;
+  for (const auto& g : kernel_->ThreadGroups()) {
+    bool live = false;
+    kernel_->WithTasklistLock([&] { live = !g->zombie; });
+    if (live) {
+      s.pids.push_back(g->tgid());
+      s.tasks += g->Tasks().size();
+    }
+    total += g->SelfUsage();
+    total += g->ChildrenUsage();
+  }
+  {
+    absl::MutexLock l(&mu_);
+    total += reaped_usage_;
+  }
+  s.memory_bytes = kernel_->memory_file().AllocatedBytes();
+  s.cpu_user_nanos = static_cast<uint64_t>(total.user_ns);
+  s.cpu_system_nanos = static_cast<uint64_t>(total.sys_ns);
+  s.unimplemented = kernel_->UnimplementedCounts();
+  return s;
+}
+
+}  // namespace sandboxd::boot

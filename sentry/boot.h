@@ -1,0 +1,250 @@
+// Building a sandbox: the work shared by `sentry run` (one program from the
+// command line) and `sentry serve` (a warm Sentry driven over the control
+// channel, proto/control.proto).
+//
+// It comes in two phases, so that a warm Sentry does the first one before
+// anyone asks for a sandbox:
+//
+//   Prewarm        what does not depend on the spec: the host facts /proc
+//                  shows, the memory file, the platform (systrap's stub
+//                  template), the vDSO and its TSC calibration;
+//   Sandbox::Create  the spec's part: the kernel, the root filesystem (the
+//                  rootfs fd under a tmpfs overlay), /dev, /proc, the init
+//                  program loaded and ready; Start then runs it.
+//
+// Every step is timed (StageClock) so that the daemon can say where the
+// milliseconds of a create go.
+//
+// A Sandbox lives until the Sentry process exits: the kernel's objects
+// (filesystems, job control) are referenced from host threads that outlive
+// any orderly teardown, as in `sentry run`, which _exits when init is done.
+#ifndef SANDBOXD_SENTRY_BOOT_H_
+#define SANDBOXD_SENTRY_BOOT_H_
+
+#include <sys/types.h>
+
+#include <array>
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "base/unique_fd.h"
+#include "platforms/platform.h"
+#include "sentry/fs/proc/procfs.h"
+#include "sentry/fs/tty/host_tty.h"
+#include "sentry/fs/vfs.h"
+#include "sentry/host_filter.h"
+#include "sentry/kernel/task.h"
+#include "sentry/mm/memory_file.h"
+#include "sentry/syscalls/syscalls.h"
+#include "sentry/vdso/vdso_mapping.h"
+
+namespace sandboxd::fs {
+class TmpFs;
+class OverlayFs;
+class DevFs;
+namespace tty {
+class DevPts;
+}  // namespace tty
+}  // namespace sandboxd::fs
+
+namespace sandboxd::boot {
+
+// One named, timed step (control.proto's StageTiming, without the proto).
+struct Stage {
+  std::string name;
+  uint64_t nanos = 0;
+};
+
+// Records consecutive steps: each Mark closes the step that began at the
+// previous Mark (or at construction).
+class StageClock {
+ public:
+  StageClock();
+  void Mark(std::string name);
+  const std::vector<Stage>& stages() const { return stages_; }
+
+ private:
+  int64_t last_ns_;
+  std::vector<Stage> stages_;
+};
+
+struct PrewarmOptions {
+  std::string platform = "systrap";
+  // false: the vDSO makes every call a system call (sentry run --vdso=syscall).
+  bool vdso_tsc = true;
+  // Wait for the vDSO's TSC calibration (~1 ms) in Prewarm rather than in
+  // Sandbox::Create, where `sentry run` overlaps it with its other work.
+  bool wait_calibration = false;
+  // Run once the host's facts have been read and before anything forks or
+  // starts a thread (sentry serve's isolation: namespaces, pivot_root into
+  // an empty root, capabilities dropped). Null: nothing.
+  std::function<absl::Status(StageClock*)> isolate;
+  // Build the Sentry's own seccomp filter (host_filter.h), which
+  // Sandbox::Start loads before the program runs.
+  bool sentry_seccomp = true;
+};
+
+// What Prewarm makes; Sandbox::Create consumes it.
+struct Prewarmed {
+  fs::proc::HostInfo host;
+  std::unique_ptr<mm::MemoryFile> memfile;
+  std::unique_ptr<platform::Platform> platform;
+  std::unique_ptr<vdso::Vdso> vdso;
+  std::optional<host_filter::Program> filter;
+};
+
+// Preconditions: systrap::ReserveStubWindow has run (first thing in main).
+// Reads the host's /proc: call it while that is still reachable.
+absl::StatusOr<Prewarmed> Prewarm(const PrewarmOptions& o, StageClock* clock);
+
+// A process's standard I/O, as host descriptors. An invalid fd leaves that
+// descriptor closed in the sandbox. With `terminal` set, fds[0] is a
+// terminal (the host's, or a pty replica the daemon made) and every fd on
+// that same terminal becomes a terminal file of the sandbox.
+struct Stdio {
+  std::array<UniqueFd, 3> fds;
+  bool terminal = false;
+};
+
+struct ProcessConfig {
+  std::vector<std::string> argv;  // argv[0]: a path, or a name found in PATH
+  std::vector<std::string> env;   // "K=V"
+  std::string cwd = "/";
+};
+
+struct Limits {
+  uint64_t memory_bytes = 0;  // 0: none; else /proc/meminfo's MemTotal
+  uint64_t cpu_millis = 0;    // 0: none; else ceil(cpu_millis/1000) CPUs
+  uint64_t pids = 0;          // 0: none; else the most tasks at once
+};
+
+struct SandboxConfig {
+  UniqueFd rootfs;  // the host directory, O_PATH|O_DIRECTORY
+  ProcessConfig init;
+  std::string hostname = "sandbox";
+  Limits limits;
+  bool strace = false;  // print every syscall to stderr
+};
+
+// Error codes of Create and Exec, for callers that mirror a shell's exit
+// status: NotFound: the program does not exist (127);
+// FailedPrecondition: it exists but cannot be executed (126); any other
+// code: the sandbox itself could not be built (125).
+int ShellExitCodeFor(const absl::Status& s);
+
+// Resource use, as SentryStats reports it.
+struct Stats {
+  std::vector<pid_t> pids;  // live thread-group leaders
+  uint32_t tasks = 0;
+  uint64_t memory_bytes = 0;
+  uint64_t cpu_user_nanos = 0;
+  uint64_t cpu_system_nanos = 0;
+  std::map<uint64_t, uint64_t> unimplemented;
+};
+
+// One sandbox: its kernel and filesystems, the init program, the processes
+// started into it later. Thread-safe: Start, Exec, Signal, WaitPid and Stats
+// may be called from any thread.
+class Sandbox {
+ public:
+  ~Sandbox();
+  Sandbox(const Sandbox&) = delete;
+  Sandbox& operator=(const Sandbox&) = delete;
+
+  // Builds the kernel around `pw` and loads the init program, which does
+  // not run until Start. Steps are recorded in `clock`.
+  static absl::StatusOr<std::unique_ptr<Sandbox>> Create(
+      Prewarmed pw, SandboxConfig config, Stdio stdio, StageClock* clock);
+
+  // Loads the Sentry's seccomp filter (when Prewarm built one), then runs
+  // init on a thread of its own: returns at once.
+  absl::Status Start();
+  bool started();
+  // Blocks until init and every other task have exited; init's status.
+  // Preconditions: Start was called.
+  kernel::ExitStatus Wait();
+  // Whether every task has exited (Wait would not block).
+  bool done();
+
+  // Starts another process in the running sandbox: no parent, a session of
+  // its own, the sandbox's root. FailedPrecondition when the sandbox is
+  // not running; NotFound/FailedPrecondition as Create for the program.
+  absl::StatusOr<pid_t> Exec(const ProcessConfig& p, Stdio stdio);
+  // Blocks until `pid` (init, or a process Exec started) has exited.
+  // NotFound for any other pid.
+  absl::StatusOr<kernel::ExitStatus> WaitPid(pid_t pid);
+
+  // Sends `signo` to init (process-directed), or to every process.
+  // NotFound when there is no such process left.
+  absl::Status Signal(int signo, bool all);
+  // SIGKILL to every process.
+  void KillAll();
+
+  Stats GetStats();
+
+  kernel::Kernel& kernel() { return *kernel_; }
+  const syscalls::Table& table() const { return table_; }
+  // The terminal of init's stdio, or null.
+  const std::shared_ptr<fs::tty::HostTerminal>& console() const {
+    return console_;
+  }
+
+ private:
+  Sandbox() = default;
+
+  // A program loaded into a fresh address space, ready for a task.
+  struct Loaded;
+  absl::StatusOr<Loaded> Load(const ProcessConfig& p,
+                              const std::shared_ptr<fs::FsContext>& fsctx);
+  absl::StatusOr<std::shared_ptr<fs::FsContext>> NewFsContext(
+      const std::string& cwd);
+  // Builds a descriptor table from `stdio`; `term` is the terminal those
+  // descriptors are on, if any.
+  std::shared_ptr<fs::FdTable> NewFdTable(
+      Stdio& stdio, const std::shared_ptr<fs::tty::HostTerminal>& term);
+  absl::Status MountDev();
+  absl::Status MountProc(fs::proc::HostInfo host, uint64_t memory_limit);
+
+  // Declared first, destroyed last: the objects below point into them.
+  syscalls::Table table_;
+  std::unique_ptr<vdso::Vdso> vdso_;
+  std::optional<host_filter::Program> filter_;
+  std::unique_ptr<kernel::Kernel> kernel_;
+  std::unique_ptr<fs::tty::JobControl> job_control_;
+  std::shared_ptr<fs::tty::HostTerminal> console_;
+  std::shared_ptr<fs::tty::DevPts> devpts_;
+  std::unique_ptr<fs::DevFs> devfs_;
+  std::unique_ptr<fs::TmpFs> upper_;
+  std::unique_ptr<fs::OverlayFs> overlay_;
+  std::unique_ptr<fs::TmpFs> shm_;
+  std::unique_ptr<fs::proc::ProcFs> procfs_;
+  std::shared_ptr<fs::Vfs> vfs_;
+  std::shared_ptr<fs::FsContext> init_fs_;
+  kernel::Task* init_ = nullptr;  // owned by the kernel
+
+  absl::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  kernel::ExitStatus init_status_ ABSL_GUARDED_BY(mu_);
+  // Processes Exec started (pid -> group), kept after they are reaped so
+  // that a late WaitPid still gets the status.
+  std::map<pid_t, std::shared_ptr<kernel::ThreadGroup>> execs_
+      ABSL_GUARDED_BY(mu_);
+  // CPU time of reaped Exec'd processes (nobody's children).
+  kernel::Usage reaped_usage_ ABSL_GUARDED_BY(mu_);
+  std::thread runner_;
+};
+
+}  // namespace sandboxd::boot
+
+#endif  // SANDBOXD_SENTRY_BOOT_H_

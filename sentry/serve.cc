@@ -1,0 +1,391 @@
+#include "sentry/serve.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "base/unique_fd.h"
+#include "platforms/systrap/systrap.h"
+#include "proto/control.pb.h"
+#include "proto/control_channel.h"
+#include "sentry/boot.h"
+#include "sentry/isolation.h"
+
+namespace sandboxd::serve {
+namespace {
+
+constexpr uint32_t kProtocolVersion = 1;
+
+using control::Request;
+using control::Response;
+
+void Log(const std::string& msg) {
+  fprintf(stderr, "sentry serve: %s\n", msg.c_str());
+  fflush(stderr);
+}
+
+void AddTimings(const boot::StageClock& clock, Response* r) {
+  for (const boot::Stage& s : clock.stages()) {
+    control::StageTiming* t = r->add_timings();
+    t->set_name(s.name);
+    t->set_nanos(s.nanos);
+  }
+}
+
+void SetExit(const kernel::ExitStatus& st, v1::ExitStatus* out) {
+  if (st.signo != 0) {
+    out->set_signal(st.signo);
+    out->set_core_dumped(st.core);
+  } else {
+    out->set_code(st.code & 0xff);
+  }
+}
+
+absl::StatusOr<boot::ProcessConfig> ProcessFromSpec(const v1::ProcessSpec& p) {
+  if (p.argv_size() == 0 || p.argv(0).empty()) {
+    return absl::InvalidArgumentError("process.argv is empty");
+  }
+  // The Sentry's tasks are root (getuid() is 0); another identity would be
+  // a lie until credentials exist.
+  if (p.user().uid() != 0 || p.user().gid() != 0 ||
+      p.user().additional_gids_size() != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "process.user ", p.user().uid(), ":", p.user().gid(),
+        " is not supported: processes in the sandbox run as uid 0"));
+  }
+  boot::ProcessConfig c;
+  c.argv.assign(p.argv().begin(), p.argv().end());
+  c.env.assign(p.env().begin(), p.env().end());
+  c.cwd = p.cwd().empty() ? "/" : p.cwd();
+  return c;
+}
+
+// The stdio descriptors that came with Start or Exec, from `first` on:
+// stdin, stdout, stderr, or one pty replica for all three with `tty`.
+absl::StatusOr<boot::Stdio> StdioFromFds(std::vector<UniqueFd>& fds,
+                                         size_t first, bool tty) {
+  boot::Stdio stdio;
+  const size_t want = first + (tty ? 1 : 3);
+  if (fds.size() != want) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "expected ", want, " descriptors with the request (",
+        tty ? "one pty replica" : "stdin, stdout, stderr", "), got ",
+        fds.size()));
+  }
+  if (tty) {
+    if (isatty(fds[first].get()) != 1) {
+      return absl::InvalidArgumentError(
+          "process.tty is set but the descriptor is not a terminal");
+    }
+    // stderr is merged into stdout: all three are the terminal.
+    for (int i = 0; i < 3; i++) {
+      int d = fcntl(fds[first].get(), F_DUPFD_CLOEXEC, 3);
+      if (d < 0) return ErrnoStatus("duplicating the pty descriptor", errno);
+      stdio.fds[i] = UniqueFd(d);
+    }
+    stdio.terminal = true;
+    return stdio;
+  }
+  for (int i = 0; i < 3; i++) stdio.fds[i] = std::move(fds[first + i]);
+  return stdio;
+}
+
+class Server {
+ public:
+  Server(control::Channel ch, boot::Prewarmed pw, bool isolated)
+      : ch_(std::move(ch)), pw_(std::move(pw)), isolated_(isolated) {}
+
+  // Serves requests until Destroy or the channel's end; never returns.
+  [[noreturn]] void Loop();
+
+ private:
+  void Send(const Response& r) {
+    if (absl::Status s = ch_.Send(r); !s.ok()) {
+      Log(absl::StrCat("sending the response to request ", r.id(), ": ",
+                       s.message()));
+    }
+  }
+  void SendError(uint64_t id, const absl::Status& s) {
+    Response r;
+    r.set_id(id);
+    r.set_code(static_cast<int>(s.code()));
+    r.set_message(std::string(s.message()));
+    Send(r);
+  }
+  absl::Status CheckRunning() const {
+    if (sandbox_ == nullptr) {
+      return absl::FailedPreconditionError("no sandbox: Start first");
+    }
+    return absl::OkStatus();
+  }
+
+  void OnStart(const Request& req, std::vector<UniqueFd> fds);
+  void OnExec(const Request& req, std::vector<UniqueFd> fds);
+  void OnWaitPid(uint64_t id, pid_t pid);
+  [[noreturn]] void OnDestroy(uint64_t id);
+
+  control::Channel ch_;
+  std::optional<boot::Prewarmed> pw_;  // consumed by Start
+  const bool isolated_;                 // in namespaces of its own
+  // Lives until the process exits (boot.h); pending waits point into it.
+  boot::Sandbox* sandbox_ = nullptr;
+};
+
+void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
+  const Request::Start& start = req.start();
+  const v1::SandboxSpec& spec = start.spec();
+  if (!pw_.has_value()) {
+    SendError(req.id(), absl::FailedPreconditionError(
+                            "this Sentry has already been given a sandbox"));
+    return;
+  }
+  boot::StageClock clock;
+  auto build = [&]() -> absl::StatusOr<boot::Sandbox*> {
+    if (!spec.platform().empty() && spec.platform() != "systrap") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "platform ", spec.platform(), " is not this Sentry's (systrap)"));
+    }
+    if (spec.network() == v1::NETWORK_MODE_HOST) {
+      return absl::InvalidArgumentError(
+          "network=host is not available: a warm Sentry has its own network "
+          "namespace");
+    }
+    ASSIGN_OR_RETURN(boot::ProcessConfig init, ProcessFromSpec(spec.process()));
+    if (fds.empty()) {
+      return absl::InvalidArgumentError("Start came without a rootfs descriptor");
+    }
+    struct stat st;
+    if (fstat(fds[0].get(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+      return absl::InvalidArgumentError(
+          "the rootfs descriptor is not a directory");
+    }
+    ASSIGN_OR_RETURN(boot::Stdio stdio,
+                     StdioFromFds(fds, 1, spec.process().tty()));
+    boot::SandboxConfig config;
+    config.rootfs = std::move(fds[0]);
+    config.init = std::move(init);
+    config.hostname = !spec.hostname().empty()      ? spec.hostname()
+                      : !start.sandbox_id().empty() ? start.sandbox_id()
+                                                    : "sandbox";
+    config.limits.memory_bytes = spec.limits().memory_bytes();
+    config.limits.cpu_millis = spec.limits().cpu_millis();
+    config.limits.pids = spec.limits().pids();
+    if (isolated_) {
+      RETURN_IF_ERROR(Annotate(isolation::SetHostname(config.hostname),
+                               "uts namespace"));
+      clock.Mark("hostname");
+    }
+    boot::Prewarmed pw = std::move(*pw_);
+    pw_.reset();
+    ASSIGN_OR_RETURN(std::unique_ptr<boot::Sandbox> sb,
+                     boot::Sandbox::Create(std::move(pw), std::move(config),
+                                           std::move(stdio), &clock));
+    return sb.release();
+  };
+  auto sb = build();
+  if (!sb.ok()) {
+    SendError(req.id(), Annotate(sb.status(), "Start"));
+    return;
+  }
+  if (absl::Status s = (*sb)->Start(); !s.ok()) {
+    SendError(req.id(), Annotate(s, "Start"));
+    return;
+  }
+  sandbox_ = *sb;
+  clock.Mark("start");
+  Response r;
+  r.set_id(req.id());
+  r.set_init_pid(1);
+  AddTimings(clock, &r);
+  Send(r);
+}
+
+void Server::OnExec(const Request& req, std::vector<UniqueFd> fds) {
+  auto run = [&]() -> absl::StatusOr<pid_t> {
+    RETURN_IF_ERROR(CheckRunning());
+    ASSIGN_OR_RETURN(boot::ProcessConfig p, ProcessFromSpec(req.exec().process()));
+    ASSIGN_OR_RETURN(boot::Stdio stdio,
+                     StdioFromFds(fds, 0, req.exec().process().tty()));
+    return sandbox_->Exec(p, std::move(stdio));
+  };
+  auto pid = run();
+  if (!pid.ok()) {
+    SendError(req.id(), Annotate(pid.status(), "Exec"));
+    return;
+  }
+  Response r;
+  r.set_id(req.id());
+  r.set_exec_pid(*pid);
+  Send(r);
+}
+
+// Answers from a thread of its own: the wait may last as long as the
+// sandbox, and other requests go on meanwhile.
+void Server::OnWaitPid(uint64_t id, pid_t pid) {
+  if (absl::Status s = CheckRunning(); !s.ok()) {
+    SendError(id, s);
+    return;
+  }
+  boot::Sandbox* sb = sandbox_;
+  std::thread([this, sb, id, pid] {
+    auto st = sb->WaitPid(pid);
+    if (!st.ok()) {
+      SendError(id, st.status());
+      return;
+    }
+    Response r;
+    r.set_id(id);
+    SetExit(*st, r.mutable_exit());
+    Send(r);
+  }).detach();
+}
+
+void Server::OnDestroy(uint64_t id) {
+  Response r;
+  r.set_id(id);
+  if (sandbox_ != nullptr) {
+    sandbox_->KillAll();
+    SetExit(sandbox_->Wait(), r.mutable_exit());
+  } else {
+    r.mutable_exit()->set_error("the sandbox was never started");
+  }
+  Send(r);
+  fflush(stderr);
+  _exit(0);
+}
+
+void Server::Loop() {
+  for (;;) {
+    Request req;
+    std::vector<UniqueFd> fds;
+    absl::Status s = ch_.Receive(&req, &fds);
+    if (absl::IsUnavailable(s)) {
+      // The daemon is gone: nobody will ever wait for this sandbox.
+      if (sandbox_ != nullptr) sandbox_->KillAll();
+      _exit(0);
+    }
+    if (!s.ok()) {
+      Log(absl::StrCat("dropping a malformed request: ", s.message()));
+      continue;
+    }
+    switch (req.msg_case()) {
+      case Request::kStart:
+        OnStart(req, std::move(fds));
+        break;
+      case Request::kSignal: {
+        absl::Status st = CheckRunning();
+        if (st.ok()) st = sandbox_->Signal(req.signal().signal(), req.signal().all());
+        if (!st.ok()) {
+          SendError(req.id(), Annotate(st, "Signal"));
+        } else {
+          Response r;
+          r.set_id(req.id());
+          Send(r);
+        }
+        break;
+      }
+      case Request::kWait:
+        OnWaitPid(req.id(), 1);
+        break;
+      case Request::kWaitPid:
+        OnWaitPid(req.id(), req.wait_pid().pid());
+        break;
+      case Request::kDestroy:
+        OnDestroy(req.id());
+      case Request::kExec:
+        OnExec(req, std::move(fds));
+        break;
+      case Request::kStats: {
+        if (absl::Status st = CheckRunning(); !st.ok()) {
+          SendError(req.id(), st);
+          break;
+        }
+        boot::Stats st = sandbox_->GetStats();
+        Response r;
+        r.set_id(req.id());
+        control::SentryStats* out = r.mutable_stats();
+        for (pid_t p : st.pids) out->add_pids(p);
+        out->set_tasks(st.tasks);
+        out->set_memory_bytes(st.memory_bytes);
+        out->set_cpu_user_nanos(st.cpu_user_nanos);
+        out->set_cpu_system_nanos(st.cpu_system_nanos);
+        for (const auto& [nr, n] : st.unimplemented) {
+          (*out->mutable_unimplemented_syscalls())[static_cast<uint32_t>(nr)] = n;
+        }
+        Send(r);
+        break;
+      }
+      case Request::MSG_NOT_SET:
+        SendError(req.id(), absl::InvalidArgumentError("empty request"));
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+int Serve(const Options& o) {
+  // Before anything maps large ranges or starts threads.
+  if (absl::Status s = systrap::ReserveStubWindow(); !s.ok()) {
+    Log(std::string(s.message()));
+    return 125;
+  }
+  signal(SIGPIPE, SIG_IGN);
+  int fl = fcntl(o.control_fd, F_GETFD);
+  if (fl < 0) {
+    Log(absl::StrCat("--control-fd=", o.control_fd, ": not an open descriptor"));
+    return 125;
+  }
+  fcntl(o.control_fd, F_SETFD, fl | FD_CLOEXEC);
+  control::Channel ch{UniqueFd(o.control_fd)};
+
+  boot::StageClock clock;
+  boot::PrewarmOptions popts;
+  popts.platform = o.platform;
+  popts.vdso_tsc = o.vdso_tsc;
+  popts.wait_calibration = true;
+  popts.sentry_seccomp = o.sentry_seccomp;
+  if (o.isolate) {
+    popts.isolate = [](boot::StageClock* clock) -> absl::Status {
+      RETURN_IF_ERROR(Annotate(isolation::EnterNamespaces(), "namespaces"));
+      clock->Mark("namespaces");
+      RETURN_IF_ERROR(Annotate(isolation::PivotToEmptyRoot(), "empty root"));
+      clock->Mark("pivot_root");
+      RETURN_IF_ERROR(Annotate(isolation::DropCapabilities(), "capabilities"));
+      clock->Mark("capabilities");
+      return absl::OkStatus();
+    };
+  }
+  auto pw = boot::Prewarm(popts, &clock);
+  if (!pw.ok()) {
+    // The daemon hears of it as the channel's end before any Hello.
+    Log(absl::StrCat("prewarm: ", pw.status().message()));
+    return 125;
+  }
+
+  Response hello;
+  hello.mutable_hello()->set_protocol_version(kProtocolVersion);
+  hello.mutable_hello()->set_platform(o.platform);
+  hello.mutable_hello()->set_sentry_pid(getpid());
+  AddTimings(clock, &hello);
+  if (absl::Status s = ch.Send(hello); !s.ok()) {
+    Log(absl::StrCat("sending Hello: ", s.message()));
+    return 125;
+  }
+  // Lives until _exit: request threads may outlive Loop's stack frame.
+  Server* server = new Server(std::move(ch), std::move(*pw), o.isolate);
+  server->Loop();
+}
+
+}  // namespace sandboxd::serve

@@ -1,0 +1,36 @@
+// `sentry serve`: a warm Sentry that sandboxd keeps in its pool.
+//
+// It prewarms (boot::Prewarm: host info, memory file, platform, vDSO),
+// says Hello on the control channel (proto/control.proto) with the time of
+// each prewarm step, then serves the daemon's requests: Start builds the
+// sandbox from the spec and the fds that come with it and runs its init;
+// Wait/WaitPid stay pending on threads of their own while other requests
+// are served; Destroy kills everything, answers with init's status and
+// exits 0. When the channel closes (the daemon is gone) the Sentry kills
+// the sandbox and exits.
+#ifndef SANDBOXD_SENTRY_SERVE_H_
+#define SANDBOXD_SENTRY_SERVE_H_
+
+#include <string>
+
+namespace sandboxd::serve {
+
+struct Options {
+  int control_fd = -1;  // one end of a SOCK_SEQPACKET socketpair
+  std::string platform = "systrap";
+  bool vdso_tsc = true;
+  // New namespaces, an empty root, no capabilities (isolation.h);
+  // --isolation=off for debugging.
+  bool isolate = true;
+  // The Sentry's seccomp filter (host_filter.h); --sentry-seccomp=off for
+  // debugging.
+  bool sentry_seccomp = true;
+};
+
+// Runs until Destroy or until the channel closes; returns the Sentry's
+// exit status.
+int Serve(const Options& o);
+
+}  // namespace sandboxd::serve
+
+#endif  // SANDBOXD_SENTRY_SERVE_H_

@@ -15,6 +15,7 @@
 
 #include <algorithm>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
@@ -55,6 +56,7 @@ class Daemon {
     if (dir.empty()) {
       char tmpl[] = "/tmp/sandboxd_test.XXXXXX";
       dir = mkdtemp(tmpl);
+      owns_dir_ = true;
     }
     dir_ = dir;
     socket_ = dir_ + "/sandboxd.sock";
@@ -66,6 +68,7 @@ class Daemon {
   }
   ~Daemon() {
     Stop();
+    if (owns_dir_) std::filesystem::remove_all(dir_);
   }
 
   void Start() {
@@ -133,6 +136,7 @@ class Daemon {
   std::string dir_, socket_, cgroup_parent_, log_;
   std::vector<std::string> args_;
   pid_t pid_ = 0;
+  bool owns_dir_ = false;
   std::unique_ptr<Client> client_;
 };
 
@@ -645,6 +649,7 @@ TEST(SandboxdTest, RestartKillsWhatTheLastDaemonLeft) {
     ASSERT_TRUE(r.status.ok()) << r.status << again.Log();
     EXPECT_EQ(r.out, "after restart\n");
   }
+  std::filesystem::remove_all(dir);
 }
 
 }  // namespace

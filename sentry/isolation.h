@@ -9,17 +9,18 @@
 //                    A small child, the holder, keeps the capability to set
 //                    the hostname at Start and dies with the Sentry. The
 //                    network namespace has loopback only, up.
-//                    Not yet a pid namespace: the systrap template and its
-//                    stubs check getppid() == the Sentry's pid
-//                    (platforms/systrap/template_signal_safe.cc), and across
-//                    a pid-namespace boundary getppid() is 0, so they would
-//                    exit at once. Once systrap accepts that (and the
-//                    Sentry unshares CLONE_NEWPID while still root in the
-//                    daemon's user namespace, forks the holder as the
-//                    namespace's init and the template, then setns()es back
-//                    so that it can make threads again: after
-//                    unshare(CLONE_NEWPID) clone(CLONE_THREAD) fails with
-//                    EINVAL), the stubs will land there.
+//                    The pid namespace is not unshared here but made by the
+//                    daemon, which spawns the Sentry with clone(CLONE_NEWPID):
+//                    the Sentry is then the init of a namespace of its own,
+//                    still the daemon's child, and its children (the holder,
+//                    the systrap template, the stubs) land there and die
+//                    with it. Unsharing it here cannot work: after
+//                    unshare(CLONE_NEWPID) the Sentry could make no more
+//                    threads (clone(CLONE_THREAD) fails with EINVAL), and
+//                    the template and stubs, which check getppid() == the
+//                    Sentry's pid (platforms/systrap/template_signal_safe.cc),
+//                    would see 0 across the namespace boundary and exit.
+//                    `sentry serve` logs a line when it is not pid 1.
 //   PivotToEmptyRoot the root becomes an empty read-only tmpfs: from then on
 //                    the host's files are reachable only through the rootfs
 //                    descriptor that Start hands over.

@@ -13,6 +13,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "base/unique_fd.h"
@@ -333,6 +334,19 @@ void Server::Loop() {
   }
 }
 
+// The Sentry's pid in the pid namespace of the mounted /proc (the host's,
+// or the daemon's), which /proc/self names.
+pid_t HostPid() {
+  char buf[32];
+  ssize_t n = readlink("/proc/self", buf, sizeof(buf) - 1);
+  int pid = 0;
+  if (n > 0) {
+    buf[n] = '\0';
+    if (absl::SimpleAtoi(buf, &pid) && pid > 0) return pid;
+  }
+  return getpid();
+}
+
 }  // namespace
 
 int Serve(const Options& o) {
@@ -349,6 +363,14 @@ int Serve(const Options& o) {
   }
   fcntl(o.control_fd, F_SETFD, fl | FD_CLOEXEC);
   control::Channel ch{UniqueFd(o.control_fd)};
+
+  // Hello carries the host's pid; spawned into a pid namespace of its own,
+  // the Sentry is 1 there. The host's /proc (gone after isolation) says.
+  pid_t host_pid = HostPid();
+  if (getpid() != 1) {
+    Log("not the init of a pid namespace of its own: the platform's "
+        "processes share the daemon's (spawn the Sentry with CLONE_NEWPID)");
+  }
 
   boot::StageClock clock;
   boot::PrewarmOptions popts;
@@ -377,7 +399,7 @@ int Serve(const Options& o) {
   Response hello;
   hello.mutable_hello()->set_protocol_version(kProtocolVersion);
   hello.mutable_hello()->set_platform(o.platform);
-  hello.mutable_hello()->set_sentry_pid(getpid());
+  hello.mutable_hello()->set_sentry_pid(host_pid);
   AddTimings(clock, &hello);
   if (absl::Status s = ch.Send(hello); !s.ok()) {
     Log(absl::StrCat("sending Hello: ", s.message()));

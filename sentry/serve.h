@@ -8,6 +8,10 @@
 // are served; Destroy kills everything, answers with init's status and
 // exits 0. When the channel closes (the daemon is gone) the Sentry kills
 // the sandbox and exits.
+//
+// The daemon spawns it with clone(CLONE_NEWPID), so that the Sentry is the
+// init of a pid namespace of its own (isolation.h says why the Sentry
+// cannot make that namespace itself).
 #ifndef SANDBOXD_SENTRY_SERVE_H_
 #define SANDBOXD_SENTRY_SERVE_H_
 

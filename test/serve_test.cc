@@ -4,13 +4,15 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <stdlib.h>
-#include <spawn.h>
+#include <sched.h>
+#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <algorithm>
 #include <cstdlib>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <string>
@@ -69,16 +71,22 @@ class ServeTest : public ::testing::Test {
     }
     auto pair = control::Channel::Pair();
     ASSERT_TRUE(pair.ok()) << pair.status();
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    // dup2 onto another number clears close-on-exec.
-    posix_spawn_file_actions_adddup2(&fa, pair->second.fd(), kControlFd);
+    // As sandboxd spawns it: into a pid namespace of its own, whose init
+    // it is (so that the platform's processes land there), still our child.
     std::string path = SentryPath();
     std::string fd_flag = "--control-fd=" + std::to_string(kControlFd);
     char* argv[] = {path.data(), const_cast<char*>("serve"), fd_flag.data(),
                     nullptr};
-    ASSERT_EQ(posix_spawn(&pid_, path.c_str(), &fa, nullptr, argv, environ), 0);
-    posix_spawn_file_actions_destroy(&fa);
+    const int theirs = pair->second.fd();
+    pid_ = static_cast<pid_t>(
+        syscall(SYS_clone, CLONE_NEWPID | SIGCHLD, nullptr, nullptr, nullptr,
+                nullptr));
+    if (pid_ == 0) {
+      // dup2 onto another number clears close-on-exec.
+      if (dup2(theirs, kControlFd) == kControlFd) execve(path.c_str(), argv, environ);
+      _exit(127);
+    }
+    ASSERT_GT(pid_, 0) << strerror(errno);
     ch_.emplace(std::move(pair->first));
     // pair->second closes here: the Sentry holds the only other end.
     Response hello;
@@ -322,13 +330,24 @@ std::string StatusField(pid_t pid, const std::string& field) {
 TEST_F(ServeTest, SentryIsIsolatedBeforeHello) {
   const std::string self = "/proc/self/ns/";
   const std::string sentry = "/proc/" + std::to_string(pid_) + "/ns/";
-  for (const char* ns : {"user", "mnt", "net", "ipc", "uts"}) {
+  for (const char* ns : {"user", "mnt", "net", "ipc", "uts", "pid"}) {
     EXPECT_NE(Link(self + ns), "") << ns;
     EXPECT_NE(Link(self + ns), Link(sentry + ns)) << ns;
   }
-  // The Sentry itself stays in the daemon's pid namespace. (Its children
-  // do too, for now: sentry/isolation.h says why.)
-  EXPECT_EQ(Link(self + "pid"), Link(sentry + "pid"));
+  // Its children (the holder, the stub template) share its pid namespace.
+  UniqueFd kids_fd(open(("/proc/" + std::to_string(pid_) + "/task/" +
+                         std::to_string(pid_) + "/children")
+                            .c_str(),
+                        O_RDONLY | O_CLOEXEC));
+  std::string kids = ReadAll(kids_fd.get());
+  EXPECT_FALSE(kids.empty());
+  for (size_t at = 0; at < kids.size();) {
+    size_t end = kids.find(' ', at);
+    std::string kid = kids.substr(at, end - at);
+    at = end == std::string::npos ? kids.size() : end + 1;
+    if (kid.empty() || kid == "\n") continue;
+    EXPECT_EQ(Link("/proc/" + kid + "/ns/pid"), Link(sentry + "pid")) << kid;
+  }
   EXPECT_EQ(StatusField(pid_, "CapEff"), "0000000000000000");
   EXPECT_EQ(StatusField(pid_, "CapPrm"), "0000000000000000");
   EXPECT_EQ(StatusField(pid_, "CapBnd"), "0000000000000000");

@@ -1,0 +1,84 @@
+// The Sentry's seccomp filter, loaded in a death-test child: what it
+// allows keeps working, anything else is named on stderr and aborts.
+#include "sentry/host_filter.h"
+
+#include <errno.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace sandboxd::host_filter {
+namespace {
+
+void Load() {
+  auto p = Build();
+  if (!p.ok() || !Install(*p).ok()) _exit(3);
+}
+
+void ExecTrue() {
+  char* argv[] = {const_cast<char*>("/bin/true"), nullptr};
+  execv("/bin/true", argv);
+}
+
+TEST(HostFilterTest, BuildsOnce) {
+  auto p = Build();
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_GT(p->insns.size(), 10u);
+}
+
+TEST(HostFilterTest, AllowedCallsAndThreadsWork) {
+  EXPECT_EXIT(
+      {
+        Load();
+        // A thread: clone3 fails with ENOSYS, glibc falls back to clone
+        // with CLONE_THREAD, which the filter allows.
+        if (syscall(SYS_clone3, nullptr, 0) != -1 || errno != ENOSYS) _exit(4);
+        std::atomic<int> ran{0};
+        std::thread t([&] { ran = getpid() > 0 ? 1 : 2; });
+        t.join();
+        char buf[8];
+        int fds[2];
+        if (pipe2(fds, 0) != 0 || write(fds[1], "x", 1) != 1 ||
+            read(fds[0], buf, 1) != 1) {
+          _exit(5);
+        }
+        _exit(ran == 1 ? 0 : 6);
+      },
+      ::testing::ExitedWithCode(0), "");
+}
+
+TEST(HostFilterTest, AnUnlistedCallIsNamedAndAborts) {
+  EXPECT_EXIT(
+      {
+        Load();
+        syscall(SYS_getpgrp);
+        _exit(0);
+      },
+      ::testing::KilledBySignal(SIGABRT),
+      "sentry: host syscall 111 \\(getpgrp\\) not in the Sentry's seccomp "
+      "allow-list");
+}
+
+TEST(HostFilterTest, ForkAndExecTrap) {
+  EXPECT_EXIT(
+      {
+        Load();
+        fork();
+        _exit(0);
+      },
+      ::testing::KilledBySignal(SIGABRT), "host syscall 56 \\(clone\\)");
+  EXPECT_EXIT(
+      {
+        Load();
+        ExecTrue();
+        _exit(0);
+      },
+      ::testing::KilledBySignal(SIGABRT), "host syscall 59 \\(execve\\)");
+}
+
+}  // namespace
+}  // namespace sandboxd::host_filter

@@ -323,6 +323,8 @@ CgroupManager::~CgroupManager() = default;
 
 CgroupVersion CgroupManager::version() const { return layout_->version; }
 
+const std::string& CgroupManager::parent() const { return layout_->parent; }
+
 bool CgroupManager::HasController(const std::string& controller) const {
   return layout_->For(controller) != nullptr;
 }
@@ -418,6 +420,11 @@ Cgroup::~Cgroup() {
 }
 
 absl::Status Cgroup::AddProcess(pid_t pid) {
+  if (pid <= 0) {
+    // Writing 0 to cgroup.procs would move the daemon itself.
+    return absl::InvalidArgumentError(
+        absl::StrCat("cgroup ", name_, ": adding pid ", pid, ": not a process id"));
+  }
   for (const CgroupHierarchy& h : layout_->hierarchies) {
     std::string path = layout_->Dir(h, name_) + "/cgroup.procs";
     absl::Status s = WriteFile(path, absl::StrCat(pid));
@@ -656,15 +663,22 @@ absl::Status Cgroup::KillAll(absl::Duration timeout) {
                         return f == 1;
                       });
       }
-      ASSIGN_OR_RETURN(std::vector<pid_t> pids, Procs());
-      for (pid_t pid : pids) kill(pid, SIGKILL);  // ESRCH: already gone
+      absl::StatusOr<std::vector<pid_t>> pids = Procs();
+      for (pid_t pid : pids.ok() ? *pids : std::vector<pid_t>{}) {
+        // 0 stands for a process outside our pid namespace, and kill(0)
+        // would hit our own process group.
+        if (pid > 0) kill(pid, SIGKILL);  // ESRCH: already gone
+      }
+      // Thaw even when the read failed: a cgroup must not stay frozen.
       if (can_freeze) RETURN_IF_ERROR(annotate(WriteFile(freeze_file, thawed_value)));
+      if (!pids.ok()) return annotate(pids.status());
       (void)WaitFor(std::min(deadline, absl::Now() + absl::Milliseconds(100)), empty);
     }
   }
   ASSIGN_OR_RETURN(bool done, WaitFor(deadline, empty));
   if (!done) {
     ASSIGN_OR_RETURN(std::vector<pid_t> left, Procs());
+    if (left.empty()) return absl::OkStatus();  // emptied just now
     return absl::DeadlineExceededError(
         absl::StrCat("cgroup ", name_, ": ", left.size(),
                      " process(es) still alive after SIGKILL and ",

@@ -73,6 +73,7 @@ class CgroupManager {
   ~CgroupManager();
 
   CgroupVersion version() const;  // kV1 or kV2, never kAuto
+  const std::string& parent() const;
   // For logs: "v1 (memory,cpu,cpuacct,pids,freezer at /sys/fs/cgroup/*/sandboxd)".
   std::string Describe() const;
   // Whether limits of this kind can be set ("memory", "cpu", "pids").

@@ -124,12 +124,7 @@ class CgroupTest : public testing::TestWithParam<Mode> {
                ? absl::StrCat("/sys/fs/cgroup/", controller, "/", parent(), "/", name)
                : absl::StrCat("/sys/fs/cgroup/unified/", parent(), "/", name);
   }
-  std::string parent() {
-    // Describe() ends with "<dir>/<parent>)": recover the parent from it.
-    std::string d = manager_->Describe();
-    d.pop_back();
-    return d.substr(d.rfind('/') + 1);
-  }
+  const std::string& parent() { return manager_->parent(); }
 
   std::unique_ptr<CgroupManager> manager_;
 };
@@ -198,6 +193,9 @@ TEST_P(CgroupTest, AddProcessProcsAndKillAll) {
   auto cg = manager_->New("procs");
   ASSERT_TRUE(cg.ok()) << cg.status();
   Child child(SleepForever);
+  EXPECT_EQ((*cg)->AddProcess(0).code(), absl::StatusCode::kInvalidArgument)
+      << "0 would mean the daemon itself";
+  EXPECT_EQ((*cg)->AddProcess(-1).code(), absl::StatusCode::kInvalidArgument);
   ASSERT_TRUE((*cg)->AddProcess(child.pid()).ok());
   auto procs = (*cg)->Procs();
   ASSERT_TRUE(procs.ok()) << procs.status();

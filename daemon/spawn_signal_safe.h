@@ -1,6 +1,6 @@
-// The Sentry's child side of fork(): runs between fork and exec in a
+// The Sentry's child side of clone(): runs between clone and exec in a
 // multi-threaded daemon, so it only makes async-signal-safe calls (no
-// allocation, no locks). Everything it needs is prepared before fork.
+// allocation, no locks). Everything it needs is prepared before clone.
 #ifndef SANDBOXD_DAEMON_SPAWN_SIGNAL_SAFE_H_
 #define SANDBOXD_DAEMON_SPAWN_SIGNAL_SAFE_H_
 

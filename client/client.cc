@@ -1,0 +1,307 @@
+#include "client/client.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <sys/eventfd.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "base/unique_fd.h"
+#include "daemon/auth.h"
+#include "grpcpp/create_channel.h"
+#include "grpcpp/generic/generic_stub.h"
+#include "grpcpp/security/credentials.h"
+
+namespace sandboxd {
+namespace client {
+namespace {
+
+// Data per stdin message: large enough for throughput, small enough to
+// stay far below gRPC's 4 MiB message limit.
+constexpr size_t kStdinChunk = 64 << 10;
+
+}  // namespace
+
+std::string SocketFromEnv(const std::string& flag) {
+  if (!flag.empty()) return flag;
+  const char* env = getenv("SANDBOXD_SOCKET");
+  if (env != nullptr && *env != '\0') return env;
+  return kDefaultSocket;
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ConnectOptions& o) {
+  if (!o.tcp_address.empty()) {
+    if (o.token.empty()) {
+      return absl::InvalidArgumentError("TCP connections need a bearer token (--token-file)");
+    }
+    ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> creds,
+                     daemon::ClientCredentials(o.ca_cert_file, o.token));
+    return std::unique_ptr<Client>(
+        new Client(o.tcp_address, grpc::CreateChannel(o.tcp_address, creds)));
+  }
+  if (o.socket.empty()) return absl::InvalidArgumentError("no socket path");
+  const std::string target = absl::StrCat("unix:", o.socket);
+  return std::unique_ptr<Client>(
+      new Client(o.socket, grpc::CreateChannel(target, grpc::InsecureChannelCredentials())));
+}
+
+Client::Client(std::string target, std::shared_ptr<grpc::Channel> channel)
+    : target_(std::move(target)),
+      channel_(std::move(channel)),
+      stub_(v1::Sandboxes::NewStub(channel_)) {}
+
+absl::Status Client::Convert(const grpc::Status& s) const {
+  if (s.ok()) return absl::OkStatus();
+  // UNAVAILABLE from the transport (no daemon) or from the daemon itself
+  // (a Sentry that could not start): only a channel that is not connected
+  // means the former.
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+      channel_->GetState(false) != GRPC_CHANNEL_READY) {
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach sandboxd at ", target_,
+        " (is it running? start it with: sandboxd --socket=", target_, ")"));
+  }
+  return absl::Status(static_cast<absl::StatusCode>(s.error_code()), s.error_message());
+}
+
+absl::Status Client::Health(absl::Duration timeout) {
+  // grpc.health.v1.Health/Check with an empty request (service ""): the
+  // reply's field 1 is the serving status, SERVING = 1.
+  grpc::GenericStub generic(channel_);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  grpc::ByteBuffer request, response;
+  grpc::Slice empty("");
+  request = grpc::ByteBuffer(&empty, 1);
+  grpc::CompletionQueue cq;
+  auto call = generic.PrepareUnaryCall(&ctx, "/grpc.health.v1.Health/Check", request, &cq);
+  call->StartCall();
+  grpc::Status status;
+  call->Finish(&response, &status, reinterpret_cast<void*>(1));
+  void* tag;
+  bool ok;
+  cq.Next(&tag, &ok);
+  cq.Shutdown();
+  while (cq.Next(&tag, &ok)) {
+  }
+  RETURN_IF_ERROR(Convert(status));
+  std::vector<grpc::Slice> slices;
+  (void)response.Dump(&slices);
+  std::string bytes;
+  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  if (bytes != std::string("\x08\x01", 2)) {
+    return absl::UnavailableError(absl::StrCat("sandboxd at ", target_, " is not serving"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::CreateResponse> Client::Create(const v1::CreateRequest& req) {
+  grpc::ClientContext ctx;
+  v1::CreateResponse resp;
+  RETURN_IF_ERROR(Convert(stub_->Create(&ctx, req, &resp)));
+  return resp;
+}
+
+absl::Status Client::Start(const std::string& id) {
+  grpc::ClientContext ctx;
+  v1::StartRequest req;
+  req.set_id(id);
+  v1::StartResponse resp;
+  return Convert(stub_->Start(&ctx, req, &resp));
+}
+
+absl::StatusOr<v1::ExitStatus> Client::Wait(const std::string& id, absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  if (timeout != absl::InfiniteDuration()) {
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  }
+  v1::WaitRequest req;
+  req.set_id(id);
+  v1::WaitResponse resp;
+  RETURN_IF_ERROR(Convert(stub_->Wait(&ctx, req, &resp)));
+  return resp.exit();
+}
+
+absl::Status Client::Signal(const std::string& id, int signal, bool all) {
+  grpc::ClientContext ctx;
+  v1::SignalRequest req;
+  req.set_id(id);
+  req.set_signal(signal);
+  req.set_all(all);
+  v1::SignalResponse resp;
+  return Convert(stub_->Signal(&ctx, req, &resp));
+}
+
+absl::StatusOr<v1::ExitStatus> Client::Destroy(const std::string& id) {
+  grpc::ClientContext ctx;
+  v1::DestroyRequest req;
+  req.set_id(id);
+  v1::DestroyResponse resp;
+  RETURN_IF_ERROR(Convert(stub_->Destroy(&ctx, req, &resp)));
+  return resp.exit();
+}
+
+absl::StatusOr<std::vector<v1::SandboxInfo>> Client::List(
+    const std::map<std::string, std::string>& labels) {
+  grpc::ClientContext ctx;
+  v1::ListRequest req;
+  for (const auto& [k, v] : labels) (*req.mutable_label_selector())[k] = v;
+  v1::ListResponse resp;
+  RETURN_IF_ERROR(Convert(stub_->List(&ctx, req, &resp)));
+  return std::vector<v1::SandboxInfo>(resp.sandboxes().begin(), resp.sandboxes().end());
+}
+
+absl::StatusOr<v1::SandboxInfo> Client::Get(const std::string& id) {
+  grpc::ClientContext ctx;
+  v1::GetRequest req;
+  req.set_id(id);
+  v1::GetResponse resp;
+  RETURN_IF_ERROR(Convert(stub_->Get(&ctx, req, &resp)));
+  return resp.info();
+}
+
+absl::Status Client::Checkpoint(const v1::CheckpointRequest& req) {
+  grpc::ClientContext ctx;
+  v1::CheckpointResponse resp;
+  return Convert(stub_->Checkpoint(&ctx, req, &resp));
+}
+
+absl::Status Client::Logs(const std::string& id, bool follow,
+                          const std::function<void(const v1::LogsResponse&)>& on_chunk) {
+  grpc::ClientContext ctx;
+  v1::LogsRequest req;
+  req.set_id(id);
+  req.set_follow(follow);
+  std::unique_ptr<grpc::ClientReader<v1::LogsResponse>> reader = stub_->Logs(&ctx, req);
+  v1::LogsResponse m;
+  while (reader->Read(&m)) on_chunk(m);
+  return Convert(reader->Finish());
+}
+
+absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
+                                            const v1::ProcessSpec& process, ExecIo io) {
+  grpc::ClientContext ctx;
+  auto stream = stub_->Exec(&ctx);
+  UniqueFd stop(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+  if (!stop.valid()) return absl::InternalError("eventfd failed");
+
+  v1::ExecRequest first;
+  first.mutable_start()->set_id(id);
+  if (attach) {
+    first.mutable_start()->set_attach(true);
+  } else {
+    *first.mutable_start()->mutable_process() = process;
+  }
+  const bool tty = attach ? false : process.tty();
+  (void)tty;
+  if (!stream->Write(first)) return Convert(stream->Finish());
+
+  // One writer thread: the initial size, stdin, resizes, then close_stdin;
+  // it half-closes once the exit status is in (stop).
+  std::thread writer([&] {
+    auto send_size = [&] {
+      uint32_t rows = 0, cols = 0;
+      if (io.get_size && io.get_size(&rows, &cols) && rows > 0 && cols > 0) {
+        v1::ExecRequest m;
+        m.mutable_resize()->set_rows(rows);
+        m.mutable_resize()->set_cols(cols);
+        return stream->Write(m);
+      }
+      return true;
+    };
+    bool ok = send_size();
+    bool in_open = io.stdin_fd >= 0;
+    if (ok && !in_open) {
+      for (size_t off = 0; ok && off < io.stdin_data.size(); off += kStdinChunk) {
+        v1::ExecRequest m;
+        m.set_stdin(io.stdin_data.substr(off, kStdinChunk));
+        ok = stream->Write(m);
+      }
+      v1::ExecRequest m;
+      m.set_close_stdin(true);
+      if (ok) ok = stream->Write(m);
+    }
+    std::string buf(kStdinChunk, '\0');
+    while (ok) {
+      pollfd p[3] = {{stop.get(), POLLIN, 0},
+                     {in_open ? io.stdin_fd : -1, POLLIN, 0},
+                     {io.resize_fd, POLLIN, 0}};
+      if (poll(p, 3, -1) < 0) {
+        if (errno == EINTR) continue;
+        break;
+      }
+      if (p[0].revents) break;
+      if (p[2].revents) {
+        char drain[64];
+        (void)!read(io.resize_fd, drain, sizeof(drain));
+        ok = send_size();
+      }
+      if (p[1].revents) {
+        ssize_t n = read(io.stdin_fd, buf.data(), buf.size());
+        if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+        v1::ExecRequest m;
+        if (n <= 0) {
+          m.set_close_stdin(true);
+          in_open = false;
+        } else {
+          m.set_stdin(buf.substr(0, static_cast<size_t>(n)));
+        }
+        ok = stream->Write(m);
+      }
+    }
+    stream->WritesDone();
+  });
+
+  v1::ExitStatus exit;
+  bool have_exit = false;
+  v1::ExecResponse r;
+  bool first_response = true;
+  while (stream->Read(&r)) {
+    if (first_response) {
+      first_response = false;
+      if (io.on_pid) io.on_pid(r.pid());
+    }
+    switch (r.msg_case()) {
+      case v1::ExecResponse::kStdout:
+        if (io.on_stdout) io.on_stdout(r.stdout());
+        break;
+      case v1::ExecResponse::kStderr:
+        if (io.on_stderr) io.on_stderr(r.stderr());
+        break;
+      case v1::ExecResponse::kExit:
+        exit = r.exit();
+        have_exit = true;
+        break;
+      default:
+        break;
+    }
+    if (have_exit) break;
+  }
+  const uint64_t one = 1;
+  (void)!write(stop.get(), &one, sizeof(one));
+  writer.join();
+  if (have_exit) {
+    // Drain to the end of the stream so that Finish sees the status.
+    while (stream->Read(&r)) {
+    }
+  }
+  grpc::Status s = stream->Finish();
+  if (!s.ok()) return Convert(s);
+  if (!have_exit) return absl::InternalError("Exec ended without an exit status");
+  return exit;
+}
+
+int ExitCode(const v1::ExitStatus& status) {
+  if (!status.error().empty()) return 125;
+  if (status.status_case() == v1::ExitStatus::kSignal) return 128 + status.signal();
+  return status.code();
+}
+
+}  // namespace client
+}  // namespace sandboxd

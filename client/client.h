@@ -1,0 +1,104 @@
+// C++ client of sandboxd's gRPC API (sandboxd.v1.Sandboxes), used by
+// sandboxctl and the tests: connection set-up (unix socket, or TCP with TLS
+// and a bearer token), unary calls as absl::StatusOr, and Exec/attach with
+// the local side of the stdio given as callbacks.
+//
+// Thread safety: a Client may be used from several threads at once.
+#ifndef SANDBOXD_CLIENT_CLIENT_H_
+#define SANDBOXD_CLIENT_CLIENT_H_
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "proto/sandbox.grpc.pb.h"
+
+namespace sandboxd {
+namespace client {
+
+inline constexpr char kDefaultSocket[] = "/run/sandboxd/sandboxd.sock";
+
+struct ConnectOptions {
+  // Unix socket path (the default transport).
+  std::string socket = kDefaultSocket;
+  // "host:port": TCP with TLS instead of the socket; needs the token.
+  std::string tcp_address;
+  std::string ca_cert_file;  // trusted CA (the server's cert when self-signed)
+  std::string token;         // bearer token
+};
+
+// The socket to use: `flag` when set, else $SANDBOXD_SOCKET, else the default.
+std::string SocketFromEnv(const std::string& flag);
+
+// The local side of an Exec's stdio.
+struct ExecIo {
+  // stdin: read from `stdin_fd` until its end (-1: none), or, when
+  // `stdin_fd` is -1, `stdin_data` is sent; then close_stdin.
+  int stdin_fd = -1;
+  std::string stdin_data;
+  // Terminal resizes (tty only): when `resize_fd` becomes readable (a
+  // self-pipe written by a SIGWINCH handler) it is drained and `get_size`
+  // gives the size to send. `get_size` also gives the initial size.
+  int resize_fd = -1;
+  std::function<bool(uint32_t* rows, uint32_t* cols)> get_size;
+  // Output, in order, on the calling thread.
+  std::function<void(absl::string_view)> on_stdout;
+  std::function<void(absl::string_view)> on_stderr;
+  // The process's pid inside the sandbox, once known.
+  std::function<void(int pid)> on_pid;
+};
+
+class Client {
+ public:
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ConnectOptions& o);
+
+  // UNAVAILABLE with a one-line hint when the daemon is not there.
+  absl::Status Health(absl::Duration timeout = absl::Seconds(5));
+
+  absl::StatusOr<v1::CreateResponse> Create(const v1::CreateRequest& req);
+  absl::Status Start(const std::string& id);
+  absl::StatusOr<v1::ExitStatus> Wait(const std::string& id,
+                                      absl::Duration timeout = absl::InfiniteDuration());
+  absl::Status Signal(const std::string& id, int signal, bool all = false);
+  absl::StatusOr<v1::ExitStatus> Destroy(const std::string& id);
+  absl::StatusOr<std::vector<v1::SandboxInfo>> List(
+      const std::map<std::string, std::string>& labels = {});
+  absl::StatusOr<v1::SandboxInfo> Get(const std::string& id);
+  absl::Status Checkpoint(const v1::CheckpointRequest& req);
+
+  // Runs `process` in a RUNNING sandbox (attach=false), or attaches to and
+  // starts a CREATED sandbox's init (process ignored), relaying stdio
+  // through `io` until the exit status arrives.
+  absl::StatusOr<v1::ExitStatus> Exec(const std::string& id, bool attach,
+                                      const v1::ProcessSpec& process, ExecIo io);
+
+  // The init program's buffered output; with `follow`, until it ends.
+  absl::Status Logs(const std::string& id, bool follow,
+                    const std::function<void(const v1::LogsResponse&)>& on_chunk);
+
+  const std::string& target() const { return target_; }
+
+ private:
+  Client(std::string target, std::shared_ptr<grpc::Channel> channel);
+  absl::Status Convert(const grpc::Status& s) const;
+
+  const std::string target_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Sandboxes::Stub> stub_;
+};
+
+// sandboxctl's exit code for how a program ended: its code, or 128+N for
+// signal N; 125 when the sandbox failed (status.error).
+int ExitCode(const v1::ExitStatus& status);
+
+}  // namespace client
+}  // namespace sandboxd
+
+#endif  // SANDBOXD_CLIENT_CLIENT_H_

@@ -1,0 +1,106 @@
+#include "daemon/output_log.h"
+
+#include <string>
+#include <thread>
+
+#include "gtest/gtest.h"
+
+namespace sandboxd {
+namespace daemon {
+namespace {
+
+std::string Concat(const OutputLog::ReadResult& r) {
+  std::string s;
+  for (const OutputChunk& c : r.chunks) s += c.data;
+  return s;
+}
+
+TEST(OutputLogTest, ReadsInOrderWithStreams) {
+  OutputLog log(1024);
+  log.Append(OutputStream::kStdout, "out1");
+  log.Append(OutputStream::kStderr, "err1");
+  uint64_t cursor = 0;
+  OutputLog::ReadResult r = log.Read(&cursor, absl::ZeroDuration());
+  ASSERT_EQ(r.chunks.size(), 2u);
+  EXPECT_EQ(r.chunks[0].stream, OutputStream::kStdout);
+  EXPECT_EQ(r.chunks[1].stream, OutputStream::kStderr);
+  EXPECT_EQ(Concat(r), "out1err1");
+  EXPECT_EQ(cursor, 8u);
+  EXPECT_FALSE(r.eof);
+  log.Close();
+  r = log.Read(&cursor, absl::Seconds(5));
+  EXPECT_TRUE(r.chunks.empty());
+  EXPECT_TRUE(r.eof);
+}
+
+TEST(OutputLogTest, DropsOldestAndSaysHowMuch) {
+  OutputLog log(10);
+  log.Append(OutputStream::kStdout, "aaaaa");
+  log.Append(OutputStream::kStdout, "bbbbb");
+  log.Append(OutputStream::kStdout, "ccccc");  // evicts "aaaaa"
+  uint64_t cursor = 0;
+  OutputLog::ReadResult r = log.Read(&cursor, absl::ZeroDuration());
+  EXPECT_EQ(r.dropped, 5u);
+  EXPECT_EQ(Concat(r), "bbbbbccccc");
+}
+
+TEST(OutputLogTest, ReadTimesOutEmpty) {
+  OutputLog log(10);
+  uint64_t cursor = 0;
+  OutputLog::ReadResult r = log.Read(&cursor, absl::Milliseconds(10));
+  EXPECT_TRUE(r.chunks.empty());
+  EXPECT_FALSE(r.eof);
+}
+
+TEST(OutputLogTest, PinnedReaderLosesNothing) {
+  OutputLog log(16);
+  uint64_t cursor = 0;
+  log.Pin(&cursor);
+  std::string want;
+  std::thread writer([&] {
+    for (int i = 0; i < 200; i++) {
+      log.Append(OutputStream::kStdout, std::to_string(i) + ",");
+    }
+    log.Close();
+  });
+  for (int i = 0; i < 200; i++) want += std::to_string(i) + ",";
+  std::string got;
+  for (;;) {
+    OutputLog::ReadResult r = log.Read(&cursor, absl::Seconds(5));
+    EXPECT_EQ(r.dropped, 0u);
+    got += Concat(r);
+    if (r.eof) break;
+  }
+  writer.join();
+  log.Unpin();
+  EXPECT_EQ(got, want);
+}
+
+TEST(OutputLogTest, UnpinFreesAWaitingWriter) {
+  OutputLog log(4);
+  uint64_t cursor = 0;
+  log.Pin(&cursor);
+  log.Append(OutputStream::kStdout, "abcd");
+  std::thread writer([&] { log.Append(OutputStream::kStdout, "efgh"); });
+  absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_EQ(log.end(), 4u);  // still waiting for the reader
+  log.Unpin();
+  writer.join();
+  EXPECT_EQ(log.end(), 8u);
+}
+
+TEST(OutputLogTest, CloseFreesAWaitingWriter) {
+  OutputLog log(4);
+  uint64_t cursor = 0;
+  log.Pin(&cursor);
+  log.Append(OutputStream::kStdout, "abcd");
+  std::thread writer([&] { log.Append(OutputStream::kStdout, "efgh"); });
+  absl::SleepFor(absl::Milliseconds(20));
+  log.Close();
+  writer.join();
+  EXPECT_EQ(log.end(), 4u);
+}
+
+}  // namespace
+}  // namespace daemon
+}  // namespace sandboxd

@@ -1,0 +1,142 @@
+#include "daemon/pool.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "daemon/log.h"
+
+namespace sandboxd {
+namespace daemon {
+
+WarmSentry::~WarmSentry() {
+  const pid_t pid = process_ ? process_->pid() : 0;
+  if (process_) process_->ExpectExit();
+  process_.reset();  // kills and reaps
+  cgroup_.reset();   // kills what is left in the cgroup, removes it
+  if (state_dir_ != nullptr && pid > 0) state_dir_->Forget(pid);
+}
+
+absl::StatusOr<std::unique_ptr<WarmSentry>> SentryFactory::Spawn(const std::string& platform) {
+  const absl::Time begin = absl::Now();
+  auto warm = std::unique_ptr<WarmSentry>(new WarmSentry());
+  warm->platform_ = platform;
+  warm->state_dir_ = state_dir_;
+  if (cgroups_ != nullptr) {
+    uint64_t n;
+    {
+      absl::MutexLock l(&mu_);
+      n = next_cgroup_++;
+    }
+    ASSIGN_OR_RETURN(warm->cgroup_, cgroups_->New(absl::StrCat("sentry-", n)));
+  }
+  SentrySpawnOptions o;
+  o.sentry_path = sentry_path_;
+  o.platform = platform;
+  Cgroup* cg = warm->cgroup_.get();
+  StateDir* sd = state_dir_;
+  o.before_exec = [cg, sd](pid_t pid) -> absl::Status {
+    // Recorded first: if the daemon dies from here on, its successor finds
+    // the pid.
+    RETURN_IF_ERROR(sd->Record(pid));
+    if (cg != nullptr) RETURN_IF_ERROR(Annotate(cg->AddProcess(pid), "joining its cgroup"));
+    return absl::OkStatus();
+  };
+  absl::StatusOr<std::unique_ptr<SentryProcess>> p = SentryProcess::Spawn(o);
+  if (!p.ok()) return p.status();
+  warm->process_ = std::move(*p);
+  RETURN_IF_ERROR(Annotate(warm->process_->AwaitHello(hello_timeout_),
+                           absl::StrCat("starting a ", platform, " sentry")));
+  warm->spawn_time_ = absl::Now() - begin;
+  return warm;
+}
+
+Pool::Pool(SentryFactory* factory, Metrics* metrics, std::map<std::string, int> targets)
+    : factory_(factory), metrics_(metrics), targets_(std::move(targets)) {}
+
+Pool::~Pool() {
+  std::map<std::string, std::deque<std::unique_ptr<WarmSentry>>> idle;
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+    idle.swap(idle_);
+  }
+  if (refill_.joinable()) refill_.join();
+  // `idle` dies here, and with it the Sentries.
+}
+
+void Pool::Start() {
+  refill_ = std::thread([this] { RefillLoop(); });
+}
+
+int Pool::Idle(const std::string& platform) {
+  absl::MutexLock l(&mu_);
+  auto it = idle_.find(platform);
+  return it == idle_.end() ? 0 : static_cast<int>(it->second.size());
+}
+
+std::string Pool::NeedsRefillLocked() {
+  for (const auto& [platform, target] : targets_) {
+    if (static_cast<int>(idle_[platform].size()) < target) return platform;
+  }
+  return "";
+}
+
+void Pool::RefillLoop() {
+  absl::Duration backoff = absl::ZeroDuration();
+  for (;;) {
+    std::string platform;
+    {
+      absl::MutexLock l(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !NeedsRefillLocked().empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (stopping_) return;
+      platform = NeedsRefillLocked();
+    }
+    absl::StatusOr<std::unique_ptr<WarmSentry>> warm = factory_->Spawn(platform);
+    if (!warm.ok()) {
+      // A platform that cannot start (no KVM, a broken binary) must not
+      // spin: wait a little longer after each failure, up to 10 s.
+      backoff = std::min(absl::Seconds(10), backoff * 2 + absl::Milliseconds(100));
+      Log("pool: ", warm.status().ToString(), " (retrying in ",
+          absl::FormatDuration(backoff), ")");
+      absl::MutexLock l(&mu_);
+      auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+      mu_.AwaitWithTimeout(absl::Condition(&stopping), backoff);
+      continue;
+    }
+    backoff = absl::ZeroDuration();
+    if (metrics_ != nullptr) metrics_->ObservePoolRefill(platform, (*warm)->spawn_time());
+    absl::MutexLock l(&mu_);
+    if (stopping_) return;  // *warm dies here
+    idle_[platform].push_back(std::move(*warm));
+    if (metrics_ != nullptr) metrics_->SetPoolSize(platform, idle_[platform].size());
+  }
+}
+
+absl::StatusOr<std::unique_ptr<WarmSentry>> Pool::Take(const std::string& platform,
+                                                       bool* hit) {
+  std::unique_ptr<WarmSentry> dead;  // destroyed outside the lock
+  {
+    absl::MutexLock l(&mu_);
+    auto& q = idle_[platform];
+    while (!q.empty()) {
+      std::unique_ptr<WarmSentry> w = std::move(q.front());
+      q.pop_front();
+      if (w->process().exited()) {
+        dead = std::move(w);  // died while idle; the refill replaces it
+        continue;
+      }
+      if (metrics_ != nullptr) metrics_->SetPoolSize(platform, q.size());
+      *hit = true;
+      return w;
+    }
+  }
+  *hit = false;
+  return factory_->Spawn(platform);
+}
+
+}  // namespace daemon
+}  // namespace sandboxd

@@ -1,0 +1,110 @@
+// Warm Sentries: spawned ahead of need (`sentry serve`, prewarmed, Hello
+// received), a target number per platform, refilled by a background thread.
+// Create takes one; on a miss it spawns one on the spot.
+//
+// Each Sentry gets its own cgroup when the daemon has cgroups, joined in
+// the child before exec (so that everything the Sentry forks is inside);
+// the sandbox's limits are set on it at Create.
+//
+// Lock order: Pool::mu_ is a leaf.
+#ifndef SANDBOXD_DAEMON_POOL_H_
+#define SANDBOXD_DAEMON_POOL_H_
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "daemon/cgroup.h"
+#include "daemon/metrics.h"
+#include "daemon/sentry_process.h"
+#include "daemon/state_dir.h"
+
+namespace sandboxd {
+namespace daemon {
+
+// A Sentry that has said Hello, with its cgroup. Destroying it kills the
+// Sentry (if it still runs), removes its cgroup and its state-dir record.
+class WarmSentry {
+ public:
+  ~WarmSentry();
+  SentryProcess& process() { return *process_; }
+  Cgroup* cgroup() { return cgroup_.get(); }  // null without cgroups
+  const std::string& platform() const { return platform_; }
+  absl::Duration spawn_time() const { return spawn_time_; }
+
+ private:
+  friend class SentryFactory;
+  WarmSentry() = default;
+
+  std::string platform_;
+  absl::Duration spawn_time_;
+  StateDir* state_dir_ = nullptr;
+  std::unique_ptr<Cgroup> cgroup_;  // destroyed after the process
+  std::unique_ptr<SentryProcess> process_;
+};
+
+class SentryFactory {
+ public:
+  // `cgroups` may be null (no limits); `state_dir` outlives the factory.
+  SentryFactory(std::string sentry_path, CgroupManager* cgroups, StateDir* state_dir,
+                absl::Duration hello_timeout = absl::Seconds(30))
+      : sentry_path_(std::move(sentry_path)),
+        cgroups_(cgroups),
+        state_dir_(state_dir),
+        hello_timeout_(hello_timeout) {}
+
+  // Spawns a Sentry for `platform` and waits for its Hello.
+  absl::StatusOr<std::unique_ptr<WarmSentry>> Spawn(const std::string& platform);
+
+  bool has_cgroups() const { return cgroups_ != nullptr; }
+
+ private:
+  const std::string sentry_path_;
+  CgroupManager* const cgroups_;
+  StateDir* const state_dir_;
+  const absl::Duration hello_timeout_;
+  absl::Mutex mu_;
+  uint64_t next_cgroup_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+class Pool {
+ public:
+  // `targets`: warm Sentries to keep per platform (0: none, every Create
+  // spawns). `metrics` may be null.
+  Pool(SentryFactory* factory, Metrics* metrics, std::map<std::string, int> targets);
+  ~Pool();  // stops refilling and kills the idle Sentries
+
+  // Starts the refill thread.
+  void Start();
+
+  // A warm Sentry of `platform` (*hit = true), or one spawned now.
+  absl::StatusOr<std::unique_ptr<WarmSentry>> Take(const std::string& platform, bool* hit);
+
+  // Idle Sentries of `platform` right now.
+  int Idle(const std::string& platform);
+
+ private:
+  void RefillLoop();
+  // A platform below its target, or "" when every one is full.
+  std::string NeedsRefillLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  SentryFactory* const factory_;
+  Metrics* const metrics_;
+  const std::map<std::string, int> targets_;
+
+  absl::Mutex mu_;
+  std::map<std::string, std::deque<std::unique_ptr<WarmSentry>>> idle_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread refill_;
+};
+
+}  // namespace daemon
+}  // namespace sandboxd
+
+#endif  // SANDBOXD_DAEMON_POOL_H_

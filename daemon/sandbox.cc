@@ -1,0 +1,413 @@
+#include "daemon/sandbox.h"
+
+#include <signal.h>
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "daemon/log.h"
+#include "google/protobuf/util/time_util.h"
+
+namespace sandboxd {
+namespace daemon {
+namespace {
+
+using google::protobuf::util::TimeUtil;
+
+google::protobuf::Timestamp ToProto(absl::Time t) {
+  return TimeUtil::NanosecondsToTimestamp(absl::ToUnixNanos(t));
+}
+google::protobuf::Duration ToProto(absl::Duration d) {
+  return TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(d));
+}
+
+// How long the Sentry gets to answer a request that does not block.
+constexpr absl::Duration kCallTimeout = absl::Seconds(10);
+
+}  // namespace
+
+absl::Status ValidateProcessSpec(const v1::ProcessSpec& p, const std::string& field) {
+  if (p.argv().empty() || p.argv(0).empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".argv: must name a program (argv[0] is empty)"));
+  }
+  for (int i = 0; i < p.env_size(); i++) {
+    const std::string& e = p.env(i);
+    if (e.find('=') == std::string::npos || e[0] == '=') {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".env[", i, "]: want NAME=value, got \"", e, "\""));
+    }
+  }
+  if (!p.cwd().empty() && p.cwd()[0] != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".cwd: must be absolute, got \"", p.cwd(), "\""));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::shared_ptr<Sandbox>> Sandbox::Create(Options o) {
+  ASSIGN_OR_RETURN(StdioPair stdio, StdioPair::Make(o.spec.process().tty()));
+  std::shared_ptr<Sandbox> s(new Sandbox(std::move(o)));
+  s->init_relay_ = std::make_unique<ProcessRelay>(&stdio, kInitLogBytes);
+  {
+    absl::MutexLock l(&s->mu_);
+    s->init_stdio_ = std::move(stdio);
+  }
+  // The callback holds a raw pointer: the Sentry (and its reader thread)
+  // dies before the rest of the sandbox.
+  Sandbox* raw = s.get();
+  s->sentry_->process().SetOnExit(
+      [raw](bool crashed, const std::string& reason) { raw->OnSentryExit(crashed, reason); });
+  if (s->sentry_->process().exited()) {
+    s->OnSentryExit(true, s->sentry_->process().exit_reason());
+  }
+  return s;
+}
+
+Sandbox::Sandbox(Options o)
+    : id_(std::move(o.id)),
+      spec_(std::move(o.spec)),
+      metrics_(o.metrics),
+      on_state_change_(std::move(o.on_state_change)),
+      rootfs_(std::move(o.rootfs)),
+      sentry_(std::move(o.sentry)) {
+  *timings_.mutable_created() = ToProto(o.created);
+  timings_.set_pool_hit(o.pool_hit);
+  for (const auto& [name, d] : o.stages) AddStageLocked(name, d);
+}
+
+void Sandbox::AddStage(const std::string& name, absl::Duration d) {
+  absl::MutexLock l(&mu_);
+  AddStageLocked(name, d);
+}
+
+void Sandbox::AddStageLocked(const std::string& name, absl::Duration d) {
+  v1::Stage* st = timings_.add_stages();
+  st->set_name(name);
+  *st->mutable_duration() = ToProto(d);
+}
+
+Sandbox::~Sandbox() { Destroy(); }
+
+v1::SandboxState Sandbox::state() const {
+  absl::MutexLock l(&mu_);
+  return state_;
+}
+
+void Sandbox::SetCreateLatency(absl::Duration d) {
+  absl::MutexLock l(&mu_);
+  *timings_.mutable_create_latency() = ToProto(d);
+}
+
+void Sandbox::Changed() {
+  if (on_state_change_) on_state_change_();
+}
+
+absl::Status Sandbox::Start() {
+  absl::Status s;
+  {
+    absl::MutexLock l(&mu_);
+    s = StartLocked();
+    // Nobody attached: the program's stdin is at its end from the start.
+    if (s.ok() && !attached_) init_relay_->CloseStdin();
+  }
+  Changed();
+  return s;
+}
+
+absl::StatusOr<ProcessRelay*> Sandbox::AttachAndStart(const uint64_t* cursor) {
+  absl::Status s;
+  {
+    absl::MutexLock l(&mu_);
+    if (attached_ || state_ != v1::SANDBOX_STATE_CREATED) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sandbox ", id_, ": attach needs a CREATED sandbox nobody has attached to (it is ",
+          v1::SandboxState_Name(state_), attached_ ? ", attached" : "", ")"));
+    }
+    attached_ = true;
+    init_relay_->log().Pin(cursor);
+    s = StartLocked();
+    if (!s.ok()) init_relay_->log().Unpin();  // the caller's cursor goes away
+  }
+  Changed();
+  RETURN_IF_ERROR(s);
+  return init_relay_.get();
+}
+
+absl::Status Sandbox::StartLocked() {
+  if (state_ != v1::SANDBOX_STATE_CREATED || destroyed_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sandbox ", id_, " is ", v1::SandboxState_Name(state_), ", not CREATED"));
+  }
+  control::Request req;
+  control::Request::Start* start = req.mutable_start();
+  start->set_sandbox_id(id_);
+  *start->mutable_spec() = spec_;
+  if (start->spec().hostname().empty()) start->mutable_spec()->set_hostname(id_);
+  std::vector<int> fds = {rootfs_.get()};
+  for (int fd : init_stdio_.TheirFds()) fds.push_back(fd);
+
+  init_relay_->Start();
+  const absl::Time begin = absl::Now();
+  absl::StatusOr<control::Response> r = sentry_->process().Call(req, fds, kCallTimeout);
+  AddStageLocked("start.sentry_call", absl::Now() - begin);
+  if (r.ok()) {
+    for (const control::StageTiming& t : r->timings()) {
+      AddStageLocked(absl::StrCat("start.sentry.", t.name()), absl::Nanoseconds(t.nanos()));
+    }
+  }
+  // The Sentry has its copies (or failed): ours only keep pipes open.
+  init_stdio_.theirs.clear();
+  rootfs_.reset();
+  if (!r.ok()) {
+    v1::ExitStatus exit;
+    exit.set_error(absl::StrCat("start: ", r.status().message()));
+    exit_ = exit;
+    state_ = v1::SANDBOX_STATE_FAILED;
+    *timings_.mutable_exited() = ToProto(absl::Now());
+    init_relay_->ProcessExited();
+    return absl::Status(r.status().code(), absl::StrCat("sandbox ", id_, ": start: ",
+                                                        r.status().message()));
+  }
+  state_ = v1::SANDBOX_STATE_RUNNING;
+  *timings_.mutable_started() = ToProto(absl::Now());
+  waiter_ = std::thread([this] { WaitLoop(); });
+  return absl::OkStatus();
+}
+
+void Sandbox::WaitLoop() {
+  control::Request req;
+  req.mutable_wait();
+  absl::StatusOr<control::Response> r = sentry_->process().Call(req);
+  if (r.ok()) {
+    Finish(r->exit(), v1::SANDBOX_STATE_STOPPED);
+    return;
+  }
+  // The Sentry is gone. OnSentryExit has the reason (a crash) or Destroy
+  // does (a kill); this covers whichever comes later.
+  bool destroyed;
+  {
+    absl::MutexLock l(&mu_);
+    destroyed = destroyed_;
+  }
+  v1::ExitStatus exit;
+  if (destroyed) {
+    exit.set_signal(SIGKILL);
+    Finish(exit, v1::SANDBOX_STATE_STOPPED);
+    return;
+  }
+  exit.set_error(std::string(r.status().message()));
+  Finish(exit, v1::SANDBOX_STATE_FAILED);
+}
+
+void Sandbox::Finish(v1::ExitStatus exit, v1::SandboxState state) {
+  {
+    absl::MutexLock l(&mu_);
+    if (state_ == v1::SANDBOX_STATE_STOPPED || state_ == v1::SANDBOX_STATE_FAILED) return;
+    exit_ = std::move(exit);
+    state_ = state;
+    *timings_.mutable_exited() = ToProto(absl::Now());
+  }
+  init_relay_->ProcessExited();
+  Changed();
+}
+
+void Sandbox::OnSentryExit(bool crashed, const std::string& reason) {
+  if (!crashed) return;
+  {
+    absl::MutexLock l(&mu_);
+    if (destroyed_) return;
+  }
+  Log("sandbox ", id_, ": sentry (pid ", sentry_->process().pid(), ") ", reason);
+  if (metrics_ != nullptr) metrics_->IncSentryCrashes();
+  v1::ExitStatus exit;
+  exit.set_error(absl::StrCat("the sandbox's sentry (pid ", sentry_->process().pid(), ") ",
+                              reason));
+  Finish(exit, v1::SANDBOX_STATE_FAILED);
+}
+
+absl::StatusOr<v1::ExitStatus> Sandbox::AwaitExit(absl::Time deadline,
+                                                  const std::function<bool()>& cancelled) {
+  absl::MutexLock l(&mu_);
+  auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return state_ == v1::SANDBOX_STATE_STOPPED || state_ == v1::SANDBOX_STATE_FAILED;
+  };
+  for (;;) {
+    const absl::Time step = std::min(deadline, absl::Now() + absl::Milliseconds(200));
+    if (mu_.AwaitWithDeadline(absl::Condition(&done), step)) return exit_;
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("sandbox ", id_, ": the init program is still running"));
+    }
+    if (cancelled && cancelled()) return absl::CancelledError("wait cancelled");
+  }
+}
+
+absl::Status Sandbox::Signal(int signal, bool all) {
+  {
+    absl::MutexLock l(&mu_);
+    if (state_ != v1::SANDBOX_STATE_RUNNING) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sandbox ", id_, " is ", v1::SandboxState_Name(state_), ", not RUNNING"));
+    }
+  }
+  control::Request req;
+  req.mutable_signal()->set_signal(signal);
+  req.mutable_signal()->set_all(all);
+  absl::StatusOr<control::Response> r = sentry_->process().Call(req, {}, kCallTimeout);
+  return r.status();
+}
+
+absl::StatusOr<Sandbox::Exec> Sandbox::StartExec(const v1::ProcessSpec& process,
+                                                 const uint64_t* cursor) {
+  {
+    absl::MutexLock l(&mu_);
+    if (state_ != v1::SANDBOX_STATE_RUNNING) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sandbox ", id_, " is ", v1::SandboxState_Name(state_), ", not RUNNING"));
+    }
+  }
+  ASSIGN_OR_RETURN(StdioPair stdio, StdioPair::Make(process.tty()));
+  control::Request req;
+  *req.mutable_exec()->mutable_process() = process;
+  Exec e;
+  e.relay = std::make_unique<ProcessRelay>(&stdio, kInitLogBytes);
+  e.relay->log().Pin(cursor);
+  e.relay->Start();
+  ASSIGN_OR_RETURN(control::Response r,
+                   sentry_->process().Call(req, stdio.TheirFds(), kCallTimeout));
+  e.pid = r.exec_pid();
+  return e;
+}
+
+v1::ExitStatus Sandbox::WaitPid(int pid) {
+  control::Request req;
+  req.mutable_wait_pid()->set_pid(pid);
+  absl::StatusOr<control::Response> r = sentry_->process().Call(req);
+  if (r.ok()) return r->exit();
+  v1::ExitStatus exit;
+  exit.set_error(std::string(r.status().message()));
+  return exit;
+}
+
+v1::ExitStatus Sandbox::Destroy() {
+  bool started;
+  {
+    absl::MutexLock l(&mu_);
+    if (destroyed_) return exit_;
+    started = state_ != v1::SANDBOX_STATE_CREATED;
+  }
+  // The last word on unimplemented syscalls, while the Sentry still answers.
+  if (started) CollectMetrics();
+  {
+    absl::MutexLock l(&mu_);
+    destroyed_ = true;
+  }
+  SentryProcess& p = sentry_->process();
+  p.ExpectExit();
+  v1::ExitStatus killed;
+  killed.set_signal(SIGKILL);
+  if (!p.exited()) {
+    control::Request req;
+    req.mutable_destroy();
+    absl::StatusOr<control::Response> r = p.Call(req, {}, absl::Seconds(5));
+    if (r.ok() && started && r->has_exit()) killed = r->exit();
+    p.Kill();
+  }
+  if (waiter_.joinable()) waiter_.join();  // its Wait ends with the Sentry
+  Finish(killed, v1::SANDBOX_STATE_STOPPED);  // unless it had ended already
+  init_relay_->Stop();
+  v1::ExitStatus exit;
+  {
+    absl::MutexLock l(&mu_);
+    rootfs_.reset();
+    init_stdio_.theirs.clear();
+    exit = exit_;
+  }
+  if (metrics_ != nullptr) metrics_->RemoveSandbox(id_);
+  return exit;
+}
+
+v1::SandboxInfo Sandbox::Info(bool live) {
+  v1::SandboxInfo info;
+  info.set_id(id_);
+  info.add_sentry_pids(sentry_->process().pid());
+  const control::Hello& hello = sentry_->process().hello();
+  if (hello.sentry_pid() != 0 && hello.sentry_pid() != sentry_->process().pid()) {
+    info.add_sentry_pids(hello.sentry_pid());
+  }
+  bool running;
+  {
+    absl::MutexLock l(&mu_);
+    info.set_state(state_);
+    *info.mutable_spec() = spec_;
+    *info.mutable_timings() = timings_;
+    if (state_ == v1::SANDBOX_STATE_STOPPED || state_ == v1::SANDBOX_STATE_FAILED) {
+      *info.mutable_exit() = exit_;
+    }
+    running = state_ == v1::SANDBOX_STATE_RUNNING && !destroyed_;
+  }
+  v1::ResourceUsage* u = info.mutable_usage();
+  if (Cgroup* cg = sentry_->cgroup()) {
+    absl::StatusOr<CgroupUsage> cu = cg->Usage();
+    if (cu.ok()) {
+      u->set_memory_bytes(cu->memory_bytes);
+      u->set_memory_peak_bytes(cu->memory_peak_bytes);
+      *u->mutable_cpu_user() = ToProto(cu->cpu_user);
+      *u->mutable_cpu_system() = ToProto(cu->cpu_system);
+      u->set_pids(cu->pids);
+    }
+  }
+  if (live && running) {
+    control::Request req;
+    req.mutable_stats();
+    absl::StatusOr<control::Response> r =
+        sentry_->process().Call(req, {}, absl::Seconds(2));
+    if (r.ok()) {
+      const control::SentryStats& st = r->stats();
+      for (int pid : st.pids()) info.add_pids(pid);
+      // Without a cgroup, the Sentry's own accounting is what there is.
+      if (sentry_->cgroup() == nullptr) {
+        u->set_memory_bytes(st.memory_bytes());
+        *u->mutable_cpu_user() = ToProto(absl::Nanoseconds(st.cpu_user_nanos()));
+        *u->mutable_cpu_system() = ToProto(absl::Nanoseconds(st.cpu_system_nanos()));
+        u->set_pids(st.tasks());
+      }
+    }
+  }
+  return info;
+}
+
+void Sandbox::CollectMetrics() {
+  if (metrics_ == nullptr) return;
+  if (sentry_->process().exited()) return;
+  control::Request req;
+  req.mutable_stats();
+  absl::StatusOr<control::Response> r = sentry_->process().Call(req, {}, absl::Seconds(2));
+  if (r.ok()) {
+    absl::MutexLock l(&mu_);
+    for (const auto& [nr, count] : r->stats().unimplemented_syscalls()) {
+      uint64_t& seen = unimplemented_seen_[nr];
+      if (count > seen) metrics_->AddUnimplemented(static_cast<int>(nr), count - seen);
+      seen = count;
+    }
+  }
+  uint64_t mem = 0;
+  double cpu = 0;
+  if (Cgroup* cg = sentry_->cgroup()) {
+    absl::StatusOr<CgroupUsage> cu = cg->Usage();
+    if (cu.ok()) {
+      mem = cu->memory_bytes;
+      cpu = absl::ToDoubleSeconds(cu->cpu_user + cu->cpu_system);
+    }
+  } else if (r.ok()) {
+    mem = r->stats().memory_bytes();
+    cpu = (r->stats().cpu_user_nanos() + r->stats().cpu_system_nanos()) / 1e9;
+  }
+  absl::MutexLock l(&mu_);
+  if (!destroyed_) metrics_->SetSandboxUsage(id_, mem, cpu);
+}
+
+}  // namespace daemon
+}  // namespace sandboxd

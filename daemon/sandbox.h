@@ -1,0 +1,144 @@
+// One sandbox: its spec, its Sentry (with cgroup), the init program's
+// stdio and output log, and its state machine:
+//
+//   CREATED --Start/attach--> RUNNING --init exits--> STOPPED
+//      |                         |
+//      +------ Sentry dies ------+--> FAILED (exit.error says why)
+//
+// Destroy kills what is left and releases the Sentry; the object itself
+// lives on while a call still holds it (shared_ptr), with everything
+// released.
+//
+// Thread safety: every method may be called from any thread.
+// Lock order: Service::mu_ > Sandbox::mu_ > SentryProcess and OutputLog locks.
+#ifndef SANDBOXD_DAEMON_SANDBOX_H_
+#define SANDBOXD_DAEMON_SANDBOX_H_
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "base/unique_fd.h"
+#include "daemon/metrics.h"
+#include "daemon/pool.h"
+#include "daemon/relay.h"
+#include "proto/sandbox.pb.h"
+
+namespace sandboxd {
+namespace daemon {
+
+// Bytes of an init program's output kept for `logs`.
+inline constexpr size_t kInitLogBytes = 1 << 20;
+
+class Sandbox {
+ public:
+  struct Options {
+    std::string id;
+    v1::SandboxSpec spec;
+    std::unique_ptr<WarmSentry> sentry;
+    UniqueFd rootfs;  // O_PATH|O_DIRECTORY
+    bool pool_hit = false;
+    absl::Time created;
+    // The daemon's steps of Create so far (Timings.stages).
+    std::vector<std::pair<std::string, absl::Duration>> stages;
+    Metrics* metrics = nullptr;  // may be null
+    // Called (without locks held) after every state change.
+    std::function<void()> on_state_change;
+  };
+  static absl::StatusOr<std::shared_ptr<Sandbox>> Create(Options o);
+  ~Sandbox();
+
+  const std::string& id() const { return id_; }
+  const std::string& platform() const { return sentry_->platform(); }
+  v1::SandboxState state() const;
+  // Create's wall time, set once Create is done.
+  void SetCreateLatency(absl::Duration d);
+  // Appends a named, timed step to Timings.stages.
+  void AddStage(const std::string& name, absl::Duration d);
+
+  // CREATED -> RUNNING. FAILED_PRECONDITION in another state; the Sentry's
+  // error (e.g. NOT_FOUND for a missing program) makes the sandbox FAILED.
+  absl::Status Start();
+  // Takes the init program's stdio (CREATED only, once), pins `*cursor`
+  // on its output log (so the caller loses nothing), then starts it.
+  absl::StatusOr<ProcessRelay*> AttachAndStart(const uint64_t* cursor);
+  // The init program's stdio and output log (valid for the sandbox's life).
+  ProcessRelay& init_relay() { return *init_relay_; }
+
+  // Waits until the init program has exited (or the sandbox failed), or
+  // `deadline` passes (DEADLINE_EXCEEDED), or `cancelled` returns true
+  // (checked a few times a second; CANCELLED).
+  absl::StatusOr<v1::ExitStatus> AwaitExit(absl::Time deadline,
+                                           const std::function<bool()>& cancelled);
+
+  absl::Status Signal(int signal, bool all);
+
+  // Runs `process` in the RUNNING sandbox, with `*cursor` pinned on its
+  // output log; the caller relays its stdio and calls WaitPid.
+  struct Exec {
+    int pid;
+    std::unique_ptr<ProcessRelay> relay;
+  };
+  absl::StatusOr<Exec> StartExec(const v1::ProcessSpec& process, const uint64_t* cursor);
+  // How process `pid` ended; blocks until it has (or the Sentry is gone).
+  v1::ExitStatus WaitPid(int pid);
+
+  // Kills everything, releases the Sentry, cgroup and fds; returns how the
+  // init program ended (or was killed).
+  v1::ExitStatus Destroy();
+
+  // With `live`, asks the Sentry for its live processes and usage.
+  v1::SandboxInfo Info(bool live);
+  // Reports usage and new unimplemented-syscall counts to the metrics.
+  void CollectMetrics();
+
+ private:
+  explicit Sandbox(Options o);
+  absl::Status StartLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddStageLocked(const std::string& name, absl::Duration d)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WaitLoop();
+  // Records how the init program ended; the first report wins.
+  void Finish(v1::ExitStatus exit, v1::SandboxState state);
+  void OnSentryExit(bool crashed, const std::string& reason);
+  void Changed();
+
+  // Declared first: destroyed last (the Sentry's exit callback locks it).
+  mutable absl::Mutex mu_;
+  const std::string id_;
+  v1::SandboxSpec spec_;
+  Metrics* const metrics_;
+  const std::function<void()> on_state_change_;
+
+  v1::SandboxState state_ ABSL_GUARDED_BY(mu_) = v1::SANDBOX_STATE_CREATED;
+  v1::ExitStatus exit_ ABSL_GUARDED_BY(mu_);
+  bool destroyed_ ABSL_GUARDED_BY(mu_) = false;
+  bool attached_ ABSL_GUARDED_BY(mu_) = false;
+  v1::Timings timings_ ABSL_GUARDED_BY(mu_);
+  UniqueFd rootfs_ ABSL_GUARDED_BY(mu_);
+  StdioPair init_stdio_ ABSL_GUARDED_BY(mu_);  // only `theirs` until Start
+  // Last unimplemented-syscall counts reported, by number.
+  std::map<uint32_t, uint64_t> unimplemented_seen_ ABSL_GUARDED_BY(mu_);
+
+  std::unique_ptr<ProcessRelay> init_relay_;
+  std::thread waiter_;
+  // Destroyed first: its exit callback may still run while it is torn down.
+  std::unique_ptr<WarmSentry> sentry_;
+};
+
+// "NAME: want ..." checks of a spec, as INVALID_ARGUMENT naming the field.
+absl::Status ValidateProcessSpec(const v1::ProcessSpec& p, const std::string& field);
+
+}  // namespace daemon
+}  // namespace sandboxd
+
+#endif  // SANDBOXD_DAEMON_SANDBOX_H_

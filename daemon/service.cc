@@ -1,0 +1,489 @@
+#include "daemon/service.h"
+
+#include <fcntl.h>
+#include <signal.h>
+#include <unistd.h>
+
+#include <random>
+#include <utility>
+
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/synchronization/notification.h"
+#include "base/status_macros.h"
+#include "daemon/log.h"
+
+namespace sandboxd {
+namespace daemon {
+namespace {
+
+bool ValidId(const std::string& id) {
+  if (id.empty() || id.size() > 64) return false;
+  for (char c : id) {
+    if (!(isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '.' || c == '-')) {
+      return false;
+    }
+  }
+  return true;
+}
+
+std::string NewId() {
+  static std::mutex mu;
+  static std::mt19937_64 rng{std::random_device{}()};
+  std::lock_guard<std::mutex> l(mu);
+  return absl::StrCat(absl::Hex(rng() & 0xffffffffffffULL, absl::kZeroPad12));
+}
+
+absl::Status CheckId(const std::string& id) {
+  if (id.empty()) return absl::InvalidArgumentError("id: must not be empty");
+  return absl::OkStatus();
+}
+
+// Shared by Exec's two ends: the stream may be read by one thread and
+// written by another, but each side by one thread only.
+void WriteChunks(grpc::ServerReaderWriter<v1::ExecResponse, v1::ExecRequest>* stream,
+                 std::vector<OutputChunk>& chunks, bool* ok) {
+  for (OutputChunk& c : chunks) {
+    v1::ExecResponse r;
+    if (c.stream == OutputStream::kStdout) {
+      r.set_stdout(std::move(c.data));
+    } else {
+      r.set_stderr(std::move(c.data));
+    }
+    if (*ok && !stream->Write(r)) *ok = false;
+  }
+}
+
+}  // namespace
+
+grpc::Status ToGrpc(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+Service::Service(ServiceOptions options, Pool* pool, Metrics* metrics, bool have_cgroups)
+    : options_(std::move(options)), pool_(pool), metrics_(metrics), have_cgroups_(have_cgroups) {
+  if (metrics_ != nullptr) {
+    UpdateStateMetrics();
+    metrics_thread_ = std::thread([this] { MetricsLoop(); });
+  }
+}
+
+Service::~Service() {
+  {
+    absl::MutexLock l(&mu_);
+    stopping_ = true;
+  }
+  if (metrics_thread_.joinable()) metrics_thread_.join();
+  DestroyAll();
+}
+
+void Service::DestroyAll() {
+  std::map<std::string, std::shared_ptr<Sandbox>> all;
+  {
+    absl::MutexLock l(&mu_);
+    for (auto it = sandboxes_.begin(); it != sandboxes_.end();) {
+      if (it->second != nullptr) {
+        all.insert(*it);
+        it = sandboxes_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (auto& [id, s] : all) s->Destroy();
+  all.clear();
+  UpdateStateMetrics();
+}
+
+void Service::MetricsLoop() {
+  for (;;) {
+    std::vector<std::shared_ptr<Sandbox>> running;
+    {
+      absl::MutexLock l(&mu_);
+      auto stopping = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return stopping_; };
+      if (mu_.AwaitWithTimeout(absl::Condition(&stopping), options_.metrics_interval)) return;
+      for (auto& [id, s] : sandboxes_) {
+        if (s != nullptr) running.push_back(s);
+      }
+    }
+    for (auto& s : running) {
+      if (s->state() == v1::SANDBOX_STATE_RUNNING) s->CollectMetrics();
+    }
+  }
+}
+
+void Service::UpdateStateMetrics() {
+  if (metrics_ == nullptr) return;
+  std::map<v1::SandboxState, int64_t> counts;
+  {
+    absl::MutexLock l(&mu_);
+    for (auto& [id, s] : sandboxes_) {
+      if (s != nullptr) counts[s->state()]++;
+    }
+  }
+  const std::pair<v1::SandboxState, const char*> names[] = {
+      {v1::SANDBOX_STATE_CREATED, "created"}, {v1::SANDBOX_STATE_RUNNING, "running"},
+      {v1::SANDBOX_STATE_PAUSED, "paused"},   {v1::SANDBOX_STATE_STOPPED, "stopped"},
+      {v1::SANDBOX_STATE_FAILED, "failed"}};
+  for (const auto& [state, name] : names) metrics_->SetSandboxes(name, counts[state]);
+}
+
+absl::StatusOr<std::shared_ptr<Sandbox>> Service::Find(const std::string& id) {
+  RETURN_IF_ERROR(CheckId(id));
+  absl::MutexLock l(&mu_);
+  auto it = sandboxes_.find(id);
+  if (it == sandboxes_.end() || it->second == nullptr) {
+    return absl::NotFoundError(absl::StrCat("no sandbox with id \"", id, "\""));
+  }
+  return it->second;
+}
+
+absl::Status Service::CreateSandbox(const v1::CreateRequest& req, v1::CreateResponse* resp) {
+  const absl::Time begin = absl::Now();
+  // Each step of Create, named and timed (Timings.stages).
+  std::vector<std::pair<std::string, absl::Duration>> stages;
+  absl::Time step = begin;
+  auto stage = [&](const char* name) {
+    const absl::Time now = absl::Now();
+    stages.emplace_back(name, now - step);
+    step = now;
+  };
+  v1::SandboxSpec spec = req.spec();
+  // Validation first, field by field.
+  if (spec.rootfs().empty() || spec.rootfs()[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.rootfs: must be an absolute host path, got \"", spec.rootfs(), "\""));
+  }
+  RETURN_IF_ERROR(ValidateProcessSpec(spec.process(), "spec.process"));
+  if (spec.platform().empty()) spec.set_platform("systrap");
+  if (options_.platforms.count(spec.platform()) == 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.platform: unknown or unavailable platform \"", spec.platform(),
+                     "\" (this daemon offers: ", absl::StrJoin(options_.platforms, ", "), ")"));
+  }
+  if (!v1::NetworkMode_IsValid(spec.network())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.network: unknown network mode ", spec.network()));
+  }
+  if (spec.network() == v1::NETWORK_MODE_HOST) {
+    return absl::InvalidArgumentError(
+        "spec.network: NETWORK_MODE_HOST is not available (a warm Sentry lives in a "
+        "network namespace of its own)");
+  }
+  const v1::Limits& lim = spec.limits();
+  if (!have_cgroups_ && (lim.memory_bytes() || lim.cpu_millis() || lim.pids())) {
+    return absl::FailedPreconditionError(
+        "spec.limits: this daemon runs without cgroups, so it cannot enforce limits");
+  }
+  if (!req.id().empty() && !ValidId(req.id())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "id: want 1 to 64 of [a-zA-Z0-9_.-], got \"", req.id(), "\""));
+  }
+  stage("create.validate");
+  UniqueFd rootfs(open(spec.rootfs().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!rootfs.valid()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.rootfs: ", spec.rootfs(), ": ", strerror(errno)));
+  }
+  stage("create.open_rootfs");
+
+  // Reserve the id (a null entry), within the limit.
+  std::string id = req.id();
+  {
+    absl::MutexLock l(&mu_);
+    if (stopping_) return absl::UnavailableError("sandboxd is shutting down");
+    if (static_cast<int>(sandboxes_.size()) >= options_.max_sandboxes) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "this daemon already holds ", sandboxes_.size(),
+          " sandboxes (--max-sandboxes=", options_.max_sandboxes, "); destroy some first"));
+    }
+    if (id.empty()) {
+      do {
+        id = NewId();
+      } while (sandboxes_.count(id));
+    } else if (sandboxes_.count(id)) {
+      return absl::AlreadyExistsError(absl::StrCat("a sandbox with id \"", id, "\" exists"));
+    }
+    sandboxes_[id] = nullptr;
+  }
+  auto unreserve = absl::MakeCleanup([this, &id] {
+    absl::MutexLock l(&mu_);
+    auto it = sandboxes_.find(id);
+    if (it != sandboxes_.end() && it->second == nullptr) sandboxes_.erase(it);
+  });
+
+  bool hit = false;
+  absl::StatusOr<std::unique_ptr<WarmSentry>> warm = pool_->Take(spec.platform(), &hit);
+  if (!warm.ok()) return Annotate(warm.status(), "create");
+  stage(hit ? "create.pool_take" : "create.spawn_sentry");
+  if (Cgroup* cg = (*warm)->cgroup()) {
+    CgroupLimits cl;
+    cl.memory_bytes = lim.memory_bytes();
+    cl.cpu_millis = lim.cpu_millis();
+    cl.pids = lim.pids();
+    RETURN_IF_ERROR(Annotate(cg->SetLimits(cl), "spec.limits"));
+    stage("create.cgroup_limits");
+  }
+  Sandbox::Options o;
+  o.id = id;
+  o.spec = spec;
+  o.sentry = std::move(*warm);
+  o.rootfs = std::move(rootfs);
+  o.pool_hit = hit;
+  o.created = begin;
+  o.stages = std::move(stages);
+  o.metrics = metrics_;
+  o.on_state_change = [this] { UpdateStateMetrics(); };
+  const absl::Time before_stdio = absl::Now();
+  ASSIGN_OR_RETURN(std::shared_ptr<Sandbox> sandbox, Sandbox::Create(std::move(o)));
+  sandbox->AddStage("create.stdio", absl::Now() - before_stdio);
+  const absl::Duration latency = absl::Now() - begin;
+  sandbox->SetCreateLatency(latency);
+  {
+    absl::MutexLock l(&mu_);
+    sandboxes_[id] = sandbox;
+  }
+  if (metrics_ != nullptr) metrics_->ObserveCreate(hit, spec.platform(), latency);
+  UpdateStateMetrics();
+  resp->set_id(id);
+  *resp->mutable_info() = sandbox->Info(false);
+  return absl::OkStatus();
+}
+
+grpc::Status Service::Create(grpc::ServerContext*, const v1::CreateRequest* req,
+                             v1::CreateResponse* resp) {
+  return ToGrpc(CreateSandbox(*req, resp));
+}
+
+grpc::Status Service::Start(grpc::ServerContext*, const v1::StartRequest* req,
+                            v1::StartResponse*) {
+  absl::StatusOr<std::shared_ptr<Sandbox>> s = Find(req->id());
+  if (!s.ok()) return ToGrpc(s.status());
+  return ToGrpc((*s)->Start());
+}
+
+grpc::Status Service::Exec(grpc::ServerContext* ctx,
+                           grpc::ServerReaderWriter<v1::ExecResponse, v1::ExecRequest>* stream) {
+  return ToGrpc(ExecStream(ctx, stream));
+}
+
+absl::Status Service::ExecStream(
+    grpc::ServerContext* ctx,
+    grpc::ServerReaderWriter<v1::ExecResponse, v1::ExecRequest>* stream) {
+  v1::ExecRequest first;
+  if (!stream->Read(&first)) return absl::InvalidArgumentError("start: no first message");
+  if (!first.has_start()) {
+    return absl::InvalidArgumentError("start: the first message must carry start");
+  }
+  const v1::ExecRequest::Start& start = first.start();
+  ASSIGN_OR_RETURN(std::shared_ptr<Sandbox> sandbox, Find(start.id()));
+
+  ProcessRelay* relay = nullptr;
+  std::unique_ptr<ProcessRelay> exec_relay;
+  int pid = 0;
+  // Pinned on the process's output before it starts.
+  uint64_t cursor = 0;
+  if (start.target_case() == v1::ExecRequest::Start::kAttach && start.attach()) {
+    ASSIGN_OR_RETURN(relay, sandbox->AttachAndStart(&cursor));
+    pid = 1;
+  } else if (start.target_case() == v1::ExecRequest::Start::kProcess) {
+    RETURN_IF_ERROR(ValidateProcessSpec(start.process(), "start.process"));
+    ASSIGN_OR_RETURN(Sandbox::Exec e, sandbox->StartExec(start.process(), &cursor));
+    exec_relay = std::move(e.relay);
+    relay = exec_relay.get();
+    pid = e.pid;
+  } else {
+    return absl::InvalidArgumentError("start: want process or attach=true");
+  }
+
+  // How the process ends: the init's through the sandbox; an Exec'd one's
+  // through WaitPid, on its own thread since it blocks.
+  v1::ExitStatus exit;
+  std::thread waiter;
+  if (exec_relay != nullptr) {
+    waiter = std::thread([&] {
+      exit = sandbox->WaitPid(pid);
+      relay->ProcessExited();
+    });
+  }
+  auto cleanup = absl::MakeCleanup([&] {
+    relay->log().Unpin();
+    if (waiter.joinable()) waiter.join();
+  });
+
+  bool ok = true;
+  {
+    v1::ExecResponse r;
+    r.set_pid(pid);
+    ok = stream->Write(r);
+  }
+
+  // Client messages: stdin, resizes, close_stdin. Ends when the client
+  // half-closes or the call ends.
+  absl::Notification input_done;
+  std::thread input([&] {
+    v1::ExecRequest m;
+    bool closed = false;
+    while (stream->Read(&m)) {
+      if (m.has_resize()) {
+        (void)relay->Resize(m.resize().rows(), m.resize().cols());
+      } else if (m.msg_case() == v1::ExecRequest::kStdin && !closed) {
+        (void)relay->WriteStdin(m.stdin());
+      } else if (m.msg_case() == v1::ExecRequest::kCloseStdin && m.close_stdin()) {
+        relay->CloseStdin();
+        closed = true;
+      }
+    }
+    // A client that goes away leaves the program with stdin at its end.
+    relay->CloseStdin();
+    input_done.Notify();
+  });
+
+  // Output until it ends (or the client is gone: the program goes on).
+  for (;;) {
+    OutputLog::ReadResult r = relay->log().Read(&cursor, absl::Milliseconds(200));
+    WriteChunks(stream, r.chunks, &ok);
+    if (r.eof || !ok || ctx->IsCancelled()) break;
+  }
+  relay->log().Unpin();
+  if (exec_relay != nullptr) {
+    if (waiter.joinable()) waiter.join();
+  } else {
+    absl::StatusOr<v1::ExitStatus> e = sandbox->AwaitExit(
+        absl::InfiniteFuture(), [ctx] { return ctx->IsCancelled(); });
+    if (e.ok()) exit = *e;
+  }
+  if (ok && !ctx->IsCancelled()) {
+    v1::ExecResponse r;
+    *r.mutable_exit() = exit;
+    ok = stream->Write(r);
+  }
+  // The client half-closes once it has the exit status; one that does not
+  // is cut off.
+  if (!input_done.WaitForNotificationWithTimeout(absl::Seconds(1))) ctx->TryCancel();
+  input.join();
+  return absl::OkStatus();
+}
+
+grpc::Status Service::Wait(grpc::ServerContext* ctx, const v1::WaitRequest* req,
+                           v1::WaitResponse* resp) {
+  absl::StatusOr<std::shared_ptr<Sandbox>> s = Find(req->id());
+  if (!s.ok()) return ToGrpc(s.status());
+  const auto deadline = ctx->deadline();
+  absl::Time until = absl::InfiniteFuture();
+  if (deadline != std::chrono::system_clock::time_point::max()) {
+    until = absl::FromChrono(deadline);
+  }
+  absl::StatusOr<v1::ExitStatus> e =
+      (*s)->AwaitExit(until, [ctx] { return ctx->IsCancelled(); });
+  if (!e.ok()) return ToGrpc(e.status());
+  *resp->mutable_exit() = *e;
+  return grpc::Status::OK;
+}
+
+grpc::Status Service::Signal(grpc::ServerContext*, const v1::SignalRequest* req,
+                             v1::SignalResponse*) {
+  if (req->signal() < 1 || req->signal() > 64) {
+    return ToGrpc(absl::InvalidArgumentError(
+        absl::StrCat("signal: want a Linux signal number (1-64), got ", req->signal())));
+  }
+  absl::StatusOr<std::shared_ptr<Sandbox>> s = Find(req->id());
+  if (!s.ok()) return ToGrpc(s.status());
+  return ToGrpc((*s)->Signal(req->signal(), req->all()));
+}
+
+grpc::Status Service::Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest*,
+                                 v1::CheckpointResponse*) {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      "Checkpoint is not available yet: the daemon cannot checkpoint "
+                      "sandboxes until the checkpoint/restore issue lands");
+}
+
+grpc::Status Service::Restore(grpc::ServerContext*, const v1::RestoreRequest*,
+                              v1::RestoreResponse*) {
+  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
+                      "Restore is not available yet: the daemon cannot restore "
+                      "sandboxes until the checkpoint/restore issue lands");
+}
+
+grpc::Status Service::Destroy(grpc::ServerContext*, const v1::DestroyRequest* req,
+                              v1::DestroyResponse* resp) {
+  if (absl::Status s = CheckId(req->id()); !s.ok()) return ToGrpc(s);
+  std::shared_ptr<Sandbox> sandbox;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = sandboxes_.find(req->id());
+    if (it == sandboxes_.end() || it->second == nullptr) {
+      return ToGrpc(absl::NotFoundError(absl::StrCat("no sandbox with id \"", req->id(), "\"")));
+    }
+    sandbox = std::move(it->second);
+    sandboxes_.erase(it);
+  }
+  *resp->mutable_exit() = sandbox->Destroy();
+  sandbox.reset();
+  UpdateStateMetrics();
+  return grpc::Status::OK;
+}
+
+grpc::Status Service::List(grpc::ServerContext*, const v1::ListRequest* req,
+                           v1::ListResponse* resp) {
+  std::vector<std::shared_ptr<Sandbox>> all;
+  {
+    absl::MutexLock l(&mu_);
+    for (auto& [id, s] : sandboxes_) {
+      if (s != nullptr) all.push_back(s);
+    }
+  }
+  for (auto& s : all) {
+    v1::SandboxInfo info = s->Info(false);
+    bool match = true;
+    for (const auto& [k, v] : req->label_selector()) {
+      auto it = info.spec().labels().find(k);
+      if (it == info.spec().labels().end() || it->second != v) match = false;
+    }
+    if (match) *resp->add_sandboxes() = std::move(info);
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status Service::Get(grpc::ServerContext*, const v1::GetRequest* req,
+                          v1::GetResponse* resp) {
+  absl::StatusOr<std::shared_ptr<Sandbox>> s = Find(req->id());
+  if (!s.ok()) return ToGrpc(s.status());
+  *resp->mutable_info() = (*s)->Info(true);
+  return grpc::Status::OK;
+}
+
+grpc::Status Service::Logs(grpc::ServerContext* ctx, const v1::LogsRequest* req,
+                           grpc::ServerWriter<v1::LogsResponse>* writer) {
+  absl::StatusOr<std::shared_ptr<Sandbox>> s = Find(req->id());
+  if (!s.ok()) return ToGrpc(s.status());
+  OutputLog& log = (*s)->init_relay().log();
+  uint64_t cursor = 0;
+  // Without follow: what is there now.
+  const uint64_t end = log.end();
+  for (;;) {
+    OutputLog::ReadResult r =
+        log.Read(&cursor, req->follow() ? absl::Milliseconds(200) : absl::ZeroDuration());
+    uint64_t dropped = r.dropped;
+    for (OutputChunk& c : r.chunks) {
+      v1::LogsResponse m;
+      m.set_dropped_bytes(dropped);
+      dropped = 0;
+      if (c.stream == OutputStream::kStdout) {
+        m.set_stdout(std::move(c.data));
+      } else {
+        m.set_stderr(std::move(c.data));
+      }
+      if (!writer->Write(m)) return grpc::Status::OK;
+    }
+    if (r.eof || ctx->IsCancelled()) break;
+    if (!req->follow() && cursor >= end) break;
+  }
+  return grpc::Status::OK;
+}
+
+}  // namespace daemon
+}  // namespace sandboxd

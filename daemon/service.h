@@ -1,0 +1,89 @@
+// The gRPC service sandboxd.v1.Sandboxes (proto/sandbox.proto): request
+// validation, the table of sandboxes, and the streaming calls (Exec, Logs).
+//
+// Thread safety: gRPC calls the methods from its own threads, concurrently.
+// Lock order: Service::mu_ > Sandbox::mu_.
+#ifndef SANDBOXD_DAEMON_SERVICE_H_
+#define SANDBOXD_DAEMON_SERVICE_H_
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <thread>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "daemon/metrics.h"
+#include "daemon/pool.h"
+#include "daemon/sandbox.h"
+#include "proto/sandbox.grpc.pb.h"
+
+namespace sandboxd {
+namespace daemon {
+
+struct ServiceOptions {
+  // Platforms this daemon offers ("systrap", "kvm").
+  std::set<std::string> platforms = {"systrap"};
+  int max_sandboxes = 1000;
+  // How often usage and unimplemented syscalls are collected for metrics.
+  absl::Duration metrics_interval = absl::Seconds(5);
+};
+
+class Service final : public v1::Sandboxes::Service {
+ public:
+  // `pool` and `metrics` (may be null) outlive the service.
+  Service(ServiceOptions options, Pool* pool, Metrics* metrics, bool have_cgroups);
+  ~Service() override;  // DestroyAll()
+
+  // Destroys every sandbox (at shutdown).
+  void DestroyAll();
+
+  grpc::Status Create(grpc::ServerContext*, const v1::CreateRequest*,
+                      v1::CreateResponse*) override;
+  grpc::Status Start(grpc::ServerContext*, const v1::StartRequest*,
+                     v1::StartResponse*) override;
+  grpc::Status Exec(grpc::ServerContext*,
+                    grpc::ServerReaderWriter<v1::ExecResponse, v1::ExecRequest>*) override;
+  grpc::Status Wait(grpc::ServerContext*, const v1::WaitRequest*, v1::WaitResponse*) override;
+  grpc::Status Signal(grpc::ServerContext*, const v1::SignalRequest*,
+                      v1::SignalResponse*) override;
+  grpc::Status Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest*,
+                          v1::CheckpointResponse*) override;
+  grpc::Status Restore(grpc::ServerContext*, const v1::RestoreRequest*,
+                       v1::RestoreResponse*) override;
+  grpc::Status Destroy(grpc::ServerContext*, const v1::DestroyRequest*,
+                       v1::DestroyResponse*) override;
+  grpc::Status List(grpc::ServerContext*, const v1::ListRequest*, v1::ListResponse*) override;
+  grpc::Status Get(grpc::ServerContext*, const v1::GetRequest*, v1::GetResponse*) override;
+  grpc::Status Logs(grpc::ServerContext*, const v1::LogsRequest*,
+                    grpc::ServerWriter<v1::LogsResponse>*) override;
+
+ private:
+  absl::StatusOr<std::shared_ptr<Sandbox>> Find(const std::string& id);
+  absl::Status CreateSandbox(const v1::CreateRequest& req, v1::CreateResponse* resp);
+  absl::Status ExecStream(grpc::ServerContext* ctx,
+                          grpc::ServerReaderWriter<v1::ExecResponse, v1::ExecRequest>* stream);
+  void UpdateStateMetrics();
+  void MetricsLoop();
+
+  const ServiceOptions options_;
+  Pool* const pool_;
+  Metrics* const metrics_;
+  const bool have_cgroups_;
+
+  absl::Mutex mu_;
+  // A null entry is an id being created (reserved, counted in the limit).
+  std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread metrics_thread_;
+};
+
+// absl::Status -> grpc::Status (the codes share their numbers).
+grpc::Status ToGrpc(const absl::Status& s);
+
+}  // namespace daemon
+}  // namespace sandboxd
+
+#endif  // SANDBOXD_DAEMON_SERVICE_H_

@@ -1,0 +1,212 @@
+#!/usr/bin/env bash
+# sandboxctl_test.sh SANDBOXD SANDBOXCTL SENTRY
+#
+# sandboxctl against a real sandboxd (with that sentry) on
+# a private socket, state directory and cgroup parent:
+#   - no daemon: one line on stderr saying so and how to start it, exit 125
+#   - run --rm: output, exit status (42; 139 for SIGSEGV), nothing left over
+#   - run --rm of a missing program: 127 and one line on stderr
+#   - run -i (stdin), SANDBOXD_SOCKET, run -t under a real pty
+#   - create / start / wait / logs / ps (--json) / inspect / exec / kill / rm
+# Exits 77 (CTest: skipped) until the binaries exist.
+set -u
+if [ $# -ne 3 ]; then
+  echo "usage: $0 SANDBOXD SANDBOXCTL SENTRY" >&2
+  exit 2
+fi
+for b in "$@"; do
+  [ -x "$b" ] || { echo "SKIP: $b not built"; exit 77; }
+done
+SANDBOXD=$(readlink -f "$1")
+SANDBOXCTL=$(readlink -f "$2")
+SENTRY=$(readlink -f "$3")
+tmp=$(mktemp -d "${TMPDIR:-/tmp}/sandboxctl_test.XXXXXX")
+SOCK=$tmp/sandboxd.sock
+daemon_pid=
+cleanup() {
+  [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null && wait "$daemon_pid" 2>/dev/null
+  rm -rf "$tmp"
+}
+trap cleanup EXIT
+fails=0
+n=0
+
+# ctl ARGS...: runs sandboxctl with stdin from $IN (default /dev/null);
+# sets $status, $tmp/out, $tmp/err.
+IN=/dev/null
+ctl() {
+  timeout -k 5 120 "$SANDBOXCTL" --socket="$SOCK" "$@" <"$IN" >"$tmp/out" 2>"$tmp/err"
+  status=$?
+}
+check() { # check DESCRIPTION CONDITION...
+  local what=$1
+  shift
+  n=$((n + 1))
+  if "$@"; then
+    echo "ok $n - $what"
+  else
+    echo "not ok $n - $what"
+    echo "  status=$status"
+    echo "  stdout: $(head -c 400 "$tmp/out" | tr '\n' '|')"
+    echo "  stderr: $(head -c 400 "$tmp/err" | tr '\n' '|')"
+    fails=$((fails + 1))
+  fi
+}
+eq() { [ "$1" = "$2" ]; }
+lines() { wc -l <"$1" | tr -d ' '; }
+contains() { grep -q -- "$2" "$1"; }
+
+# No daemon yet.
+ctl run --rm -- /bin/true
+check "no daemon: exit 125" eq "$status" 125
+check "no daemon: exactly one line on stderr" eq "$(lines "$tmp/err")" 1
+check "no daemon: says how to start it" contains "$tmp/err" "sandboxd --socket=$SOCK"
+
+# TCP is served only with TLS and a bearer token: a self-signed certificate
+# for 127.0.0.1 and a token file readable by its owner only.
+tcp_args=()
+if command -v openssl >/dev/null &&
+  openssl req -x509 -newkey ec -pkeyopt ec_paramgen_curve:prime256v1 -nodes \
+    -keyout "$tmp/key.pem" -out "$tmp/cert.pem" -days 1 -subj /CN=localhost \
+    -addext subjectAltName=IP:127.0.0.1 2>"$tmp/openssl.log"; then
+  (umask 077 && echo "t0ken-$$" >"$tmp/token" && echo "wrong" >"$tmp/bad-token")
+  tcp_args=(--tcp=127.0.0.1:0 --tls-cert="$tmp/cert.pem" --tls-key="$tmp/key.pem"
+    --token-file="$tmp/token")
+fi
+"$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" --state-dir="$tmp/state" --pool-size=1 \
+  --cgroup-parent="sandboxctl-test-$$" "${tcp_args[@]}" 2>"$tmp/daemon.log" &
+daemon_pid=$!
+for _ in $(seq 1 200); do
+  [ -S "$SOCK" ] && "$SANDBOXCTL" --socket="$SOCK" ps >/dev/null 2>&1 && break
+  sleep 0.05
+done
+
+ctl run --rm -- /bin/echo hello world
+check "run --rm echo: exit 0" eq "$status" 0
+check "run --rm echo: output" eq "$(cat "$tmp/out")" "hello world"
+
+ctl run --rm -- /bin/sh -c 'echo out; echo err >&2; exit 42'
+check "run --rm: exit status 42" eq "$status" 42
+check "run --rm: stdout" eq "$(cat "$tmp/out")" "out"
+check "run --rm: stderr" eq "$(cat "$tmp/err")" "err"
+
+ctl run --rm -- /bin/sh -c 'kill -SEGV $$'
+check "run --rm: SIGSEGV gives 139" eq "$status" 139
+
+ctl run --rm -- /nonexistent/program
+check "run --rm missing program: exit 127" eq "$status" 127
+check "run --rm missing program: one line on stderr" eq "$(lines "$tmp/err")" 1
+check "run --rm missing program: nothing on stdout" eq "$(lines "$tmp/out")" 0
+
+seq 1 50000 >"$tmp/in"
+IN=$tmp/in ctl run --rm -i -- /usr/bin/wc -l
+check "run -i: stdin reaches the program" eq "$(tr -d ' ' <"$tmp/out")" 50000
+IN=$tmp/in ctl run --rm -- /usr/bin/wc -l
+check "run without -i: stdin is empty" eq "$(tr -d ' ' <"$tmp/out")" 0
+
+SANDBOXD_SOCKET=$SOCK timeout 60 "$SANDBOXCTL" run --rm -- /bin/echo via-env >"$tmp/out" 2>"$tmp/err"
+status=$?
+check "SANDBOXD_SOCKET names the socket" eq "$(cat "$tmp/out")" "via-env"
+
+ctl ps -q
+check "run --rm leaves no sandbox" eq "$(lines "$tmp/out")" 0
+
+if [ ${#tcp_args[@]} -gt 0 ]; then
+  port=$(sed -n 's/.* and tcp port \([0-9]*\).*/\1/p' "$tmp/daemon.log" | head -1)
+  tcp() {
+    timeout 60 "$SANDBOXCTL" --tcp="127.0.0.1:$port" --ca-cert="$tmp/cert.pem" "$@" \
+      </dev/null >"$tmp/out" 2>"$tmp/err"
+    status=$?
+  }
+  tcp --token-file="$tmp/token" run --rm -- /bin/echo over-tcp
+  check "TCP with TLS and the token: runs" eq "$(cat "$tmp/out")" "over-tcp"
+  tcp --token-file="$tmp/bad-token" run --rm -- /bin/echo over-tcp
+  check "TCP with a wrong token: refused (125)" eq "$status" 125
+  check "TCP with a wrong token: says why" contains "$tmp/err" "nauthenticated\|token"
+fi
+
+# Detached: create, start, wait, logs, ps, inspect, rm.
+ctl create --name=job1 --label=team=a -- /bin/sh -c 'echo logged; echo logged-err >&2; exit 3'
+check "create prints the id" eq "$(cat "$tmp/out")" "job1"
+ctl ps --json
+check "ps --json lists it as CREATED" contains "$tmp/out" '"state": "SANDBOX_STATE_CREATED"'
+ctl start job1
+check "start: exit 0" eq "$status" 0
+ctl wait job1
+check "wait: exits as the program did (3)" eq "$status" 3
+ctl logs -f job1
+check "logs: stdout kept" eq "$(cat "$tmp/out")" "logged"
+check "logs: stderr kept" eq "$(cat "$tmp/err")" "logged-err"
+ctl inspect job1
+check "inspect: JSON with the exit code" contains "$tmp/out" '"code": 3'
+ctl ps
+check "ps: a header and one sandbox" eq "$(lines "$tmp/out")" 2
+check "ps: state stopped" contains "$tmp/out" "stopped"
+ctl rm job1
+check "rm: exit 0" eq "$status" 0
+ctl inspect job1
+check "inspect after rm: error" eq "$status" 125
+check "inspect after rm: one line" eq "$(lines "$tmp/err")" 1
+
+# exec and kill in a running sandbox.
+ctl run -d --name=svc -- /bin/sleep 600
+check "run -d prints the id" eq "$(cat "$tmp/out")" "svc"
+ctl exec svc -- /bin/sh -c 'echo in-sandbox; exit 4'
+check "exec: output" eq "$(cat "$tmp/out")" "in-sandbox"
+check "exec: exit status" eq "$status" 4
+IN=$tmp/in ctl exec -i svc -- /usr/bin/tail -n 1
+check "exec -i: stdin" eq "$(cat "$tmp/out")" "50000"
+ctl rm svc
+check "rm of a running sandbox needs -f" eq "$status" 125
+ctl kill -s TERM svc
+check "kill -s TERM: exit 0" eq "$status" 0
+ctl wait svc
+check "wait after SIGTERM: 143" eq "$status" 143
+ctl rm -f svc
+check "rm -f: exit 0" eq "$status" 0
+
+ctl checkpoint nosuch "$tmp/img"
+check "checkpoint: an honest error" contains "$tmp/err" "not available"
+
+# -t with a real terminal: the program sees a tty of the local size.
+if command -v python3 >/dev/null; then
+  python3 - "$SANDBOXCTL" "$SOCK" >"$tmp/out" 2>"$tmp/err" <<'PY'
+import fcntl, os, pty, select, struct, sys, termios, time
+ctl, sock = sys.argv[1], sys.argv[2]
+pid, fd = pty.fork()
+if pid == 0:
+    fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 99, 0, 0))
+    os.execv(ctl, [ctl, "--socket=" + sock, "run", "--rm", "-t", "--",
+                   "/bin/sh", "-c", "stty size; test -t 0 && echo is-a-tty; exit 6"])
+out, start = b"", time.time()
+while time.time() - start < 60:
+    r, _, _ = select.select([fd], [], [], 0.2)
+    if not r:
+        continue
+    try:
+        data = os.read(fd, 4096)
+    except OSError:
+        break
+    if not data:
+        break
+    out += data
+_, status = os.waitpid(pid, 0)
+sys.stdout.write(out.decode(errors="replace").replace("\r\n", "\n"))
+sys.exit(os.WEXITSTATUS(status) if os.WIFEXITED(status) else 99)
+PY
+  status=$?
+  check "run -t: exit status" eq "$status" 6
+  check "run -t: the terminal's size" contains "$tmp/out" "33 99"
+  check "run -t: stdin is a tty" contains "$tmp/out" "is-a-tty"
+fi
+
+ctl ps -q
+check "nothing left at the end" eq "$(lines "$tmp/out")" 0
+
+echo "1..$n"
+if [ "$fails" -ne 0 ]; then
+  echo "$fails of $n checks failed; daemon log:"
+  tail -20 "$tmp/daemon.log"
+  exit 1
+fi
+exit 0

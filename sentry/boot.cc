@@ -16,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "platforms/kvm/kvm_platform.h"
+#include "platforms/kvm/vm.h"
 #include "platforms/systrap/systrap.h"
 #include "sentry/fs/devfs.h"
 #include "sentry/fs/file.h"
@@ -150,6 +151,11 @@ absl::StatusOr<Prewarmed> Prewarm(const PrewarmOptions& o, StageClock* clock) {
     use_tsc = use_tsc && vdso::HostTscUsable(&why_not);
   }
   clock->Mark("host_info");
+  // /dev/kvm is a host path: opened before isolation leaves only an empty
+  // root. Whether the platform works is still the probe's to say.
+  if (o.platform == "kvm" && o.isolate) {
+    RETURN_IF_ERROR(kvm::PreopenKvm());
+  }
   if (o.isolate) RETURN_IF_ERROR(o.isolate(clock));
   auto mf = mm::MemoryFile::Create();
   if (!mf.ok()) return Annotate(mf.status(), "memory file");

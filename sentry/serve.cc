@@ -104,8 +104,12 @@ absl::StatusOr<boot::Stdio> StdioFromFds(std::vector<UniqueFd>& fds,
 
 class Server {
  public:
-  Server(control::Channel ch, boot::Prewarmed pw, bool isolated)
-      : ch_(std::move(ch)), pw_(std::move(pw)), isolated_(isolated) {}
+  Server(control::Channel ch, boot::Prewarmed pw, bool isolated,
+         std::string platform)
+      : ch_(std::move(ch)),
+        pw_(std::move(pw)),
+        isolated_(isolated),
+        platform_(std::move(platform)) {}
 
   // Serves requests until Destroy or the channel's end; never returns.
   [[noreturn]] void Loop();
@@ -139,6 +143,7 @@ class Server {
   control::Channel ch_;
   std::optional<boot::Prewarmed> pw_;  // consumed by Start
   const bool isolated_;                 // in namespaces of its own
+  const std::string platform_;          // what Prewarm made: systrap or kvm
   // Lives until the process exits (boot.h); pending waits point into it.
   boot::Sandbox* sandbox_ = nullptr;
 };
@@ -153,9 +158,10 @@ void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
   }
   boot::StageClock clock;
   auto build = [&]() -> absl::StatusOr<boot::Sandbox*> {
-    if (!spec.platform().empty() && spec.platform() != "systrap") {
+    const std::string& want = spec.platform().empty() ? "systrap" : spec.platform();
+    if (want != platform_) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "platform ", spec.platform(), " is not this Sentry's (systrap)"));
+          "platform ", want, " is not this Sentry's (", platform_, ")"));
     }
     if (spec.network() == v1::NETWORK_MODE_HOST) {
       return absl::InvalidArgumentError(
@@ -406,7 +412,7 @@ int Serve(const Options& o) {
     return 125;
   }
   // Lives until _exit: request threads may outlive Loop's stack frame.
-  Server* server = new Server(std::move(ch), std::move(*pw), o.isolate);
+  Server* server = new Server(std::move(ch), std::move(*pw), o.isolate, o.platform);
   server->Loop();
 }
 

@@ -21,8 +21,23 @@ uint64_t MonotonicNs() {
   return static_cast<uint64_t>(ts.tv_sec) * 1000000000ull + ts.tv_nsec;
 }
 
+namespace {
+// /dev/kvm opened ahead of time by PreopenKvm (-1: not).
+int g_preopened_kvm = -1;
+}  // namespace
+
+absl::Status PreopenKvm() {
+  if (g_preopened_kvm >= 0) return absl::OkStatus();
+  int fd = open("/dev/kvm", O_RDWR | O_CLOEXEC);
+  if (fd < 0) return ErrnoStatus("opening /dev/kvm", errno);
+  g_preopened_kvm = fd;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<UniqueFd> OpenKvm() {
-  UniqueFd kvm(open("/dev/kvm", O_RDWR | O_CLOEXEC));
+  UniqueFd kvm(g_preopened_kvm >= 0
+                   ? fcntl(g_preopened_kvm, F_DUPFD_CLOEXEC, 0)
+                   : open("/dev/kvm", O_RDWR | O_CLOEXEC));
   if (!kvm.valid()) return ErrnoStatus("opening /dev/kvm", errno);
   const int api = ioctl(kvm.get(), KVM_GET_API_VERSION, 0);
   if (api != KVM_API_VERSION) {

@@ -48,6 +48,9 @@ uint64_t MonotonicNs();
 
 // Opens /dev/kvm and checks the API version.
 absl::StatusOr<UniqueFd> OpenKvm();
+// Opens /dev/kvm now, for OpenKvm to duplicate later: for a Sentry that
+// pivots into an empty root (sentry serve) before it makes its VM.
+absl::Status PreopenKvm();
 
 // One vCPU: its fd and its kvm_run area. Used by one thread at a time.
 class Vcpu {

@@ -198,8 +198,15 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
   } else {
     *first.mutable_start()->mutable_process() = process;
   }
-  const bool tty = attach ? false : process.tty();
-  (void)tty;
+  // The terminal's size goes with `start`, so that it is set before the
+  // program runs (an init created without a terminal ignores it).
+  {
+    uint32_t rows = 0, cols = 0;
+    if (io.get_size && io.get_size(&rows, &cols) && rows > 0 && cols > 0) {
+      first.mutable_start()->mutable_size()->set_rows(rows);
+      first.mutable_start()->mutable_size()->set_cols(cols);
+    }
+  }
   if (!stream->Write(first)) return Convert(stream->Finish());
 
   // One writer thread: the initial size, stdin, resizes, then close_stdin;

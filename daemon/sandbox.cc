@@ -116,7 +116,8 @@ absl::Status Sandbox::Start() {
   return s;
 }
 
-absl::StatusOr<ProcessRelay*> Sandbox::AttachAndStart(const uint64_t* cursor) {
+absl::StatusOr<ProcessRelay*> Sandbox::AttachAndStart(const uint64_t* cursor,
+                                                      const v1::ExecRequest::Resize& size) {
   absl::Status s;
   {
     absl::MutexLock l(&mu_);
@@ -126,6 +127,9 @@ absl::StatusOr<ProcessRelay*> Sandbox::AttachAndStart(const uint64_t* cursor) {
           v1::SandboxState_Name(state_), attached_ ? ", attached" : "", ")"));
     }
     attached_ = true;
+    if (size.rows() > 0 && size.cols() > 0) {
+      (void)init_relay_->Resize(size.rows(), size.cols());  // no terminal: nothing to size
+    }
     init_relay_->log().Pin(cursor);
     s = StartLocked();
     if (!s.ok()) init_relay_->log().Unpin();  // the caller's cursor goes away
@@ -260,7 +264,8 @@ absl::Status Sandbox::Signal(int signal, bool all) {
 }
 
 absl::StatusOr<Sandbox::Exec> Sandbox::StartExec(const v1::ProcessSpec& process,
-                                                 const uint64_t* cursor) {
+                                                 const uint64_t* cursor,
+                                                 const v1::ExecRequest::Resize& size) {
   {
     absl::MutexLock l(&mu_);
     if (state_ != v1::SANDBOX_STATE_RUNNING) {
@@ -273,6 +278,9 @@ absl::StatusOr<Sandbox::Exec> Sandbox::StartExec(const v1::ProcessSpec& process,
   *req.mutable_exec()->mutable_process() = process;
   Exec e;
   e.relay = std::make_unique<ProcessRelay>(&stdio, kInitLogBytes);
+  if (process.tty() && size.rows() > 0 && size.cols() > 0) {
+    RETURN_IF_ERROR(e.relay->Resize(size.rows(), size.cols()));
+  }
   e.relay->log().Pin(cursor);
   e.relay->Start();
   ASSIGN_OR_RETURN(control::Response r,

@@ -70,7 +70,9 @@ class Sandbox {
   absl::Status Start();
   // Takes the init program's stdio (CREATED only, once), pins `*cursor`
   // on its output log (so the caller loses nothing), then starts it.
-  absl::StatusOr<ProcessRelay*> AttachAndStart(const uint64_t* cursor);
+  // `size`: the terminal's size before the init starts (tty only; 0x0: keep).
+  absl::StatusOr<ProcessRelay*> AttachAndStart(const uint64_t* cursor,
+                                               const v1::ExecRequest::Resize& size = {});
   // The init program's stdio and output log (valid for the sandbox's life).
   ProcessRelay& init_relay() { return *init_relay_; }
 
@@ -88,7 +90,8 @@ class Sandbox {
     int pid;
     std::unique_ptr<ProcessRelay> relay;
   };
-  absl::StatusOr<Exec> StartExec(const v1::ProcessSpec& process, const uint64_t* cursor);
+  absl::StatusOr<Exec> StartExec(const v1::ProcessSpec& process, const uint64_t* cursor,
+                                 const v1::ExecRequest::Resize& size = {});
   // How process `pid` ended; blocks until it has (or the Sentry is gone).
   v1::ExitStatus WaitPid(int pid);
 

@@ -286,11 +286,11 @@ absl::Status Service::ExecStream(
   // Pinned on the process's output before it starts.
   uint64_t cursor = 0;
   if (start.target_case() == v1::ExecRequest::Start::kAttach && start.attach()) {
-    ASSIGN_OR_RETURN(relay, sandbox->AttachAndStart(&cursor));
+    ASSIGN_OR_RETURN(relay, sandbox->AttachAndStart(&cursor, start.size()));
     pid = 1;
   } else if (start.target_case() == v1::ExecRequest::Start::kProcess) {
     RETURN_IF_ERROR(ValidateProcessSpec(start.process(), "start.process"));
-    ASSIGN_OR_RETURN(Sandbox::Exec e, sandbox->StartExec(start.process(), &cursor));
+    ASSIGN_OR_RETURN(Sandbox::Exec e, sandbox->StartExec(start.process(), &cursor, start.size()));
     exec_relay = std::move(e.relay);
     relay = exec_relay.get();
     pid = e.pid;

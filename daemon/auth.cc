@@ -21,6 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
+#include "base/file_util.h"
 #include "base/status_macros.h"
 #include "base/unique_fd.h"
 
@@ -31,23 +32,6 @@ namespace {
 
 constexpr mode_t kSocketMode = 0660;
 constexpr absl::string_view kBearer = "Bearer ";
-
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoStatus(absl::StrCat("open ", path), errno);
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = read(fd.get(), buf, sizeof(buf));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus(absl::StrCat("read ", path), errno);
-    }
-    if (n == 0) break;
-    out.append(buf, n);
-  }
-  return out;
-}
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
   absl::StatusOr<std::string> pem = ReadWholeFile(path);

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "base/file_util.h"
 #include "base/status_macros.h"
 #include "base/unique_fd.h"
 
@@ -71,23 +72,6 @@ constexpr uint64_t kCpuPeriodUs = 100000;
 // The kernel refuses quotas under 1ms.
 constexpr uint64_t kMinCpuQuotaUs = 1000;
 
-absl::StatusOr<std::string> ReadFile(const std::string& path) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoStatus(absl::StrCat("open ", path), errno);
-  std::string out;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = read(fd.get(), buf, sizeof(buf));
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      return ErrnoStatus(absl::StrCat("read ", path), errno);
-    }
-    if (n == 0) break;
-    out.append(buf, n);
-  }
-  return out;
-}
-
 // Cgroup files take one value per write(2); a short write is an error.
 absl::Status WriteFile(const std::string& path, absl::string_view value) {
   UniqueFd fd(open(path.c_str(), O_WRONLY | O_CLOEXEC));
@@ -108,7 +92,7 @@ absl::Status WriteFile(const std::string& path, absl::string_view value) {
 bool Exists(const std::string& path) { return access(path.c_str(), F_OK) == 0; }
 
 absl::StatusOr<uint64_t> ReadU64(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
   absl::string_view v = absl::StripAsciiWhitespace(text);
   uint64_t n;
   if (!absl::SimpleAtoi(v, &n)) {
@@ -119,7 +103,7 @@ absl::StatusOr<uint64_t> ReadU64(const std::string& path) {
 
 // The value of `key` in a "key value" per line file (cpu.stat, cpuacct.stat).
 absl::StatusOr<uint64_t> ReadKeyed(const std::string& path, absl::string_view key) {
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
     std::pair<absl::string_view, absl::string_view> kv =
         absl::StrSplit(line, absl::MaxSplits(' ', 1));
@@ -131,7 +115,7 @@ absl::StatusOr<uint64_t> ReadKeyed(const std::string& path, absl::string_view ke
 
 // Numbers, one per line (cgroup.procs, tasks, cgroup.threads).
 absl::StatusOr<std::vector<pid_t>> ReadPids(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
   std::vector<pid_t> pids;
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
     int v;
@@ -174,7 +158,7 @@ struct Mounts {
 // Finds the cgroup mounts in a mountinfo file. The first mount of each v1
 // controller wins (later ones are bind mounts of the same hierarchy).
 absl::StatusOr<Mounts> ParseMountinfo(const std::string& path) {
-  ASSIGN_OR_RETURN(std::string text, ReadFile(path));
+  ASSIGN_OR_RETURN(std::string text, ReadWholeFile(path));
   Mounts m;
   std::set<std::string> seen;  // v1 controllers already placed
   for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
@@ -203,7 +187,7 @@ absl::StatusOr<Mounts> ParseMountinfo(const std::string& path) {
 
 // Controllers listed in a v2 cgroup.controllers / cgroup.subtree_control.
 std::vector<std::string> ReadControllerList(const std::string& path) {
-  absl::StatusOr<std::string> text = ReadFile(path);
+  absl::StatusOr<std::string> text = ReadWholeFile(path);
   if (!text.ok()) return {};
   return absl::StrSplit(absl::StripAsciiWhitespace(*text), ' ', absl::SkipEmpty());
 }
@@ -655,7 +639,7 @@ absl::Status Cgroup::KillAll(absl::Duration timeout) {
                         // v1: freezer.state goes FREEZING -> FROZEN;
                         // v2: cgroup.events says "frozen 1".
                         if (!v2) {
-                          ASSIGN_OR_RETURN(std::string st, ReadFile(freeze_file));
+                          ASSIGN_OR_RETURN(std::string st, ReadWholeFile(freeze_file));
                           return absl::StripAsciiWhitespace(st) == "FROZEN";
                         }
                         ASSIGN_OR_RETURN(uint64_t f,

@@ -106,21 +106,6 @@ absl::Status WriteFileAtomically(const std::string& path,
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return ErrnoStatus(absl::StrCat("opening ", path), errno);
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = read(fd.get(), buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(absl::StrCat("reading ", path), errno);
-    if (n == 0) break;
-    out.append(buf, n);
-  }
-  return out;
-}
-
 absl::Status WriteStateFile(const std::string& dir, const pb::State& state) {
   ASSIGN_OR_RETURN(std::string data, EncodeState(state));
   return WriteFileAtomically(dir + "/state.pb", data);

@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "base/file_util.h"  // ReadWholeFile, for the image's readers
 #include "absl/strings/string_view.h"
 #include "sentry/state/state.pb.h"
 
@@ -51,7 +52,6 @@ absl::StatusOr<pb::State> DecodeState(absl::string_view data,
 // a crash never leaves a half-written file under the final name).
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view data);
-absl::StatusOr<std::string> ReadWholeFile(const std::string& path);
 
 // <dir>/state.pb.
 absl::Status WriteStateFile(const std::string& dir, const pb::State& state);

@@ -322,7 +322,7 @@ absl::StatusOr<Sandbox::Loaded> Sandbox::Load(
                                   k.platform().MinUserAddress(),
                                   k.platform().MaxUserAddress());
   l.exe = vfs_->PathOf(vfs_->Root(), prog);
-  fs::InodeMappable exe(prog.dentry->inode(), l.exe);
+  auto exe = std::make_shared<fs::InodeMappable>(prog.dentry->inode(), l.exe);
   auto open_interp =
       [&](const std::string& path) -> absl::StatusOr<std::shared_ptr<mm::Mappable>> {
     fs::Location il;

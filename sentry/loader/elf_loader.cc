@@ -48,8 +48,9 @@ bool ReadAll(mm::Mappable& f, void* buf, size_t n, uint64_t off) {
 
 }  // namespace
 
-absl::StatusOr<LoadedImage> LoadElf(mm::Mappable& fd, mm::MM& mm,
-                                    bool as_interp) {
+absl::StatusOr<LoadedImage> LoadElf(std::shared_ptr<mm::Mappable> file,
+                                    mm::MM& mm, bool as_interp) {
+  mm::Mappable& fd = *file;
   Elf64_Ehdr eh;
   int64_t got = fd.ReadAt(&eh, sizeof(eh), 0);
   if (got < 0) return ErrnoStatus("reading the ELF header", static_cast<int>(-got));
@@ -135,59 +136,58 @@ absl::StatusOr<LoadedImage> LoadElf(mm::Mappable& fd, mm::MM& mm,
     return NoExec("segments outside the user address range");
   }
 
-  // 1. Map each segment's pages writable (pages shared with the previous
-  //    segment are already mapped), 2. copy the file bytes, 3. apply each
-  //    segment's protection; a page shared by two segments gets both.
-  uint64_t mapped_end = 0;
+  // Each segment as Linux's elf_load() maps it: the file's pages privately
+  // (demand-paged, and named by the file in /proc/[pid]/maps with their
+  // offsets), later segments over earlier ones where they share a page; the
+  // tail of the last file page zeroed if the segment is writable; the bss
+  // beyond it anonymous and read-write.
+  const platform::Prot any{true, true, true};
+  const uint64_t file_size = fd.Size();
   for (const Elf64_Phdr* p : loads) {
-    uint64_t start = std::max(PageDown(p->p_vaddr + bias), mapped_end);
-    uint64_t end = PageUp(p->p_vaddr + bias + p->p_memsz);
-    if (end > start) {
-      int64_t r = mm.Mmap(start, end - start, PROT_READ | PROT_WRITE,
-                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED);
+    if (p->p_offset > file_size || p->p_filesz > file_size - p->p_offset) {
+      return NoExec("truncated ELF segment");
+    }
+  }
+  for (const Elf64_Phdr* p : loads) {
+    const int prot = ProtOf(p->p_flags);
+    const uint64_t seg = p->p_vaddr + bias;
+    const uint64_t start = PageDown(seg);
+    const uint64_t file_end = seg + p->p_filesz;
+    uint64_t zero_from = start;
+    if (p->p_filesz > 0) {
+      int64_t r = mm.MmapFile(start, PageUp(file_end) - start, prot,
+                              MAP_PRIVATE | MAP_FIXED, file,
+                              PageDown(p->p_offset), any);
       if (r < 0) return FromErrno("mapping an ELF segment", r);
-      mapped_end = end;
-    }
-  }
-  std::vector<uint8_t> buf(1 << 20);
-  for (const Elf64_Phdr* p : loads) {
-    uint64_t done = 0;
-    while (done < p->p_filesz) {
-      uint64_t n = std::min<uint64_t>(buf.size(), p->p_filesz - done);
-      if (!ReadAll(fd, buf.data(), n, p->p_offset + done)) {
-        return NoExec("truncated ELF segment");
-      }
-      int64_t w = mm.CopyOut(p->p_vaddr + bias + done, buf.data(), n);
-      if (w != static_cast<int64_t>(n)) {
-        return FromErrno("copying an ELF segment", w < 0 ? w : -EFAULT);
-      }
-      done += n;
-    }
-  }
-  for (size_t i = 0; i < loads.size(); i++) {
-    const Elf64_Phdr* p = loads[i];
-    uint64_t start = PageDown(p->p_vaddr + bias);
-    uint64_t end = PageUp(p->p_vaddr + bias + p->p_memsz);
-    int prot = ProtOf(p->p_flags);
-    int64_t r = mm.Mprotect(start, end - start, prot);
-    if (r < 0) return FromErrno("protecting an ELF segment", r);
-    if (i > 0) {
-      const Elf64_Phdr* prev = loads[i - 1];
-      uint64_t prev_last = PageDown(prev->p_vaddr + bias + prev->p_memsz - 1);
-      if (prev_last == start) {
-        r = mm.Mprotect(start, kPage, prot | ProtOf(prev->p_flags));
-        if (r < 0) return FromErrno("protecting a shared ELF page", r);
+      zero_from = file_end;
+      if (p->p_memsz > p->p_filesz && (prot & PROT_WRITE) &&
+          PageUp(file_end) > file_end) {
+        static const uint8_t kZeros[kPage] = {};
+        uint64_t n = PageUp(file_end) - file_end;
+        if (mm.CopyOut(file_end, kZeros, n) != static_cast<int64_t>(n)) {
+          return FromErrno("zeroing the end of an ELF segment", -EFAULT);
+        }
       }
     }
+    const uint64_t bss = PageUp(zero_from);
+    const uint64_t end = PageUp(seg + p->p_memsz);
+    if (end > bss) {
+      int64_t r = mm.Mmap(bss, end - bss,
+                          PROT_READ | PROT_WRITE | (prot & PROT_EXEC),
+                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED);
+      if (r < 0) return FromErrno("mapping an ELF segment's bss", r);
+    }
   }
-
-  // /proc/[pid]/maps names the file's pages by the file (the bss past
-  // them stays anonymous, as on Linux).
-  const std::string name = fd.Name();
-  for (const Elf64_Phdr* p : loads) {
-    uint64_t start = PageDown(p->p_vaddr + bias);
-    uint64_t end = PageUp(p->p_vaddr + bias + p->p_filesz);
-    if (end > start && !name.empty()) mm.SetName(start, end - start, name);
+  // An interpreter's reservation keeps only its segments: the holes between
+  // them are unmapped, as Linux leaves them.
+  if (as_interp) {
+    uint64_t prev_end = lo + bias;
+    for (const Elf64_Phdr* p : loads) {
+      uint64_t start = PageDown(p->p_vaddr + bias);
+      if (start > prev_end) mm.Munmap(prev_end, start - prev_end);
+      prev_end = std::max(prev_end, PageUp(p->p_vaddr + bias + p->p_memsz));
+    }
+    if (hi + bias > prev_end) mm.Munmap(prev_end, hi + bias - prev_end);
   }
 
   LoadedImage img;
@@ -212,16 +212,17 @@ absl::StatusOr<LoadedImage> LoadElf(mm::Mappable& fd, mm::MM& mm,
   return img;
 }
 
-absl::StatusOr<LoadedImage> LoadProgram(mm::Mappable& file, mm::MM& mm,
+absl::StatusOr<LoadedImage> LoadProgram(std::shared_ptr<mm::Mappable> file,
+                                        mm::MM& mm,
                                         const InterpOpener& open_interp) {
-  ASSIGN_OR_RETURN(LoadedImage img, LoadElf(file, mm));
+  ASSIGN_OR_RETURN(LoadedImage img, LoadElf(std::move(file), mm));
   if (img.interp.empty()) return img;
   absl::StatusOr<std::shared_ptr<mm::Mappable>> interp = open_interp(img.interp);
   if (!interp.ok()) {
     return Annotate(interp.status(),
                     absl::StrCat("opening the interpreter ", img.interp));
   }
-  absl::StatusOr<LoadedImage> li = LoadElf(**interp, mm, /*as_interp=*/true);
+  absl::StatusOr<LoadedImage> li = LoadElf(*interp, mm, /*as_interp=*/true);
   if (!li.ok()) {
     return Annotate(li.status(),
                     absl::StrCat("loading the interpreter ", img.interp));

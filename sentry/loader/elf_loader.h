@@ -37,14 +37,15 @@ inline constexpr uint64_t kPieBase = 0x555555554000ull;
 // (ET_EXEC at its addresses, ET_DYN at kPieBase) or, with as_interp, an
 // interpreter (ET_DYN placed where mmap would put it). Errors carry Linux's
 // errno in the message: kInvalidArgument for ENOEXEC.
-absl::StatusOr<LoadedImage> LoadElf(mm::Mappable& file, mm::MM& mm,
-                                    bool as_interp = false);
+absl::StatusOr<LoadedImage> LoadElf(std::shared_ptr<mm::Mappable> file,
+                                    mm::MM& mm, bool as_interp = false);
 
 // Loads `file` and, for a dynamic program, its interpreter, which
 // `open_interp` opens by path (in the sandbox's filesystem).
 using InterpOpener =
     std::function<absl::StatusOr<std::shared_ptr<mm::Mappable>>(const std::string&)>;
-absl::StatusOr<LoadedImage> LoadProgram(mm::Mappable& file, mm::MM& mm,
+absl::StatusOr<LoadedImage> LoadProgram(std::shared_ptr<mm::Mappable> file,
+                                        mm::MM& mm,
                                         const InterpOpener& open_interp);
 
 // Linux's limit on argv + envp: a quarter of the default 8 MiB stack.

@@ -187,7 +187,8 @@ int64_t DoExecve(Task& t, int64_t dirfd, uint64_t path_addr, uint64_t argv_addr,
   auto mm = std::make_shared<mm::MM>(&t.kernel().memory_file(), std::move(*as),
                                      t.kernel().platform().MinUserAddress(),
                                      t.kernel().platform().MaxUserAddress());
-  fs::InodeMappable exe(loc.dentry->inode(), vfs.PathOf(ctx.root(), loc));
+  auto exe = std::make_shared<fs::InodeMappable>(loc.dentry->inode(),
+                                                 vfs.PathOf(ctx.root(), loc));
   auto open_interp =
       [&](const std::string& p) -> absl::StatusOr<std::shared_ptr<mm::Mappable>> {
     fs::Location l;

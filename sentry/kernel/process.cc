@@ -250,6 +250,7 @@ absl::StatusOr<Task*> Kernel::CreateProcess(Task& parent,
   task->cpu_ = cpu;
   task->mask_.store(parent.signal_mask());
   task->altstack_ = parent.altstack_;
+  task->mempolicy = parent.mempolicy;
   Task* t = task.get();
   g->AddTask(t);
   groups_[tid] = g;

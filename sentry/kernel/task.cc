@@ -615,6 +615,7 @@ absl::StatusOr<Task*> Kernel::CreateThread(Task& parent,
   // A new thread inherits the signal mask; its alternate stack is cleared
   // (clone with CLONE_VM).
   task->mask_.store(parent.signal_mask());
+  task->mempolicy = parent.mempolicy;
   Task* t = task.get();
   parent.group().AddTask(t);
   tasks_[tid] = std::move(task);

@@ -291,6 +291,17 @@ class Task : public fs::Blocker, public std::enable_shared_from_this<Task> {
   // leader, whose name is the group's comm); empty: the group's comm.
   // Guarded by Kernel::mu_.
   std::string thread_comm;
+  // set_mempolicy(2)'s policy for this thread: mode 0 (MPOL_DEFAULT) with
+  // no nodes unless set. The sandbox has one node, node 0. `nodes` is the
+  // mask as the program gave it (kept for MPOL_F_STATIC_NODES and
+  // MPOL_F_RELATIVE_NODES, which report it back). Touched by the thread
+  // itself, and by clone and the state saver while it is in a syscall.
+  struct MemPolicy {
+    int mode = 0;
+    int flags = 0;
+    uint64_t nodes = 0;
+  };
+  MemPolicy mempolicy;
   ThreadGroup& group() { return *tg_; }
   const std::shared_ptr<ThreadGroup>& group_ptr() const { return tg_; }
   Kernel& kernel() { return *kernel_; }

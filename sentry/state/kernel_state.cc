@@ -256,6 +256,9 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
         {
           absl::MutexLock l(&t.kernel_->mu_);
           r->set_thread_comm(t.thread_comm);
+          r->set_mempolicy_mode(t.mempolicy.mode);
+          r->set_mempolicy_flags(t.mempolicy.flags);
+          r->set_mempolicy_nodes(t.mempolicy.nodes);
         }
 
         platform::CpuState cpu = t.cpu_;
@@ -628,6 +631,8 @@ absl::StatusOr<std::shared_ptr<Task>> KernelState::LoadTask(Loader& l,
         g->AddTask(t.get());
         absl::MutexLock lock(&k.mu_);
         t->thread_comm = r.thread_comm();
+        t->mempolicy = {r.mempolicy_mode(), r.mempolicy_flags(),
+                        r.mempolicy_nodes()};
         if (!k.tasks_.emplace(r.tid(), t).second) {
           return absl::InvalidArgumentError(
               absl::StrCat("tid ", r.tid(), " twice"));

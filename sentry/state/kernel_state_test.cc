@@ -230,6 +230,7 @@ TEST_F(KernelStateTest, TasksGroupsSignalsTimersRoundTrip) {
     g.child_subreaper = true;
     thread->thread_comm = "worker";
   });
+  thread->mempolicy = {2, 1 << 15, 3};  // MPOL_BIND|MPOL_F_STATIC_NODES, {0,1}
   g.no_new_privs.store(true);
   g.cap_bset.store(0x1234);
   kernel::SigAction act{0x401000, SA_RESTART | 0x04000000, 0x401100,
@@ -303,6 +304,9 @@ TEST_F(KernelStateTest, TasksGroupsSignalsTimersRoundTrip) {
   EXPECT_EQ(g2.GetLimit(RLIMIT_NOFILE).rlim_max, 200u);
   // Thread state.
   EXPECT_EQ(thread2->thread_comm, "worker");
+  EXPECT_EQ(thread2->mempolicy.mode, 2);
+  EXPECT_EQ(thread2->mempolicy.flags, 1 << 15);
+  EXPECT_EQ(thread2->mempolicy.nodes, 3u);
   EXPECT_EQ(thread2->signal_mask(), kernel::SigBit(SIGUSR2));
   EXPECT_EQ(thread2->signal_stack().sp, 0x500000u);
   EXPECT_EQ(thread2->signal_stack().size, 8192u);

@@ -1,5 +1,5 @@
-// prctl(2), capget(2), and the advice calls that change nothing a program can observe
-// here: fadvise64 and the NUMA memory policy (one node).
+// prctl(2), capget(2), and fadvise64(2), advice that changes nothing a
+// program can observe here.
 //
 // prctl options that Linux has and the Sentry does not implement return
 // EINVAL (Linux's answer to an option it does not know) and are counted as
@@ -173,55 +173,12 @@ int64_t SysFadvise64(Task& t, const SyscallArgs& a) {
   return 0;
 }
 
-// One NUMA node (node 0) and only the default policy.
-constexpr int kMpolDefault = 0;
-constexpr uint64_t kMpolFNode = 1, kMpolFAddr = 2, kMpolFMemsAllowed = 4;
-
-int64_t SysGetMempolicy(Task& t, const SyscallArgs& a) {
-  const uint64_t flags = a.a[4];
-  if (flags & ~(kMpolFNode | kMpolFAddr | kMpolFMemsAllowed)) return -EINVAL;
-  if ((flags & kMpolFMemsAllowed) && (flags & (kMpolFNode | kMpolFAddr))) {
-    return -EINVAL;
-  }
-  const uint64_t maxnode = a.a[2];
-  if (a.a[1] != 0) {
-    if (maxnode < 1) return -EINVAL;
-    uint64_t mask = 1;  // node 0
-    uint64_t bytes = std::min<uint64_t>((maxnode + 63) / 64 * 8, 64);
-    char buf[64] = {0};
-    memcpy(buf, &mask, sizeof(mask));
-    if (t.mm().CopyOut(a.a[1], buf, bytes) != static_cast<int64_t>(bytes)) {
-      return -EFAULT;
-    }
-  }
-  if (a.a[0] != 0) {
-    int mode = kMpolDefault;  // MPOL_F_NODE: the node, which is 0 too
-    if (t.mm().CopyOut(a.a[0], &mode, sizeof(mode)) != sizeof(mode)) return -EFAULT;
-  }
-  return 0;
-}
-
-int64_t SysSetMempolicy(Task& t, const SyscallArgs& a) {
-  // MPOL_DEFAULT with no nodes is what there is; anything else would
-  // promise a placement that one node cannot give differently: accepted
-  // only for node 0 (a nodemask of 1), as Linux does on a one-node host.
-  const int mode = static_cast<int>(a.a[0] & 0xffff);
-  if (mode == kMpolDefault) return a.a[1] == 0 ? 0 : -EINVAL;
-  if (mode < 0 || mode > 6) return -EINVAL;
-  if (a.a[1] == 0) return mode == 1 /* MPOL_PREFERRED: local */ ? 0 : -EINVAL;
-  uint64_t mask = 0;
-  if (t.mm().CopyIn(a.a[1], &mask, sizeof(mask)) != sizeof(mask)) return -EFAULT;
-  return (mask & 1) != 0 ? 0 : -EINVAL;
-}
-
 }  // namespace
 
 void RegisterPrctl(Entry* table) {
   table[SYS_prctl] = {SysPrctl, "prctl"};
   table[SYS_capget] = {SysCapget, "capget"};
   table[SYS_fadvise64] = {SysFadvise64, "fadvise64"};
-  table[SYS_get_mempolicy] = {SysGetMempolicy, "get_mempolicy"};
-  table[SYS_set_mempolicy] = {SysSetMempolicy, "set_mempolicy"};
 }
 
 }  // namespace sandboxd::syscalls

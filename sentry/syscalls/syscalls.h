@@ -48,6 +48,7 @@ void RegisterSignal(Entry* table);
 void RegisterInfo(Entry* table);
 void RegisterMount(Entry* table);
 void RegisterPrctl(Entry* table);
+void RegisterMempolicy(Entry* table);
 void RegisterSplice(Entry* table);
 void RegisterMemfd(Entry* table);
 void RegisterInotify(Entry* table);

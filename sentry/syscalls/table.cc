@@ -20,6 +20,7 @@ Table::Table() {
   RegisterInfo(table_);
   RegisterMount(table_);
   RegisterPrctl(table_);
+  RegisterMempolicy(table_);
   RegisterSplice(table_);
   RegisterMemfd(table_);
   RegisterInotify(table_);

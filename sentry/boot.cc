@@ -234,6 +234,10 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(Prewarmed pw,
   kopts.max_tasks = lim.pids;
   kopts.max_cpus = cpus;
   kopts.memory_limit = lim.memory_bytes;
+  kopts.total_ram = lim.memory_bytes != 0 && (pw.host.mem_total == 0 ||
+                                              lim.memory_bytes < pw.host.mem_total)
+                        ? lim.memory_bytes
+                        : pw.host.mem_total;
   sb->kernel_ = std::make_unique<kernel::Kernel>(
       std::move(pw.memfile), std::move(pw.platform), &sb->table_, kopts);
   kernel::Kernel& k = *sb->kernel_;
@@ -252,7 +256,9 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(Prewarmed pw,
   // the memory file that takes every write.
   auto lower = fs::hostfs::NewRoot(std::move(config.rootfs), kRootfsDev);
   if (!lower.ok()) return Annotate(lower.status(), "rootfs");
-  fs::TmpFsOptions upper_opts;
+  // Writes to the root take the memory file's pages: the upper layer is
+  // sized as a tmpfs mounted without options would be.
+  fs::TmpFsOptions upper_opts = fs::DefaultTmpFsOptions(kopts.total_ram);
   upper_opts.dev = kUpperDev;
   upper_opts.root_mode = 0755;
   sb->upper_ = std::make_unique<fs::TmpFs>(memfile, upper_opts);
@@ -419,7 +425,8 @@ absl::Status Sandbox::MountDev() {
   fs::FsContext ctx(root, root);
   r = vfs.Resolve(ctx, root, "/dev/shm", true, &shm);
   if (r < 0) return SetupError("mounting /dev/shm: looking up /dev/shm", -r);
-  fs::TmpFsOptions shm_opts;
+  fs::TmpFsOptions shm_opts =
+      fs::DefaultTmpFsOptions(kernel_->options().total_ram);
   shm_opts.dev = kShmDev;
   shm_opts.root_mode = 01777;
   shm_ = std::make_unique<fs::TmpFs>(&kernel_->memory_file(), shm_opts);

@@ -113,8 +113,11 @@ int OverlayInode::GetAttr(Attr* out) {
 }
 
 int OverlayInode::StatFs(struct statfs* out) {
-  // Space and inodes are the upper layer's: that is where writes go.
-  return fs_->root_->upper()->StatFs(out);
+  // Space and inodes are the upper layer's: that is where writes go. The
+  // type is overlayfs's, as Linux's ovl_statfs() reports it.
+  int r = fs_->root_->upper()->StatFs(out);
+  if (r == 0) out->f_type = kOverlayFsMagic;
+  return r;
 }
 
 int OverlayInode::CopyUp(bool with_data) {

@@ -28,6 +28,9 @@ namespace sandboxd::fs {
 
 class OverlayInode;
 
+// OVERLAYFS_SUPER_MAGIC (linux/magic.h): statfs(2)'s f_type of an overlay.
+inline constexpr uint32_t kOverlayFsMagic = 0x794c7630;
+
 class OverlayFs {
  public:
   // `upper_root` must be an empty writable directory; `lower_root` any

@@ -90,6 +90,14 @@ void TmpFsSuperblock::ReleaseInode() {
   inodes_used_.fetch_sub(1, std::memory_order_relaxed);
 }
 
+TmpFsOptions DefaultTmpFsOptions(uint64_t total_ram) {
+  TmpFsOptions o;
+  const uint64_t half_pages = total_ram / kPageSize / 2;
+  o.size_limit = half_pages * kPageSize;
+  o.inode_limit = half_pages;
+  return o;
+}
+
 void TmpFsSuperblock::FillStatFs(struct statfs* out) const {
   std::memset(out, 0, sizeof(*out));
   out->f_type = kTmpfsMagic;

@@ -68,6 +68,12 @@ struct TmpFsOptions {
   uint32_t root_gid = 0;
 };
 
+// The options of a tmpfs mounted without size= or nr_inodes=, sized as
+// Linux sizes one: half of the memory (`total_ram`: what the sandbox's
+// /proc/meminfo calls MemTotal) and as many inodes as half of its pages.
+// total_ram 0: unlimited.
+TmpFsOptions DefaultTmpFsOptions(uint64_t total_ram);
+
 // State shared by all inodes of one tmpfs mount. Thread-safe.
 class TmpFsSuperblock {
  public:

@@ -541,6 +541,9 @@ struct KernelOptions {
   uint64_t max_tasks = 0;     // clone/fork beyond this many tasks: EAGAIN
   int max_cpus = 0;           // sched_getaffinity shows at most this many
   uint64_t memory_limit = 0;  // sysinfo's totalram (bytes)
+  // The memory the sandbox sees (its limit, or the host's): what a tmpfs
+  // mounted without size= takes half of. 0: such a tmpfs is unlimited.
+  uint64_t total_ram = 0;
 };
 
 class Kernel {

@@ -55,7 +55,8 @@ bool ParseNumber(const std::string& v, uint64_t* out) {
 
 // tmpfs's options: size=, nr_inodes=, mode=, uid=, gid=. Unknown options
 // are EINVAL, as Linux's tmpfs says.
-int64_t ParseTmpfsOptions(const std::string& data, fs::TmpFsOptions* o) {
+int64_t ParseTmpfsOptions(const std::string& data, uint64_t total_ram,
+                          fs::TmpFsOptions* o) {
   for (absl::string_view opt : absl::StrSplit(data, ',', absl::SkipEmpty())) {
     std::string key(opt), value;
     if (size_t eq = key.find('='); eq != std::string::npos) {
@@ -63,7 +64,15 @@ int64_t ParseTmpfsOptions(const std::string& data, fs::TmpFsOptions* o) {
       key.resize(eq);
     }
     uint64_t n = 0;
-    if (key == "size") {
+    if (key == "size" && !value.empty() && value.back() == '%') {
+      // A share of the memory, in pages, as Linux's shmem_parse_one().
+      uint64_t pct;
+      if (!absl::SimpleAtoi(value.substr(0, value.size() - 1), &pct) ||
+          pct > UINT64_MAX / (total_ram / kPage + 1)) {
+        return -EINVAL;
+      }
+      o->size_limit = (total_ram / kPage * pct + 99) / 100 * kPage;
+    } else if (key == "size") {
       if (!ParseNumber(value, &n) || n > UINT64_MAX - kPage) return -EINVAL;
       o->size_limit = (n + kPage - 1) / kPage * kPage;
     } else if (key == "nr_inodes") {
@@ -125,12 +134,13 @@ int64_t SysMount(Task& t, const SyscallArgs& a) {
   if (a.a[0] != 0) {
     if (int64_t r = ReadPath(t, a.a[0], &source); r < 0) return r;
   }
-  fs::TmpFsOptions opts;
+  const uint64_t total_ram = t.kernel().options().total_ram;
+  fs::TmpFsOptions opts = fs::DefaultTmpFsOptions(total_ram);
   opts.root_mode = 01777;
   if (a.a[4] != 0) {
     std::string data;
     if (int64_t r = ReadPath(t, a.a[4], &data); r < 0) return r;
-    if (int64_t r = ParseTmpfsOptions(data, &opts); r < 0) return r;
+    if (int64_t r = ParseTmpfsOptions(data, total_ram, &opts); r < 0) return r;
   }
   if (where.inode().Type() != S_IFDIR) return -ENOTDIR;
   opts.dev = next_tmpfs_dev.fetch_add(1);

@@ -35,6 +35,19 @@ static int in_mounts(const char *dir) {
   return found;
 }
 
+/* MemTotal of /proc/meminfo, in kB. */
+static unsigned long long mem_total_kb(void) {
+  FILE* f = fopen("/proc/meminfo", "r");
+  if (f == NULL) return 0;
+  unsigned long long kb = 0;
+  char line[256];
+  while (fgets(line, sizeof(line), f) != NULL) {
+    if (sscanf(line, "MemTotal: %llu kB", &kb) == 1) break;
+  }
+  fclose(f);
+  return kb;
+}
+
 int main(void) {
   /* Natively: a mount namespace of our own (a no-op failure in the
    * sandbox, which has one namespace and is the program's own). */
@@ -97,11 +110,24 @@ int main(void) {
 
   /* Lazy detach: an open file keeps working. */
   CHECK("mount again", mount("none", dir, "tmpfs", 0, NULL) == 0);
+  /* Without size=, a tmpfs is half of MemTotal, with as many inodes as
+   * half of its pages; size=25% a quarter. */
+  unsigned long long mem_kb = mem_total_kb();
+  CHECK("statfs: no size= is half of MemTotal",
+        statfs(dir, &sf) == 0 && mem_kb > 0 &&
+            (unsigned long long)sf.f_blocks == mem_kb / 4 / 2 &&
+            sf.f_bfree == sf.f_blocks && sf.f_bavail == sf.f_blocks &&
+            (unsigned long long)sf.f_files == mem_kb / 4 / 2);
   fd = open(file, O_CREAT | O_RDWR, 0644);
   CHECK("umount2 MNT_DETACH with a file open", fd >= 0 && umount2(dir, MNT_DETACH) == 0);
   CHECK("the open file still works", write(fd, "abc", 3) == 3 && pread(fd, buf, 3, 0) == 3);
   CHECK("but the path is the directory below", access(file, F_OK) == -1 && errno == ENOENT);
   close(fd);
+
+  CHECK("size=25%", mount("q", dir, "tmpfs", 0, "size=25%") == 0 &&
+                        statfs(dir, &sf) == 0 &&
+                        (unsigned long long)sf.f_blocks == (mem_kb / 4 * 25 + 99) / 100);
+  CHECK("umount size=25%", umount2(dir, 0) == 0);
 
   /* Stacked mounts come off one at a time. */
   CHECK("mount twice on one directory", mount("a", dir, "tmpfs", 0, "mode=0701") == 0 &&

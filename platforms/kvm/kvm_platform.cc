@@ -1,8 +1,11 @@
 #include "platforms/kvm/kvm_platform.h"
 
+#include <linux/membarrier.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -28,7 +31,6 @@ namespace {
 // mostly the SRCU grace period on a busy host). 32 MiB is 8192 table pages.
 // Reserved, not committed: a page costs memory only once written.
 constexpr uint64_t kPrivateBytes = 32ull << 20;
-constexpr size_t kPoolSize = 4;
 
 constexpr uint64_t kRflagsFixed = 0x2, kRflagsIf = 0x200;
 // What a user-mode program can set in RFLAGS (CF PF AF ZF SF TF DF OF AC
@@ -65,6 +67,36 @@ uint64_t HostXcr0() {
 
 }  // namespace
 
+absl::StatusOr<PoolMode> ParsePoolMode(absl::string_view s) {
+  if (s == "background") return PoolMode::kBackground;
+  if (s == "eager") return PoolMode::kEager;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--kvm-vcpu-pool wants background or eager, got: ", s));
+}
+
+absl::Status ParseShadowMode(absl::string_view s, KvmOptions* o) {
+  if (s != "zap" && s != "flush") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kvm-shadow wants zap or flush, got: ", s));
+  }
+  o->zap_stale = s == "zap";
+  return absl::OkStatus();
+}
+
+absl::Status ParseFpuMode(absl::string_view s, KvmOptions* o) {
+  if (s != "lazy" && s != "eager") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kvm-fpu wants lazy or eager, got: ", s));
+  }
+  o->lazy_fp = s == "lazy";
+  return absl::OkStatus();
+}
+
+size_t DefaultPoolSize() {
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  return 2 * static_cast<size_t>(cpus > 0 ? cpus : 1);
+}
+
 // ---- KvmAddressSpace ----
 
 absl::Status KvmAddressSpace::MapFile(uintptr_t addr, int fd, off_t off,
@@ -81,7 +113,7 @@ absl::Status KvmAddressSpace::MapFile(uintptr_t addr, int fd, off_t off,
   if (off < 0) return absl::InvalidArgumentError("kvm: MapFile: negative offset");
   RETURN_IF_ERROR(platform_->EnsureMemfileSlots(static_cast<uint64_t>(off) + len));
   absl::MutexLock l(&mu_);
-  const uint64_t inval = pt_.invalidations();
+  const uint64_t large = pt_.large_invalidations();
   absl::Status st;
   if (!prot.read && !prot.write && !prot.exec) {
     st = pt_.Unmap(addr, len);  // PROT_NONE: nothing is accessible
@@ -90,7 +122,7 @@ absl::Status KvmAddressSpace::MapFile(uintptr_t addr, int fd, off_t off,
     st = pt_.Map(addr, static_cast<uint64_t>(off), len,
                  PteAccess{.write = prot.write, .exec = prot.exec});
   }
-  if (pt_.invalidations() != inval) platform_->MarkShadowStale();
+  platform_->DropStale(pt_.TakeStalePages(), pt_.large_invalidations() != large);
   return st;
 }
 
@@ -98,15 +130,16 @@ void KvmAddressSpace::Unmap(uintptr_t addr, size_t len) {
   if (addr >= kStubVa) return;
   len = std::min<uint64_t>(len, kStubVa - addr);
   absl::MutexLock l(&mu_);
-  const uint64_t inval = pt_.invalidations();
+  const uint64_t large = pt_.large_invalidations();
   (void)pt_.Unmap(addr, len);  // fails only for unaligned input
-  if (pt_.invalidations() != inval) platform_->MarkShadowStale();
+  platform_->DropStale(pt_.TakeStalePages(), pt_.large_invalidations() != large);
 }
 
 KvmAddressSpace::~KvmAddressSpace() {
-  // The table pages go back to the allocator and will be reused: KVM's
-  // shadow of them must go first.
-  platform_->MarkShadowStale();
+  // Nothing to drop: the table pages go to the quarantine, so no vCPU can
+  // load this root or reach its shadow pages again before the next flush.
+  // (The old way flushed here.)
+  platform_->DropStale({}, !platform_->options().zap_stale);
 }
 
 // ---- KvmContext ----
@@ -121,6 +154,7 @@ KvmContext::~KvmContext() {
     absl::MutexLock l(&platform_->ctx_mu_);
     platform_->contexts_.erase(this);
   }
+  live_cpu_ = nullptr;  // its task is going away with it
   Release();
 }
 
@@ -133,7 +167,12 @@ void KvmContext::Kick() {
 }
 
 absl::Status KvmContext::Acquire() {
+  if (platform_->pool() == nullptr) {
+    return absl::FailedPreconditionError(
+        "kvm: a vCPU before FinishSetup made the pool (eager mode)");
+  }
   ASSIGN_OR_RETURN(vcpu_, platform_->pool()->Take());
+  live_cpu_ = nullptr;  // a vCPU fresh from the pool holds nobody's state
   RETURN_IF_ERROR(InitPvmVcpu(*vcpu_));
   kvm_xcrs xcrs = {};
   xcrs.nr_xcrs = 1;
@@ -150,8 +189,23 @@ absl::Status KvmContext::Acquire() {
 
 void KvmContext::Release() {
   if (vcpu_ == nullptr) return;
+  // The state the vCPU kept goes back to its task before the vCPU goes to
+  // another.
+  if (live_cpu_ != nullptr) SyncFp(*live_cpu_);
   platform_->pool()->Give(std::move(vcpu_));
   sregs_valid_ = false;
+}
+
+void KvmContext::SyncFp(CpuState& cpu) {
+  if (cpu.fp_live == this && live_cpu_ == &cpu && vcpu_ != nullptr) {
+    if (absl::Status st = SaveFp(cpu); !st.ok()) {
+      // The vCPU's state is lost with its fd; what the task gets instead
+      // is the state execve gives.
+      cpu.fp_size = 0;
+    }
+  }
+  cpu.fp_live = nullptr;
+  if (live_cpu_ == &cpu) live_cpu_ = nullptr;
 }
 
 void KvmContext::Interrupt() {
@@ -192,6 +246,7 @@ absl::Status KvmContext::LoadFp(const CpuState& cpu) {
   if (ioctl(vcpu_->fd(), kKvmSetXsave, &x) < 0) {
     return ErrnoStatus("KVM_SET_XSAVE", errno);
   }
+  ++xsave_loads_;
   return absl::OkStatus();
 }
 
@@ -200,6 +255,7 @@ absl::Status KvmContext::SaveFp(CpuState& cpu) {
   if (ioctl(vcpu_->fd(), kKvmGetXsave, &x) < 0) {
     return ErrnoStatus("KVM_GET_XSAVE", errno);
   }
+  ++xsave_saves_;
   const uint32_t size = platform_->xsave_size();
   std::memcpy(cpu.fp, x.region, size);
   // As the kernel writes it into a signal frame: sw bytes and magic.
@@ -253,11 +309,17 @@ Event KvmContext::Switch(platform::AddressSpace& as, CpuState& cpu) {
     loaded_fs_ = in.fs_base, loaded_gs_ = in.gs_base;
   }
   run->kvm_dirty_regs = dirty;
-  if (absl::Status st = LoadFp(cpu); !st.ok()) {
-    // Only a corrupt image from sigreturn gets here; Linux answers that
-    // with SIGSEGV.
-    cpu.fp_size = 0;
-    return Exception(SIGSEGV, SI_KERNEL, 0);
+  // The FPU state: the vCPU still has it when it was left there at the
+  // last exit and nobody replaced it since (which clears fp_live).
+  if (cpu.fp_live != this || live_cpu_ != &cpu) {
+    if (live_cpu_ != nullptr) SyncFp(*live_cpu_);
+    if (absl::Status st = LoadFp(cpu); !st.ok()) {
+      // Only a corrupt image from sigreturn gets here; Linux answers that
+      // with SIGSEGV.
+      cpu.fp_size = 0;
+      return Exception(SIGSEGV, SI_KERNEL, 0);
+    }
+    cpu.fp_live = nullptr;
   }
 
   absl::StatusOr<uint32_t> reason;
@@ -299,7 +361,21 @@ Event KvmContext::Switch(platform::AddressSpace& as, CpuState& cpu) {
   out.ss = kUserDs;
   out.fs_base = loaded_fs_ = run->s.regs.sregs.fs.base;
   out.gs_base = loaded_gs_ = run->s.regs.sregs.gs.base;
-  if (absl::Status st = SaveFp(cpu); !st.ok()) return Dead(st);
+  if (platform_->options().lazy_fp &&
+      (*reason == KVM_EXIT_IO || *reason == KVM_EXIT_INTR)) {
+    // A syscall or an interruption: most go back without the Sentry
+    // looking at the FPU state, so it stays in the vCPU (fp_live) until a
+    // reader asks (Task::SyncFp: signal frames, fork, checkpoint).
+    cpu.fp_live = this;
+    live_cpu_ = &cpu;
+    if (cpu.fp_size == 0) cpu.fp_size = platform_->xsave_size() + 4;
+  } else {
+    // An exception (a triple fault on PVM) is read at once, and the vCPU
+    // must not be trusted to keep the state across the shutdown.
+    if (absl::Status st = SaveFp(cpu); !st.ok()) return Dead(st);
+    cpu.fp_live = nullptr;
+    live_cpu_ = nullptr;
+  }
   return Decode(*reason, cpu);
 }
 
@@ -372,8 +448,10 @@ Event KvmContext::Decode(uint32_t reason, CpuState& cpu) {
 // ---- KvmPlatform ----
 
 absl::StatusOr<std::unique_ptr<KvmPlatform>> KvmPlatform::Create(
-    int memfile_fd, uint64_t memfile_max) {
+    int memfile_fd, uint64_t memfile_max, KvmOptions opts) {
   std::unique_ptr<KvmPlatform> p(new KvmPlatform());
+  if (opts.pool_size == 0) opts.pool_size = DefaultPoolSize();
+  p->opts_ = opts;
   // Twenty round trips prove the path; the full figure is kvm_test's.
   absl::StatusOr<ProbeReport> probe = RunProbe(20);
   if (!probe.ok()) {
@@ -391,6 +469,7 @@ absl::StatusOr<std::unique_ptr<KvmPlatform>> KvmPlatform::Create(
   p->memfile_max_ = memfile_max;
   ASSIGN_OR_RETURN(p->private_,
                    PrivateMemory::Create(p->vm_.get(), 1, kPrivateBytes));
+  p->private_->set_reclaim([pl = p.get()] { return pl->FlushShadowNow(); });
   ASSIGN_OR_RETURN(p->stub_phys_, WritePvmStubPage(p->private_.get()));
   p->xsave_size_ = XsaveSize(p->vm_->cpuid());
   if (p->xsave_size_ > platform::kMaxFpStateSize - 4) {
@@ -401,9 +480,53 @@ absl::StatusOr<std::unique_ptr<KvmPlatform>> KvmPlatform::Create(
   const uint64_t supported =
       d ? (static_cast<uint64_t>(d->edx) << 32 | d->eax) : 3;
   p->xcr0_ = HostXcr0() & supported;
-  ASSIGN_OR_RETURN(p->pool_, VcpuPool::Create(p->vm_.get(), kPoolSize));
+  if (opts.pool_mode == PoolMode::kBackground) {
+    ASSIGN_OR_RETURN(p->pool_, VcpuPool::Create(p->vm_.get(), opts.pool_size));
+    p->membarrier_thread_ = std::thread([pl = p.get()] {
+      pl->membarrier_status_ = pl->RegisterMembarrier();
+      pl->membarrier_done_.Notify();
+    });
+  }
   InstallKickHandler();
   return p;
+}
+
+absl::Status KvmPlatform::RegisterMembarrier() {
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0,
+              0) != 0) {
+    return ErrnoStatus("membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED)",
+                       errno);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvmPlatform::FinishSetup() {
+  if (opts_.pool_mode == PoolMode::kEager) {
+    if (pool_ == nullptr) {
+      ASSIGN_OR_RETURN(pool_, VcpuPool::Create(vm_.get(), opts_.pool_size,
+                                               /*background=*/false));
+    }
+    if (!membarrier_done_.HasBeenNotified()) {
+      membarrier_status_ = RegisterMembarrier();
+      membarrier_done_.Notify();
+    }
+    return absl::OkStatus();
+  }
+  // The filler's vCPUs exist before the Sentry's filter and before the
+  // program: nothing is created behind a running sandbox's back.
+  pool_->JoinFiller();
+  return absl::OkStatus();
+}
+
+absl::Status KvmPlatform::MemoryBarrier() {
+  // The registration was issued at Create: this waits only if the program
+  // asks within the grace period it takes.
+  membarrier_done_.WaitForNotification();
+  if (!membarrier_status_.ok()) return platform::Platform::MemoryBarrier();
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) {
+    return ErrnoStatus("membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)", errno);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status KvmPlatform::EnsureMemfileSlots(uint64_t end) {
@@ -426,6 +549,48 @@ absl::Status KvmPlatform::EnsureMemfileSlots(uint64_t end) {
   return absl::OkStatus();
 }
 
+void KvmPlatform::DropStale(std::vector<uint64_t> pages, bool large) {
+  if (!opts_.zap_stale) {
+    // The old way: any stale page means a full flush.
+    if (!pages.empty() || large) MarkShadowStale();
+    pages.clear();
+  }
+  if (!pages.empty()) {
+    const uint64_t t0 = MonotonicNs();
+    std::sort(pages.begin(), pages.end());
+    // One madvise per run of contiguous pages: MADV_DONTNEED on the
+    // platform's shared mapping of the memory file keeps the data (it is
+    // the memfd's) and fires the MMU notifier, in which KVM zaps every
+    // shadow entry mapping those gfns and flushes the vCPUs' TLBs before
+    // madvise returns.
+    size_t i = 0;
+    while (i < pages.size()) {
+      size_t j = i + 1;
+      while (j < pages.size() && pages[j] <= pages[j - 1] + k4K) ++j;
+      const uint64_t start = pages[i], end = pages[j - 1] + k4K;
+      if (end <= memfile_max_ &&
+          madvise(memfile_map_.bytes() + start, end - start, MADV_DONTNEED) !=
+              0) {
+        large = true;  // the full flush does it instead
+      }
+      i = j;
+    }
+    zaps_.fetch_add(1);
+    zap_ns_.fetch_add(MonotonicNs() - t0);
+  }
+  // A large page's shadow is shared by every space mapping it: its stale
+  // links go only with every shadow page. So do freed table pages, once
+  // they are a good part of the private memory.
+  if (large || private_->quarantined() * 4 > private_->size() / k4K) {
+    MarkShadowStale();
+  }
+}
+
+absl::Status KvmPlatform::FlushShadowNow() {
+  MarkShadowStale();
+  return FlushShadowIfStale();
+}
+
 absl::Status KvmPlatform::FlushShadowIfStale() {
   if (!ShadowFlushPending()) return absl::OkStatus();
   absl::MutexLock z(&zap_mu_);
@@ -445,13 +610,18 @@ absl::Status KvmPlatform::FlushShadowIfStale() {
   RETURN_IF_ERROR(Annotate(vm_->SetSlot(1, kPrivateBase, private_->host_base(),
                                         private_->size()),
                            "kvm: restoring the private slot"));
+  // No vCPU ran since the slot went: no shadow page of a quarantined
+  // table page exists any more.
+  private_->ReleaseQuarantine();
   flush_ns_.fetch_add(MonotonicNs() - t0);
   flushes_.fetch_add(1);
   flushed_.store(want, std::memory_order_release);
   return absl::OkStatus();
 }
 
-KvmPlatform::~KvmPlatform() = default;
+KvmPlatform::~KvmPlatform() {
+  if (membarrier_thread_.joinable()) membarrier_thread_.join();
+}
 
 absl::StatusOr<std::unique_ptr<platform::AddressSpace>>
 KvmPlatform::NewAddressSpace() {

@@ -15,6 +15,7 @@
 #include "base/status_macros.h"
 #include "platforms/kvm/cpuid.h"
 #include "platforms/kvm/descriptors.h"
+#include "platforms/kvm/guest_hw.h"
 #include "platforms/kvm/guest_pvm.h"
 #include "platforms/kvm/kvm_abi.h"
 
@@ -57,6 +58,36 @@ Event Exception(int signo, int code, uint64_t addr) {
   ev.code = code;
   ev.addr = addr;
   return ev;
+}
+
+// The event of exception `vector` in user mode, as Linux signals it.
+Event ExceptionEvent(int vector, uint32_t err, uint64_t cr2, uint64_t rip) {
+  switch (vector) {
+    case 14: {  // #PF
+      Event f;
+      f.kind = Event::Kind::kFault;
+      f.signo = SIGSEGV;
+      f.addr = cr2;
+      f.write = (err & 2) != 0;
+      f.exec = (err & 16) != 0;
+      return f;
+    }
+    case 0:  // #DE
+      return Exception(SIGFPE, FPE_INTDIV, rip);
+    case 6:  // #UD
+      return Exception(SIGILL, ILL_ILLOPN, rip);
+    case 1:  // #DB
+      return Exception(SIGTRAP, TRAP_TRACE, 0);
+    case 3:  // #BP: RIP is already past the int3, as Linux reports it
+      return Exception(SIGTRAP, SI_KERNEL, 0);
+    case 16:  // #MF
+    case 19:  // #XM
+      return Exception(SIGFPE, 0, rip);
+    case 17:  // #AC
+      return Exception(SIGBUS, BUS_ADRALN, 0);
+    default:  // #GP, #SS, #NP...
+      return Exception(SIGSEGV, SI_KERNEL, 0);
+  }
 }
 
 uint64_t HostXcr0() {
@@ -173,7 +204,18 @@ absl::Status KvmContext::Acquire() {
   }
   ASSIGN_OR_RETURN(vcpu_, platform_->pool()->Take());
   live_cpu_ = nullptr;  // a vCPU fresh from the pool holds nobody's state
-  RETURN_IF_ERROR(InitPvmVcpu(*vcpu_));
+  parked_ = false;
+  if (platform_->hardware()) {
+    if (vcpu_->id() >= hw::kMaxVcpus) {
+      platform_->pool()->Give(std::move(vcpu_));
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "kvm: more than %d vCPUs in use (the stub region's TSSes)",
+          hw::kMaxVcpus));
+    }
+    RETURN_IF_ERROR(hw::InitVcpu(*vcpu_));
+  } else {
+    RETURN_IF_ERROR(InitPvmVcpu(*vcpu_));
+  }
   kvm_xcrs xcrs = {};
   xcrs.nr_xcrs = 1;
   xcrs.xcrs[0].xcr = 0;
@@ -295,14 +337,37 @@ Event KvmContext::Switch(platform::AddressSpace& as, CpuState& cpu) {
   uint32_t dirty = KVM_SYNC_X86_REGS;
 
   const uint64_t root = kas.root();
-  if (!sregs_valid_ || root != loaded_root_ || in.fs_base != loaded_fs_ ||
-      in.gs_base != loaded_gs_) {
+  const bool sregs_stale = !sregs_valid_ || root != loaded_root_ ||
+                           in.fs_base != loaded_fs_ || in.gs_base != loaded_gs_;
+  if (parked_) {
+    // Hardware flavour, after a syscall: the vCPU waits in the stub (ring
+    // 0) before its SYSRETQ. That returns as Linux does (RIP from RCX,
+    // RFLAGS from R11) when the task's state allows it; otherwise the
+    // vCPU enters user mode directly, as after an exception.
+    const uint64_t rflags = r.rflags;
+    const bool canonical = in.rip < (1ull << 47);
+    if (!sregs_stale && canonical && in.rcx == in.rip &&
+        (in.r11 & kRflagsUser) == (in.eflags & kRflagsUser)) {
+      r.rcx = in.rip;
+      r.r11 = rflags;
+      r.rip = parked_rip_;
+      r.rflags = parked_rflags_;
+    } else {
+      sregs_valid_ = false;  // CS/SS are the stub's: reload user mode
+    }
+    parked_ = false;
+  }
+  if (!sregs_valid_ || sregs_stale) {
     kvm_sregs& s = run->s.regs.sregs;
     if (!sregs_valid_) {
       absl::Status st = vcpu_->GetSregs(&s);
       if (!st.ok()) return Dead(st);
     }
-    UserModeSregs(&s, root, in.fs_base, in.gs_base);
+    if (platform_->hardware()) {
+      hw::UserSregs(&s, vcpu_->id(), root, in.fs_base, in.gs_base);
+    } else {
+      UserModeSregs(&s, root, in.fs_base, in.gs_base);
+    }
     dirty |= KVM_SYNC_X86_SREGS;
     sregs_valid_ = true;
     loaded_root_ = root;
@@ -379,7 +444,53 @@ Event KvmContext::Switch(platform::AddressSpace& as, CpuState& cpu) {
   return Decode(*reason, cpu);
 }
 
+Event KvmContext::DecodeHardware(uint32_t reason, CpuState& cpu) {
+  kvm_run* run = vcpu_->run();
+  platform::Regs& regs = cpu.regs;
+  const uint64_t stub_rip = run->s.regs.regs.rip;
+  const hw::Exit e =
+      hw::DecodeExit(*run, stub_rip, platform_->HardwareFrame(vcpu_->id()));
+  switch (e.kind) {
+    case hw::Exit::Kind::kSyscall: {
+      Event ev;
+      ev.kind = Event::Kind::kSyscall;
+      regs.orig_rax = regs.rax;
+      regs.rip = regs.rcx;
+      regs.eflags = regs.r11;
+      parked_ = true;
+      parked_rip_ = stub_rip;
+      parked_rflags_ = run->s.regs.regs.rflags;
+      return ev;
+    }
+    case hw::Exit::Kind::kException:
+      // The vCPU is left in the stub's entry; the next Switch enters user
+      // mode directly.
+      sregs_valid_ = false;
+      if (!e.from_user) {
+        return Dead(absl::InternalError(absl::StrFormat(
+            "kvm: exception %d in the stub at rip=%#x (error %#x)", e.vector,
+            e.rip, e.error_code)));
+      }
+      regs.rip = e.rip;
+      regs.rsp = e.rsp;
+      regs.eflags = e.rflags;
+      return ExceptionEvent(e.vector, static_cast<uint32_t>(e.error_code),
+                            run->s.regs.sregs.cr2, regs.rip);
+    case hw::Exit::Kind::kOther:
+      break;
+  }
+  if (reason == KVM_EXIT_INTR) return Event{};
+  sregs_valid_ = false;
+  if (reason == KVM_EXIT_IO && run->io.port == kSyscallPort) {
+    // The program's own OUT (IOPL 0 at CPL 3: a #GP on Linux).
+    return Exception(SIGSEGV, SI_KERNEL, 0);
+  }
+  return Dead(absl::InternalError(
+      absl::StrCat("kvm: unexpected exit: ", DescribeExit(*vcpu_, reason))));
+}
+
 Event KvmContext::Decode(uint32_t reason, CpuState& cpu) {
+  if (platform_->hardware()) return DecodeHardware(reason, cpu);
   kvm_run* run = vcpu_->run();
   platform::Regs& regs = cpu.regs;
   switch (reason) {
@@ -405,36 +516,15 @@ Event KvmContext::Decode(uint32_t reason, CpuState& cpu) {
       // the vCPU events say which exception it was.
       sregs_valid_ = false;
       const kvm_vcpu_events& ev = run->s.regs.events;
-      const uint32_t err = ev.exception.error_code;
-      switch (ev.exception.nr) {
-        case 14: {  // #PF
-          Event f;
-          f.kind = Event::Kind::kFault;
-          f.signo = SIGSEGV;
-          // The synced sregs can hold a stale CR2 after a triple fault;
-          // KVM_GET_SREGS has the one of this fault.
-          kvm_sregs s;
-          f.addr = vcpu_->GetSregs(&s).ok() ? s.cr2 : 0;
-          f.write = (err & 2) != 0;
-          f.exec = (err & 16) != 0;
-          return f;
-        }
-        case 0:  // #DE
-          return Exception(SIGFPE, FPE_INTDIV, regs.rip);
-        case 6:  // #UD
-          return Exception(SIGILL, ILL_ILLOPN, regs.rip);
-        case 1:  // #DB
-          return Exception(SIGTRAP, TRAP_TRACE, 0);
-        case 3:  // #BP: RIP is already past the int3, as Linux reports it
-          return Exception(SIGTRAP, SI_KERNEL, 0);
-        case 16:  // #MF
-        case 19:  // #XM
-          return Exception(SIGFPE, 0, regs.rip);
-        case 17:  // #AC
-          return Exception(SIGBUS, BUS_ADRALN, 0);
-        default:  // #GP, #SS, #NP...
-          return Exception(SIGSEGV, SI_KERNEL, 0);
+      uint64_t cr2 = 0;
+      if (ev.exception.nr == 14) {
+        // The synced sregs can hold a stale CR2 after a triple fault;
+        // KVM_GET_SREGS has the one of this fault.
+        kvm_sregs s;
+        cr2 = vcpu_->GetSregs(&s).ok() ? s.cr2 : 0;
       }
+      return ExceptionEvent(ev.exception.nr, ev.exception.error_code, cr2,
+                            regs.rip);
     }
     case KVM_EXIT_INTR:
       return Event{};
@@ -460,7 +550,7 @@ absl::StatusOr<std::unique_ptr<KvmPlatform>> KvmPlatform::Create(
                                      probe.status().message()));
   }
   p->probe_ = *probe;
-  ASSIGN_OR_RETURN(p->vm_, Vm::Create(Flavour::kPvm));
+  ASSIGN_OR_RETURN(p->vm_, Vm::Create(probe->flavour.flavour));
   p->memfile_fd_ = memfile_fd;
   void* m = mmap(nullptr, memfile_max, PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_NORESERVE, memfile_fd, 0);
@@ -470,7 +560,16 @@ absl::StatusOr<std::unique_ptr<KvmPlatform>> KvmPlatform::Create(
   ASSIGN_OR_RETURN(p->private_,
                    PrivateMemory::Create(p->vm_.get(), 1, kPrivateBytes));
   p->private_->set_reclaim([pl = p.get()] { return pl->FlushShadowNow(); });
-  ASSIGN_OR_RETURN(p->stub_phys_, WritePvmStubPage(p->private_.get()));
+  if (p->hardware()) {
+    // The region for every vCPU the stub can hold (2 MiB), first in the
+    // fresh private memory, hence contiguous.
+    ASSIGN_OR_RETURN(p->stub_phys_, hw::AllocStubRegion(p->private_.get(),
+                                                        hw::kMaxVcpus));
+    opts.pool_size = std::min<size_t>(opts.pool_size, hw::kMaxVcpus);
+    p->opts_ = opts;
+  } else {
+    ASSIGN_OR_RETURN(p->stub_phys_, WritePvmStubPage(p->private_.get()));
+  }
   p->xsave_size_ = XsaveSize(p->vm_->cpuid());
   if (p->xsave_size_ > platform::kMaxFpStateSize - 4) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -619,6 +718,13 @@ absl::Status KvmPlatform::FlushShadowIfStale() {
   return absl::OkStatus();
 }
 
+const uint64_t* KvmPlatform::HardwareFrame(int vcpu) const {
+  const auto* top = reinterpret_cast<const uint8_t*>(
+                        private_->HostOf(stub_phys_)) +
+                    (hw::StackTopVa(vcpu) - kStubVa);
+  return reinterpret_cast<const uint64_t*>(top) - hw::kFrameWords;
+}
+
 KvmPlatform::~KvmPlatform() {
   if (membarrier_thread_.joinable()) membarrier_thread_.join();
 }
@@ -626,7 +732,11 @@ KvmPlatform::~KvmPlatform() {
 absl::StatusOr<std::unique_ptr<platform::AddressSpace>>
 KvmPlatform::NewAddressSpace() {
   ASSIGN_OR_RETURN(PageTables pt, PageTables::Create(private_.get()));
-  RETURN_IF_ERROR(MapPvmStub(&pt, stub_phys_));
+  if (hardware()) {
+    RETURN_IF_ERROR(hw::MapStubRegion(&pt, stub_phys_, hw::kMaxVcpus));
+  } else {
+    RETURN_IF_ERROR(MapPvmStub(&pt, stub_phys_));
+  }
   return std::unique_ptr<platform::AddressSpace>(
       new KvmAddressSpace(this, std::move(pt)));
 }

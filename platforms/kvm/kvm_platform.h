@@ -128,6 +128,7 @@ class KvmContext : public platform::Context {
   absl::Status LoadFp(const platform::CpuState& cpu);
   absl::Status SaveFp(platform::CpuState& cpu);
   platform::Event Decode(uint32_t reason, platform::CpuState& cpu);
+  platform::Event DecodeHardware(uint32_t reason, platform::CpuState& cpu);
 
   KvmPlatform* const platform_;
   std::unique_ptr<Vcpu> vcpu_;  // owned by the task's thread
@@ -142,6 +143,10 @@ class KvmContext : public platform::Context {
   bool sregs_valid_ = false;
   uint64_t loaded_root_ = 0;
   uint64_t loaded_fs_ = 0, loaded_gs_ = 0;
+  // Hardware flavour: the vCPU stopped in the stub after a syscall, before
+  // its SYSRETQ (guest_hw.h), at this RIP and RFLAGS.
+  bool parked_ = false;
+  uint64_t parked_rip_ = 0, parked_rflags_ = 0;
 
   absl::Mutex kick_mu_;
   bool running_ ABSL_GUARDED_BY(kick_mu_) = false;
@@ -174,6 +179,11 @@ class KvmPlatform : public platform::Platform {
   // Null until FinishSetup in the eager mode.
   VcpuPool* pool() const { return pool_.get(); }
   const KvmOptions& options() const { return opts_; }
+  // The hardware (VMX/SVM) flavour's stub, not PVM's (the probe decided).
+  bool hardware() const { return vm_->flavour() == Flavour::kHardware; }
+  // Hardware flavour: the host view of vCPU `vcpu`'s exception frame
+  // (hw::kFrameWords words at its stack top).
+  const uint64_t* HardwareFrame(int vcpu) const;
   int memfile_fd() const { return memfile_fd_; }
   uint32_t xsave_size() const { return xsave_size_; }
   uint64_t xcr0() const { return xcr0_; }

@@ -121,6 +121,7 @@ class KvmContext : public platform::Context {
   // making Switch return.
   void Kick();
   uint64_t xsave_loads() const { return xsave_loads_; }
+  const Vcpu* vcpu() const { return vcpu_.get(); }  // null when released
   uint64_t xsave_saves() const { return xsave_saves_; }
 
  private:

@@ -4,7 +4,12 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <linux/kvm.h>
+#include <sys/ioctl.h>
+
 #include <algorithm>
+#include <map>
+#include <string>
 #include <cstdio>
 #include <cstring>
 #include <thread>
@@ -214,6 +219,82 @@ TEST_F(KvmPlatformTest, SwitchRoundTripTime) {
   }
   sides[1].ctx.reset();
   sides[1].as.reset();
+}
+
+// KVM's binary statistics of one vCPU (KVM_GET_STATS_FD): name -> value.
+std::map<std::string, uint64_t> VcpuStats(int vcpu_fd) {
+  std::map<std::string, uint64_t> out;
+  const int fd = ioctl(vcpu_fd, KVM_GET_STATS_FD, nullptr);
+  if (fd < 0) return out;
+  kvm_stats_header h;
+  if (pread(fd, &h, sizeof(h), 0) != sizeof(h)) return out;
+  // The descriptor's fixed part is 16 bytes, then the name; the uapi
+  // struct's flexible array has another size in C++ (as kvm_abi.h notes).
+  constexpr size_t kDescFixed = 16;
+  const size_t desc_size = kDescFixed + h.name_size;
+  std::vector<uint8_t> descs(desc_size * h.num_desc);
+  if (pread(fd, descs.data(), descs.size(), h.desc_offset) !=
+      static_cast<ssize_t>(descs.size())) {
+    close(fd);
+    return out;
+  }
+  for (uint32_t i = 0; i < h.num_desc; ++i) {
+    const uint8_t* d = &descs[i * desc_size];
+    uint32_t offset;
+    std::memcpy(&offset, d + 8, 4);
+    const std::string name(reinterpret_cast<const char*>(d + kDescFixed),
+                           strnlen(reinterpret_cast<const char*>(d + kDescFixed),
+                                   h.name_size));
+    uint64_t v = 0;
+    if (pread(fd, &v, 8, h.data_offset + offset) == 8) out[name] = v;
+  }
+  close(fd);
+  return out;
+}
+
+// Where a syscall's time goes on this host: the KVM_RUN ioctl alone (an
+// immediate exit, no guest entry), the whole round trip, and what KVM
+// counted per round trip (exits, emulated instructions, faults...).
+TEST_F(KvmPlatformTest, WhereASyscallsTimeGoes) {
+  Load({0x0f, 0x05, 0xeb, 0xfc}, 0, 0);  // 1: syscall; jmp 1b
+  auto as = NewSpace();
+  auto ctx = NewContext();
+  auto* kctx = static_cast<KvmContext*>(ctx.get());
+  CpuState cpu = StartAt(kCode);
+  ASSERT_EQ(ctx->Switch(*as, cpu).kind, Event::Kind::kSyscall);
+  const Vcpu* v = kctx->vcpu();
+  ASSERT_NE(v, nullptr);
+  std::vector<uint64_t> ioctl_only;
+  for (int i = 0; i < 300; ++i) {
+    v->run()->immediate_exit = 1;
+    v->run()->kvm_dirty_regs = 0;
+    const uint64_t t0 = MonotonicNs();
+    ioctl(v->fd(), KVM_RUN, 0);
+    ioctl_only.push_back(MonotonicNs() - t0);
+    v->run()->immediate_exit = 0;
+  }
+  const auto before = VcpuStats(v->fd());
+  std::vector<uint64_t> trip;
+  constexpr int kTrips = 300;
+  for (int i = 0; i < kTrips; ++i) {
+    const uint64_t t0 = MonotonicNs();
+    ASSERT_EQ(ctx->Switch(*as, cpu).kind, Event::Kind::kSyscall);
+    trip.push_back(MonotonicNs() - t0);
+  }
+  const auto after = VcpuStats(v->fd());
+  std::sort(ioctl_only.begin(), ioctl_only.end());
+  std::sort(trip.begin(), trip.end());
+  std::printf("KVM_RUN with immediate_exit (no guest entry): median %.1f us\n",
+              ioctl_only[ioctl_only.size() / 2] / 1e3);
+  std::printf("Switch syscall round trip: median %.1f us\n",
+              trip[trip.size() / 2] / 1e3);
+  for (const auto& [name, value] : after) {
+    auto it = before.find(name);
+    const uint64_t d = value - (it == before.end() ? 0 : it->second);
+    if (d == 0 || name.find("halt") != std::string::npos) continue;
+    std::printf("  per round trip: %s %.2f\n", name.c_str(),
+                static_cast<double>(d) / kTrips);
+  }
 }
 
 TEST_F(KvmPlatformTest, WriteFaultOnReadOnlyPage) {

@@ -426,17 +426,16 @@ Event KvmContext::Switch(platform::AddressSpace& as, CpuState& cpu) {
   out.ss = kUserDs;
   out.fs_base = loaded_fs_ = run->s.regs.sregs.fs.base;
   out.gs_base = loaded_gs_ = run->s.regs.sregs.gs.base;
-  if (platform_->options().lazy_fp &&
-      (*reason == KVM_EXIT_IO || *reason == KVM_EXIT_INTR)) {
-    // A syscall or an interruption: most go back without the Sentry
-    // looking at the FPU state, so it stays in the vCPU (fp_live) until a
-    // reader asks (Task::SyncFp: signal frames, fork, checkpoint).
+  if (platform_->options().lazy_fp && *reason != KVM_EXIT_FAIL_ENTRY &&
+      *reason != KVM_EXIT_INTERNAL_ERROR) {
+    // Most exits go back without the Sentry looking at the FPU state, so
+    // it stays in the vCPU (fp_live) until a reader asks (Task::SyncFp:
+    // signal frames, fork, checkpoint). A PVM triple fault keeps it too
+    // (FpSurvivesAnException).
     cpu.fp_live = this;
     live_cpu_ = &cpu;
     if (cpu.fp_size == 0) cpu.fp_size = platform_->xsave_size() + 4;
   } else {
-    // An exception (a triple fault on PVM) is read at once, and the vCPU
-    // must not be trusted to keep the state across the shutdown.
     if (absl::Status st = SaveFp(cpu); !st.ok()) return Dead(st);
     cpu.fp_live = nullptr;
     live_cpu_ = nullptr;

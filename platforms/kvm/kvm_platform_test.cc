@@ -379,6 +379,28 @@ TEST_F(KvmPlatformTest, FpStaysInTheVcpuAcrossSyscalls) {
   EXPECT_EQ(xmm1, 0x4343u);
 }
 
+// The FPU state survives an exception exit (a triple fault on PVM) when
+// it stays in the vCPU: xmm1 set, ud2, then xmm1 read back after the
+// Sentry resumed past the ud2.
+TEST_F(KvmPlatformTest, FpSurvivesAnException) {
+  // movq %rdi,%xmm1; ud2; movq %xmm1,%rsi; syscall
+  Load({0x66, 0x48, 0x0f, 0x6e, 0xcf, 0x0f, 0x0b, 0x66, 0x48, 0x0f, 0x7e,
+        0xce, 0x0f, 0x05},
+       0, 0);
+  auto as = NewSpace();
+  auto ctx = NewContext();
+  CpuState cpu = StartAt(kCode);
+  cpu.regs.rdi = 0x7777;
+  Event ev = ctx->Switch(*as, cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kException) << ev.detail;
+  EXPECT_EQ(ev.signo, SIGILL);
+  EXPECT_EQ(cpu.regs.rip, kCode + 5);
+  cpu.regs.rip += 2;
+  ev = ctx->Switch(*as, cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kSyscall) << ev.detail;
+  EXPECT_EQ(cpu.regs.rsi, 0x7777u);
+}
+
 TEST_F(KvmPlatformTest, PoolIsTwiceTheCpusAndReadyAfterFinishSetup) {
   EXPECT_EQ(DefaultPoolSize(), 2 * static_cast<size_t>(sysconf(_SC_NPROCESSORS_ONLN)));
   EXPECT_EQ(platform_->options().pool_size, DefaultPoolSize());

@@ -478,7 +478,18 @@ Event KvmContext::DecodeHardware(uint32_t reason, CpuState& cpu) {
     case hw::Exit::Kind::kOther:
       break;
   }
-  if (reason == KVM_EXIT_INTR) return Event{};
+  if (reason == KVM_EXIT_INTR) {
+    if (stub_rip >= kStubVa && stub_rip < kStubVa + k4K) {
+      // Stopped in the stub on the way back from a syscall (before its
+      // SYSRETQ): the task's state is the one SYSRET would give.
+      regs.rip = regs.rcx;
+      regs.eflags = regs.r11;
+      parked_ = true;
+      parked_rip_ = stub_rip;
+      parked_rflags_ = run->s.regs.regs.rflags;
+    }
+    return Event{};
+  }
   sregs_valid_ = false;
   if (reason == KVM_EXIT_IO && run->io.port == kSyscallPort) {
     // The program's own OUT (IOPL 0 at CPL 3: a #GP on Linux).

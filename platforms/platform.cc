@@ -1,8 +1,14 @@
 #include "platforms/platform.h"
 
+#include <errno.h>
+#include <linux/membarrier.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <cstring>
+
+#include "base/status_macros.h"
 
 namespace sandboxd::platform {
 
@@ -16,7 +22,15 @@ Prot Prot::FromHost(int prot) {
               (prot & PROT_EXEC) != 0};
 }
 
+absl::Status Platform::MemoryBarrier() {
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0, 0) != 0) {
+    return ErrnoStatus("membarrier(MEMBARRIER_CMD_GLOBAL)", errno);
+  }
+  return absl::OkStatus();
+}
+
 void CpuState::ResetFp() {
+  fp_live = nullptr;  // the state below replaces whatever was live
   if (fp_size == 0) return;
   // Legacy fxsave area: bytes 0..463 hold registers; 464..511 hold the
   // kernel's software-reserved bytes (magic, sizes), which must survive.

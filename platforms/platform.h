@@ -51,6 +51,11 @@ struct CpuState {
   // legacy area, xsave header, extended state). fp_size == 0 means "not yet
   // captured": the platform fills in a default (initial) FPU state.
   uint32_t fp_size = 0;
+  // Non-null: the platform context this points to kept the live FPU state
+  // (kvm: in its vCPU) and `fp` is stale until Context::SyncFp. Whoever
+  // reads or copies `fp` syncs first (Task::SyncFp); whoever replaces it
+  // clears this.
+  const void* fp_live = nullptr;
   alignas(64) uint8_t fp[kMaxFpStateSize];
 
   // Resets FPU state to what a fresh execve sees (FCW 0x37f, MXCSR 0x1f80,
@@ -100,6 +105,9 @@ class Context {
   virtual void Interrupt() = 0;
   // Frees the host resources (stub thread) bound to this context.
   virtual void Release() {}
+  // Brings cpu.fp up to date when this context left the live FPU state in
+  // its own keeping (CpuState::fp_live == this), and clears fp_live.
+  virtual void SyncFp(CpuState& cpu) { cpu.fp_live = nullptr; }
 };
 
 class Platform {
@@ -111,6 +119,15 @@ class Platform {
   virtual uintptr_t MaxUserAddress() const = 0;
   virtual absl::StatusOr<std::unique_ptr<AddressSpace>> NewAddressSpace() = 0;
   virtual absl::StatusOr<std::unique_ptr<Context>> NewContext() = 0;
+  // Called once before the Sentry installs its own seccomp filter and
+  // before any application code runs: finishes what the platform set up in
+  // the background (kvm: joins the vCPU pool's filler).
+  virtual absl::Status FinishSetup() { return absl::OkStatus(); }
+  // membarrier(2): returns once every application thread that is running
+  // has passed a full memory barrier. The default asks the host for one on
+  // every CPU (MEMBARRIER_CMD_GLOBAL, an RCU grace period), which covers
+  // any platform's threads.
+  virtual absl::Status MemoryBarrier();
 };
 
 }  // namespace sandboxd::platform

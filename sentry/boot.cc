@@ -163,7 +163,8 @@ absl::StatusOr<Prewarmed> Prewarm(const PrewarmOptions& o, StageClock* clock) {
   using PlatformOr = absl::StatusOr<std::unique_ptr<platform::Platform>>;
   PlatformOr platform =
       o.platform == "kvm"
-          ? PlatformOr(kvm::KvmPlatform::Create((*mf)->fd(), (*mf)->max_size()))
+          ? PlatformOr(kvm::KvmPlatform::Create((*mf)->fd(), (*mf)->max_size(),
+                                                o.kvm))
           : PlatformOr(systrap::Systrap::Create((*mf)->fd(), o.fastpath));
   if (!platform.ok()) {
     return Annotate(platform.status(), absl::StrCat(o.platform, " platform"));
@@ -463,6 +464,10 @@ absl::Status Sandbox::MountProc(fs::proc::HostInfo host,
 absl::Status Sandbox::Start() {
   absl::MutexLock l(&mu_);
   if (started_) return absl::FailedPreconditionError("already started");
+  // What the platform left to background threads ends first: its host
+  // calls are not the filter's to judge, nor to race with the program.
+  RETURN_IF_ERROR(Annotate(kernel_->platform().FinishSetup(),
+                           "finishing the platform's set-up"));
   // Before the program's first instruction; every thread of the Sentry
   // takes it (TSYNC), those to come inherit it.
   if (filter_.has_value()) {

@@ -38,6 +38,7 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "base/unique_fd.h"
+#include "platforms/kvm/kvm_platform.h"
 #include "platforms/platform.h"
 #include "platforms/systrap/fastpath.h"
 #include "sentry/fs/proc/procfs.h"
@@ -84,6 +85,9 @@ struct PrewarmOptions {
   // How systrap's hand-over waiters decide to spin
   // (platforms/systrap/fastpath.h); off and timer are for benchmarks.
   systrap::FastPathMode fastpath = systrap::FastPathMode::kAdaptive;
+  // kvm: when the vCPU pool is made (--kvm-vcpu-pool=background|eager),
+  // and the A/B switches of its benchmarks (--kvm-shadow, --kvm-fpu).
+  kvm::KvmOptions kvm;
   // false: the vDSO makes every call a system call (sentry run --vdso=syscall).
   bool vdso_tsc = true;
   // Wait for the vDSO's TSC calibration (~1 ms) in Prewarm rather than in

@@ -4,7 +4,8 @@
 //              [--env=K=V ...] [--hostname=NAME] [--log-unimplemented]
 //              [--strace] [--vdso=tsc|syscall]
 //              [--memory=BYTES] [--cpus=N] [--pids=N] [--sentry-seccomp=on|off]
-//              -- PROGRAM [ARGS...]
+//              [--kvm-vcpu-pool=background|eager] [--kvm-shadow=zap|flush]
+//              [--kvm-fpu=lazy|eager] -- PROGRAM [ARGS...]
 //     Runs one program in a sandbox. Exit status: the program's (128+N
 //     when killed by signal N); 125 when the sentry's own arguments are
 //     wrong or it fails to start; 126 when PROGRAM cannot be executed; 127
@@ -12,6 +13,7 @@
 //
 //   sentry serve --control-fd=N [--platform=systrap|kvm] [--vdso=tsc|syscall]
 //                [--isolation=on|off] [--sentry-seccomp=on|off]
+//                [--kvm-vcpu-pool=background|eager]
 //     A warm Sentry for sandboxd (serve.h): prewarms, says Hello on the
 //     control channel N, then takes its sandbox from the daemon.
 #include <fcntl.h>
@@ -50,9 +52,11 @@ void Usage() {
   fprintf(stderr,
           "usage: sentry run [--platform=systrap|kvm] [--rootfs=DIR] [--cwd=DIR] "
           "[--env=K=V ...] [--hostname=NAME] [--memory=BYTES] [--cpus=N] "
-          "[--pids=N] [--sentry-seccomp=on|off] -- PROGRAM [ARGS...]\n"
+          "[--pids=N] [--sentry-seccomp=on|off] [--kvm-vcpu-pool=background|eager] "
+          "[--kvm-shadow=zap|flush] [--kvm-fpu=lazy|eager] -- PROGRAM [ARGS...]\n"
           "       sentry serve --control-fd=N [--platform=systrap|kvm] "
-          "[--isolation=on|off] [--sentry-seccomp=on|off]\n");
+          "[--isolation=on|off] [--sentry-seccomp=on|off] "
+          "[--kvm-vcpu-pool=background|eager]\n");
 }
 
 // `sentry serve`'s flags; never returns.
@@ -73,6 +77,10 @@ void Usage() {
       o.isolate = a == "--isolation=on";
     } else if (a == "--vdso=tsc" || a == "--vdso=syscall") {
       o.vdso_tsc = a == "--vdso=tsc";
+    } else if (absl::StartsWith(a, "--kvm-vcpu-pool=")) {
+      absl::StatusOr<kvm::PoolMode> m = kvm::ParsePoolMode(a.substr(16));
+      if (!m.ok()) Die(kExitUsage, std::string(m.status().message()));
+      o.kvm.pool_mode = *m;
     } else {
       Usage();
       Die(kExitUsage, absl::StrCat("unknown flag: ", a));
@@ -106,6 +114,10 @@ struct Options {
   // --systrap-fastpath=adaptive|off|timer: how hand-over waiters decide to
   // spin (platforms/systrap/fastpath.h); off and timer are for benchmarks.
   systrap::FastPathMode fastpath = systrap::FastPathMode::kAdaptive;
+  // --kvm-vcpu-pool=background|eager: when the kvm vCPU pool is made;
+  // --kvm-shadow=zap|flush, --kvm-fpu=lazy|eager: the previous behaviours
+  // for A/B benchmarks (platforms/kvm/kvm_platform.h, KvmOptions).
+  kvm::KvmOptions kvm;
   // The limits a daemon's spec would carry, as the sandbox sees them
   // (/proc/meminfo, nproc, fork's EAGAIN); nothing enforces them on the host.
   boot::Limits limits;
@@ -183,6 +195,24 @@ Options ParseArgs(int argc, char** argv) {
       o.vdso_tsc = v == "tsc";
       continue;
     }
+    if (value("--kvm-vcpu-pool", &v)) {
+      absl::StatusOr<kvm::PoolMode> m = kvm::ParsePoolMode(v);
+      if (!m.ok()) Die(kExitUsage, std::string(m.status().message()));
+      o.kvm.pool_mode = *m;
+      continue;
+    }
+    if (value("--kvm-shadow", &v)) {
+      if (absl::Status s = kvm::ParseShadowMode(v, &o.kvm); !s.ok()) {
+        Die(kExitUsage, std::string(s.message()));
+      }
+      continue;
+    }
+    if (value("--kvm-fpu", &v)) {
+      if (absl::Status s = kvm::ParseFpuMode(v, &o.kvm); !s.ok()) {
+        Die(kExitUsage, std::string(s.message()));
+      }
+      continue;
+    }
     if (value("--systrap-fastpath", &v)) {
       absl::StatusOr<systrap::FastPathMode> m = systrap::ParseFastPathMode(v);
       if (!m.ok()) Die(kExitUsage, std::string(m.status().message()));
@@ -243,6 +273,7 @@ int Run(const Options& o) {
   popts.platform = o.platform;
   popts.vdso_tsc = o.vdso_tsc;
   popts.fastpath = o.fastpath;
+  popts.kvm = o.kvm;
   popts.sentry_seccomp = o.sentry_seccomp;
   auto pw = boot::Prewarm(popts, &clock);
   if (!pw.ok()) Die(kExitUsage, std::string(pw.status().message()));

@@ -384,6 +384,7 @@ int Serve(const Options& o) {
   popts.vdso_tsc = o.vdso_tsc;
   popts.wait_calibration = true;
   popts.sentry_seccomp = o.sentry_seccomp;
+  popts.kvm = o.kvm;
   if (o.isolate) {
     popts.isolate = [](boot::StageClock* clock) -> absl::Status {
       RETURN_IF_ERROR(Annotate(isolation::EnterNamespaces(), "namespaces"));

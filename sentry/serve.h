@@ -17,6 +17,8 @@
 
 #include <string>
 
+#include "platforms/kvm/kvm_platform.h"
+
 namespace sandboxd::serve {
 
 struct Options {
@@ -29,6 +31,9 @@ struct Options {
   // The Sentry's seccomp filter (host_filter.h); --sentry-seccomp=off for
   // debugging.
   bool sentry_seccomp = true;
+  // --kvm-vcpu-pool=eager: the kvm vCPU pool made on the start path (for
+  // benchmarks); default background, made while prewarming.
+  kvm::KvmOptions kvm;
 };
 
 // Runs until Destroy or until the channel closes; returns the Sentry's

@@ -1,8 +1,11 @@
 #include "platforms/kvm/kvm_platform.h"
 
+#include <linux/membarrier.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cstring>
@@ -12,6 +15,7 @@
 #include "base/status_macros.h"
 #include "platforms/kvm/cpuid.h"
 #include "platforms/kvm/descriptors.h"
+#include "platforms/kvm/guest_hw.h"
 #include "platforms/kvm/guest_pvm.h"
 #include "platforms/kvm/kvm_abi.h"
 
@@ -28,7 +32,6 @@ namespace {
 // mostly the SRCU grace period on a busy host). 32 MiB is 8192 table pages.
 // Reserved, not committed: a page costs memory only once written.
 constexpr uint64_t kPrivateBytes = 32ull << 20;
-constexpr size_t kPoolSize = 4;
 
 constexpr uint64_t kRflagsFixed = 0x2, kRflagsIf = 0x200;
 // What a user-mode program can set in RFLAGS (CF PF AF ZF SF TF DF OF AC
@@ -57,6 +60,36 @@ Event Exception(int signo, int code, uint64_t addr) {
   return ev;
 }
 
+// The event of exception `vector` in user mode, as Linux signals it.
+Event ExceptionEvent(int vector, uint32_t err, uint64_t cr2, uint64_t rip) {
+  switch (vector) {
+    case 14: {  // #PF
+      Event f;
+      f.kind = Event::Kind::kFault;
+      f.signo = SIGSEGV;
+      f.addr = cr2;
+      f.write = (err & 2) != 0;
+      f.exec = (err & 16) != 0;
+      return f;
+    }
+    case 0:  // #DE
+      return Exception(SIGFPE, FPE_INTDIV, rip);
+    case 6:  // #UD
+      return Exception(SIGILL, ILL_ILLOPN, rip);
+    case 1:  // #DB
+      return Exception(SIGTRAP, TRAP_TRACE, 0);
+    case 3:  // #BP: RIP is already past the int3, as Linux reports it
+      return Exception(SIGTRAP, SI_KERNEL, 0);
+    case 16:  // #MF
+    case 19:  // #XM
+      return Exception(SIGFPE, 0, rip);
+    case 17:  // #AC
+      return Exception(SIGBUS, BUS_ADRALN, 0);
+    default:  // #GP, #SS, #NP...
+      return Exception(SIGSEGV, SI_KERNEL, 0);
+  }
+}
+
 uint64_t HostXcr0() {
   uint32_t lo, hi;
   asm volatile("xgetbv" : "=a"(lo), "=d"(hi) : "c"(0));
@@ -64,6 +97,36 @@ uint64_t HostXcr0() {
 }
 
 }  // namespace
+
+absl::StatusOr<PoolMode> ParsePoolMode(absl::string_view s) {
+  if (s == "background") return PoolMode::kBackground;
+  if (s == "eager") return PoolMode::kEager;
+  return absl::InvalidArgumentError(
+      absl::StrCat("--kvm-vcpu-pool wants background or eager, got: ", s));
+}
+
+absl::Status ParseShadowMode(absl::string_view s, KvmOptions* o) {
+  if (s != "zap" && s != "flush") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kvm-shadow wants zap or flush, got: ", s));
+  }
+  o->zap_stale = s == "zap";
+  return absl::OkStatus();
+}
+
+absl::Status ParseFpuMode(absl::string_view s, KvmOptions* o) {
+  if (s != "lazy" && s != "eager") {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--kvm-fpu wants lazy or eager, got: ", s));
+  }
+  o->lazy_fp = s == "lazy";
+  return absl::OkStatus();
+}
+
+size_t DefaultPoolSize() {
+  const long cpus = sysconf(_SC_NPROCESSORS_ONLN);
+  return 2 * static_cast<size_t>(cpus > 0 ? cpus : 1);
+}
 
 // ---- KvmAddressSpace ----
 
@@ -81,7 +144,7 @@ absl::Status KvmAddressSpace::MapFile(uintptr_t addr, int fd, off_t off,
   if (off < 0) return absl::InvalidArgumentError("kvm: MapFile: negative offset");
   RETURN_IF_ERROR(platform_->EnsureMemfileSlots(static_cast<uint64_t>(off) + len));
   absl::MutexLock l(&mu_);
-  const uint64_t inval = pt_.invalidations();
+  const uint64_t large = pt_.large_invalidations();
   absl::Status st;
   if (!prot.read && !prot.write && !prot.exec) {
     st = pt_.Unmap(addr, len);  // PROT_NONE: nothing is accessible
@@ -90,7 +153,7 @@ absl::Status KvmAddressSpace::MapFile(uintptr_t addr, int fd, off_t off,
     st = pt_.Map(addr, static_cast<uint64_t>(off), len,
                  PteAccess{.write = prot.write, .exec = prot.exec});
   }
-  if (pt_.invalidations() != inval) platform_->MarkShadowStale();
+  platform_->DropStale(pt_.TakeStalePages(), pt_.large_invalidations() != large);
   return st;
 }
 
@@ -98,15 +161,16 @@ void KvmAddressSpace::Unmap(uintptr_t addr, size_t len) {
   if (addr >= kStubVa) return;
   len = std::min<uint64_t>(len, kStubVa - addr);
   absl::MutexLock l(&mu_);
-  const uint64_t inval = pt_.invalidations();
+  const uint64_t large = pt_.large_invalidations();
   (void)pt_.Unmap(addr, len);  // fails only for unaligned input
-  if (pt_.invalidations() != inval) platform_->MarkShadowStale();
+  platform_->DropStale(pt_.TakeStalePages(), pt_.large_invalidations() != large);
 }
 
 KvmAddressSpace::~KvmAddressSpace() {
-  // The table pages go back to the allocator and will be reused: KVM's
-  // shadow of them must go first.
-  platform_->MarkShadowStale();
+  // Nothing to drop: the table pages go to the quarantine, so no vCPU can
+  // load this root or reach its shadow pages again before the next flush.
+  // (The old way flushed here.)
+  platform_->DropStale({}, !platform_->options().zap_stale);
 }
 
 // ---- KvmContext ----
@@ -121,6 +185,7 @@ KvmContext::~KvmContext() {
     absl::MutexLock l(&platform_->ctx_mu_);
     platform_->contexts_.erase(this);
   }
+  live_cpu_ = nullptr;  // its task is going away with it
   Release();
 }
 
@@ -133,8 +198,24 @@ void KvmContext::Kick() {
 }
 
 absl::Status KvmContext::Acquire() {
+  if (platform_->pool() == nullptr) {
+    return absl::FailedPreconditionError(
+        "kvm: a vCPU before FinishSetup made the pool (eager mode)");
+  }
   ASSIGN_OR_RETURN(vcpu_, platform_->pool()->Take());
-  RETURN_IF_ERROR(InitPvmVcpu(*vcpu_));
+  live_cpu_ = nullptr;  // a vCPU fresh from the pool holds nobody's state
+  parked_ = false;
+  if (platform_->hardware()) {
+    if (vcpu_->id() >= hw::kMaxVcpus) {
+      platform_->pool()->Give(std::move(vcpu_));
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "kvm: more than %d vCPUs in use (the stub region's TSSes)",
+          hw::kMaxVcpus));
+    }
+    RETURN_IF_ERROR(hw::InitVcpu(*vcpu_));
+  } else {
+    RETURN_IF_ERROR(InitPvmVcpu(*vcpu_));
+  }
   kvm_xcrs xcrs = {};
   xcrs.nr_xcrs = 1;
   xcrs.xcrs[0].xcr = 0;
@@ -150,8 +231,23 @@ absl::Status KvmContext::Acquire() {
 
 void KvmContext::Release() {
   if (vcpu_ == nullptr) return;
+  // The state the vCPU kept goes back to its task before the vCPU goes to
+  // another.
+  if (live_cpu_ != nullptr) SyncFp(*live_cpu_);
   platform_->pool()->Give(std::move(vcpu_));
   sregs_valid_ = false;
+}
+
+void KvmContext::SyncFp(CpuState& cpu) {
+  if (cpu.fp_live == this && live_cpu_ == &cpu && vcpu_ != nullptr) {
+    if (absl::Status st = SaveFp(cpu); !st.ok()) {
+      // The vCPU's state is lost with its fd; what the task gets instead
+      // is the state execve gives.
+      cpu.fp_size = 0;
+    }
+  }
+  cpu.fp_live = nullptr;
+  if (live_cpu_ == &cpu) live_cpu_ = nullptr;
 }
 
 void KvmContext::Interrupt() {
@@ -192,6 +288,7 @@ absl::Status KvmContext::LoadFp(const CpuState& cpu) {
   if (ioctl(vcpu_->fd(), kKvmSetXsave, &x) < 0) {
     return ErrnoStatus("KVM_SET_XSAVE", errno);
   }
+  ++xsave_loads_;
   return absl::OkStatus();
 }
 
@@ -200,6 +297,7 @@ absl::Status KvmContext::SaveFp(CpuState& cpu) {
   if (ioctl(vcpu_->fd(), kKvmGetXsave, &x) < 0) {
     return ErrnoStatus("KVM_GET_XSAVE", errno);
   }
+  ++xsave_saves_;
   const uint32_t size = platform_->xsave_size();
   std::memcpy(cpu.fp, x.region, size);
   // As the kernel writes it into a signal frame: sw bytes and magic.
@@ -239,25 +337,54 @@ Event KvmContext::Switch(platform::AddressSpace& as, CpuState& cpu) {
   uint32_t dirty = KVM_SYNC_X86_REGS;
 
   const uint64_t root = kas.root();
-  if (!sregs_valid_ || root != loaded_root_ || in.fs_base != loaded_fs_ ||
-      in.gs_base != loaded_gs_) {
+  const bool sregs_stale = !sregs_valid_ || root != loaded_root_ ||
+                           in.fs_base != loaded_fs_ || in.gs_base != loaded_gs_;
+  if (parked_) {
+    // Hardware flavour, after a syscall: the vCPU waits in the stub (ring
+    // 0) before its SYSRETQ. That returns as Linux does (RIP from RCX,
+    // RFLAGS from R11) when the task's state allows it; otherwise the
+    // vCPU enters user mode directly, as after an exception.
+    const uint64_t rflags = r.rflags;
+    const bool canonical = in.rip < (1ull << 47);
+    if (!sregs_stale && canonical && in.rcx == in.rip &&
+        (in.r11 & kRflagsUser) == (in.eflags & kRflagsUser)) {
+      r.rcx = in.rip;
+      r.r11 = rflags;
+      r.rip = parked_rip_;
+      r.rflags = parked_rflags_;
+    } else {
+      sregs_valid_ = false;  // CS/SS are the stub's: reload user mode
+    }
+    parked_ = false;
+  }
+  if (!sregs_valid_ || sregs_stale) {
     kvm_sregs& s = run->s.regs.sregs;
     if (!sregs_valid_) {
       absl::Status st = vcpu_->GetSregs(&s);
       if (!st.ok()) return Dead(st);
     }
-    UserModeSregs(&s, root, in.fs_base, in.gs_base);
+    if (platform_->hardware()) {
+      hw::UserSregs(&s, vcpu_->id(), root, in.fs_base, in.gs_base);
+    } else {
+      UserModeSregs(&s, root, in.fs_base, in.gs_base);
+    }
     dirty |= KVM_SYNC_X86_SREGS;
     sregs_valid_ = true;
     loaded_root_ = root;
     loaded_fs_ = in.fs_base, loaded_gs_ = in.gs_base;
   }
   run->kvm_dirty_regs = dirty;
-  if (absl::Status st = LoadFp(cpu); !st.ok()) {
-    // Only a corrupt image from sigreturn gets here; Linux answers that
-    // with SIGSEGV.
-    cpu.fp_size = 0;
-    return Exception(SIGSEGV, SI_KERNEL, 0);
+  // The FPU state: the vCPU still has it when it was left there at the
+  // last exit and nobody replaced it since (which clears fp_live).
+  if (cpu.fp_live != this || live_cpu_ != &cpu) {
+    if (live_cpu_ != nullptr) SyncFp(*live_cpu_);
+    if (absl::Status st = LoadFp(cpu); !st.ok()) {
+      // Only a corrupt image from sigreturn gets here; Linux answers that
+      // with SIGSEGV.
+      cpu.fp_size = 0;
+      return Exception(SIGSEGV, SI_KERNEL, 0);
+    }
+    cpu.fp_live = nullptr;
   }
 
   absl::StatusOr<uint32_t> reason;
@@ -299,11 +426,81 @@ Event KvmContext::Switch(platform::AddressSpace& as, CpuState& cpu) {
   out.ss = kUserDs;
   out.fs_base = loaded_fs_ = run->s.regs.sregs.fs.base;
   out.gs_base = loaded_gs_ = run->s.regs.sregs.gs.base;
-  if (absl::Status st = SaveFp(cpu); !st.ok()) return Dead(st);
+  if (platform_->options().lazy_fp && *reason != KVM_EXIT_FAIL_ENTRY &&
+      *reason != KVM_EXIT_INTERNAL_ERROR) {
+    // Most exits go back without the Sentry looking at the FPU state, so
+    // it stays in the vCPU (fp_live) until a reader asks (Task::SyncFp:
+    // signal frames, fork, checkpoint). A PVM triple fault keeps it too
+    // (FpSurvivesAnException).
+    cpu.fp_live = this;
+    live_cpu_ = &cpu;
+    if (cpu.fp_size == 0) cpu.fp_size = platform_->xsave_size() + 4;
+  } else {
+    if (absl::Status st = SaveFp(cpu); !st.ok()) return Dead(st);
+    cpu.fp_live = nullptr;
+    live_cpu_ = nullptr;
+  }
   return Decode(*reason, cpu);
 }
 
+Event KvmContext::DecodeHardware(uint32_t reason, CpuState& cpu) {
+  kvm_run* run = vcpu_->run();
+  platform::Regs& regs = cpu.regs;
+  const uint64_t stub_rip = run->s.regs.regs.rip;
+  const hw::Exit e =
+      hw::DecodeExit(*run, stub_rip, platform_->HardwareFrame(vcpu_->id()));
+  switch (e.kind) {
+    case hw::Exit::Kind::kSyscall: {
+      Event ev;
+      ev.kind = Event::Kind::kSyscall;
+      regs.orig_rax = regs.rax;
+      regs.rip = regs.rcx;
+      regs.eflags = regs.r11;
+      parked_ = true;
+      parked_rip_ = stub_rip;
+      parked_rflags_ = run->s.regs.regs.rflags;
+      return ev;
+    }
+    case hw::Exit::Kind::kException:
+      // The vCPU is left in the stub's entry; the next Switch enters user
+      // mode directly.
+      sregs_valid_ = false;
+      if (!e.from_user) {
+        return Dead(absl::InternalError(absl::StrFormat(
+            "kvm: exception %d in the stub at rip=%#x (error %#x)", e.vector,
+            e.rip, e.error_code)));
+      }
+      regs.rip = e.rip;
+      regs.rsp = e.rsp;
+      regs.eflags = e.rflags;
+      return ExceptionEvent(e.vector, static_cast<uint32_t>(e.error_code),
+                            run->s.regs.sregs.cr2, regs.rip);
+    case hw::Exit::Kind::kOther:
+      break;
+  }
+  if (reason == KVM_EXIT_INTR) {
+    if (stub_rip >= kStubVa && stub_rip < kStubVa + k4K) {
+      // Stopped in the stub on the way back from a syscall (before its
+      // SYSRETQ): the task's state is the one SYSRET would give.
+      regs.rip = regs.rcx;
+      regs.eflags = regs.r11;
+      parked_ = true;
+      parked_rip_ = stub_rip;
+      parked_rflags_ = run->s.regs.regs.rflags;
+    }
+    return Event{};
+  }
+  sregs_valid_ = false;
+  if (reason == KVM_EXIT_IO && run->io.port == kSyscallPort) {
+    // The program's own OUT (IOPL 0 at CPL 3: a #GP on Linux).
+    return Exception(SIGSEGV, SI_KERNEL, 0);
+  }
+  return Dead(absl::InternalError(
+      absl::StrCat("kvm: unexpected exit: ", DescribeExit(*vcpu_, reason))));
+}
+
 Event KvmContext::Decode(uint32_t reason, CpuState& cpu) {
+  if (platform_->hardware()) return DecodeHardware(reason, cpu);
   kvm_run* run = vcpu_->run();
   platform::Regs& regs = cpu.regs;
   switch (reason) {
@@ -329,36 +526,15 @@ Event KvmContext::Decode(uint32_t reason, CpuState& cpu) {
       // the vCPU events say which exception it was.
       sregs_valid_ = false;
       const kvm_vcpu_events& ev = run->s.regs.events;
-      const uint32_t err = ev.exception.error_code;
-      switch (ev.exception.nr) {
-        case 14: {  // #PF
-          Event f;
-          f.kind = Event::Kind::kFault;
-          f.signo = SIGSEGV;
-          // The synced sregs can hold a stale CR2 after a triple fault;
-          // KVM_GET_SREGS has the one of this fault.
-          kvm_sregs s;
-          f.addr = vcpu_->GetSregs(&s).ok() ? s.cr2 : 0;
-          f.write = (err & 2) != 0;
-          f.exec = (err & 16) != 0;
-          return f;
-        }
-        case 0:  // #DE
-          return Exception(SIGFPE, FPE_INTDIV, regs.rip);
-        case 6:  // #UD
-          return Exception(SIGILL, ILL_ILLOPN, regs.rip);
-        case 1:  // #DB
-          return Exception(SIGTRAP, TRAP_TRACE, 0);
-        case 3:  // #BP: RIP is already past the int3, as Linux reports it
-          return Exception(SIGTRAP, SI_KERNEL, 0);
-        case 16:  // #MF
-        case 19:  // #XM
-          return Exception(SIGFPE, 0, regs.rip);
-        case 17:  // #AC
-          return Exception(SIGBUS, BUS_ADRALN, 0);
-        default:  // #GP, #SS, #NP...
-          return Exception(SIGSEGV, SI_KERNEL, 0);
+      uint64_t cr2 = 0;
+      if (ev.exception.nr == 14) {
+        // The synced sregs can hold a stale CR2 after a triple fault;
+        // KVM_GET_SREGS has the one of this fault.
+        kvm_sregs s;
+        cr2 = vcpu_->GetSregs(&s).ok() ? s.cr2 : 0;
       }
+      return ExceptionEvent(ev.exception.nr, ev.exception.error_code, cr2,
+                            regs.rip);
     }
     case KVM_EXIT_INTR:
       return Event{};
@@ -372,8 +548,10 @@ Event KvmContext::Decode(uint32_t reason, CpuState& cpu) {
 // ---- KvmPlatform ----
 
 absl::StatusOr<std::unique_ptr<KvmPlatform>> KvmPlatform::Create(
-    int memfile_fd, uint64_t memfile_max) {
+    int memfile_fd, uint64_t memfile_max, KvmOptions opts) {
   std::unique_ptr<KvmPlatform> p(new KvmPlatform());
+  if (opts.pool_size == 0) opts.pool_size = DefaultPoolSize();
+  p->opts_ = opts;
   // Twenty round trips prove the path; the full figure is kvm_test's.
   absl::StatusOr<ProbeReport> probe = RunProbe(20);
   if (!probe.ok()) {
@@ -382,7 +560,7 @@ absl::StatusOr<std::unique_ptr<KvmPlatform>> KvmPlatform::Create(
                                      probe.status().message()));
   }
   p->probe_ = *probe;
-  ASSIGN_OR_RETURN(p->vm_, Vm::Create(Flavour::kPvm));
+  ASSIGN_OR_RETURN(p->vm_, Vm::Create(probe->flavour.flavour));
   p->memfile_fd_ = memfile_fd;
   void* m = mmap(nullptr, memfile_max, PROT_READ | PROT_WRITE,
                  MAP_SHARED | MAP_NORESERVE, memfile_fd, 0);
@@ -391,7 +569,17 @@ absl::StatusOr<std::unique_ptr<KvmPlatform>> KvmPlatform::Create(
   p->memfile_max_ = memfile_max;
   ASSIGN_OR_RETURN(p->private_,
                    PrivateMemory::Create(p->vm_.get(), 1, kPrivateBytes));
-  ASSIGN_OR_RETURN(p->stub_phys_, WritePvmStubPage(p->private_.get()));
+  p->private_->set_reclaim([pl = p.get()] { return pl->FlushShadowNow(); });
+  if (p->hardware()) {
+    // The region for every vCPU the stub can hold (2 MiB), first in the
+    // fresh private memory, hence contiguous.
+    ASSIGN_OR_RETURN(p->stub_phys_, hw::AllocStubRegion(p->private_.get(),
+                                                        hw::kMaxVcpus));
+    opts.pool_size = std::min<size_t>(opts.pool_size, hw::kMaxVcpus);
+    p->opts_ = opts;
+  } else {
+    ASSIGN_OR_RETURN(p->stub_phys_, WritePvmStubPage(p->private_.get()));
+  }
   p->xsave_size_ = XsaveSize(p->vm_->cpuid());
   if (p->xsave_size_ > platform::kMaxFpStateSize - 4) {
     return absl::FailedPreconditionError(absl::StrFormat(
@@ -401,9 +589,53 @@ absl::StatusOr<std::unique_ptr<KvmPlatform>> KvmPlatform::Create(
   const uint64_t supported =
       d ? (static_cast<uint64_t>(d->edx) << 32 | d->eax) : 3;
   p->xcr0_ = HostXcr0() & supported;
-  ASSIGN_OR_RETURN(p->pool_, VcpuPool::Create(p->vm_.get(), kPoolSize));
+  if (opts.pool_mode == PoolMode::kBackground) {
+    ASSIGN_OR_RETURN(p->pool_, VcpuPool::Create(p->vm_.get(), opts.pool_size));
+    p->membarrier_thread_ = std::thread([pl = p.get()] {
+      pl->membarrier_status_ = pl->RegisterMembarrier();
+      pl->membarrier_done_.Notify();
+    });
+  }
   InstallKickHandler();
   return p;
+}
+
+absl::Status KvmPlatform::RegisterMembarrier() {
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED, 0,
+              0) != 0) {
+    return ErrnoStatus("membarrier(MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED)",
+                       errno);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status KvmPlatform::FinishSetup() {
+  if (opts_.pool_mode == PoolMode::kEager) {
+    if (pool_ == nullptr) {
+      ASSIGN_OR_RETURN(pool_, VcpuPool::Create(vm_.get(), opts_.pool_size,
+                                               /*background=*/false));
+    }
+    if (!membarrier_done_.HasBeenNotified()) {
+      membarrier_status_ = RegisterMembarrier();
+      membarrier_done_.Notify();
+    }
+    return absl::OkStatus();
+  }
+  // The filler's vCPUs exist before the Sentry's filter and before the
+  // program: nothing is created behind a running sandbox's back.
+  pool_->JoinFiller();
+  return absl::OkStatus();
+}
+
+absl::Status KvmPlatform::MemoryBarrier() {
+  // The registration was issued at Create: this waits only if the program
+  // asks within the grace period it takes.
+  membarrier_done_.WaitForNotification();
+  if (!membarrier_status_.ok()) return platform::Platform::MemoryBarrier();
+  if (syscall(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0, 0) != 0) {
+    return ErrnoStatus("membarrier(MEMBARRIER_CMD_PRIVATE_EXPEDITED)", errno);
+  }
+  return absl::OkStatus();
 }
 
 absl::Status KvmPlatform::EnsureMemfileSlots(uint64_t end) {
@@ -426,6 +658,48 @@ absl::Status KvmPlatform::EnsureMemfileSlots(uint64_t end) {
   return absl::OkStatus();
 }
 
+void KvmPlatform::DropStale(std::vector<uint64_t> pages, bool large) {
+  if (!opts_.zap_stale) {
+    // The old way: any stale page means a full flush.
+    if (!pages.empty() || large) MarkShadowStale();
+    pages.clear();
+  }
+  if (!pages.empty()) {
+    const uint64_t t0 = MonotonicNs();
+    std::sort(pages.begin(), pages.end());
+    // One madvise per run of contiguous pages: MADV_DONTNEED on the
+    // platform's shared mapping of the memory file keeps the data (it is
+    // the memfd's) and fires the MMU notifier, in which KVM zaps every
+    // shadow entry mapping those gfns and flushes the vCPUs' TLBs before
+    // madvise returns.
+    size_t i = 0;
+    while (i < pages.size()) {
+      size_t j = i + 1;
+      while (j < pages.size() && pages[j] <= pages[j - 1] + k4K) ++j;
+      const uint64_t start = pages[i], end = pages[j - 1] + k4K;
+      if (end <= memfile_max_ &&
+          madvise(memfile_map_.bytes() + start, end - start, MADV_DONTNEED) !=
+              0) {
+        large = true;  // the full flush does it instead
+      }
+      i = j;
+    }
+    zaps_.fetch_add(1);
+    zap_ns_.fetch_add(MonotonicNs() - t0);
+  }
+  // A large page's shadow is shared by every space mapping it: its stale
+  // links go only with every shadow page. So do freed table pages, once
+  // they are a good part of the private memory.
+  if (large || private_->quarantined() * 4 > private_->size() / k4K) {
+    MarkShadowStale();
+  }
+}
+
+absl::Status KvmPlatform::FlushShadowNow() {
+  MarkShadowStale();
+  return FlushShadowIfStale();
+}
+
 absl::Status KvmPlatform::FlushShadowIfStale() {
   if (!ShadowFlushPending()) return absl::OkStatus();
   absl::MutexLock z(&zap_mu_);
@@ -445,18 +719,34 @@ absl::Status KvmPlatform::FlushShadowIfStale() {
   RETURN_IF_ERROR(Annotate(vm_->SetSlot(1, kPrivateBase, private_->host_base(),
                                         private_->size()),
                            "kvm: restoring the private slot"));
+  // No vCPU ran since the slot went: no shadow page of a quarantined
+  // table page exists any more.
+  private_->ReleaseQuarantine();
   flush_ns_.fetch_add(MonotonicNs() - t0);
   flushes_.fetch_add(1);
   flushed_.store(want, std::memory_order_release);
   return absl::OkStatus();
 }
 
-KvmPlatform::~KvmPlatform() = default;
+const uint64_t* KvmPlatform::HardwareFrame(int vcpu) const {
+  const auto* top = reinterpret_cast<const uint8_t*>(
+                        private_->HostOf(stub_phys_)) +
+                    (hw::StackTopVa(vcpu) - kStubVa);
+  return reinterpret_cast<const uint64_t*>(top) - hw::kFrameWords;
+}
+
+KvmPlatform::~KvmPlatform() {
+  if (membarrier_thread_.joinable()) membarrier_thread_.join();
+}
 
 absl::StatusOr<std::unique_ptr<platform::AddressSpace>>
 KvmPlatform::NewAddressSpace() {
   ASSIGN_OR_RETURN(PageTables pt, PageTables::Create(private_.get()));
-  RETURN_IF_ERROR(MapPvmStub(&pt, stub_phys_));
+  if (hardware()) {
+    RETURN_IF_ERROR(hw::MapStubRegion(&pt, stub_phys_, hw::kMaxVcpus));
+  } else {
+    RETURN_IF_ERROR(MapPvmStub(&pt, stub_phys_));
+  }
   return std::unique_ptr<platform::AddressSpace>(
       new KvmAddressSpace(this, std::move(pt)));
 }

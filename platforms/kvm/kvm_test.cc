@@ -62,7 +62,7 @@ TEST(Kvm, VmSlotsAndTimings) {
               t.memfile_slot_ns / 1e3, t.private_slot_ns / 1e3);
 }
 
-TEST(Kvm, PrivateMemoryPagesAreZeroedAndReused) {
+TEST(Kvm, PrivateMemoryPagesAreZeroedAndReusedAfterQuarantine) {
   REQUIRE_KVM(f);
   auto vm = Vm::Create(f.flavour);
   ASSERT_TRUE(vm.ok()) << vm.status();
@@ -73,15 +73,35 @@ TEST(Kvm, PrivateMemoryPagesAreZeroedAndReused) {
   EXPECT_EQ(a->phys, kPrivateBase);
   a->host[7] = 42;
   (*mem)->FreeTable(*a);
+  EXPECT_EQ((*mem)->quarantined(), 1u);
+  // Quarantined: the next page is another one.
   auto b = (*mem)->AllocPage();
   ASSERT_TRUE(b.ok());
-  EXPECT_EQ(b->phys, kPrivateBase);
-  EXPECT_EQ(b->host[7], 0u);
+  EXPECT_EQ(b->phys, kPrivateBase + 4096);
   EXPECT_EQ((*mem)->HostOf(b->phys), b->host);
   ASSERT_TRUE((*mem)->AllocPage().ok());
-  ASSERT_TRUE((*mem)->AllocPage().ok());
-  auto full = (*mem)->AllocPage();
-  EXPECT_EQ(full.status().code(), absl::StatusCode::kResourceExhausted);
+  // All in use or quarantined, no reclaim callback: exhausted.
+  EXPECT_EQ((*mem)->AllocPage().status().code(),
+            absl::StatusCode::kResourceExhausted);
+  // With one, the allocator asks for the flush and takes the page back,
+  // zeroed.
+  int reclaims = 0;
+  PrivateMemory* m = mem->get();
+  m->set_reclaim([&reclaims, m] {
+    ++reclaims;
+    m->ReleaseQuarantine();
+    return absl::OkStatus();
+  });
+  auto c = m->AllocPage();
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_EQ(reclaims, 1);
+  EXPECT_EQ(c->phys, kPrivateBase);
+  EXPECT_EQ(c->host[7], 0u);
+  EXPECT_EQ(m->quarantined(), 0u);
+  // Nothing quarantined: no reclaim helps, none is asked for.
+  EXPECT_EQ(m->AllocPage().status().code(),
+            absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(reclaims, 1);
 }
 
 TEST(Kvm, VcpuPool) {

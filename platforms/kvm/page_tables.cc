@@ -34,7 +34,10 @@ absl::StatusOr<PageTables> PageTables::Create(TableAllocator* alloc) {
 PageTables::PageTables(PageTables&& o) noexcept
     : alloc_(std::exchange(o.alloc_, nullptr)),
       root_(std::exchange(o.root_, TablePage{})),
-      table_pages_(std::exchange(o.table_pages_, 0)) {}
+      table_pages_(std::exchange(o.table_pages_, 0)),
+      invalidations_(o.invalidations_),
+      large_invalidations_(o.large_invalidations_),
+      stale_pages_(std::move(o.stale_pages_)) {}
 
 PageTables& PageTables::operator=(PageTables&& o) noexcept {
   if (this != &o) {
@@ -42,12 +45,17 @@ PageTables& PageTables::operator=(PageTables&& o) noexcept {
     alloc_ = std::exchange(o.alloc_, nullptr);
     root_ = std::exchange(o.root_, TablePage{});
     table_pages_ = std::exchange(o.table_pages_, 0);
+    invalidations_ = o.invalidations_;
+    large_invalidations_ = o.large_invalidations_;
+    stale_pages_ = std::move(o.stale_pages_);
+    dying_ = false;
   }
   return *this;
 }
 
 PageTables::~PageTables() {
   if (alloc_ == nullptr || root_.host == nullptr) return;
+  dying_ = true;
   FreeTree(root_.host, 4);
   alloc_->FreeTable(root_);
   root_ = TablePage{};
@@ -87,7 +95,10 @@ absl::Status PageTables::MapIn(uint64_t* table, int level, uint64_t va,
     const uint64_t chunk = std::min(len, entry_end - va);
     uint64_t* e = &table[Index(va, level)];
     if (level == 1) {
-      if (Present(*e) && *e != (pa | bits)) ++invalidations_;
+      if (Present(*e) && *e != (pa | bits)) {
+        ++invalidations_;
+        Stale(*e, 1);
+      }
       *e = pa | bits;
     } else if (level <= 3 && chunk == size && (va & (size - 1)) == 0 &&
                (pa & (size - 1)) == 0) {
@@ -96,7 +107,10 @@ absl::Status PageTables::MapIn(uint64_t* table, int level, uint64_t va,
         FreeTree(alloc_->HostOf(*e & kPteAddrMask), level - 1);
         FreeTableAt(*e);
       }
-      if (Present(*e) && *e != (pa | bits | kPteHuge)) ++invalidations_;
+      if (Present(*e) && *e != (pa | bits | kPteHuge)) {
+        ++invalidations_;
+        if (Huge(*e, level)) Stale(*e, level);
+      }
       *e = pa | bits | kPteHuge;
     } else {
       ASSIGN_OR_RETURN(uint64_t * next, Descend(e, level));
@@ -121,6 +135,8 @@ absl::Status PageTables::UnmapIn(uint64_t* table, int level, uint64_t va,
         if (level > 1 && !Huge(*e, level)) {
           FreeTree(alloc_->HostOf(*e & kPteAddrMask), level - 1);
           FreeTableAt(*e);
+        } else {
+          Stale(*e, level);
         }
         *e = 0;
         ++invalidations_;
@@ -146,6 +162,7 @@ absl::StatusOr<uint64_t*> PageTables::Descend(uint64_t* e, int level) {
   ++table_pages_;
   if (Present(*e)) {
     ++invalidations_;  // the large page is replaced by a table
+    ++large_invalidations_;
     // Split a large page into 512 entries one level down, with the same
     // rights. PS stays set above level 1; in a PTE bit 7 is PAT, so clear.
     const uint64_t base = *e & kPteAddrMask & ~(EntrySize(level) - 1);
@@ -165,11 +182,24 @@ void PageTables::FreeTableAt(uint64_t entry) {
   --table_pages_;
 }
 
+void PageTables::Stale(uint64_t e, int level) {
+  if (dying_) return;
+  if (level > 1) {
+    ++large_invalidations_;
+    return;
+  }
+  stale_pages_.push_back(e & kPteAddrMask);
+}
+
 void PageTables::FreeTree(uint64_t* table, int level) {
-  if (level == 1) return;
+  if (level == 1 && dying_) return;  // nothing to free or record below
   for (int i = 0; i < 512; ++i) {
     const uint64_t e = table[i];
-    if (!Present(e) || Huge(e, level)) continue;
+    if (!Present(e)) continue;
+    if (level == 1 || Huge(e, level)) {
+      Stale(e, level);
+      continue;
+    }
     FreeTree(alloc_->HostOf(e & kPteAddrMask), level - 1);
     FreeTableAt(e);
   }

@@ -110,6 +110,15 @@ class PageTables {
   // was none does not move it.
   uint64_t invalidations() const { return invalidations_; }
 
+  // What a shadow MMU must drop after the changes so far, finer than
+  // invalidations(): the physical 4 KiB pages that a changed or cleared
+  // 4 KiB entry pointed to (a translation cached for them may be stale),
+  // and a count of large-page entries changed, cleared or split (a shadow
+  // of a large page can be shared by every space mapping it, so its
+  // stale links need a full flush). TakeStalePages empties the list.
+  std::vector<uint64_t> TakeStalePages() { return std::move(stale_pages_); }
+  uint64_t large_invalidations() const { return large_invalidations_; }
+
  private:
   PageTables(TableAllocator* alloc, TablePage root)
       : alloc_(alloc), root_(root), table_pages_(1) {}
@@ -122,8 +131,11 @@ class PageTables {
   // Returns the next-level table behind entry `e`, creating it (or
   // splitting a large page into it) when needed.
   absl::StatusOr<uint64_t*> Descend(uint64_t* e, int level);
-  // Frees every table below `table` (not `table` itself).
+  // Frees every table below `table` (not `table` itself), recording the
+  // leaves found there as stale.
   void FreeTree(uint64_t* table, int level);
+  // Records that the leaf entry `e` at `level` no longer stands.
+  void Stale(uint64_t e, int level);
   // Frees the table page that the non-leaf entry `entry` points to.
   void FreeTableAt(uint64_t entry);
   static bool Empty(const uint64_t* table);
@@ -132,6 +144,9 @@ class PageTables {
   TablePage root_;
   size_t table_pages_ = 0;
   uint64_t invalidations_ = 0;
+  uint64_t large_invalidations_ = 0;
+  std::vector<uint64_t> stale_pages_;
+  bool dying_ = false;  // the destructor frees without recording
 };
 
 }  // namespace sandboxd::kvm

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -161,6 +162,34 @@ TEST_F(PageTablesTest, InvalidationsCountOnlyWhatCachesCouldHold) {
   EXPECT_EQ(pt_->invalidations(), 2u);  // nothing was there
   ASSERT_TRUE(pt_->Unmap(0x40001000, k4K).ok());
   EXPECT_GT(pt_->invalidations(), 2u);  // split and cleared
+}
+
+// What a shadow MMU must drop: the old targets of changed or cleared 4 KiB
+// entries, one by one, and a count of large entries changed or split.
+TEST_F(PageTablesTest, StalePagesAndLargeInvalidations) {
+  ASSERT_TRUE(pt_->Map(0x10000, 0x5000, 4 * k4K, kRw).ok());
+  ASSERT_TRUE(pt_->Map(0x40000000, 0x200000, k2M, kRw).ok());
+  EXPECT_TRUE(pt_->TakeStalePages().empty());  // only new mappings
+  ASSERT_TRUE(pt_->Map(0x10000, 0x5000, k4K, kRw).ok());
+  EXPECT_TRUE(pt_->TakeStalePages().empty());  // the same entry again
+  ASSERT_TRUE(pt_->Map(0x11000, 0x9000, k4K, kRw).ok());  // another page
+  ASSERT_TRUE(pt_->Map(0x12000, 0x7000, k4K, kRx).ok());  // other rights
+  ASSERT_TRUE(pt_->Unmap(0x13000, k4K).ok());
+  EXPECT_EQ(pt_->TakeStalePages(),
+            (std::vector<uint64_t>{0x6000, 0x7000, 0x8000}));
+  EXPECT_TRUE(pt_->TakeStalePages().empty());  // taken
+  EXPECT_EQ(pt_->large_invalidations(), 0u);
+  // Unmapping a whole table's range reports every page that was in it.
+  ASSERT_TRUE(pt_->Unmap(0, k2M).ok());
+  EXPECT_EQ(pt_->TakeStalePages(), (std::vector<uint64_t>{0x5000, 0x9000, 0x7000}));
+  // A split of a large page, and its removal, are large invalidations.
+  ASSERT_TRUE(pt_->Unmap(0x40001000, k4K).ok());
+  EXPECT_EQ(pt_->large_invalidations(), 1u);
+  EXPECT_EQ(pt_->TakeStalePages(), (std::vector<uint64_t>{0x201000}));
+  ASSERT_TRUE(pt_->Map(0x80000000, 0x400000, k2M, kRw).ok());
+  ASSERT_TRUE(pt_->Unmap(0x80000000, k2M).ok());
+  EXPECT_EQ(pt_->large_invalidations(), 2u);
+  EXPECT_TRUE(pt_->TakeStalePages().empty());
 }
 
 TEST_F(PageTablesTest, RejectsBadRanges) {

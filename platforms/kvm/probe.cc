@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
+#include "platforms/kvm/guest_hw.h"
 #include "platforms/kvm/guest_pvm.h"
 #include "platforms/kvm/stub_pvm.h"
 
@@ -151,6 +152,94 @@ absl::Status ProbePvm(Vm* vm, ProbeReport* report, const uint8_t* app,
   return absl::OkStatus();
 }
 
+// The same round trips through the hardware flavour's stub (guest_hw.h):
+// SYSCALL to the stub in ring 0, its OUT, and back through its SYSRETQ.
+absl::Status ProbeHardware(Vm* vm, ProbeReport* report, const uint8_t* app,
+                           size_t app_len, int round_trips,
+                           absl::Duration timeout) {
+  if (app_len > k4K) {
+    return absl::InvalidArgumentError("kvm probe: code larger than a page");
+  }
+  ASSIGN_OR_RETURN(std::unique_ptr<PrivateMemory> mem,
+                   PrivateMemory::Create(vm, /*slot=*/1, kPrivateSlotBytes));
+  report->private_slot_bytes = kPrivateSlotBytes;
+  ASSIGN_OR_RETURN(uint64_t stub_phys, hw::AllocStubRegion(mem.get(), 1));
+  ASSIGN_OR_RETURN(PageTables pt, PageTables::Create(mem.get()));
+  RETURN_IF_ERROR(hw::MapStubRegion(&pt, stub_phys, 1));
+  ASSIGN_OR_RETURN(TablePage code, mem->AllocPage());
+  std::memcpy(code.host, app, app_len);
+  ASSIGN_OR_RETURN(TablePage stack, mem->AllocPage());
+  RETURN_IF_ERROR(pt.Map(kProbeCodeVa, code.phys, k4K,
+                         PteAccess{.write = false, .exec = true}));
+  RETURN_IF_ERROR(pt.Map(kProbeStackVa, stack.phys, k4K,
+                         PteAccess{.write = true, .exec = false}));
+
+  const uint64_t t0 = MonotonicNs();
+  ASSIGN_OR_RETURN(std::unique_ptr<Vcpu> vcpu, vm->CreateVcpu(0));
+  vm->mutable_timings().first_vcpu_ns = MonotonicNs() - t0;
+  RETURN_IF_ERROR(hw::InitVcpu(*vcpu));
+  kvm_sregs s;
+  RETURN_IF_ERROR(vcpu->GetSregs(&s));
+  hw::UserSregs(&s, 0, pt.root(), 0, 0);
+  RETURN_IF_ERROR(vcpu->SetSregs(s));
+  kvm_regs r = {};
+  r.rip = kProbeCodeVa;
+  r.rsp = kProbeStackVa + k4K;
+  r.rflags = 0x202;
+  RETURN_IF_ERROR(vcpu->SetRegs(r));
+  const uint64_t* frame = reinterpret_cast<const uint64_t*>(
+      reinterpret_cast<uint8_t*>(mem->HostOf(stub_phys)) +
+      (hw::StackTopVa(0) - kStubVa)) - hw::kFrameWords;
+
+  kvm_run* run = vcpu->run();
+  run->kvm_valid_regs = KVM_SYNC_X86_REGS;
+  InstallKickHandler();
+  Watchdog watchdog(run, timeout);
+  std::vector<uint64_t> times;
+  times.reserve(round_trips);
+  uint64_t want_rdi = 0;
+  for (int i = 0; i < round_trips; ++i) {
+    const uint64_t start = MonotonicNs();
+    ASSIGN_OR_RETURN(uint32_t reason, vcpu->Run());
+    const uint64_t took = MonotonicNs() - start;
+    if (reason == KVM_EXIT_INTR && watchdog.fired()) {
+      return absl::DeadlineExceededError(absl::StrFormat(
+          "kvm probe (hardware): no exit within %s after %d round trips; %s",
+          absl::FormatDuration(timeout), i, DescribeExit(*vcpu, reason)));
+    }
+    kvm_regs& q = run->s.regs.regs;
+    const hw::Exit e = hw::DecodeExit(*run, q.rip, frame);
+    if (e.kind != hw::Exit::Kind::kSyscall ||
+        q.rcx != kProbeCodeVa + kSyscallLen || (i > 0 && q.rdi != want_rdi)) {
+      std::string what = DescribeExit(*vcpu, reason);
+      if (e.kind == hw::Exit::Kind::kException) {
+        absl::StrAppendFormat(&what, "; exception %d error %#x at rip=%#x cs=%#x",
+                              e.vector, e.error_code, e.rip, e.cs);
+      }
+      return absl::FailedPreconditionError(absl::StrFormat(
+          "kvm probe (hardware): round trip %d did not come back as the "
+          "syscall (want rcx=%#x rdi=%#x): %s",
+          i, kProbeCodeVa + kSyscallLen, want_rdi, what));
+    }
+    if (i == 0) {
+      report->first_entry_ns = took;
+    } else {
+      times.push_back(took);
+    }
+    // The stub's SYSRETQ returns with RAX; RIP stays in the stub.
+    want_rdi = 0x5eed0000 + i;
+    q.rax = want_rdi;
+    run->kvm_dirty_regs = KVM_SYNC_X86_REGS;
+    report->round_trips = i + 1;
+  }
+  if (!times.empty()) {
+    std::sort(times.begin(), times.end());
+    report->round_trip_median_ns = times[times.size() / 2];
+    report->round_trip_min_ns = times.front();
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void InstallKickHandler() {
@@ -177,20 +266,18 @@ absl::StatusOr<ProbeReport> RunProbeWithCode(const uint8_t* code,
     ASSIGN_OR_RETURN(UniqueFd kvm, OpenKvm());
     report.flavour = DetectFlavour(kvm.get());
   }
-  switch (report.flavour.flavour) {
-    case Flavour::kNone:
-      return absl::UnavailableError(
-          absl::StrCat("kvm: no usable flavour: ", report.flavour.reason));
-    case Flavour::kHardware:
-      return absl::UnimplementedError(absl::StrCat(
-          "kvm: hardware KVM (", report.flavour.reason,
-          "): the GDT/IDT/SYSCALL stub is not written yet"));
-    case Flavour::kPvm:
-      break;
+  if (report.flavour.flavour == Flavour::kNone) {
+    return absl::UnavailableError(
+        absl::StrCat("kvm: no usable flavour: ", report.flavour.reason));
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<Vm> vm, Vm::Create(Flavour::kPvm));
-  RETURN_IF_ERROR(
-      ProbePvm(vm.get(), &report, code, code_len, round_trips, timeout));
+  ASSIGN_OR_RETURN(std::unique_ptr<Vm> vm, Vm::Create(report.flavour.flavour));
+  if (report.flavour.flavour == Flavour::kHardware) {
+    RETURN_IF_ERROR(ProbeHardware(vm.get(), &report, code, code_len,
+                                  round_trips, timeout));
+  } else {
+    RETURN_IF_ERROR(
+        ProbePvm(vm.get(), &report, code, code_len, round_trips, timeout));
+  }
   report.timings = vm->timings();
   return report;
 }

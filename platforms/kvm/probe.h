@@ -27,10 +27,10 @@ struct ProbeReport {
   uint64_t round_trip_min_ns = 0;
 };
 
-// Runs the probe on the calling thread. OK: the flavour works (the report
-// has the figures). Otherwise one line saying what failed: no /dev/kvm,
-// an unknown flavour, the hardware flavour (not written yet), an exit that
-// was not the syscall (with registers), or the timeout.
+// Runs the probe on the calling thread, with the flavour's stub (PVM or
+// hardware). OK: the flavour works (the report has the figures).
+// Otherwise one line saying what failed: no /dev/kvm, an unknown flavour,
+// an exit that was not the syscall (with registers), or the timeout.
 absl::StatusOr<ProbeReport> RunProbe(int round_trips = 200,
                                      absl::Duration timeout = absl::Seconds(2));
 

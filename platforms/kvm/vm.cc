@@ -176,7 +176,8 @@ absl::StatusOr<std::unique_ptr<Vcpu>> Vm::CreateVcpu(int id) {
 // ---- VcpuPool ----
 
 absl::StatusOr<std::unique_ptr<VcpuPool>> VcpuPool::Create(Vm* vm,
-                                                           size_t target) {
+                                                           size_t target,
+                                                           bool background) {
   std::unique_ptr<VcpuPool> p(new VcpuPool(vm, target));
   const uint64_t t0 = MonotonicNs();
   ASSIGN_OR_RETURN(std::unique_ptr<Vcpu> first, vm->CreateVcpu(0));
@@ -186,7 +187,14 @@ absl::StatusOr<std::unique_ptr<VcpuPool>> VcpuPool::Create(Vm* vm,
     p->free_.push_back(std::move(first));
     p->next_id_ = 1;
   }
-  if (target > 1) p->filler_ = std::thread([pool = p.get()] { pool->Fill(); });
+  if (target <= 1) return p;
+  if (!background) {
+    p->Fill();
+    absl::MutexLock l(&p->mu_);
+    RETURN_IF_ERROR(p->fill_error_);
+    return p;
+  }
+  p->filler_ = std::thread([pool = p.get()] { pool->Fill(); });
   return p;
 }
 
@@ -258,20 +266,28 @@ absl::StatusOr<std::unique_ptr<PrivateMemory>> PrivateMemory::Create(
 }
 
 absl::StatusOr<TablePage> PrivateMemory::AllocPage() {
-  uint64_t off;
-  {
-    absl::MutexLock l(&mu_);
-    if (!free_.empty()) {
-      off = free_.back();
-      free_.pop_back();
-    } else {
-      if (next_ + k4K > map_.size()) {
-        return absl::ResourceExhaustedError(absl::StrFormat(
-            "kvm private memory: all %d KiB in use", map_.size() >> 10));
+  uint64_t off = 0;
+  for (int attempt = 0;; ++attempt) {
+    bool reclaimable;
+    {
+      absl::MutexLock l(&mu_);
+      if (!free_.empty()) {
+        off = free_.back();
+        free_.pop_back();
+        break;
       }
-      off = next_;
-      next_ += k4K;
+      if (next_ + k4K <= map_.size()) {
+        off = next_;
+        next_ += k4K;
+        break;
+      }
+      reclaimable = !quarantine_.empty();
     }
+    if (!reclaimable || attempt > 0 || !reclaim_) {
+      return absl::ResourceExhaustedError(absl::StrFormat(
+          "kvm private memory: all %d KiB in use", map_.size() >> 10));
+    }
+    RETURN_IF_ERROR(reclaim_());
   }
   auto* host = reinterpret_cast<uint64_t*>(map_.bytes() + off);
   std::memset(host, 0, k4K);
@@ -280,7 +296,18 @@ absl::StatusOr<TablePage> PrivateMemory::AllocPage() {
 
 void PrivateMemory::FreeTable(TablePage page) {
   absl::MutexLock l(&mu_);
-  free_.push_back(page.phys - kPrivateBase);
+  quarantine_.push_back(page.phys - kPrivateBase);
+}
+
+size_t PrivateMemory::quarantined() {
+  absl::MutexLock l(&mu_);
+  return quarantine_.size();
+}
+
+void PrivateMemory::ReleaseQuarantine() {
+  absl::MutexLock l(&mu_);
+  free_.insert(free_.end(), quarantine_.begin(), quarantine_.end());
+  quarantine_.clear();
 }
 
 uint64_t* PrivateMemory::HostOf(uint64_t phys) {

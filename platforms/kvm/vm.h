@@ -14,6 +14,7 @@
 #include <linux/kvm.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <thread>
 #include <vector>
@@ -125,10 +126,10 @@ class Vm {
 // Give() takes it back; there is one vCPU per task thread in use.
 class VcpuPool {
  public:
-  // Creates vCPU 0 now and starts filling up to `target` in the
-  // background.
-  static absl::StatusOr<std::unique_ptr<VcpuPool>> Create(Vm* vm,
-                                                          size_t target);
+  // Creates vCPU 0 now and fills up to `target` in the background, or,
+  // with `background` false, creates all `target` before returning.
+  static absl::StatusOr<std::unique_ptr<VcpuPool>> Create(
+      Vm* vm, size_t target, bool background = true);
   ~VcpuPool();
 
   // A free vCPU; creates one if the pool is empty.
@@ -156,6 +157,13 @@ class VcpuPool {
 // Platform-private guest memory: one anonymous host mapping in a slot at
 // kPrivateBase, handing out zeroed pages (page tables, stub code, vCPU
 // structs). Also the TableAllocator of the page tables built in it.
+//
+// A freed table page is quarantined, not reused: KVM may still hold a
+// shadow page built from it (PVM), reachable through stale links, and a new
+// use of the gfn would make that shadow say something else. Quarantined
+// pages come back (ReleaseQuarantine) after a flush of every shadow page;
+// when nothing else is left, AllocPage asks for that flush (the reclaim
+// callback) and retries.
 class PrivateMemory : public TableAllocator {
  public:
   static absl::StatusOr<std::unique_ptr<PrivateMemory>> Create(Vm* vm,
@@ -170,13 +178,22 @@ class PrivateMemory : public TableAllocator {
   uint8_t* host_base() const { return map_.bytes(); }
   uint64_t size() const { return map_.size(); }
 
+  // Freed pages waiting for a shadow flush, and their release after one.
+  size_t quarantined() ABSL_LOCKS_EXCLUDED(mu_);
+  void ReleaseQuarantine() ABSL_LOCKS_EXCLUDED(mu_);
+  // Called (without mu_) when no page is left but some are quarantined;
+  // must flush every shadow page and call ReleaseQuarantine.
+  void set_reclaim(std::function<absl::Status()> f) { reclaim_ = std::move(f); }
+
  private:
   explicit PrivateMemory(Mapping map) : map_(std::move(map)) {}
 
   const Mapping map_;
   absl::Mutex mu_;
   uint64_t next_ ABSL_GUARDED_BY(mu_) = 0;  // bump offset
-  std::vector<uint64_t> free_ ABSL_GUARDED_BY(mu_);  // freed page offsets
+  std::vector<uint64_t> free_ ABSL_GUARDED_BY(mu_);  // reusable page offsets
+  std::vector<uint64_t> quarantine_ ABSL_GUARDED_BY(mu_);  // freed, not yet
+  std::function<absl::Status()> reclaim_;
 };
 
 }  // namespace sandboxd::kvm

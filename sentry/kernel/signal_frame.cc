@@ -85,6 +85,7 @@ bool Task::DeliverToHandler(int signo, int code, uint64_t addr, pid_t sender,
   } else {
     sp -= 128;  // the red zone
   }
+  SyncFp();
   uint64_t fp_size = cpu_.fp_size;
   uint64_t fpstate = (sp - fp_size) & ~63ull;
   uint64_t frame_addr = ((fpstate - sizeof(RtSigFrame)) & ~15ull) - 8;
@@ -172,6 +173,7 @@ int64_t Task::SigReturn() {
   r.rdx = sc.rdx; r.rax = sc.rax; r.rcx = sc.rcx; r.rsp = sc.rsp;
   r.rip = sc.rip;
   r.eflags = (r.eflags & ~kFixEflags) | (sc.eflags & kFixEflags);
+  SyncFp();  // the frame's image replaces the live state
   if (sc.fpstate == 0) {
     cpu_.ResetFp();
   } else if (cpu_.fp_size != 0) {

@@ -307,6 +307,9 @@ class Task : public fs::Blocker, public std::enable_shared_from_this<Task> {
   Kernel& kernel() { return *kernel_; }
   mm::MM& mm() { return tg_->mm(); }
   platform::CpuState& cpu() { return cpu_; }
+  // Makes cpu().fp current (the platform may keep the live FPU state in a
+  // vCPU, CpuState::fp_live): before reading or copying it.
+  void SyncFp() { ctx_->SyncFp(cpu_); }
 
   // Starts the task's host thread.
   void Start();

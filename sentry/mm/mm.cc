@@ -98,6 +98,7 @@ absl::StatusOr<std::unique_ptr<MM>> MM::Fork(
   absl::MutexLock cl(&child->mu_);
   child->brk_start_ = brk_start_;
   child->brk_ = brk_;
+  child->membarrier_.store(membarrier_.load());
   // Ranges this MM's threads may currently write through the AddressSpace
   // and that are now shared: they must fault from now on.
   std::vector<std::pair<uintptr_t, uintptr_t>> protect;

@@ -154,6 +154,9 @@ class MM {
   absl::StatusOr<std::unique_ptr<MM>> Fork(
       std::unique_ptr<platform::AddressSpace> as);
   MemoryFile* memory_file() const { return mf_; }
+  // membarrier(2) registrations (MEMBARRIER_CMD_REGISTER_* bits) of the
+  // processes on this MM: fork keeps them, execve (a new MM) drops them.
+  std::atomic<uint32_t>& membarrier_registrations() { return membarrier_; }
   uintptr_t min_addr() const { return min_addr_; }
   uintptr_t max_addr() const { return max_addr_; }
   // Top-down placement of mappings without a usable hint starts below this,
@@ -365,6 +368,7 @@ class MM {
   // brk_start_ <= brk_; the heap VMA covers [brk_start_, PageRoundUp(brk_)).
   uintptr_t brk_start_ ABSL_GUARDED_BY(mu_) = 0;
   uintptr_t brk_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<uint32_t> membarrier_{0};  // see membarrier_registrations()
 };
 
 }  // namespace sandboxd::mm

@@ -261,6 +261,7 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
           r->set_mempolicy_nodes(t.mempolicy.nodes);
         }
 
+        t.SyncFp();  // the task is stopped: its vCPU holds no newer state
         platform::CpuState cpu = t.cpu_;
         SigSet mask = t.mask_.load();
         bool restore_mask = t.restore_mask_;

@@ -56,6 +56,7 @@ int64_t CloneProcess(Task& t, uint64_t flags, uint64_t stack, uint64_t ptid,
   auto fds = (flags & CLONE_FILES) ? g.fds_ptr() : g.fds().Fork();
   auto fsctx = (flags & CLONE_FS) ? g.fs_ptr() : g.fs().Fork();
 
+  t.SyncFp();  // the child starts with the parent's FPU state
   platform::CpuState cpu = t.cpu();
   cpu.regs.rax = 0;
   if (stack != 0) cpu.regs.rsp = stack;

@@ -35,6 +35,7 @@ int64_t SysClone(Task& t, const SyscallArgs& a) {
   }
   if ((flags & 0xff) != 0) return -EINVAL;  // no exit signal for threads
 
+  t.SyncFp();  // the new thread starts with this one's FPU state
   platform::CpuState cpu = t.cpu();
   cpu.regs.rax = 0;
   if (a.a[1] != 0) cpu.regs.rsp = a.a[1];

@@ -54,6 +54,7 @@ void RegisterMemfd(Entry* table);
 void RegisterInotify(Entry* table);
 void RegisterTime(Entry* table);
 void RegisterSignalfd(Entry* table);
+void RegisterMembarrier(Entry* table);
 
 }  // namespace sandboxd::syscalls
 

@@ -26,6 +26,7 @@ Table::Table() {
   RegisterInotify(table_);
   RegisterTime(table_);
   RegisterSignalfd(table_);
+  RegisterMembarrier(table_);
 }
 
 int64_t Table::Invoke(Task& t, const SyscallArgs& args) {

@@ -4,7 +4,11 @@
 
 #include <cstring>
 
+#include "proto/platform_stats.pb.h"
+
 namespace sandboxd::platform {
+
+void Platform::ExportStats(control::PlatformStats* out) { out->set_platform(Name()); }
 
 int Prot::ToHost() const {
   return (read ? PROT_READ : 0) | (write ? PROT_WRITE : 0) |

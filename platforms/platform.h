@@ -18,6 +18,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
+namespace sandboxd::control {
+class PlatformStats;  // proto/platform_stats.proto
+}  // namespace sandboxd::control
+
 namespace sandboxd::platform {
 
 // Memory protection of an application mapping.
@@ -111,6 +115,10 @@ class Platform {
   virtual uintptr_t MaxUserAddress() const = 0;
   virtual absl::StatusOr<std::unique_ptr<AddressSpace>> NewAddressSpace() = 0;
   virtual absl::StatusOr<std::unique_ptr<Context>> NewContext() = 0;
+  // Fills `out` with the platform's name and counters, for sandboxd's
+  // /metrics and `sentry run --stats-json`. Cheap (atomics and a few
+  // short locks); safe to call from any thread. The default: the name only.
+  virtual void ExportStats(control::PlatformStats* out);
 };
 
 }  // namespace sandboxd::platform

@@ -113,6 +113,8 @@ class KvmPlatform : public platform::Platform {
   absl::StatusOr<std::unique_ptr<platform::AddressSpace>> NewAddressSpace()
       override;
   absl::StatusOr<std::unique_ptr<platform::Context>> NewContext() override;
+  // Vm::stats() with the flavour, shadow flushes and free vCPUs.
+  void ExportStats(control::PlatformStats* out) override;
 
   const ProbeReport& probe() const { return probe_; }
   Vm* vm() const { return vm_.get(); }

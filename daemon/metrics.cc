@@ -1,6 +1,9 @@
 #include "daemon/metrics.h"
 
+#include <algorithm>
+#include <cmath>
 #include <exception>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -12,6 +15,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "proto/platform_stats.pb.h"
 
 namespace sandboxd {
 namespace daemon {
@@ -24,6 +28,75 @@ const prometheus::Histogram::BucketBoundaries& LatencyBuckets() {
   static const auto* b = new prometheus::Histogram::BucketBoundaries{
       0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
   return *b;
+}
+
+// One-off creation steps of a platform: a KVM VM or vCPU (hundreds of µs)
+// up to a vCPU pool on a loaded host (tens of ms).
+const prometheus::Histogram::BucketBoundaries& CreationBuckets() {
+  static const auto* b = new prometheus::Histogram::BucketBoundaries{
+      0.00005, 0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25};
+  return *b;
+}
+
+// systrap's hand-over histograms come as log2 ns buckets (platforms/systrap/
+// stats.h: bucket i counts [2^i, 2^(i+1)) ns, the last one all above). The
+// exported buckets are their upper edges, le = 2^k ns for k in
+// [kFirstEdgeLog2, kLastEdgeLog2] (128 ns .. 2.1 s); the log2 buckets below
+// 128 ns fold into the first, the last one is +Inf. Cumulative counts are
+// exact at every edge.
+constexpr int kFirstEdgeLog2 = 7;
+constexpr int kLastEdgeLog2 = 31;
+
+const prometheus::Histogram::BucketBoundaries& HandOverBuckets() {
+  static const auto* b = [] {
+    auto* v = new prometheus::Histogram::BucketBoundaries;
+    for (int k = kFirstEdgeLog2; k <= kLastEdgeLog2; k++) v->push_back(std::ldexp(1.0, k) / 1e9);
+    return v;
+  }();
+  return *b;
+}
+
+// Walks the counters of one report in a fixed order, pairing each with its
+// last value in `last`: Next gives what is new (0 for a stale or repeated
+// report) and remembers the larger value.
+class Differences {
+ public:
+  explicit Differences(std::vector<uint64_t>* last) : last_(last) {}
+  uint64_t Next(uint64_t now) {
+    if (last_->size() <= i_) last_->push_back(0);
+    uint64_t& last = (*last_)[i_++];
+    if (now <= last) return 0;
+    const uint64_t d = now - last;
+    last = now;
+    return d;
+  }
+
+ private:
+  std::vector<uint64_t>* last_;
+  size_t i_ = 0;
+};
+
+void AddTo(prometheus::Counter* c, uint64_t n, double scale = 1) {
+  if (n > 0) c->Increment(static_cast<double>(n) * scale);
+}
+
+// Adds the new part of one log2 histogram to `h`. The _sum is an estimate:
+// each latency counts as its bucket's midpoint (1.5 * 2^i ns), since the
+// platform keeps counts only.
+void AddLog2Histogram(const google::protobuf::RepeatedField<uint64_t>& log2_ns,
+                      Differences* d, prometheus::Histogram* h) {
+  std::vector<double> increments(HandOverBuckets().size() + 1, 0);
+  double sum = 0;
+  bool any = false;
+  for (int i = 0; i < log2_ns.size(); i++) {
+    const uint64_t n = d->Next(log2_ns[i]);
+    if (n == 0) continue;
+    any = true;
+    const int edge = std::max(i + 1, kFirstEdgeLog2);  // bucket i ends at 2^(i+1)
+    increments[std::min(edge, kLastEdgeLog2 + 1) - kFirstEdgeLog2] += static_cast<double>(n);
+    sum += static_cast<double>(n) * (i == 0 ? 1.0 : 1.5 * std::ldexp(1.0, i)) / 1e9;
+  }
+  if (any) h->ObserveMultiple(increments, sum);
 }
 
 }  // namespace
@@ -66,6 +139,112 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                       .Name("sandboxd_sandbox_cpu_seconds_total")
                       .Help("CPU time (user + system) used by a sandbox's cgroup.")
                       .Register(r);
+
+  // The platforms' own counters, as each sandbox's Sentry reports them.
+  platform_info_ = &prometheus::BuildGauge()
+                        .Name("sandboxd_sandbox_platform_info")
+                        .Help("1 for each sandbox, labelled with its platform and, for "
+                              "kvm, the flavour (pvm or hardware).")
+                        .Register(r);
+  systrap_spinning_ = &prometheus::BuildGauge()
+                           .Name("sandboxd_systrap_fastpath_spinning")
+                           .Help("1 while the hand-over fast path of a side is on (its "
+                                 "waiters spin before they sleep): side=\"sentry\" waits "
+                                 "for the stub's trap, side=\"stub\" for the Sentry's reply.")
+                           .Register(r);
+  systrap_enabled_ = &prometheus::BuildCounter()
+                          .Name("sandboxd_systrap_fastpath_enabled_total")
+                          .Help("Times the fast path of a side was turned on.")
+                          .Register(r);
+  systrap_disabled_ = &prometheus::BuildCounter()
+                           .Name("sandboxd_systrap_fastpath_disabled_total")
+                           .Help("Times the fast path of a side was turned off.")
+                           .Register(r);
+  systrap_evaluations_ = &prometheus::BuildCounter()
+                              .Name("sandboxd_systrap_fastpath_evaluations_total")
+                              .Help("Fast-path recording periods evaluated.")
+                              .Register(r)
+                              .Add({});
+  systrap_idle_resets_ = &prometheus::BuildCounter()
+                              .Name("sandboxd_systrap_fastpath_idle_resets_total")
+                              .Help("Fast paths reset to off after two idle periods.")
+                              .Register(r)
+                              .Add({});
+  systrap_handover_ = &prometheus::BuildHistogram()
+                           .Name("sandboxd_systrap_handover_seconds")
+                           .Help("Hand-over latency through the shared-memory context queue: "
+                                 "to=\"sentry\" from a stub publishing a trap to the Sentry "
+                                 "seeing it, to=\"stub\" from the Sentry's reply to the stub "
+                                 "seeing it. Buckets are exact; _sum counts each hand-over "
+                                 "at its log2 bucket's midpoint.")
+                           .Register(r);
+  systrap_awake_ = &prometheus::BuildGauge()
+                        .Name("sandboxd_systrap_stub_threads_awake")
+                        .Help("Application (stub) threads not asleep on their futex: "
+                              "running application code or spinning for the Sentry.")
+                        .Register(r);
+  systrap_queued_ = &prometheus::BuildGauge()
+                         .Name("sandboxd_systrap_contexts_queued")
+                         .Help("Contexts handed to the Sentry whose Sentry thread is "
+                               "still asleep.")
+                         .Register(r);
+  systrap_patched_sites_ = &prometheus::BuildCounter()
+                                .Name("sandboxd_systrap_patched_sites_total")
+                                .Help("Syscall sites patched to enter the stub without a "
+                                      "signal.")
+                                .Register(r)
+                                .Add({});
+  kvm_exits_ = &prometheus::BuildCounter()
+                    .Name("sandboxd_kvm_exits_total")
+                    .Help("Exits from KVM_RUN, by reason: syscall, page_fault, exception, "
+                          "interrupted, shadow_flush (a kick for a shadow-page-table "
+                          "flush), other.")
+                    .Register(r);
+  kvm_vm_create_ = &prometheus::BuildHistogram()
+                        .Name("sandboxd_kvm_vm_create_seconds")
+                        .Help("Creating a Sentry's VM: /dev/kvm, KVM_CREATE_VM, the "
+                              "supported CPUID.")
+                        .Register(r)
+                        .Add({}, CreationBuckets());
+  kvm_vcpu0_create_ = &prometheus::BuildHistogram()
+                           .Name("sandboxd_kvm_vcpu0_create_seconds")
+                           .Help("Creating a VM's vCPU 0 (on the start path).")
+                           .Register(r)
+                           .Add({}, CreationBuckets());
+  kvm_pool_fill_ = &prometheus::BuildHistogram()
+                        .Name("sandboxd_kvm_vcpu_pool_fill_seconds")
+                        .Help("Filling a VM's vCPU pool in the background, after vCPU 0.")
+                        .Register(r)
+                        .Add({}, CreationBuckets());
+  kvm_memslot_adds_ = &prometheus::BuildCounter()
+                           .Name("sandboxd_kvm_memslot_adds_total")
+                           .Help("KVM memory slots added (private memory, memory-file "
+                                 "chunks).")
+                           .Register(r)
+                           .Add({});
+  kvm_memslot_add_seconds_ = &prometheus::BuildCounter()
+                                  .Name("sandboxd_kvm_memslot_add_seconds_total")
+                                  .Help("Time spent adding KVM memory slots.")
+                                  .Register(r)
+                                  .Add({});
+  kvm_shadow_flushes_ = &prometheus::BuildCounter()
+                             .Name("sandboxd_kvm_shadow_flushes_total")
+                             .Help("Shadow page-table flushes (private slot re-created).")
+                             .Register(r)
+                             .Add({});
+  kvm_shadow_flush_seconds_ = &prometheus::BuildCounter()
+                                   .Name("sandboxd_kvm_shadow_flush_seconds_total")
+                                   .Help("Time spent in shadow page-table flushes.")
+                                   .Register(r)
+                                   .Add({});
+  kvm_vcpus_ = &prometheus::BuildGauge()
+                    .Name("sandboxd_kvm_vcpus")
+                    .Help("vCPUs a sandbox's VM has created.")
+                    .Register(r);
+  kvm_pool_free_ = &prometheus::BuildGauge()
+                        .Name("sandboxd_kvm_vcpu_pool_free")
+                        .Help("vCPUs idle in a sandbox's pool, ready for a new task.")
+                        .Register(r);
 }
 
 Metrics::~Metrics() {
@@ -154,8 +333,82 @@ void Metrics::SetSandboxUsage(absl::string_view id, uint64_t memory_bytes,
   if (delta > 0) it->second.cpu->Increment(delta);
 }
 
+void Metrics::SetPlatformGauge(PlatformSeries& ps,
+                               prometheus::Family<prometheus::Gauge>* family,
+                               const std::map<std::string, std::string>& labels,
+                               double value) {
+  prometheus::Gauge& g = family->Add(labels);
+  g.Set(value);
+  for (const auto& [f, known] : ps.gauges) {
+    if (known == &g) return;
+  }
+  ps.gauges.emplace_back(family, &g);
+}
+
+void Metrics::SetPlatformStats(absl::string_view id, const control::PlatformStats& st) {
+  if (st.platform().empty()) return;  // a Sentry that reports none
+  absl::MutexLock lock(&mu_);
+  PlatformSeries& ps = platform_by_id_[id];
+  const std::string sid(id);
+  std::string flavour;
+  if (st.has_kvm()) flavour = st.kvm().flavour();
+  SetPlatformGauge(ps, platform_info_,
+                   {{"id", sid}, {"platform", st.platform()}, {"flavour", flavour}}, 1);
+  Differences d(&ps.last);
+  if (st.has_systrap()) {
+    const control::SystrapStats& s = st.systrap();
+    const std::pair<const char*, const control::SystrapStats::Side*> sides[] = {
+        {"sentry", &s.sentry()}, {"stub", &s.stub()}};
+    for (const auto& [name, side] : sides) {
+      SetPlatformGauge(ps, systrap_spinning_, {{"id", sid}, {"side", name}},
+                       side->spinning() ? 1 : 0);
+      AddTo(&systrap_enabled_->Add({{"side", name}}), d.Next(side->enabled()));
+      AddTo(&systrap_disabled_->Add({{"side", name}}), d.Next(side->disabled()));
+      AddLog2Histogram(side->latency_log2_ns(), &d,
+                       &systrap_handover_->Add({{"to", name}}, HandOverBuckets()));
+    }
+    AddTo(systrap_evaluations_, d.Next(s.evaluations()));
+    AddTo(systrap_idle_resets_, d.Next(s.idle_resets()));
+    AddTo(systrap_patched_sites_, d.Next(s.patched_sites()));
+    SetPlatformGauge(ps, systrap_awake_, {{"id", sid}},
+                     static_cast<double>(s.stub_threads_awake()));
+    SetPlatformGauge(ps, systrap_queued_, {{"id", sid}},
+                     static_cast<double>(s.contexts_queued()));
+  }
+  if (st.has_kvm()) {
+    const control::KvmStats& k = st.kvm();
+    const std::pair<const char*, uint64_t> exits[] = {
+        {"syscall", k.exits().syscall()},         {"page_fault", k.exits().page_fault()},
+        {"exception", k.exits().exception()},     {"interrupted", k.exits().interrupted()},
+        {"shadow_flush", k.exits().shadow_flush()}, {"other", k.exits().other()}};
+    for (const auto& [reason, n] : exits) {
+      AddTo(&kvm_exits_->Add({{"reason", reason}}), d.Next(n));
+    }
+    AddTo(kvm_memslot_adds_, d.Next(k.memslot_adds()));
+    AddTo(kvm_memslot_add_seconds_, d.Next(k.memslot_add_nanos()), 1e-9);
+    AddTo(kvm_shadow_flushes_, d.Next(k.shadow_flushes()));
+    AddTo(kvm_shadow_flush_seconds_, d.Next(k.shadow_flush_nanos()), 1e-9);
+    // Once per VM, the first time each is known.
+    const std::tuple<uint64_t, bool*, prometheus::Histogram*> once[] = {
+        {k.vm_create_nanos(), &ps.vm_create_seen, kvm_vm_create_},
+        {k.vcpu0_create_nanos(), &ps.vcpu0_seen, kvm_vcpu0_create_},
+        {k.vcpu_pool_fill_nanos(), &ps.pool_fill_seen, kvm_pool_fill_}};
+    for (const auto& [ns, seen, h] : once) {
+      if (ns == 0 || *seen) continue;
+      *seen = true;
+      h->Observe(static_cast<double>(ns) / 1e9);
+    }
+    SetPlatformGauge(ps, kvm_vcpus_, {{"id", sid}}, k.vcpus());
+    SetPlatformGauge(ps, kvm_pool_free_, {{"id", sid}}, k.vcpu_pool_free());
+  }
+}
+
 void Metrics::RemoveSandbox(absl::string_view id) {
   absl::MutexLock lock(&mu_);
+  if (auto p = platform_by_id_.find(id); p != platform_by_id_.end()) {
+    for (const auto& [family, gauge] : p->second.gauges) family->Remove(gauge);
+    platform_by_id_.erase(p);
+  }
   auto it = sandboxes_by_id_.find(id);
   if (it == sandboxes_by_id_.end()) return;
   sandbox_memory_->Remove(it->second.memory);

@@ -14,13 +14,19 @@
 //   sandboxd_sandbox_memory_bytes{id}                gauge
 //   sandboxd_sandbox_cpu_seconds_total{id}           counter
 //
+// and the platforms' counters (SetPlatformStats; daemon/README.md has the
+// table): sandboxd_sandbox_platform_info, sandboxd_systrap_*, sandboxd_kvm_*.
+//
 // Thread safety: every method may be called from any thread.
 #ifndef SANDBOXD_DAEMON_METRICS_H_
 #define SANDBOXD_DAEMON_METRICS_H_
 
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -40,6 +46,10 @@ class Family;
 }  // namespace prometheus
 
 namespace sandboxd {
+namespace control {
+class PlatformStats;  // proto/platform_stats.proto
+}  // namespace control
+
 namespace daemon {
 
 class Metrics {
@@ -84,6 +94,12 @@ class Metrics {
   // the counter advances by the difference (it never goes backwards).
   void SetSandboxUsage(absl::string_view id, uint64_t memory_bytes,
                        double cpu_seconds);
+  // A report of sandbox `id`'s platform counters (cumulative since its
+  // Sentry started). The daemon-wide counters and histograms advance by
+  // what is new since the last report of `id` (a stale report moves
+  // nothing); per-sandbox gauges are set; the one-off creation times
+  // (kvm) are observed the first time they are reported.
+  void SetPlatformStats(absl::string_view id, const control::PlatformStats& st);
   // Drops the per-sandbox series of `id` (at Destroy).
   void RemoveSandbox(absl::string_view id);
 
@@ -106,14 +122,50 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* sandbox_memory_;
   prometheus::Family<prometheus::Counter>* sandbox_cpu_;
 
+  // Platform metrics (SetPlatformStats). Daemon-wide counters and
+  // histograms: a destroyed sandbox's share stays in them.
+  prometheus::Family<prometheus::Gauge>* platform_info_;
+  prometheus::Family<prometheus::Gauge>* systrap_spinning_;
+  prometheus::Family<prometheus::Counter>* systrap_enabled_;
+  prometheus::Family<prometheus::Counter>* systrap_disabled_;
+  prometheus::Counter* systrap_evaluations_;
+  prometheus::Counter* systrap_idle_resets_;
+  prometheus::Family<prometheus::Histogram>* systrap_handover_;
+  prometheus::Family<prometheus::Gauge>* systrap_awake_;
+  prometheus::Family<prometheus::Gauge>* systrap_queued_;
+  prometheus::Counter* systrap_patched_sites_;
+  prometheus::Family<prometheus::Counter>* kvm_exits_;
+  prometheus::Histogram* kvm_vm_create_;
+  prometheus::Histogram* kvm_vcpu0_create_;
+  prometheus::Histogram* kvm_pool_fill_;
+  prometheus::Counter* kvm_memslot_adds_;
+  prometheus::Counter* kvm_memslot_add_seconds_;
+  prometheus::Counter* kvm_shadow_flushes_;
+  prometheus::Counter* kvm_shadow_flush_seconds_;
+  prometheus::Family<prometheus::Gauge>* kvm_vcpus_;
+  prometheus::Family<prometheus::Gauge>* kvm_pool_free_;
+
   // Per-sandbox series, so that RemoveSandbox can drop them.
   struct SandboxSeries {
     prometheus::Gauge* memory;
     prometheus::Counter* cpu;
   };
+  // What SetPlatformStats keeps per sandbox: the last cumulative value of
+  // each counter (in the order SetPlatformStats visits them), which
+  // one-off times were observed, and the gauges to drop at RemoveSandbox.
+  struct PlatformSeries {
+    std::vector<uint64_t> last;
+    bool vm_create_seen = false;
+    bool vcpu0_seen = false;
+    bool pool_fill_seen = false;
+    std::vector<std::pair<prometheus::Family<prometheus::Gauge>*, prometheus::Gauge*>> gauges;
+  };
+  void SetPlatformGauge(PlatformSeries& ps, prometheus::Family<prometheus::Gauge>* family,
+                        const std::map<std::string, std::string>& labels, double value);
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, SandboxSeries> sandboxes_by_id_
       ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, PlatformSeries> platform_by_id_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace daemon

@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstring>
 
 #include <map>
@@ -16,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "proto/platform_stats.pb.h"
 
 namespace sandboxd {
 namespace daemon {
@@ -129,6 +131,168 @@ TEST(MetricsTest, CpuCounterNeverGoesBackwards) {
   (*m)->SetSandboxUsage("b", 0, 1.5);  // a stale reading
   std::map<std::string, double> s = ParseSamples((*m)->Scrape());
   EXPECT_EQ(s["sandboxd_sandbox_cpu_seconds_total{id=\"b\"}"], 2.0);
+}
+
+// A systrap report: `scale` times a fixed set of counts.
+control::PlatformStats SystrapReport(uint64_t scale, bool stub_spinning) {
+  control::PlatformStats st;
+  st.set_platform("systrap");
+  control::SystrapStats* s = st.mutable_systrap();
+  for (control::SystrapStats::Side* side : {s->mutable_sentry(), s->mutable_stub()}) {
+    for (int i = 0; i < 32; i++) side->add_latency_log2_ns(0);
+  }
+  s->mutable_sentry()->set_enabled(2 * scale);
+  s->mutable_sentry()->set_disabled(1 * scale);
+  s->mutable_stub()->set_spinning(stub_spinning);
+  s->mutable_stub()->set_enabled(3 * scale);
+  // To the Sentry: 3 at [1024, 2048) ns, 1 at [2^20, 2^21) ns, 1 under
+  // 128 ns (bucket 3), 1 beyond 2^31 ns (the last).
+  s->mutable_sentry()->set_latency_log2_ns(10, 3 * scale);
+  s->mutable_sentry()->set_latency_log2_ns(20, 1 * scale);
+  s->mutable_sentry()->set_latency_log2_ns(3, 1 * scale);
+  s->mutable_sentry()->set_latency_log2_ns(31, 1 * scale);
+  s->mutable_stub()->set_latency_log2_ns(12, 5 * scale);
+  s->set_evaluations(40 * scale);
+  s->set_idle_resets(1 * scale);
+  s->set_stub_threads_awake(2);
+  s->set_contexts_queued(1);
+  s->set_patched_sites(4 * scale);
+  return st;
+}
+
+control::PlatformStats KvmReport(uint64_t scale, bool pool_filled) {
+  control::PlatformStats st;
+  st.set_platform("kvm");
+  control::KvmStats* k = st.mutable_kvm();
+  k->set_flavour("pvm");
+  k->mutable_exits()->set_syscall(100 * scale);
+  k->mutable_exits()->set_page_fault(10 * scale);
+  k->mutable_exits()->set_exception(1 * scale);
+  k->mutable_exits()->set_interrupted(2 * scale);
+  k->mutable_exits()->set_shadow_flush(3 * scale);
+  k->set_vm_create_nanos(250000);
+  k->set_vcpu0_create_nanos(300000);
+  if (pool_filled) k->set_vcpu_pool_fill_nanos(4000000);
+  k->set_memslot_adds(2 * scale);
+  k->set_memslot_add_nanos(100000 * scale);
+  k->set_shadow_flushes(3 * scale);
+  k->set_shadow_flush_nanos(2000000 * scale);
+  k->set_vcpus(4);
+  k->set_vcpu_pool_free(3);
+  return st;
+}
+
+// The value of the histogram bucket of `series` (name{labels,) whose le is
+// `le` seconds, compared as numbers (the text form of 2^-k is the
+// serializer's); -1 if there is none.
+double Bucket(const std::map<std::string, double>& s, const std::string& prefix, double le) {
+  for (const auto& [name, v] : s) {
+    if (!absl::StartsWith(name, prefix + "le=\"")) continue;
+    std::string text = name.substr(prefix.size() + 4);
+    text = text.substr(0, text.find('"'));
+    double b;
+    if (absl::SimpleAtod(text, &b) && std::abs(b - le) <= le * 1e-9) return v;
+  }
+  return -1;
+}
+
+TEST(MetricsTest, SystrapPlatformStats) {
+  auto m = Metrics::Create("");
+  ASSERT_TRUE(m.ok()) << m.status();
+  (*m)->SetPlatformStats("a", SystrapReport(1, true));
+  (*m)->SetPlatformStats("a", SystrapReport(2, false));
+  (*m)->SetPlatformStats("a", SystrapReport(1, false));  // stale: moves nothing
+  (*m)->SetPlatformStats("b", SystrapReport(1, true));
+  const std::string text = (*m)->Scrape();
+  EXPECT_TRUE(absl::StrContains(text, "# TYPE sandboxd_systrap_handover_seconds histogram\n"));
+  EXPECT_TRUE(absl::StrContains(text, "# TYPE sandboxd_systrap_fastpath_enabled_total counter\n"));
+  EXPECT_TRUE(absl::StrContains(text, "# TYPE sandboxd_systrap_fastpath_spinning gauge\n"));
+  EXPECT_TRUE(absl::StrContains(text, "# TYPE sandboxd_systrap_stub_threads_awake gauge\n"));
+  std::map<std::string, double> s = ParseSamples(text);
+
+  EXPECT_EQ(s["sandboxd_sandbox_platform_info{flavour=\"\",id=\"a\",platform=\"systrap\"}"], 1);
+  // Gauges: per sandbox, the last report's.
+  EXPECT_EQ(s["sandboxd_systrap_fastpath_spinning{id=\"a\",side=\"stub\"}"], 0);
+  EXPECT_EQ(s["sandboxd_systrap_fastpath_spinning{id=\"b\",side=\"stub\"}"], 1);
+  EXPECT_EQ(s.count("sandboxd_systrap_fastpath_spinning{id=\"a\",side=\"sentry\"}"), 1u);
+  EXPECT_EQ(s["sandboxd_systrap_stub_threads_awake{id=\"a\"}"], 2);
+  EXPECT_EQ(s["sandboxd_systrap_contexts_queued{id=\"b\"}"], 1);
+  // Counters: daemon-wide, a's highest report (scale 2) plus b's (scale 1).
+  EXPECT_EQ(s["sandboxd_systrap_fastpath_enabled_total{side=\"sentry\"}"], 6);
+  EXPECT_EQ(s["sandboxd_systrap_fastpath_disabled_total{side=\"sentry\"}"], 3);
+  EXPECT_EQ(s["sandboxd_systrap_fastpath_enabled_total{side=\"stub\"}"], 9);
+  EXPECT_EQ(s["sandboxd_systrap_fastpath_evaluations_total"], 120);
+  EXPECT_EQ(s["sandboxd_systrap_fastpath_idle_resets_total"], 3);
+  EXPECT_EQ(s["sandboxd_systrap_patched_sites_total"], 12);
+  // Histograms: to="sentry" saw 3 * (3 + 1 + 1 + 1) = 18 hand-overs.
+  const std::string to_sentry = "sandboxd_systrap_handover_seconds_bucket{to=\"sentry\",";
+  EXPECT_EQ(s["sandboxd_systrap_handover_seconds_count{to=\"sentry\"}"], 18);
+  EXPECT_EQ(Bucket(s, to_sentry, 128e-9), 3);      // bucket 3: under 128 ns
+  EXPECT_EQ(Bucket(s, to_sentry, 1024e-9), 3);     // nothing in [128, 1024) ns
+  EXPECT_EQ(Bucket(s, to_sentry, 2048e-9), 12);    // + bucket 10
+  EXPECT_EQ(Bucket(s, to_sentry, 1048576e-9), 12); // bucket 20 ends at 2^21
+  EXPECT_EQ(Bucket(s, to_sentry, 2097152e-9), 15);
+  EXPECT_EQ(Bucket(s, to_sentry, 2147483648e-9), 15);  // the last edge, 2^31 ns
+  EXPECT_EQ(s["sandboxd_systrap_handover_seconds_bucket{to=\"sentry\",le=\"+Inf\"}"], 18);
+  // _sum at the buckets' midpoints: 3 * (1.5 * (8 + 3 * 1024 + 2^20 + 2^31)) ns.
+  EXPECT_NEAR(s["sandboxd_systrap_handover_seconds_sum{to=\"sentry\"}"],
+              3 * 1.5 * (8 + 3 * 1024 + 1048576 + 2147483648.0) / 1e9, 1e-12);
+  EXPECT_EQ(s["sandboxd_systrap_handover_seconds_count{to=\"stub\"}"], 15);
+  EXPECT_EQ(Bucket(s, "sandboxd_systrap_handover_seconds_bucket{to=\"stub\",", 4096e-9), 0);
+  EXPECT_EQ(Bucket(s, "sandboxd_systrap_handover_seconds_bucket{to=\"stub\",", 8192e-9), 15);
+
+  // Destroyed: a's gauges go, what it counted stays.
+  (*m)->RemoveSandbox("a");
+  s = ParseSamples((*m)->Scrape());
+  EXPECT_EQ(s.count("sandboxd_systrap_fastpath_spinning{id=\"a\",side=\"stub\"}"), 0u);
+  EXPECT_EQ(s.count("sandboxd_systrap_stub_threads_awake{id=\"a\"}"), 0u);
+  EXPECT_EQ(s.count("sandboxd_sandbox_platform_info{flavour=\"\",id=\"a\",platform=\"systrap\"}"), 0u);
+  EXPECT_EQ(s.count("sandboxd_systrap_stub_threads_awake{id=\"b\"}"), 1u);
+  EXPECT_EQ(s["sandboxd_systrap_fastpath_evaluations_total"], 120);
+  EXPECT_EQ(s["sandboxd_systrap_handover_seconds_count{to=\"sentry\"}"], 18);
+  // A sandbox id used again starts from zero.
+  (*m)->SetPlatformStats("a", SystrapReport(1, false));
+  s = ParseSamples((*m)->Scrape());
+  EXPECT_EQ(s["sandboxd_systrap_fastpath_evaluations_total"], 160);
+}
+
+TEST(MetricsTest, KvmPlatformStats) {
+  auto m = Metrics::Create("");
+  ASSERT_TRUE(m.ok()) << m.status();
+  (*m)->SetPlatformStats("k", KvmReport(1, false));
+  (*m)->SetPlatformStats("k", KvmReport(3, true));
+  (*m)->SetPlatformStats("k", KvmReport(3, true));  // again: nothing new
+  const std::string text = (*m)->Scrape();
+  EXPECT_TRUE(absl::StrContains(text, "# TYPE sandboxd_kvm_exits_total counter\n"));
+  EXPECT_TRUE(absl::StrContains(text, "# TYPE sandboxd_kvm_vm_create_seconds histogram\n"));
+  EXPECT_TRUE(absl::StrContains(text, "# TYPE sandboxd_kvm_vcpus gauge\n"));
+  std::map<std::string, double> s = ParseSamples(text);
+  EXPECT_EQ(s["sandboxd_sandbox_platform_info{flavour=\"pvm\",id=\"k\",platform=\"kvm\"}"], 1);
+  EXPECT_EQ(s["sandboxd_kvm_exits_total{reason=\"syscall\"}"], 300);
+  EXPECT_EQ(s["sandboxd_kvm_exits_total{reason=\"page_fault\"}"], 30);
+  EXPECT_EQ(s["sandboxd_kvm_exits_total{reason=\"exception\"}"], 3);
+  EXPECT_EQ(s["sandboxd_kvm_exits_total{reason=\"interrupted\"}"], 6);
+  EXPECT_EQ(s["sandboxd_kvm_exits_total{reason=\"shadow_flush\"}"], 9);
+  EXPECT_EQ(s["sandboxd_kvm_exits_total{reason=\"other\"}"], 0);
+  // One VM: each creation time observed once, the pool's when it was done.
+  EXPECT_EQ(s["sandboxd_kvm_vm_create_seconds_count"], 1);
+  EXPECT_DOUBLE_EQ(s["sandboxd_kvm_vm_create_seconds_sum"], 0.00025);
+  EXPECT_EQ(s["sandboxd_kvm_vm_create_seconds_bucket{le=\"0.0001\"}"], 0);
+  EXPECT_EQ(s["sandboxd_kvm_vm_create_seconds_bucket{le=\"0.00025\"}"], 1);
+  EXPECT_EQ(s["sandboxd_kvm_vcpu0_create_seconds_count"], 1);
+  EXPECT_EQ(s["sandboxd_kvm_vcpu_pool_fill_seconds_count"], 1);
+  EXPECT_DOUBLE_EQ(s["sandboxd_kvm_vcpu_pool_fill_seconds_sum"], 0.004);
+  EXPECT_EQ(s["sandboxd_kvm_memslot_adds_total"], 6);
+  EXPECT_DOUBLE_EQ(s["sandboxd_kvm_memslot_add_seconds_total"], 0.0003);
+  EXPECT_EQ(s["sandboxd_kvm_shadow_flushes_total"], 9);
+  EXPECT_DOUBLE_EQ(s["sandboxd_kvm_shadow_flush_seconds_total"], 0.006);
+  EXPECT_EQ(s["sandboxd_kvm_vcpus{id=\"k\"}"], 4);
+  EXPECT_EQ(s["sandboxd_kvm_vcpu_pool_free{id=\"k\"}"], 3);
+  (*m)->RemoveSandbox("k");
+  s = ParseSamples((*m)->Scrape());
+  EXPECT_EQ(s.count("sandboxd_kvm_vcpus{id=\"k\"}"), 0u);
+  EXPECT_EQ(s.count("sandboxd_kvm_vcpu_pool_free{id=\"k\"}"), 0u);
+  EXPECT_EQ(s["sandboxd_kvm_exits_total{reason=\"syscall\"}"], 300);
 }
 
 TEST(MetricsTest, NotServedWithEmptyAddress) {

@@ -414,7 +414,9 @@ void Sandbox::CollectMetrics() {
     cpu = (r->stats().cpu_user_nanos() + r->stats().cpu_system_nanos()) / 1e9;
   }
   absl::MutexLock l(&mu_);
-  if (!destroyed_) metrics_->SetSandboxUsage(id_, mem, cpu);
+  if (destroyed_) return;
+  metrics_->SetSandboxUsage(id_, mem, cpu);
+  if (r.ok()) metrics_->SetPlatformStats(id_, r->stats().platform());
 }
 
 }  // namespace daemon

@@ -101,7 +101,8 @@ class Sandbox {
 
   // With `live`, asks the Sentry for its live processes and usage.
   v1::SandboxInfo Info(bool live);
-  // Reports usage and new unimplemented-syscall counts to the metrics.
+  // Reports usage, new unimplemented-syscall counts and the platform's
+  // counters to the metrics (the service's stats polling, and Destroy).
   void CollectMetrics();
 
  private:

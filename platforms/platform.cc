@@ -9,8 +9,11 @@
 #include <cstring>
 
 #include "base/status_macros.h"
+#include "proto/platform_stats.pb.h"
 
 namespace sandboxd::platform {
+
+void Platform::ExportStats(control::PlatformStats* out) { out->set_platform(Name()); }
 
 int Prot::ToHost() const {
   return (read ? PROT_READ : 0) | (write ? PROT_WRITE : 0) |

@@ -18,6 +18,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
+namespace sandboxd::control {
+class PlatformStats;  // proto/platform_stats.proto
+}  // namespace sandboxd::control
+
 namespace sandboxd::platform {
 
 // Memory protection of an application mapping.
@@ -128,6 +132,10 @@ class Platform {
   // every CPU (MEMBARRIER_CMD_GLOBAL, an RCU grace period), which covers
   // any platform's threads.
   virtual absl::Status MemoryBarrier();
+  // Fills `out` with the platform's name and counters, for sandboxd's
+  // /metrics and `sentry run --stats-json`. Cheap (atomics and a few
+  // short locks); safe to call from any thread. The default: the name only.
+  virtual void ExportStats(control::PlatformStats* out);
 };
 
 }  // namespace sandboxd::platform

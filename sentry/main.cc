@@ -5,11 +5,12 @@
 //              [--strace] [--vdso=tsc|syscall]
 //              [--memory=BYTES] [--cpus=N] [--pids=N] [--sentry-seccomp=on|off]
 //              [--kvm-vcpu-pool=background|eager] [--kvm-shadow=zap|flush]
-//              [--kvm-fpu=lazy|eager] -- PROGRAM [ARGS...]
+//              [--kvm-fpu=lazy|eager] [--stats-json=PATH] -- PROGRAM [ARGS...]
 //     Runs one program in a sandbox. Exit status: the program's (128+N
 //     when killed by signal N); 125 when the sentry's own arguments are
 //     wrong or it fails to start; 126 when PROGRAM cannot be executed; 127
-//     when it does not exist.
+//     when it does not exist. --stats-json writes the platform's counters
+//     (proto/platform_stats.proto as JSON) to PATH when the program is done.
 //
 //   sentry serve --control-fd=N [--platform=systrap|kvm] [--vdso=tsc|syscall]
 //                [--isolation=on|off] [--sentry-seccomp=on|off]
@@ -20,6 +21,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
 #include <string>
@@ -30,7 +32,9 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/unique_fd.h"
+#include "google/protobuf/util/json_util.h"
 #include "platforms/systrap/systrap.h"
+#include "proto/platform_stats.pb.h"
 #include "sentry/boot.h"
 #include "sentry/fs/rootfs.h"
 #include "sentry/fs/tty/host_tty.h"
@@ -53,7 +57,7 @@ void Usage() {
           "usage: sentry run [--platform=systrap|kvm] [--rootfs=DIR] [--cwd=DIR] "
           "[--env=K=V ...] [--hostname=NAME] [--memory=BYTES] [--cpus=N] "
           "[--pids=N] [--sentry-seccomp=on|off] [--kvm-vcpu-pool=background|eager] "
-          "[--kvm-shadow=zap|flush] [--kvm-fpu=lazy|eager] -- PROGRAM [ARGS...]\n"
+          "[--kvm-shadow=zap|flush] [--kvm-fpu=lazy|eager] [--stats-json=PATH] -- PROGRAM [ARGS...]\n"
           "       sentry serve --control-fd=N [--platform=systrap|kvm] "
           "[--isolation=on|off] [--sentry-seccomp=on|off] "
           "[--kvm-vcpu-pool=background|eager]\n");
@@ -124,6 +128,8 @@ struct Options {
   // --sentry-seccomp=off: no seccomp filter on the Sentry's own host
   // calls (host_filter.h), for debugging.
   bool sentry_seccomp = true;
+  // --stats-json=PATH: where the platform's counters go at the end.
+  std::string stats_json;
 };
 
 Options ParseArgs(int argc, char** argv) {
@@ -155,7 +161,8 @@ Options ParseArgs(int argc, char** argv) {
     };
     std::string v;
     if (value("--platform", &o.platform) || value("--rootfs", &o.rootfs) ||
-        value("--cwd", &o.cwd) || value("--hostname", &o.hostname)) {
+        value("--cwd", &o.cwd) || value("--hostname", &o.hostname) ||
+        value("--stats-json", &o.stats_json)) {
       continue;
     }
     if (value("--env", &v)) {
@@ -249,6 +256,28 @@ Options ParseArgs(int argc, char** argv) {
   return o;
 }
 
+// The platform's counters as one JSON object (field names as in the proto)
+// into `fd`, opened before the Sentry's seccomp filter forbids opening files.
+void WriteStatsJson(platform::Platform& p, int fd) {
+  control::PlatformStats st;
+  p.ExportStats(&st);
+  std::string json;
+  google::protobuf::util::JsonPrintOptions jo;
+  jo.always_print_primitive_fields = true;
+  jo.preserve_proto_field_names = true;
+  if (!google::protobuf::util::MessageToJsonString(st, &json, jo).ok()) return;
+  json += "\n";
+  for (size_t done = 0; done < json.size();) {
+    ssize_t n = write(fd, json.data() + done, json.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      fprintf(stderr, "sentry: --stats-json: write: %s\n", strerror(errno));
+      return;
+    }
+    done += n;
+  }
+}
+
 int Run(const Options& o) {
   // Before anything maps large ranges or starts threads.
   if (absl::Status s = systrap::ReserveStubWindow(); !s.ok()) {
@@ -331,10 +360,18 @@ int Run(const Options& o) {
   });
   forwarder.detach();
 
+  UniqueFd stats_fd;
+  if (!o.stats_json.empty()) {
+    stats_fd = UniqueFd(open(o.stats_json.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+    if (!stats_fd.valid()) {
+      Die(kExitUsage, absl::StrCat("--stats-json: ", o.stats_json, ": ", strerror(errno)));
+    }
+  }
   if (absl::Status s = sandbox->Start(); !s.ok()) {
     Die(kExitUsage, std::string(s.message()));
   }
   kernel::ExitStatus st = sandbox->Wait();
+  if (stats_fd.valid()) WriteStatsJson(k.platform(), stats_fd.get());
   if (o.log_unimplemented) {
     for (const auto& [nr, count] : k.UnimplementedCounts()) {
       const char* name =

@@ -330,6 +330,7 @@ void Server::Loop() {
         for (const auto& [nr, n] : st.unimplemented) {
           (*out->mutable_unimplemented_syscalls())[static_cast<uint32_t>(nr)] = n;
         }
+        sandbox_->kernel().platform().ExportStats(out->mutable_platform());
         Send(r);
         break;
       }

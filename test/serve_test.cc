@@ -432,5 +432,32 @@ TEST_F(ServeTest, ChannelCloseKillsTheSandbox) {
   EXPECT_EQ(ReadAll(out.r.get()), "");
 }
 
+// Stats carry the platform's counters (Platform::ExportStats): after a
+// program ran, hand-overs both ways are in systrap's histograms.
+TEST_F(ServeTest, StatsCarryThePlatformsCounters) {
+  ASSERT_EQ(hello_.hello().platform(), "systrap");
+  Pipe out;
+  ASSERT_EQ(Start({"/bin/sh", "-c", "for i in 1 2 3; do /bin/true; done; sleep 100"}, &out).code(), 0);
+  Pipe out2;
+  Response e = Exec({"/bin/true"}, &out2);
+  ASSERT_EQ(e.code(), 0) << e.message();
+  ASSERT_EQ(Simple(Request::kWaitPid, e.exec_pid()).code(), 0);
+  Response st = Simple(Request::kStats);
+  ASSERT_EQ(st.code(), 0) << st.message();
+  const control::PlatformStats& p = st.stats().platform();
+  EXPECT_EQ(p.platform(), "systrap");
+  ASSERT_TRUE(p.has_systrap());
+  auto total = [](const control::SystrapStats::Side& side) {
+    uint64_t n = 0;
+    for (uint64_t b : side.latency_log2_ns()) n += b;
+    return n;
+  };
+  EXPECT_EQ(p.systrap().sentry().latency_log2_ns_size(), 32);
+  // /bin/true alone makes dozens of system calls.
+  EXPECT_GT(total(p.systrap().sentry()), 20u);
+  EXPECT_GT(total(p.systrap().stub()), 20u);
+  EXPECT_GE(p.systrap().stub_threads_awake(), 0);
+}
+
 }  // namespace
 }  // namespace sandboxd

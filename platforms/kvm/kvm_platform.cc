@@ -18,6 +18,8 @@
 #include "platforms/kvm/guest_hw.h"
 #include "platforms/kvm/guest_pvm.h"
 #include "platforms/kvm/kvm_abi.h"
+#include "platforms/kvm/stats.h"
+#include "proto/platform_stats.pb.h"
 
 namespace sandboxd::kvm {
 
@@ -411,6 +413,7 @@ Event KvmContext::Switch(platform::AddressSpace& as, CpuState& cpu) {
     // A kick for the shadow flush: flush, then run on.
     if (*reason != KVM_EXIT_INTR || interrupt_.load()) break;
     if (!platform_->ShadowFlushPending()) break;
+    platform_->vm()->stats().CountExit(ExitKind::kShadowFlush);
     run->kvm_dirty_regs = 0;  // the synced registers hold the live state
   }
   interrupt_.store(false);
@@ -502,6 +505,8 @@ Event KvmContext::DecodeHardware(uint32_t reason, CpuState& cpu) {
 Event KvmContext::Decode(uint32_t reason, CpuState& cpu) {
   if (platform_->hardware()) return DecodeHardware(reason, cpu);
   kvm_run* run = vcpu_->run();
+  platform_->vm()->stats().CountExit(ClassifyExit(
+      reason, run->io.port, run->s.regs.events.exception.nr));
   platform::Regs& regs = cpu.regs;
   switch (reason) {
     case KVM_EXIT_IO: {
@@ -654,6 +659,7 @@ absl::Status KvmPlatform::EnsureMemfileSlots(uint64_t end) {
     RETURN_IF_ERROR(vm_->SetSlot(2 + memfile_slots_, gpa,
                                  memfile_map_.bytes() + gpa, size, &ns));
     vm_->mutable_timings().memfile_slot_ns += ns;
+    vm_->stats().CountSlotAdd(ns);
   }
   return absl::OkStatus();
 }
@@ -753,6 +759,16 @@ KvmPlatform::NewAddressSpace() {
 
 absl::StatusOr<std::unique_ptr<platform::Context>> KvmPlatform::NewContext() {
   return std::unique_ptr<platform::Context>(new KvmContext(this));
+}
+
+void KvmPlatform::ExportStats(control::PlatformStats* out) {
+  out->set_platform(Name());
+  control::KvmStats* k = out->mutable_kvm();
+  ToProto(vm_->stats(), k);
+  k->set_flavour(FlavourName(vm_->flavour()));
+  k->set_shadow_flushes(shadow_flushes());
+  k->set_shadow_flush_nanos(shadow_flush_ns());
+  k->set_vcpu_pool_free(static_cast<uint32_t>(pool_->free_count()));
 }
 
 }  // namespace sandboxd::kvm

@@ -174,6 +174,8 @@ class KvmPlatform : public platform::Platform {
   // threads are its threads, in KVM_RUN or not. Waits for the
   // registration issued at Create (or made in FinishSetup when eager).
   absl::Status MemoryBarrier() override;
+  // Vm::stats() with the flavour, shadow flushes and free vCPUs.
+  void ExportStats(control::PlatformStats* out) override;
 
   const ProbeReport& probe() const { return probe_; }
   Vm* vm() const { return vm_.get(); }

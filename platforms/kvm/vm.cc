@@ -131,6 +131,7 @@ absl::StatusOr<std::unique_ptr<Vm>> Vm::Create(Flavour flavour) {
   v->cpuid_ = FilterCpuid(std::move(supported), flavour);
   t.supported_cpuid_ns = MonotonicNs() - t2;
   v->timings_ = t;
+  v->stats_.vm_create_ns = MonotonicNs() - t0;
   return v;
 }
 
@@ -170,6 +171,7 @@ absl::StatusOr<std::unique_ptr<Vcpu>> Vm::CreateVcpu(int id) {
   if (ioctl(fd.get(), kKvmSetCpuid2, c.get()) < 0) {
     return ErrnoStatus(absl::StrFormat("KVM_SET_CPUID2 (vcpu %d)", id), errno);
   }
+  stats_.vcpus.fetch_add(1, std::memory_order_relaxed);
   return std::unique_ptr<Vcpu>(new Vcpu(id, std::move(fd), std::move(run_map)));
 }
 
@@ -182,6 +184,7 @@ absl::StatusOr<std::unique_ptr<VcpuPool>> VcpuPool::Create(Vm* vm,
   const uint64_t t0 = MonotonicNs();
   ASSIGN_OR_RETURN(std::unique_ptr<Vcpu> first, vm->CreateVcpu(0));
   vm->mutable_timings().first_vcpu_ns = MonotonicNs() - t0;
+  vm->stats().vcpu0_create_ns = vm->timings().first_vcpu_ns;
   {
     absl::MutexLock l(&p->mu_);
     p->free_.push_back(std::move(first));
@@ -207,11 +210,16 @@ VcpuPool::~VcpuPool() {
 }
 
 void VcpuPool::Fill() {
+  const uint64_t t0 = MonotonicNs();
   for (;;) {
     int id;
     {
       absl::MutexLock l(&mu_);
-      if (stopping_ || static_cast<size_t>(next_id_) >= target_) return;
+      if (stopping_) return;
+      if (static_cast<size_t>(next_id_) >= target_) {
+        vm_->stats().vcpu_pool_fill_ns = MonotonicNs() - t0;
+        return;
+      }
       id = next_id_++;
     }
     auto v = vm_->CreateVcpu(id);
@@ -262,6 +270,7 @@ absl::StatusOr<std::unique_ptr<PrivateMemory>> PrivateMemory::Create(
   Mapping map(p, size);
   RETURN_IF_ERROR(vm->SetSlot(slot, kPrivateBase, p, size,
                               &vm->mutable_timings().private_slot_ns));
+  vm->stats().CountSlotAdd(vm->timings().private_slot_ns);
   return std::unique_ptr<PrivateMemory>(new PrivateMemory(std::move(map)));
 }
 

@@ -28,6 +28,7 @@
 #include "platforms/kvm/cpuid.h"
 #include "platforms/kvm/flavour.h"
 #include "platforms/kvm/page_tables.h"
+#include "platforms/kvm/stats.h"
 
 namespace sandboxd::kvm {
 
@@ -107,6 +108,8 @@ class Vm {
 
   // Sets timings().first_vcpu_ns etc.; used by the pool and the probe.
   VmTimings& mutable_timings() { return timings_; }
+  // The VM's counters (stats.h): any thread.
+  Stats& stats() { return stats_; }
 
  private:
   Vm(UniqueFd kvm, UniqueFd vm, Flavour flavour)
@@ -118,6 +121,7 @@ class Vm {
   CpuidEntries cpuid_;  // filtered, installed in every vCPU
   int vcpu_mmap_size_ = 0;
   VmTimings timings_;
+  Stats stats_;
 };
 
 // vCPUs made ahead of need. The first is created synchronously (a task

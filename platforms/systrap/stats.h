@@ -1,11 +1,16 @@
 // systrap's counters, always on: plain atomics, written lock-free on the
-// hand-over path and read by anyone through Systrap::stats(). The daemon's
-// Prometheus export reads them from there (later).
+// hand-over path and read by anyone through Systrap::stats().
+// Systrap::ExportStats copies them (ToProto) into the SentryStats that
+// sandboxd exports at /metrics (daemon/README.md, "platform metrics").
 #ifndef SANDBOXD_PLATFORMS_SYSTRAP_STATS_H_
 #define SANDBOXD_PLATFORMS_SYSTRAP_STATS_H_
 
 #include <atomic>
 #include <cstdint>
+
+namespace sandboxd::control {
+class SystrapStats;  // proto/platform_stats.proto
+}  // namespace sandboxd::control
 
 namespace sandboxd::systrap {
 
@@ -18,6 +23,11 @@ enum class Side {
   kSentry = 0,  // a Sentry thread waiting for its stub thread's next trap
   kStub = 1,    // a stub thread waiting for the Sentry's reply
 };
+
+struct Stats;
+// Copies `s` into `out` (relaxed loads: each figure is exact, the set is not
+// one atomic snapshot).
+void ToProto(const Stats& s, control::SystrapStats* out);
 
 struct Stats {
   // Fast path (fastpath.h), indexed by Side.
@@ -37,6 +47,7 @@ struct Stats {
   // whose Sentry thread is still asleep (waiting for its wakeup).
   std::atomic<int64_t> stub_threads_awake{0};
   std::atomic<int64_t> contexts_queued{0};
+  std::atomic<uint64_t> patched_sites{0};
 };
 
 }  // namespace sandboxd::systrap

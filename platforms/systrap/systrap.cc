@@ -25,6 +25,7 @@
 #include "platforms/systrap/seccomp_filter.h"
 #include "platforms/systrap/stub/stub.h"
 #include "platforms/systrap/template_signal_safe.h"
+#include "proto/platform_stats.pb.h"
 
 namespace sandboxd::systrap {
 namespace {
@@ -208,6 +209,11 @@ const Stats& Systrap::stats() {
   st.stub_threads_awake.store(awake, std::memory_order_relaxed);
   st.contexts_queued.store(queued, std::memory_order_relaxed);
   return st;
+}
+
+void Systrap::ExportStats(control::PlatformStats* out) {
+  out->set_platform(Name());
+  ToProto(stats(), out->mutable_systrap());
 }
 
 Systrap::~Systrap() {

@@ -161,6 +161,8 @@ class Systrap : public platform::Platform {
   }
   // The counters; samples the gauges first.
   const Stats& stats();
+  // stats() as the SentryStats' PlatformStats (stats.h's ToProto).
+  void ExportStats(control::PlatformStats* out) override;
 
   // How many stub processes to keep made ahead of need (default
   // kDefaultPoolSize; 0: none). The pool starts at the second

@@ -84,6 +84,9 @@ struct PrewarmOptions {
   // How systrap's hand-over waiters decide to spin
   // (platforms/systrap/fastpath.h); off and timer are for benchmarks.
   systrap::FastPathMode fastpath = systrap::FastPathMode::kAdaptive;
+  // systrap: patch hot syscall sites to enter the stub without a signal
+  // (sentry run --systrap-patch=on; platforms/systrap/README.md).
+  bool systrap_patch = false;
   // false: the vDSO makes every call a system call (sentry run --vdso=syscall).
   bool vdso_tsc = true;
   // Wait for the vDSO's TSC calibration (~1 ms) in Prewarm rather than in

@@ -106,6 +106,8 @@ struct Options {
   // --systrap-fastpath=adaptive|off|timer: how hand-over waiters decide to
   // spin (platforms/systrap/fastpath.h); off and timer are for benchmarks.
   systrap::FastPathMode fastpath = systrap::FastPathMode::kAdaptive;
+  // --systrap-patch=on|off: syscall patching (platforms/systrap/README.md).
+  bool systrap_patch = false;
   // The limits a daemon's spec would carry, as the sandbox sees them
   // (/proc/meminfo, nproc, fork's EAGAIN); nothing enforces them on the host.
   boot::Limits limits;
@@ -190,16 +192,14 @@ Options ParseArgs(int argc, char** argv) {
       continue;
     }
     // --systrap-patch=on|off: syscall patching (platforms/systrap/README.md,
-    // "Syscall patching"). Until the stub's trampoline lands, "on" is
-    // refused rather than accepted and silently ignored.
+    // "Syscall patching").
     if (value("--systrap-patch", &v)) {
-      if (v == "off") continue;
-      if (v == "on") {
+      if (v != "on" && v != "off") {
         Die(kExitUsage,
-            "--systrap-patch=on: syscall patching is not built yet (only its "
-            "byte-level pieces, platforms/systrap/patch.h); use off");
+            absl::StrCat("--systrap-patch wants on or off, got: ", v));
       }
-      Die(kExitUsage, absl::StrCat("--systrap-patch wants on or off, got: ", v));
+      o.systrap_patch = v == "on";
+      continue;
     }
     if (absl::StartsWith(a, "-")) {
       Usage();
@@ -243,6 +243,7 @@ int Run(const Options& o) {
   popts.platform = o.platform;
   popts.vdso_tsc = o.vdso_tsc;
   popts.fastpath = o.fastpath;
+  popts.systrap_patch = o.systrap_patch;
   popts.sentry_seccomp = o.sentry_seccomp;
   auto pw = boot::Prewarm(popts, &clock);
   if (!pw.ok()) Die(kExitUsage, std::string(pw.status().message()));

@@ -37,6 +37,7 @@ struct Stats {
   // whose Sentry thread is still asleep (waiting for its wakeup).
   std::atomic<int64_t> stub_threads_awake{0};
   std::atomic<int64_t> contexts_queued{0};
+  std::atomic<uint64_t> patched_sites{0};
 };
 
 }  // namespace sandboxd::systrap

@@ -50,9 +50,11 @@ void Usage() {
   fprintf(stderr,
           "usage: sentry run [--platform=systrap|kvm] [--rootfs=DIR] [--cwd=DIR] "
           "[--env=K=V ...] [--hostname=NAME] [--memory=BYTES] [--cpus=N] "
-          "[--pids=N] [--sentry-seccomp=on|off] -- PROGRAM [ARGS...]\n"
+          "[--pids=N] [--sentry-seccomp=on|off] [--systrap-patch=on|off] "
+          "-- PROGRAM [ARGS...]\n"
           "       sentry serve --control-fd=N [--platform=systrap|kvm] "
-          "[--isolation=on|off] [--sentry-seccomp=on|off]\n");
+          "[--isolation=on|off] [--sentry-seccomp=on|off] "
+          "[--systrap-patch=on|off]\n");
 }
 
 // `sentry serve`'s flags; never returns.
@@ -73,6 +75,8 @@ void Usage() {
       o.isolate = a == "--isolation=on";
     } else if (a == "--vdso=tsc" || a == "--vdso=syscall") {
       o.vdso_tsc = a == "--vdso=tsc";
+    } else if (a == "--systrap-patch=on" || a == "--systrap-patch=off") {
+      o.systrap_patch = a == "--systrap-patch=on";
     } else {
       Usage();
       Die(kExitUsage, absl::StrCat("unknown flag: ", a));

@@ -76,6 +76,18 @@ bool Systrap::set_patching(bool on, std::string* why) {
   return true;
 }
 
+bool StubProcess::SetXsaveMask(const platform::CpuState& cpu) {
+  // Every thread of a process has the same FPU layout: the first one tells
+  // the stub which features its entry saves. Until then (mask 0) the entry
+  // takes its fallback, a trapping syscall.
+  if (xsave_set_.load(std::memory_order_acquire)) return true;
+  const uint64_t mask = XsaveMaskFor(cpu.fp, cpu.fp_size);
+  if (mask == 0) return false;
+  __atomic_store_n(&shared_->config.xsave_mask, mask, __ATOMIC_SEQ_CST);
+  xsave_set_.store(true, std::memory_order_release);
+  return true;
+}
+
 void StubProcess::CountSyscallSite(const platform::CpuState& cpu) {
   const uint64_t rip = cpu.regs.rip;
   if (rip < kSiteSize || rip >= kStubBase) return;
@@ -88,14 +100,7 @@ void StubProcess::TryPatch(uint64_t site, uint32_t sysno,
                            const platform::CpuState& cpu) {
   platform::CodePatcher* patcher = patcher_.load(std::memory_order_acquire);
   if (patcher == nullptr) return;
-  // Every thread of a process has the same FPU layout; the first patch
-  // tells the stub which features its entry saves.
-  if (!xsave_set_.load(std::memory_order_acquire)) {
-    const uint64_t mask = XsaveMaskFor(cpu.fp, cpu.fp_size);
-    if (mask == 0) return;
-    __atomic_store_n(&shared_->config.xsave_mask, mask, __ATOMIC_SEQ_CST);
-    xsave_set_.store(true, std::memory_order_release);
-  }
+  if (!SetXsaveMask(cpu)) return;
   SiteBytes code;
   if (!patcher->ReadCode(site, code.data(), code.size()) ||
       !IsPatchableSite(code, sysno)) {

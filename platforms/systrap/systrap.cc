@@ -650,6 +650,9 @@ Event SystrapContext::SwitchOnce(StubProcess& as, CpuState& cpu) {
       std::memcpy(cpu.fp, s->fp, n);
       cpu.ResetFp();
     }
+    // A fork's child runs patched text from its first instruction: its stub
+    // must know the xsave mask before it runs any.
+    if (platform_->patching()) as.SetXsaveMask(cpu);
     running_.store(true, std::memory_order_seq_cst);
     if (interrupt_.exchange(false, std::memory_order_seq_cst)) {
       running_.store(false, std::memory_order_seq_cst);

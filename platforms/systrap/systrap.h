@@ -97,6 +97,9 @@ class StubProcess : public platform::AddressSpace {
   // that syscall with cpu as it now is.
   bool RestartPatchedSite(platform::CpuState& cpu, bool* as_syscall);
   void TryPatch(uint64_t site, uint32_t sysno, const platform::CpuState& cpu);
+  // Tells the stub the xsave mask of its threads' FPU images (`cpu`'s
+  // layout), once; false if that image is not an xsave signal frame's.
+  bool SetXsaveMask(const platform::CpuState& cpu);
 
   Systrap* const platform_;
   const pid_t pid_;

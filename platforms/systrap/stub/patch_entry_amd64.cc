@@ -11,8 +11,9 @@
 // Finding the slot: a stub thread whose application GS base is 0 runs with
 // GS base = its ThreadSlot (the Sentry sets it, systrap.cc). The entry
 // checks that GS base is one of this stub's slots and that the slot names
-// itself (`self`); if not (the program set its own GS base, e.g. with
-// wrgsbase), it takes the *fallback*: back to the application state and a
+// itself (`self`), and that the Sentry has told the stub its xsave mask;
+// if not (the program set its own GS base, e.g. with wrgsbase), it takes
+// the *fallback*: back to the application state and a
 // real `syscall` in the patch table's header, outside stub code, which
 // traps as every unpatched syscall does.
 //
@@ -110,6 +111,10 @@ __asm__(
     "ja 9f\n\t"
     "cmp %rcx, " STR(SLOT_SELF) "(%rcx)\n\t"
     "jne 9f\n\t"
+    // No xsave mask yet (the Sentry has not seen this stub's FPU layout).
+    "movabs $" STR(CONFIG_XSAVE_MASK) ", %rdx\n\t"
+    "cmpq $0, (%rdx)\n\t"
+    "je 9f\n\t"
     "pop %rdx\n\t"
     // r11 and rcx are free: `syscall` clobbers them.
     "mov %rcx, %r11\n\t"

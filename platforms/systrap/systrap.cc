@@ -549,6 +549,8 @@ absl::StatusOr<int> StubProcess::NewThread(pid_t* tid) {
   s->sentry_sleeping = 0;
   s->stub_sleeping = 0;
   s->trap = 0;
+  s->patch_state = kPatchIdle;  // an old thread may have left it set
+  s->patch_pending = 0;
   s->stub_spin_cycles = 0;
   s->sentry_cpu = -1;
   StoreSeqCst(&s->owner, kOwnerStub);  // the new thread runs until it traps
@@ -640,8 +642,6 @@ Event SystrapContext::SwitchOnce(StubProcess& as, CpuState& cpu) {
     // For the patched entry (stub/patch_entry_amd64.cc).
     s->self = SlotInStub(slot_);
     s->stack_top = kStubStacks + (slot_ + 1) * kStackSize - 64;
-    s->patch_state = kPatchIdle;
-    s->patch_pending = 0;
     if (cpu.fp_size == 0) {
       // The new thread's own FPU image gives the layout; reset its values.
       uint32_t n = s->fp_size;

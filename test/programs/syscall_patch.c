@@ -162,6 +162,15 @@ static void* spinner(void* arg) {
   return NULL;
 }
 
+/* Short-lived threads: their exits (glibc's `mov $60,%eax; syscall`) get
+ * patched too, and a new thread may take the stub slot of one that left
+ * from inside the patched path. */
+static void* short_lived(void* arg) {
+  unsigned* err = arg;
+  *err |= probe_loop(20, 4242);
+  return NULL;
+}
+
 static int exec_child(void) {
   /* A fresh image: no patch table left from the old one. */
   FILE* f = fopen("/proc/self/maps", "r");
@@ -202,6 +211,16 @@ int main(int argc, char** argv) {
   pthread_join(t, NULL);
   CHECK("signals: every one handled", g_handled == 300 && sent == 300);
   report("signals: spinning thread", spin_err);
+
+  unsigned churn_err = 0;
+  int joined = 0;
+  for (int i = 0; i < 100; i++) {
+    pthread_t c;
+    if (pthread_create(&c, NULL, short_lived, &churn_err) != 0) break;
+    if (pthread_join(c, NULL) == 0) joined++;
+  }
+  CHECK("threads: 100 short-lived threads joined", joined == 100);
+  report("threads: short-lived", churn_err);
 
   /* Fork after patching: the child runs the patched text. */
   fflush(stdout);

@@ -31,6 +31,7 @@
 #   BENCH_GETPID=…  SENTRY=…  RUNSC=runsc   binaries to use
 #   SENTRY_FLAGS="--platform=systrap"       extra `sentry run` flags
 #   KVM=1              0: no `sentry run --platform=kvm` row
+#   PATCHED=1          0: no `sentry run --systrap-patch=on` row ("patched")
 #   RUNSC_FLAGS="--platform=ptrace --network=none"
 #   BREAKDOWN=1        0: skip table 2 and its microbenchmarks
 #   N_TRAP=100000      trapped getpid calls per bench_sigsys run
@@ -84,6 +85,11 @@ configs=()
 configs+=("native|")
 if [ -x "$SENTRY" ]; then
   configs+=("sentry|$SENTRY run ${SENTRY_FLAGS[*]} --")
+  # Syscall patching (platforms/systrap/README.md): the hot site enters the
+  # stub without a signal. PATCHED=0 skips the row.
+  if [ "${PATCHED:-1}" != 0 ]; then
+    configs+=("patched|$SENTRY run ${SENTRY_FLAGS[*]} --systrap-patch=on --")
+  fi
 else
   echo "note: no sentry at $SENTRY: its rows will say n/a" >&2
   configs+=("sentry|MISSING")

@@ -12,6 +12,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -86,9 +87,38 @@ struct Event {
   std::string detail;    // kDead: why
 };
 
+// Syscall patching (systrap, --systrap-patch=on): the platform finds hot
+// syscall sites and knows the instruction bytes; the memory manager, which
+// owns the mappings, makes the change. Implemented by mm::MM.
+class CodePatcher {
+ public:
+  virtual ~CodePatcher() = default;
+  // Reads n bytes of application memory at addr whatever its protection
+  // (instruction bytes). False if any of them is not mapped.
+  virtual bool ReadCode(uintptr_t addr, void* dst, size_t n) = 0;
+  // Runs `patch` with the memory manager's lock held, on Sentry pointers
+  // through which the `len` bytes at `site` and the patch table
+  // [table, table + table_len) are written in place. Only a site in a
+  // private mapping, within one page, qualifies: its page is first made
+  // this address space's own (copy-on-write broken), so files and other
+  // processes never see the change; the table is mapped on first use, a
+  // private r-x mapping named "[sbx-patch]". If `patch` returns true the
+  // site is recorded: should its range be moved, or the table unmapped, the
+  // memory manager first calls `unpatch` on it (lock held) to restore it.
+  // Returns false if no patch was made.
+  virtual bool PatchCode(
+      uintptr_t site, size_t len, uintptr_t table, size_t table_len,
+      const std::function<bool(uint8_t* site, uint8_t* table)>& patch,
+      std::function<void(uint8_t* site)> unpatch) = 0;
+};
+
 class AddressSpace {
  public:
   virtual ~AddressSpace() = default;
+  // The memory manager of this address space, for syscall patching; set
+  // by it once, cleared before it goes. Platforms that do not patch
+  // ignore it.
+  virtual void SetCodePatcher(CodePatcher* patcher) { (void)patcher; }
   // Maps [off, off+len) of the memory file `fd` at application address
   // `addr` (MAP_SHARED|MAP_FIXED semantics), replacing what was there.
   virtual absl::Status MapFile(uintptr_t addr, int fd, off_t off, size_t len,

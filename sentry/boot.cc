@@ -169,6 +169,14 @@ absl::StatusOr<Prewarmed> Prewarm(const PrewarmOptions& o, StageClock* clock) {
   if (!platform.ok()) {
     return Annotate(platform.status(), absl::StrCat(o.platform, " platform"));
   }
+  if (o.systrap_patch) {
+    auto* systrap = dynamic_cast<systrap::Systrap*>(platform->get());
+    std::string why = "it is a systrap feature";
+    if (systrap == nullptr || !systrap->set_patching(true, &why)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "--systrap-patch=on: syscall patching is not available: ", why));
+    }
+  }
   clock->Mark("platform");
   // The Timekeeper calibrates the TSC in the background from here on.
   vdso::Vdso::Options vdso_opts;

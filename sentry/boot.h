@@ -88,6 +88,9 @@ struct PrewarmOptions {
   // kvm: when the vCPU pool is made (--kvm-vcpu-pool=background|eager),
   // and the A/B switches of its benchmarks (--kvm-shadow, --kvm-fpu).
   kvm::KvmOptions kvm;
+  // systrap: patch hot syscall sites to enter the stub without a signal
+  // (sentry run --systrap-patch=on; platforms/systrap/README.md).
+  bool systrap_patch = false;
   // false: the vDSO makes every call a system call (sentry run --vdso=syscall).
   bool vdso_tsc = true;
   // Wait for the vDSO's TSC calibration (~1 ms) in Prewarm rather than in

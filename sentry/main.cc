@@ -56,11 +56,12 @@ void Usage() {
   fprintf(stderr,
           "usage: sentry run [--platform=systrap|kvm] [--rootfs=DIR] [--cwd=DIR] "
           "[--env=K=V ...] [--hostname=NAME] [--memory=BYTES] [--cpus=N] "
-          "[--pids=N] [--sentry-seccomp=on|off] [--kvm-vcpu-pool=background|eager] "
+          "[--pids=N] [--sentry-seccomp=on|off] [--systrap-patch=on|off] "
+          "[--kvm-vcpu-pool=background|eager] "
           "[--kvm-shadow=zap|flush] [--kvm-fpu=lazy|eager] [--stats-json=PATH] -- PROGRAM [ARGS...]\n"
           "       sentry serve --control-fd=N [--platform=systrap|kvm] "
           "[--isolation=on|off] [--sentry-seccomp=on|off] "
-          "[--kvm-vcpu-pool=background|eager]\n");
+          "[--kvm-vcpu-pool=background|eager] [--systrap-patch=on|off]\n");
 }
 
 // `sentry serve`'s flags; never returns.
@@ -85,6 +86,8 @@ void Usage() {
       absl::StatusOr<kvm::PoolMode> m = kvm::ParsePoolMode(a.substr(16));
       if (!m.ok()) Die(kExitUsage, std::string(m.status().message()));
       o.kvm.pool_mode = *m;
+    } else if (a == "--systrap-patch=on" || a == "--systrap-patch=off") {
+      o.systrap_patch = a == "--systrap-patch=on";
     } else {
       Usage();
       Die(kExitUsage, absl::StrCat("unknown flag: ", a));
@@ -122,6 +125,8 @@ struct Options {
   // --kvm-shadow=zap|flush, --kvm-fpu=lazy|eager: the previous behaviours
   // for A/B benchmarks (platforms/kvm/kvm_platform.h, KvmOptions).
   kvm::KvmOptions kvm;
+  // --systrap-patch=on|off: syscall patching (platforms/systrap/README.md).
+  bool systrap_patch = false;
   // The limits a daemon's spec would carry, as the sandbox sees them
   // (/proc/meminfo, nproc, fork's EAGAIN); nothing enforces them on the host.
   boot::Limits limits;
@@ -227,16 +232,14 @@ Options ParseArgs(int argc, char** argv) {
       continue;
     }
     // --systrap-patch=on|off: syscall patching (platforms/systrap/README.md,
-    // "Syscall patching"). Until the stub's trampoline lands, "on" is
-    // refused rather than accepted and silently ignored.
+    // "Syscall patching").
     if (value("--systrap-patch", &v)) {
-      if (v == "off") continue;
-      if (v == "on") {
+      if (v != "on" && v != "off") {
         Die(kExitUsage,
-            "--systrap-patch=on: syscall patching is not built yet (only its "
-            "byte-level pieces, platforms/systrap/patch.h); use off");
+            absl::StrCat("--systrap-patch wants on or off, got: ", v));
       }
-      Die(kExitUsage, absl::StrCat("--systrap-patch wants on or off, got: ", v));
+      o.systrap_patch = v == "on";
+      continue;
     }
     if (absl::StartsWith(a, "-")) {
       Usage();
@@ -303,6 +306,7 @@ int Run(const Options& o) {
   popts.vdso_tsc = o.vdso_tsc;
   popts.fastpath = o.fastpath;
   popts.kvm = o.kvm;
+  popts.systrap_patch = o.systrap_patch;
   popts.sentry_seccomp = o.sentry_seccomp;
   auto pw = boot::Prewarm(popts, &clock);
   if (!pw.ok()) Die(kExitUsage, std::string(pw.status().message()));

@@ -383,6 +383,7 @@ int Serve(const Options& o) {
   boot::PrewarmOptions popts;
   popts.platform = o.platform;
   popts.vdso_tsc = o.vdso_tsc;
+  popts.systrap_patch = o.systrap_patch;
   popts.wait_calibration = true;
   popts.sentry_seccomp = o.sentry_seccomp;
   popts.kvm = o.kvm;

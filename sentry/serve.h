@@ -25,6 +25,8 @@ struct Options {
   int control_fd = -1;  // one end of a SOCK_SEQPACKET socketpair
   std::string platform = "systrap";
   bool vdso_tsc = true;
+  // Syscall patching in systrap (platforms/systrap/README.md).
+  bool systrap_patch = false;
   // New namespaces, an empty root, no capabilities (isolation.h);
   // --isolation=off for debugging.
   bool isolate = true;

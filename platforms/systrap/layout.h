@@ -63,6 +63,19 @@ enum TrapKind : uint32_t {
   kTrapReady = 1,   // a new thread is up; gregs are meaningless, fp is the
                     // default FPU image
   kTrapSignal = 2,  // a host signal: SIGSYS (syscall), SIGSEGV, ... (signo)
+  kTrapPatched = 3,  // a patched syscall site entered the stub directly
+                     // (stub/patch_entry_amd64.cc): a syscall, no signal
+};
+
+// Where a stub thread is in the patched-syscall path (ThreadSlot::
+// patch_state), for its signal handler: what an interrupt landing there
+// may do (stub/patch_entry_amd64.cc).
+enum PatchState : uint32_t {
+  kPatchIdle = 0,       // not in it (or in its prologue, which is plain
+                        // application state: a signal there is ordinary)
+  kPatchSaving = 1,     // writing the registers into the slot
+  kPatchWaiting = 2,    // the slot is the Sentry's
+  kPatchReturning = 3,  // the slot holds the whole state to return to
 };
 
 // What the Sentry asks of a stub thread when it hands the slot back.
@@ -144,6 +157,16 @@ struct alignas(64) ThreadSlot {
   alignas(64) uint64_t gregs[kNumGregs];
   uint32_t fp_size;
   alignas(64) uint8_t fp[kMaxFpSize];
+
+  // Syscall patching (stub/patch_entry_amd64.cc). Written by the Sentry
+  // when it hands the slot out: `self` is the slot's address in the stub
+  // (the entry checks GS base against it), `stack_top` where the entry
+  // runs. Written by the stub thread: patch_state (PatchState) and
+  // patch_pending (an interrupt arrived while the Sentry had the slot).
+  alignas(64) uint64_t self;
+  uint64_t stack_top;
+  uint32_t patch_state;
+  uint32_t patch_pending;
 };
 
 // The control thread's request block.
@@ -161,6 +184,9 @@ struct alignas(64) StubConfig {
   uint32_t has_fsgsbase;  // rdfsbase/wrfsbase are usable in user mode
   uint32_t pad;
   uint64_t spin_cycles;   // how long the control thread spins (TSC)
+  // Syscall patching: the xsave feature mask (XCR0 bits the kernel puts in
+  // a signal frame) the patched entry saves and restores.
+  uint64_t xsave_mask;
 };
 
 struct StubShared {
@@ -177,6 +203,7 @@ static_assert(offsetof(ThreadSlot, gregs) == 256);
 static_assert(offsetof(ThreadSlot, fp) % 64 == 0);
 static_assert(sizeof(ThreadSlot) % 64 == 0);
 static_assert(offsetof(StubShared, control) == 64);
+static_assert(sizeof(StubConfig) == 64);
 
 inline StubShared* StubSharedInStub() {
   return reinterpret_cast<StubShared*>(kStubShared);

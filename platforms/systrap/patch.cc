@@ -5,6 +5,9 @@
 namespace sandboxd::systrap {
 namespace {
 
+// stub/patch_entry_amd64.cc jumps to the fallback at this fixed address.
+static_assert(kPatchTableBase + kPatchFallbackOffset == 0x60010);
+
 constexpr uint8_t kMovEaxImm32 = 0xb8;
 constexpr uint8_t kSyscall0 = 0x0f, kSyscall1 = 0x05;
 // jmp *disp32: opcode ff, ModRM 0x24 (/4, SIB follows), SIB 0x25 (no base,
@@ -48,6 +51,36 @@ void WritePatch(uint8_t* site, const SiteBytes& patched) {
   StoreCode(site + kSyscallOffset, &patched[kSyscallOffset], 1);
   StoreCode(site + 1, &patched[1], kSiteSize - 1);
   StoreCode(site, &patched[0], 1);
+}
+
+SiteBytes OriginalSite(uint32_t sysno) {
+  SiteBytes b;
+  b[0] = kMovEaxImm32;
+  Put32(&b[1], sysno);
+  b[kSyscallOffset] = kSyscall0;
+  b[kSyscallOffset + 1] = kSyscall1;
+  return b;
+}
+
+void WriteUnpatch(uint8_t* site, const SiteBytes& original) {
+  StoreCode(site, &original[0], 1);
+  StoreCode(site + 1, &original[1], 4);
+  StoreCode(site + kSyscallOffset + 1, &original[kSyscallOffset + 1], 1);
+  StoreCode(site + kSyscallOffset, &original[kSyscallOffset], 1);
+}
+
+EntryBytes EncodeTableHeader(uint64_t used) {
+  EntryBytes e;
+  e.fill(0xcc);
+  Put64(&e[0], used);
+  const uint8_t fallback[] = {
+      0x0f, 0x05,                                      // syscall
+      0x59,                                            // pop %rcx
+      0x48, 0x8d, 0xa4, 0x24, 0x80, 0x00, 0x00, 0x00,  // lea 128(%rsp),%rsp
+      0xff, 0xe1,                                      // jmp *%rcx
+  };
+  std::memcpy(&e[kPatchFallbackOffset], fallback, sizeof(fallback));
+  return e;
 }
 
 PatchFault ClassifyPatchFault(const SiteBytes& code, uint64_t rax) {

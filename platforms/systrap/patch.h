@@ -46,6 +46,18 @@ inline constexpr size_t kPatchEntries =
 static_assert(((kPatchTableBase >> 16) & 0xff) == kPatchFaultByte);
 static_assert(((kPatchTableEnd - 1) >> 16) == (kPatchTableBase >> 16));
 
+// Entry 0 of the table is its header: the number of entries in use at +0
+// (so that a fork's copy knows it), and at kPatchFallbackOffset the
+// fallback the stub's entry takes when it cannot find its slot (GS base
+// is the program's): `syscall; pop %rcx; lea 128(%rsp),%rsp; jmp *%rcx`,
+// entered with rsp = application rsp - 136 and the return address at
+// (%rsp). Outside stub code, that `syscall` traps like any other.
+inline constexpr size_t kPatchFallbackOffset = 16;
+
+// Traps at one site before it is patched: enough to show the site is in a
+// loop, few enough that short programs gain.
+inline constexpr uint32_t kPatchThreshold = 16;
+
 using SiteBytes = std::array<uint8_t, kSiteSize>;
 using EntryBytes = std::array<uint8_t, kPatchEntrySize>;
 
@@ -74,6 +86,14 @@ SiteBytes PatchedSite(uint64_t entry);
 // writable; patched[5] == kPatchFaultByte.
 void WritePatch(uint8_t* site, const SiteBytes& patched);
 
+// The site as it was: `mov $sysno, %eax; syscall`.
+SiteBytes OriginalSite(uint32_t sysno);
+
+// Writes the original site back over a patched one, in the reverse order:
+// byte 0 := b8 (from here a fetch sees `mov` and then the fault byte),
+// bytes 1..4 and 6, then byte 5 := 0f. Preconditions as WritePatch's.
+void WriteUnpatch(uint8_t* site, const SiteBytes& original);
+
 // What a SIGILL at `rip` means when it lands on a site this address space
 // patched.
 enum class PatchFault {
@@ -101,6 +121,10 @@ PatchFault ClassifyPatchFault(const SiteBytes& code, uint64_t rax);
 // address, r11 = rflags (as after `syscall`), rax = result.
 EntryBytes EncodeEntry(uint64_t entry, uint64_t return_addr, uint32_t sysno,
                        uint64_t common);
+
+// The table's header (entry 0) with `used` entries in use (header
+// included).
+EntryBytes EncodeTableHeader(uint64_t used);
 
 // Counts traps per syscall site (rip) of one address space and says when a
 // site is worth patching. Bounded: at most kMaxSites sites are counted;

@@ -91,6 +91,12 @@ enum {
   kRdx, kRax, kRcx, kRsp, kRip, kEfl, kCsgsfs, kErr, kTrapno, kOldmask, kCr2
 };
 
+// The address of slot i in the stub process.
+uint64_t SlotInStub(int i) {
+  return kStubShared + offsetof(StubShared, slots) +
+         static_cast<uint64_t>(i) * sizeof(ThreadSlot);
+}
+
 void RegsToGregs(const platform::Regs& r, uint64_t* g) {
   g[kR8] = r.r8; g[kR9] = r.r9; g[kR10] = r.r10; g[kR11] = r.r11;
   g[kR12] = r.r12; g[kR13] = r.r13; g[kR14] = r.r14; g[kR15] = r.r15;
@@ -549,6 +555,8 @@ absl::StatusOr<int> StubProcess::NewThread(pid_t* tid) {
   s->sentry_sleeping = 0;
   s->stub_sleeping = 0;
   s->trap = 0;
+  s->patch_state = kPatchIdle;  // an old thread may have left it set
+  s->patch_pending = 0;
   s->stub_spin_cycles = 0;
   s->sentry_cpu = -1;
   StoreSeqCst(&s->owner, kOwnerStub);  // the new thread runs until it traps
@@ -595,7 +603,28 @@ void StubProcess::ReleaseThread(int slot) {
 
 Event SystrapContext::Switch(platform::AddressSpace& as_base, CpuState& cpu) {
   auto& as = static_cast<StubProcess&>(as_base);
+  for (;;) {
+    Event ev = SwitchOnce(as, cpu);
+    if (!platform_->patching()) return ev;
+    if (ev.kind == Event::Kind::kSyscall && !last_patched_) {
+      as.CountSyscallSite(cpu);
+    } else if (ev.kind == Event::Kind::kException && ev.signo == SIGILL) {
+      // A thread caught by a patch in progress, or sent back onto a
+      // patched site's `syscall` by a restart: never the program's SIGILL.
+      bool as_syscall = false;
+      if (as.RestartPatchedSite(cpu, &as_syscall)) {
+        if (!as_syscall) continue;
+        ev.kind = Event::Kind::kSyscall;
+        ev.signo = SIGSYS;
+      }
+    }
+    return ev;
+  }
+}
+
+Event SystrapContext::SwitchOnce(StubProcess& as, CpuState& cpu) {
   Event ev;
+  last_patched_ = false;
   running_.store(true, std::memory_order_seq_cst);
   if (interrupt_.exchange(false, std::memory_order_seq_cst)) {
     running_.store(false, std::memory_order_seq_cst);
@@ -616,6 +645,9 @@ Event SystrapContext::Switch(platform::AddressSpace& as_base, CpuState& cpu) {
     slot_ = *slot;
     tid_.store(tid, std::memory_order_seq_cst);
     ThreadSlot* s = &as.shared()->slots[slot_];
+    // For the patched entry (stub/patch_entry_amd64.cc).
+    s->self = SlotInStub(slot_);
+    s->stack_top = kStubStacks + (slot_ + 1) * kStackSize - 64;
     if (cpu.fp_size == 0) {
       // The new thread's own FPU image gives the layout; reset its values.
       uint32_t n = s->fp_size;
@@ -624,6 +656,9 @@ Event SystrapContext::Switch(platform::AddressSpace& as_base, CpuState& cpu) {
       std::memcpy(cpu.fp, s->fp, n);
       cpu.ResetFp();
     }
+    // A fork's child runs patched text from its first instruction: its stub
+    // must know the xsave mask before it runs any.
+    if (platform_->patching()) as.SetXsaveMask(cpu);
     running_.store(true, std::memory_order_seq_cst);
     if (interrupt_.exchange(false, std::memory_order_seq_cst)) {
       running_.store(false, std::memory_order_seq_cst);
@@ -634,7 +669,11 @@ Event SystrapContext::Switch(platform::AddressSpace& as_base, CpuState& cpu) {
   ThreadSlot* s = &as.shared()->slots[slot_];
   RegsToGregs(cpu.regs, s->gregs);
   s->fs_base = cpu.regs.fs_base;
-  s->gs_base = cpu.regs.gs_base;
+  // With patching, a thread whose GS base is 0 runs with its slot there:
+  // the patched entry finds the slot through it.
+  const uint64_t slot_addr = SlotInStub(slot_);
+  const bool gs_is_slot = platform_->patching() && cpu.regs.gs_base == 0;
+  s->gs_base = gs_is_slot ? slot_addr : cpu.regs.gs_base;
   uint32_t fp_size = cpu.fp_size <= sizeof(s->fp) ? cpu.fp_size : 0;
   s->fp_size = fp_size;
   std::memcpy(s->fp, cpu.fp, fp_size);
@@ -668,6 +707,9 @@ Event SystrapContext::Switch(platform::AddressSpace& as_base, CpuState& cpu) {
   GregsToRegs(s->gregs, cpu.regs);
   cpu.regs.fs_base = s->stub_fs_base;
   cpu.regs.gs_base = s->stub_gs_base;
+  if (platform_->patching() && cpu.regs.gs_base == slot_addr) {
+    cpu.regs.gs_base = 0;
+  }
   uint32_t got = s->fp_size;
   if (got == cpu.fp_size && got <= sizeof(cpu.fp)) {
     std::memcpy(cpu.fp, s->fp, got);
@@ -676,6 +718,14 @@ Event SystrapContext::Switch(platform::AddressSpace& as_base, CpuState& cpu) {
   ev.signo = signo;
   ev.code = s->sig_code;
   ev.addr = s->fault_addr;
+  if (s->trap == kTrapPatched) {
+    // A syscall by a patched site: the same as a SIGSYS from seccomp.
+    last_patched_ = true;
+    ev.kind = Event::Kind::kSyscall;
+    ev.signo = SIGSYS;
+    cpu.regs.orig_rax = static_cast<uint64_t>(static_cast<int64_t>(s->sys_nr));
+    return ev;
+  }
   if (s->trap != kTrapSignal) {
     ev.kind = Event::Kind::kInterrupted;
     return ev;

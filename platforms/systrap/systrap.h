@@ -33,6 +33,7 @@
 #include "platforms/platform.h"
 #include "platforms/systrap/fastpath.h"
 #include "platforms/systrap/layout.h"
+#include "platforms/systrap/patch.h"
 #include "platforms/systrap/stats.h"
 
 namespace sandboxd::systrap {
@@ -47,6 +48,9 @@ class StubProcess : public platform::AddressSpace {
   absl::Status MapFile(uintptr_t addr, int fd, off_t off, size_t len,
                        platform::Prot prot) override;
   void Unmap(uintptr_t addr, size_t len) override;
+  void SetCodePatcher(platform::CodePatcher* patcher) override {
+    patcher_.store(patcher, std::memory_order_release);
+  }
 
   pid_t pid() const { return pid_; }
   bool dead() const { return dead_.load(std::memory_order_acquire); }
@@ -79,9 +83,23 @@ class StubProcess : public platform::AddressSpace {
 
  private:
   friend class Systrap;
+  friend class SystrapContext;
   StubProcess(Systrap* platform, pid_t pid, UniqueFd shared_fd,
               Mapping shared_map);
   void Reap();
+
+  // Syscall patching (patching.cc). Counts a SIGSYS at cpu's rip and
+  // patches the site when it is hot.
+  void CountSyscallSite(const platform::CpuState& cpu);
+  // A SIGILL: if it is a thread caught at a site this address space is
+  // patching or patched (patch.h, WritePatch), sets cpu to rerun it and
+  // returns true; *as_syscall: it is restart_syscall, to be handled as
+  // that syscall with cpu as it now is.
+  bool RestartPatchedSite(platform::CpuState& cpu, bool* as_syscall);
+  void TryPatch(uint64_t site, uint32_t sysno, const platform::CpuState& cpu);
+  // Tells the stub the xsave mask of its threads' FPU images (`cpu`'s
+  // layout), once; false if that image is not an xsave signal frame's.
+  bool SetXsaveMask(const platform::CpuState& cpu);
 
   Systrap* const platform_;
   const pid_t pid_;
@@ -99,6 +117,13 @@ class StubProcess : public platform::AddressSpace {
   // Slots handed out at least once: the only ones a Sentry thread can be
   // waiting on, and the only ones whose pages of the shared area exist.
   std::bitset<kMaxThreads> ever_used_ ABSL_GUARDED_BY(slots_mu_);
+
+  // Syscall patching: the memory manager (set by it), and the traps per
+  // site. The record of patched sites is the memory's own (the table, read
+  // through the patcher), so that fork and execve need nothing here.
+  std::atomic<platform::CodePatcher*> patcher_{nullptr};
+  SiteCounter site_counter_{kPatchThreshold};
+  std::atomic<bool> xsave_set_{false};
 };
 
 // One application thread's binding to a stub thread.
@@ -118,6 +143,8 @@ class SystrapContext : public platform::Context {
   // (published at s.submit_tsc, seen by us at `take`); `spun`: we spun.
   void RecordHandOvers(const ThreadSlot& s, uint64_t give, uint64_t take,
                        bool spun);
+  // One round trip to the stub; Switch adds syscall patching around it.
+  platform::Event SwitchOnce(StubProcess& as, platform::CpuState& cpu);
 
   Systrap* const platform_;
   // Owned by the task's host thread (Switch/Release); Interrupt reads
@@ -127,6 +154,7 @@ class SystrapContext : public platform::Context {
   std::atomic<pid_t> tid_{0};
   std::atomic<bool> running_{false};
   std::atomic<bool> interrupt_{false};
+  bool last_patched_ = false;  // the last syscall came by a patched site
 };
 
 // Reserves the stub window in the calling process (PROT_NONE), so that
@@ -173,6 +201,13 @@ class Systrap : public platform::Platform {
   static constexpr size_t kDefaultPoolSize = 2;
   void set_pool_size(size_t n);
 
+  // Syscall patching (--systrap-patch=on; README.md): hot `mov $nr,%eax;
+  // syscall` sites are rewritten to enter the stub without a signal.
+  // Refused (false, *why) where the CPU lacks FSGSBASE or xsave. Set it
+  // before the first address space is made.
+  bool set_patching(bool on, std::string* why);
+  bool patching() const { return patching_; }
+
  private:
   friend class StubProcess;  // registers itself in live_
   Systrap() = default;
@@ -204,6 +239,7 @@ class Systrap : public platform::Platform {
   UniqueFd template_sock_ ABSL_GUARDED_BY(template_mu_);
   uint64_t spin_cycles_ = 0;
   bool has_fsgsbase_ = false;
+  bool patching_ = false;
 };
 
 }  // namespace sandboxd::systrap

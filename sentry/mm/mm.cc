@@ -78,9 +78,12 @@ MM::MM(MemoryFile* mf, std::unique_ptr<platform::AddressSpace> as,
       max_addr_(max_addr),
       // Small test address spaces get no stack gap.
       mmap_base_(max_addr - min_addr > 2 * kStackGap ? max_addr - kStackGap
-                                                     : max_addr) {}
+                                                     : max_addr) {
+  if (as_ != nullptr) as_->SetCodePatcher(this);
+}
 
 MM::~MM() {
+  if (as_ != nullptr) as_->SetCodePatcher(nullptr);
   absl::MutexLock l(&mu_);
   for (auto& [start, pma] : pmas_) {
     if (pma.owned) mf_->DecRef(pma.file_offset, pma.end - start);
@@ -99,6 +102,10 @@ absl::StatusOr<std::unique_ptr<MM>> MM::Fork(
   child->brk_start_ = brk_start_;
   child->brk_ = brk_;
   child->membarrier_.store(membarrier_.load());
+  // The patched text and the table are copied with the rest.
+  child->patch_table_ = patch_table_;
+  child->patch_table_len_ = patch_table_len_;
+  child->patched_ = patched_;
   // Ranges this MM's threads may currently write through the AddressSpace
   // and that are now shared: they must fault from now on.
   std::vector<std::pair<uintptr_t, uintptr_t>> protect;
@@ -367,6 +374,7 @@ void MM::MovePmas(uintptr_t start, uintptr_t end, uintptr_t new_start) {
 }
 
 void MM::UnmapLocked(uintptr_t start, uintptr_t end) {
+  if (patch_table_ != 0) UnpatchRangeLocked(start, end, /*restore=*/false);
   auto it = IsolateVmas(start, end);
   bool any = false;
   while (it != vmas_.end() && it->first < end) {
@@ -778,6 +786,12 @@ int64_t MM::Mremap(uintptr_t old_addr, uint64_t old_len, uint64_t new_len,
   // copying: the PMAs are re-keyed. Preconditions: the old range is within
   // the VMA at vit, the new range is free.
   auto move = [&](uintptr_t to) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    // Patched sites would move away from their table entries' return
+    // addresses: restore them first.
+    if (patch_table_ != 0 && old_len != 0) {
+      UnpatchRangeLocked(old_addr, old_addr + old_len, /*restore=*/true);
+      vit = FindVma(old_addr);
+    }
     Vma nv = vit->second;
     nv.offset += old_addr - vit->first;
     nv.end = to + new_len;

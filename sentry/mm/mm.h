@@ -134,13 +134,13 @@ struct VmaInfo {
   bool shared_anon = false;            // MAP_SHARED|MAP_ANONYMOUS
 };
 
-class MM {
+class MM : public platform::CodePatcher {
  public:
   // [min_addr, max_addr) is where application mappings may go.
   // Preconditions: `mf` outlives this MM; both bounds are page-aligned.
   MM(MemoryFile* mf, std::unique_ptr<platform::AddressSpace> as,
      uintptr_t min_addr, uintptr_t max_addr);
-  ~MM();
+  ~MM() override;
   MM(const MM&) = delete;
   MM& operator=(const MM&) = delete;
 
@@ -232,6 +232,14 @@ class MM {
   std::string DebugString() const;
   // Every VMA, in address order (for /proc).
   std::vector<VmaInfo> Vmas() const;
+
+  // platform::CodePatcher (syscall patching; code_patch.cc).
+  bool ReadCode(uintptr_t addr, void* dst, size_t n) override;
+  bool PatchCode(
+      uintptr_t site, size_t len, uintptr_t table, size_t table_len,
+      const std::function<bool(uint8_t* site, uint8_t* table)>& patch,
+      std::function<void(uint8_t* site)> unpatch) override;
+  size_t NumPatchedSites() const;
 
   // For tests and metrics.
   size_t NumVmas() const;
@@ -349,6 +357,17 @@ class MM {
   uint64_t WalkWithBacking(uintptr_t addr, uint64_t n, Access access, Fn&& fn)
       ABSL_LOCKS_EXCLUDED(mu_);
 
+  // Syscall patching (code_patch.cc). A Sentry pointer through which the
+  // n bytes at addr (within one page of a private mapping whose pages are
+  // this MM's) can be written: backed, copy-on-write broken. Null if not.
+  uint8_t* PrivateCodeLocked(uintptr_t addr, size_t n)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Before [start, end) is unmapped or moved: restores the patched sites in
+  // it (`restore`; else just forgets them, their pages are going) and, if
+  // the range touches the patch table, every site, and forgets the table.
+  void UnpatchRangeLocked(uintptr_t start, uintptr_t end, bool restore)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
   static bool Allows(const platform::Prot& prot, Access access);
   // True if [addr, addr+n) is a nonempty range inside the application's
   // address bounds.
@@ -369,6 +388,12 @@ class MM {
   uintptr_t brk_start_ ABSL_GUARDED_BY(mu_) = 0;
   uintptr_t brk_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<uint32_t> membarrier_{0};  // see membarrier_registrations()
+  // Syscall patching: the table's range (0 when not mapped), and each
+  // patched site with what restores it. Copied by Fork.
+  uintptr_t patch_table_ ABSL_GUARDED_BY(mu_) = 0;
+  size_t patch_table_len_ ABSL_GUARDED_BY(mu_) = 0;
+  std::map<uintptr_t, std::pair<size_t, std::function<void(uint8_t*)>>>
+      patched_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sandboxd::mm

@@ -186,10 +186,81 @@ STUB_INLINE bool SentryWritable(int i) {
   return i <= REG_EFL;
 }
 
+// Loads the registers, FPU and FS/GS bases the Sentry left in the slot
+// into the signal frame `uc`, so that sigreturn resumes the application
+// there. Preconditions: the slot is the stub's (owner kOwnerStub) and holds
+// a whole state from the Sentry.
+STUB_INLINE void LoadFrameFromSlot(ThreadSlot* slot, ucontext_t* uc,
+                                   bool fsgsbase) {
+  greg_t* gregs = uc->uc_mcontext.gregs;
+  for (int i = 0; i < kNumGregs; i++) {
+    if (SentryWritable(i)) gregs[i] = static_cast<greg_t>(slot->gregs[i]);
+  }
+  uint8_t* fp = reinterpret_cast<uint8_t*>(uc->uc_mcontext.fpregs);
+  uint32_t fp_size = fp != nullptr ? FpFrameSize(fp) : 0;
+  if (fp_size != 0 && slot->fp_size == fp_size) Copy(fp, slot->fp, fp_size);
+  uint64_t fs = ReadFsBase(fsgsbase), gs = ReadGsBase(fsgsbase);
+  if (slot->fs_base != fs) WriteFsBase(fsgsbase, slot->fs_base);
+  if (slot->gs_base != gs) WriteGsBase(fsgsbase, slot->gs_base);
+}
+
+// Reports an interrupt with the state the slot holds (the Sentry's last
+// reply, whole) and waits for the answer.
+STUB_INLINE void HandOverInterrupt(ThreadSlot* slot) {
+  slot->trap = kTrapSignal;
+  slot->signo = kInterruptSignal;
+  slot->sig_code = -6;  // SI_TKILL
+  slot->sig_errno = 0;
+  slot->fault_addr = 0;
+  slot->sys_nr = 0;
+  slot->sys_arch = 0;
+  slot->stub_fs_base = slot->fs_base;
+  slot->stub_gs_base = slot->gs_base;
+  HandOverAndWait(slot);
+  if (__atomic_load_n(&slot->action, __ATOMIC_ACQUIRE) != kActionResume) {
+    for (;;) Syscall3(__NR_exit, 0, 0, 0);
+  }
+}
+
+// A signal on the patched path's way back (kPatchReturning, or in its last
+// instructions): the application's state is the slot's. An interrupt is
+// reported with it; then the thread returns to the application through
+// sigreturn, leaving the rest of the way back.
+STUB_INLINE void ResumeFromSlot(ThreadSlot* slot, int signo, ucontext_t* uc,
+                                bool fsgsbase) {
+  __atomic_store_n(&slot->patch_pending, 0, __ATOMIC_SEQ_CST);
+  if (signo == kInterruptSignal) HandOverInterrupt(slot);
+  LoadFrameFromSlot(slot, uc, fsgsbase);
+  __atomic_store_n(&slot->patch_state, kPatchIdle, __ATOMIC_SEQ_CST);
+}
+
 }  // namespace
 }  // namespace sandboxd::systrap
 
 using namespace sandboxd::systrap;
+
+// Called by the patched entry (patch_entry_amd64.cc) on the slot's stack
+// with the state saved in the slot: hands it to the Sentry and returns when
+// the slot holds the state to return to (kPatchReturning). An interrupt
+// that came while the Sentry had the slot is reported first, with the
+// reply's state, so that the Sentry sees it with whole registers.
+extern "C" STUB void sbx_stub_patch_handover(ThreadSlot* slot) {
+  __atomic_store_n(&slot->patch_state, kPatchWaiting, __ATOMIC_SEQ_CST);
+  HandOverAndWait(slot);
+  if (__atomic_load_n(&slot->action, __ATOMIC_ACQUIRE) != kActionResume) {
+    for (;;) Syscall3(__NR_exit, 0, 0, 0);
+  }
+  for (;;) {
+    __atomic_store_n(&slot->patch_state, kPatchReturning, __ATOMIC_SEQ_CST);
+    if (__atomic_exchange_n(&slot->patch_pending, 0, __ATOMIC_SEQ_CST) == 0) {
+      return;
+    }
+    // Signals arriving now are handled by ResumeFromSlot; back to waiting
+    // for the reply to this report.
+    __atomic_store_n(&slot->patch_state, kPatchWaiting, __ATOMIC_SEQ_CST);
+    HandOverInterrupt(slot);
+  }
+}
 
 // A new stub thread starts here (via sbx_stub_clone) on its slot's stack.
 // It registers that stack as its signal stack and traps into the handler
@@ -231,6 +302,23 @@ extern "C" STUB void sbx_stub_signal_handler(int signo, void* info_v,
 
   greg_t* gregs = uc->uc_mcontext.gregs;
   uint64_t rip = static_cast<uint64_t>(gregs[REG_RIP]);
+  // Inside the patched-syscall path (patch_entry_amd64.cc says what each
+  // state allows).
+  const uint32_t patch_state =
+      __atomic_load_n(&slot->patch_state, __ATOMIC_ACQUIRE);
+  const uint64_t tail = reinterpret_cast<uint64_t>(sbx_stub_patch_tail);
+  const uint64_t tail_end = reinterpret_cast<uint64_t>(sbx_stub_patch_tail_end);
+  if (patch_state == kPatchReturning || (rip >= tail && rip < tail_end)) {
+    ResumeFromSlot(slot, signo, uc, fsgsbase);
+    return;
+  }
+  if (patch_state == kPatchSaving || patch_state == kPatchWaiting) {
+    if (signo != kInterruptSignal) Die(kStubExitCorrupt);
+    if (patch_state == kPatchWaiting) {
+      __atomic_store_n(&slot->patch_pending, 1, __ATOMIC_SEQ_CST);
+    }
+    return;
+  }
   bool bootstrap = signo == SIGTRAP && rip >= kStubBase &&
                    rip < kStubBase + kStubCodeSize;
 

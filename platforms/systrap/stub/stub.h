@@ -21,6 +21,11 @@ void sbx_stub_start(const void* prog, uint64_t stack_top);
 void sbx_stub_signal_handler(int signo, void* info, void* ucontext);
 // sa_restorer: calls rt_sigreturn.
 void sbx_stub_restorer();
+// The common entry of patched syscall sites (patch_entry_amd64.cc), and
+// the last instructions of its way back to the application.
+void sbx_stub_patch_entry();
+extern const char sbx_stub_patch_tail[];
+extern const char sbx_stub_patch_tail_end[];
 }
 
 namespace sandboxd::systrap {

@@ -186,6 +186,13 @@ absl::Status Client::Logs(const std::string& id, bool follow,
 
 absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
                                             const v1::ProcessSpec& process, ExecIo io) {
+  absl::Time step = absl::Now();
+  auto mark = [&](const char* name) {
+    if (io.trace == nullptr) return;
+    const absl::Time now = absl::Now();
+    io.trace->steps.emplace_back(name, now - step);
+    step = now;
+  };
   grpc::ClientContext ctx;
   auto stream = stub_->Exec(&ctx);
   UniqueFd stop(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -195,6 +202,7 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
   first.mutable_start()->set_id(id);
   if (attach) {
     first.mutable_start()->set_attach(true);
+    first.mutable_start()->set_remove(io.remove);
   } else {
     *first.mutable_start()->mutable_process() = process;
   }
@@ -208,9 +216,12 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
     }
   }
   if (!stream->Write(first)) return Convert(stream->Finish());
+  mark("client.exec.open");
 
-  // One writer thread: the initial size, stdin, resizes, then close_stdin;
-  // it half-closes once the exit status is in (stop).
+  // One writer thread: the initial size, stdin, resizes, then close_stdin.
+  // It half-closes as soon as it has nothing more to send (stdin at its
+  // end, no terminal to resize), so that the daemon can end the call with
+  // the exit status; else once the exit status is in (stop).
   std::thread writer([&] {
     auto send_size = [&] {
       uint32_t rows = 0, cols = 0;
@@ -235,7 +246,7 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
       if (ok) ok = stream->Write(m);
     }
     std::string buf(kStdinChunk, '\0');
-    while (ok) {
+    while (ok && (in_open || io.resize_fd >= 0)) {
       pollfd p[3] = {{stop.get(), POLLIN, 0},
                      {in_open ? io.stdin_fd : -1, POLLIN, 0},
                      {io.resize_fd, POLLIN, 0}};
@@ -272,6 +283,7 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
   while (stream->Read(&r)) {
     if (first_response) {
       first_response = false;
+      mark("client.exec.pid");
       if (io.on_pid) io.on_pid(r.pid());
     }
     switch (r.msg_case()) {
@@ -284,6 +296,12 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
       case v1::ExecResponse::kExit:
         exit = r.exit();
         have_exit = true;
+        mark("client.exec.exit");
+        if (io.trace != nullptr) {
+          io.trace->has_timings = r.has_timings();
+          io.trace->timings = r.timings();
+          io.trace->removed = r.removed();
+        }
         break;
       default:
         break;
@@ -299,6 +317,7 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
     }
   }
   grpc::Status s = stream->Finish();
+  mark("client.exec.finish");
   if (!s.ok()) return Convert(s);
   if (!have_exit) return absl::InternalError("Exec ended without an exit status");
   return exit;

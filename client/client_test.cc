@@ -4,6 +4,7 @@
 #include "client/client.h"
 
 #include <arpa/inet.h>
+#include <errno.h>
 #include <dirent.h>
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -284,6 +285,82 @@ TEST(SandboxdTest, MissingProgramFailsTheSandbox) {
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->state(), v1::SANDBOX_STATE_FAILED);
   EXPECT_FALSE(info->exit().error().empty());
+}
+
+// ExecRequest.Start.remove (`sandboxctl run --rm`): the daemon destroys
+// the sandbox itself once the attach ends, and says so with the exit.
+TEST(SandboxdTest, AttachWithRemoveDestroysTheSandbox) {
+  SKIP_WITHOUT_BINARIES();
+  Daemon d;
+  absl::StatusOr<v1::CreateResponse> created =
+      d.c().Create(Spec({"/bin/sh", "-c", "echo hi; exit 4"}));
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_FALSE(created->info().sentry_pids().empty());
+  const pid_t sentry = created->info().sentry_pids(0);
+  std::string out;
+  ExecTrace trace;
+  ExecIo io;
+  io.on_stdout = [&](absl::string_view s) { out.append(s.data(), s.size()); };
+  io.remove = true;
+  io.trace = &trace;
+  absl::StatusOr<v1::ExitStatus> e = d.c().Exec(created->id(), true, {}, io);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->code(), 4);
+  EXPECT_EQ(out, "hi\n");
+  EXPECT_TRUE(trace.removed);
+  // Gone from the table before the client heard of the exit.
+  absl::StatusOr<std::vector<v1::SandboxInfo>> list = d.c().List();
+  ASSERT_TRUE(list.ok());
+  EXPECT_TRUE(list->empty());
+  EXPECT_EQ(d.c().Get(created->id()).status().code(), absl::StatusCode::kNotFound);
+  // The timings came with the exit, the attach's own steps included.
+  ASSERT_TRUE(trace.has_timings);
+  std::set<std::string> stages;
+  for (const v1::Stage& st : trace.timings.stages()) stages.insert(st.name());
+  for (const char* want : {"create.validate", "start.sentry_call", "attach.first_message",
+                           "attach.pid_sent", "exit.status_after_output_end"}) {
+    EXPECT_TRUE(stages.count(want)) << want;
+  }
+  std::vector<std::string> steps;
+  for (const auto& [name, d] : trace.steps) steps.push_back(name);
+  EXPECT_EQ(steps, (std::vector<std::string>{"client.exec.open", "client.exec.pid",
+                                             "client.exec.exit", "client.exec.finish"}));
+  // The Sentry is killed and reaped off the client's path, soon after.
+  bool gone = false;
+  for (int i = 0; i < 500 && !gone; i++) {
+    gone = kill(sentry, 0) != 0 && errno == ESRCH;
+    if (!gone) absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_TRUE(gone) << "sentry " << sentry << " still there";
+}
+
+TEST(SandboxdTest, AttachWithRemoveOfAMissingProgram) {
+  SKIP_WITHOUT_BINARIES();
+  Daemon d;
+  absl::StatusOr<v1::CreateResponse> created = d.c().Create(Spec({"/nonexistent/program"}));
+  ASSERT_TRUE(created.ok()) << created.status();
+  ExecIo io;
+  io.remove = true;
+  absl::StatusOr<v1::ExitStatus> e = d.c().Exec(created->id(), true, {}, io);
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kNotFound) << e.status();
+  EXPECT_EQ(d.c().Get(created->id()).status().code(), absl::StatusCode::kNotFound);
+}
+
+// A refused attach removes nothing: the sandbox is someone else's.
+TEST(SandboxdTest, RefusedAttachWithRemoveLeavesTheSandbox) {
+  SKIP_WITHOUT_BINARIES();
+  Daemon d;
+  absl::StatusOr<v1::CreateResponse> created = d.c().Create(Spec({"/bin/sleep", "600"}));
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_TRUE(d.c().Start(created->id()).ok());
+  ExecIo io;
+  io.remove = true;
+  absl::StatusOr<v1::ExitStatus> e = d.c().Exec(created->id(), true, {}, io);
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition) << e.status();
+  absl::StatusOr<v1::SandboxInfo> info = d.c().Get(created->id());
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->state(), v1::SANDBOX_STATE_RUNNING);
+  ASSERT_TRUE(d.c().Destroy(created->id()).ok());
 }
 
 TEST(SandboxdTest, DetachedSandboxKeepsItsLogs) {

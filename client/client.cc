@@ -15,6 +15,7 @@
 #include "base/unique_fd.h"
 #include "daemon/auth.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/support/channel_arguments.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 
@@ -25,6 +26,17 @@ namespace {
 // Data per stdin message: large enough for throughput, small enough to
 // stay far below gRPC's 4 MiB message limit.
 constexpr size_t kStdinChunk = 64 << 10;
+
+// The channel's arguments. BDP probes (a PING sent with a burst of data,
+// to size the flow-control window for a long, fat link) only cost both
+// ends a wakeup on a unix socket; with retries off, gRPC does not keep a
+// copy of every message sent on a stream in case it must replay it.
+grpc::ChannelArguments ChannelArgs() {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  return args;
+}
 
 }  // namespace
 
@@ -42,13 +54,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ConnectOptions& o)
     }
     ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> creds,
                      daemon::ClientCredentials(o.ca_cert_file, o.token));
-    return std::unique_ptr<Client>(
-        new Client(o.tcp_address, grpc::CreateChannel(o.tcp_address, creds)));
+    return std::unique_ptr<Client>(new Client(
+        o.tcp_address, grpc::CreateCustomChannel(o.tcp_address, creds, ChannelArgs())));
   }
   if (o.socket.empty()) return absl::InvalidArgumentError("no socket path");
   const std::string target = absl::StrCat("unix:", o.socket);
-  return std::unique_ptr<Client>(
-      new Client(o.socket, grpc::CreateChannel(target, grpc::InsecureChannelCredentials())));
+  return std::unique_ptr<Client>(new Client(
+      o.socket,
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), ChannelArgs())));
 }
 
 Client::Client(std::string target, std::shared_ptr<grpc::Channel> channel)

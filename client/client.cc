@@ -216,6 +216,7 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
   if (attach) {
     first.mutable_start()->set_attach(true);
     first.mutable_start()->set_remove(io.remove);
+    if (io.create != nullptr) *first.mutable_start()->mutable_create() = *io.create;
   } else {
     *first.mutable_start()->mutable_process() = process;
   }
@@ -297,6 +298,7 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
     if (first_response) {
       first_response = false;
       mark("client.exec.pid");
+      if (!r.id().empty() && io.on_id) io.on_id(r.id());
       if (io.on_pid) io.on_pid(r.pid());
     }
     switch (r.msg_case()) {

@@ -71,6 +71,11 @@ struct ExecIo {
   // Attach only: the daemon destroys the sandbox when the call ends
   // (ExecRequest.Start.remove); see ExecTrace::removed.
   bool remove = false;
+  // Attach only: the sandbox is created by the same call
+  // (ExecRequest.Start.create; Exec's `id` is unused), and `on_id` gets
+  // its id with the first response, before `on_pid`.
+  const v1::CreateRequest* create = nullptr;
+  std::function<void(const std::string& id)> on_id;
   // Filled in when set.
   ExecTrace* trace = nullptr;
 };

@@ -346,6 +346,47 @@ TEST(SandboxdTest, AttachWithRemoveOfAMissingProgram) {
   EXPECT_EQ(d.c().Get(created->id()).status().code(), absl::StatusCode::kNotFound);
 }
 
+// ExecRequest.Start.create: Create and attach in one call.
+TEST(SandboxdTest, CreateAndAttachInOneCall) {
+  SKIP_WITHOUT_BINARIES();
+  Daemon d;
+  v1::CreateRequest req = Spec({"/bin/sh", "-c", "echo one call; exit 6"});
+  std::string out, id;
+  int pid = 0;
+  ExecTrace trace;
+  ExecIo io;
+  io.on_stdout = [&](absl::string_view s) { out.append(s.data(), s.size()); };
+  io.create = &req;
+  io.on_id = [&](const std::string& new_id) { id = new_id; };
+  io.on_pid = [&](int p) { pid = p; };
+  io.remove = true;
+  io.trace = &trace;
+  absl::StatusOr<v1::ExitStatus> e = d.c().Exec("", true, {}, io);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->code(), 6);
+  EXPECT_EQ(out, "one call\n");
+  EXPECT_FALSE(id.empty());
+  EXPECT_EQ(pid, 1);
+  EXPECT_TRUE(trace.removed);
+  EXPECT_EQ(d.c().Get(id).status().code(), absl::StatusCode::kNotFound);
+  bool has_create_stage = false;
+  for (const v1::Stage& st : trace.timings.stages()) {
+    has_create_stage |= st.name() == "create.pool_take" || st.name() == "create.spawn_sentry";
+  }
+  EXPECT_TRUE(has_create_stage);
+
+  // Create's checks, with Create's messages.
+  req.mutable_spec()->set_rootfs("relative");
+  ExecIo bad;
+  bad.create = &req;
+  e = d.c().Exec("", true, {}, bad);
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << e.status();
+  EXPECT_TRUE(absl::StrContains(e.status().message(), "spec.rootfs")) << e.status();
+  absl::StatusOr<std::vector<v1::SandboxInfo>> list = d.c().List();
+  ASSERT_TRUE(list.ok());
+  EXPECT_TRUE(list->empty());
+}
+
 // A refused attach removes nothing: the sandbox is someone else's.
 TEST(SandboxdTest, RefusedAttachWithRemoveLeavesTheSandbox) {
   SKIP_WITHOUT_BINARIES();

@@ -346,16 +346,21 @@ std::string ExitText(const v1::ExitStatus& e) {
 // ---------------------------------------------------------------- commands
 
 // --timings: where a run's time went, one "sandboxctl: timing: NAME MS"
-// line per step on stderr: the client's calls and the steps of its Exec
+// line per step on stderr: the client's call(s) and the steps of its Exec
 // call, then the daemon's and the Sentry's steps (Timings.stages, from the
 // exit message; from Get when the daemon did not send them).
-void PrintTimings(Client& c, const std::string& id, absl::Duration create,
-                  absl::Duration run, const ExecTrace& trace) {
+void PrintTimings(Client& c, const std::string& id, bool separate_create,
+                  absl::Duration create, absl::Duration run, const ExecTrace& trace) {
   auto line = [](const std::string& name, double ms) {
     fprintf(stderr, "sandboxctl: timing: %s %.3f ms\n", name.c_str(), ms);
   };
-  line("client.create", absl::ToDoubleMilliseconds(create));
-  line("client.attach_run_exit", absl::ToDoubleMilliseconds(run));
+  if (separate_create) {
+    line("client.create", absl::ToDoubleMilliseconds(create));
+    line("client.attach_run_exit", absl::ToDoubleMilliseconds(run));
+  } else {
+    // One Exec call created the sandbox too (Start.create).
+    line("client.create_attach_run_exit", absl::ToDoubleMilliseconds(run));
+  }
   for (const auto& [name, d] : trace.steps) line(name, absl::ToDoubleMilliseconds(d));
   v1::Timings t = trace.timings;
   if (!trace.has_timings) {
@@ -409,18 +414,21 @@ int Run(Client& c, Args& a, bool create_only) {
   DefaultEnv(spec->mutable_process(), tty);
 
   const absl::Time t0 = absl::Now();
-  absl::StatusOr<v1::CreateResponse> created = c.Create(req);
-  FailOn(created.status());
-  const std::string id = created->id();
-  const absl::Time t1 = absl::Now();
-  if (create_only) {
-    printf("%s\n", id.c_str());
-    return 0;
-  }
-  auto remove = [&] {
-    if (rm) (void)c.Destroy(id);
+  std::string id;
+  auto create = [&] {
+    absl::StatusOr<v1::CreateResponse> created = c.Create(req);
+    FailOn(created.status());
+    id = created->id();
   };
-  if (detach) {
+  auto remove = [&] {
+    if (rm && !id.empty()) (void)c.Destroy(id);
+  };
+  if (create_only || detach) {
+    create();
+    if (create_only) {
+      printf("%s\n", id.c_str());
+      return 0;
+    }
     absl::Status s = c.Start(id);
     if (!s.ok()) {
       remove();
@@ -429,17 +437,35 @@ int Run(Client& c, Args& a, bool create_only) {
     printf("%s\n", id.c_str());
     return 0;
   }
-  if (!tty) ProxySignals(&c, id);
   ExecIo io = StdIo(interactive, tty);
   // With --rm the daemon destroys the sandbox once the call ends, off our
   // path; an older daemon that does not says so, and we destroy it here.
   io.remove = rm;
   ExecTrace trace;
   io.trace = &trace;
-  absl::StatusOr<v1::ExitStatus> exit = c.Exec(id, /*attach=*/true, {}, std::move(io));
+  auto on_id = [&](const std::string& new_id) {
+    id = new_id;
+    if (!tty) ProxySignals(&c, id);
+  };
+  // Create and attach in one call (Start.create).
+  ExecIo one_call = io;
+  one_call.create = &req;
+  one_call.on_id = on_id;
+  absl::StatusOr<v1::ExitStatus> exit = c.Exec("", /*attach=*/true, {}, std::move(one_call));
+  const bool old_daemon = id.empty() && absl::IsInvalidArgument(exit.status()) &&
+                          absl::StartsWith(exit.status().message(), "id: must not be empty");
+  absl::Time t1 = t0;
+  if (old_daemon) {
+    // It predates Start.create: Create, then attach.
+    trace = ExecTrace();
+    create();
+    t1 = absl::Now();
+    on_id(id);
+    exit = c.Exec(id, /*attach=*/true, {}, std::move(io));
+  }
   RestoreTerminal();
   const absl::Time t2 = absl::Now();
-  if (timings) PrintTimings(c, id, t1 - t0, t2 - t1, trace);
+  if (timings) PrintTimings(c, id, old_daemon, t1 - t0, t2 - t1, trace);
   if (!trace.removed) {
     const absl::Time t3 = absl::Now();
     remove();

@@ -311,8 +311,16 @@ absl::Status Service::ExecStream(
   }
   const absl::Time read_start = absl::Now();
   const v1::ExecRequest::Start& start = first.start();
-  ASSIGN_OR_RETURN(std::shared_ptr<Sandbox> sandbox, Find(start.id()));
   const bool attach = start.target_case() == v1::ExecRequest::Start::kAttach && start.attach();
+  // Start.create: Create and attach in one call.
+  std::string id = start.id();
+  if (start.has_create()) {
+    if (!attach) return absl::InvalidArgumentError("start.create: only with attach=true");
+    v1::CreateResponse created;
+    RETURN_IF_ERROR(CreateSandbox(start.create(), &created));
+    id = created.id();
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Sandbox> sandbox, Find(id));
 
   // Start.remove, once this call has taken the init's stdio: the sandbox
   // goes however the call ends.
@@ -363,6 +371,7 @@ absl::Status Service::ExecStream(
   {
     v1::ExecResponse r;
     r.set_pid(pid);
+    if (start.has_create()) r.set_id(id);
     ok = stream->Write(r);
   }
   const absl::Time pid_sent = absl::Now();

@@ -141,12 +141,13 @@ absl::StatusOr<v1::ExitStatus> Client::Wait(const std::string& id, absl::Duratio
   return resp.exit();
 }
 
-absl::Status Client::Signal(const std::string& id, int signal, bool all) {
+absl::Status Client::Signal(const std::string& id, int signal, bool all, int pid) {
   grpc::ClientContext ctx;
   v1::SignalRequest req;
   req.set_id(id);
   req.set_signal(signal);
   req.set_all(all);
+  req.set_pid(pid);
   v1::SignalResponse resp;
   return Convert(stub_->Signal(&ctx, req, &resp));
 }

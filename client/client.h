@@ -91,7 +91,8 @@ class Client {
   absl::Status Start(const std::string& id);
   absl::StatusOr<v1::ExitStatus> Wait(const std::string& id,
                                       absl::Duration timeout = absl::InfiniteDuration());
-  absl::Status Signal(const std::string& id, int signal, bool all = false);
+  // To the init, to process `pid` of the sandbox (when not 0), or to all.
+  absl::Status Signal(const std::string& id, int signal, bool all = false, int pid = 0);
   absl::StatusOr<v1::ExitStatus> Destroy(const std::string& id);
   absl::StatusOr<std::vector<v1::SandboxInfo>> List(
       const std::map<std::string, std::string>& labels = {});

@@ -4,8 +4,8 @@
 #include "client/client.h"
 
 #include <arpa/inet.h>
-#include <errno.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -15,11 +15,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -402,6 +404,38 @@ TEST(SandboxdTest, RefusedAttachWithRemoveLeavesTheSandbox) {
   ASSERT_TRUE(info.ok()) << info.status();
   EXPECT_EQ(info->state(), v1::SANDBOX_STATE_RUNNING);
   ASSERT_TRUE(d.c().Destroy(created->id()).ok());
+}
+
+// SignalRequest.pid: one Exec'd process, not the init.
+TEST(SandboxdTest, SignalOneExecdProcess) {
+  SKIP_WITHOUT_BINARIES();
+  Daemon d;
+  absl::StatusOr<v1::CreateResponse> created = d.c().Create(Spec({"/bin/sleep", "600"}));
+  ASSERT_TRUE(created.ok()) << created.status();
+  const std::string id = created->id();
+  ASSERT_TRUE(d.c().Start(id).ok());
+  v1::ProcessSpec p;
+  p.add_argv("/bin/sleep");
+  p.add_argv("600");
+  std::atomic<int> pid{0};
+  ExecIo io;
+  io.on_pid = [&](int n) { pid = n; };
+  absl::StatusOr<v1::ExitStatus> e;
+  std::thread exec([&] { e = d.c().Exec(id, false, p, io); });
+  for (int i = 0; i < 1000 && pid == 0; i++) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_GT(pid.load(), 1);
+  EXPECT_EQ(d.c().Signal(id, SIGTERM, /*all=*/true, pid).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.c().Signal(id, SIGTERM, false, 4242).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(d.c().Signal(id, SIGTERM, false, pid).ok());
+  exec.join();
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->signal(), SIGTERM);
+  // The init is untouched.
+  absl::StatusOr<v1::SandboxInfo> info = d.c().Get(id);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->state(), v1::SANDBOX_STATE_RUNNING);
+  ASSERT_TRUE(d.c().Destroy(id).ok());
 }
 
 TEST(SandboxdTest, DetachedSandboxKeepsItsLogs) {

@@ -58,7 +58,7 @@ const char kUsage[] =
     "  exec [-i] [-t] [--env=K=V] [--cwd=DIR] ID -- PROGRAM [ARGS...]\n"
     "  ps | list [--json] [-q] [--label=K=V]\n"
     "  logs [-f] ID         output of the init program (kept by the daemon, 1 MiB)\n"
-    "  kill [-s SIGNAL] [--all] ID\n"
+    "  kill [-s SIGNAL] [--all | --pid=N] ID   (N: a pid inside the sandbox)\n"
     "  rm [-f] ID...        destroy (-f: also running ones)\n"
     "  inspect ID           the sandbox as JSON\n"
     "  wait ID              exits as the init program did\n"
@@ -601,18 +601,23 @@ int ParseSignal(const std::string& v) {
 int Kill(Client& c, Args& a) {
   int sig = SIGKILL;
   bool all = false;
+  int pid = 0;
   std::string v;
   while (a.IsFlag()) {
     if (a.Value({"-s", "--signal"}, &v)) {
       sig = ParseSignal(v);
     } else if (a.Bool({"--all", "-a"})) {
       all = true;
+    } else if (a.Value({"--pid", "-p"}, &v)) {
+      if (!absl::SimpleAtoi(v, &pid) || pid <= 0) {
+        Fail(kExitError, absl::StrCat("--pid: want a pid inside the sandbox, got ", v));
+      }
     } else {
       Fail(kExitError, absl::StrCat("kill: unknown flag: ", a.Peek()));
     }
   }
-  if (a.Done()) Fail(kExitError, "kill: which sandbox? (kill [-s SIGNAL] [--all] ID)");
-  FailOn(c.Signal(a.Next(), sig, all));
+  if (a.Done()) Fail(kExitError, "kill: which sandbox? (kill [-s SIGNAL] [--all | --pid=N] ID)");
+  FailOn(c.Signal(a.Next(), sig, all, pid));
   return 0;
 }
 

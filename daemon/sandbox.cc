@@ -256,7 +256,7 @@ absl::StatusOr<v1::ExitStatus> Sandbox::AwaitExit(absl::Time deadline,
   }
 }
 
-absl::Status Sandbox::Signal(int signal, bool all) {
+absl::Status Sandbox::Signal(int signal, bool all, int pid) {
   {
     absl::MutexLock l(&mu_);
     if (state_ != v1::SANDBOX_STATE_RUNNING) {
@@ -267,6 +267,7 @@ absl::Status Sandbox::Signal(int signal, bool all) {
   control::Request req;
   req.mutable_signal()->set_signal(signal);
   req.mutable_signal()->set_all(all);
+  req.mutable_signal()->set_pid(pid);
   absl::StatusOr<control::Response> r = sentry_->process().Call(req, {}, kCallTimeout);
   return r.status();
 }

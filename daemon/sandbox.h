@@ -87,7 +87,8 @@ class Sandbox {
   absl::StatusOr<v1::ExitStatus> AwaitExit(absl::Time deadline,
                                            const std::function<bool()>& cancelled);
 
-  absl::Status Signal(int signal, bool all);
+  // To init, to process `pid` of the sandbox (when not 0), or to all.
+  absl::Status Signal(int signal, bool all, int pid = 0);
 
   // Runs `process` in the RUNNING sandbox, with `*cursor` pinned on its
   // output log; the caller relays its stdio and calls WaitPid.

@@ -475,9 +475,13 @@ grpc::Status Service::Signal(grpc::ServerContext*, const v1::SignalRequest* req,
     return ToGrpc(absl::InvalidArgumentError(
         absl::StrCat("signal: want a Linux signal number (1-64), got ", req->signal())));
   }
+  if (req->pid() < 0 || (req->pid() != 0 && req->all())) {
+    return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+        "pid: want a process of the sandbox (> 0, and not with all), got ", req->pid())));
+  }
   absl::StatusOr<std::shared_ptr<Sandbox>> s = Find(req->id());
   if (!s.ok()) return ToGrpc(s.status());
-  return ToGrpc((*s)->Signal(req->signal(), req->all()));
+  return ToGrpc((*s)->Signal(req->signal(), req->all(), req->pid()));
 }
 
 grpc::Status Service::Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest*,

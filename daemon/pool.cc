@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <sys/resource.h>
+#include <unistd.h>
 
 #include <utility>
 
@@ -33,7 +34,7 @@ absl::Status WarmSentry::Foreground() {
   if (cgroup_ != nullptr) RETURN_IF_ERROR(cgroup_->SetCpuWeight(kCpuWeightDefault));
   // The Sentry leads its process group, which holds its stubs: every
   // thread of every one of them.
-  if (setpriority(PRIO_PGRP, static_cast<id_t>(process_->pid()), 0) != 0) {
+  if (geteuid() == 0 && setpriority(PRIO_PGRP, static_cast<id_t>(process_->pid()), 0) != 0) {
     return ErrnoStatus(absl::StrCat("sentry (pid ", process_->pid(), "): setpriority"), errno);
   }
   return absl::OkStatus();
@@ -65,8 +66,10 @@ absl::StatusOr<std::unique_ptr<WarmSentry>> SentryFactory::Spawn(const std::stri
     // the pid.
     RETURN_IF_ERROR(sd->Record(pid));
     if (cg != nullptr) RETURN_IF_ERROR(Annotate(cg->AddProcess(pid), "joining its cgroup"));
-    // Before exec, while the child is one thread: all it starts inherits it.
-    if (background && setpriority(PRIO_PROCESS, static_cast<id_t>(pid), kBackgroundNice) != 0) {
+    // Before exec, while the child is one thread: all it starts inherits
+    // it. Only as root: raising it back at Take needs CAP_SYS_NICE.
+    if (background && geteuid() == 0 &&
+        setpriority(PRIO_PROCESS, static_cast<id_t>(pid), kBackgroundNice) != 0) {
       return ErrnoStatus("setpriority", errno);
     }
     return absl::OkStatus();

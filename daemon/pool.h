@@ -10,7 +10,7 @@
 // taker's sandbox starts and runs: on a small machine its prewarm (tens of
 // milliseconds of CPU) would take the CPU that sandbox is waiting for. So
 // refills prewarm in the background: the lowest CPU weight in their cgroup
-// and nice 19, until Take gives the Sentry the normal ones back.
+// and (as root) nice 19, until Take gives the Sentry the normal ones back.
 //
 // Lock order: Pool::mu_ is a leaf.
 #ifndef SANDBOXD_DAEMON_POOL_H_

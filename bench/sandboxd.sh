@@ -20,6 +20,10 @@
 #   POOL_WAIT=0.15       seconds between runs (pool refill)
 #   SANDBOXD=… SANDBOXCTL=… SENTRY=… RUNSC=runsc   binaries
 #   RUNSC_FLAGS          default "--platform=ptrace --network=none"
+#   BASE_BIN=DIR         also a warm daemon of another build (DIR holds its
+#                        sandboxd, sandboxctl and sentry, e.g. copies from
+#                        the tree before a change): one more row, interleaved
+#                        with the others, and its own steps table
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=bench/lib.sh
@@ -34,8 +38,9 @@ RUNSC=${RUNSC:-runsc}
 # shellcheck disable=SC2206
 RUNSC_FLAGS=(${RUNSC_FLAGS:---platform=ptrace --network=none})
 TIMEOUT=${BENCH_TIMEOUT:-60}
+BASE_BIN=${BASE_BIN:-}
 
-for b in "$SANDBOXD" "$SANDBOXCTL" "$SENTRY"; do
+for b in "$SANDBOXD" "$SANDBOXCTL" "$SENTRY" ${BASE_BIN:+"$BASE_BIN/sandboxd" "$BASE_BIN/sandboxctl" "$BASE_BIN/sentry"}; do
   [ -x "$b" ] || { echo "$b not found; build first (see bench/README.md)" >&2; exit 1; }
 done
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench_sandboxd.XXXXXX")
@@ -46,14 +51,16 @@ cleanup() {
 }
 trap cleanup EXIT
 
-# start_daemon NAME POOL_SIZE METRICS_PORT
+# start_daemon NAME POOL_SIZE METRICS_PORT [BIN_DIR]
 start_daemon() {
-  "$SANDBOXD" --sentry="$SENTRY" --socket="$tmp/$1.sock" --state-dir="$tmp/$1.state" \
+  local daemon=$SANDBOXD sentry=$SENTRY ctl=$SANDBOXCTL
+  if [ -n "${4:-}" ]; then daemon=$4/sandboxd sentry=$4/sentry ctl=$4/sandboxctl; fi
+  "$daemon" --sentry="$sentry" --socket="$tmp/$1.sock" --state-dir="$tmp/$1.state" \
     --cgroup-parent="bench-sandboxd-$1-$$" --pool-size="$2" \
     --metrics-address="127.0.0.1:$3" 2>"$tmp/$1.log" &
   pids+=($!)
   for _ in $(seq 1 200); do
-    "$SANDBOXCTL" --socket="$tmp/$1.sock" ps >/dev/null 2>&1 && return 0
+    "$ctl" --socket="$tmp/$1.sock" ps >/dev/null 2>&1 && return 0
     sleep 0.05
   done
   echo "sandboxd ($1) did not start:" >&2
@@ -63,9 +70,11 @@ start_daemon() {
 metrics_port=$((20000 + $$ % 20000))
 start_daemon warm "$POOL_SIZE" "$metrics_port"
 start_daemon cold 0 $((metrics_port + 1))
+[ -n "$BASE_BIN" ] && start_daemon base "$POOL_SIZE" $((metrics_port + 2)) "$BASE_BIN"
 sleep 1  # the warm pool fills
 
 configs=(native warm cold)
+[ -n "$BASE_BIN" ] && configs+=(base)
 if command -v "$RUNSC" >/dev/null 2>&1; then
   configs+=(runsc)
 else
@@ -81,6 +90,7 @@ one() {
     native) cmd=(/bin/true) ;;
     warm) cmd=("$SANDBOXCTL" --socket="$tmp/warm.sock" run --rm -- /bin/true) ;;
     cold) cmd=("$SANDBOXCTL" --socket="$tmp/cold.sock" run --rm -- /bin/true) ;;
+    base) cmd=("$BASE_BIN/sandboxctl" --socket="$tmp/base.sock" run --rm -- /bin/true) ;;
     runsc) cmd=("$RUNSC" "${RUNSC_FLAGS[@]}" do /bin/true) ;;
   esac
   t0=$EPOCHREALTIME
@@ -95,12 +105,15 @@ one() {
 }
 
 echo "sandboxd end to end: $N runs of each, interleaved (this takes a while)" >&2
+load_start=$(cut -d' ' -f1-3 /proc/loadavg)
 for _ in $(seq 1 "$N"); do
   for c in "${configs[@]}"; do
     one "$c"
-    [ "$c" = warm ] && sleep "$POOL_WAIT"
+    case $c in warm | base) sleep "$POOL_WAIT" ;; esac
   done
 done
+echo "load average $load_start at the start, $(cut -d' ' -f1-3 /proc/loadavg) at the end"
+
 
 # p99 FILE: the 99th percentile (nearest rank) of the numeric lines.
 p99() {
@@ -111,11 +124,12 @@ fails() { grep -c fail "$1" 2>/dev/null || true; }
 native50=$(median "$tmp/native")
 native99=$(p99 "$tmp/native")
 printf '\n%-36s %10s %10s %10s %10s %6s\n' "config (wall time of one run, ms)" p50 p99 "p50 x nat" "p99 x nat" fails
-for c in native warm cold runsc; do
+for c in native warm cold runsc ${BASE_BIN:+base}; do
   case $c in
     native) what="native fork+exec+wait /bin/true" ;;
     warm) what="sandboxctl run --rm (warm pool)" ;;
     cold) what="sandboxctl run --rm (--pool-size=0)" ;;
+    base) what="same, warm, BASE_BIN's build" ;;
     runsc) what="runsc ${RUNSC_FLAGS[*]} do true" ;;
   esac
   if [ ! -f "$tmp/$c" ]; then
@@ -134,18 +148,28 @@ hits=$(printf '%s\n' "$m" | awk '/^sandboxd_create_seconds_count/ && /pool="hit"
 misses=$(printf '%s\n' "$m" | awk '/^sandboxd_create_seconds_count/ && /pool="miss"/ {s+=$2} END {print s+0}')
 echo "warm daemon: $hits creates from the pool, $misses misses"
 
-# Where a warm run's time goes: medians of 20 runs with --timings.
+# Where a warm run's time goes: medians of 20 runs with --timings
+# (interleaved with BASE_BIN's when given).
 for _ in $(seq 1 20); do
   "$SANDBOXCTL" --socket="$tmp/warm.sock" run --rm --timings -- /bin/true 2>>"$tmp/timings" >/dev/null
   sleep "$POOL_WAIT"
+  if [ -n "$BASE_BIN" ]; then
+    "$BASE_BIN/sandboxctl" --socket="$tmp/base.sock" run --rm --timings -- /bin/true \
+      2>>"$tmp/timings.base" >/dev/null
+    sleep "$POOL_WAIT"
+  fi
 done
-echo
-printf '%-48s %10s\n' "step of a warm run (median of 20)" ms
-awk '/^sandboxctl: timing: / {print $3}' "$tmp/timings" | awk '!seen[$0]++' | while read -r step; do
-  awk -v s="$step" '$1 == "sandboxctl:" && $3 == s {print $4}' "$tmp/timings" >"$tmp/step"
-  printf '%-48s %10s\n' "$step" "$(median "$tmp/step")"
+for f in timings ${BASE_BIN:+timings.base}; do
+  echo
+  printf '%-48s %10s\n' "step of a warm run (median of 20)${f#timings}" ms
+  awk '/^sandboxctl: timing: / {print $3}' "$tmp/$f" | awk '!seen[$0]++' | while read -r step; do
+    awk -v s="$step" '$1 == "sandboxctl:" && $3 == s {print $4}' "$tmp/$f" >"$tmp/step"
+    printf '%-48s %10s\n' "$step" "$(median "$tmp/step")"
+  done
 done
-for c in warm cold runsc; do
+echo "load average $(cut -d' ' -f1-3 /proc/loadavg) after the steps"
+
+for c in warm cold runsc base; do
   [ -s "$tmp/$c.err" ] && { echo "stderr of failed $c runs (first lines):"; head -3 "$tmp/$c.err"; }
 done
 exit 0

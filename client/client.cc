@@ -15,6 +15,7 @@
 #include "base/unique_fd.h"
 #include "daemon/auth.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/support/channel_arguments.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
 
@@ -25,6 +26,17 @@ namespace {
 // Data per stdin message: large enough for throughput, small enough to
 // stay far below gRPC's 4 MiB message limit.
 constexpr size_t kStdinChunk = 64 << 10;
+
+// The channel's arguments. BDP probes (a PING sent with a burst of data,
+// to size the flow-control window for a long, fat link) only cost both
+// ends a wakeup on a unix socket; with retries off, gRPC does not keep a
+// copy of every message sent on a stream in case it must replay it.
+grpc::ChannelArguments ChannelArgs() {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  return args;
+}
 
 }  // namespace
 
@@ -42,13 +54,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ConnectOptions& o)
     }
     ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> creds,
                      daemon::ClientCredentials(o.ca_cert_file, o.token));
-    return std::unique_ptr<Client>(
-        new Client(o.tcp_address, grpc::CreateChannel(o.tcp_address, creds)));
+    return std::unique_ptr<Client>(new Client(
+        o.tcp_address, grpc::CreateCustomChannel(o.tcp_address, creds, ChannelArgs())));
   }
   if (o.socket.empty()) return absl::InvalidArgumentError("no socket path");
   const std::string target = absl::StrCat("unix:", o.socket);
-  return std::unique_ptr<Client>(
-      new Client(o.socket, grpc::CreateChannel(target, grpc::InsecureChannelCredentials())));
+  return std::unique_ptr<Client>(new Client(
+      o.socket,
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), ChannelArgs())));
 }
 
 Client::Client(std::string target, std::shared_ptr<grpc::Channel> channel)
@@ -128,12 +141,13 @@ absl::StatusOr<v1::ExitStatus> Client::Wait(const std::string& id, absl::Duratio
   return resp.exit();
 }
 
-absl::Status Client::Signal(const std::string& id, int signal, bool all) {
+absl::Status Client::Signal(const std::string& id, int signal, bool all, int pid) {
   grpc::ClientContext ctx;
   v1::SignalRequest req;
   req.set_id(id);
   req.set_signal(signal);
   req.set_all(all);
+  req.set_pid(pid);
   v1::SignalResponse resp;
   return Convert(stub_->Signal(&ctx, req, &resp));
 }
@@ -186,6 +200,13 @@ absl::Status Client::Logs(const std::string& id, bool follow,
 
 absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
                                             const v1::ProcessSpec& process, ExecIo io) {
+  absl::Time step = absl::Now();
+  auto mark = [&](const char* name) {
+    if (io.trace == nullptr) return;
+    const absl::Time now = absl::Now();
+    io.trace->steps.emplace_back(name, now - step);
+    step = now;
+  };
   grpc::ClientContext ctx;
   auto stream = stub_->Exec(&ctx);
   UniqueFd stop(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
@@ -195,6 +216,8 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
   first.mutable_start()->set_id(id);
   if (attach) {
     first.mutable_start()->set_attach(true);
+    first.mutable_start()->set_remove(io.remove);
+    if (io.create != nullptr) *first.mutable_start()->mutable_create() = *io.create;
   } else {
     *first.mutable_start()->mutable_process() = process;
   }
@@ -208,9 +231,12 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
     }
   }
   if (!stream->Write(first)) return Convert(stream->Finish());
+  mark("client.exec.open");
 
-  // One writer thread: the initial size, stdin, resizes, then close_stdin;
-  // it half-closes once the exit status is in (stop).
+  // One writer thread: the initial size, stdin, resizes, then close_stdin.
+  // It half-closes as soon as it has nothing more to send (stdin at its
+  // end, no terminal to resize), so that the daemon can end the call with
+  // the exit status; else once the exit status is in (stop).
   std::thread writer([&] {
     auto send_size = [&] {
       uint32_t rows = 0, cols = 0;
@@ -235,7 +261,7 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
       if (ok) ok = stream->Write(m);
     }
     std::string buf(kStdinChunk, '\0');
-    while (ok) {
+    while (ok && (in_open || io.resize_fd >= 0)) {
       pollfd p[3] = {{stop.get(), POLLIN, 0},
                      {in_open ? io.stdin_fd : -1, POLLIN, 0},
                      {io.resize_fd, POLLIN, 0}};
@@ -272,6 +298,8 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
   while (stream->Read(&r)) {
     if (first_response) {
       first_response = false;
+      mark("client.exec.pid");
+      if (!r.id().empty() && io.on_id) io.on_id(r.id());
       if (io.on_pid) io.on_pid(r.pid());
     }
     switch (r.msg_case()) {
@@ -284,6 +312,12 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
       case v1::ExecResponse::kExit:
         exit = r.exit();
         have_exit = true;
+        mark("client.exec.exit");
+        if (io.trace != nullptr) {
+          io.trace->has_timings = r.has_timings();
+          io.trace->timings = r.timings();
+          io.trace->removed = r.removed();
+        }
         break;
       default:
         break;
@@ -299,6 +333,7 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
     }
   }
   grpc::Status s = stream->Finish();
+  mark("client.exec.finish");
   if (!s.ok()) return Convert(s);
   if (!have_exit) return absl::InternalError("Exec ended without an exit status");
   return exit;

@@ -12,6 +12,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -37,6 +38,20 @@ struct ConnectOptions {
 // The socket to use: `flag` when set, else $SANDBOXD_SOCKET, else the default.
 std::string SocketFromEnv(const std::string& flag);
 
+// What an Exec call tells besides the exit status.
+struct ExecTrace {
+  // The client's steps of the call, named and timed, in order:
+  // client.exec.open (the call and its first message), client.exec.pid
+  // (until the first response: the start), client.exec.exit (until the
+  // exit message), client.exec.finish (until the call's status).
+  std::vector<std::pair<std::string, absl::Duration>> steps;
+  // With the exit of an attach: the sandbox's timings (ExecResponse.timings).
+  bool has_timings = false;
+  v1::Timings timings;
+  // The daemon destroys the sandbox (it honoured ExecIo::remove).
+  bool removed = false;
+};
+
 // The local side of an Exec's stdio.
 struct ExecIo {
   // stdin: read from `stdin_fd` until its end (-1: none), or, when
@@ -53,6 +68,16 @@ struct ExecIo {
   std::function<void(absl::string_view)> on_stderr;
   // The process's pid inside the sandbox, once known.
   std::function<void(int pid)> on_pid;
+  // Attach only: the daemon destroys the sandbox when the call ends
+  // (ExecRequest.Start.remove); see ExecTrace::removed.
+  bool remove = false;
+  // Attach only: the sandbox is created by the same call
+  // (ExecRequest.Start.create; Exec's `id` is unused), and `on_id` gets
+  // its id with the first response, before `on_pid`.
+  const v1::CreateRequest* create = nullptr;
+  std::function<void(const std::string& id)> on_id;
+  // Filled in when set.
+  ExecTrace* trace = nullptr;
 };
 
 class Client {
@@ -66,7 +91,8 @@ class Client {
   absl::Status Start(const std::string& id);
   absl::StatusOr<v1::ExitStatus> Wait(const std::string& id,
                                       absl::Duration timeout = absl::InfiniteDuration());
-  absl::Status Signal(const std::string& id, int signal, bool all = false);
+  // To the init, to process `pid` of the sandbox (when not 0), or to all.
+  absl::Status Signal(const std::string& id, int signal, bool all = false, int pid = 0);
   absl::StatusOr<v1::ExitStatus> Destroy(const std::string& id);
   absl::StatusOr<std::vector<v1::SandboxInfo>> List(
       const std::map<std::string, std::string>& labels = {});

@@ -5,6 +5,7 @@
 
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <errno.h>
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
@@ -14,11 +15,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <set>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -284,6 +287,155 @@ TEST(SandboxdTest, MissingProgramFailsTheSandbox) {
   ASSERT_TRUE(info.ok());
   EXPECT_EQ(info->state(), v1::SANDBOX_STATE_FAILED);
   EXPECT_FALSE(info->exit().error().empty());
+}
+
+// ExecRequest.Start.remove (`sandboxctl run --rm`): the daemon destroys
+// the sandbox itself once the attach ends, and says so with the exit.
+TEST(SandboxdTest, AttachWithRemoveDestroysTheSandbox) {
+  SKIP_WITHOUT_BINARIES();
+  Daemon d;
+  absl::StatusOr<v1::CreateResponse> created =
+      d.c().Create(Spec({"/bin/sh", "-c", "echo hi; exit 4"}));
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_FALSE(created->info().sentry_pids().empty());
+  const pid_t sentry = created->info().sentry_pids(0);
+  std::string out;
+  ExecTrace trace;
+  ExecIo io;
+  io.on_stdout = [&](absl::string_view s) { out.append(s.data(), s.size()); };
+  io.remove = true;
+  io.trace = &trace;
+  absl::StatusOr<v1::ExitStatus> e = d.c().Exec(created->id(), true, {}, io);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->code(), 4);
+  EXPECT_EQ(out, "hi\n");
+  EXPECT_TRUE(trace.removed);
+  // Gone from the table before the client heard of the exit.
+  absl::StatusOr<std::vector<v1::SandboxInfo>> list = d.c().List();
+  ASSERT_TRUE(list.ok());
+  EXPECT_TRUE(list->empty());
+  EXPECT_EQ(d.c().Get(created->id()).status().code(), absl::StatusCode::kNotFound);
+  // The timings came with the exit, the attach's own steps included.
+  ASSERT_TRUE(trace.has_timings);
+  std::set<std::string> stages;
+  for (const v1::Stage& st : trace.timings.stages()) stages.insert(st.name());
+  for (const char* want : {"create.validate", "start.sentry_call", "attach.first_message",
+                           "attach.pid_sent", "exit.status_after_output_end"}) {
+    EXPECT_TRUE(stages.count(want)) << want;
+  }
+  std::vector<std::string> steps;
+  for (const auto& [name, d] : trace.steps) steps.push_back(name);
+  EXPECT_EQ(steps, (std::vector<std::string>{"client.exec.open", "client.exec.pid",
+                                             "client.exec.exit", "client.exec.finish"}));
+  // The Sentry is killed and reaped off the client's path, soon after.
+  bool gone = false;
+  for (int i = 0; i < 500 && !gone; i++) {
+    gone = kill(sentry, 0) != 0 && errno == ESRCH;
+    if (!gone) absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_TRUE(gone) << "sentry " << sentry << " still there";
+}
+
+TEST(SandboxdTest, AttachWithRemoveOfAMissingProgram) {
+  SKIP_WITHOUT_BINARIES();
+  Daemon d;
+  absl::StatusOr<v1::CreateResponse> created = d.c().Create(Spec({"/nonexistent/program"}));
+  ASSERT_TRUE(created.ok()) << created.status();
+  ExecIo io;
+  io.remove = true;
+  absl::StatusOr<v1::ExitStatus> e = d.c().Exec(created->id(), true, {}, io);
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kNotFound) << e.status();
+  EXPECT_EQ(d.c().Get(created->id()).status().code(), absl::StatusCode::kNotFound);
+}
+
+// ExecRequest.Start.create: Create and attach in one call.
+TEST(SandboxdTest, CreateAndAttachInOneCall) {
+  SKIP_WITHOUT_BINARIES();
+  Daemon d;
+  v1::CreateRequest req = Spec({"/bin/sh", "-c", "echo one call; exit 6"});
+  std::string out, id;
+  int pid = 0;
+  ExecTrace trace;
+  ExecIo io;
+  io.on_stdout = [&](absl::string_view s) { out.append(s.data(), s.size()); };
+  io.create = &req;
+  io.on_id = [&](const std::string& new_id) { id = new_id; };
+  io.on_pid = [&](int p) { pid = p; };
+  io.remove = true;
+  io.trace = &trace;
+  absl::StatusOr<v1::ExitStatus> e = d.c().Exec("", true, {}, io);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->code(), 6);
+  EXPECT_EQ(out, "one call\n");
+  EXPECT_FALSE(id.empty());
+  EXPECT_EQ(pid, 1);
+  EXPECT_TRUE(trace.removed);
+  EXPECT_EQ(d.c().Get(id).status().code(), absl::StatusCode::kNotFound);
+  bool has_create_stage = false;
+  for (const v1::Stage& st : trace.timings.stages()) {
+    has_create_stage |= st.name() == "create.pool_take" || st.name() == "create.spawn_sentry";
+  }
+  EXPECT_TRUE(has_create_stage);
+
+  // Create's checks, with Create's messages.
+  req.mutable_spec()->set_rootfs("relative");
+  ExecIo bad;
+  bad.create = &req;
+  e = d.c().Exec("", true, {}, bad);
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kInvalidArgument) << e.status();
+  EXPECT_TRUE(absl::StrContains(e.status().message(), "spec.rootfs")) << e.status();
+  absl::StatusOr<std::vector<v1::SandboxInfo>> list = d.c().List();
+  ASSERT_TRUE(list.ok());
+  EXPECT_TRUE(list->empty());
+}
+
+// A refused attach removes nothing: the sandbox is someone else's.
+TEST(SandboxdTest, RefusedAttachWithRemoveLeavesTheSandbox) {
+  SKIP_WITHOUT_BINARIES();
+  Daemon d;
+  absl::StatusOr<v1::CreateResponse> created = d.c().Create(Spec({"/bin/sleep", "600"}));
+  ASSERT_TRUE(created.ok()) << created.status();
+  ASSERT_TRUE(d.c().Start(created->id()).ok());
+  ExecIo io;
+  io.remove = true;
+  absl::StatusOr<v1::ExitStatus> e = d.c().Exec(created->id(), true, {}, io);
+  EXPECT_EQ(e.status().code(), absl::StatusCode::kFailedPrecondition) << e.status();
+  absl::StatusOr<v1::SandboxInfo> info = d.c().Get(created->id());
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->state(), v1::SANDBOX_STATE_RUNNING);
+  ASSERT_TRUE(d.c().Destroy(created->id()).ok());
+}
+
+// SignalRequest.pid: one Exec'd process, not the init.
+TEST(SandboxdTest, SignalOneExecdProcess) {
+  SKIP_WITHOUT_BINARIES();
+  Daemon d;
+  absl::StatusOr<v1::CreateResponse> created = d.c().Create(Spec({"/bin/sleep", "600"}));
+  ASSERT_TRUE(created.ok()) << created.status();
+  const std::string id = created->id();
+  ASSERT_TRUE(d.c().Start(id).ok());
+  v1::ProcessSpec p;
+  p.add_argv("/bin/sleep");
+  p.add_argv("600");
+  std::atomic<int> pid{0};
+  ExecIo io;
+  io.on_pid = [&](int n) { pid = n; };
+  absl::StatusOr<v1::ExitStatus> e;
+  std::thread exec([&] { e = d.c().Exec(id, false, p, io); });
+  for (int i = 0; i < 1000 && pid == 0; i++) absl::SleepFor(absl::Milliseconds(10));
+  ASSERT_GT(pid.load(), 1);
+  EXPECT_EQ(d.c().Signal(id, SIGTERM, /*all=*/true, pid).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(d.c().Signal(id, SIGTERM, false, 4242).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(d.c().Signal(id, SIGTERM, false, pid).ok());
+  exec.join();
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->signal(), SIGTERM);
+  // The init is untouched.
+  absl::StatusOr<v1::SandboxInfo> info = d.c().Get(id);
+  ASSERT_TRUE(info.ok()) << info.status();
+  EXPECT_EQ(info->state(), v1::SANDBOX_STATE_RUNNING);
+  ASSERT_TRUE(d.c().Destroy(id).ok());
 }
 
 TEST(SandboxdTest, DetachedSandboxKeepsItsLogs) {

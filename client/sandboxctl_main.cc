@@ -58,7 +58,7 @@ const char kUsage[] =
     "  exec [-i] [-t] [--env=K=V] [--cwd=DIR] ID -- PROGRAM [ARGS...]\n"
     "  ps | list [--json] [-q] [--label=K=V]\n"
     "  logs [-f] ID         output of the init program (kept by the daemon, 1 MiB)\n"
-    "  kill [-s SIGNAL] [--all] ID\n"
+    "  kill [-s SIGNAL] [--all | --pid=N] ID   (N: a pid inside the sandbox)\n"
     "  rm [-f] ID...        destroy (-f: also running ones)\n"
     "  inspect ID           the sandbox as JSON\n"
     "  wait ID              exits as the init program did\n"
@@ -68,9 +68,22 @@ const char kUsage[] =
     "  --platform=systrap|kvm --hostname=NAME --network=none|host --label=K=V\n"
     "  --memory=BYTES[k|m|g] --cpus=N (e.g. 0.5) --pids=N --user=UID[:GID]\n";
 
+void RestoreTerminal();
+
+// Ends the process without tearing gRPC down: its shutdown joins its
+// threads with sleeps of a millisecond and more, a cost every command
+// would pay after its work is done. Nothing is lost: the output is flushed
+// here, and the kernel closes the connection to the daemon.
+[[noreturn]] void QuickExit(int code) {
+  RestoreTerminal();
+  fflush(stdout);
+  fflush(stderr);
+  _exit(code);
+}
+
 [[noreturn]] void Fail(int code, const std::string& msg) {
   fprintf(stderr, "sandboxctl: %s\n", msg.c_str());
-  exit(code);
+  QuickExit(code);
 }
 
 void FailOn(const absl::Status& s, const std::string& what = "") {
@@ -333,26 +346,35 @@ std::string ExitText(const v1::ExitStatus& e) {
 // ---------------------------------------------------------------- commands
 
 // --timings: where a run's time went, one "sandboxctl: timing: NAME MS"
-// line per step on stderr: the client's calls, then the daemon's and the
-// Sentry's steps (Timings.stages).
-void PrintTimings(Client& c, const std::string& id, absl::Duration create,
-                  absl::Duration run) {
+// line per step on stderr: the client's call(s) and the steps of its Exec
+// call, then the daemon's and the Sentry's steps (Timings.stages, from the
+// exit message; from Get when the daemon did not send them).
+void PrintTimings(Client& c, const std::string& id, bool separate_create,
+                  absl::Duration create, absl::Duration run, const ExecTrace& trace) {
   auto line = [](const std::string& name, double ms) {
     fprintf(stderr, "sandboxctl: timing: %s %.3f ms\n", name.c_str(), ms);
   };
-  line("client.create", absl::ToDoubleMilliseconds(create));
-  line("client.attach_run_exit", absl::ToDoubleMilliseconds(run));
-  absl::StatusOr<v1::SandboxInfo> info = c.Get(id);
-  if (!info.ok()) return;
-  line(info->timings().pool_hit() ? "daemon.create_total.pool_hit" : "daemon.create_total.pool_miss",
-       info->timings().create_latency().seconds() * 1e3 +
-           info->timings().create_latency().nanos() / 1e6);
-  for (const v1::Stage& s : info->timings().stages()) {
+  if (separate_create) {
+    line("client.create", absl::ToDoubleMilliseconds(create));
+    line("client.attach_run_exit", absl::ToDoubleMilliseconds(run));
+  } else {
+    // One Exec call created the sandbox too (Start.create).
+    line("client.create_attach_run_exit", absl::ToDoubleMilliseconds(run));
+  }
+  for (const auto& [name, d] : trace.steps) line(name, absl::ToDoubleMilliseconds(d));
+  v1::Timings t = trace.timings;
+  if (!trace.has_timings) {
+    absl::StatusOr<v1::SandboxInfo> info = c.Get(id);
+    if (!info.ok()) return;
+    t = info->timings();
+  }
+  line(t.pool_hit() ? "daemon.create_total.pool_hit" : "daemon.create_total.pool_miss",
+       t.create_latency().seconds() * 1e3 + t.create_latency().nanos() / 1e6);
+  for (const v1::Stage& s : t.stages()) {
     line(absl::StrCat("daemon.", s.name()),
          s.duration().seconds() * 1e3 + s.duration().nanos() / 1e6);
   }
   // From the Sentry's reply to Start to the init's exit, as the daemon saw it.
-  const v1::Timings& t = info->timings();
   if (t.has_started() && t.has_exited()) {
     using google::protobuf::util::TimeUtil;
     line("daemon.init_started_to_exited",
@@ -392,18 +414,21 @@ int Run(Client& c, Args& a, bool create_only) {
   DefaultEnv(spec->mutable_process(), tty);
 
   const absl::Time t0 = absl::Now();
-  absl::StatusOr<v1::CreateResponse> created = c.Create(req);
-  FailOn(created.status());
-  const std::string id = created->id();
-  const absl::Time t1 = absl::Now();
-  if (create_only) {
-    printf("%s\n", id.c_str());
-    return 0;
-  }
-  auto remove = [&] {
-    if (rm) (void)c.Destroy(id);
+  std::string id;
+  auto create = [&] {
+    absl::StatusOr<v1::CreateResponse> created = c.Create(req);
+    FailOn(created.status());
+    id = created->id();
   };
-  if (detach) {
+  auto remove = [&] {
+    if (rm && !id.empty()) (void)c.Destroy(id);
+  };
+  if (create_only || detach) {
+    create();
+    if (create_only) {
+      printf("%s\n", id.c_str());
+      return 0;
+    }
     absl::Status s = c.Start(id);
     if (!s.ok()) {
       remove();
@@ -412,17 +437,42 @@ int Run(Client& c, Args& a, bool create_only) {
     printf("%s\n", id.c_str());
     return 0;
   }
-  if (!tty) ProxySignals(&c, id);
   ExecIo io = StdIo(interactive, tty);
-  absl::StatusOr<v1::ExitStatus> exit = c.Exec(id, /*attach=*/true, {}, std::move(io));
+  // With --rm the daemon destroys the sandbox once the call ends, off our
+  // path; an older daemon that does not says so, and we destroy it here.
+  io.remove = rm;
+  ExecTrace trace;
+  io.trace = &trace;
+  auto on_id = [&](const std::string& new_id) {
+    id = new_id;
+    if (!tty) ProxySignals(&c, id);
+  };
+  // Create and attach in one call (Start.create).
+  ExecIo one_call = io;
+  one_call.create = &req;
+  one_call.on_id = on_id;
+  absl::StatusOr<v1::ExitStatus> exit = c.Exec("", /*attach=*/true, {}, std::move(one_call));
+  const bool old_daemon = id.empty() && absl::IsInvalidArgument(exit.status()) &&
+                          absl::StartsWith(exit.status().message(), "id: must not be empty");
+  absl::Time t1 = t0;
+  if (old_daemon) {
+    // It predates Start.create: Create, then attach.
+    trace = ExecTrace();
+    create();
+    t1 = absl::Now();
+    on_id(id);
+    exit = c.Exec(id, /*attach=*/true, {}, std::move(io));
+  }
   RestoreTerminal();
   const absl::Time t2 = absl::Now();
-  if (timings) PrintTimings(c, id, t1 - t0, t2 - t1);
-  const absl::Time t3 = absl::Now();
-  remove();
-  if (timings && rm) {
-    fprintf(stderr, "sandboxctl: timing: client.destroy %.3f ms\n",
-            absl::ToDoubleMilliseconds(absl::Now() - t3));
+  if (timings) PrintTimings(c, id, old_daemon, t1 - t0, t2 - t1, trace);
+  if (!trace.removed) {
+    const absl::Time t3 = absl::Now();
+    remove();
+    if (timings && rm) {
+      fprintf(stderr, "sandboxctl: timing: client.destroy %.3f ms\n",
+              absl::ToDoubleMilliseconds(absl::Now() - t3));
+    }
   }
   if (!exit.ok()) Fail(StartFailureCode(exit.status()), std::string(exit.status().message()));
   if (!exit->error().empty()) Fail(kExitError, absl::StrCat("sandbox ", id, ": ", exit->error()));
@@ -551,18 +601,23 @@ int ParseSignal(const std::string& v) {
 int Kill(Client& c, Args& a) {
   int sig = SIGKILL;
   bool all = false;
+  int pid = 0;
   std::string v;
   while (a.IsFlag()) {
     if (a.Value({"-s", "--signal"}, &v)) {
       sig = ParseSignal(v);
     } else if (a.Bool({"--all", "-a"})) {
       all = true;
+    } else if (a.Value({"--pid", "-p"}, &v)) {
+      if (!absl::SimpleAtoi(v, &pid) || pid <= 0) {
+        Fail(kExitError, absl::StrCat("--pid: want a pid inside the sandbox, got ", v));
+      }
     } else {
       Fail(kExitError, absl::StrCat("kill: unknown flag: ", a.Peek()));
     }
   }
-  if (a.Done()) Fail(kExitError, "kill: which sandbox? (kill [-s SIGNAL] [--all] ID)");
-  FailOn(c.Signal(a.Next(), sig, all));
+  if (a.Done()) Fail(kExitError, "kill: which sandbox? (kill [-s SIGNAL] [--all | --pid=N] ID)");
+  FailOn(c.Signal(a.Next(), sig, all, pid));
   return 0;
 }
 
@@ -680,4 +735,6 @@ int Main(int argc, char** argv) {
 }  // namespace client
 }  // namespace sandboxd
 
-int main(int argc, char** argv) { return sandboxd::client::Main(argc, argv); }
+int main(int argc, char** argv) {
+  sandboxd::client::QuickExit(sandboxd::client::Main(argc, argv));
+}

@@ -495,6 +495,20 @@ absl::Status Cgroup::SetLimits(const CgroupLimits& limits) {
   return absl::OkStatus();
 }
 
+absl::Status Cgroup::SetCpuWeight(uint32_t weight) {
+  const CgroupLayout& l = *layout_;
+  const CgroupHierarchy* h = l.For("cpu");
+  if (h == nullptr) return absl::OkStatus();
+  weight = std::clamp<uint32_t>(weight, 1, 10000);
+  const std::string dir = l.Dir(*h, name_);
+  absl::Status s =
+      l.version == CgroupVersion::kV2
+          ? WriteFile(dir + "/cpu.weight", absl::StrCat(weight))
+          // cpu.shares' minimum is 2; 1024 is its default.
+          : WriteFile(dir + "/cpu.shares", absl::StrCat(std::max<uint32_t>(2, weight * 1024 / 100)));
+  return Annotate(s, absl::StrCat("cgroup ", name_, ": setting the cpu weight"));
+}
+
 namespace {
 
 absl::StatusOr<CgroupUsage> ReadUsage(const CgroupLayout& l, const std::string& name) {

@@ -49,6 +49,10 @@ struct CgroupUsage {
 
 enum class CgroupVersion { kAuto, kV1, kV2 };
 
+// cpu.weight's default and minimum (cgroup v2's scale).
+inline constexpr uint32_t kCpuWeightDefault = 100;
+inline constexpr uint32_t kCpuWeightIdle = 1;
+
 struct CgroupOptions {
   // kV1 / kV2 force a layout (tests exercise both on a hybrid host); Create
   // fails when the forced layout is not mounted.
@@ -109,6 +113,10 @@ class Cgroup {
   // when a non-zero limit needs a controller this host does not offer.
   absl::Status SetLimits(const CgroupLimits& limits);
   absl::StatusOr<CgroupUsage> Usage() const;
+  // The cgroup's share of contended CPU, on the cgroup v2 scale (1..10000,
+  // default kCpuWeightDefault): cpu.weight, or v1's cpu.shares (weight *
+  // 1024 / 100). OK and nothing done without the cpu controller.
+  absl::Status SetCpuWeight(uint32_t weight);
   // Processes (thread-group ids) in the cgroup.
   absl::StatusOr<std::vector<pid_t>> Procs() const;
   // SIGKILLs everything in the cgroup and waits until it is empty: cgroup.kill

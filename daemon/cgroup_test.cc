@@ -19,6 +19,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
@@ -187,6 +188,24 @@ TEST_P(CgroupTest, CpuLimit) {
   } else {
     EXPECT_EQ(Slurp(Dir("cpu", "cpu") + "/cpu.max"), "50000 100000");
   }
+}
+
+TEST_P(CgroupTest, CpuWeight) {
+  auto cg = manager_->New("weight");
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  if (!manager_->HasController("cpu")) {
+    EXPECT_TRUE((*cg)->SetCpuWeight(kCpuWeightIdle).ok()) << "nothing to do, and OK";
+    return;
+  }
+  const bool v1 = GetParam().version == CgroupVersion::kV1;
+  const std::string file = Dir("cpu", "weight") + (v1 ? "/cpu.shares" : "/cpu.weight");
+  ASSERT_TRUE((*cg)->SetCpuWeight(kCpuWeightIdle).ok());
+  // The kernel rounds the smallest share up (this one reads 2 back as 10).
+  int idle = 0;
+  ASSERT_TRUE(absl::SimpleAtoi(Slurp(file), &idle)) << Slurp(file);
+  EXPECT_LE(idle, v1 ? 10 : 1);
+  ASSERT_TRUE((*cg)->SetCpuWeight(kCpuWeightDefault).ok());
+  EXPECT_EQ(Slurp(file), v1 ? "1024" : "100");
 }
 
 TEST_P(CgroupTest, AddProcessProcsAndKillAll) {
@@ -406,9 +425,11 @@ TEST_F(FakeTree, V2LimitAndUsageFiles) {
   auto cg = (*m)->New("box");
   ASSERT_TRUE(cg.ok()) << cg.status();
   std::string dir = v2 + "/sbx/box";
-  for (const char* f : {"memory.max", "memory.swap.max", "cpu.max", "pids.max"}) {
+  for (const char* f : {"memory.max", "memory.swap.max", "cpu.max", "pids.max", "cpu.weight"}) {
     Spit(dir + "/" + f, "");
   }
+  ASSERT_TRUE((*cg)->SetCpuWeight(kCpuWeightIdle).ok());
+  EXPECT_EQ(Slurp(dir + "/cpu.weight"), "1");
   ASSERT_TRUE((*cg)->SetLimits({256 << 20, 1500, 64}).ok());
   EXPECT_EQ(Slurp(dir + "/memory.max"), "268435456");
   EXPECT_EQ(Slurp(dir + "/memory.swap.max"), "0");

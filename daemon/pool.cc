@@ -1,5 +1,9 @@
 #include "daemon/pool.h"
 
+#include <errno.h>
+#include <sys/resource.h>
+#include <unistd.h>
+
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -17,7 +21,27 @@ WarmSentry::~WarmSentry() {
   if (state_dir_ != nullptr && pid > 0) state_dir_->Forget(pid);
 }
 
-absl::StatusOr<std::unique_ptr<WarmSentry>> SentryFactory::Spawn(const std::string& platform) {
+namespace {
+
+// A background Sentry's nice value (the lowest priority).
+constexpr int kBackgroundNice = 19;
+
+}  // namespace
+
+absl::Status WarmSentry::Foreground() {
+  if (!background_) return absl::OkStatus();
+  background_ = false;
+  if (cgroup_ != nullptr) RETURN_IF_ERROR(cgroup_->SetCpuWeight(kCpuWeightDefault));
+  // The Sentry leads its process group, which holds its stubs: every
+  // thread of every one of them.
+  if (geteuid() == 0 && setpriority(PRIO_PGRP, static_cast<id_t>(process_->pid()), 0) != 0) {
+    return ErrnoStatus(absl::StrCat("sentry (pid ", process_->pid(), "): setpriority"), errno);
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<WarmSentry>> SentryFactory::Spawn(const std::string& platform,
+                                                                 bool background) {
   const absl::Time begin = absl::Now();
   auto warm = std::unique_ptr<WarmSentry>(new WarmSentry());
   warm->platform_ = platform;
@@ -29,17 +53,25 @@ absl::StatusOr<std::unique_ptr<WarmSentry>> SentryFactory::Spawn(const std::stri
       n = next_cgroup_++;
     }
     ASSIGN_OR_RETURN(warm->cgroup_, cgroups_->New(absl::StrCat("sentry-", n)));
+    if (background) RETURN_IF_ERROR(warm->cgroup_->SetCpuWeight(kCpuWeightIdle));
   }
+  warm->background_ = background;
   SentrySpawnOptions o;
   o.sentry_path = sentry_path_;
   o.platform = platform;
   Cgroup* cg = warm->cgroup_.get();
   StateDir* sd = state_dir_;
-  o.before_exec = [cg, sd](pid_t pid) -> absl::Status {
+  o.before_exec = [cg, sd, background](pid_t pid) -> absl::Status {
     // Recorded first: if the daemon dies from here on, its successor finds
     // the pid.
     RETURN_IF_ERROR(sd->Record(pid));
     if (cg != nullptr) RETURN_IF_ERROR(Annotate(cg->AddProcess(pid), "joining its cgroup"));
+    // Before exec, while the child is one thread: all it starts inherits
+    // it. Only as root: raising it back at Take needs CAP_SYS_NICE.
+    if (background && geteuid() == 0 &&
+        setpriority(PRIO_PROCESS, static_cast<id_t>(pid), kBackgroundNice) != 0) {
+      return ErrnoStatus("setpriority", errno);
+    }
     return absl::OkStatus();
   };
   absl::StatusOr<std::unique_ptr<SentryProcess>> p = SentryProcess::Spawn(o);
@@ -95,7 +127,8 @@ void Pool::RefillLoop() {
       if (stopping_) return;
       platform = NeedsRefillLocked();
     }
-    absl::StatusOr<std::unique_ptr<WarmSentry>> warm = factory_->Spawn(platform);
+    absl::StatusOr<std::unique_ptr<WarmSentry>> warm =
+        factory_->Spawn(platform, /*background=*/true);
     if (!warm.ok()) {
       // A platform that cannot start (no KVM, a broken binary) must not
       // spin: wait a little longer after each failure, up to 10 s.
@@ -119,20 +152,25 @@ void Pool::RefillLoop() {
 absl::StatusOr<std::unique_ptr<WarmSentry>> Pool::Take(const std::string& platform,
                                                        bool* hit) {
   std::unique_ptr<WarmSentry> dead;  // destroyed outside the lock
+  std::unique_ptr<WarmSentry> w;
   {
     absl::MutexLock l(&mu_);
     auto& q = idle_[platform];
-    while (!q.empty()) {
-      std::unique_ptr<WarmSentry> w = std::move(q.front());
+    while (!q.empty() && w == nullptr) {
+      w = std::move(q.front());
       q.pop_front();
       if (w->process().exited()) {
         dead = std::move(w);  // died while idle; the refill replaces it
         continue;
       }
       if (metrics_ != nullptr) metrics_->SetPoolSize(platform, q.size());
-      *hit = true;
-      return w;
     }
+  }
+  if (w != nullptr) {
+    *hit = true;
+    // Slower, not broken, if it fails: the sandbox still runs.
+    if (absl::Status s = w->Foreground(); !s.ok()) Log("pool: ", s.ToString());
+    return w;
   }
   *hit = false;
   return factory_->Spawn(platform);

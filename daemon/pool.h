@@ -6,6 +6,12 @@
 // the child before exec (so that everything the Sentry forks is inside);
 // the sandbox's limits are set on it at Create.
 //
+// The refill starts a Sentry the moment one is taken, that is while the
+// taker's sandbox starts and runs: on a small machine its prewarm (tens of
+// milliseconds of CPU) would take the CPU that sandbox is waiting for. So
+// refills prewarm in the background: the lowest CPU weight in their cgroup
+// and (as root) nice 19, until Take gives the Sentry the normal ones back.
+//
 // Lock order: Pool::mu_ is a leaf.
 #ifndef SANDBOXD_DAEMON_POOL_H_
 #define SANDBOXD_DAEMON_POOL_H_
@@ -37,6 +43,9 @@ class WarmSentry {
   Cgroup* cgroup() { return cgroup_.get(); }  // null without cgroups
   const std::string& platform() const { return platform_; }
   absl::Duration spawn_time() const { return spawn_time_; }
+  // Gives a Sentry spawned in the background the normal CPU weight and
+  // nice value (all of its threads and stub processes).
+  absl::Status Foreground();
 
  private:
   friend class SentryFactory;
@@ -44,6 +53,7 @@ class WarmSentry {
 
   std::string platform_;
   absl::Duration spawn_time_;
+  bool background_ = false;
   StateDir* state_dir_ = nullptr;
   std::unique_ptr<Cgroup> cgroup_;  // destroyed after the process
   std::unique_ptr<SentryProcess> process_;
@@ -59,8 +69,10 @@ class SentryFactory {
         state_dir_(state_dir),
         hello_timeout_(hello_timeout) {}
 
-  // Spawns a Sentry for `platform` and waits for its Hello.
-  absl::StatusOr<std::unique_ptr<WarmSentry>> Spawn(const std::string& platform);
+  // Spawns a Sentry for `platform` and waits for its Hello. With
+  // `background`, at the lowest CPU priority (see WarmSentry::Foreground).
+  absl::StatusOr<std::unique_ptr<WarmSentry>> Spawn(const std::string& platform,
+                                                    bool background = false);
 
   bool has_cgroups() const { return cgroups_ != nullptr; }
 

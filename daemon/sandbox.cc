@@ -88,6 +88,11 @@ void Sandbox::AddStageLocked(const std::string& name, absl::Duration d) {
   *st->mutable_duration() = ToProto(d);
 }
 
+v1::Timings Sandbox::timings() const {
+  absl::MutexLock l(&mu_);
+  return timings_;
+}
+
 Sandbox::~Sandbox() { Destroy(); }
 
 v1::SandboxState Sandbox::state() const {
@@ -117,7 +122,9 @@ absl::Status Sandbox::Start() {
 }
 
 absl::StatusOr<ProcessRelay*> Sandbox::AttachAndStart(const uint64_t* cursor,
-                                                      const v1::ExecRequest::Resize& size) {
+                                                      const v1::ExecRequest::Resize& size,
+                                                      bool* attached) {
+  if (attached != nullptr) *attached = false;
   absl::Status s;
   {
     absl::MutexLock l(&mu_);
@@ -127,6 +134,7 @@ absl::StatusOr<ProcessRelay*> Sandbox::AttachAndStart(const uint64_t* cursor,
           v1::SandboxState_Name(state_), attached_ ? ", attached" : "", ")"));
     }
     attached_ = true;
+    if (attached != nullptr) *attached = true;
     if (size.rows() > 0 && size.cols() > 0) {
       (void)init_relay_->Resize(size.rows(), size.cols());  // no terminal: nothing to size
     }
@@ -248,7 +256,7 @@ absl::StatusOr<v1::ExitStatus> Sandbox::AwaitExit(absl::Time deadline,
   }
 }
 
-absl::Status Sandbox::Signal(int signal, bool all) {
+absl::Status Sandbox::Signal(int signal, bool all, int pid) {
   {
     absl::MutexLock l(&mu_);
     if (state_ != v1::SANDBOX_STATE_RUNNING) {
@@ -259,6 +267,7 @@ absl::Status Sandbox::Signal(int signal, bool all) {
   control::Request req;
   req.mutable_signal()->set_signal(signal);
   req.mutable_signal()->set_all(all);
+  req.mutable_signal()->set_pid(pid);
   absl::StatusOr<control::Response> r = sentry_->process().Call(req, {}, kCallTimeout);
   return r.status();
 }

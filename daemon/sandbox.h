@@ -64,6 +64,8 @@ class Sandbox {
   void SetCreateLatency(absl::Duration d);
   // Appends a named, timed step to Timings.stages.
   void AddStage(const std::string& name, absl::Duration d);
+  // Timings as Info has them, without Info's cgroup reads.
+  v1::Timings timings() const;
 
   // CREATED -> RUNNING. FAILED_PRECONDITION in another state; the Sentry's
   // error (e.g. NOT_FOUND for a missing program) makes the sandbox FAILED.
@@ -71,8 +73,11 @@ class Sandbox {
   // Takes the init program's stdio (CREATED only, once), pins `*cursor`
   // on its output log (so the caller loses nothing), then starts it.
   // `size`: the terminal's size before the init starts (tty only; 0x0: keep).
+  // `*attached` (may be null) tells whether this call took the stdio, even
+  // when the start then failed.
   absl::StatusOr<ProcessRelay*> AttachAndStart(const uint64_t* cursor,
-                                               const v1::ExecRequest::Resize& size = {});
+                                               const v1::ExecRequest::Resize& size = {},
+                                               bool* attached = nullptr);
   // The init program's stdio and output log (valid for the sandbox's life).
   ProcessRelay& init_relay() { return *init_relay_; }
 
@@ -82,7 +87,8 @@ class Sandbox {
   absl::StatusOr<v1::ExitStatus> AwaitExit(absl::Time deadline,
                                            const std::function<bool()>& cancelled);
 
-  absl::Status Signal(int signal, bool all);
+  // To init, to process `pid` of the sandbox (when not 0), or to all.
+  absl::Status Signal(int signal, bool all, int pid = 0);
 
   // Runs `process` in the RUNNING sandbox, with `*cursor` pinned on its
   // output log; the caller relays its stdio and calls WaitPid.

@@ -4,6 +4,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <random>
 #include <utility>
 
@@ -13,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
 #include "daemon/log.h"
+#include "google/protobuf/util/time_util.h"
 
 namespace sandboxd {
 namespace daemon {
@@ -68,6 +70,7 @@ Service::Service(ServiceOptions options, Pool* pool, Metrics* metrics, bool have
     UpdateStateMetrics();
     metrics_thread_ = std::thread([this] { MetricsLoop(); });
   }
+  reaper_ = std::thread([this] { ReapLoop(); });
 }
 
 Service::~Service() {
@@ -76,7 +79,35 @@ Service::~Service() {
     stopping_ = true;
   }
   if (metrics_thread_.joinable()) metrics_thread_.join();
+  reaper_.join();  // after the removed sandboxes are destroyed
   DestroyAll();
+}
+
+void Service::Remove(const std::shared_ptr<Sandbox>& sandbox) {
+  {
+    absl::MutexLock l(&mu_);
+    auto it = sandboxes_.find(sandbox->id());
+    if (it == sandboxes_.end() || it->second != sandbox) return;  // Destroy had it
+    sandboxes_.erase(it);
+    doomed_.push_back(sandbox);
+  }
+  UpdateStateMetrics();
+}
+
+void Service::ReapLoop() {
+  for (;;) {
+    std::vector<std::shared_ptr<Sandbox>> batch;
+    {
+      absl::MutexLock l(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return stopping_ || !doomed_.empty();
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (doomed_.empty()) return;  // stopping, and nothing left
+      batch.swap(doomed_);
+    }
+    for (std::shared_ptr<Sandbox>& s : batch) s->Destroy();
+  }
 }
 
 void Service::DestroyAll() {
@@ -272,21 +303,43 @@ grpc::Status Service::Exec(grpc::ServerContext* ctx,
 absl::Status Service::ExecStream(
     grpc::ServerContext* ctx,
     grpc::ServerReaderWriter<v1::ExecResponse, v1::ExecRequest>* stream) {
+  const absl::Time entered = absl::Now();
   v1::ExecRequest first;
   if (!stream->Read(&first)) return absl::InvalidArgumentError("start: no first message");
   if (!first.has_start()) {
     return absl::InvalidArgumentError("start: the first message must carry start");
   }
+  const absl::Time read_start = absl::Now();
   const v1::ExecRequest::Start& start = first.start();
-  ASSIGN_OR_RETURN(std::shared_ptr<Sandbox> sandbox, Find(start.id()));
+  const bool attach = start.target_case() == v1::ExecRequest::Start::kAttach && start.attach();
+  // Start.create: Create and attach in one call.
+  std::string id = start.id();
+  if (start.has_create()) {
+    if (!attach) return absl::InvalidArgumentError("start.create: only with attach=true");
+    v1::CreateResponse created;
+    RETURN_IF_ERROR(CreateSandbox(start.create(), &created));
+    id = created.id();
+  }
+  ASSIGN_OR_RETURN(std::shared_ptr<Sandbox> sandbox, Find(id));
+
+  // Start.remove, once this call has taken the init's stdio: the sandbox
+  // goes however the call ends.
+  bool remove = false;
+  auto removal = absl::MakeCleanup([&] {
+    if (remove) Remove(sandbox);
+  });
 
   ProcessRelay* relay = nullptr;
   std::unique_ptr<ProcessRelay> exec_relay;
   int pid = 0;
   // Pinned on the process's output before it starts.
   uint64_t cursor = 0;
-  if (start.target_case() == v1::ExecRequest::Start::kAttach && start.attach()) {
-    ASSIGN_OR_RETURN(relay, sandbox->AttachAndStart(&cursor, start.size()));
+  if (attach) {
+    bool attached = false;
+    absl::StatusOr<ProcessRelay*> r = sandbox->AttachAndStart(&cursor, start.size(), &attached);
+    remove = attached && start.remove();
+    RETURN_IF_ERROR(r.status());
+    relay = *r;
     pid = 1;
   } else if (start.target_case() == v1::ExecRequest::Start::kProcess) {
     RETURN_IF_ERROR(ValidateProcessSpec(start.process(), "start.process"));
@@ -297,6 +350,7 @@ absl::Status Service::ExecStream(
   } else {
     return absl::InvalidArgumentError("start: want process or attach=true");
   }
+  const absl::Time started = absl::Now();
 
   // How the process ends: the init's through the sandbox; an Exec'd one's
   // through WaitPid, on its own thread since it blocks.
@@ -317,8 +371,10 @@ absl::Status Service::ExecStream(
   {
     v1::ExecResponse r;
     r.set_pid(pid);
+    if (start.has_create()) r.set_id(id);
     ok = stream->Write(r);
   }
+  const absl::Time pid_sent = absl::Now();
 
   // Client messages: stdin, resizes, close_stdin. Ends when the client
   // half-closes or the call ends.
@@ -347,6 +403,7 @@ absl::Status Service::ExecStream(
     WriteChunks(stream, r.chunks, &ok);
     if (r.eof || !ok || ctx->IsCancelled()) break;
   }
+  const absl::Time output_end = absl::Now();
   relay->log().Unpin();
   if (exec_relay != nullptr) {
     if (waiter.joinable()) waiter.join();
@@ -355,13 +412,42 @@ absl::Status Service::ExecStream(
         absl::InfiniteFuture(), [ctx] { return ctx->IsCancelled(); });
     if (e.ok()) exit = *e;
   }
+  const absl::Time have_exit = absl::Now();
   if (ok && !ctx->IsCancelled()) {
     v1::ExecResponse r;
     *r.mutable_exit() = exit;
-    ok = stream->Write(r);
+    if (attach) {
+      // Where the call's time went besides the start and the program's
+      // run (which Timings has already): the exit's way back is
+      // Sentry -> daemon (the exited timestamp) -> end of output -> here.
+      sandbox->AddStage("attach.first_message", read_start - entered);
+      sandbox->AddStage("attach.pid_sent", pid_sent - started);
+      v1::Timings t = sandbox->timings();
+      if (t.has_exited()) {
+        const absl::Time exited = absl::FromUnixNanos(
+            google::protobuf::util::TimeUtil::TimestampToNanoseconds(t.exited()));
+        sandbox->AddStage("exit.output_end_after_exited",
+                          std::max(absl::ZeroDuration(), output_end - exited));
+      }
+      sandbox->AddStage("exit.status_after_output_end", have_exit - output_end);
+      *r.mutable_timings() = sandbox->timings();
+    }
+    if (remove) {
+      // Out of List before the client hears of the exit.
+      Remove(sandbox);
+      remove = false;
+      r.set_removed(true);
+    }
+    if (input_done.HasBeenNotified()) {
+      // The client has half-closed: the exit goes out with the call's
+      // status, in one write, and the call is over.
+      stream->WriteLast(r, grpc::WriteOptions());
+    } else {
+      ok = stream->Write(r);
+    }
   }
-  // The client half-closes once it has the exit status; one that does not
-  // is cut off.
+  // The client half-closes once it has nothing more to send (at the
+  // latest once it has the exit status); one that does not is cut off.
   if (!input_done.WaitForNotificationWithTimeout(absl::Seconds(1))) ctx->TryCancel();
   input.join();
   return absl::OkStatus();
@@ -389,9 +475,13 @@ grpc::Status Service::Signal(grpc::ServerContext*, const v1::SignalRequest* req,
     return ToGrpc(absl::InvalidArgumentError(
         absl::StrCat("signal: want a Linux signal number (1-64), got ", req->signal())));
   }
+  if (req->pid() < 0 || (req->pid() != 0 && req->all())) {
+    return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+        "pid: want a process of the sandbox (> 0, and not with all), got ", req->pid())));
+  }
   absl::StatusOr<std::shared_ptr<Sandbox>> s = Find(req->id());
   if (!s.ok()) return ToGrpc(s.status());
-  return ToGrpc((*s)->Signal(req->signal(), req->all()));
+  return ToGrpc((*s)->Signal(req->signal(), req->all(), req->pid()));
 }
 
 grpc::Status Service::Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest*,

@@ -11,6 +11,7 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
@@ -67,6 +68,11 @@ class Service final : public v1::Sandboxes::Service {
                           grpc::ServerReaderWriter<v1::ExecResponse, v1::ExecRequest>* stream);
   void UpdateStateMetrics();
   void MetricsLoop();
+  // Exec's Start.remove: takes `sandbox` out of the table now (unless a
+  // Destroy got there first) and has the reaper destroy it.
+  void Remove(const std::shared_ptr<Sandbox>& sandbox);
+  // The reaper thread: destroys removed sandboxes off their callers' path.
+  void ReapLoop();
 
   const ServiceOptions options_;
   Pool* const pool_;
@@ -77,7 +83,10 @@ class Service final : public v1::Sandboxes::Service {
   // A null entry is an id being created (reserved, counted in the limit).
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Removed from the table, waiting for the reaper.
+  std::vector<std::shared_ptr<Sandbox>> doomed_ ABSL_GUARDED_BY(mu_);
   std::thread metrics_thread_;
+  std::thread reaper_;
 };
 
 // absl::Status -> grpc::Status (the codes share their numbers).

@@ -3,12 +3,42 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 namespace sandboxd {
 namespace daemon {
+namespace {
+
+// Closes every descriptor but 0-2 and the three the child still needs.
+// The child may wait a while for its go and its exec (a pool refill runs
+// at the lowest priority), and the copies it got of the daemon's other
+// descriptors must not live that long: a sandbox's output pipe, say,
+// would not reach its end until this child had exec'd.
+void CloseOthers(const SpawnChildArgs& a) {
+  int keep[3] = {a.stdin_fd, a.control_fd, a.sync_fd};
+  for (int i = 0; i < 3; i++) {
+    for (int j = i + 1; j < 3; j++) {
+      if (keep[j] < keep[i]) {
+        const int t = keep[i];
+        keep[i] = keep[j];
+        keep[j] = t;
+      }
+    }
+  }
+  unsigned int next = 3;
+  for (int k : keep) {
+    if (k < static_cast<int>(next)) continue;
+    if (static_cast<unsigned int>(k) > next) syscall(SYS_close_range, next, k - 1, 0);
+    next = static_cast<unsigned int>(k) + 1;
+  }
+  syscall(SYS_close_range, next, ~0u, 0);
+}
+
+}  // namespace
 
 void RunSpawnChild(const SpawnChildArgs& a) {
+  CloseOthers(a);
   setpgid(0, 0);
   // The daemon ignores SIGPIPE and its threads may block signals; the
   // Sentry starts from the defaults.

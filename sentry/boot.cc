@@ -575,19 +575,22 @@ absl::StatusOr<kernel::ExitStatus> Sandbox::WaitPid(pid_t pid) {
   return st;
 }
 
-absl::Status Sandbox::Signal(int signo, bool all) {
+absl::Status Sandbox::Signal(int signo, bool all, pid_t pid) {
   if (signo < 0 || signo > kernel::kNumSignals) {
     return absl::InvalidArgumentError(absl::StrCat("bad signal number ", signo));
   }
   if (!started()) return absl::FailedPreconditionError("the sandbox has not started");
   bool any = false;
   for (const auto& g : kernel_->ThreadGroups()) {
-    if (!all && g->tgid() != 1) continue;
+    if (!all && g->tgid() != (pid != 0 ? pid : 1)) continue;
     bool live = false;
     kernel_->WithTasklistLock([&] { live = !g->zombie; });
     if (!live) continue;
     any = true;
     if (signo != 0) kernel_->SignalGroup(*g, signo, 0);
+  }
+  if (!any && pid != 0) {
+    return absl::NotFoundError(absl::StrCat("no process ", pid, " in the sandbox"));
   }
   if (!any) return absl::NotFoundError("no process left to signal");
   return absl::OkStatus();

@@ -195,9 +195,9 @@ class Sandbox {
   // NotFound for any other pid.
   absl::StatusOr<kernel::ExitStatus> WaitPid(pid_t pid);
 
-  // Sends `signo` to init (process-directed), or to every process.
-  // NotFound when there is no such process left.
-  absl::Status Signal(int signo, bool all);
+  // Sends `signo` to init (process-directed), to process `pid` (when not
+  // 0), or to every process. NotFound when there is no such process left.
+  absl::Status Signal(int signo, bool all, pid_t pid = 0);
   // SIGKILL to every process.
   void KillAll();
 

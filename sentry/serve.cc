@@ -292,7 +292,9 @@ void Server::Loop() {
         break;
       case Request::kSignal: {
         absl::Status st = CheckRunning();
-        if (st.ok()) st = sandbox_->Signal(req.signal().signal(), req.signal().all());
+        if (st.ok()) {
+          st = sandbox_->Signal(req.signal().signal(), req.signal().all(), req.signal().pid());
+        }
         if (!st.ok()) {
           SendError(req.id(), Annotate(st, "Signal"));
         } else {

@@ -12,9 +12,9 @@
 // further threads of that stub, made by the control thread on the Sentry's
 // request.
 //
-// Lock order: StubProcess::control_mu_ > Systrap::areas_mu_;
-// StubProcess::control_mu_ > StubProcess::slots_mu_; Systrap::pool_mu_ >
-// Systrap::live_mu_ > StubProcess::slots_mu_.
+// Lock order: StubProcess::control_mu_ > StubProcess::slots_mu_;
+// Systrap::pool_mu_ > Systrap::live_mu_ > StubProcess::slots_mu_;
+// Systrap::areas_mu_ is a leaf.
 #ifndef SANDBOXD_PLATFORMS_SYSTRAP_SYSTRAP_H_
 #define SANDBOXD_PLATFORMS_SYSTRAP_SYSTRAP_H_
 

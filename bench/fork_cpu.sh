@@ -15,7 +15,8 @@ set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 BIN=${BENCH_WORKLOADS:-$ROOT/out/bin/bench_workloads}
 ROUNDS=${ROUNDS:-5}
-sentries=("$@")
+sentries=()
+for s in "$@"; do sentries+=("$(readlink -f "$s")"); done  # runs from a temp dir
 [ ${#sentries[@]} = 0 ] && sentries=("$ROOT/out/bin/sentry")
 configs=(native "${sentries[@]}")
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/fork_cpu.XXXXXX")

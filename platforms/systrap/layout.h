@@ -46,7 +46,13 @@ static_assert(kStubWindowEnd < kStubEnd);
 
 // Host fds in every stub process (nothing else is open there).
 inline constexpr int kStubMemFileFd = 3;  // the sandbox's memory file
-inline constexpr int kStubSharedFd = 4;   // this stub's StubShared memfd
+// In the template only: the pool of every stub's shared area (a memfd,
+// area i at offset i * kStubSharedSize; area 0 is the template's). A new
+// stub maps its own area and closes this before any application code runs.
+inline constexpr int kStubPoolFd = 4;
+// Areas in the pool at most (stub processes alive at once, the template
+// included): 512 GiB of sparse file offsets.
+inline constexpr uint32_t kMaxStubAreas = 1u << 16;
 
 // The host signal the Sentry sends a stub thread to make it trap
 // (Context::Interrupt).
@@ -91,6 +97,8 @@ enum ControlOp : uint32_t {
   kOpMunmap = 2,   // args: addr, len
   kOpClone = 3,    // args: slot index; result: tid or -errno
   kOpExit = 4,     // exit_group
+  kOpNewStub = 5,  // the template only: args: area index; result: the new
+                   // stub's pid or -errno
 };
 
 // clone(2) flags of a stub thread: a thread of the stub process whose tid
@@ -101,6 +109,12 @@ inline constexpr uint64_t kStubCloneFlags =
     0x00010000 /* CLONE_THREAD */ | 0x00040000 /* CLONE_SYSVSEM */ |
     0x00200000 /* CLONE_CHILD_CLEARTID */ | 0x01000000 /* CLONE_CHILD_SETTID */;
 
+// clone(2) flags with which the template makes a stub process: a child of
+// the template's parent, the Sentry (CLONE_PARENT), sharing nothing, that
+// signals its death with SIGCHLD.
+inline constexpr uint64_t kNewStubCloneFlags =
+    0x00008000 /* CLONE_PARENT */ | 17 /* SIGCHLD */;
+
 // Exit codes of a stub process that found something it cannot go on with
 // (DeathReason names them).
 enum StubExit : int {
@@ -109,6 +123,7 @@ enum StubExit : int {
   kStubExitControlSignal = 113,  // the control thread took a signal
   kStubExitSeccomp = 114,    // installing the seccomp filter failed
   kStubExitCorrupt = 115,    // a hand-over word holds neither owner value
+  kStubExitNewStub = 116,    // a new stub could not set itself up
 };
 
 // Number of general registers in the kernel's ucontext mcontext (NGREG).
@@ -187,6 +202,7 @@ struct alignas(64) StubConfig {
   // Syscall patching: the xsave feature mask (XCR0 bits the kernel puts in
   // a signal frame) the patched entry saves and restores.
   uint64_t xsave_mask;
+  int32_t sentry_pid;     // the template's: a new stub's parent must be it
 };
 
 struct StubShared {

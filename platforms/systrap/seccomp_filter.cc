@@ -3,9 +3,12 @@
 #include <linux/audit.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
+#include <signal.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 
 #include <cstdint>
+#include <initializer_list>
 
 #include "platforms/systrap/layout.h"
 
@@ -26,6 +29,9 @@ class FilterBuilder {
     prog_.push_back(BPF_JUMP(BPF_JMP | op | BPF_K, k, 0, 0));
   }
   static constexpr int kNext = -1;
+  // A jump over the next n instructions.
+  static constexpr int Skip(int n) { return kSkipBase + n; }
+  size_t size() const { return prog_.size(); }
 
   std::vector<sock_filter> Finish() {
     size_t label_pos[kNumLabels];
@@ -38,6 +44,7 @@ class FilterBuilder {
     for (const Fixup& f : fixups_) {
       auto target = [&](int label) -> uint8_t {
         if (label == kNext) return 0;
+        if (label >= kSkipBase) return static_cast<uint8_t>(label - kSkipBase);
         return static_cast<uint8_t>(label_pos[label] - f.at - 1);
       };
       prog_[f.at].jt = target(f.yes);
@@ -47,6 +54,7 @@ class FilterBuilder {
   }
 
  private:
+  static constexpr int kSkipBase = 1000;
   struct Fixup {
     size_t at;
     int yes, no;
@@ -59,8 +67,31 @@ constexpr uint32_t kIpLo = offsetof(seccomp_data, instruction_pointer);
 constexpr uint32_t kIpHi = kIpLo + 4;
 constexpr uint32_t kArch = offsetof(seccomp_data, arch);
 constexpr uint32_t kNr = offsetof(seccomp_data, nr);
-constexpr uint32_t kArg0Lo = offsetof(seccomp_data, args);
-constexpr uint32_t kArg0Hi = kArg0Lo + 4;
+constexpr uint32_t ArgLo(int i) { return offsetof(seccomp_data, args) + 8 * i; }
+constexpr uint32_t ArgHi(int i) { return ArgLo(i) + 4; }
+
+struct ArgIs {
+  int index;
+  uint64_t value;
+};
+
+// If A (the syscall number) is `nr`: allowed when every listed argument
+// has exactly its value (all 64 bits), killed otherwise. Any other number
+// goes on to the next check, with A unchanged.
+void AllowOnlyWith(FilterBuilder& b, uint32_t nr,
+                   std::initializer_list<ArgIs> args) {
+  using B = FilterBuilder;
+  b.JumpIf(BPF_JEQ, nr, B::kNext, B::Skip(static_cast<int>(4 * args.size())));
+  size_t i = 0;
+  for (const ArgIs& a : args) {
+    const bool last = ++i == args.size();
+    b.Load(ArgHi(a.index));
+    b.JumpIf(BPF_JEQ, static_cast<uint32_t>(a.value >> 32), B::kNext, B::kKill);
+    b.Load(ArgLo(a.index));
+    b.JumpIf(BPF_JEQ, static_cast<uint32_t>(a.value), last ? B::kAllow : B::kNext,
+             B::kKill);
+  }
+}
 
 std::vector<sock_filter> Build() {
   static_assert((kStubBase >> 32) == ((kStubBase + kStubCodeSize - 1) >> 32),
@@ -81,16 +112,23 @@ std::vector<sock_filter> Build() {
   b.Load(kNr);
   for (uint32_t nr : {SYS_futex, SYS_mmap, SYS_munmap, SYS_sigaltstack,
                       SYS_arch_prctl, SYS_rt_sigreturn, SYS_exit,
-                      SYS_exit_group, SYS_sched_yield}) {
+                      SYS_exit_group, SYS_sched_yield, SYS_getppid}) {
     b.JumpIf(BPF_JEQ, nr, B::kAllow, B::kNext);
   }
-  // clone only with the stub-thread flags (no new processes).
+  // A new stub, right after the template cloned it (stub/template_stub.cc):
+  // it dies with the Sentry, and drops the pool of shared areas.
+  AllowOnlyWith(b, SYS_prctl, {{0, PR_SET_PDEATHSIG}, {1, SIGKILL}});
+  AllowOnlyWith(b, SYS_close, {{0, static_cast<uint64_t>(kStubPoolFd)}});
+  // clone with exactly the stub-thread flags, or exactly the template's
+  // new-stub flags (a child of the Sentry, nothing shared); nothing else.
   b.JumpIf(BPF_JEQ, SYS_clone, B::kNext, B::kKill);
-  b.Load(kArg0Hi);
-  b.JumpIf(BPF_JEQ, static_cast<uint32_t>(kStubCloneFlags >> 32), B::kNext,
-           B::kKill);
-  b.Load(kArg0Lo);
+  static_assert((kStubCloneFlags >> 32) == 0 && (kNewStubCloneFlags >> 32) == 0);
+  b.Load(ArgHi(0));
+  b.JumpIf(BPF_JEQ, 0, B::kNext, B::kKill);
+  b.Load(ArgLo(0));
   b.JumpIf(BPF_JEQ, static_cast<uint32_t>(kStubCloneFlags), B::kAllow,
+           B::kNext);
+  b.JumpIf(BPF_JEQ, static_cast<uint32_t>(kNewStubCloneFlags), B::kAllow,
            B::kKill);
   return b.Finish();
 }

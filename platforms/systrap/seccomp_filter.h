@@ -4,11 +4,14 @@
 // SECCOMP_RET_TRAP, delivered as SIGSYS to the stub's handler, which hands
 // it to the Sentry. A syscall made from the stub's code is allowed only if
 // it is one the stub needs (futex, mmap, munmap, clone of a thread,
-// sigaltstack, arch_prctl, rt_sigreturn, exit, exit_group, sched_yield);
+// sigaltstack, arch_prctl, rt_sigreturn, exit, exit_group, sched_yield;
+// and for the template and a new stub: clone with exactly the new-stub
+// flags, prctl(PR_SET_PDEATHSIG, SIGKILL), close(kStubPoolFd), getppid);
 // anything else kills the stub process. The application can jump into stub
-// code, so that allow-list is what it could reach at worst; its file
-// descriptors are only the sandbox's memory file and the stub's own shared
-// area.
+// code, so that allow-list is what it could reach at worst (README.md,
+// "Processes", says why each is harmless); its only file descriptor is the
+// sandbox's memory file. Installed once, in the template; every stub
+// inherits it.
 #ifndef SANDBOXD_PLATFORMS_SYSTRAP_SECCOMP_FILTER_H_
 #define SANDBOXD_PLATFORMS_SYSTRAP_SECCOMP_FILTER_H_
 

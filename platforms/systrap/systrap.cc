@@ -9,7 +9,6 @@
 #include <sys/auxv.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -158,37 +157,33 @@ absl::StatusOr<std::unique_ptr<Systrap>> Systrap::Create(
 
   RETURN_IF_ERROR(ReserveStubWindow());
 
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0, sv) != 0) {
-    return ErrnoStatus("systrap: socketpair for the stub template", errno);
+  p->areas_fd_ = UniqueFd(memfd_create("sandboxd-stub-areas", MFD_CLOEXEC));
+  if (!p->areas_fd_.valid()) {
+    return ErrnoStatus("systrap: memfd for the stubs' shared areas", errno);
   }
-  UniqueFd ours(sv[0]), theirs(sv[1]);
+  ASSIGN_OR_RETURN(Area area, p->TakeArea());  // area 0: the template's
+  auto* shared = static_cast<StubShared*>(area.map.addr());
+  const pid_t sentry_pid = getpid();
+  shared->config.has_fsgsbase = p->has_fsgsbase_ ? 1 : 0;
+  shared->config.sentry_pid = sentry_pid;
+  shared->control.owner = kOwnerSentry;
   static sock_fprog filter_prog;
   const std::vector<sock_filter>& filter = StubFilter();
   filter_prog.len = static_cast<unsigned short>(filter.size());
   filter_prog.filter = const_cast<sock_filter*>(filter.data());
 
-  pid_t sentry_pid = getpid();
   pid_t pid = fork();
   if (pid < 0) return ErrnoStatus("systrap: forking the stub template", errno);
   if (pid == 0) {
     TemplateArgs args;
-    args.sock = fcntl(theirs.get(), F_DUPFD, 100);
-    args.memfile_fd = fcntl(memfile_fd, F_DUPFD, 100);
+    args.memfile_fd = memfile_fd;
+    args.areas_fd = p->areas_fd_.get();
     args.sentry_pid = sentry_pid;
     args.filter = &filter_prog;
-    if (args.sock < 0 || args.memfile_fd < 0) _exit(1);
-    // The template holds nothing of the Sentry's but these two.
-    for (int fd = 0; fd < 100; fd++) close(fd);
-    int hi = args.sock > args.memfile_fd ? args.sock : args.memfile_fd;
-    syscall(SYS_close_range, hi + 1, ~0u, 0);
     TemplateMain(args);
   }
-  p->template_pid_ = pid;
-  {
-    absl::MutexLock l(&p->template_mu_);
-    p->template_sock_ = std::move(ours);
-  }
+  p->template_.reset(new StubProcess(p.get(), pid, area.index,
+                                     std::move(area.map)));
   // After the fork: the template must be forked while we have one thread.
   if (fastpath == FastPathMode::kTimer) {
     Systrap* raw = p.get();
@@ -237,14 +232,7 @@ Systrap::~Systrap() {
     absl::MutexLock l(&pool_mu_);
     pool_.clear();  // kills them
   }
-  {
-    absl::MutexLock l(&template_mu_);
-    template_sock_.reset();
-  }
-  if (template_pid_ > 0) {
-    kill(template_pid_, SIGKILL);
-    waitpid(template_pid_, nullptr, __WALL);
-  }
+  template_.reset();  // kills it
 }
 
 void Systrap::set_pool_size(size_t n) {
@@ -298,60 +286,80 @@ void Systrap::RefillLoop() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<StubProcess>> Systrap::CreateStub() {
-  UniqueFd shared_fd(memfd_create("sandboxd-stub-shared", MFD_CLOEXEC));
-  if (!shared_fd.valid()) {
-    return ErrnoStatus("systrap: memfd for a stub's shared area", errno);
+absl::StatusOr<Systrap::Area> Systrap::TakeArea() {
+  absl::MutexLock l(&areas_mu_);
+  if (!free_areas_.empty()) {
+    Area a = std::move(free_areas_.back());
+    free_areas_.pop_back();
+    return a;
   }
-  if (ftruncate(shared_fd.get(), kStubSharedSize) != 0) {
-    return ErrnoStatus("systrap: sizing a stub's shared area", errno);
+  if (areas_made_ >= kMaxStubAreas) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("systrap: all ", kMaxStubAreas,
+                     " shared areas are in use (as many stub processes)"));
+  }
+  const uint32_t index = areas_made_;
+  const off_t off = static_cast<off_t>(index) * kStubSharedSize;
+  // Sparse: only the pages a stub touches (its header and the slots it
+  // hands out) are ever allocated.
+  if (ftruncate(areas_fd_.get(), off + kStubSharedSize) != 0) {
+    return ErrnoStatus(absl::StrCat("systrap: growing the stubs' shared areas "
+                                    "to ", index + 1),
+                       errno);
   }
   void* m = mmap(nullptr, kStubSharedSize, PROT_READ | PROT_WRITE, MAP_SHARED,
-                 shared_fd.get(), 0);
+                 areas_fd_.get(), off);
   if (m == MAP_FAILED) {
-    return ErrnoStatus("systrap: mapping a stub's shared area", errno);
+    return ErrnoStatus(absl::StrCat("systrap: mapping shared area ", index),
+                       errno);
   }
-  Mapping map(m, kStubSharedSize);
-  auto* shared = static_cast<StubShared*>(m);
+  areas_made_++;
+  return Area{index, Mapping(m, kStubSharedSize)};
+}
+
+void Systrap::ReleaseArea(Area area) {
+  // Area 0 is the template's, for its whole life.
+  if (area.index == 0) return;
+  // Zero it for the next stub and give its pages back. Should the host
+  // refuse, the area is not reused.
+  if (fallocate(areas_fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
+                static_cast<off_t>(area.index) * kStubSharedSize,
+                kStubSharedSize) != 0) {
+    return;
+  }
+  absl::MutexLock l(&areas_mu_);
+  free_areas_.push_back(std::move(area));
+}
+
+uint32_t Systrap::areas_made() {
+  absl::MutexLock l(&areas_mu_);
+  return areas_made_;
+}
+
+absl::StatusOr<std::unique_ptr<StubProcess>> Systrap::CreateStub() {
+  ASSIGN_OR_RETURN(Area area, TakeArea());
+  auto* shared = static_cast<StubShared*>(area.map.addr());
   shared->config.has_fsgsbase = has_fsgsbase_ ? 1 : 0;
   shared->config.spin_cycles = spin_cycles_;  // the control thread's
   shared->control.owner = kOwnerSentry;
 
-  int32_t reply = 0;
-  {
-    absl::MutexLock l(&template_mu_);
-    char op = 'c';
-    struct iovec iov = {&op, 1};
-    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))] = {};
-    struct msghdr msg = {};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    c->cmsg_level = SOL_SOCKET;
-    c->cmsg_type = SCM_RIGHTS;
-    c->cmsg_len = CMSG_LEN(sizeof(int));
-    int fd = shared_fd.get();
-    memcpy(CMSG_DATA(c), &fd, sizeof(int));
-    if (sendmsg(template_sock_.get(), &msg, MSG_NOSIGNAL) < 0) {
-      return ErrnoStatus("systrap: asking the stub template for a process",
-                         errno);
+  const int64_t r = template_->Control(kOpNewStub, area.index);
+  if (r < 0) {
+    if (template_->dead()) {
+      // It may have died after its clone: a stub of that clone could still
+      // map this area, so it is not reused.
+      return absl::UnavailableError(absl::StrCat(
+          "systrap: no new stub process: the stub template (pid ",
+          template_->pid(), ") is gone: ", template_->DeathReason()));
     }
-    ssize_t n;
-    do {
-      n = recv(template_sock_.get(), &reply, sizeof(reply), 0);
-    } while (n < 0 && errno == EINTR);
-    if (n != sizeof(reply)) {
-      return absl::InternalError(
-          "systrap: the stub template did not answer (it died?)");
-    }
+    ReleaseArea(std::move(area));
+    return ErrnoStatus(absl::StrCat("systrap: the stub template (pid ",
+                                    template_->pid(),
+                                    ") could not clone a stub process"),
+                       static_cast<int>(-r));
   }
-  if (reply < 0) {
-    return ErrnoStatus("systrap: the stub template could not clone", -reply);
-  }
-  return std::unique_ptr<StubProcess>(
-      new StubProcess(this, reply, std::move(shared_fd), std::move(map)));
+  return std::unique_ptr<StubProcess>(new StubProcess(
+      this, static_cast<pid_t>(r), area.index, std::move(area.map)));
 }
 
 absl::StatusOr<std::unique_ptr<platform::Context>> Systrap::NewContext() {
@@ -361,11 +369,11 @@ absl::StatusOr<std::unique_ptr<platform::Context>> Systrap::NewContext() {
 // ---------------------------------------------------------------------------
 // StubProcess
 
-StubProcess::StubProcess(Systrap* platform, pid_t pid, UniqueFd shared_fd,
+StubProcess::StubProcess(Systrap* platform, pid_t pid, uint32_t area,
                          Mapping shared_map)
     : platform_(platform),
       pid_(pid),
-      shared_fd_(std::move(shared_fd)),
+      area_(area),
       shared_map_(std::move(shared_map)),
       shared_(static_cast<StubShared*>(shared_map_.addr())) {
   {
@@ -388,6 +396,9 @@ StubProcess::~StubProcess() {
   }
   kill(pid_, SIGKILL);
   reaper_.join();
+  // Reaped: no process maps the area any more but those the application
+  // made itself from stub code (README, "Processes"), all in this sandbox.
+  platform_->ReleaseArea({area_, std::move(shared_map_)});
 }
 
 void StubProcess::Reap() {
@@ -480,6 +491,11 @@ std::string StubProcess::DeathReason() const {
   if (WIFSIGNALED(st)) {
     return absl::StrCat("stub process ", pid_, " killed by signal ",
                         WTERMSIG(st));
+  }
+  if (WEXITSTATUS(st) == kStubExitNewStub) {
+    return absl::StrCat("stub process ", pid_,
+                        " could not set itself up after the template's clone "
+                        "(the Sentry gone, or its shared area not mappable)");
   }
   if (WEXITSTATUS(st) == kStubExitControlSignal) {
     const ThreadSlot& s = shared_->slots[0];

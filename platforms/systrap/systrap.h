@@ -4,15 +4,17 @@
 // (layout.h) and waits for the reply.
 //
 // Processes: the Sentry forks a *template* early, while it has one thread.
-// For every new address space the template clones a stub process (a child
-// of the Sentry, by CLONE_PARENT) that maps the stub region, installs the
-// seccomp filter, unmaps everything else and runs the stub's control thread.
-// Application threads are further threads of that stub, made by the control
-// thread on the Sentry's request.
+// The template turns itself into a minimal stub: only the stub region
+// mapped, the seccomp filter installed, its loop in stub code. For every
+// new address space it clones a stub process (a child of the Sentry, by
+// CLONE_PARENT) that inherits all of that, maps its own shared area from
+// the pool and runs the stub's control thread. Application threads are
+// further threads of that stub, made by the control thread on the Sentry's
+// request.
 //
-// Lock order: Systrap::template_mu_ > StubProcess::control_mu_ >
-// StubProcess::slots_mu_; Systrap::pool_mu_ > Systrap::live_mu_ >
-// StubProcess::slots_mu_.
+// Lock order: StubProcess::control_mu_ > StubProcess::slots_mu_;
+// Systrap::pool_mu_ > Systrap::live_mu_ > StubProcess::slots_mu_;
+// Systrap::areas_mu_ is a leaf.
 #ifndef SANDBOXD_PLATFORMS_SYSTRAP_SYSTRAP_H_
 #define SANDBOXD_PLATFORMS_SYSTRAP_SYSTRAP_H_
 
@@ -84,8 +86,9 @@ class StubProcess : public platform::AddressSpace {
  private:
   friend class Systrap;
   friend class SystrapContext;
-  StubProcess(Systrap* platform, pid_t pid, UniqueFd shared_fd,
-              Mapping shared_map);
+  // `area`: the index of its shared area in the platform's pool, mapped
+  // here at `shared_map`.
+  StubProcess(Systrap* platform, pid_t pid, uint32_t area, Mapping shared_map);
   void Reap();
 
   // Syscall patching (patching.cc). Counts a SIGSYS at cpu's rip and
@@ -103,7 +106,7 @@ class StubProcess : public platform::AddressSpace {
 
   Systrap* const platform_;
   const pid_t pid_;
-  UniqueFd shared_fd_;
+  const uint32_t area_;
   Mapping shared_map_;
   StubShared* const shared_;
   std::atomic<bool> dead_{false};
@@ -166,7 +169,9 @@ absl::Status ReserveStubWindow();
 class Systrap : public platform::Platform {
  public:
   // Forks the stub template. Must be called while the calling process has
-  // a single thread. `memfile_fd` is the sandbox's memory file.
+  // a single thread (the fork copies the whole process; the template then
+  // drops all of it but the stub region). `memfile_fd` is the sandbox's
+  // memory file.
   // `fastpath` chooses how waiters decide to spin (fastpath.h).
   static absl::StatusOr<std::unique_ptr<Systrap>> Create(
       int memfile_fd, FastPathMode fastpath = FastPathMode::kAdaptive);
@@ -207,12 +212,28 @@ class Systrap : public platform::Platform {
   // before the first address space is made.
   bool set_patching(bool on, std::string* why);
   bool patching() const { return patching_; }
+  // The template's host pid (tests kill it to see the error).
+  pid_t template_pid() const { return template_->pid(); }
+  // Shared areas made so far (the template's included); a stub's area is
+  // reused once the stub is gone, so this stays near the peak number of
+  // stub processes alive at once.
+  uint32_t areas_made();
 
  private:
-  friend class StubProcess;  // registers itself in live_
+  friend class StubProcess;  // registers itself in live_, returns its area
+  // One shared area of the pool and the Sentry's mapping of it.
+  struct Area {
+    uint32_t index;
+    Mapping map;
+  };
   Systrap() = default;
   // Makes one stub process through the template.
   absl::StatusOr<std::unique_ptr<StubProcess>> CreateStub();
+  // A zeroed shared area: a free one, or a new one at the end of the pool.
+  absl::StatusOr<Area> TakeArea() ABSL_LOCKS_EXCLUDED(areas_mu_);
+  // Frees the pages of an area whose stub process has been reaped and
+  // keeps it for the next stub.
+  void ReleaseArea(Area area) ABSL_LOCKS_EXCLUDED(areas_mu_);
   void RefillLoop();
   // --systrap-fastpath=timer: evaluates the fast path every 400 us.
   void TimerLoop();
@@ -234,9 +255,18 @@ class Systrap : public platform::Platform {
   bool stopping_ ABSL_GUARDED_BY(pool_mu_) = false;
   std::thread refiller_;  // started with the pool
 
-  pid_t template_pid_ = -1;
-  absl::Mutex template_mu_;
-  UniqueFd template_sock_ ABSL_GUARDED_BY(template_mu_);
+  // The pool of shared areas: one memfd, area i at offset
+  // i * kStubSharedSize, grown on demand. The template holds it (as
+  // kStubPoolFd) so that a new stub can map its own area; the stub closes
+  // it before any application code runs.
+  UniqueFd areas_fd_;
+  absl::Mutex areas_mu_;
+  std::vector<Area> free_areas_ ABSL_GUARDED_BY(areas_mu_);
+  uint32_t areas_made_ ABSL_GUARDED_BY(areas_mu_) = 0;
+  // The stub template, itself a stub process (on area 0) whose control
+  // loop (stub/template_stub.cc) answers kOpNewStub with a new stub's pid.
+  // Its Control() serializes the requests.
+  std::unique_ptr<StubProcess> template_;
   uint64_t spin_cycles_ = 0;
   bool has_fsgsbase_ = false;
   bool patching_ = false;

@@ -1,16 +1,20 @@
 #include "platforms/systrap/systrap.h"
 
+#include <errno.h>
 #include <linux/futex.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstddef>
 #include <cstring>
 #include <thread>
 
 #include "gtest/gtest.h"
+#include "platforms/systrap/stub/stub.h"
 
 namespace sandboxd::systrap {
 namespace {
@@ -298,6 +302,143 @@ TEST_F(SystrapTest, OverwrittenWordSeenByTheSentry) {
   EXPECT_NE(stub->DeathReason().find("killed: a hand-over word"),
             std::string::npos)
       << stub->DeathReason();
+}
+
+
+// Stub processes are clones of the template: many of them, made and torn
+// down, each get a working stub, and their shared areas are reused rather
+// than the pool growing with every process made.
+TEST_F(SystrapTest, ManyStubsMadeAndDestroyed) {
+  LoadCode({0xb8, 39, 0, 0, 0, 0x0f, 0x05}, 0);  // getpid
+  auto trap_once = [&](platform::AddressSpace& as) {
+    auto ctx = platform_->NewContext();
+    CpuState cpu = StartAt(kCode);
+    Event ev = (*ctx)->Switch(as, cpu);
+    EXPECT_EQ(ev.kind, Event::Kind::kSyscall) << ev.detail;
+    EXPECT_EQ(cpu.regs.orig_rax, 39u);
+    (*ctx)->Release();
+  };
+  for (int i = 0; i < 100; i++) {
+    auto as = NewSpace();
+    trap_once(*as);
+  }
+  // One at a time (and the pool of two made ahead): a handful of areas.
+  EXPECT_LE(platform_->areas_made(), 8u);
+  for (int round = 0; round < 2; round++) {
+    std::vector<std::unique_ptr<platform::AddressSpace>> spaces;
+    for (int i = 0; i < 30; i++) spaces.push_back(NewSpace());
+    for (auto& as : spaces) trap_once(*as);
+    std::vector<pid_t> pids;
+    for (auto& as : spaces) pids.push_back(static_cast<StubProcess*>(as.get())->pid());
+    std::sort(pids.begin(), pids.end());
+    EXPECT_EQ(std::unique(pids.begin(), pids.end()), pids.end());
+  }
+  // The second round of 30 reused the first round's areas.
+  EXPECT_LE(platform_->areas_made(), 30u + 8u);
+}
+
+// If the template dies, no new address space can be made, and the error
+// says why.
+TEST(SystrapTemplateTest, TemplateDeathIsAnHonestError) {
+  int memfd = memfd_create("systrap-template-test", 0);
+  ASSERT_GE(memfd, 0);
+  ASSERT_EQ(ftruncate(memfd, 4096), 0);
+  auto p = Systrap::Create(memfd);
+  ASSERT_TRUE(p.ok()) << p.status();
+  (*p)->set_pool_size(0);
+  {
+    auto as = (*p)->NewAddressSpace();
+    ASSERT_TRUE(as.ok()) << as.status();
+  }
+  ASSERT_EQ(kill((*p)->template_pid(), SIGKILL), 0);
+  auto as = (*p)->NewAddressSpace();
+  ASSERT_FALSE(as.ok());
+  EXPECT_EQ(as.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_NE(as.status().message().find("the stub template (pid"),
+            std::string::npos)
+      << as.status();
+  EXPECT_NE(as.status().message().find("killed by signal 9"),
+            std::string::npos)
+      << as.status();
+  p->reset();
+  close(memfd);
+}
+
+// Application code can jump to any syscall instruction of the stub's code
+// with registers of its choice; the filter is what it can reach at worst.
+// Code that does that: rdi, rsi, eax as given, then jmp to the `syscall`
+// of sbx_stub_restorer (after its 5-byte mov), which is followed by ud2.
+std::vector<uint8_t> StubSyscallCode(uint32_t nr, uint64_t rdi, uint64_t rsi) {
+  std::vector<uint8_t> c;
+  auto imm = [&](uint64_t v, int n) {
+    for (int i = 0; i < n; i++) c.push_back(static_cast<uint8_t>(v >> (8 * i)));
+  };
+  c.insert(c.end(), {0x48, 0xbf});  // movabs $rdi,%rdi
+  imm(rdi, 8);
+  c.insert(c.end(), {0x48, 0xbe});  // movabs $rsi,%rsi
+  imm(rsi, 8);
+  c.push_back(0xb8);  // mov $nr,%eax
+  imm(nr, 4);
+  c.insert(c.end(), {0x48, 0xb9});  // movabs $target,%rcx
+  imm(StubAddress(reinterpret_cast<const void*>(&sbx_stub_restorer), kStubBase) + 5, 8);
+  c.insert(c.end(), {0xff, 0xe1});  // jmp *%rcx
+  return c;
+}
+
+class StubFilterTest : public SystrapTest {
+ protected:
+  // Runs StubSyscallCode in a fresh stub.
+  Event RunFromStubCode(uint32_t nr, uint64_t rdi, uint64_t rsi,
+                        CpuState* cpu) {
+    LoadCode(StubSyscallCode(nr, rdi, rsi), 0);
+    as_ = NewSpace();
+    ctx_ = std::move(*platform_->NewContext());
+    *cpu = StartAt(kCode);
+    return ctx_->Switch(*as_, *cpu);
+  }
+  void ExpectKilled(uint32_t nr, uint64_t rdi, uint64_t rsi) {
+    CpuState cpu;
+    Event ev = RunFromStubCode(nr, rdi, rsi, &cpu);
+    EXPECT_EQ(ev.kind, Event::Kind::kDead)
+        << "syscall " << nr << " (0x" << std::hex << rdi << ", 0x" << rsi
+        << ") from stub code was not refused";
+    EXPECT_NE(ev.detail.find("killed by signal 31"), std::string::npos)
+        << ev.detail;
+    ctx_->Release();
+  }
+  std::unique_ptr<platform::AddressSpace> as_;
+  std::unique_ptr<platform::Context> ctx_;
+};
+
+TEST_F(StubFilterTest, CloneOnlyWithTheExactFlags) {
+  constexpr uint64_t kVm = 0x100, kFiles = 0x400, kThread = 0x10000;
+  ExpectKilled(SYS_clone, kNewStubCloneFlags | kVm, 0);
+  ExpectKilled(SYS_clone, kNewStubCloneFlags | kFiles, 0);
+  ExpectKilled(SYS_clone, kNewStubCloneFlags | (1ull << 32), 0);
+  ExpectKilled(SYS_clone, 17 /* SIGCHLD: a plain fork */, 0);
+  ExpectKilled(SYS_clone, kStubCloneFlags & ~kThread, 0);
+  ExpectKilled(SYS_clone3, 0, 0);
+  ExpectKilled(SYS_fork, 0, 0);
+}
+
+TEST_F(StubFilterTest, NewStubCallsOnlyWithTheirArguments) {
+  ExpectKilled(SYS_close, kStubMemFileFd, 0);
+  ExpectKilled(SYS_close, kStubPoolFd | (1ull << 32), 0);
+  ExpectKilled(SYS_prctl, PR_SET_PDEATHSIG, SIGTERM);
+  ExpectKilled(SYS_prctl, PR_SET_DUMPABLE, 1);
+  ExpectKilled(SYS_getpid, 0, 0);
+  ExpectKilled(SYS_kill, 1, SIGKILL);
+}
+
+TEST_F(StubFilterTest, AStubHoldsNoPool) {
+  // close(kStubPoolFd) is allowed from stub code, and finds nothing: the
+  // new stub closed the pool before the application ran.
+  CpuState cpu;
+  Event ev = RunFromStubCode(SYS_close, kStubPoolFd, 0, &cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kException) << ev.detail;  // the ud2
+  EXPECT_EQ(ev.signo, SIGILL);
+  EXPECT_EQ(static_cast<int64_t>(cpu.regs.rax), -EBADF);
+  ctx_->Release();
 }
 
 }  // namespace

@@ -8,7 +8,6 @@
 #include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/rseq.h>
-#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -16,6 +15,7 @@
 
 #include "platforms/systrap/layout.h"
 #include "platforms/systrap/stub/stub.h"
+#include "platforms/systrap/stub/template_stub.h"
 
 namespace sandboxd::systrap {
 namespace {
@@ -33,13 +33,16 @@ struct KernelSigaction {
 
 [[noreturn]] void Fail(int code) { _exit(code); }
 
-// In the new stub process: build the stub region, then jump into it.
-[[noreturn]] void StubChildMain(const TemplateArgs& args, int shared_fd) {
+}  // namespace
+
+void TemplateMain(const TemplateArgs& args) {
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) Fail(120);
   if (getppid() != args.sentry_pid) Fail(121);
 
   // Code: a private copy of the stub section (the region is reserved
   // PROT_NONE in the Sentry, inherited here, so MAP_FIXED clobbers nothing).
+  // Every stub shares these pages with the template (copy-on-write, never
+  // written).
   size_t code_len = static_cast<size_t>(__stop_sbx_stub - __start_sbx_stub);
   if (code_len > kStubCodeSize) Fail(122);
   void* code = mmap(reinterpret_cast<void*>(kStubBase), kStubCodeSize,
@@ -49,7 +52,7 @@ struct KernelSigaction {
   memcpy(code, __start_sbx_stub, code_len);
   if (mprotect(code, kStubCodeSize, PROT_READ | PROT_EXEC) != 0) Fail(124);
   if (mmap(reinterpret_cast<void*>(kStubShared), kStubSharedSize,
-           PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, shared_fd,
+           PROT_READ | PROT_WRITE, MAP_SHARED | MAP_FIXED, args.areas_fd,
            0) == MAP_FAILED) {
     Fail(125);
   }
@@ -60,15 +63,16 @@ struct KernelSigaction {
     Fail(126);
   }
 
-  // File descriptors: exactly the memory file and the shared area. Move
+  // File descriptors: exactly the memory file and the pool of shared
+  // areas (a stub closes the pool once it has mapped its own area). Move
   // both out of the way first so that neither dup2 closes the other.
   int memfile = fcntl(args.memfile_fd, F_DUPFD, 64);
-  int shared = fcntl(shared_fd, F_DUPFD, 64);
-  if (memfile < 0 || shared < 0) Fail(127);
-  if (dup2(memfile, kStubMemFileFd) < 0 || dup2(shared, kStubSharedFd) < 0) {
+  int areas = fcntl(args.areas_fd, F_DUPFD, 64);
+  if (memfile < 0 || areas < 0) Fail(127);
+  if (dup2(memfile, kStubMemFileFd) < 0 || dup2(areas, kStubPoolFd) < 0) {
     Fail(128);
   }
-  if (syscall(SYS_close_range, kStubSharedFd + 1, ~0u, 0) != 0) Fail(129);
+  if (syscall(SYS_close_range, kStubPoolFd + 1, ~0u, 0) != 0) Fail(129);
   for (int fd = 0; fd < kStubMemFileFd; fd++) close(fd);
 
   // Every signal the application can cause goes to the stub's handler, on
@@ -114,52 +118,13 @@ struct KernelSigaction {
     }
   }
 
+  // Into the copy of the stub code at kStubBase (not the Sentry's: it is
+  // about to be unmapped), on the control thread's stack (slot 0's).
   using StartFn = void (*)(const void*, uint64_t);
-  auto start = reinterpret_cast<StartFn>(
-      StubAddress(reinterpret_cast<const void*>(&sbx_stub_start), kStubBase));
+  auto start = reinterpret_cast<StartFn>(StubAddress(
+      reinterpret_cast<const void*>(&sbx_template_start), kStubBase));
   start(args.filter, kStubStacks + kStackSize - 64);
   Fail(133);
-}
-
-}  // namespace
-
-void TemplateMain(const TemplateArgs& args) {
-  prctl(PR_SET_PDEATHSIG, SIGKILL);
-  if (getppid() != args.sentry_pid) _exit(0);
-  for (;;) {
-    char op;
-    struct iovec iov = {&op, 1};
-    alignas(struct cmsghdr) char control[CMSG_SPACE(sizeof(int))];
-    struct msghdr msg = {};
-    msg.msg_iov = &iov;
-    msg.msg_iovlen = 1;
-    msg.msg_control = control;
-    msg.msg_controllen = sizeof(control);
-    ssize_t n = recvmsg(args.sock, &msg, MSG_CMSG_CLOEXEC);
-    if (n == 0) _exit(0);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      _exit(1);
-    }
-    int shared_fd = -1;
-    struct cmsghdr* c = CMSG_FIRSTHDR(&msg);
-    if (c != nullptr && c->cmsg_level == SOL_SOCKET &&
-        c->cmsg_type == SCM_RIGHTS) {
-      memcpy(&shared_fd, CMSG_DATA(c), sizeof(int));
-    }
-    int32_t reply;
-    if (shared_fd < 0) {
-      reply = -EINVAL;
-    } else {
-      // CLONE_PARENT: the stub is the Sentry's child, so the Sentry reaps it
-      // and learns when it dies.
-      long pid = syscall(SYS_clone, CLONE_PARENT | SIGCHLD, 0, 0, 0, 0);
-      if (pid == 0) StubChildMain(args, shared_fd);
-      reply = pid > 0 ? static_cast<int32_t>(pid) : -errno;
-      close(shared_fd);
-    }
-    if (send(args.sock, &reply, sizeof(reply), MSG_NOSIGNAL) < 0) _exit(1);
-  }
 }
 
 }  // namespace sandboxd::systrap

@@ -7,23 +7,6 @@
 #include "platforms/kvm/guest_pvm.h"
 
 namespace sandboxd::kvm::hw {
-namespace {
-
-kvm_segment Segment(uint16_t selector, bool code) {
-  kvm_segment s = {};
-  s.limit = 0xffffffff;
-  s.selector = selector;
-  s.type = code ? 0xb : 0x3;  // execute/read accessed : read/write accessed
-  s.present = 1;
-  s.dpl = selector & 3;
-  s.db = code ? 0 : 1;
-  s.s = 1;
-  s.l = code ? 1 : 0;
-  s.g = 1;
-  return s;
-}
-
-}  // namespace
 
 bool HasErrorCode(int vector) {
   switch (vector) {
@@ -113,24 +96,10 @@ absl::Status MapStubRegion(PageTables* pt, uint64_t phys, int vcpus) {
 
 void UserSregs(kvm_sregs* s, int vcpu, uint64_t cr3, uint64_t fs_base,
                uint64_t gs_base) {
-  s->cr0 = kCr0;
-  s->cr3 = cr3;
-  s->cr4 = kCr4;
-  s->efer = kEfer;
-  s->cs = Segment(kUserCs, true);
-  s->ss = Segment(kUserDs, false);
-  s->ds = s->es = s->ss;
-  s->ds.selector = s->es.selector = 0;
-  s->fs = s->gs = s->ss;
-  s->fs.selector = s->gs.selector = 0;
-  s->fs.base = fs_base;
-  s->gs.base = gs_base;
-  std::memset(&s->ldt, 0, sizeof(s->ldt));
+  // User mode as the PVM flavour sets it up; then what a ring-0 stub adds:
+  // no LDT, this vCPU's TSS, the stub's GDT and IDT.
+  UserModeSregs(s, cr3, fs_base, gs_base);
   s->ldt.unusable = 1;
-  s->tr = {};
-  s->tr.present = 1;
-  s->tr.type = 11;  // busy 64-bit TSS
-  s->tr.selector = kTss;
   s->tr.base = TssVa(vcpu);
   s->tr.limit = sizeof(Tss64) - 1;
   s->gdt.base = kStubVa + kGdtOffset;

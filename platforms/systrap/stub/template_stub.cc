@@ -9,6 +9,7 @@
 // its own shared area from the pool over the template's, and becomes a
 // stub's control thread. Nothing to unmap, no filter to compile.
 #include "platforms/systrap/stub/template_stub.h"
+#include "platforms/systrap/stub/stub_inline.h"
 
 #include <asm/unistd.h>
 #include <linux/futex.h>
@@ -17,39 +18,11 @@
 
 #include "platforms/systrap/layout.h"
 
-#define STUB __attribute__((section("sbx_stub"), used, noinline))
-#define STUB_INLINE static inline __attribute__((always_inline))
-
 // The control thread's loop (stub.cc), in the same section.
 extern "C" void sbx_stub_control_loop();
 
 namespace sandboxd::systrap {
 namespace {
-
-STUB_INLINE long Syscall6(long nr, long a0, long a1, long a2, long a3, long a4,
-                          long a5) {
-  long ret;
-  register long r10 __asm__("r10") = a3;
-  register long r8 __asm__("r8") = a4;
-  register long r9 __asm__("r9") = a5;
-  __asm__ volatile("syscall"
-                   : "=a"(ret)
-                   : "a"(nr), "D"(a0), "S"(a1), "d"(a2), "r"(r10), "r"(r8),
-                     "r"(r9)
-                   : "rcx", "r11", "memory");
-  return ret;
-}
-
-STUB_INLINE void Die(int code) {
-  for (;;) Syscall6(__NR_exit_group, code, 0, 0, 0, 0, 0);
-}
-
-STUB_INLINE uint32_t LoadSeqCst(const uint32_t* p) {
-  return __atomic_load_n(p, __ATOMIC_SEQ_CST);
-}
-STUB_INLINE void StoreSeqCst(uint32_t* p, uint32_t v) {
-  __atomic_store_n(p, v, __ATOMIC_SEQ_CST);
-}
 
 // Sleeps until a request is posted (owner == kOwnerStub). The template
 // does not spin: a new process is rare next to a syscall, and a template

@@ -58,6 +58,12 @@ for f in "${SENTRY_FLAGS[@]}"; do
       exit 77
     fi
   fi
+  if [ "$f" = "--systrap-patch=on" ]; then
+    if ! why=$("$SENTRY" run --systrap-patch=on -- /bin/true 2>&1 >/dev/null </dev/null); then
+      echo "SKIP: syscall patching is not available here: $(printf '%s' "$why" | head -1)"
+      exit 77
+    fi
+  fi
 done
 
 # The fixed environment both runs see.

@@ -4,7 +4,10 @@
 // and keeps the record that lets munmap, mremap and MAP_FIXED undo it.
 // Design: platforms/systrap/README.md, "Syscall patching".
 #include <cstring>
+#include <string>
 
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "sentry/mm/mm.h"
 
 namespace sandboxd::mm {
@@ -109,8 +112,11 @@ bool MM::PatchCode(
   }
   uint8_t* t = mf_->Internal(pit->second.file_offset + (table - pit->first));
   uint8_t* s = PrivateCodeLocked(site, len);
-  if (s == nullptr || !patch(s, t)) return false;
-  patched_.emplace(site, std::make_pair(len, std::move(unpatch)));
+  if (s == nullptr) return false;
+  // What a checkpoint saves to give the program its code back on restore.
+  std::string original(reinterpret_cast<const char*>(s), len);
+  if (!patch(s, t)) return false;
+  patched_.emplace(site, PatchedSite{std::move(original), std::move(unpatch)});
   return true;
 }
 
@@ -119,7 +125,7 @@ void MM::UnpatchRangeLocked(uintptr_t start, uintptr_t end, bool restore) {
                           patch_table_ < end;
   for (auto it = patched_.begin(); it != patched_.end();) {
     const uintptr_t site = it->first;
-    const size_t len = it->second.first;
+    const size_t len = it->second.original.size();
     const bool inside = site < end && start < site + len;
     if (!inside && !table_goes) {
       ++it;
@@ -129,13 +135,78 @@ void MM::UnpatchRangeLocked(uintptr_t start, uintptr_t end, bool restore) {
     // or that stays while its table goes, gets its instructions back.
     if (restore || !inside) {
       uint8_t* p = PrivateCodeLocked(site, len);
-      if (p != nullptr) it->second.second(p);
+      if (p != nullptr) it->second.unpatch(p);
     }
     it = patched_.erase(it);
+    unpatch_gen_++;
   }
   if (table_goes) {
     patch_table_ = 0;
     patch_table_len_ = 0;
+  }
+}
+
+absl::Status MM::RestorePatchedSitesLocked(
+    uintptr_t table, size_t table_len,
+    const std::map<uintptr_t, std::string>& sites) {
+  if (table != 0) {
+    auto vit = FindVma(table);
+    if (!IsPageAligned(table) || table_len == 0 ||
+        table_len % kPageSize != 0 || vit == vmas_.end() ||
+        vit->first != table || vit->second.end != table + table_len) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "patch table ", absl::Hex(table), "+", table_len,
+          " is not one of the VMAs"));
+    }
+  } else if (!sites.empty()) {
+    return absl::InvalidArgumentError("patched sites without a patch table");
+  }
+  for (const auto& [site, original] : sites) {
+    // No thread runs yet: a plain copy is atomic enough. PrivateCodeLocked
+    // breaks copy-on-write, so an MM that shares the page (a fork's other
+    // side, which has the same record) is left to its own record.
+    uint8_t* p = PrivateCodeLocked(site, original.size());
+    if (p == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "patched site ", absl::Hex(site), "+", original.size(),
+          " is not in private memory of one page"));
+    }
+    std::memcpy(p, original.data(), original.size());
+  }
+  patch_table_ = table;
+  patch_table_len_ = table == 0 ? 0 : table_len;
+  patched_.clear();
+  unpatch_gen_++;
+  return absl::OkStatus();
+}
+
+int64_t MM::CopyInOriginal(uintptr_t addr, void* dst, uint64_t n) {
+  // Longest site the record can hold (pb::PatchedSite's bound).
+  constexpr uint64_t kMaxSite = 16;
+  for (int attempt = 0;; attempt++) {
+    uint64_t gen;
+    {
+      absl::ReaderMutexLock l(&mu_);
+      gen = unpatch_gen_;
+    }
+    const int64_t r = CopyIn(addr, dst, n);
+    if (r <= 0) return r;
+    absl::ReaderMutexLock l(&mu_);
+    // A site unpatched since the copy may have been copied patched: again.
+    // (One patched since is covered by the record below.)
+    if (unpatch_gen_ != gen && attempt < 3) continue;
+    const uintptr_t end = addr + static_cast<uint64_t>(r);
+    auto it = patched_.lower_bound(addr > kMaxSite ? addr - kMaxSite : 0);
+    for (; it != patched_.end() && it->first < end; ++it) {
+      const std::string& orig = it->second.original;
+      for (size_t i = 0; i < orig.size(); i++) {
+        const uintptr_t a = it->first + i;
+        if (a >= addr && a < end) {
+          static_cast<char*>(dst)[a - addr] = orig[i];
+        }
+      }
+    }
+    return r;
   }
 }
 

@@ -141,6 +141,28 @@ TEST_F(CodePatchTest, ForkCopiesPatchedTextTableAndRecord) {
   EXPECT_EQ(ct, 2);
 }
 
+TEST_F(CodePatchTest, ReadsOnOthersBehalfSeeTheOriginalBytes) {
+  uintptr_t a = MapText();
+  ASSERT_TRUE(Patch(*mm_, a + 0x100));
+  auto read = [&](uintptr_t addr, size_t n, bool original) {
+    std::string b(n, '?');
+    int64_t r = original ? mm_->CopyInOriginal(addr, b.data(), n)
+                         : mm_->CopyIn(addr, b.data(), n);
+    EXPECT_EQ(r, static_cast<int64_t>(n));
+    return b;
+  };
+  EXPECT_EQ(read(a + 0x100, kLen, false), "PATCHED");
+  EXPECT_EQ(read(a + 0x100, kLen, true), "ORIGINL");
+  // Reads that cover part of the site, or more than it.
+  EXPECT_EQ(read(a + 0x102, 3, true), "IGI");
+  EXPECT_EQ(read(a + 0xfe, 4, true), std::string("\0\0OR", 4));
+  EXPECT_EQ(read(a + 0x105, 4, true), std::string("NL\0\0", 4));
+  // After the table goes, the memory itself is original again.
+  ASSERT_EQ(mm_->Munmap(kTable, kTableLen), 0);
+  EXPECT_EQ(read(a + 0x100, kLen, false), "ORIGINL");
+  EXPECT_EQ(read(a + 0x100, kLen, true), "ORIGINL");
+}
+
 TEST_F(CodePatchTest, UnmappingTheTableRestoresEverySite) {
   uintptr_t a = MapText();
   ASSERT_TRUE(Patch(*mm_, a + 0x100));

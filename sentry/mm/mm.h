@@ -240,6 +240,10 @@ class MM : public platform::CodePatcher {
       const std::function<bool(uint8_t* site, uint8_t* table)>& patch,
       std::function<void(uint8_t* site)> unpatch) override;
   size_t NumPatchedSites() const;
+  // CopyIn for the Sentry's own reads of a process's memory on behalf of
+  // another reader (/proc/[pid]/mem): over patched syscall sites it gives
+  // the bytes the program had before the platform rewrote them.
+  int64_t CopyInOriginal(uintptr_t addr, void* dst, uint64_t n);
 
   // For tests and metrics.
   size_t NumVmas() const;
@@ -367,6 +371,16 @@ class MM : public platform::CodePatcher {
   // the range touches the patch table, every site, and forgets the table.
   void UnpatchRangeLocked(uintptr_t start, uintptr_t end, bool restore)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Checkpoint load (MmState), before any thread runs: writes back the
+  // original bytes of each saved patched site (site -> bytes) and keeps
+  // [table, table + table_len) as the table, so that later patches go on
+  // after its entries. The record starts empty: the sites are the
+  // program's own code again. Fails, naming the site or the table, if a
+  // site is not in private memory or the table is not one of the VMAs.
+  absl::Status RestorePatchedSitesLocked(
+      uintptr_t table, size_t table_len,
+      const std::map<uintptr_t, std::string>& sites)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   static bool Allows(const platform::Prot& prot, Access access);
   // True if [addr, addr+n) is a nonempty range inside the application's
@@ -389,11 +403,18 @@ class MM : public platform::CodePatcher {
   uintptr_t brk_ ABSL_GUARDED_BY(mu_) = 0;
   std::atomic<uint32_t> membarrier_{0};  // see membarrier_registrations()
   // Syscall patching: the table's range (0 when not mapped), and each
-  // patched site with what restores it. Copied by Fork.
+  // patched site with the bytes it had and what restores it while threads
+  // may run it. Copied by Fork; saved by a checkpoint (MmState).
+  struct PatchedSite {
+    std::string original;  // the site's bytes before the patch
+    std::function<void(uint8_t*)> unpatch;
+  };
   uintptr_t patch_table_ ABSL_GUARDED_BY(mu_) = 0;
   size_t patch_table_len_ ABSL_GUARDED_BY(mu_) = 0;
-  std::map<uintptr_t, std::pair<size_t, std::function<void(uint8_t*)>>>
-      patched_ ABSL_GUARDED_BY(mu_);
+  std::map<uintptr_t, PatchedSite> patched_ ABSL_GUARDED_BY(mu_);
+  // Bumped whenever a site is given back its bytes (CopyInOriginal retries
+  // a copy that such a change may have overtaken).
+  uint64_t unpatch_gen_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace sandboxd::mm

@@ -137,6 +137,13 @@ absl::Status MmState::SaveMm(Saver& s, mm::MM& mm, pb::Mm* r) {
     }
     r->set_brk_start(mm.brk_start_);
     r->set_brk(mm.brk_);
+    r->set_patch_table(mm.patch_table_);
+    r->set_patch_table_len(mm.patch_table_len_);
+    for (const auto& [site, patched] : mm.patched_) {
+      pb::PatchedSite* p = r->add_patched_sites();
+      p->set_site(site);
+      p->set_original(patched.original);
+    }
   }
   r->set_mmap_base(mm.mmap_base_);
   for (const auto& [start, vma] : vmas) {
@@ -382,6 +389,19 @@ absl::StatusOr<std::shared_ptr<mm::MM>> MmState::LoadMmInto(
     pmas.emplace(p.start(), mm::Pma{p.end(), off, /*owned=*/true,
                                     p.needs_copy()});
   }
+  // Patched syscall sites get their original bytes back (README.md,
+  // "Checkpoint and restore"): the image may be restored by another build,
+  // with patching off or on another platform.
+  std::map<uintptr_t, std::string> patched;
+  for (const pb::PatchedSite& p : r.patched_sites()) {
+    if (p.original().empty() || p.original().size() > 16 ||
+        !in_bounds(mm::PageRoundDown(p.site()),
+                   mm::PageRoundUp(p.site() + p.original().size())) ||
+        !patched.emplace(p.site(), p.original()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("bad patched site at ", p.site()));
+    }
+  }
   auto m = std::make_shared<mm::MM>(mf, std::move(as), min_addr, max_addr);
   // Set before anyone else can see the MM.
   m->mmap_base_ = r.mmap_base();
@@ -390,6 +410,8 @@ absl::StatusOr<std::shared_ptr<mm::MM>> MmState::LoadMmInto(
   m->pmas_ = std::move(pmas);
   m->brk_start_ = r.brk_start();
   m->brk_ = r.brk();
+  RETURN_IF_ERROR(m->RestorePatchedSitesLocked(r.patch_table(),
+                                               r.patch_table_len(), patched));
   return m;
 }
 

@@ -9,6 +9,7 @@
  * image starts without the old patch table).
  */
 #define _GNU_SOURCE
+#include <fcntl.h>
 #include <pthread.h>
 #include <signal.h>
 #include <stdint.h>
@@ -187,11 +188,35 @@ static int exec_child(void) {
   return finish();
 }
 
+/* The probe's site as another reader sees it: /proc/self/mem gives the
+ * program's own `mov $39,%eax; syscall` even where the sandbox patched it
+ * (the program's own loads may see the patch: README "Reading patched
+ * code"). */
+static void check_site_through_proc_mem(void) {
+  struct probe p;
+  memset(&p, 0, sizeof(p));
+  patch_probe(&p);
+  const uint8_t want[7] = {0xb8, 39, 0, 0, 0, 0x0f, 0x05};
+  uint8_t got[7] = {0};
+  int fd = open("/proc/self/mem", O_RDONLY);
+  CHECK("/proc/self/mem: opens", fd >= 0);
+  ssize_t n = pread(fd, got, sizeof(got), (off_t)(p.want_rcx - sizeof(got)));
+  CHECK("/proc/self/mem: reads the site", n == (ssize_t)sizeof(got));
+  CHECK("/proc/self/mem: the site's original bytes",
+        memcmp(got, want, sizeof(want)) == 0);
+  /* Part of it, from inside. */
+  n = pread(fd, got, 3, (off_t)(p.want_rcx - 4));
+  CHECK("/proc/self/mem: part of the site",
+        n == 3 && memcmp(got, want + 3, 3) == 0);
+  if (fd >= 0) close(fd);
+}
+
 int main(int argc, char** argv) {
   if (argc > 1 && strcmp(argv[1], "exec-child") == 0) return exec_child();
 
   /* Many traps at one site: it gets patched early in the loop. */
   report("hot loop", probe_loop(5000, 1000));
+  check_site_through_proc_mem();
 
   /* Signals to a thread spinning in the (patched) site. */
   struct sigaction sa;

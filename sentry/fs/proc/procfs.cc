@@ -661,7 +661,8 @@ class MemFile final : public InodeFile {
     absl::MutexLock l(&mu_);
     const int64_t off = offset >= 0 ? offset : offset_;
     n = std::min<uint64_t>(n, 1 << 20);
-    int64_t r = mm_->CopyIn(static_cast<uintptr_t>(off), buf, n);
+    // Patched syscall sites read as the program's own bytes.
+    int64_t r = mm_->CopyInOriginal(static_cast<uintptr_t>(off), buf, n);
     if (r < 0) return -EIO;  // Linux: an unmapped address reads as EIO
     if (offset < 0) offset_ += r;
     return r;

@@ -99,6 +99,7 @@ enum ControlOp : uint32_t {
   kOpExit = 4,     // exit_group
   kOpNewStub = 5,  // the template only: args: area index; result: the new
                    // stub's pid or -errno
+  kOpMembarrier = 6,  // args: membarrier cmd (the filter allows two)
 };
 
 // clone(2) flags of a stub thread: a thread of the stub process whose tid

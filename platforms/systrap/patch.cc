@@ -47,9 +47,12 @@ SiteBytes PatchedSite(uint64_t entry) {
   return b;
 }
 
-void WritePatch(uint8_t* site, const SiteBytes& patched) {
+void WritePatch(uint8_t* site, const SiteBytes& patched,
+                const std::function<void()>& serialize) {
   StoreCode(site + kSyscallOffset, &patched[kSyscallOffset], 1);
+  if (serialize) serialize();
   StoreCode(site + 1, &patched[1], kSiteSize - 1);
+  if (serialize) serialize();
   StoreCode(site, &patched[0], 1);
 }
 

@@ -18,6 +18,7 @@
 #include <array>
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -78,13 +79,15 @@ SiteBytes PatchedSite(uint64_t entry);
 //      sets it before the syscall, and the restart sets it again).
 //   3. byte 0 := ff. From here on every fetch sees `jmp *entry`.
 // Between steps every possible fetch decodes to the old site, or to a
-// `mov` followed by the fault byte. Strictly, Intel's cross-modifying-code
-// rule also wants a serializing instruction on the executing CPUs between
-// steps (Linux's text_poke_bp sends IPIs); README.md says how the stub
-// would do that (membarrier SYNC_CORE) and why it is not done yet.
+// `mov` followed by the fault byte. Intel's cross-modifying-code rule also
+// wants a serializing instruction on every CPU that may execute the site
+// between steps (Linux's text_poke_bp sends IPIs): `serialize`, if given,
+// runs after steps 1 and 2 and does that (the stub's membarrier
+// SYNC_CORE, README.md).
 // Preconditions: site holds the old site (IsPatchableSite) and is
 // writable; patched[5] == kPatchFaultByte.
-void WritePatch(uint8_t* site, const SiteBytes& patched);
+void WritePatch(uint8_t* site, const SiteBytes& patched,
+                const std::function<void()>& serialize = nullptr);
 
 // The site as it was: `mov $sysno, %eax; syscall`.
 SiteBytes OriginalSite(uint32_t sysno);

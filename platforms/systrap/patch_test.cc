@@ -8,6 +8,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <vector>
 #include <thread>
 
 #include "gtest/gtest.h"
@@ -109,6 +110,24 @@ TEST(PatchTest, ClassifiesHalfWrittenSites) {
   EXPECT_EQ(ClassifyPatchFault(old_site, 39), PatchFault::kNotOurs);
   SiteBytes other = {0x90, 0x90, 0x90, 0x90, 0x90, 0x06, 0x00};
   EXPECT_EQ(ClassifyPatchFault(other, 39), PatchFault::kNotOurs);
+}
+
+TEST(PatchTest, SerializesAfterStepsOneAndTwo) {
+  // What a CPU may see at each serialization: after step 1 the old site
+  // with the fault byte, after step 2 the new bytes behind the old `mov`.
+  const SiteBytes old_site = {0xb8, 39, 0, 0, 0, 0x0f, 0x05};
+  const SiteBytes patched = PatchedSite(kPatchTableBase + kPatchEntrySize);
+  SiteBytes step1 = old_site;
+  step1[5] = kPatchFaultByte;
+  SiteBytes step2 = patched;
+  step2[0] = 0xb8;
+  SiteBytes site = old_site;
+  std::vector<SiteBytes> seen;
+  WritePatch(site.data(), patched, [&] { seen.push_back(site); });
+  ASSERT_EQ(seen.size(), 2u);
+  EXPECT_EQ(seen[0], step1);
+  EXPECT_EQ(seen[1], step2);
+  EXPECT_EQ(site, patched);
 }
 
 TEST(PatchTest, EntryLayout) {

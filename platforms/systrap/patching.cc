@@ -4,9 +4,12 @@
 // patches on munmap and mremap) is the memory manager's, behind
 // platform::CodePatcher; the stub's side is stub/patch_entry_amd64.cc.
 #include <cpuid.h>
+#include <errno.h>
+#include <linux/membarrier.h>
 #include <signal.h>
 #include <sys/auxv.h>
 
+#include <atomic>
 #include <cstring>
 
 #include "platforms/systrap/stub/stub.h"
@@ -52,6 +55,36 @@ uint64_t XsaveMaskFor(const uint8_t* fp, uint32_t fp_size) {
     if (offset + size > xstate_size) return 0;
   }
   return mask;
+}
+
+// Set once a host has refused SYNC_CORE barriers (an older kernel, an
+// architecture without them, PVM): the answer is the host's, so later
+// patches do not ask again.
+std::atomic<bool> sync_core_refused{false};
+
+// Makes every CPU that runs a thread of `stub` execute a serializing
+// instruction before this returns (Intel's cross-modifying-code rule,
+// between WritePatch's steps): membarrier(PRIVATE_EXPEDITED_SYNC_CORE)
+// issued by the stub's control thread, since the barrier is per mm.
+// Registration is per mm, and so once per stub process (a fork's child is
+// a new one): the first barrier's EPERM asks for it. False if the host
+// refused.
+bool SyncCore(StubProcess& stub) {
+  if (sync_core_refused.load(std::memory_order_relaxed)) return false;
+  int64_t r =
+      stub.Control(kOpMembarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE);
+  if (r == -EPERM) {
+    r = stub.Control(kOpMembarrier,
+                     MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE);
+    if (r == 0) {
+      r = stub.Control(kOpMembarrier,
+                       MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE);
+    }
+  }
+  if (r == -EINVAL || r == -ENOSYS) {
+    sync_core_refused.store(true, std::memory_order_relaxed);
+  }
+  return r == 0;
 }
 
 }  // namespace
@@ -131,7 +164,16 @@ void StubProcess::TryPatch(uint64_t site, uint32_t sysno,
     std::memcpy(table, &used, sizeof(used));
     // The entry is complete before any thread can jump to it.
     __atomic_thread_fence(__ATOMIC_SEQ_CST);
-    WritePatch(s, PatchedSite(entry));
+    // Each CPU running this process serializes between the steps; where
+    // the host cannot, the steps alone (every intermediate decode is the
+    // old site or faults, README.md) and the site is counted.
+    bool serialized = true;
+    WritePatch(s, PatchedSite(entry),
+               [&] { serialized = serialized && SyncCore(*this); });
+    if (!serialized) {
+      platform_->fastpath().mutable_counters().patch_unserialized.fetch_add(
+          1, std::memory_order_relaxed);
+    }
     return true;
   };
   auto unpatch = [sysno](uint8_t* s) { WriteUnpatch(s, OriginalSite(sysno)); };

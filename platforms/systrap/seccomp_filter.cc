@@ -1,6 +1,7 @@
 #include "platforms/systrap/seccomp_filter.h"
 
 #include <linux/audit.h>
+#include <linux/membarrier.h>
 #include <linux/seccomp.h>
 #include <stddef.h>
 #include <signal.h>
@@ -119,6 +120,21 @@ std::vector<sock_filter> Build() {
   // it dies with the Sentry, and drops the pool of shared areas.
   AllowOnlyWith(b, SYS_prctl, {{0, PR_SET_PDEATHSIG}, {1, SIGKILL}});
   AllowOnlyWith(b, SYS_close, {{0, static_cast<uint64_t>(kStubPoolFd)}});
+  // membarrier for syscall patching's cross-modifying code (patching.cc):
+  // only registering for and issuing a SYNC_CORE barrier on the stub's own
+  // mm, flags 0.
+  b.JumpIf(BPF_JEQ, SYS_membarrier, B::kNext, B::Skip(9));
+  b.Load(ArgHi(0));
+  b.JumpIf(BPF_JEQ, 0, B::kNext, B::kKill);
+  b.Load(ArgLo(0));
+  b.JumpIf(BPF_JEQ, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, B::Skip(1),
+           B::kNext);
+  b.JumpIf(BPF_JEQ, MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE,
+           B::kNext, B::kKill);
+  b.Load(ArgHi(1));
+  b.JumpIf(BPF_JEQ, 0, B::kNext, B::kKill);
+  b.Load(ArgLo(1));
+  b.JumpIf(BPF_JEQ, 0, B::kAllow, B::kKill);
   // clone with exactly the stub-thread flags, or exactly the template's
   // new-stub flags (a child of the Sentry, nothing shared); nothing else.
   b.JumpIf(BPF_JEQ, SYS_clone, B::kNext, B::kKill);

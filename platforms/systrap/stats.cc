@@ -26,6 +26,8 @@ void ToProto(const Stats& s, control::SystrapStats* out) {
   out->set_stub_threads_awake(s.stub_threads_awake.load(std::memory_order_relaxed));
   out->set_contexts_queued(s.contexts_queued.load(std::memory_order_relaxed));
   out->set_patched_sites(s.patched_sites.load(std::memory_order_relaxed));
+  out->set_patch_unserialized(
+      s.patch_unserialized.load(std::memory_order_relaxed));
 }
 
 }  // namespace sandboxd::systrap

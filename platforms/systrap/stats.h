@@ -48,6 +48,9 @@ struct Stats {
   std::atomic<int64_t> stub_threads_awake{0};
   std::atomic<int64_t> contexts_queued{0};
   std::atomic<uint64_t> patched_sites{0};
+  // Of those, written without the membarrier SYNC_CORE between the steps
+  // (the host refused it: patching.cc).
+  std::atomic<uint64_t> patch_unserialized{0};
 };
 
 }  // namespace sandboxd::systrap

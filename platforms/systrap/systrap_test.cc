@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <linux/futex.h>
+#include <linux/membarrier.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -428,6 +429,37 @@ TEST_F(StubFilterTest, NewStubCallsOnlyWithTheirArguments) {
   ExpectKilled(SYS_prctl, PR_SET_DUMPABLE, 1);
   ExpectKilled(SYS_getpid, 0, 0);
   ExpectKilled(SYS_kill, 1, SIGKILL);
+}
+
+TEST_F(StubFilterTest, MembarrierOnlySyncCoreOnItsOwnMmWithFlagsZero) {
+  ExpectKilled(SYS_membarrier, MEMBARRIER_CMD_GLOBAL, 0);
+  ExpectKilled(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED, 0);
+  ExpectKilled(SYS_membarrier, MEMBARRIER_CMD_REGISTER_GLOBAL_EXPEDITED, 0);
+  ExpectKilled(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_RSEQ, 0);
+  ExpectKilled(SYS_membarrier,
+               MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE | (1ull << 32), 0);
+  ExpectKilled(SYS_membarrier, MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE,
+               MEMBARRIER_CMD_FLAG_CPU);
+  ExpectKilled(SYS_membarrier,
+               MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 1ull << 32);
+  // The two it allows reach the host (which may not offer them: EINVAL);
+  // a barrier before registering is EPERM.
+  CpuState cpu;
+  Event ev = RunFromStubCode(SYS_membarrier,
+                             MEMBARRIER_CMD_PRIVATE_EXPEDITED_SYNC_CORE, 0, &cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kException) << ev.detail;  // the ud2
+  EXPECT_TRUE(static_cast<int64_t>(cpu.regs.rax) == -EPERM ||
+              static_cast<int64_t>(cpu.regs.rax) == -EINVAL)
+      << static_cast<int64_t>(cpu.regs.rax);
+  ctx_->Release();
+  ev = RunFromStubCode(SYS_membarrier,
+                       MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED_SYNC_CORE, 0,
+                       &cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kException) << ev.detail;
+  EXPECT_TRUE(cpu.regs.rax == 0 ||
+              static_cast<int64_t>(cpu.regs.rax) == -EINVAL)
+      << static_cast<int64_t>(cpu.regs.rax);
+  ctx_->Release();
 }
 
 TEST_F(StubFilterTest, AStubHoldsNoPool) {

@@ -376,6 +376,9 @@ extern "C" STUB __attribute__((noreturn)) void sbx_stub_control_loop() {
       case kOpExit:
         Die(0);
         break;
+      case kOpMembarrier:  // serializes this mm's CPUs (syscall patching)
+        r = Syscall3(__NR_membarrier, a[0], 0, 0);
+        break;
       default:
         break;
     }

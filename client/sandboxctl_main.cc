@@ -66,7 +66,8 @@ const char kUsage[] =
     "\n"
     "spec flags: --name=ID --rootfs=DIR (default /) --env=K=V (-e) --cwd=DIR\n"
     "  --platform=systrap|kvm --hostname=NAME --network=none|host --label=K=V\n"
-    "  --memory=BYTES[k|m|g] --cpus=N (e.g. 0.5) --pids=N --user=UID[:GID]\n";
+    "  --memory=BYTES[k|m|g] --cpus=N (e.g. 0.5) --pids=N --user=UID[:GID]\n"
+    "  --systrap-patch=on|off (default: the daemon's)\n";
 
 void RestoreTerminal();
 
@@ -180,6 +181,14 @@ bool SpecFlag(Args& a, v1::CreateRequest* req) {
     p->set_cwd(v);
   } else if (a.Value({"--platform"}, &v)) {
     spec->set_platform(v);
+  } else if (a.Value({"--systrap-patch"}, &v)) {
+    if (v == "on") {
+      spec->mutable_systrap()->set_patch(v1::SYSTRAP_PATCH_ON);
+    } else if (v == "off") {
+      spec->mutable_systrap()->set_patch(v1::SYSTRAP_PATCH_OFF);
+    } else {
+      Fail(kExitError, absl::StrCat("--systrap-patch: want on or off, got ", v));
+    }
   } else if (a.Value({"--hostname"}, &v)) {
     spec->set_hostname(v);
   } else if (a.Value({"--network"}, &v)) {

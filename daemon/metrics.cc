@@ -188,6 +188,13 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                          .Help("Contexts handed to the Sentry whose Sentry thread is "
                                "still asleep.")
                          .Register(r);
+  systrap_patch_unserialized_ =
+      &prometheus::BuildCounter()
+           .Name("sandboxd_systrap_patch_unserialized_total")
+           .Help("Patched syscall sites written without membarrier SYNC_CORE "
+                 "between the steps (the host refused it).")
+           .Register(r)
+           .Add({});
   systrap_patched_sites_ = &prometheus::BuildCounter()
                                 .Name("sandboxd_systrap_patched_sites_total")
                                 .Help("Syscall sites patched to enter the stub without a "
@@ -370,6 +377,7 @@ void Metrics::SetPlatformStats(absl::string_view id, const control::PlatformStat
     AddTo(systrap_evaluations_, d.Next(s.evaluations()));
     AddTo(systrap_idle_resets_, d.Next(s.idle_resets()));
     AddTo(systrap_patched_sites_, d.Next(s.patched_sites()));
+    AddTo(systrap_patch_unserialized_, d.Next(s.patch_unserialized()));
     SetPlatformGauge(ps, systrap_awake_, {{"id", sid}},
                      static_cast<double>(s.stub_threads_awake()));
     SetPlatformGauge(ps, systrap_queued_, {{"id", sid}},

@@ -134,6 +134,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* systrap_awake_;
   prometheus::Family<prometheus::Gauge>* systrap_queued_;
   prometheus::Counter* systrap_patched_sites_;
+  prometheus::Counter* systrap_patch_unserialized_;
   prometheus::Family<prometheus::Counter>* kvm_exits_;
   prometheus::Histogram* kvm_vm_create_;
   prometheus::Histogram* kvm_vcpu0_create_;

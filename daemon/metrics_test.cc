@@ -157,6 +157,7 @@ control::PlatformStats SystrapReport(uint64_t scale, bool stub_spinning) {
   s->set_stub_threads_awake(2);
   s->set_contexts_queued(1);
   s->set_patched_sites(4 * scale);
+  s->set_patch_unserialized(scale);
   return st;
 }
 
@@ -224,6 +225,7 @@ TEST(MetricsTest, SystrapPlatformStats) {
   EXPECT_EQ(s["sandboxd_systrap_fastpath_evaluations_total"], 120);
   EXPECT_EQ(s["sandboxd_systrap_fastpath_idle_resets_total"], 3);
   EXPECT_EQ(s["sandboxd_systrap_patched_sites_total"], 12);
+  EXPECT_EQ(s["sandboxd_systrap_patch_unserialized_total"], 3);
   // Histograms: to="sentry" saw 3 * (3 + 1 + 1 + 1) = 18 hand-overs.
   const std::string to_sentry = "sandboxd_systrap_handover_seconds_bucket{to=\"sentry\",";
   EXPECT_EQ(s["sandboxd_systrap_handover_seconds_count{to=\"sentry\"}"], 18);

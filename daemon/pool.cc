@@ -44,7 +44,9 @@ absl::StatusOr<std::unique_ptr<WarmSentry>> SentryFactory::Spawn(const std::stri
                                                                  bool background) {
   const absl::Time begin = absl::Now();
   auto warm = std::unique_ptr<WarmSentry>(new WarmSentry());
-  warm->platform_ = platform;
+  // `platform` is a pool key: the platform and its start-time options.
+  const SentryKind kind = SentryKind::FromKey(platform);
+  warm->platform_ = kind.platform;
   warm->state_dir_ = state_dir_;
   if (cgroups_ != nullptr) {
     uint64_t n;
@@ -58,7 +60,8 @@ absl::StatusOr<std::unique_ptr<WarmSentry>> SentryFactory::Spawn(const std::stri
   warm->background_ = background;
   SentrySpawnOptions o;
   o.sentry_path = sentry_path_;
-  o.platform = platform;
+  o.platform = kind.platform;
+  o.flags = kind.ServeFlags();
   Cgroup* cg = warm->cgroup_.get();
   StateDir* sd = state_dir_;
   o.before_exec = [cg, sd, background](pid_t pid) -> absl::Status {

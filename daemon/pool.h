@@ -28,6 +28,7 @@
 #include "absl/time/time.h"
 #include "daemon/cgroup.h"
 #include "daemon/metrics.h"
+#include "daemon/sentry_kind.h"
 #include "daemon/sentry_process.h"
 #include "daemon/state_dir.h"
 
@@ -69,7 +70,8 @@ class SentryFactory {
         state_dir_(state_dir),
         hello_timeout_(hello_timeout) {}
 
-  // Spawns a Sentry for `platform` and waits for its Hello. With
+  // Spawns a Sentry for `platform` (a SentryKind key: "systrap+patch"
+  // adds --systrap-patch=on) and waits for its Hello. With
   // `background`, at the lowest CPU priority (see WarmSentry::Foreground).
   absl::StatusOr<std::unique_ptr<WarmSentry>> Spawn(const std::string& platform,
                                                     bool background = false);

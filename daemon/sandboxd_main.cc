@@ -31,6 +31,7 @@
 #include "daemon/log.h"
 #include "daemon/metrics.h"
 #include "daemon/pool.h"
+#include "daemon/sentry_kind.h"
 #include "daemon/service.h"
 #include "daemon/state_dir.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -55,6 +56,7 @@ struct Flags {
   std::string cgroup_parent = "sandboxd";
   bool cgroups = true;
   int max_sandboxes = 1000;
+  bool systrap_patch = false;  // --systrap-patch=on|off: the pool's default
 };
 
 [[noreturn]] void Die(int code, const std::string& msg) {
@@ -67,7 +69,7 @@ const char kUsage[] =
     "                [--platforms=systrap[,kvm]] [--sentry=PATH] [--state-dir=DIR]\n"
     "                [--cgroup-parent=NAME | --no-cgroups] [--max-sandboxes=N]\n"
     "                [--tcp=HOST:PORT --tls-cert=FILE --tls-key=FILE --token-file=FILE]\n"
-    "                [--socket-group=GROUP]\n";
+    "                [--socket-group=GROUP] [--systrap-patch=on|off]\n";
 
 // The `sentry` next to this binary (out/bin/sentry beside out/bin/sandboxd).
 std::string DefaultSentry() {
@@ -113,6 +115,13 @@ Flags ParseFlags(int argc, char** argv) {
         number("--pool-size", &f.pool_size) || number("--max-sandboxes", &f.max_sandboxes)) {
       continue;
     }
+    if (value("--systrap-patch", &v)) {
+      if (v != "on" && v != "off") {
+        Die(kExitUsage, absl::StrCat("--systrap-patch wants on or off, got \"", v, "\""));
+      }
+      f.systrap_patch = v == "on";
+      continue;
+    }
     if (value("--platforms", &v)) {
       f.platforms.clear();
       for (absl::string_view p : absl::StrSplit(v, ',', absl::SkipEmpty())) {
@@ -128,6 +137,12 @@ Flags ParseFlags(int argc, char** argv) {
     Die(kExitUsage, absl::StrCat("unknown argument: ", argv[i]));
   }
   if (f.sentry.empty()) f.sentry = DefaultSentry();
+  if (f.systrap_patch) {
+    if (std::string why = SystrapPatchUnavailable(); !why.empty()) {
+      Die(kExitUsage, absl::StrCat("--systrap-patch=on: syscall patching is not available "
+                                   "on this host: ", why));
+    }
+  }
   return f;
 }
 
@@ -175,12 +190,16 @@ int Main(int argc, char** argv) {
   if (!metrics.ok()) Die(1, absl::StrCat("metrics: ", metrics.status().ToString()));
 
   std::map<std::string, int> targets;
-  for (const std::string& p : flags.platforms) targets[p] = flags.pool_size;
+  // Warm Sentries per kind: systrap's with the daemon's --systrap-patch.
+  for (const std::string& p : flags.platforms) {
+    targets[SentryKind{p, p == "systrap" && flags.systrap_patch}.Key()] = flags.pool_size;
+  }
   SentryFactory factory(flags.sentry, cgroups.get(), state_dir->get());
   auto pool = std::make_unique<Pool>(&factory, metrics->get(), targets);
 
   ServiceOptions so;
   so.platforms = flags.platforms;
+  so.systrap_patch = flags.systrap_patch;
   so.max_sandboxes = flags.max_sandboxes;
   auto service = std::make_unique<Service>(so, pool.get(), metrics->get(), cgroups != nullptr);
 

@@ -47,6 +47,7 @@ absl::StatusOr<std::unique_ptr<SentryProcess>> SentryProcess::Spawn(
   std::vector<std::string> args = {options.sentry_path, "serve",
                                    absl::StrCat("--platform=", options.platform),
                                    "--control-fd=3"};
+  args.insert(args.end(), options.flags.begin(), options.flags.end());
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);

@@ -39,6 +39,7 @@ namespace daemon {
 struct SentrySpawnOptions {
   std::string sentry_path;  // the `sentry` binary
   std::string platform;     // --platform=
+  std::vector<std::string> flags;  // more `sentry serve` flags (SentryKind)
   // Runs in the daemon after fork, while the child waits before exec (so
   // that the Sentry is in its cgroup before it forks anything). An error
   // kills the child.

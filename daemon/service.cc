@@ -14,6 +14,7 @@
 #include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
 #include "daemon/log.h"
+#include "daemon/sentry_kind.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace sandboxd {
@@ -194,6 +195,8 @@ absl::Status Service::CreateSandbox(const v1::CreateRequest& req, v1::CreateResp
         absl::StrCat("spec.platform: unknown or unavailable platform \"", spec.platform(),
                      "\" (this daemon offers: ", absl::StrJoin(options_.platforms, ", "), ")"));
   }
+  ASSIGN_OR_RETURN(const SentryKind kind,
+                   KindForSpec(spec, options_.systrap_patch));
   if (!v1::NetworkMode_IsValid(spec.network())) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.network: unknown network mode ", spec.network()));
@@ -246,7 +249,7 @@ absl::Status Service::CreateSandbox(const v1::CreateRequest& req, v1::CreateResp
   });
 
   bool hit = false;
-  absl::StatusOr<std::unique_ptr<WarmSentry>> warm = pool_->Take(spec.platform(), &hit);
+  absl::StatusOr<std::unique_ptr<WarmSentry>> warm = pool_->Take(kind.Key(), &hit);
   if (!warm.ok()) return Annotate(warm.status(), "create");
   stage(hit ? "create.pool_take" : "create.spawn_sentry");
   if (Cgroup* cg = (*warm)->cgroup()) {

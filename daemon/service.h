@@ -27,6 +27,9 @@ namespace daemon {
 struct ServiceOptions {
   // Platforms this daemon offers ("systrap", "kvm").
   std::set<std::string> platforms = {"systrap"};
+  // sandboxd --systrap-patch: the pool's systrap Sentries patch syscalls,
+  // and so does a Create that does not say (spec.systrap.patch).
+  bool systrap_patch = false;
   int max_sandboxes = 1000;
   // How often usage and unimplemented syscalls are collected for metrics.
   absl::Duration metrics_interval = absl::Seconds(5);

@@ -8,6 +8,7 @@
 #   - run --rm of a missing program: 127 and one line on stderr
 #   - run -i (stdin), SANDBOXD_SOCKET, run -t under a real pty
 #   - create / start / wait / logs / ps (--json) / inspect / exec / kill / rm
+#   - --systrap-patch=on|off: a Sentry started with it (pool miss), patching
 # Exits 77 (CTest: skipped) until the binaries exist.
 set -u
 if [ $# -ne 3 ]; then
@@ -55,6 +56,7 @@ check() { # check DESCRIPTION CONDITION...
 eq() { [ "$1" = "$2" ]; }
 lines() { wc -l <"$1" | tr -d ' '; }
 contains() { grep -q -- "$2" "$1"; }
+not_contains() { ! grep -q -- "$2" "$1"; }
 
 # No daemon yet.
 ctl run --rm -- /bin/true
@@ -179,6 +181,39 @@ ctl wait svc
 check "wait after SIGTERM: 143" eq "$status" 143
 ctl rm -f svc
 check "rm -f: exit 0" eq "$status" 0
+
+# Syscall patching (spec.systrap.patch): the daemon's default (off here)
+# for pooled Sentries; --systrap-patch=on gets a Sentry started with it (a
+# pool miss), whose hot getpid site is patched: [sbx-patch] in its maps.
+hot_getpid='import os
+for _ in range(200): os.getpid()
+print(open("/proc/self/maps").read().count("[sbx-patch]"))'
+if patch_why=$("$SENTRY" run --systrap-patch=on -- /bin/true 2>&1 >/dev/null </dev/null); then
+  ctl run --rm --systrap-patch=on -- /usr/bin/python3 -c "$hot_getpid"
+  check "run --systrap-patch=on: the hot site is patched" eq "$(cat "$tmp/out")" "1"
+  ctl run --rm -- /usr/bin/python3 -c "$hot_getpid"
+  check "run with the daemon's default (off): nothing patched" eq "$(cat "$tmp/out")" "0"
+  ctl run --rm --systrap-patch=off -- /usr/bin/python3 -c "$hot_getpid"
+  check "run --systrap-patch=off: nothing patched" eq "$(cat "$tmp/out")" "0"
+  ctl run -d --name=patched --systrap-patch=on -- /bin/sleep 600
+  ctl inspect patched
+  cp "$tmp/out" "$tmp/inspect"
+  check "--systrap-patch=on: a pool miss" not_contains "$tmp/inspect" '"pool_hit": true'
+  check "--systrap-patch=on: in the spec" contains "$tmp/inspect" '"patch": "SYSTRAP_PATCH_ON"'
+  spid=$(tr -d ' \n' <"$tmp/inspect" | sed -n 's/.*"sentry_pids":\[\([0-9]*\).*/\1/p')
+  check "--systrap-patch=on: the Sentry was started with it" \
+    grep -qa -- "--systrap-patch=on" "/proc/$spid/cmdline"
+  ctl rm -f patched
+else
+  echo "SKIP patching checks: $(printf '%s' "$patch_why" | head -1)"
+fi
+if [ "$platforms" = systrap,kvm ]; then
+  ctl run --rm --platform=kvm --systrap-patch=on -- /bin/true
+  check "--systrap-patch=on with kvm: refused" eq "$status" 125
+  check "--systrap-patch=on with kvm: names the field" contains "$tmp/err" "spec.systrap.patch"
+fi
+ctl run --rm --systrap-patch=maybe -- /bin/true
+check "--systrap-patch=maybe: a usage error" contains "$tmp/err" "want on or off"
 
 ctl checkpoint nosuch "$tmp/img"
 check "checkpoint: an honest error" contains "$tmp/err" "not available"

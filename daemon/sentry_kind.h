@@ -1,0 +1,48 @@
+// What a Sentry is started for: its platform and the platform options that
+// are fixed when `sentry serve` starts (today systrap's syscall patching).
+// The pool keeps warm Sentries per kind: a Create whose spec asks for
+// another kind than the pool's is a pool miss and starts one on the spot.
+#ifndef SANDBOXD_DAEMON_SENTRY_KIND_H_
+#define SANDBOXD_DAEMON_SENTRY_KIND_H_
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "proto/sandbox.pb.h"
+
+namespace sandboxd {
+namespace daemon {
+
+struct SentryKind {
+  std::string platform = "systrap";  // "systrap" or "kvm"
+  bool systrap_patch = false;        // sentry serve --systrap-patch=on
+
+  // The pool's key: the platform, with "+patch" when patching is on
+  // ("systrap", "systrap+patch", "kvm"). FromKey(k.Key()) == k.
+  std::string Key() const;
+  static SentryKind FromKey(absl::string_view key);
+  // `sentry serve` flags beyond --platform.
+  std::vector<std::string> ServeFlags() const;
+  bool operator==(const SentryKind& o) const {
+    return platform == o.platform && systrap_patch == o.systrap_patch;
+  }
+};
+
+// Why this host cannot patch syscalls (the conditions of
+// Systrap::set_patching: FSGSBASE in user space, OSXSAVE), or "" if it can.
+std::string SystrapPatchUnavailable();
+
+// The kind a Create with `spec` (platform already validated and filled in)
+// needs; `default_patch` is the daemon's --systrap-patch. INVALID_ARGUMENT
+// for patching asked of another platform or an unknown value,
+// FAILED_PRECONDITION when this host cannot patch; both name
+// spec.systrap.patch.
+absl::StatusOr<SentryKind> KindForSpec(const v1::SandboxSpec& spec,
+                                       bool default_patch);
+
+}  // namespace daemon
+}  // namespace sandboxd
+
+#endif  // SANDBOXD_DAEMON_SENTRY_KIND_H_

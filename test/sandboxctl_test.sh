@@ -188,7 +188,9 @@ check "rm -f: exit 0" eq "$status" 0
 hot_getpid='import os
 for _ in range(200): os.getpid()
 print(open("/proc/self/maps").read().count("[sbx-patch]"))'
-if patch_why=$("$SENTRY" run --systrap-patch=on -- /bin/true 2>&1 >/dev/null </dev/null); then
+if [ ! -x /usr/bin/python3 ]; then
+  echo "SKIP patching checks: no /usr/bin/python3 in the rootfs"
+elif patch_why=$("$SENTRY" run --systrap-patch=on -- /bin/true 2>&1 >/dev/null </dev/null); then
   ctl run --rm --systrap-patch=on -- /usr/bin/python3 -c "$hot_getpid"
   check "run --systrap-patch=on: the hot site is patched" eq "$(cat "$tmp/out")" "1"
   ctl run --rm -- /usr/bin/python3 -c "$hot_getpid"

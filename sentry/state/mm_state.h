@@ -14,7 +14,11 @@
 //     it; at load every page gets one reference per PMA that names it, so
 //     pages shared copy-on-write before the save are shared after it.
 //     PMAs that point into a source are not saved: they fault in again;
-//   - brk and the mmap base.
+//   - brk and the mmap base;
+//   - syscall patching's record (the table's range, each patched site's
+//     original bytes). The load writes the original bytes back and keeps
+//     the table (platforms/systrap/README.md, "Checkpoint and restore"):
+//     the restoring Sentry, maybe another build or platform, patches anew.
 // The platform's AddressSpace starts empty at load: the next fault maps
 // each page (the PMA says where its data is).
 //

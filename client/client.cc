@@ -31,10 +31,19 @@ constexpr size_t kStdinChunk = 64 << 10;
 // to size the flow-control window for a long, fat link) only cost both
 // ends a wakeup on a unix socket; with retries off, gRPC does not keep a
 // copy of every message sent on a stream in case it must replay it.
+// Channelz (per-channel, subchannel and socket nodes and counters kept for
+// an introspection service) has no reader in a client that lives for one
+// command; there is no proxy between us and the daemon, no service config
+// to look up in a resolver, and one channel per process, so no global
+// subchannel pool to search.
 grpc::ChannelArguments ChannelArgs() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  args.SetInt(GRPC_ARG_ENABLE_CHANNELZ, 0);
+  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+  args.SetInt(GRPC_ARG_SERVICE_CONFIG_DISABLE_RESOLUTION, 1);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   return args;
 }
 
@@ -186,6 +195,19 @@ absl::Status Client::Checkpoint(const v1::CheckpointRequest& req) {
   return Convert(stub_->Checkpoint(&ctx, req, &resp));
 }
 
+absl::StatusOr<v1::CapabilitiesResponse> Client::Capabilities() {
+  grpc::ClientContext ctx;
+  v1::CapabilitiesRequest req;
+  v1::CapabilitiesResponse resp;
+  grpc::Status s = stub_->Capabilities(&ctx, req, &resp);
+  // A daemon that predates the call offers none of it.
+  if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) return v1::CapabilitiesResponse();
+  RETURN_IF_ERROR(Convert(s));
+  return resp;
+}
+
+void Client::ConnectInBackground() { (void)channel_->GetState(/*try_to_connect=*/true); }
+
 absl::Status Client::Logs(const std::string& id, bool follow,
                           const std::function<void(const v1::LogsResponse&)>& on_chunk) {
   grpc::ClientContext ctx;
@@ -208,9 +230,10 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
     step = now;
   };
   grpc::ClientContext ctx;
+  // The call's headers wait for its first message and go out with it, in
+  // one write, rather than on their own.
+  ctx.set_initial_metadata_corked(true);
   auto stream = stub_->Exec(&ctx);
-  UniqueFd stop(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!stop.valid()) return absl::InternalError("eventfd failed");
 
   v1::ExecRequest first;
   first.mutable_start()->set_id(id);
@@ -230,14 +253,36 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
       first.mutable_start()->mutable_size()->set_cols(cols);
     }
   }
-  if (!stream->Write(first)) return Convert(stream->Finish());
+  // Nothing to send after `start` (no stdin, no terminal to resize, e.g.
+  // `sandboxctl run` without -i or -t): `start` half-closes the call too,
+  // which the daemon takes as the end of stdin, so that the whole request
+  // is one write and no writer thread is needed.
+  const bool start_only =
+      io.stdin_fd < 0 && io.stdin_data.empty() && io.resize_fd < 0 && !io.get_size;
+  if (start_only) {
+    if (!stream->Write(first, grpc::WriteOptions().set_last_message())) {
+      return Convert(stream->Finish());
+    }
+  } else if (!stream->Write(first)) {
+    return Convert(stream->Finish());
+  }
   mark("client.exec.open");
 
-  // One writer thread: the initial size, stdin, resizes, then close_stdin.
-  // It half-closes as soon as it has nothing more to send (stdin at its
-  // end, no terminal to resize), so that the daemon can end the call with
-  // the exit status; else once the exit status is in (stop).
-  std::thread writer([&] {
+  // Else one writer thread: the initial size, stdin, resizes, then
+  // close_stdin. It half-closes as soon as it has nothing more to send
+  // (stdin at its end, no terminal to resize), so that the daemon can end
+  // the call with the exit status; else once the exit status is in (stop).
+  UniqueFd stop;
+  std::thread writer;
+  if (!start_only) {
+    stop = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!stop.valid()) {
+      ctx.TryCancel();
+      (void)stream->Finish();
+      return absl::InternalError("eventfd failed");
+    }
+  }
+  if (!start_only) writer = std::thread([&] {
     auto send_size = [&] {
       uint32_t rows = 0, cols = 0;
       if (io.get_size && io.get_size(&rows, &cols) && rows > 0 && cols > 0) {
@@ -324,9 +369,11 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
     }
     if (have_exit) break;
   }
-  const uint64_t one = 1;
-  (void)!write(stop.get(), &one, sizeof(one));
-  writer.join();
+  if (writer.joinable()) {
+    const uint64_t one = 1;
+    (void)!write(stop.get(), &one, sizeof(one));
+    writer.join();
+  }
   if (have_exit) {
     // Drain to the end of the stream so that Finish sees the status.
     while (stream->Read(&r)) {
@@ -337,6 +384,31 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
   if (!s.ok()) return Convert(s);
   if (!have_exit) return absl::InternalError("Exec ended without an exit status");
   return exit;
+}
+
+absl::StatusOr<v1::ExitStatus> Client::CreateAndAttach(const v1::CreateRequest& req, ExecIo io,
+                                                       bool* separate_create) {
+  if (separate_create != nullptr) *separate_create = false;
+  bool created = false;
+  ExecIo one_call = io;
+  one_call.create = &req;
+  one_call.on_id = [&](const std::string& id) {
+    created = true;
+    if (io.on_id) io.on_id(id);
+  };
+  absl::StatusOr<v1::ExitStatus> exit = Exec("", /*attach=*/true, {}, std::move(one_call));
+  if (created || !absl::IsInvalidArgument(exit.status())) return exit;
+  // Refused before there was a sandbox: a bad request, or a daemon that
+  // does not know Start.create (to which `id` is empty). It says which.
+  absl::StatusOr<v1::CapabilitiesResponse> caps = Capabilities();
+  if (!caps.ok() || caps->exec_create()) return exit;
+  if (separate_create != nullptr) *separate_create = true;
+  if (io.trace != nullptr) *io.trace = ExecTrace();
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(v1::CreateResponse resp, Create(req));
+  if (io.trace != nullptr) io.trace->steps.emplace_back("client.create", absl::Now() - start);
+  if (io.on_id) io.on_id(resp.id());
+  return Exec(resp.id(), /*attach=*/true, {}, std::move(io));
 }
 
 int ExitCode(const v1::ExitStatus& status) {

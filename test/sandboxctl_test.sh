@@ -113,6 +113,12 @@ check "run --rm missing program: exit 127" eq "$status" 127
 check "run --rm missing program: one line on stderr" eq "$(lines "$tmp/err")" 1
 check "run --rm missing program: nothing on stdout" eq "$(lines "$tmp/out")" 0
 
+ctl run --rm --network=host -- /bin/true
+check "run --network=host: refused, exit 125" eq "$status" 125
+check "run --network=host: one line on stderr" eq "$(lines "$tmp/err")" 1
+check "run --network=host: names the field" contains "$tmp/err" "spec.network: NETWORK_MODE_HOST"
+check "run --network=host: says why" contains "$tmp/err" "no host network by design"
+
 seq 1 50000 >"$tmp/in"
 IN=$tmp/in ctl run --rm -i -- /usr/bin/wc -l
 check "run -i: stdin reaches the program" eq "$(tr -d ' ' <"$tmp/out")" 50000

@@ -3,10 +3,13 @@
 #include <errno.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <utility>
 
@@ -15,6 +18,7 @@
 #include "base/unique_fd.h"
 #include "daemon/auth.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/create_channel_posix.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
@@ -33,9 +37,10 @@ constexpr size_t kStdinChunk = 64 << 10;
 // copy of every message sent on a stream in case it must replay it.
 // Channelz (per-channel, subchannel and socket nodes and counters kept for
 // an introspection service) has no reader in a client that lives for one
-// command; there is no proxy between us and the daemon, no service config
-// to look up in a resolver, and one channel per process, so no global
-// subchannel pool to search.
+// command; there is no proxy between us and the daemon, and no service
+// config to look up in a resolver. (A channel of its own subchannels,
+// grpc.use_local_subchannel_pool, is slower to find a restarted daemon:
+// client_test's restart waited out a reconnect backoff.)
 grpc::ChannelArguments ChannelArgs() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
@@ -43,8 +48,21 @@ grpc::ChannelArguments ChannelArgs() {
   args.SetInt(GRPC_ARG_ENABLE_CHANNELZ, 0);
   args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
   args.SetInt(GRPC_ARG_SERVICE_CONFIG_DISABLE_RESOLUTION, 1);
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   return args;
+}
+
+// A connected unix stream socket, or an invalid fd.
+UniqueFd ConnectUnix(const std::string& path) {
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) return UniqueFd();
+  memcpy(addr.sun_path, path.data(), path.size());
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return fd;
+  if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return UniqueFd();
+  }
+  return fd;
 }
 
 }  // namespace
@@ -64,18 +82,29 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ConnectOptions& o)
     ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> creds,
                      daemon::ClientCredentials(o.ca_cert_file, o.token));
     return std::unique_ptr<Client>(new Client(
-        o.tcp_address, grpc::CreateCustomChannel(o.tcp_address, creds, ChannelArgs())));
+        o.tcp_address, grpc::CreateCustomChannel(o.tcp_address, creds, ChannelArgs()),
+        /*direct=*/false));
   }
   if (o.socket.empty()) return absl::InvalidArgumentError("no socket path");
   const std::string target = absl::StrCat("unix:", o.socket);
+  if (o.connect_now) {
+    UniqueFd fd = ConnectUnix(o.socket);
+    if (fd.valid()) {
+      return std::unique_ptr<Client>(new Client(
+          o.socket, grpc::CreateCustomInsecureChannelFromFd(target, fd.release(), ChannelArgs()),
+          /*direct=*/true));
+    }
+  }
   return std::unique_ptr<Client>(new Client(
       o.socket,
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), ChannelArgs())));
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), ChannelArgs()),
+      /*direct=*/false));
 }
 
-Client::Client(std::string target, std::shared_ptr<grpc::Channel> channel)
+Client::Client(std::string target, std::shared_ptr<grpc::Channel> channel, bool direct)
     : target_(std::move(target)),
       channel_(std::move(channel)),
+      direct_(direct),
       stub_(v1::Sandboxes::NewStub(channel_)) {}
 
 absl::Status Client::Convert(const grpc::Status& s) const {
@@ -83,8 +112,11 @@ absl::Status Client::Convert(const grpc::Status& s) const {
   // UNAVAILABLE from the transport (no daemon) or from the daemon itself
   // (a Sentry that could not start): only a channel that is not connected
   // means the former.
+  // A direct channel has no connectivity state: whether the daemon still
+  // listens tells.
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
-      channel_->GetState(false) != GRPC_CHANNEL_READY) {
+      (direct_ ? !ConnectUnix(target_).valid()
+               : channel_->GetState(false) != GRPC_CHANNEL_READY)) {
     return absl::UnavailableError(absl::StrCat(
         "cannot reach sandboxd at ", target_,
         " (is it running? start it with: sandboxd --socket=", target_, ")"));
@@ -206,7 +238,9 @@ absl::StatusOr<v1::CapabilitiesResponse> Client::Capabilities() {
   return resp;
 }
 
-void Client::ConnectInBackground() { (void)channel_->GetState(/*try_to_connect=*/true); }
+void Client::ConnectInBackground() {
+  if (!direct_) (void)channel_->GetState(/*try_to_connect=*/true);
+}
 
 absl::Status Client::Logs(const std::string& id, bool follow,
                           const std::function<void(const v1::LogsResponse&)>& on_chunk) {

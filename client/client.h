@@ -33,6 +33,13 @@ struct ConnectOptions {
   std::string tcp_address;
   std::string ca_cert_file;  // trusted CA (the server's cert when self-signed)
   std::string token;         // bearer token
+  // Unix socket only, for a client that lives for one command: Connect
+  // connects now, before gRPC starts up (so that the daemon's accept and
+  // HTTP/2 settings overlap gRPC's start-up), and the channel runs on that
+  // one connection (gRPC's "direct" channel: no resolver, load balancer,
+  // connectivity wait or reconnect). When the connect fails, the channel
+  // is the usual one, which reports the failure at the first call.
+  bool connect_now = false;
 };
 
 // The socket to use: `flag` when set, else $SANDBOXD_SOCKET, else the default.
@@ -127,11 +134,13 @@ class Client {
   const std::string& target() const { return target_; }
 
  private:
-  Client(std::string target, std::shared_ptr<grpc::Channel> channel);
+  Client(std::string target, std::shared_ptr<grpc::Channel> channel, bool direct);
   absl::Status Convert(const grpc::Status& s) const;
 
   const std::string target_;
   std::shared_ptr<grpc::Channel> channel_;
+  // On one connection made by Connect (ConnectOptions::connect_now).
+  const bool direct_;
   std::unique_ptr<v1::Sandboxes::Stub> stub_;
 };
 

@@ -725,13 +725,14 @@ int Main(int argc, char** argv) {
     Fail(kExitError, absl::StrCat("sandboxd is not running (no socket at ", co.socket,
                                   "); start it with: sandboxd --socket=", co.socket));
   }
+  co.connect_now = true;
   absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(co);
   FailOn(c.status());
   // Never destroyed: the process ends with QuickExit, and destroying the
   // last channel would shut gRPC down, joining its threads (milliseconds).
   Client& client = *c->release();
-  // The connection (connect, HTTP/2 preface and settings) is made by
-  // gRPC's threads while this one reads the command's arguments.
+  // Without connect_now's connection (TCP, or a failed connect), gRPC's
+  // threads connect while this one reads the command's arguments.
   client.ConnectInBackground();
   if (cmd == "run") return Run(client, a, false);
   if (cmd == "create") return Run(client, a, true);

@@ -56,6 +56,12 @@ eq() { [ "$1" = "$2" ]; }
 lines() { wc -l <"$1" | tr -d ' '; }
 contains() { grep -q -- "$2" "$1"; }
 
+# sandboxctl is linked statically in both build lanes (a dynamic one spends
+# milliseconds of every command in the loader).
+file -L "$SANDBOXCTL" >"$tmp/out" 2>&1
+status=$?
+check "sandboxctl is statically linked" contains "$tmp/out" "statically linked"
+
 # No daemon yet.
 ctl run --rm -- /bin/true
 check "no daemon: exit 125" eq "$status" 125

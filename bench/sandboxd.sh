@@ -149,13 +149,34 @@ misses=$(printf '%s\n' "$m" | awk '/^sandboxd_create_seconds_count/ && /pool="mi
 echo "warm daemon: $hits creates from the pool, $misses misses"
 
 # Where a warm run's time goes: medians of 20 runs with --timings
-# (interleaved with BASE_BIN's when given).
+# (interleaved with BASE_BIN's when given). Besides sandboxctl's own steps
+# (with SANDBOXCTL_T0, the process's start to main() and main() to the
+# call), the run's wall time from bash (wall.run) and what is in no step:
+# wall.after_call, from the end of the call to bash's wait returning
+# (sandboxctl's exit, the kernel's teardown of its threads and address
+# space, bash's wakeup).
+# timed_run CTL SOCKET FILE: one run with --timings, its lines into FILE.
+timed_run() {
+  local t0 t1
+  t0=$EPOCHREALTIME
+  SANDBOXCTL_T0=$t0 "$1" --socket="$2" run --rm --timings -- /bin/true 2>"$tmp/one" >/dev/null
+  t1=$EPOCHREALTIME
+  awk -v a="$t0" -v b="$t1" '
+    {print}
+    $3 == "client.t0_to_main" || $3 == "client.main_to_call" ||
+      $3 == "client.create_attach_run_exit" || $3 == "client.create" ||
+      $3 == "client.attach_run_exit" {in_steps += $4}
+    END {
+      w = (b - a) * 1000
+      printf "sandboxctl: timing: wall.run %.3f ms\n", w
+      printf "sandboxctl: timing: wall.after_call %.3f ms\n", w - in_steps
+    }' "$tmp/one" >>"$3"
+}
 for _ in $(seq 1 20); do
-  "$SANDBOXCTL" --socket="$tmp/warm.sock" run --rm --timings -- /bin/true 2>>"$tmp/timings" >/dev/null
+  timed_run "$SANDBOXCTL" "$tmp/warm.sock" "$tmp/timings"
   sleep "$POOL_WAIT"
   if [ -n "$BASE_BIN" ]; then
-    "$BASE_BIN/sandboxctl" --socket="$tmp/base.sock" run --rm --timings -- /bin/true \
-      2>>"$tmp/timings.base" >/dev/null
+    timed_run "$BASE_BIN/sandboxctl" "$tmp/base.sock" "$tmp/timings.base"
     sleep "$POOL_WAIT"
   fi
 done

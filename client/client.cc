@@ -3,10 +3,13 @@
 #include <errno.h>
 #include <poll.h>
 #include <sys/eventfd.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <thread>
 #include <utility>
 
@@ -15,6 +18,7 @@
 #include "base/unique_fd.h"
 #include "daemon/auth.h"
 #include "grpcpp/create_channel.h"
+#include "grpcpp/create_channel_posix.h"
 #include "grpcpp/support/channel_arguments.h"
 #include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/security/credentials.h"
@@ -31,11 +35,34 @@ constexpr size_t kStdinChunk = 64 << 10;
 // to size the flow-control window for a long, fat link) only cost both
 // ends a wakeup on a unix socket; with retries off, gRPC does not keep a
 // copy of every message sent on a stream in case it must replay it.
+// Channelz (per-channel, subchannel and socket nodes and counters kept for
+// an introspection service) has no reader in a client that lives for one
+// command; there is no proxy between us and the daemon, and no service
+// config to look up in a resolver. (A channel of its own subchannels,
+// grpc.use_local_subchannel_pool, is slower to find a restarted daemon:
+// client_test's restart waited out a reconnect backoff.)
 grpc::ChannelArguments ChannelArgs() {
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
   args.SetInt(GRPC_ARG_ENABLE_RETRIES, 0);
+  args.SetInt(GRPC_ARG_ENABLE_CHANNELZ, 0);
+  args.SetInt(GRPC_ARG_ENABLE_HTTP_PROXY, 0);
+  args.SetInt(GRPC_ARG_SERVICE_CONFIG_DISABLE_RESOLUTION, 1);
   return args;
+}
+
+// A connected unix stream socket, or an invalid fd.
+UniqueFd ConnectUnix(const std::string& path) {
+  sockaddr_un addr = {};
+  addr.sun_family = AF_UNIX;
+  if (path.size() >= sizeof(addr.sun_path)) return UniqueFd();
+  memcpy(addr.sun_path, path.data(), path.size());
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!fd.valid()) return fd;
+  if (connect(fd.get(), reinterpret_cast<const sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return UniqueFd();
+  }
+  return fd;
 }
 
 }  // namespace
@@ -55,18 +82,29 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ConnectOptions& o)
     ASSIGN_OR_RETURN(std::shared_ptr<grpc::ChannelCredentials> creds,
                      daemon::ClientCredentials(o.ca_cert_file, o.token));
     return std::unique_ptr<Client>(new Client(
-        o.tcp_address, grpc::CreateCustomChannel(o.tcp_address, creds, ChannelArgs())));
+        o.tcp_address, grpc::CreateCustomChannel(o.tcp_address, creds, ChannelArgs()),
+        /*direct=*/false));
   }
   if (o.socket.empty()) return absl::InvalidArgumentError("no socket path");
   const std::string target = absl::StrCat("unix:", o.socket);
+  if (o.connect_now) {
+    UniqueFd fd = ConnectUnix(o.socket);
+    if (fd.valid()) {
+      return std::unique_ptr<Client>(new Client(
+          o.socket, grpc::CreateCustomInsecureChannelFromFd(target, fd.release(), ChannelArgs()),
+          /*direct=*/true));
+    }
+  }
   return std::unique_ptr<Client>(new Client(
       o.socket,
-      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), ChannelArgs())));
+      grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), ChannelArgs()),
+      /*direct=*/false));
 }
 
-Client::Client(std::string target, std::shared_ptr<grpc::Channel> channel)
+Client::Client(std::string target, std::shared_ptr<grpc::Channel> channel, bool direct)
     : target_(std::move(target)),
       channel_(std::move(channel)),
+      direct_(direct),
       stub_(v1::Sandboxes::NewStub(channel_)) {}
 
 absl::Status Client::Convert(const grpc::Status& s) const {
@@ -74,8 +112,11 @@ absl::Status Client::Convert(const grpc::Status& s) const {
   // UNAVAILABLE from the transport (no daemon) or from the daemon itself
   // (a Sentry that could not start): only a channel that is not connected
   // means the former.
+  // A direct channel has no connectivity state: whether the daemon still
+  // listens tells.
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
-      channel_->GetState(false) != GRPC_CHANNEL_READY) {
+      (direct_ ? !ConnectUnix(target_).valid()
+               : channel_->GetState(false) != GRPC_CHANNEL_READY)) {
     return absl::UnavailableError(absl::StrCat(
         "cannot reach sandboxd at ", target_,
         " (is it running? start it with: sandboxd --socket=", target_, ")"));
@@ -186,6 +227,21 @@ absl::Status Client::Checkpoint(const v1::CheckpointRequest& req) {
   return Convert(stub_->Checkpoint(&ctx, req, &resp));
 }
 
+absl::StatusOr<v1::CapabilitiesResponse> Client::Capabilities() {
+  grpc::ClientContext ctx;
+  v1::CapabilitiesRequest req;
+  v1::CapabilitiesResponse resp;
+  grpc::Status s = stub_->Capabilities(&ctx, req, &resp);
+  // A daemon that predates the call offers none of it.
+  if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) return v1::CapabilitiesResponse();
+  RETURN_IF_ERROR(Convert(s));
+  return resp;
+}
+
+void Client::ConnectInBackground() {
+  if (!direct_) (void)channel_->GetState(/*try_to_connect=*/true);
+}
+
 absl::Status Client::Logs(const std::string& id, bool follow,
                           const std::function<void(const v1::LogsResponse&)>& on_chunk) {
   grpc::ClientContext ctx;
@@ -208,9 +264,10 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
     step = now;
   };
   grpc::ClientContext ctx;
+  // The call's headers wait for its first message and go out with it, in
+  // one write, rather than on their own.
+  ctx.set_initial_metadata_corked(true);
   auto stream = stub_->Exec(&ctx);
-  UniqueFd stop(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
-  if (!stop.valid()) return absl::InternalError("eventfd failed");
 
   v1::ExecRequest first;
   first.mutable_start()->set_id(id);
@@ -230,14 +287,36 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
       first.mutable_start()->mutable_size()->set_cols(cols);
     }
   }
-  if (!stream->Write(first)) return Convert(stream->Finish());
+  // Nothing to send after `start` (no stdin, no terminal to resize, e.g.
+  // `sandboxctl run` without -i or -t): `start` half-closes the call too,
+  // which the daemon takes as the end of stdin, so that the whole request
+  // is one write and no writer thread is needed.
+  const bool start_only =
+      io.stdin_fd < 0 && io.stdin_data.empty() && io.resize_fd < 0 && !io.get_size;
+  if (start_only) {
+    if (!stream->Write(first, grpc::WriteOptions().set_last_message())) {
+      return Convert(stream->Finish());
+    }
+  } else if (!stream->Write(first)) {
+    return Convert(stream->Finish());
+  }
   mark("client.exec.open");
 
-  // One writer thread: the initial size, stdin, resizes, then close_stdin.
-  // It half-closes as soon as it has nothing more to send (stdin at its
-  // end, no terminal to resize), so that the daemon can end the call with
-  // the exit status; else once the exit status is in (stop).
-  std::thread writer([&] {
+  // Else one writer thread: the initial size, stdin, resizes, then
+  // close_stdin. It half-closes as soon as it has nothing more to send
+  // (stdin at its end, no terminal to resize), so that the daemon can end
+  // the call with the exit status; else once the exit status is in (stop).
+  UniqueFd stop;
+  std::thread writer;
+  if (!start_only) {
+    stop = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!stop.valid()) {
+      ctx.TryCancel();
+      (void)stream->Finish();
+      return absl::InternalError("eventfd failed");
+    }
+  }
+  if (!start_only) writer = std::thread([&] {
     auto send_size = [&] {
       uint32_t rows = 0, cols = 0;
       if (io.get_size && io.get_size(&rows, &cols) && rows > 0 && cols > 0) {
@@ -324,9 +403,11 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
     }
     if (have_exit) break;
   }
-  const uint64_t one = 1;
-  (void)!write(stop.get(), &one, sizeof(one));
-  writer.join();
+  if (writer.joinable()) {
+    const uint64_t one = 1;
+    (void)!write(stop.get(), &one, sizeof(one));
+    writer.join();
+  }
   if (have_exit) {
     // Drain to the end of the stream so that Finish sees the status.
     while (stream->Read(&r)) {
@@ -337,6 +418,31 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
   if (!s.ok()) return Convert(s);
   if (!have_exit) return absl::InternalError("Exec ended without an exit status");
   return exit;
+}
+
+absl::StatusOr<v1::ExitStatus> Client::CreateAndAttach(const v1::CreateRequest& req, ExecIo io,
+                                                       bool* separate_create) {
+  if (separate_create != nullptr) *separate_create = false;
+  bool created = false;
+  ExecIo one_call = io;
+  one_call.create = &req;
+  one_call.on_id = [&](const std::string& id) {
+    created = true;
+    if (io.on_id) io.on_id(id);
+  };
+  absl::StatusOr<v1::ExitStatus> exit = Exec("", /*attach=*/true, {}, std::move(one_call));
+  if (created || !absl::IsInvalidArgument(exit.status())) return exit;
+  // Refused before there was a sandbox: a bad request, or a daemon that
+  // does not know Start.create (to which `id` is empty). It says which.
+  absl::StatusOr<v1::CapabilitiesResponse> caps = Capabilities();
+  if (!caps.ok() || caps->exec_create()) return exit;
+  if (separate_create != nullptr) *separate_create = true;
+  if (io.trace != nullptr) *io.trace = ExecTrace();
+  const absl::Time start = absl::Now();
+  ASSIGN_OR_RETURN(v1::CreateResponse resp, Create(req));
+  if (io.trace != nullptr) io.trace->steps.emplace_back("client.create", absl::Now() - start);
+  if (io.on_id) io.on_id(resp.id());
+  return Exec(resp.id(), /*attach=*/true, {}, std::move(io));
 }
 
 int ExitCode(const v1::ExitStatus& status) {

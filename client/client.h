@@ -33,6 +33,13 @@ struct ConnectOptions {
   std::string tcp_address;
   std::string ca_cert_file;  // trusted CA (the server's cert when self-signed)
   std::string token;         // bearer token
+  // Unix socket only, for a client that lives for one command: Connect
+  // connects now, before gRPC starts up (so that the daemon's accept and
+  // HTTP/2 settings overlap gRPC's start-up), and the channel runs on that
+  // one connection (gRPC's "direct" channel: no resolver, load balancer,
+  // connectivity wait or reconnect). When the connect fails, the channel
+  // is the usual one, which reports the failure at the first call.
+  bool connect_now = false;
 };
 
 // The socket to use: `flag` when set, else $SANDBOXD_SOCKET, else the default.
@@ -98,12 +105,27 @@ class Client {
       const std::map<std::string, std::string>& labels = {});
   absl::StatusOr<v1::SandboxInfo> Get(const std::string& id);
   absl::Status Checkpoint(const v1::CheckpointRequest& req);
+  // What the daemon offers; an older daemon without the call offers none
+  // of it (all false), which is not an error.
+  absl::StatusOr<v1::CapabilitiesResponse> Capabilities();
+
+  // Starts connecting to the daemon now, in gRPC's threads, so that the
+  // connection set-up overlaps what the caller does before its first call.
+  void ConnectInBackground();
 
   // Runs `process` in a RUNNING sandbox (attach=false), or attaches to and
   // starts a CREATED sandbox's init (process ignored), relaying stdio
   // through `io` until the exit status arrives.
   absl::StatusOr<v1::ExitStatus> Exec(const std::string& id, bool attach,
                                       const v1::ProcessSpec& process, ExecIo io);
+
+  // A whole run: creates the sandbox from `req` and attaches to its init
+  // (Exec with attach=true), in one call (Start.create). Against a daemon
+  // without CapabilitiesResponse.exec_create it falls back to Create, then
+  // Exec; `*separate_create` (when given) says so, and the trace's first
+  // step is then `client.create`. `io.on_id` gets the id either way.
+  absl::StatusOr<v1::ExitStatus> CreateAndAttach(const v1::CreateRequest& req, ExecIo io,
+                                                 bool* separate_create = nullptr);
 
   // The init program's buffered output; with `follow`, until it ends.
   absl::Status Logs(const std::string& id, bool follow,
@@ -112,11 +134,13 @@ class Client {
   const std::string& target() const { return target_; }
 
  private:
-  Client(std::string target, std::shared_ptr<grpc::Channel> channel);
+  Client(std::string target, std::shared_ptr<grpc::Channel> channel, bool direct);
   absl::Status Convert(const grpc::Status& s) const;
 
   const std::string target_;
   std::shared_ptr<grpc::Channel> channel_;
+  // On one connection made by Connect (ConnectOptions::connect_now).
+  const bool direct_;
   std::unique_ptr<v1::Sandboxes::Stub> stub_;
 };
 

@@ -32,6 +32,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/strip.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/client.h"
 #include "daemon/auth.h"
@@ -354,23 +355,49 @@ std::string ExitText(const v1::ExitStatus& e) {
 
 // ---------------------------------------------------------------- commands
 
+// For --timings: when main() was entered and when the command's first call
+// began.
+absl::Time main_entered;
+absl::Time call_started;
+
+// The process's own steps before its call: from $SANDBOXCTL_T0 (the
+// caller's clock just before it started sandboxctl, in seconds since the
+// epoch, e.g. bash's $EPOCHREALTIME; the step is left out without it) to
+// main(): fork, exec, the loading and static initializers of the binary;
+// then from main() to the call: arguments, gRPC's start-up, the channel.
+void PrintProcessTimings() {
+  auto line = [](const char* name, absl::Duration d) {
+    fprintf(stderr, "sandboxctl: timing: %s %.3f ms\n", name, absl::ToDoubleMilliseconds(d));
+  };
+  const char* t0 = getenv("SANDBOXCTL_T0");
+  double secs = 0;
+  if (t0 != nullptr && absl::SimpleAtod(t0, &secs) && secs > 0) {
+    line("client.t0_to_main", main_entered - absl::FromUnixNanos(static_cast<int64_t>(secs * 1e9)));
+  }
+  line("client.main_to_call", call_started - main_entered);
+}
+
 // --timings: where a run's time went, one "sandboxctl: timing: NAME MS"
 // line per step on stderr: the client's call(s) and the steps of its Exec
 // call, then the daemon's and the Sentry's steps (Timings.stages, from the
 // exit message; from Get when the daemon did not send them).
-void PrintTimings(Client& c, const std::string& id, bool separate_create,
-                  absl::Duration create, absl::Duration run, const ExecTrace& trace) {
+void PrintTimings(Client& c, const std::string& id, bool separate_create, absl::Duration run,
+                  const ExecTrace& trace) {
   auto line = [](const std::string& name, double ms) {
     fprintf(stderr, "sandboxctl: timing: %s %.3f ms\n", name.c_str(), ms);
   };
-  if (separate_create) {
-    line("client.create", absl::ToDoubleMilliseconds(create));
-    line("client.attach_run_exit", absl::ToDoubleMilliseconds(run));
+  PrintProcessTimings();
+  if (separate_create && !trace.steps.empty()) {
+    // Create, then Exec (an older daemon); the first step is the create.
+    line("client.create", absl::ToDoubleMilliseconds(trace.steps[0].second));
+    line("client.attach_run_exit", absl::ToDoubleMilliseconds(run - trace.steps[0].second));
   } else {
     // One Exec call created the sandbox too (Start.create).
     line("client.create_attach_run_exit", absl::ToDoubleMilliseconds(run));
   }
-  for (const auto& [name, d] : trace.steps) line(name, absl::ToDoubleMilliseconds(d));
+  for (size_t i = separate_create ? 1 : 0; i < trace.steps.size(); i++) {
+    line(trace.steps[i].first, absl::ToDoubleMilliseconds(trace.steps[i].second));
+  }
   v1::Timings t = trace.timings;
   if (!trace.has_timings) {
     absl::StatusOr<v1::SandboxInfo> info = c.Get(id);
@@ -423,6 +450,7 @@ int Run(Client& c, Args& a, bool create_only) {
   DefaultEnv(spec->mutable_process(), tty);
 
   const absl::Time t0 = absl::Now();
+  call_started = t0;
   std::string id;
   auto create = [&] {
     absl::StatusOr<v1::CreateResponse> created = c.Create(req);
@@ -452,29 +480,17 @@ int Run(Client& c, Args& a, bool create_only) {
   io.remove = rm;
   ExecTrace trace;
   io.trace = &trace;
-  auto on_id = [&](const std::string& new_id) {
+  io.on_id = [&](const std::string& new_id) {
     id = new_id;
     if (!tty) ProxySignals(&c, id);
   };
-  // Create and attach in one call (Start.create).
-  ExecIo one_call = io;
-  one_call.create = &req;
-  one_call.on_id = on_id;
-  absl::StatusOr<v1::ExitStatus> exit = c.Exec("", /*attach=*/true, {}, std::move(one_call));
-  const bool old_daemon = id.empty() && absl::IsInvalidArgument(exit.status()) &&
-                          absl::StartsWith(exit.status().message(), "id: must not be empty");
-  absl::Time t1 = t0;
-  if (old_daemon) {
-    // It predates Start.create: Create, then attach.
-    trace = ExecTrace();
-    create();
-    t1 = absl::Now();
-    on_id(id);
-    exit = c.Exec(id, /*attach=*/true, {}, std::move(io));
-  }
+  // Create and attach in one call (Start.create), or two with an older
+  // daemon.
+  bool separate_create = false;
+  absl::StatusOr<v1::ExitStatus> exit = c.CreateAndAttach(req, std::move(io), &separate_create);
   RestoreTerminal();
   const absl::Time t2 = absl::Now();
-  if (timings) PrintTimings(c, id, old_daemon, t1 - t0, t2 - t1, trace);
+  if (timings) PrintTimings(c, id, separate_create, t2 - t0, trace);
   if (!trace.removed) {
     const absl::Time t3 = absl::Now();
     remove();
@@ -714,13 +730,19 @@ int Main(int argc, char** argv) {
     FailOn(token.status());
     co.token = *token;
   }
-  absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(co);
-  FailOn(c.status());
-  Client& client = **c;
   if (co.tcp_address.empty() && access(co.socket.c_str(), F_OK) != 0) {
     Fail(kExitError, absl::StrCat("sandboxd is not running (no socket at ", co.socket,
                                   "); start it with: sandboxd --socket=", co.socket));
   }
+  co.connect_now = true;
+  absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(co);
+  FailOn(c.status());
+  // Never destroyed: the process ends with QuickExit, and destroying the
+  // last channel would shut gRPC down, joining its threads (milliseconds).
+  Client& client = *c->release();
+  // Without connect_now's connection (TCP, or a failed connect), gRPC's
+  // threads connect while this one reads the command's arguments.
+  client.ConnectInBackground();
   if (cmd == "run") return Run(client, a, false);
   if (cmd == "create") return Run(client, a, true);
   if (cmd == "start") {
@@ -745,5 +767,10 @@ int Main(int argc, char** argv) {
 }  // namespace sandboxd
 
 int main(int argc, char** argv) {
+  sandboxd::client::main_entered = absl::Now();
+  // Debian's Abseil is built with its Mutex deadlock detection on: every
+  // lock of gRPC's mutexes updated a lock graph (a few % of a command's
+  // CPU). A client process that lives for one command does not need it.
+  absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   sandboxd::client::QuickExit(sandboxd::client::Main(argc, argv));
 }

@@ -203,8 +203,8 @@ absl::Status Service::CreateSandbox(const v1::CreateRequest& req, v1::CreateResp
   }
   if (spec.network() == v1::NETWORK_MODE_HOST) {
     return absl::InvalidArgumentError(
-        "spec.network: NETWORK_MODE_HOST is not available (a warm Sentry lives in a "
-        "network namespace of its own)");
+        "spec.network: NETWORK_MODE_HOST is refused: sandboxes have no host network by "
+        "design (each Sentry runs in a network namespace of its own); use NETWORK_MODE_NONE");
   }
   const v1::Limits& lim = spec.limits();
   if (!have_cgroups_ && (lim.memory_bytes() || lim.cpu_millis() || lim.pids())) {
@@ -546,6 +546,13 @@ grpc::Status Service::Get(grpc::ServerContext*, const v1::GetRequest* req,
   absl::StatusOr<std::shared_ptr<Sandbox>> s = Find(req->id());
   if (!s.ok()) return ToGrpc(s.status());
   *resp->mutable_info() = (*s)->Info(true);
+  return grpc::Status::OK;
+}
+
+grpc::Status Service::Capabilities(grpc::ServerContext*, const v1::CapabilitiesRequest*,
+                                   v1::CapabilitiesResponse* resp) {
+  resp->set_exec_create(true);
+  resp->set_exec_remove(true);
   return grpc::Status::OK;
 }
 

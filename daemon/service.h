@@ -63,6 +63,8 @@ class Service final : public v1::Sandboxes::Service {
   grpc::Status Get(grpc::ServerContext*, const v1::GetRequest*, v1::GetResponse*) override;
   grpc::Status Logs(grpc::ServerContext*, const v1::LogsRequest*,
                     grpc::ServerWriter<v1::LogsResponse>*) override;
+  grpc::Status Capabilities(grpc::ServerContext*, const v1::CapabilitiesRequest*,
+                            v1::CapabilitiesResponse*) override;
 
  private:
   absl::StatusOr<std::shared_ptr<Sandbox>> Find(const std::string& id);

@@ -58,6 +58,12 @@ lines() { wc -l <"$1" | tr -d ' '; }
 contains() { grep -q -- "$2" "$1"; }
 not_contains() { ! grep -q -- "$2" "$1"; }
 
+# sandboxctl is linked statically in both build lanes (a dynamic one spends
+# milliseconds of every command in the loader).
+file -L "$SANDBOXCTL" >"$tmp/out" 2>&1
+status=$?
+check "sandboxctl is statically linked" contains "$tmp/out" "statically linked"
+
 # No daemon yet.
 ctl run --rm -- /bin/true
 check "no daemon: exit 125" eq "$status" 125
@@ -114,6 +120,12 @@ ctl run --rm -- /nonexistent/program
 check "run --rm missing program: exit 127" eq "$status" 127
 check "run --rm missing program: one line on stderr" eq "$(lines "$tmp/err")" 1
 check "run --rm missing program: nothing on stdout" eq "$(lines "$tmp/out")" 0
+
+ctl run --rm --network=host -- /bin/true
+check "run --network=host: refused, exit 125" eq "$status" 125
+check "run --network=host: one line on stderr" eq "$(lines "$tmp/err")" 1
+check "run --network=host: names the field" contains "$tmp/err" "spec.network: NETWORK_MODE_HOST"
+check "run --network=host: says why" contains "$tmp/err" "no host network by design"
 
 seq 1 50000 >"$tmp/in"
 IN=$tmp/in ctl run --rm -i -- /usr/bin/wc -l

@@ -483,10 +483,13 @@ absl::Status Sandbox::Start() {
   }
   started_ = true;
   runner_ = std::thread([this] {
-    kernel::ExitStatus st = kernel_->RunUntilInitExits(init_);
-    absl::MutexLock l(&mu_);
-    init_status_ = st;
-    done_ = true;
+    // Done as soon as init's status is final: the last task's host thread
+    // may still be tearing down its stub process (Kernel::TaskExited).
+    kernel_->RunUntilInitExits(init_, [this](const kernel::ExitStatus& st) {
+      absl::MutexLock l(&mu_);
+      init_status_ = st;
+      done_ = true;
+    });
   });
   return absl::OkStatus();
 }

@@ -15,6 +15,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -123,6 +124,23 @@ class AddressSpace {
   // `addr` (MAP_SHARED|MAP_FIXED semantics), replacing what was there.
   virtual absl::Status MapFile(uintptr_t addr, int fd, off_t off, size_t len,
                                Prot prot) = 0;
+  // One range for MapFiles.
+  struct FileRange {
+    uintptr_t addr;
+    off_t off;
+    size_t len;
+    Prot prot;
+  };
+  // MapFile for each range of `fd`, in order, stopping at the first error;
+  // a platform that can do them in one request does (systrap: one round
+  // trip to the stub's control thread instead of one per range).
+  virtual absl::Status MapFiles(int fd, const std::vector<FileRange>& ranges) {
+    for (const FileRange& r : ranges) {
+      absl::Status s = MapFile(r.addr, fd, r.off, r.len, r.prot);
+      if (!s.ok()) return s;
+    }
+    return absl::OkStatus();
+  }
   // Removes any mapping in [addr, addr+len).
   virtual void Unmap(uintptr_t addr, size_t len) = 0;
 };

@@ -184,6 +184,17 @@ absl::StatusOr<Prewarmed> Prewarm(const PrewarmOptions& o, StageClock* clock) {
   auto the_vdso = vdso::Vdso::Create(mf->get(), vdso_opts);
   if (!the_vdso.ok()) return Annotate(the_vdso.status(), "vDSO");
   clock->Mark("vdso");
+  // While the Timekeeper calibrates.
+  if (auto* systrap = dynamic_cast<systrap::Systrap*>(platform->get());
+      systrap != nullptr && o.spare_stub) {
+    RETURN_IF_ERROR(Annotate(systrap->MakeSpareStub(), "the first stub process"));
+    clock->Mark("spare_stub");
+  }
+  // Where it fails (an older kernel) pages are allocated when first
+  // touched, as without it.
+  if (o.populate_bytes != 0 && (*mf)->Populate(o.populate_bytes).ok()) {
+    clock->Mark("memory_file_populate");
+  }
   if (o.wait_calibration) {
     (*the_vdso)->timekeeper().WaitCalibrated();
     clock->Mark("vdso_calibration");
@@ -368,6 +379,7 @@ absl::StatusOr<Sandbox::Loaded> Sandbox::Load(
         absl::StrCat(p.argv[0], ": ", cpu.status().message()));
   }
   l.cpu = *cpu;
+  loader::Prefault(*l.mm);
   return l;
 }
 
@@ -483,10 +495,13 @@ absl::Status Sandbox::Start() {
   }
   started_ = true;
   runner_ = std::thread([this] {
-    kernel::ExitStatus st = kernel_->RunUntilInitExits(init_);
-    absl::MutexLock l(&mu_);
-    init_status_ = st;
-    done_ = true;
+    // Done as soon as init's status is final: the last task's host thread
+    // may still be tearing down its stub process (Kernel::TaskExited).
+    kernel_->RunUntilInitExits(init_, [this](const kernel::ExitStatus& st) {
+      absl::MutexLock l(&mu_);
+      init_status_ = st;
+      done_ = true;
+    });
   });
   return absl::OkStatus();
 }

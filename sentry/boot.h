@@ -103,6 +103,14 @@ struct PrewarmOptions {
   // Build the Sentry's own seccomp filter (host_filter.h), which
   // Sandbox::Start loads before the program runs.
   bool sentry_seccomp = true;
+  // systrap: make the first address space's stub process now
+  // (Systrap::MakeSpareStub), not in Sandbox::Create: for a warm Sentry,
+  // which has the time while it waits.
+  bool spare_stub = false;
+  // Have the host allocate this much of the memory file now
+  // (MemoryFile::Populate): the sandbox's first pages then cost no
+  // allocation at their first touch. Best effort (needs Linux 5.14).
+  uint64_t populate_bytes = 0;
 };
 
 // What Prewarm makes; Sandbox::Create consumes it.

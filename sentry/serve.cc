@@ -387,6 +387,11 @@ int Serve(const Options& o) {
   popts.vdso_tsc = o.vdso_tsc;
   popts.systrap_patch = o.systrap_patch;
   popts.wait_calibration = true;
+  popts.spare_stub = true;
+  // A dynamic /bin/true uses ~3 MiB. The pages count against the
+  // sandbox's memory limit from the start (they are the Sentry's), so
+  // not much more.
+  popts.populate_bytes = 8ull << 20;
   popts.sentry_seccomp = o.sentry_seccomp;
   popts.kvm = o.kvm;
   if (o.isolate) {

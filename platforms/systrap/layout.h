@@ -100,6 +100,9 @@ enum ControlOp : uint32_t {
   kOpNewStub = 5,  // the template only: args: area index; result: the new
                    // stub's pid or -errno
   kOpMembarrier = 6,  // args: membarrier cmd (the filter allows two)
+  kOpMmapBatch = 7,  // args: n; maps StubShared::map_batch[0, n) in order,
+                     // each MAP_SHARED|MAP_FIXED of the memory file; result:
+                     // n, or -errno of the first that failed
 };
 
 // clone(2) flags of a stub thread: a thread of the stub process whose tid
@@ -195,6 +198,15 @@ struct alignas(64) ControlBlock {
   int64_t result;
 };
 
+// One mapping of kOpMmapBatch: [off, off+len) of the memory file at addr.
+struct MapRequest {
+  uint64_t addr;
+  uint64_t len;
+  uint64_t off;
+  uint64_t prot;  // PROT_* bits
+};
+inline constexpr uint32_t kMaxMapBatch = 64;
+
 // Facts the Sentry tells the stub once, before it starts.
 struct alignas(64) StubConfig {
   uint32_t has_fsgsbase;  // rdfsbase/wrfsbase are usable in user mode
@@ -210,6 +222,8 @@ struct StubShared {
   StubConfig config;
   ControlBlock control;
   ThreadSlot slots[kMaxThreads];
+  // kOpMmapBatch's requests, written by the Sentry before it posts one.
+  MapRequest map_batch[kMaxMapBatch];
 };
 static_assert(sizeof(StubShared) <= kStubSharedSize);
 static_assert(offsetof(ThreadSlot, owner) == 0);
@@ -221,6 +235,7 @@ static_assert(offsetof(ThreadSlot, fp) % 64 == 0);
 static_assert(sizeof(ThreadSlot) % 64 == 0);
 static_assert(offsetof(StubShared, control) == 64);
 static_assert(sizeof(StubConfig) == 64);
+static_assert(sizeof(MapRequest) == 32);
 
 inline StubShared* StubSharedInStub() {
   return reinterpret_cast<StubShared*>(kStubShared);

@@ -241,6 +241,13 @@ void Systrap::set_pool_size(size_t n) {
   while (pool_.size() > n) pool_.pop_back();
 }
 
+absl::Status Systrap::MakeSpareStub() {
+  ASSIGN_OR_RETURN(std::unique_ptr<StubProcess> s, CreateStub());
+  absl::MutexLock l(&pool_mu_);
+  pool_.push_back(std::move(s));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::unique_ptr<platform::AddressSpace>>
 Systrap::NewAddressSpace() {
   {
@@ -512,6 +519,12 @@ int64_t StubProcess::Control(ControlOp op, uint64_t a0, uint64_t a1,
                              uint64_t a2, uint64_t a3, uint64_t a4,
                              uint64_t a5) {
   absl::MutexLock l(&control_mu_);
+  return ControlLocked(op, a0, a1, a2, a3, a4, a5);
+}
+
+int64_t StubProcess::ControlLocked(ControlOp op, uint64_t a0, uint64_t a1,
+                                   uint64_t a2, uint64_t a3, uint64_t a4,
+                                   uint64_t a5) {
   if (dead()) return -ESRCH;
   ControlBlock* cb = &shared_->control;
   cb->op = op;
@@ -537,6 +550,35 @@ absl::Status StubProcess::MapFile(uintptr_t addr, int fd, off_t off,
     return ErrnoStatus(absl::StrCat("systrap: mapping 0x", absl::Hex(addr),
                                     "+0x", absl::Hex(len), " in stub ", pid_),
                        static_cast<int>(-r));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status StubProcess::MapFiles(int fd, const std::vector<FileRange>& ranges) {
+  if (ranges.size() == 1) {
+    const FileRange& r = ranges[0];
+    return MapFile(r.addr, fd, r.off, r.len, r.prot);
+  }
+  for (size_t i = 0; i < ranges.size(); i += kMaxMapBatch) {
+    const size_t n = std::min<size_t>(kMaxMapBatch, ranges.size() - i);
+    int64_t r;
+    {
+      // The batch is the control block's argument: written under its lock.
+      absl::MutexLock l(&control_mu_);
+      for (size_t j = 0; j < n; j++) {
+        const FileRange& f = ranges[i + j];
+        shared_->map_batch[j] = MapRequest{f.addr, f.len,
+                                           static_cast<uint64_t>(f.off),
+                                           static_cast<uint64_t>(f.prot.ToHost())};
+      }
+      r = ControlLocked(kOpMmapBatch, n);
+    }
+    if (r < 0 && r > -4096) {
+      return ErrnoStatus(absl::StrCat("systrap: mapping ", n, " ranges from 0x",
+                                      absl::Hex(ranges[i].addr), " in stub ",
+                                      pid_),
+                         static_cast<int>(-r));
+    }
   }
   return absl::OkStatus();
 }

@@ -49,6 +49,8 @@ class StubProcess : public platform::AddressSpace {
 
   absl::Status MapFile(uintptr_t addr, int fd, off_t off, size_t len,
                        platform::Prot prot) override;
+  // Up to kMaxMapBatch ranges per request to the control thread.
+  absl::Status MapFiles(int fd, const std::vector<FileRange>& ranges) override;
   void Unmap(uintptr_t addr, size_t len) override;
   void SetCodePatcher(platform::CodePatcher* patcher) override {
     patcher_.store(patcher, std::memory_order_release);
@@ -67,6 +69,11 @@ class StubProcess : public platform::AddressSpace {
   int64_t Control(ControlOp op, uint64_t a0 = 0, uint64_t a1 = 0,
                   uint64_t a2 = 0, uint64_t a3 = 0, uint64_t a4 = 0,
                   uint64_t a5 = 0);
+  // Control, for a caller that wrote more of the request (map_batch)
+  // under the same lock.
+  int64_t ControlLocked(ControlOp op, uint64_t a0 = 0, uint64_t a1 = 0,
+                        uint64_t a2 = 0, uint64_t a3 = 0, uint64_t a4 = 0,
+                        uint64_t a5 = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
 
   // Makes a new stub thread in a free slot and waits until it is ready.
   // Returns the slot index; *tid is its host tid.
@@ -205,6 +212,11 @@ class Systrap : public platform::Platform {
   // for the template's clone, the shared area and the reaper thread.
   static constexpr size_t kDefaultPoolSize = 2;
   void set_pool_size(size_t n);
+  // Makes one stub process now and keeps it in the pool for the next
+  // NewAddressSpace, which then costs no clone: a warm Sentry (sentry
+  // serve) does this while it waits in sandboxd's pool, so that its
+  // sandbox's first address space is ready before anyone asks.
+  absl::Status MakeSpareStub();
 
   // Syscall patching (--systrap-patch=on; README.md): hot `mov $nr,%eax;
   // syscall` sites are rewritten to enter the stub without a signal.

@@ -106,6 +106,33 @@ TEST_F(SystrapTest, FsBaseIsLoadedAndSaved) {
   EXPECT_EQ(cpu.regs.fs_base, kData);
 }
 
+TEST_F(SystrapTest, MapFilesMapsABatchInOneRequest) {
+  // mov %fs:8,%rdi; mov $60,%eax; syscall: reads the data page.
+  LoadCode({0x64, 0x48, 0x8b, 0x3c, 0x25, 8, 0, 0, 0, 0xb8, 60, 0, 0, 0, 0x0f,
+            0x05},
+           0x5566778899aabbccull);
+  auto as = platform_->NewAddressSpace();
+  ASSERT_TRUE(as.ok()) << as.status();
+  // Code, data, and the data page again read-only at a third address.
+  ASSERT_TRUE((*as)->MapFiles(memfd_, {{kCode, 0, 4096, Prot{true, false, true}},
+                                       {kData, 4096, 4096, Prot{true, true, false}},
+                                       {0x30000, 4096, 4096, Prot{true, false, false}}})
+                  .ok());
+  auto ctx = platform_->NewContext();
+  CpuState cpu = StartAt(kCode);
+  cpu.regs.fs_base = 0x30000;
+  Event ev = (*ctx)->Switch(**as, cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kSyscall) << ev.detail;
+  EXPECT_EQ(cpu.regs.rdi, 0x5566778899aabbccull);
+  (*ctx)->Release();
+  // A range the host refuses (unaligned) fails the batch with its errno.
+  absl::Status st = (*as)->MapFiles(
+      memfd_, {{0x40000, 0, 4096, Prot{true, false, false}},
+               {0x50001, 0, 4096, Prot{true, false, false}}});
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("Invalid argument"), std::string::npos) << st;
+}
+
 TEST_F(SystrapTest, PageFaultsAreReported) {
   // mov %rax,(%rbx) with rbx = unmapped
   LoadCode({0x48, 0x89, 0x03}, 0);

@@ -15,14 +15,15 @@ namespace sandboxd::kernel {
 // ---------------------------------------------------------------------------
 // ThreadGroup
 
-void ThreadGroup::ReleaseResources() {
+std::shared_ptr<mm::MM> ThreadGroup::ReleaseResources() {
   // The address space (its stub process) and the open files go with the
   // last task; a zombie keeps only its exit status, ids and usage. Its
-  // timers stop.
+  // timers stop. The files close here, so that a reader of the group's
+  // pipes sees their end before anyone hears of the exit.
   timers_.DeleteAll();
   NoteMaxRss();
-  mm_.reset();
   fds_.reset();
+  return std::move(mm_);
 }
 
 void ThreadGroup::InheritFrom(ThreadGroup& parent) {
@@ -185,7 +186,7 @@ void Kernel::GroupExitedLocked(const std::shared_ptr<ThreadGroup>& g) {
       if (other != g && !other->zombie) SignalGroup(*other, SIGKILL, 0);
     }
   }
-  g->ReleaseResources();
+  released_mms_.push_back(g->ReleaseResources());
 
   ThreadGroup* p = g->parent;
   if (p == nullptr) return;  // init: stays a zombie for RunUntilInitExits

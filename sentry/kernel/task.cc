@@ -642,7 +642,8 @@ ExitStatus Kernel::RunRestored() {
   return init != nullptr ? init->exit_status() : ExitStatus{};
 }
 
-ExitStatus Kernel::RunUntilInitExits(Task* init) {
+ExitStatus Kernel::RunUntilInitExits(
+    Task* init, const std::function<void(const ExitStatus&)>& on_exit) {
   std::shared_ptr<ThreadGroup> tg = init->group_ptr();
   init->Start();
   std::vector<std::shared_ptr<Task>> done;
@@ -652,12 +653,15 @@ ExitStatus Kernel::RunUntilInitExits(Task* init) {
         +[](int* live) { return *live == 0; }, &live_tasks_));
     done.swap(exited_);
   }
+  const ExitStatus st = tg->exit_status();
+  if (on_exit) on_exit(st);
   for (auto& t : done) t->Join();
-  return tg->exit_status();
+  return st;
 }
 
 void Kernel::TaskExited(Task* t) {
   std::vector<std::shared_ptr<Task>> joinable;
+  std::vector<std::shared_ptr<mm::MM>> released;
   {
     absl::MutexLock l(&mu_);
     auto it = tasks_.find(t->tid());
@@ -670,8 +674,13 @@ void Kernel::TaskExited(Task* t) {
     // are about to): join them here so that threads do not pile up.
     joinable.swap(exited_);
     exited_.push_back(std::move(owned));
+    released.swap(released_mms_);
     live_tasks_--;
   }
+  // Outside the lock and after live_tasks_ went down (RunUntilInitExits
+  // may already be reporting the exit): the stub processes are killed and
+  // reaped here, on this task's thread.
+  released.clear();
   for (auto& j : joinable) j->Join();
 }
 

@@ -181,8 +181,11 @@ class ThreadGroup {
   // none), with its si_status; taken by the task that sends it.
   int TakeParentNotification(int* status);
 
-  // Releases what a zombie no longer needs (address space, files).
-  void ReleaseResources();
+  // Releases what a zombie no longer needs (files, timers) and hands back
+  // its address space, for the caller to drop outside the tasklist lock:
+  // tearing down the platform's side of it (a stub process, killed and
+  // reaped) takes a while, and nobody waiting for the exit needs it done.
+  std::shared_ptr<mm::MM> ReleaseResources();
   // Copies dispositions and limits from `parent` (fork).
   void InheritFrom(ThreadGroup& parent);
   // execve: handlers go back to SIG_DFL, ignored signals stay ignored.
@@ -646,7 +649,12 @@ class Kernel {
   void SignalPgrp(pid_t pgid, int signo);
 
   // Starts init and waits until every task of the sandbox has exited.
-  ExitStatus RunUntilInitExits(Task* init);
+  // `on_exit` (may be null) gets init's status as soon as it is final,
+  // before the exited tasks' host threads are joined and the address
+  // spaces they left behind are torn down: whoever waits for the sandbox
+  // hears of its end without waiting for that.
+  ExitStatus RunUntilInitExits(
+      Task* init, const std::function<void(const ExitStatus&)>& on_exit = nullptr);
   // After a checkpoint load (state::KernelState::LoadKernel built the tasks
   // without starting them): starts every task, waits until all have exited
   // and returns init's status.
@@ -708,6 +716,9 @@ class Kernel {
   std::map<pid_t, std::shared_ptr<ThreadGroup>> groups_ ABSL_GUARDED_BY(mu_);
   std::vector<std::shared_ptr<Task>> exited_ ABSL_GUARDED_BY(mu_);
   int live_tasks_ ABSL_GUARDED_BY(mu_) = 0;
+  // Address spaces of groups that exited, dropped by TaskExited once it
+  // has left the lock (ThreadGroup::ReleaseResources).
+  std::vector<std::shared_ptr<mm::MM>> released_mms_ ABSL_GUARDED_BY(mu_);
 
   absl::Mutex unimpl_mu_;
   std::map<uint64_t, uint64_t> unimplemented_ ABSL_GUARDED_BY(unimpl_mu_);

@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "sentry/kernel/testing/fakes.h"
@@ -231,6 +232,56 @@ TEST_F(TaskTest, SyscallResultGoesToRaxAndExitGroupEndsTheProcess) {
   EXPECT_EQ(st.signo, 0);
   EXPECT_EQ(st.ShellStatus(), 7);
   EXPECT_EQ(kernel_->FindTask(1), nullptr);
+}
+
+// An address space whose teardown waits until the test lets it go: what
+// killing and reaping systrap's stub process is, only slower.
+class SlowToTearDown : public FakeAddressSpace {
+ public:
+  SlowToTearDown(absl::Notification* go, std::atomic<bool>* gone)
+      : go_(go), gone_(gone) {}
+  ~SlowToTearDown() override {
+    go_->WaitForNotification();
+    gone_->store(true);
+  }
+
+ private:
+  absl::Notification* const go_;
+  std::atomic<bool>* const gone_;
+};
+
+TEST_F(TaskTest, InitsExitIsReportedBeforeItsAddressSpaceIsTornDown) {
+  platform_->AddScript({
+      [](CpuState& cpu) { return Syscall(cpu, SYS_exit_group, 3); },
+  });
+  absl::Notification go;
+  std::atomic<bool> gone{false};
+  auto init = kernel_->CreateInit(
+      std::make_shared<mm::MM>(&kernel_->memory_file(),
+                               std::make_unique<SlowToTearDown>(&go, &gone),
+                               kMin, kMax),
+      std::make_shared<fs::FdTable>(64), NoFs(), cpu_);
+  ASSERT_TRUE(init.ok()) << init.status();
+  absl::Notification reported;
+  ExitStatus seen;
+  ExitStatus returned;
+  std::thread runner([&] {
+    returned = kernel_->RunUntilInitExits(*init, [&](const ExitStatus& st) {
+      seen = st;
+      reported.Notify();
+    });
+  });
+  // The status comes while the address space is still going away.
+  const bool early = reported.WaitForNotificationWithTimeout(absl::Seconds(5));
+  const bool gone_then = gone.load();
+  go.Notify();
+  runner.join();
+  EXPECT_TRUE(early);
+  EXPECT_FALSE(gone_then);
+  EXPECT_EQ(seen.code, 3);
+  // RunUntilInitExits itself returns once the teardown is done.
+  EXPECT_TRUE(gone.load());
+  EXPECT_EQ(returned.code, 3);
 }
 
 TEST_F(TaskTest, UnresolvableFaultKillsWithSegv) {

@@ -98,6 +98,31 @@ absl::StatusOr<uint64_t> MemoryFile::Allocate(uint64_t len) {
   return off;
 }
 
+absl::Status MemoryFile::Populate(uint64_t bytes) {
+  bytes = std::min(PageRoundUp(bytes), max_size_);
+  if (bytes == 0) return absl::OkStatus();
+  {
+    absl::MutexLock l(&mu_);
+    if (bytes > file_size_) {
+      uint64_t size = std::min(max_size_, (bytes + kGrowStep - 1) / kGrowStep *
+                                              kGrowStep);
+      if (::ftruncate(fd_.get(), static_cast<off_t>(size)) != 0) {
+        return ErrnoStatus(
+            absl::StrCat("memory file: growing to ", size, " bytes"), errno);
+      }
+      file_size_ = size;
+    }
+  }
+  // MADV_POPULATE_WRITE (Linux 5.14): allocates and maps without writing.
+  constexpr int kMadvPopulateWrite = 23;
+  if (::madvise(Internal(0), bytes, kMadvPopulateWrite) != 0) {
+    return ErrnoStatus(
+        absl::StrCat("memory file: populating the first ", bytes, " bytes"),
+        errno);
+  }
+  return absl::OkStatus();
+}
+
 void MemoryFile::PunchHole(uint64_t off, uint64_t len) {
   if (::fallocate(fd_.get(), FALLOC_FL_PUNCH_HOLE | FALLOC_FL_KEEP_SIZE,
                   static_cast<off_t>(off), static_cast<off_t>(len)) != 0) {

@@ -206,5 +206,26 @@ TEST(MemoryFileTest, ReferenceCountsFreeOnLastDecRef) {
   EXPECT_EQ((*mf)->AllocatedBytes(), 0u);
 }
 
+
+TEST(MemoryFileTest, PopulateMakesTheFirstPagesAndAllocationsStillReadZero) {
+  auto mf = MemoryFile::Create(1ull << 30);
+  ASSERT_TRUE(mf.ok()) << mf.status();
+  ASSERT_TRUE((*mf)->Populate(0).ok());
+  ASSERT_TRUE((*mf)->Populate(3 * kPageSize + 1).ok());
+  EXPECT_GE((*mf)->FileSize(), 4 * kPageSize);
+  EXPECT_EQ((*mf)->AllocatedBytes(), 0u);  // made, not handed out
+  // The host has the pages now (the populated range is resident).
+  struct stat st;
+  ASSERT_EQ(fstat((*mf)->fd(), &st), 0);
+  EXPECT_GE(static_cast<uint64_t>(st.st_blocks) * 512, 4 * kPageSize);
+  auto off = (*mf)->Allocate(4 * kPageSize);
+  ASSERT_TRUE(off.ok()) << off.status();
+  EXPECT_EQ(*off, 0u);
+  for (uint64_t i = 0; i < 4 * kPageSize; i++) {
+    ASSERT_EQ((*mf)->Internal(*off)[i], 0) << i;
+  }
+}
+
 }  // namespace
 }  // namespace sandboxd::mm
+

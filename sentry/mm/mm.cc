@@ -572,7 +572,8 @@ bool MM::BreakCow(uintptr_t start, uintptr_t end, bool unmap_copied,
   return true;
 }
 
-bool MM::MapBacked(const Vma& vma, uintptr_t start, uintptr_t end) {
+void MM::BackedRanges(const Vma& vma, uintptr_t start, uintptr_t end,
+                      std::vector<platform::AddressSpace::FileRange>* out) {
   auto pit = pmas_.upper_bound(start);
   if (pit != pmas_.begin() && std::prev(pit)->second.end > start) --pit;
   for (; pit != pmas_.end() && pit->first < end; ++pit) {
@@ -580,13 +581,20 @@ bool MM::MapBacked(const Vma& vma, uintptr_t start, uintptr_t end) {
     uintptr_t e = std::min(end, pit->second.end);
     platform::Prot prot = vma.prot;
     if (pit->second.needs_copy) prot.write = false;  // the write faults
-    absl::Status st = as_->MapFile(
-        s, mf_->fd(), static_cast<off_t>(pit->second.file_offset + (s - pit->first)),
-        e - s, prot);
-    if (!st.ok()) {
-      LogBackingFailure(s, st.ToString());
-      return false;
-    }
+    out->push_back(platform::AddressSpace::FileRange{
+        s, static_cast<off_t>(pit->second.file_offset + (s - pit->first)),
+        e - s, prot});
+  }
+}
+
+bool MM::MapBacked(const Vma& vma, uintptr_t start, uintptr_t end) {
+  std::vector<platform::AddressSpace::FileRange> ranges;
+  BackedRanges(vma, start, end, &ranges);
+  if (ranges.empty()) return true;
+  absl::Status st = as_->MapFiles(mf_->fd(), ranges);
+  if (!st.ok()) {
+    LogBackingFailure(start, st.ToString());
+    return false;
   }
   return true;
 }
@@ -753,10 +761,25 @@ int64_t MM::Mprotect(uintptr_t addr, uint64_t len, int prot) {
     cur = vma.end;
     ++it;
   }
-  // Host mappings that now allow too much must go; the next fault maps the
-  // pages again with the new protection. Raising protection needs nothing:
-  // the access faults and HandleFault remaps.
-  if (reduced && cur > start) as_->Unmap(start, cur - start);
+  // Host mappings that now allow too much are replaced by ones with the
+  // new protection (the backed pages: nothing else can be mapped), in one
+  // request, as unmapping them would be: a program that makes memory
+  // read-only reads it again soon (ld.so's RELRO), and each page unmapped
+  // here would fault then. PROT_NONE just unmaps. Raising protection needs
+  // nothing: the access faults and HandleFault remaps.
+  if (reduced && cur > start) {
+    std::vector<platform::AddressSpace::FileRange> ranges;
+    if (new_prot.read || new_prot.write || new_prot.exec) {
+      for (auto v = FindVma(start); v != vmas_.end() && v->first < cur; ++v) {
+        BackedRanges(v->second, std::max(start, v->first),
+                     std::min(cur, v->second.end), &ranges);
+      }
+    }
+    if (!(new_prot.read || new_prot.write || new_prot.exec) ||
+        (!ranges.empty() && !as_->MapFiles(mf_->fd(), ranges).ok())) {
+      as_->Unmap(start, cur - start);
+    }
+  }
   MergeVmasIn(start, end);
   return ret;
 }
@@ -1040,7 +1063,10 @@ bool MM::HandleFault(uintptr_t addr, bool write, bool exec, int* signo,
 
   // Fault around: back and map the aligned block around the page, within
   // the VMA, so that sequential access faults once per block.
-  constexpr uint64_t kBlock = kFaultAroundPages * kPageSize;
+  const bool file_text =
+      vma.mappable != nullptr && vma.is_private && !vma.prot.write;
+  const uint64_t kBlock =
+      (file_text ? kFileFaultAroundPages : kFaultAroundPages) * kPageSize;
   const uintptr_t page = PageRoundDown(addr);
   const uintptr_t block = page & ~(kBlock - 1);
   const uintptr_t start = std::max(vit->first, block);
@@ -1085,6 +1111,30 @@ bool MM::HandleFault(uintptr_t addr, bool write, bool exec, int* signo,
     return false;
   }
   return true;
+}
+
+void MM::Prefault(uint64_t max_file_bytes) {
+  absl::MutexLock l(&mu_);
+  // Back everything first, then map it all in one request.
+  std::vector<platform::AddressSpace::FileRange> ranges;
+  for (auto vit = vmas_.begin(); vit != vmas_.end(); ++vit) {
+    const Vma& vma = vit->second;
+    if (!Allows(vma.prot, Access::kRead)) continue;
+    if (vma.mappable != nullptr) {
+      if (vma.end - vit->first > max_file_bytes) continue;
+      bool bus;
+      const uintptr_t backed = EnsureBacked(vit, vit->first, vma.end, &bus);
+      BackedRanges(vma, vit->first, backed, &ranges);
+    } else if (vma.shared_anon == nullptr) {
+      // Only what is backed already: zero pages made ahead would be
+      // memory the program may never use.
+      BackedRanges(vma, vit->first, vma.end, &ranges);
+    }
+  }
+  if (ranges.empty()) return;
+  // Best effort: a range that failed faults later, and maps then.
+  absl::Status st = as_->MapFiles(mf_->fd(), ranges);
+  if (!st.ok()) LogBackingFailure(ranges.front().addr, st.ToString());
 }
 
 template <typename Fn>

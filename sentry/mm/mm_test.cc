@@ -31,6 +31,13 @@ class FakeAddressSpace : public platform::AddressSpace {
     platform::Prot prot;
   };
 
+  absl::Status MapFiles(int fd, const std::vector<FileRange>& ranges) override {
+    {
+      absl::MutexLock l(&mu_);
+      ++batches_;
+    }
+    return platform::AddressSpace::MapFiles(fd, ranges);
+  }
   absl::Status MapFile(uintptr_t addr, int fd, off_t off, size_t len,
                        platform::Prot prot) override {
     absl::MutexLock l(&mu_);
@@ -62,6 +69,11 @@ class FakeAddressSpace : public platform::AddressSpace {
     absl::MutexLock l(&mu_);
     return map_calls_;
   }
+  // MapFiles calls: requests to the platform, however many ranges each.
+  int batches() {
+    absl::MutexLock l(&mu_);
+    return batches_;
+  }
   int unmap_calls() {
     absl::MutexLock l(&mu_);
     return unmap_calls_;
@@ -75,6 +87,7 @@ class FakeAddressSpace : public platform::AddressSpace {
   absl::Mutex mu_;
   std::map<uintptr_t, Page> pages_ ABSL_GUARDED_BY(mu_);
   int map_calls_ ABSL_GUARDED_BY(mu_) = 0;
+  int batches_ ABSL_GUARDED_BY(mu_) = 0;
   int unmap_calls_ ABSL_GUARDED_BY(mu_) = 0;
   std::pair<uintptr_t, size_t> last_unmap_ ABSL_GUARDED_BY(mu_){0, 0};
 };
@@ -95,6 +108,18 @@ class MMTest : public ::testing::Test {
     int64_t r = mm_->Mmap(addr, len, prot, flags | MAP_ANONYMOUS);
     EXPECT_GT(r, 0) << "mmap failed: " << r;
     return static_cast<uintptr_t>(r);
+  }
+  // Pages of [start, end) the fake address space maps.
+  size_t NumMappedIn(uintptr_t start, uintptr_t end) {
+    size_t n = 0;
+    for (uintptr_t a = start; a < end; a += kPg) n += as_->Mapped(a) ? 1 : 0;
+    return n;
+  }
+  // The memory-file offset mapped at page `addr` (0 if none).
+  uint64_t MappedAtOf(uintptr_t addr) {
+    FakeAddressSpace::Page p{0, {}};
+    EXPECT_TRUE(as_->Mapped(addr, &p));
+    return static_cast<uint64_t>(p.file_offset);
   }
   void Fill(uintptr_t addr, uint64_t len, uint8_t v) {
     std::vector<uint8_t> buf(len, v);
@@ -283,18 +308,31 @@ TEST_F(MMTest, MprotectSplitsAndMerges) {
   EXPECT_EQ(mm_->CopyOut(a + kPg, buf, 1), 1);
 }
 
-TEST_F(MMTest, MprotectUnmapsOnlyWhenReducing) {
+TEST_F(MMTest, MprotectRemapsOnlyWhenReducing) {
   uintptr_t a = MapAnon(2 * kPg);
   int code;
   ASSERT_TRUE(mm_->HandleFault(a, true, false, &code));
   ASSERT_TRUE(as_->Mapped(a));
+  // Removing write maps the backed pages again read-only, in one request
+  // (a read right after, as ld.so's RELRO, does not fault), and unmaps
+  // nothing.
+  int unmaps = as_->unmap_calls();
+  const int batches = as_->batches();
   ASSERT_EQ(mm_->Mprotect(a, 2 * kPg, PROT_READ), 0);
-  EXPECT_FALSE(as_->Mapped(a));
-  ASSERT_TRUE(mm_->HandleFault(a, false, false, &code));
+  EXPECT_EQ(as_->unmap_calls(), unmaps);
+  EXPECT_EQ(as_->batches(), batches + 1);
   FakeAddressSpace::Page p;
   ASSERT_TRUE(as_->Mapped(a, &p));
   EXPECT_EQ(p.prot, (platform::Prot{true, false, false}));
-  int unmaps = as_->unmap_calls();
+  ASSERT_TRUE(as_->Mapped(a + kPg, &p));
+  EXPECT_EQ(p.prot, (platform::Prot{true, false, false}));
+  // PROT_NONE unmaps.
+  ASSERT_EQ(mm_->Mprotect(a, kPg, PROT_NONE), 0);
+  EXPECT_EQ(as_->unmap_calls(), unmaps + 1);
+  EXPECT_FALSE(as_->Mapped(a));
+  ASSERT_EQ(mm_->Mprotect(a, kPg, PROT_READ), 0);
+  ASSERT_TRUE(mm_->HandleFault(a, false, false, &code));
+  unmaps = as_->unmap_calls();
   ASSERT_EQ(mm_->Mprotect(a, 2 * kPg, PROT_READ | PROT_WRITE), 0);
   EXPECT_EQ(as_->unmap_calls(), unmaps);
   // The next write fault remaps with the new protection.
@@ -1131,6 +1169,59 @@ TEST_F(ForkTest, ForkWhileAnotherThreadWrites) {
   uint64_t last;
   ASSERT_EQ(mm_->CopyIn(a + kPg + 64, &last, 8), 8);
   EXPECT_GT(last, 0u);
+}
+
+
+// --- exec: mapping ahead ----------------------------------------------------
+
+TEST_F(MMTest, PrefaultMapsSmallFilesWholeAndOnlyBackedAnonymousPages) {
+  auto small = std::make_shared<PatternFile>(5 * kPg);
+  const int64_t f = mm_->MmapFile(0, 5 * kPg, PROT_READ | PROT_EXEC, MAP_PRIVATE,
+                                  small, 0, platform::Prot{true, false, true});
+  ASSERT_GT(f, 0);
+  auto big = std::make_shared<PatternFile>(64 * kPg);
+  const int64_t b = mm_->MmapFile(0, 64 * kPg, PROT_READ, MAP_PRIVATE, big, 0,
+                                  platform::Prot{true, false, true});
+  ASSERT_GT(b, 0);
+  const uintptr_t anon = MapAnon(8 * kPg);
+  Fill(anon + 7 * kPg, kPg, 0x5a);  // as the loader writes the stack
+  const uintptr_t none = MapAnon(2 * kPg, PROT_NONE);
+  const int batches = as_->batches();
+
+  mm_->Prefault(/*max_file_bytes=*/16 * kPg);
+
+  EXPECT_EQ(as_->batches(), batches + 1);  // one request for all of it
+  for (uint64_t i = 0; i < 5; i++) {
+    EXPECT_TRUE(as_->Mapped(f + i * kPg)) << i;
+  }
+  EXPECT_EQ(*mf_->Internal(MappedAtOf(f + 4 * kPg)), (4 * kPg) % 251);
+  EXPECT_FALSE(as_->Mapped(b));  // over the limit: left to fault
+  EXPECT_TRUE(as_->Mapped(anon + 7 * kPg));
+  EXPECT_FALSE(as_->Mapped(anon));  // never touched: no zero page made
+  EXPECT_FALSE(as_->Mapped(none));
+  EXPECT_EQ(NumMappedIn(anon, anon + 8 * kPg), 1u);
+}
+
+TEST_F(MMTest, ReadOnlyFileMappingsFaultAroundALargerBlock) {
+  const uint64_t len = 2 * MM::kFileFaultAroundPages * kPg;
+  auto file = std::make_shared<PatternFile>(len);
+  const int64_t f = mm_->MmapFile(0, len, PROT_READ | PROT_EXEC, MAP_PRIVATE,
+                                  file, 0, platform::Prot{true, false, true});
+  ASSERT_GT(f, 0);
+  const uintptr_t addr = f + len / 2 + 3 * kPg;
+  int code;
+  ASSERT_TRUE(mm_->HandleFault(addr, false, true, &code));
+  const uint64_t block = MM::kFileFaultAroundPages * kPg;
+  const uintptr_t start = std::max<uintptr_t>(f, addr & ~(block - 1));
+  const uintptr_t end = std::min<uintptr_t>(f + len, (addr & ~(block - 1)) + block);
+  EXPECT_EQ(NumMappedIn(f, f + len), (end - start) / kPg);
+  EXPECT_GT(NumMappedIn(f, f + len), MM::kFaultAroundPages);
+  // A writable private mapping of the same file keeps the small block.
+  const int64_t w = mm_->MmapFile(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE,
+                                  file, 0, platform::Prot{true, true, true});
+  ASSERT_GT(w, 0);
+  ASSERT_TRUE(mm_->HandleFault(w + 5 * kPg, false, false, &code));
+  EXPECT_LE(NumMappedIn(w, w + len), MM::kFaultAroundPages);
 }
 
 }  // namespace

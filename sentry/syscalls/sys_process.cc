@@ -221,6 +221,7 @@ int64_t DoExecve(Task& t, int64_t dirfd, uint64_t path_addr, uint64_t argv_addr,
   getrandom(spec.random, sizeof(spec.random), 0);
   auto cpu = loader::SetupStack(*mm, *image, spec);
   if (!cpu.ok()) return -E2BIG;
+  loader::Prefault(*mm);
 
   // The point of no return.
   DeThread(t);

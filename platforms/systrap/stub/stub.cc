@@ -361,6 +361,21 @@ extern "C" STUB __attribute__((noreturn)) void sbx_stub_control_loop() {
       case kOpMunmap:
         r = Syscall3(__NR_munmap, a[0], a[1], 0);
         break;
+      case kOpMmapBatch: {
+        const uint64_t n = a[0] <= kMaxMapBatch ? a[0] : kMaxMapBatch;
+        const MapRequest* m = StubSharedInStub()->map_batch;
+        r = static_cast<long>(n);
+        for (uint64_t i = 0; i < n; i++) {
+          long e = Syscall6(__NR_mmap, m[i].addr, m[i].len, m[i].prot,
+                            0x01 /* MAP_SHARED */ | 0x10 /* MAP_FIXED */,
+                            kStubMemFileFd, m[i].off);
+          if (e < 0 && e > -4096) {
+            r = e;
+            break;
+          }
+        }
+        break;
+      }
       case kOpClone: {
         uint64_t index = a[0];
         if (index == 0 || index >= kMaxThreads) {

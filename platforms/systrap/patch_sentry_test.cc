@@ -4,7 +4,10 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstring>
+#include <thread>
+#include <vector>
 
 #include "gtest/gtest.h"
 #include "platforms/systrap/systrap.h"
@@ -204,6 +207,53 @@ TEST_F(PatchSentryTest, AThreadCaughtOnAPatchedSitesSyscallIsRestarted) {
   EXPECT_EQ(cpu.regs.orig_rax, 219u);
   EXPECT_EQ(cpu.regs.rip, kCode + 7);
   (*ctx)->Release();
+}
+
+// The patched path with more contexts than workers: the hand-over of a
+// patched site takes the next context from the ring, whichever it is, and
+// the tail returns to that one. Every context keeps its own registers.
+TEST_F(PatchSentryTest, ContextsMoveBetweenWorkersOnThePatchedPath) {
+  const uint8_t code[] = {0xb8, 39, 0, 0, 0, 0x0f, 0x05,
+                          0x48, 0x01, 0xc3, 0xeb, 0xf4};
+  std::memcpy(file_, code, sizeof(code));
+  auto* stub = static_cast<StubProcess*>(as_.get());
+  constexpr int kContexts = 12, kTraps = 150;
+  std::atomic<int> patched_traps{0};
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kContexts; c++) {
+    threads.emplace_back([&, c] {
+      auto ctx = platform_->NewContext();
+      CpuState cpu = StartAt(kCode);
+      cpu.regs.rsp -= 256 * c;  // each its own stack (red zone included)
+      uint64_t want_rbx = 0;
+      cpu.regs.rbx = 0;
+      for (int i = 0; i < kTraps; i++) {
+        const uint64_t mark = (static_cast<uint64_t>(c) << 32) | i;
+        cpu.regs.r12 = mark;
+        cpu.regs.r15 = ~mark;
+        const uint64_t rsp = cpu.regs.rsp;
+        Event ev = (*ctx)->Switch(*as_, cpu);
+        if (ev.kind != Event::Kind::kSyscall || cpu.regs.rip != kCode + 7 ||
+            cpu.regs.rsp != rsp || cpu.regs.rbx != want_rbx ||
+            cpu.regs.r12 != mark || cpu.regs.r15 != ~mark ||
+            cpu.regs.gs_base != 0) {
+          ADD_FAILURE() << "context " << c << " trap " << i << ": kind "
+                        << static_cast<int>(ev.kind) << " " << ev.detail
+                        << " rbx " << cpu.regs.rbx << " want " << want_rbx;
+          break;
+        }
+        if (file_[0] == 0xff) patched_traps++;
+        cpu.regs.rax = 1000 + c;
+        want_rbx += 1000 + c;
+        if (i % 8 == 0) usleep(500);  // some time "in the Sentry"
+      }
+      (*ctx)->Release();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(file_[0], 0xff);  // patched
+  EXPECT_GT(patched_traps.load(), kContexts * kTraps / 2);
+  EXPECT_LT(stub->workers(), static_cast<uint32_t>(kContexts));
 }
 
 }  // namespace

@@ -685,9 +685,14 @@ bool StubProcess::Submit(int slot) {
   while (idle > 0) {
     if (__atomic_compare_exchange_n(&ring->waiting, &idle, idle - 1, false,
                                     __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
-      // Matched with an idle worker: wake one if any sleeps (a spinning
-      // one may take the entry first; the woken one then sleeps again).
-      if (LoadSeqCst(&ring->sleepers) != 0) Futex(&ring->futex, FUTEX_WAKE, 1);
+      // Matched with an idle worker. If more are idle than asleep, one is
+      // spinning or on its way to sleep, and it looks at the ring before
+      // it sleeps (after sleepers++, which we would have seen): no wakeup
+      // needed. Else wake one (a spinner may still take the entry first;
+      // the woken one then sleeps again).
+      if (LoadSeqCst(&ring->sleepers) >= idle) {
+        Futex(&ring->futex, FUTEX_WAKE, 1);
+      }
       return true;
     }
   }

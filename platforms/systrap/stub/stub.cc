@@ -117,10 +117,11 @@ STUB_INLINE bool TryTake(ContextRing* ring, uint32_t* index, uint32_t* gen) {
 STUB_INLINE void WaitForEntry(StubWorker* w, uint64_t spin, uint32_t* index,
                               uint32_t* gen, bool* spun) {
   ContextRing* ring = &StubSharedInStub()->ring;
-  *spun = false;
+  // As the fast path measures it: whether this wait was allowed to spin
+  // (its "slept at once" baseline is the waits that were not).
+  *spun = spin != 0;
   if (TryTake(ring, index, gen)) return;
   if (spin != 0) {
-    *spun = true;
     const uint64_t start = Rdtsc();
     while (Rdtsc() - start <= spin) {
       __builtin_ia32_pause();

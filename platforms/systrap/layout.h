@@ -56,7 +56,7 @@ inline constexpr int kStubPoolFd = 4;
 // included): 512 GiB of sparse file offsets.
 inline constexpr uint32_t kMaxStubAreas = 1u << 16;
 
-// The host signal the Sentry sends a stub thread to make it trap
+// The host signal the Sentry sends a stub worker to make its context trap
 // (Context::Interrupt).
 inline constexpr int kInterruptSignal = 12;  // SIGUSR2
 
@@ -66,7 +66,7 @@ enum Owner : uint32_t {
   kOwnerSentry = 2,  // the Sentry has it
 };
 
-// Why a stub thread handed its slot to the Sentry.
+// Why a stub worker handed a context slot to the Sentry.
 enum TrapKind : uint32_t {
   kTrapSignal = 2,  // a host signal: SIGSYS (syscall), SIGSEGV, ... (signo)
   kTrapPatched = 3,  // a patched syscall site entered the stub directly
@@ -171,7 +171,7 @@ struct alignas(64) ThreadSlot {
   // Sentry at the next trap).
   alignas(64) uint64_t submit_tsc;
   uint64_t wake_tsc;
-  int32_t stub_cpu;     // the host CPU the stub thread trapped on
+  int32_t stub_cpu;     // the host CPU the context trapped on
   uint32_t stub_spun;   // 1: it spun while waiting (0: slept at once)
 
   // Both directions: registers in mcontext gregs order, and the xsave image.

@@ -4,7 +4,6 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cstring>
 #include <thread>
 #include <vector>
@@ -217,16 +216,28 @@ TEST_F(PatchSentryTest, ContextsMoveBetweenWorkersOnThePatchedPath) {
                           0x48, 0x01, 0xc3, 0xeb, 0xf4};
   std::memcpy(file_, code, sizeof(code));
   auto* stub = static_cast<StubProcess*>(as_.get());
-  constexpr int kContexts = 12, kTraps = 150;
-  std::atomic<int> patched_traps{0};
+  // Patch the site first: then every trap below comes by the patched path
+  // (the fallback's `syscall` in the table would return to the table, not
+  // to kCode + 7, which the loop checks).
+  {
+    auto ctx = platform_->NewContext();
+    CpuState cpu = StartAt(kCode);
+    for (int i = 0; i < 40 && file_[0] != 0xff; i++) {
+      ASSERT_EQ((*ctx)->Switch(*as_, cpu).kind, Event::Kind::kSyscall);
+    }
+    ASSERT_EQ(file_[0], 0xff);
+    (*ctx)->Release();
+  }
+  constexpr int kContexts = 24, kTraps = 60;
   std::vector<std::thread> threads;
   for (int c = 0; c < kContexts; c++) {
     threads.emplace_back([&, c] {
       auto ctx = platform_->NewContext();
       CpuState cpu = StartAt(kCode);
-      cpu.regs.rsp -= 256 * c;  // each its own stack (red zone included)
+      cpu.regs.rsp -= 160 * c;  // its own stack: the entry writes 152 below
       uint64_t want_rbx = 0;
       cpu.regs.rbx = 0;
+      usleep(300 * c);  // not all at once (see ring_test)
       for (int i = 0; i < kTraps; i++) {
         const uint64_t mark = (static_cast<uint64_t>(c) << 32) | i;
         cpu.regs.r12 = mark;
@@ -242,18 +253,16 @@ TEST_F(PatchSentryTest, ContextsMoveBetweenWorkersOnThePatchedPath) {
                         << " rbx " << cpu.regs.rbx << " want " << want_rbx;
           break;
         }
-        if (file_[0] == 0xff) patched_traps++;
         cpu.regs.rax = 1000 + c;
         want_rbx += 1000 + c;
-        if (i % 8 == 0) usleep(500);  // some time "in the Sentry"
+        usleep(1000);  // mostly "in the Sentry", as blocked threads are
       }
       (*ctx)->Release();
     });
   }
   for (auto& t : threads) t.join();
-  EXPECT_EQ(file_[0], 0xff);  // patched
-  EXPECT_GT(patched_traps.load(), kContexts * kTraps / 2);
   EXPECT_LT(stub->workers(), static_cast<uint32_t>(kContexts));
+  RecordProperty("workers", static_cast<int>(stub->workers()));
 }
 
 }  // namespace

@@ -91,6 +91,9 @@ TEST_F(RingTest, ManyContextsShareFewWorkers) {
       auto ctx = platform_->NewContext();
       CpuState cpu = StartAt(kCode);
       cpu.regs.rbx = 0x1000 + i;  // must stay this context's
+      // Not all at once: a burst of first hand-overs while every worker
+      // is busy would rightly add a worker each.
+      usleep(500 * i);
       for (int j = 0; j < kTraps; j++) {
         Event ev = (*ctx)->Switch(*as, cpu);
         if (ev.kind != Event::Kind::kSyscall || cpu.regs.rbx != 0x1000u + i ||
@@ -110,6 +113,7 @@ TEST_F(RingTest, ManyContextsShareFewWorkers) {
   EXPECT_GE(stub->workers(), 1u);
   EXPECT_LT(stub->workers(), static_cast<uint32_t>(kContexts))
       << "a worker per context: the ring matched no idle worker";
+  RecordProperty("workers", static_cast<int>(stub->workers()));
 }
 
 // Contexts that never trap each hold a worker; the others still run (a
@@ -206,7 +210,8 @@ TEST_F(RingTest, StaleInterruptsAreIgnored) {
                 ev.kind == Event::Kind::kInterrupted)
         << static_cast<int>(ev.kind) << " " << ev.detail;
     (ev.kind == Event::Kind::kSyscall ? syscalls : interrupts)++;
-    ASSERT_TRUE(ca.regs.rip == kCode + 7 || ca.regs.rip == kCode) << j;
+    // After the syscall, or anywhere in the loop for an interrupt.
+    ASSERT_TRUE(ca.regs.rip >= kCode && ca.regs.rip < kCode + 9) << j;
   }
   stop = true;
   interrupter.join();

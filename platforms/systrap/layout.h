@@ -12,11 +12,12 @@
 //   kStubBase   +--------------------------+
 //               | stub code (RX), copied   |  kStubCodeSize
 //   kStubShared +--------------------------+
-//               | StubShared (MAP_SHARED,  |  header + kMaxThreads slots
-//               |  memfd also mapped by    |
+//               | StubShared (MAP_SHARED,  |  header, context slots,
+//               |  memfd also mapped by    |  worker records, the ring
 //               |  the Sentry)             |
 //   kStubStacks +--------------------------+
-//               | per-slot stacks, private |  kMaxThreads * kStackSize
+//               | per-worker stacks,       |  kMaxThreads * kStackSize
+//               |  private                 |
 //   kStubWindowEnd ------------------------+
 //               | nothing (unmapped)       |
 //   kStubEnd    +--------------------------+
@@ -36,7 +37,8 @@ inline constexpr uint64_t kStubBase = 0x7e0000000000ull;
 inline constexpr uint64_t kStubEnd = 0x7ffffffff000ull;  // TASK_SIZE
 inline constexpr uint64_t kStubCodeSize = 1ull << 20;
 inline constexpr uint64_t kStubShared = kStubBase + kStubCodeSize;
-inline constexpr uint32_t kMaxThreads = 256;  // slot 0 is the control thread
+// Context slots and worker records each (index 0: the control thread).
+inline constexpr uint32_t kMaxThreads = 256;
 inline constexpr uint64_t kStackSize = 64 * 1024;
 inline constexpr uint64_t kStubSharedSize = 8ull << 20;
 inline constexpr uint64_t kStubStacks = kStubShared + kStubSharedSize;
@@ -54,40 +56,33 @@ inline constexpr int kStubPoolFd = 4;
 // included): 512 GiB of sparse file offsets.
 inline constexpr uint32_t kMaxStubAreas = 1u << 16;
 
-// The host signal the Sentry sends a stub thread to make it trap
+// The host signal the Sentry sends a stub worker to make its context trap
 // (Context::Interrupt).
 inline constexpr int kInterruptSignal = 12;  // SIGUSR2
 
-// Who may touch a slot or the control block. The other side waits.
+// Who may touch a context slot or the control block. The other side waits.
 enum Owner : uint32_t {
-  kOwnerStub = 1,    // the stub thread runs (application code, or a request)
-  kOwnerSentry = 2,  // the stub thread waits for the Sentry
+  kOwnerStub = 1,    // queued for, or run by, a stub worker (or a request)
+  kOwnerSentry = 2,  // the Sentry has it
 };
 
-// Why a stub thread handed its slot to the Sentry.
+// Why a stub worker handed a context slot to the Sentry.
 enum TrapKind : uint32_t {
-  kTrapReady = 1,   // a new thread is up; gregs are meaningless, fp is the
-                    // default FPU image
   kTrapSignal = 2,  // a host signal: SIGSYS (syscall), SIGSEGV, ... (signo)
   kTrapPatched = 3,  // a patched syscall site entered the stub directly
                      // (stub/patch_entry_amd64.cc): a syscall, no signal
 };
 
-// Where a stub thread is in the patched-syscall path (ThreadSlot::
+// Where a stub worker is in the patched-syscall path (StubWorker::
 // patch_state), for its signal handler: what an interrupt landing there
 // may do (stub/patch_entry_amd64.cc).
 enum PatchState : uint32_t {
   kPatchIdle = 0,       // not in it (or in its prologue, which is plain
                         // application state: a signal there is ordinary)
-  kPatchSaving = 1,     // writing the registers into the slot
-  kPatchWaiting = 2,    // the slot is the Sentry's
-  kPatchReturning = 3,  // the slot holds the whole state to return to
-};
-
-// What the Sentry asks of a stub thread when it hands the slot back.
-enum Action : uint32_t {
-  kActionResume = 1,  // load gregs/fp/fs_base and return to the application
-  kActionExit = 2,    // the thread exits
+  kPatchSaving = 1,     // writing the registers into its context slot
+  kPatchWaiting = 2,    // handing it back, waiting for the ring
+  kPatchReturning = 3,  // its (new) context slot holds the whole state to
+                        // return to
 };
 
 // Requests served by a stub's control thread (slot 0).
@@ -95,7 +90,7 @@ enum ControlOp : uint32_t {
   kOpNone = 0,
   kOpMmap = 1,     // args: addr, len, prot, flags, fd, off
   kOpMunmap = 2,   // args: addr, len
-  kOpClone = 3,    // args: slot index; result: tid or -errno
+  kOpClone = 3,    // args: worker index; result: tid or -errno
   kOpExit = 4,     // exit_group
   kOpNewStub = 5,  // the template only: args: area index; result: the new
                    // stub's pid or -errno
@@ -105,8 +100,8 @@ enum ControlOp : uint32_t {
                      // n, or -errno of the first that failed
 };
 
-// clone(2) flags of a stub thread: a thread of the stub process whose tid
-// the kernel writes to, and clears (with a futex wake) in, ThreadSlot::tid.
+// clone(2) flags of a stub worker: a thread of the stub process whose tid
+// the kernel writes to, and clears (with a futex wake) in, StubWorker::tid.
 inline constexpr uint64_t kStubCloneFlags =
     0x00000100 /* CLONE_VM */ | 0x00000200 /* CLONE_FS */ |
     0x00000400 /* CLONE_FILES */ | 0x00000800 /* CLONE_SIGHAND */ |
@@ -123,33 +118,44 @@ inline constexpr uint64_t kNewStubCloneFlags =
 // (DeathReason names them).
 enum StubExit : int {
   kStubExitAltStack = 111,   // sigaltstack failed in a new thread
-  kStubExitBadStack = 112,   // a signal handler on a stack not its slot's
+  kStubExitBadStack = 112,   // a signal handler on a stack not a worker's
   kStubExitControlSignal = 113,  // the control thread took a signal
   kStubExitSeccomp = 114,    // installing the seccomp filter failed
   kStubExitCorrupt = 115,    // a hand-over word holds neither owner value
   kStubExitNewStub = 116,    // a new stub could not set itself up
+  kStubExitRing = 117,       // the context ring or a worker record is
+                             // inconsistent (a cell names no slot or a
+                             // slot of another generation)
 };
 
 // Number of general registers in the kernel's ucontext mcontext (NGREG).
 inline constexpr int kNumGregs = 23;
 inline constexpr uint32_t kMaxFpSize = 4096;
 
-// One application thread's hand-over area.
+// One application thread's context slot: its state while the Sentry has it
+// or while it waits in the ring, and the hand-over area. Any stub worker
+// may run it (README.md, "The context queue").
 struct alignas(64) ThreadSlot {
-  // Written by both sides; futex word.
+  // Written by both sides; futex word of the Sentry's wait.
   alignas(64) uint32_t owner;
   uint32_t sentry_sleeping;  // the Sentry is (about to be) in FUTEX_WAIT
-  uint32_t stub_sleeping;    // the stub is (about to be) in FUTEX_WAIT
-  // CLONE_CHILD_CLEARTID word: the kernel zeroes it when the thread exits.
-  int32_t tid;
+  // Set (seq_cst) by the Sentry's Interrupt(): the worker that takes or
+  // runs the context reports an interrupt. Cleared by the Sentry before it
+  // queues the context again.
+  uint32_t interrupt;
+  // The tid of the worker running the context (stored seq_cst by the
+  // worker before it reads `interrupt`; 0 once handed back): whom
+  // Interrupt() signals.
+  int32_t running_tid;
 
-  // Written by the Sentry before owner=kOwnerStub.
-  alignas(64) uint32_t action;
+  // Written by the Sentry before it queues the context.
+  alignas(64) uint32_t generation;  // the Sentry's count for this slot: a
+                                    // ring entry must carry the same
   int32_t sentry_cpu;  // the host CPU of the Sentry thread (-1: unknown)
   uint64_t fs_base;  // loaded before returning to the application
   uint64_t gs_base;
-  // How long the stub thread spins (TSC) at its next wait for the Sentry
-  // before it sleeps; 0: it sleeps at once (the fast path decides).
+  // How long the worker that hands this context back spins (TSC) on the
+  // ring before it sleeps; 0: it sleeps at once (the fast path decides).
   uint64_t stub_spin_cycles;
 
   // Written by the stub before owner=kOwnerSentry.
@@ -169,7 +175,7 @@ struct alignas(64) ThreadSlot {
   // Sentry at the next trap).
   alignas(64) uint64_t submit_tsc;
   uint64_t wake_tsc;
-  int32_t stub_cpu;     // the host CPU the stub thread trapped on
+  int32_t stub_cpu;     // the host CPU the context trapped on
   uint32_t stub_spun;   // 1: it spun while waiting (0: slept at once)
 
   // Both directions: registers in mcontext gregs order, and the xsave image.
@@ -177,15 +183,13 @@ struct alignas(64) ThreadSlot {
   uint32_t fp_size;
   alignas(64) uint8_t fp[kMaxFpSize];
 
-  // Syscall patching (stub/patch_entry_amd64.cc). Written by the Sentry
-  // when it hands the slot out: `self` is the slot's address in the stub
-  // (the entry checks GS base against it), `stack_top` where the entry
-  // runs. Written by the stub thread: patch_state (PatchState) and
-  // patch_pending (an interrupt arrived while the Sentry had the slot).
+  // Written by the Sentry when it hands the slot out: its address in the
+  // stub (the patched entry checks a worker's `ctx` against it), and
+  // whether the context runs with GS base = its worker's record (syscall
+  // patching on and the application's GS base 0).
   alignas(64) uint64_t self;
-  uint64_t stack_top;
-  uint32_t patch_state;
-  uint32_t patch_pending;
+  uint32_t gs_worker;
+  uint32_t pad;
 };
 
 // The control thread's request block.
@@ -218,16 +222,76 @@ struct alignas(64) StubConfig {
   int32_t sentry_pid;     // the template's: a new stub's parent must be it
 };
 
+// One host thread of the stub (index 0: the control thread; 1..: workers
+// that run contexts taken from the ring). Its stack is kStubStacks +
+// index * kStackSize.
+struct alignas(64) StubWorker {
+  // CLONE_CHILD_SETTID/CLEARTID word: the worker's host tid.
+  int32_t tid;
+  uint32_t ctx_index;   // the context slot it runs (valid while ctx != 0)
+  // Written by the Sentry before the clone: the record's own address (the
+  // patched entry checks GS base against it) and the top of its stack.
+  uint64_t self;
+  uint64_t stack_top;
+  uint64_t ctx;          // address of that slot in the stub; 0: none yet
+  uint32_t patch_state;  // PatchState
+  uint32_t sleeping;     // 1: (about to be) asleep on the ring's futex
+  // The patched path's way back: the new context's rsp and rip.
+  uint64_t ret_rsp;
+  uint64_t ret_rip;
+  // Written by the Sentry before the clone: 1: made for a queued entry
+  // (already counted by the Sentry); 0: announces itself idle (the first).
+  uint32_t matched;
+  uint32_t pad;
+};
+static_assert(sizeof(StubWorker) == 64);
+
+// One entry of the context ring. `seq` is the cell's generation (Vyukov's
+// bounded queue): pos when free for the producer of position pos, pos + 1
+// once the entry at pos is written, pos + kRingSize once it is taken.
+struct RingCell {
+  uint32_t seq;
+  uint32_t ctx_index;
+  uint32_t generation;  // the slot's generation when it was queued
+  uint32_t pad;
+};
+// More cells than contexts: each context is queued at most once at a time,
+// so the ring is never full unless its memory was overwritten.
+inline constexpr uint32_t kRingSize = 512;
+static_assert(kRingSize >= 2 * kMaxThreads &&
+              (kRingSize & (kRingSize - 1)) == 0);
+
+// Contexts queued by the Sentry for the stub's workers (README.md, "The
+// context queue"). Producers are Sentry threads (serialized; the real tail
+// is the Sentry's), consumers are workers (they CAS `head`).
+struct alignas(64) ContextRing {
+  alignas(64) uint32_t head;
+  alignas(64) uint32_t tail;      // a copy of the Sentry's, for the gauges
+  alignas(64) uint32_t futex;     // bumped at every push; sleepers wait on it
+  uint32_t waiting;   // idle workers not yet matched to an entry
+  uint32_t sleepers;  // workers (about to be) in FUTEX_WAIT on `futex`
+  uint32_t workers;   // workers made (a gauge; the Sentry counts its own)
+  alignas(64) RingCell cells[kRingSize];
+};
+
 struct StubShared {
   StubConfig config;
   ControlBlock control;
   ThreadSlot slots[kMaxThreads];
+  // The first worker's start: it writes its FPU image (the layout of a
+  // fresh CpuState) and then stores ready = kOwnerSentry.
+  alignas(64) uint32_t ready;
+  uint32_t ready_sleeping;
+  uint32_t fp_init_size;
+  alignas(64) uint8_t fp_init[kMaxFpSize];
+  StubWorker workers[kMaxThreads];
+  ContextRing ring;
   // kOpMmapBatch's requests, written by the Sentry before it posts one.
   MapRequest map_batch[kMaxMapBatch];
 };
 static_assert(sizeof(StubShared) <= kStubSharedSize);
 static_assert(offsetof(ThreadSlot, owner) == 0);
-static_assert(offsetof(ThreadSlot, action) == 64);
+static_assert(offsetof(ThreadSlot, generation) == 64);
 static_assert(offsetof(ThreadSlot, trap) == 128);
 static_assert(offsetof(ThreadSlot, submit_tsc) == 192);
 static_assert(offsetof(ThreadSlot, gregs) == 256);

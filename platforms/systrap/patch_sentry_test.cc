@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <thread>
 #include <vector>
 
 #include "gtest/gtest.h"
@@ -258,6 +259,63 @@ TEST_F(PatchSentryTest, SyncCoreCostPerSite) {
               "%.1f); control round trip alone %.1f us; per patched site "
               "(2 barriers) ~%.1f us\n",
               barrier[50], barrier[90], trip[50], 2 * barrier[50]);
+}
+
+// The patched path with more contexts than workers: the hand-over of a
+// patched site takes the next context from the ring, whichever it is, and
+// the tail returns to that one. Every context keeps its own registers.
+TEST_F(PatchSentryTest, ContextsMoveBetweenWorkersOnThePatchedPath) {
+  const uint8_t code[] = {0xb8, 39, 0, 0, 0, 0x0f, 0x05,
+                          0x48, 0x01, 0xc3, 0xeb, 0xf4};
+  std::memcpy(file_, code, sizeof(code));
+  auto* stub = static_cast<StubProcess*>(as_.get());
+  // Patch the site first: then every trap below comes by the patched path
+  // (the fallback's `syscall` in the table would return to the table, not
+  // to kCode + 7, which the loop checks).
+  {
+    auto ctx = platform_->NewContext();
+    CpuState cpu = StartAt(kCode);
+    for (int i = 0; i < 40 && file_[0] != 0xff; i++) {
+      ASSERT_EQ((*ctx)->Switch(*as_, cpu).kind, Event::Kind::kSyscall);
+    }
+    ASSERT_EQ(file_[0], 0xff);
+    (*ctx)->Release();
+  }
+  constexpr int kContexts = 24, kTraps = 60;
+  std::vector<std::thread> threads;
+  for (int c = 0; c < kContexts; c++) {
+    threads.emplace_back([&, c] {
+      auto ctx = platform_->NewContext();
+      CpuState cpu = StartAt(kCode);
+      cpu.regs.rsp -= 160 * c;  // its own stack: the entry writes 152 below
+      uint64_t want_rbx = 0;
+      cpu.regs.rbx = 0;
+      usleep(300 * c);  // not all at once (see ring_test)
+      for (int i = 0; i < kTraps; i++) {
+        const uint64_t mark = (static_cast<uint64_t>(c) << 32) | i;
+        cpu.regs.r12 = mark;
+        cpu.regs.r15 = ~mark;
+        const uint64_t rsp = cpu.regs.rsp;
+        Event ev = (*ctx)->Switch(*as_, cpu);
+        if (ev.kind != Event::Kind::kSyscall || cpu.regs.rip != kCode + 7 ||
+            cpu.regs.rsp != rsp || cpu.regs.rbx != want_rbx ||
+            cpu.regs.r12 != mark || cpu.regs.r15 != ~mark ||
+            cpu.regs.gs_base != 0) {
+          ADD_FAILURE() << "context " << c << " trap " << i << ": kind "
+                        << static_cast<int>(ev.kind) << " " << ev.detail
+                        << " rbx " << cpu.regs.rbx << " want " << want_rbx;
+          break;
+        }
+        cpu.regs.rax = 1000 + c;
+        want_rbx += 1000 + c;
+        usleep(1000);  // mostly "in the Sentry", as blocked threads are
+      }
+      (*ctx)->Release();
+    });
+  }
+  for (auto& t : threads) t.join();
+  EXPECT_LT(stub->workers(), static_cast<uint32_t>(kContexts));
+  RecordProperty("workers", static_cast<int>(stub->workers()));
 }
 
 }  // namespace

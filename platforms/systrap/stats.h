@@ -41,10 +41,10 @@ struct Stats {
   // reply to the stub seeing it.
   std::atomic<uint64_t> latency[2][kLatencyBuckets] = {};
 
-  // Gauges, sampled when Systrap::stats() is called: application (stub)
-  // threads not asleep on their futex (running application code, or
-  // spinning for the Sentry's reply), and contexts handed to the Sentry
-  // whose Sentry thread is still asleep (waiting for its wakeup).
+  // Gauges, sampled when Systrap::stats() is called: stub workers not
+  // asleep on their ring (running application code, or spinning for the
+  // next context), and contexts queued in the rings and not yet taken by
+  // a worker (README.md, "The context queue").
   std::atomic<int64_t> stub_threads_awake{0};
   std::atomic<int64_t> contexts_queued{0};
   std::atomic<uint64_t> patched_sites{0};

@@ -96,6 +96,19 @@ uint64_t SlotInStub(int i) {
          static_cast<uint64_t>(i) * sizeof(ThreadSlot);
 }
 
+// The address of worker i's record in the stub process.
+uint64_t WorkerInStub(uint32_t i) {
+  return kStubShared + offsetof(StubShared, workers) +
+         static_cast<uint64_t>(i) * sizeof(StubWorker);
+}
+
+// Whether a GS base read in the stub is a worker record (the patched
+// path's): the kernel's view of it is 0.
+bool IsWorkerRecord(uint64_t gs) {
+  if (gs < WorkerInStub(1) || gs > WorkerInStub(kMaxThreads - 1)) return false;
+  return (gs - WorkerInStub(0)) % sizeof(StubWorker) == 0;
+}
+
 void RegsToGregs(const platform::Regs& r, uint64_t* g) {
   g[kR8] = r.r8; g[kR9] = r.r9; g[kR10] = r.r10; g[kR11] = r.r11;
   g[kR12] = r.r12; g[kR13] = r.r13; g[kR14] = r.r14; g[kR15] = r.r15;
@@ -385,9 +398,13 @@ StubProcess::StubProcess(Systrap* platform, pid_t pid, uint32_t area,
       shared_(static_cast<StubShared*>(shared_map_.addr())) {
   {
     absl::MutexLock l(&slots_mu_);
-    used_slots_.set(0);  // the control thread
+    used_slots_.set(0);  // the control thread's note (DeathReason)
     ever_used_.set(0);
   }
+  // The ring's cells start free for the first lap (seq = position); the
+  // area is zeroed and no worker exists yet.
+  for (uint32_t i = 0; i < kRingSize; i++) shared_->ring.cells[i].seq = i;
+  shared_->ready = kOwnerStub;
   {
     absl::MutexLock l(&platform_->live_mu_);
     platform_->live_.push_back(this);
@@ -418,6 +435,8 @@ void StubProcess::Reap() {
   // word to the Sentry so that a waiter about to sleep sees the change.
   StoreSeqCst(&shared_->control.owner, kOwnerSentry);
   Futex(&shared_->control.owner, FUTEX_WAKE, INT32_MAX);
+  StoreSeqCst(&shared_->ready, kOwnerSentry);
+  Futex(&shared_->ready, FUTEX_WAKE, INT32_MAX);
   // Only slots that were ever handed out: touching the others would make
   // the host allocate their pages of the shared area (2 MiB for all 256)
   // just to free them again, at every process exit.
@@ -430,9 +449,6 @@ void StubProcess::Reap() {
     if (!slots.test(i)) continue;
     StoreSeqCst(&shared_->slots[i].owner, kOwnerSentry);
     Futex(&shared_->slots[i].owner, FUTEX_WAKE, INT32_MAX);
-    StoreSeqCst(reinterpret_cast<uint32_t*>(&shared_->slots[i].tid), 0);
-    Futex(reinterpret_cast<uint32_t*>(&shared_->slots[i].tid), FUTEX_WAKE,
-          INT32_MAX);
   }
 }
 
@@ -470,20 +486,31 @@ bool StubProcess::WaitForSentry(uint32_t* owner, uint32_t* sentry_sleeping,
 
 void StubProcess::SampleGauges(int64_t* awake, int64_t* queued) {
   if (dead()) return;
-  absl::MutexLock l(&slots_mu_);
-  for (uint32_t i = 1; i < kMaxThreads; i++) {
-    if (!used_slots_.test(i)) continue;
-    ThreadSlot* s = &shared_->slots[i];
-    if (LoadAcquire(&s->stub_sleeping) == 0) ++*awake;
-    if (LoadAcquire(&s->owner) == kOwnerSentry &&
-        LoadAcquire(&s->sentry_sleeping) != 0) {
-      ++*queued;
-    }
+  const uint32_t n = std::min(workers(), kMaxThreads - 1);
+  for (uint32_t i = 1; i <= n; i++) {
+    if (LoadAcquire(&shared_->workers[i].sleeping) == 0) ++*awake;
   }
+  uint32_t tail;
+  {
+    absl::MutexLock l(&ring_mu_);
+    tail = tail_;
+  }
+  // head is the stub's (untrusted): a count beyond the ring is no count.
+  const uint32_t q = tail - LoadAcquire(&shared_->ring.head);
+  if (q <= kRingSize) *queued += q;
+}
+
+void StubProcess::KillCorrupt(const char* why) {
+  const char* none = nullptr;
+  killed_for_.compare_exchange_strong(none, why);
+  kill(pid_, SIGKILL);
 }
 
 std::string StubProcess::DeathReason() const {
   int st = exit_status_.load(std::memory_order_relaxed);
+  if (const char* why = killed_for_.load(std::memory_order_relaxed)) {
+    return absl::StrCat("stub process ", pid_, " killed: ", why);
+  }
   if (corrupt_.load(std::memory_order_relaxed)) {
     return absl::StrCat(
         "stub process ", pid_,
@@ -494,6 +521,12 @@ std::string StubProcess::DeathReason() const {
     return absl::StrCat("stub process ", pid_,
                         " found a hand-over word of its shared memory "
                         "overwritten and exited");
+  }
+  if (WIFEXITED(st) && WEXITSTATUS(st) == kStubExitRing) {
+    return absl::StrCat("stub process ", pid_,
+                        " found its context ring inconsistent (an entry "
+                        "naming no slot, or a slot of another generation: "
+                        "overwritten by the application?) and exited");
   }
   if (WIFSIGNALED(st)) {
     return absl::StrCat("stub process ", pid_, " killed by signal ",
@@ -587,19 +620,34 @@ void StubProcess::Unmap(uintptr_t addr, size_t len) {
   Control(kOpMunmap, addr, len);
 }
 
-absl::StatusOr<int> StubProcess::NewThread(pid_t* tid) {
+absl::StatusOr<int> StubProcess::NewThread() {
+  {
+    // The first context of a process starts the first worker, which tells
+    // us the FPU layout of a fresh context (fp_init) and then waits for the
+    // ring; it counts itself idle, so the first Submit finds it.
+    absl::MutexLock l(&start_mu_);
+    if (!started_) {
+      const uint32_t index = workers_.fetch_add(1) + 1;
+      AddWorker(index, /*matched=*/false);
+      if (!WaitForSentry(&shared_->ready, &shared_->ready_sleeping,
+                         platform_->spin_cycles())) {
+        return absl::UnavailableError(
+            absl::StrCat("systrap: starting the first worker: ",
+                         DeathReason()));
+      }
+      started_ = true;
+    }
+  }
   int slot = -1;
+  uint32_t generation = 0;
   {
     absl::MutexLock l(&slots_mu_);
     for (uint32_t i = 1; i < kMaxThreads; i++) {
       if (!used_slots_.test(i)) {
-        // A slot whose thread has not finished exiting is not free yet.
-        if (__atomic_load_n(&shared_->slots[i].tid, __ATOMIC_ACQUIRE) != 0) {
-          continue;
-        }
         used_slots_.set(i);
         ever_used_.set(i);
         slot = static_cast<int>(i);
+        generation = generation_[i].fetch_add(1) + 1;
         break;
       }
     }
@@ -607,53 +655,101 @@ absl::StatusOr<int> StubProcess::NewThread(pid_t* tid) {
   if (slot < 0) {
     return absl::ResourceExhaustedError(
         absl::StrCat("systrap: all ", kMaxThreads - 1,
-                     " thread slots of stub ", pid_, " are in use"));
+                     " context slots of stub ", pid_, " are in use"));
   }
   ThreadSlot* s = &shared_->slots[slot];
   s->sentry_sleeping = 0;
-  s->stub_sleeping = 0;
+  s->interrupt = 0;
+  s->running_tid = 0;
   s->trap = 0;
-  s->patch_state = kPatchIdle;  // an old thread may have left it set
-  s->patch_pending = 0;
   s->stub_spin_cycles = 0;
   s->sentry_cpu = -1;
-  StoreSeqCst(&s->owner, kOwnerStub);  // the new thread runs until it traps
-  int64_t r = Control(kOpClone, static_cast<uint64_t>(slot));
-  if (r < 0) {
-    absl::MutexLock l(&slots_mu_);
-    used_slots_.reset(slot);
-    if (dead()) {
-      return absl::UnavailableError(
-          absl::StrCat("systrap: cloning a thread: ", DeathReason()));
-    }
-    return ErrnoStatus(absl::StrCat("systrap: cloning a thread in stub ", pid_),
-                       static_cast<int>(-r));
-  }
-  *tid = static_cast<pid_t>(r);
-  if (!WaitForSentry(&s->owner, &s->sentry_sleeping,
-                     platform_->spin_cycles())) {
-    return absl::UnavailableError(
-        absl::StrCat("systrap: starting a thread: ", DeathReason()));
-  }
-  if (s->trap != kTrapReady) {
-    return absl::InternalError(
-        absl::StrCat("systrap: stub ", pid_, " thread in slot ", slot,
-                     " trapped with ", s->trap, " before it was ready"));
-  }
+  s->self = SlotInStub(slot);
+  s->gs_worker = 0;
+  __atomic_store_n(&s->generation, generation, __ATOMIC_RELEASE);
+  StoreSeqCst(&s->owner, kOwnerSentry);
   return slot;
 }
 
 void StubProcess::ReleaseThread(int slot) {
   if (slot <= 0 || slot >= static_cast<int>(kMaxThreads)) return;
-  ThreadSlot* s = &shared_->slots[slot];
-  if (!dead()) {
-    // The thread waits in its handler (the Sentry owns the slot): tell it
-    // to exit. The slot is reusable once the kernel clears s->tid.
-    __atomic_store_n(&s->action, kActionExit, __ATOMIC_RELEASE);
-    HandToStub(&s->owner, &s->stub_sleeping);
-  }
   absl::MutexLock l(&slots_mu_);
+  // Not queued (the Sentry holds it): moving the generation on is enough
+  // for no stale entry to be taken for the next context in this slot.
+  __atomic_store_n(&shared_->slots[slot].generation,
+                   generation_[slot].fetch_add(1) + 1, __ATOMIC_RELEASE);
   used_slots_.reset(slot);
+}
+
+void StubProcess::AddWorker(uint32_t index, bool matched) {
+  StubWorker* w = &shared_->workers[index];
+  w->self = WorkerInStub(index);
+  w->stack_top = kStubStacks + (index + 1) * kStackSize - 64;
+  w->ctx = 0;
+  w->ctx_index = 0;
+  w->patch_state = kPatchIdle;
+  w->sleeping = 0;
+  __atomic_store_n(&w->matched, matched ? 1u : 0u, __ATOMIC_RELEASE);
+  __atomic_store_n(&shared_->ring.workers, index, __ATOMIC_RELAXED);
+  const int64_t r = Control(kOpClone, index);
+  if (r < 0 && !dead()) {
+    // Host limits (threads, memory): an entry matched to this worker would
+    // never be taken. End the sandbox's process rather than hang it.
+    KillCorrupt("the host refused a new stub worker (clone failed)");
+  }
+}
+
+bool StubProcess::Submit(int slot) {
+  const uint32_t generation = generation_[slot].load(std::memory_order_relaxed);
+  ContextRing* ring = &shared_->ring;
+  {
+    absl::MutexLock l(&ring_mu_);
+    const uint32_t pos = tail_;
+    RingCell* c = &ring->cells[pos & (kRingSize - 1)];
+    // Free for this lap, or the ring is full, which it cannot be (more
+    // cells than contexts): overwritten by the application.
+    if (LoadAcquire(&c->seq) != pos) {
+      KillCorrupt("its context ring was inconsistent (the cell at the tail "
+                  "was not free: overwritten by the application?)");
+      return false;
+    }
+    c->ctx_index = static_cast<uint32_t>(slot);
+    c->generation = generation;
+    __atomic_store_n(&c->seq, pos + 1, __ATOMIC_RELEASE);  // published
+    tail_ = pos + 1;
+    __atomic_store_n(&ring->tail, pos + 1, __ATOMIC_RELAXED);
+  }
+  // Sleeping workers wait on `futex`; it moves after the entry is
+  // published and before we look for sleepers (README.md, "The context
+  // queue": no lost wakeup).
+  __atomic_fetch_add(&ring->futex, 1, __ATOMIC_SEQ_CST);
+  uint32_t idle = LoadSeqCst(&ring->waiting);
+  while (idle > 0) {
+    if (__atomic_compare_exchange_n(&ring->waiting, &idle, idle - 1, false,
+                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+      // Matched with an idle worker. If more are idle than asleep, one is
+      // spinning or on its way to sleep, and it looks at the ring before
+      // it sleeps (after sleepers++, which we would have seen): no wakeup
+      // needed. Else wake one (a spinner may still take the entry first;
+      // the woken one then sleeps again).
+      if (LoadSeqCst(&ring->sleepers) >= idle) {
+        Futex(&ring->futex, FUTEX_WAKE, 1);
+      }
+      return true;
+    }
+  }
+  // Every worker is busy: add one for this entry (without waiting for it;
+  // any worker may take the entry first). Bounded by the slots.
+  uint32_t n = workers_.load(std::memory_order_acquire);
+  do {
+    if (n >= kMaxThreads - 1) {
+      // As many workers as contexts: one of them will be free.
+      if (LoadSeqCst(&ring->sleepers) != 0) Futex(&ring->futex, FUTEX_WAKE, 1);
+      return true;
+    }
+  } while (!workers_.compare_exchange_weak(n, n + 1));
+  AddWorker(n + 1, /*matched=*/true);
+  return true;
 }
 
 // ---------------------------------------------------------------------------
@@ -683,17 +779,9 @@ Event SystrapContext::Switch(platform::AddressSpace& as_base, CpuState& cpu) {
 Event SystrapContext::SwitchOnce(StubProcess& as, CpuState& cpu) {
   Event ev;
   last_patched_ = false;
-  running_.store(true, std::memory_order_seq_cst);
-  if (interrupt_.exchange(false, std::memory_order_seq_cst)) {
-    running_.store(false, std::memory_order_seq_cst);
-    ev.kind = Event::Kind::kInterrupted;
-    return ev;
-  }
   if (stub_ != &as) {
-    running_.store(false, std::memory_order_seq_cst);
     Release();
-    pid_t tid = 0;
-    absl::StatusOr<int> slot = as.NewThread(&tid);
+    absl::StatusOr<int> slot = as.NewThread();
     if (!slot.ok()) {
       ev.kind = Event::Kind::kDead;
       ev.detail = std::string(slot.status().message());
@@ -701,41 +789,38 @@ Event SystrapContext::SwitchOnce(StubProcess& as, CpuState& cpu) {
     }
     stub_ = &as;
     slot_ = *slot;
-    tid_.store(tid, std::memory_order_seq_cst);
-    ThreadSlot* s = &as.shared()->slots[slot_];
-    // For the patched entry (stub/patch_entry_amd64.cc).
-    s->self = SlotInStub(slot_);
-    s->stack_top = kStubStacks + (slot_ + 1) * kStackSize - 64;
     if (cpu.fp_size == 0) {
-      // The new thread's own FPU image gives the layout; reset its values.
-      uint32_t n = s->fp_size;
-      if (n > sizeof(cpu.fp)) n = 0;
+      // The first worker's FPU image gives the layout; reset its values.
+      uint32_t n = as.shared()->fp_init_size;
+      if (n > sizeof(cpu.fp) || n > kMaxFpSize) n = 0;
       cpu.fp_size = n;
-      std::memcpy(cpu.fp, s->fp, n);
+      std::memcpy(cpu.fp, as.shared()->fp_init, n);
       cpu.ResetFp();
     }
     // A fork's child runs patched text from its first instruction: its stub
     // must know the xsave mask before it runs any.
     if (platform_->patching()) as.SetXsaveMask(cpu);
-    running_.store(true, std::memory_order_seq_cst);
-    if (interrupt_.exchange(false, std::memory_order_seq_cst)) {
-      running_.store(false, std::memory_order_seq_cst);
-      ev.kind = Event::Kind::kInterrupted;
-      return ev;
-    }
   }
   ThreadSlot* s = &as.shared()->slots[slot_];
+  // The interrupt protocol (README.md, "The context queue"): the slot's
+  // flag is cleared before running_ is set, so an Interrupt() that comes
+  // after our check of interrupt_ below sets it again for the worker.
+  StoreSeqCst(&s->interrupt, 0);
+  running_.store(true, std::memory_order_seq_cst);
+  if (interrupt_.exchange(false, std::memory_order_seq_cst)) {
+    running_.store(false, std::memory_order_seq_cst);
+    ev.kind = Event::Kind::kInterrupted;
+    return ev;
+  }
   RegsToGregs(cpu.regs, s->gregs);
   s->fs_base = cpu.regs.fs_base;
-  // With patching, a thread whose GS base is 0 runs with its slot there:
-  // the patched entry finds the slot through it.
-  const uint64_t slot_addr = SlotInStub(slot_);
-  const bool gs_is_slot = platform_->patching() && cpu.regs.gs_base == 0;
-  s->gs_base = gs_is_slot ? slot_addr : cpu.regs.gs_base;
+  // With patching, a context whose GS base is 0 runs with its worker's
+  // record there: the patched entry finds the worker through it.
+  s->gs_worker = platform_->patching() && cpu.regs.gs_base == 0 ? 1 : 0;
+  s->gs_base = cpu.regs.gs_base;
   uint32_t fp_size = cpu.fp_size <= sizeof(s->fp) ? cpu.fp_size : 0;
   s->fp_size = fp_size;
   std::memcpy(s->fp, cpu.fp, fp_size);
-  s->action = kActionResume;
 
   // The fast path: whether the stub spins at its next wait for us, and
   // whether we spin now waiting for its next trap.
@@ -749,9 +834,16 @@ Event SystrapContext::SwitchOnce(StubProcess& as, CpuState& cpu) {
                             : 0;
   const int stub_cpu = __atomic_load_n(&s->stub_cpu, __ATOMIC_RELAXED);
   const bool spin = fp.ShouldSpin(Side::kSentry, give_ns, host_cpu, stub_cpu);
-  StubProcess::HandToStub(&s->owner, &s->stub_sleeping);
-  bool alive = as.WaitForSentry(&s->owner, &s->sentry_sleeping,
-                                spin ? platform_->spin_cycles() : 0);
+  StoreSeqCst(&s->owner, kOwnerStub);
+  // A process reaped before that store has handed its slots back already:
+  // then nothing would hand this one back. Reaped after it, the reaper's
+  // hand-back ends our wait (it sets dead before it hands back).
+  bool alive = !as.dead();
+  if (alive) {
+    as.Submit(slot_);  // if it fails, the process is killed: as above
+    alive = as.WaitForSentry(&s->owner, &s->sentry_sleeping,
+                             spin ? platform_->spin_cycles() : 0);
+  }
   const uint64_t take = __rdtsc();
   running_.store(false, std::memory_order_seq_cst);
   if (!alive) {
@@ -765,7 +857,7 @@ Event SystrapContext::SwitchOnce(StubProcess& as, CpuState& cpu) {
   GregsToRegs(s->gregs, cpu.regs);
   cpu.regs.fs_base = s->stub_fs_base;
   cpu.regs.gs_base = s->stub_gs_base;
-  if (platform_->patching() && cpu.regs.gs_base == slot_addr) {
+  if (platform_->patching() && IsWorkerRecord(cpu.regs.gs_base)) {
     cpu.regs.gs_base = 0;
   }
   uint32_t got = s->fp_size;
@@ -837,10 +929,14 @@ void SystrapContext::Interrupt() {
   interrupt_.store(true, std::memory_order_seq_cst);
   if (running_.load(std::memory_order_seq_cst)) {
     StubProcess* stub = stub_;
-    pid_t tid = tid_.load(std::memory_order_seq_cst);
-    if (stub != nullptr && tid > 0) {
-      syscall(SYS_tgkill, stub->pid(), tid, kInterruptSignal);
-    }
+    if (stub == nullptr) return;
+    // The worker stores running_tid and then reads the flag: either it sees
+    // the flag when it takes the context, or we see its tid here. A tid
+    // that has moved on to another context ignores the signal (stale).
+    ThreadSlot* s = &stub->shared()->slots[slot_];
+    StoreSeqCst(&s->interrupt, 1);
+    const pid_t tid = __atomic_load_n(&s->running_tid, __ATOMIC_SEQ_CST);
+    if (tid > 0) syscall(SYS_tgkill, stub->pid(), tid, kInterruptSignal);
   }
 }
 
@@ -849,7 +945,6 @@ void SystrapContext::Release() {
     stub_->ReleaseThread(slot_);
     stub_ = nullptr;
     slot_ = -1;
-    tid_.store(0, std::memory_order_seq_cst);
   }
 }
 

@@ -9,10 +9,12 @@
 // new address space it clones a stub process (a child of the Sentry, by
 // CLONE_PARENT) that inherits all of that, maps its own shared area from
 // the pool and runs the stub's control thread. Application threads are
-// further threads of that stub, made by the control thread on the Sentry's
-// request.
+// contexts (slots of the shared area) that the Sentry queues in the stub's
+// ring; the stub's workers, threads made by the control thread as load
+// requires, take and run them (README.md, "The context queue").
 //
-// Lock order: StubProcess::control_mu_ > StubProcess::slots_mu_;
+// Lock order: StubProcess::start_mu_ > StubProcess::control_mu_ >
+// StubProcess::slots_mu_; StubProcess::ring_mu_ is a leaf;
 // Systrap::pool_mu_ > Systrap::live_mu_ > StubProcess::slots_mu_;
 // Systrap::areas_mu_ is a leaf.
 #ifndef SANDBOXD_PLATFORMS_SYSTRAP_SYSTRAP_H_
@@ -61,9 +63,11 @@ class StubProcess : public platform::AddressSpace {
   StubShared* shared() const { return shared_; }
   // Why the process ended (valid once dead()).
   std::string DeathReason() const;
-  // Adds this process's application threads that are awake and contexts
-  // waiting for a sleeping Sentry thread (Stats' gauges).
+  // Adds this process's workers that are awake (not asleep on the ring)
+  // and the contexts queued in its ring and not yet taken (Stats' gauges).
   void SampleGauges(int64_t* awake, int64_t* queued);
+  // Workers made so far (they are never trimmed).
+  uint32_t workers() const { return workers_.load(std::memory_order_acquire); }
 
   // Runs one request on the control thread; returns its result or -errno.
   int64_t Control(ControlOp op, uint64_t a0 = 0, uint64_t a1 = 0,
@@ -75,11 +79,16 @@ class StubProcess : public platform::AddressSpace {
                         uint64_t a2 = 0, uint64_t a3 = 0, uint64_t a4 = 0,
                         uint64_t a5 = 0) ABSL_EXCLUSIVE_LOCKS_REQUIRED(control_mu_);
 
-  // Makes a new stub thread in a free slot and waits until it is ready.
-  // Returns the slot index; *tid is its host tid.
-  absl::StatusOr<int> NewThread(pid_t* tid);
-  // Makes the thread in `slot` exit and frees the slot.
+  // Takes a free context slot (the first one of a process also starts the
+  // first worker and waits for it). Returns the slot index.
+  absl::StatusOr<int> NewThread();
+  // Frees a context slot the Sentry holds (its generation moves on, so a
+  // stale ring entry for it cannot be taken).
   void ReleaseThread(int slot);
+  // Queues the context in `slot` (written, owner kOwnerStub) for a worker:
+  // wakes an idle one or adds one. False if the ring was found corrupted
+  // (the process is then killed; its reaper hands the slot back).
+  bool Submit(int slot);
 
   // Waits until *owner == kOwnerSentry or the process died: spins for
   // spin_cycles (TSC; 0: not at all), then sleeps on the futex. Returns
@@ -97,6 +106,13 @@ class StubProcess : public platform::AddressSpace {
   // here at `shared_map`.
   StubProcess(Systrap* platform, pid_t pid, uint32_t area, Mapping shared_map);
   void Reap();
+  // Makes worker `index` (Control(kOpClone)); matched: made for a queued
+  // entry. Kills the process if the host refuses (an entry would wait
+  // forever).
+  void AddWorker(uint32_t index, bool matched);
+  // Kills the process for a corrupted shared structure; `why` is kept for
+  // DeathReason.
+  void KillCorrupt(const char* why);
 
   // Syscall patching (patching.cc). Counts a SIGSYS at cpu's rip and
   // patches the site when it is hot.
@@ -118,11 +134,23 @@ class StubProcess : public platform::AddressSpace {
   StubShared* const shared_;
   std::atomic<bool> dead_{false};
   std::atomic<bool> corrupt_{false};  // killed for a corrupted hand-over word
+  std::atomic<const char*> killed_for_{nullptr};  // KillCorrupt's reason
   std::atomic<int> exit_status_{0};
   std::thread reaper_;
 
+  absl::Mutex start_mu_;
+  bool started_ ABSL_GUARDED_BY(start_mu_) = false;  // the first worker
   absl::Mutex control_mu_;
+  // Producers of the ring. The tail lives here, not in shared memory, so
+  // that nothing the application writes can make a Sentry thread spin.
+  absl::Mutex ring_mu_;
+  uint32_t tail_ ABSL_GUARDED_BY(ring_mu_) = 0;
+  std::atomic<uint32_t> workers_{0};  // made (or being made)
   absl::Mutex slots_mu_;
+  // Each slot's generation, the Sentry's own copy (the shared one is what
+  // workers check ring entries against). Written under slots_mu_, read by
+  // Submit without it (the slot is the caller's).
+  std::atomic<uint32_t> generation_[kMaxThreads] = {};
   std::bitset<kMaxThreads> used_slots_ ABSL_GUARDED_BY(slots_mu_);
   // Slots handed out at least once: the only ones a Sentry thread can be
   // waiting on, and the only ones whose pages of the shared area exist.
@@ -136,7 +164,8 @@ class StubProcess : public platform::AddressSpace {
   std::atomic<bool> xsave_set_{false};
 };
 
-// One application thread's binding to a stub thread.
+// One application thread: a context slot of the stub process of its
+// address space.
 class SystrapContext : public platform::Context {
  public:
   explicit SystrapContext(Systrap* platform) : platform_(platform) {}
@@ -158,10 +187,9 @@ class SystrapContext : public platform::Context {
 
   Systrap* const platform_;
   // Owned by the task's host thread (Switch/Release); Interrupt reads
-  // stub_ and tid_ only while running_ is set.
+  // stub_ and slot_ only while running_ is set.
   StubProcess* stub_ = nullptr;
   int slot_ = -1;
-  std::atomic<pid_t> tid_{0};
   std::atomic<bool> running_{false};
   std::atomic<bool> interrupt_{false};
   bool last_patched_ = false;  // the last syscall came by a patched site

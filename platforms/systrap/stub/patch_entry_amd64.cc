@@ -8,34 +8,41 @@
 // Stub code (see stub.cc): freestanding, position independent, in section
 // "sbx_stub". The offsets below are checked against layout.h.
 //
-// Finding the slot: a stub thread whose application GS base is 0 runs with
-// GS base = its ThreadSlot (the Sentry sets it, systrap.cc). The entry
-// checks that GS base is one of this stub's slots and that the slot names
-// itself (`self`), and that the Sentry has told the stub its xsave mask;
-// if not (the program set its own GS base, e.g. with wrgsbase), it takes
-// the *fallback*: back to the application state and a
-// real `syscall` in the patch table's header, outside stub code, which
-// traps as every unpatched syscall does.
+// Finding the slot: a context whose application GS base is 0 runs with
+// GS base = the record of the worker running it (StubWorker; the Sentry
+// sets ThreadSlot::gs_worker, the worker loads it). The entry checks that
+// GS base is one of this stub's worker records and names itself (`self`),
+// that the worker's `ctx` is a context slot that names itself, and that
+// the Sentry has told the stub its xsave mask; if not (the program set its
+// own GS base, e.g. with wrgsbase), it takes the *fallback*: back to the
+// application state and a real `syscall` in the patch table's header,
+// outside stub code, which traps as every unpatched syscall does.
+//
+// The hand-over (sbx_stub_patch_handover, stub.cc) hands the context back
+// and takes the next one from the ring: any context, not necessarily the
+// one that entered. The tail loads the new context's state and returns to
+// it through the worker's ret_rsp/ret_rip.
 //
 // Interrupts (kInterruptSignal) can land anywhere in here; what the signal
-// handler does depends on ThreadSlot::patch_state (layout.h, PatchState):
+// handler does depends on StubWorker::patch_state (layout.h, PatchState):
 //   - before kPatchSaving (the prologue, on the application's stack, below
 //     its red zone): the thread's registers are whole; ordinary handling.
 //   - kPatchSaving: the hand-over follows at once; the handler returns and
 //     the Sentry, which still has its interrupt flag set, stops the task at
 //     its next Switch.
-//   - kPatchWaiting: the slot is the Sentry's; the handler only sets
-//     patch_pending, which sbx_stub_patch_handover (stub.cc) turns into an
-//     interrupt trap with the reply's state once the Sentry answers.
-//   - kPatchReturning, or rip in [sbx_stub_patch_tail, _end): the slot holds
-//     the whole state to return to; the handler reports the interrupt with
-//     it and returns to the application through sigreturn.
+//   - kPatchWaiting: handing back and waiting for the ring: ignored (the
+//     next context's interrupt flag is read when it is taken).
+//   - kPatchReturning, or rip in [sbx_stub_patch_tail, _end): the new
+//     context's slot holds the whole state to return to; an interrupt for
+//     it is reported with that state (a stale one is ignored), anything
+//     else (the int3 below) returns to it through sigreturn.
 // So the Sentry never sees half-saved registers.
 #include <stddef.h>
 
 #include "platforms/systrap/layout.h"
 
-// Offsets (decimal) in ThreadSlot, and absolute addresses in the stub.
+// Offsets (decimal) in ThreadSlot and StubWorker, and absolute addresses
+// in the stub.
 #define SLOT_FS_BASE 72
 #define SLOT_GS_BASE 80
 #define SLOT_TRAP 128
@@ -50,10 +57,17 @@
 #define SLOT_GREGS 256
 #define SLOT_FP 448
 #define SLOT_SELF 4544
-#define SLOT_STACK_TOP 4552
-#define SLOT_PATCH_STATE 4560
+#define SLOT_GS_WORKER 4552
+#define W_SELF 8
+#define W_STACK_TOP 16
+#define W_CTX 24
+#define W_PATCH_STATE 32
+#define W_RET_RSP 40
+#define W_RET_RIP 48
 #define SLOTS_FIRST 0x7e00001000c0
 #define SLOTS_LAST 0x7e000021eec0
+#define WORKERS_FIRST 0x7e0000221140
+#define WORKERS_LAST 0x7e00002250c0
 #define CONFIG_XSAVE_MASK 0x7e0000100010
 // The fallback `syscall` in the patch table's header (patch.h; patch.cc
 // checks the value).
@@ -74,12 +88,23 @@ static_assert(offsetof(ThreadSlot, stub_gs_base) == SLOT_STUB_GS);
 static_assert(offsetof(ThreadSlot, gregs) == SLOT_GREGS);
 static_assert(offsetof(ThreadSlot, fp) == SLOT_FP);
 static_assert(offsetof(ThreadSlot, self) == SLOT_SELF);
-static_assert(offsetof(ThreadSlot, stack_top) == SLOT_STACK_TOP);
-static_assert(offsetof(ThreadSlot, patch_state) == SLOT_PATCH_STATE);
+static_assert(offsetof(ThreadSlot, gs_worker) == SLOT_GS_WORKER);
+static_assert(offsetof(StubWorker, self) == W_SELF);
+static_assert(offsetof(StubWorker, stack_top) == W_STACK_TOP);
+static_assert(offsetof(StubWorker, ctx) == W_CTX);
+static_assert(offsetof(StubWorker, patch_state) == W_PATCH_STATE);
+static_assert(offsetof(StubWorker, ret_rsp) == W_RET_RSP);
+static_assert(offsetof(StubWorker, ret_rip) == W_RET_RIP);
 static_assert(kStubShared + offsetof(StubShared, slots) == SLOTS_FIRST);
 static_assert(kStubShared + offsetof(StubShared, slots) +
                   (kMaxThreads - 1) * sizeof(ThreadSlot) ==
               SLOTS_LAST);
+static_assert(kStubShared + offsetof(StubShared, workers) +
+                  sizeof(StubWorker) ==
+              WORKERS_FIRST);
+static_assert(kStubShared + offsetof(StubShared, workers) +
+                  (kMaxThreads - 1) * sizeof(StubWorker) ==
+              WORKERS_LAST);
 static_assert(kStubShared + offsetof(StubConfig, xsave_mask) ==
               CONFIG_XSAVE_MASK);
 static_assert(kTrapPatched == 3 && kPatchSaving == 1);
@@ -102,23 +127,33 @@ __asm__(
     "pushfq\n\t"
     "push %rcx\n\t"
     "push %rdx\n\t"
+    // rcx = the worker (GS base), rdx = its context slot.
     "rdgsbase %rcx\n\t"
-    "movabs $" STR(SLOTS_FIRST) ", %rdx\n\t"
+    "movabs $" STR(WORKERS_FIRST) ", %rdx\n\t"
     "cmp %rdx, %rcx\n\t"
     "jb 9f\n\t"
-    "movabs $" STR(SLOTS_LAST) ", %rdx\n\t"
+    "movabs $" STR(WORKERS_LAST) ", %rdx\n\t"
     "cmp %rdx, %rcx\n\t"
     "ja 9f\n\t"
-    "cmp %rcx, " STR(SLOT_SELF) "(%rcx)\n\t"
+    "cmp %rcx, " STR(W_SELF) "(%rcx)\n\t"
     "jne 9f\n\t"
     // No xsave mask yet (the Sentry has not seen this stub's FPU layout).
     "movabs $" STR(CONFIG_XSAVE_MASK) ", %rdx\n\t"
     "cmpq $0, (%rdx)\n\t"
     "je 9f\n\t"
-    "pop %rdx\n\t"
+    "mov " STR(W_CTX) "(%rcx), %rdx\n\t"
+    "movabs $" STR(SLOTS_FIRST) ", %rcx\n\t"
+    "cmp %rcx, %rdx\n\t"
+    "jb 9f\n\t"
+    "movabs $" STR(SLOTS_LAST) ", %rcx\n\t"
+    "cmp %rcx, %rdx\n\t"
+    "ja 9f\n\t"
+    "cmp %rdx, " STR(SLOT_SELF) "(%rdx)\n\t"
+    "jne 9f\n\t"
     // r11 and rcx are free: `syscall` clobbers them.
-    "mov %rcx, %r11\n\t"
-    "movl $1, " STR(SLOT_PATCH_STATE) "(%r11)\n\t"  // kPatchSaving
+    "mov %rdx, %r11\n\t"
+    "pop %rdx\n\t"
+    "movl $1, %gs:" STR(W_PATCH_STATE) "\n\t"  // kPatchSaving
     "mov %r8, " G(0) "(%r11)\n\t"
     "mov %r9, " G(1) "(%r11)\n\t"
     "mov %r10, " G(2) "(%r11)\n\t"
@@ -150,7 +185,8 @@ __asm__(
     "movl $0xc000003e, " STR(SLOT_SYS_ARCH) "(%r11)\n\t"  // AUDIT_ARCH_X86_64
     "rdfsbase %rcx\n\t"
     "mov %rcx, " STR(SLOT_STUB_FS) "(%r11)\n\t"
-    "mov %r11, " STR(SLOT_STUB_GS) "(%r11)\n\t"
+    "rdgsbase %rcx\n\t"
+    "mov %rcx, " STR(SLOT_STUB_GS) "(%r11)\n\t"
     // The FPU, in the layout of a signal frame's xsave area (the legacy
     // area's software bytes and the end magic stay as the Sentry wrote
     // them: xsave does not touch them).
@@ -158,15 +194,20 @@ __asm__(
     "mov (%rcx), %eax\n\t"
     "mov 4(%rcx), %edx\n\t"
     "xsave64 " STR(SLOT_FP) "(%r11)\n\t"
-    "mov " STR(SLOT_STACK_TOP) "(%r11), %rsp\n\t"
-    "mov %r11, %rbx\n\t"
-    "mov %r11, %rdi\n\t"
+    "mov %gs:" STR(W_STACK_TOP) ", %rsp\n\t"
+    "rdgsbase %rdi\n\t"
     "call sbx_stub_patch_handover\n\t"
-    // kPatchReturning: the slot holds the state to return to. The last
-    // instructions need GS base = the slot; if the Sentry wants another
-    // GS base, the signal handler returns instead (int3 below).
-    "cmp %rbx, " STR(SLOT_GS_BASE) "(%rbx)\n\t"
-    "jne 8f\n\t"
+    // kPatchReturning: rax = the slot of the context to return to (maybe
+    // another one). The last instructions need GS base = this worker; if
+    // that context wants another GS base, the signal handler returns to it
+    // instead (int3 below).
+    "mov %rax, %rbx\n\t"
+    "cmpl $0, " STR(SLOT_GS_WORKER) "(%rbx)\n\t"
+    "je 8f\n\t"
+    "mov " G(15) "(%rbx), %rcx\n\t"
+    "mov %rcx, %gs:" STR(W_RET_RSP) "\n\t"
+    "mov " G(16) "(%rbx), %rcx\n\t"
+    "mov %rcx, %gs:" STR(W_RET_RIP) "\n\t"
     "mov " STR(SLOT_FS_BASE) "(%rbx), %rcx\n\t"
     "wrfsbase %rcx\n\t"
     "movabs $" STR(CONFIG_XSAVE_MASK) ", %rcx\n\t"
@@ -193,15 +234,15 @@ __asm__(
     "sbx_stub_patch_tail:\n\t"
     // Nothing after popfq changes the flags.
     "popfq\n\t"
-    "movl $0, %gs:" STR(SLOT_PATCH_STATE) "\n\t"  // kPatchIdle
-    "mov %gs:" G(15) ", %rsp\n\t"
-    "jmp *%gs:" G(16) "\n"
+    "movl $0, %gs:" STR(W_PATCH_STATE) "\n\t"  // kPatchIdle
+    "mov %gs:" STR(W_RET_RSP) ", %rsp\n\t"
+    "jmp *%gs:" STR(W_RET_RIP) "\n"
     ".globl sbx_stub_patch_tail_end\n"
     "sbx_stub_patch_tail_end:\n"
     "8:\n\t"
     "int3\n\t"
     "ud2\n"
-    // Fallback: GS base is not our slot. Back to the application's
+    // Fallback: GS base is not a worker of ours (or its context not a slot). Back to the application's
     // registers and flags, the return address below the red zone, and a
     // real syscall in the patch table (it traps; see patch.h).
     "9:\n\t"

@@ -45,39 +45,162 @@ STUB_INLINE void SleepUntilStub(uint32_t* owner, uint32_t* stub_sleeping) {
   StoreSeqCst(stub_sleeping, 0);
 }
 
-// Hands the slot to the Sentry and waits until it is handed back: spins for
-// as long as the Sentry said at the last hand-back (the adaptive fast path;
-// never when the Sentry thread was on this CPU), then sleeps on the futex.
-// *sentry_sleeping tells us to FUTEX_WAKE the Sentry, *stub_sleeping tells
-// the Sentry to wake us; each side sets owner before reading the other's
-// flag (seq_cst on both sides), so a wakeup cannot be lost. Both ends are
-// timestamped for the Sentry's latency figures.
-STUB_INLINE void HandOverAndWait(ThreadSlot* slot) {
+STUB_INLINE uint32_t FetchAdd(uint32_t* p, uint32_t v) {
+  return __atomic_fetch_add(p, v, __ATOMIC_SEQ_CST);
+}
+
+STUB_INLINE ThreadSlot* SlotAt(uint32_t index) {
+  return &StubSharedInStub()->slots[index];
+}
+
+// Hands the context in `slot` back to the Sentry (its state is written)
+// and returns how long this worker should spin on the ring for its next
+// context: as long as the Sentry said for this context (the adaptive fast
+// path), never when the Sentry thread was on this CPU. The worker counts
+// itself idle (`waiting`) *before* the Sentry can see the slot, so that a
+// Sentry thread that queues the context again at once finds an idle worker
+// instead of making a new one. The owner word is stored last (seq_cst) and
+// is the publication; *sentry_sleeping tells us to wake the Sentry.
+STUB_INLINE uint64_t HandBack(ThreadSlot* slot) {
   uint64_t spin = __atomic_load_n(&slot->stub_spin_cycles, __ATOMIC_RELAXED);
   int32_t sentry_cpu = __atomic_load_n(&slot->sentry_cpu, __ATOMIC_RELAXED);
   int32_t cpu;
   slot->submit_tsc = Rdtscp(&cpu);
   slot->stub_cpu = cpu;
   if (sentry_cpu == cpu) spin = 0;  // it needs this CPU to answer
+  FetchAdd(&StubSharedInStub()->ring.waiting, 1);
+  __atomic_store_n(&slot->running_tid, 0, __ATOMIC_SEQ_CST);
   StoreSeqCst(&slot->owner, kOwnerSentry);
   if (LoadSeqCst(&slot->sentry_sleeping) != 0) {
     Syscall6(__NR_futex, reinterpret_cast<long>(&slot->owner), FUTEX_WAKE, 1,
              0, 0, 0);
   }
+  return spin;
+}
+
+// Takes the oldest entry of the ring, if any: false when it is empty.
+// Vyukov's consumer: the cell at head is ready when its seq is head + 1;
+// the CAS on head decides which worker takes it; the cell is freed for the
+// producer's next lap (seq = head + kRingSize) once it is read. A cell
+// that is neither ready nor empty while head has not moved can only be
+// overwritten memory: the stub exits (kStubExitRing) rather than spin.
+STUB_INLINE bool TryTake(ContextRing* ring, uint32_t* index, uint32_t* gen) {
+  for (;;) {
+    uint32_t h = __atomic_load_n(&ring->head, __ATOMIC_ACQUIRE);
+    RingCell* c = &ring->cells[h & (kRingSize - 1)];
+    const uint32_t seq = LoadAcquire(&c->seq);
+    const int32_t d = static_cast<int32_t>(seq - (h + 1));
+    if (d < 0) return false;  // not written yet: empty
+    if (d == 0) {
+      if (__atomic_compare_exchange_n(&ring->head, &h, h + 1, false,
+                                      __ATOMIC_SEQ_CST, __ATOMIC_RELAXED)) {
+        *index = __atomic_load_n(&c->ctx_index, __ATOMIC_RELAXED);
+        *gen = __atomic_load_n(&c->generation, __ATOMIC_RELAXED);
+        __atomic_store_n(&c->seq, h + kRingSize, __ATOMIC_RELEASE);
+        return true;
+      }
+      continue;  // another worker took it
+    }
+    // Taken by another worker since we read head (it moves head before it
+    // frees the cell): read head again. If it has not moved, the cell lies.
+    if (__atomic_load_n(&ring->head, __ATOMIC_ACQUIRE) == h) {
+      Die(kStubExitRing);
+    }
+  }
+}
+
+// Waits for an entry of the ring: spins for `spin` TSC cycles (0: not at
+// all), then sleeps on the ring's futex word. The Sentry bumps that word
+// (seq_cst) after it publishes an entry and then wakes one sleeper if
+// `sleepers` is non-zero; we count ourselves a sleeper and read the word
+// before we look at the ring again, so one of the two sees the other.
+STUB_INLINE void WaitForEntry(StubWorker* w, uint64_t spin, uint32_t* index,
+                              uint32_t* gen, bool* spun) {
+  ContextRing* ring = &StubSharedInStub()->ring;
+  // As the fast path measures it: whether this wait was allowed to spin
+  // (its "slept at once" baseline is the waits that were not).
+  *spun = spin != 0;
+  if (TryTake(ring, index, gen)) return;
   if (spin != 0) {
     const uint64_t start = Rdtsc();
-    while (LoadAcquire(&slot->owner) != kOwnerStub) {
-      if (Rdtsc() - start > spin) {
-        SleepUntilStub(&slot->owner, &slot->stub_sleeping);
-        break;
-      }
+    while (Rdtsc() - start <= spin) {
       __builtin_ia32_pause();
+      if (TryTake(ring, index, gen)) return;
     }
-  } else {
-    SleepUntilStub(&slot->owner, &slot->stub_sleeping);
   }
-  slot->wake_tsc = Rdtsc();
-  slot->stub_spun = spin != 0 ? 1 : 0;
+  for (;;) {
+    StoreSeqCst(&w->sleeping, 1);
+    FetchAdd(&ring->sleepers, 1);
+    const uint32_t word = LoadSeqCst(&ring->futex);
+    bool got = TryTake(ring, index, gen);
+    if (!got) {
+      Syscall6(__NR_futex, reinterpret_cast<long>(&ring->futex), FUTEX_WAIT,
+               word, 0, 0, 0);
+    }
+    __atomic_fetch_sub(&ring->sleepers, 1, __ATOMIC_SEQ_CST);
+    StoreSeqCst(&w->sleeping, 0);
+    if (got || TryTake(ring, index, gen)) return;
+  }
+}
+
+// Fills the trap fields of an interrupt report: the state is the slot's
+// as the Sentry left it (whole: the context has not run since).
+STUB_INLINE void SetInterruptTrap(ThreadSlot* slot) {
+  slot->trap = kTrapSignal;
+  slot->signo = kInterruptSignal;
+  slot->sig_code = -6;  // SI_TKILL
+  slot->sig_errno = 0;
+  slot->fault_addr = 0;
+  slot->sys_nr = 0;
+  slot->sys_arch = 0;
+  slot->stub_fs_base = slot->fs_base;
+  slot->stub_gs_base = slot->gs_base;
+}
+
+// Takes the next context from the ring (any context: a worker is not bound
+// to one) after handing one back with `spin` (HandBack), and returns its
+// slot, recorded in w. The interrupt protocol: the worker stores
+// running_tid, *then* reads `interrupt`; the Sentry stores `interrupt`,
+// then reads running_tid and signals it. So either we see the flag here
+// and report the interrupt at once, or the Sentry's signal reaches us
+// while we run the context. `patched`: on the patched path, where signals
+// are not blocked: kPatchReturning is set before the check, so a signal
+// after it finds a whole context to report (see the handler).
+STUB_INLINE ThreadSlot* TakeNext(StubWorker* w, uint64_t spin, bool patched) {
+  for (;;) {
+    uint32_t index, gen;
+    bool spun;
+    WaitForEntry(w, spin, &index, &gen, &spun);
+    if (index == 0 || index >= kMaxThreads) Die(kStubExitRing);
+    ThreadSlot* slot = SlotAt(index);
+    if (__atomic_load_n(&slot->generation, __ATOMIC_ACQUIRE) != gen) {
+      Die(kStubExitRing);
+    }
+    if (LoadAcquire(&slot->owner) != kOwnerStub) Die(kStubExitCorrupt);
+    w->ctx_index = index;
+    __atomic_store_n(&w->ctx, reinterpret_cast<uint64_t>(slot),
+                     __ATOMIC_SEQ_CST);
+    slot->wake_tsc = Rdtsc();
+    slot->stub_spun = spun ? 1 : 0;
+    __atomic_store_n(&slot->running_tid, w->tid, __ATOMIC_SEQ_CST);
+    if (patched) StoreSeqCst(&w->patch_state, kPatchReturning);
+    if (LoadSeqCst(&slot->interrupt) == 0) return slot;
+    if (patched) StoreSeqCst(&w->patch_state, kPatchWaiting);
+    SetInterruptTrap(slot);
+    spin = HandBack(slot);
+  }
+}
+
+// The context slot this worker runs (it is running application code, or
+// on the patched path): checked, since the record is writable by the
+// application.
+STUB_INLINE ThreadSlot* CurrentSlot(StubWorker* w) {
+  const uint32_t index = __atomic_load_n(&w->ctx_index, __ATOMIC_ACQUIRE);
+  if (index == 0 || index >= kMaxThreads ||
+      __atomic_load_n(&w->ctx, __ATOMIC_ACQUIRE) == 0) {
+    Die(kStubExitRing);
+  }
+  return SlotAt(index);
 }
 
 STUB_INLINE void Copy(void* dst, const void* src, uint64_t n) {
@@ -151,8 +274,8 @@ STUB_INLINE bool SentryWritable(int i) {
 // into the signal frame `uc`, so that sigreturn resumes the application
 // there. Preconditions: the slot is the stub's (owner kOwnerStub) and holds
 // a whole state from the Sentry.
-STUB_INLINE void LoadFrameFromSlot(ThreadSlot* slot, ucontext_t* uc,
-                                   bool fsgsbase) {
+STUB_INLINE void LoadFrameFromSlot(ThreadSlot* slot, StubWorker* w,
+                                   ucontext_t* uc, bool fsgsbase) {
   greg_t* gregs = uc->uc_mcontext.gregs;
   for (int i = 0; i < kNumGregs; i++) {
     if (SentryWritable(i)) gregs[i] = static_cast<greg_t>(slot->gregs[i]);
@@ -160,39 +283,14 @@ STUB_INLINE void LoadFrameFromSlot(ThreadSlot* slot, ucontext_t* uc,
   uint8_t* fp = reinterpret_cast<uint8_t*>(uc->uc_mcontext.fpregs);
   uint32_t fp_size = fp != nullptr ? FpFrameSize(fp) : 0;
   if (fp_size != 0 && slot->fp_size == fp_size) Copy(fp, slot->fp, fp_size);
+  // With patching, GS base is the worker's record (the patched entry
+  // finds the worker, and through it the context, there).
+  const uint64_t new_gs = __atomic_load_n(&slot->gs_worker, __ATOMIC_RELAXED)
+                              ? w->self
+                              : slot->gs_base;
   uint64_t fs = ReadFsBase(fsgsbase), gs = ReadGsBase(fsgsbase);
   if (slot->fs_base != fs) WriteFsBase(fsgsbase, slot->fs_base);
-  if (slot->gs_base != gs) WriteGsBase(fsgsbase, slot->gs_base);
-}
-
-// Reports an interrupt with the state the slot holds (the Sentry's last
-// reply, whole) and waits for the answer.
-STUB_INLINE void HandOverInterrupt(ThreadSlot* slot) {
-  slot->trap = kTrapSignal;
-  slot->signo = kInterruptSignal;
-  slot->sig_code = -6;  // SI_TKILL
-  slot->sig_errno = 0;
-  slot->fault_addr = 0;
-  slot->sys_nr = 0;
-  slot->sys_arch = 0;
-  slot->stub_fs_base = slot->fs_base;
-  slot->stub_gs_base = slot->gs_base;
-  HandOverAndWait(slot);
-  if (__atomic_load_n(&slot->action, __ATOMIC_ACQUIRE) != kActionResume) {
-    for (;;) Syscall3(__NR_exit, 0, 0, 0);
-  }
-}
-
-// A signal on the patched path's way back (kPatchReturning, or in its last
-// instructions): the application's state is the slot's. An interrupt is
-// reported with it; then the thread returns to the application through
-// sigreturn, leaving the rest of the way back.
-STUB_INLINE void ResumeFromSlot(ThreadSlot* slot, int signo, ucontext_t* uc,
-                                bool fsgsbase) {
-  __atomic_store_n(&slot->patch_pending, 0, __ATOMIC_SEQ_CST);
-  if (signo == kInterruptSignal) HandOverInterrupt(slot);
-  LoadFrameFromSlot(slot, uc, fsgsbase);
-  __atomic_store_n(&slot->patch_state, kPatchIdle, __ATOMIC_SEQ_CST);
+  if (new_gs != gs) WriteGsBase(fsgsbase, new_gs);
 }
 
 }  // namespace
@@ -200,32 +298,19 @@ STUB_INLINE void ResumeFromSlot(ThreadSlot* slot, int signo, ucontext_t* uc,
 
 using namespace sandboxd::systrap;
 
-// Called by the patched entry (patch_entry_amd64.cc) on the slot's stack
-// with the state saved in the slot: hands it to the Sentry and returns when
-// the slot holds the state to return to (kPatchReturning). An interrupt
-// that came while the Sentry had the slot is reported first, with the
-// reply's state, so that the Sentry sees it with whole registers.
-extern "C" STUB void sbx_stub_patch_handover(ThreadSlot* slot) {
-  __atomic_store_n(&slot->patch_state, kPatchWaiting, __ATOMIC_SEQ_CST);
-  HandOverAndWait(slot);
-  if (__atomic_load_n(&slot->action, __ATOMIC_ACQUIRE) != kActionResume) {
-    for (;;) Syscall3(__NR_exit, 0, 0, 0);
-  }
-  for (;;) {
-    __atomic_store_n(&slot->patch_state, kPatchReturning, __ATOMIC_SEQ_CST);
-    if (__atomic_exchange_n(&slot->patch_pending, 0, __ATOMIC_SEQ_CST) == 0) {
-      return;
-    }
-    // Signals arriving now are handled by ResumeFromSlot; back to waiting
-    // for the reply to this report.
-    __atomic_store_n(&slot->patch_state, kPatchWaiting, __ATOMIC_SEQ_CST);
-    HandOverInterrupt(slot);
-  }
+// Called by the patched entry (patch_entry_amd64.cc) on the worker's stack
+// with the state saved in its context slot: hands that context back, takes
+// the next one from the ring and returns its slot (kPatchReturning), whose
+// state the entry's tail loads.
+extern "C" STUB ThreadSlot* sbx_stub_patch_handover(StubWorker* w) {
+  ThreadSlot* slot = CurrentSlot(w);
+  StoreSeqCst(&w->patch_state, kPatchWaiting);
+  return TakeNext(w, HandBack(slot), /*patched=*/true);
 }
 
-// A new stub thread starts here (via sbx_stub_clone) on its slot's stack.
-// It registers that stack as its signal stack and traps into the handler
-// from stub code, which the handler reads as "ready".
+// A new worker starts here (via sbx_stub_clone) on its own stack. It
+// registers that stack as its signal stack and traps into the handler
+// from stub code, which the handler reads as "start".
 extern "C" STUB void sbx_stub_thread_entry() {
   uint64_t sp = reinterpret_cast<uint64_t>(__builtin_frame_address(0));
   uint64_t index = (sp - kStubStacks) / kStackSize;
@@ -249,69 +334,94 @@ extern "C" STUB void sbx_stub_signal_handler(int signo, void* info_v,
     Die(kStubExitBadStack);
   }
   uint64_t index = (sp - kStubStacks) / kStackSize;
-  ThreadSlot* slot = &shared->slots[index];
   if (index == 0) {
     // The control thread never runs application code: a signal here is a
-    // stub bug. Leave a note for the Sentry and die.
-    slot->signo = signo;
-    slot->sig_code = info->si_code;
-    slot->fault_addr = reinterpret_cast<uint64_t>(info->si_addr);
-    for (int i = 0; i < kNumGregs; i++) slot->gregs[i] = uc->uc_mcontext.gregs[i];
+    // stub bug. Leave a note for the Sentry (in slot 0, no context's) and
+    // die.
+    ThreadSlot* note = &shared->slots[0];
+    note->signo = signo;
+    note->sig_code = info->si_code;
+    note->fault_addr = reinterpret_cast<uint64_t>(info->si_addr);
+    for (int i = 0; i < kNumGregs; i++) note->gregs[i] = uc->uc_mcontext.gregs[i];
     Die(kStubExitControlSignal);
   }
+  StubWorker* w = &shared->workers[index];
   const bool fsgsbase = shared->config.has_fsgsbase != 0;
 
   greg_t* gregs = uc->uc_mcontext.gregs;
   uint64_t rip = static_cast<uint64_t>(gregs[REG_RIP]);
+  uint8_t* fp = reinterpret_cast<uint8_t*>(uc->uc_mcontext.fpregs);
+  const uint32_t fp_size = fp != nullptr ? FpFrameSize(fp) : 0;
+
   // Inside the patched-syscall path (patch_entry_amd64.cc says what each
   // state allows).
-  const uint32_t patch_state =
-      __atomic_load_n(&slot->patch_state, __ATOMIC_ACQUIRE);
+  const uint32_t patch_state = LoadAcquire(&w->patch_state);
   const uint64_t tail = reinterpret_cast<uint64_t>(sbx_stub_patch_tail);
   const uint64_t tail_end = reinterpret_cast<uint64_t>(sbx_stub_patch_tail_end);
   if (patch_state == kPatchReturning || (rip >= tail && rip < tail_end)) {
-    ResumeFromSlot(slot, signo, uc, fsgsbase);
+    // The context slot holds the whole state to return to.
+    ThreadSlot* slot = CurrentSlot(w);
+    if (signo == kInterruptSignal) {
+      // Not for this context (stale): carry on where we were.
+      if (LoadSeqCst(&slot->interrupt) == 0) return;
+      SetInterruptTrap(slot);
+      StoreSeqCst(&w->patch_state, kPatchWaiting);
+      slot = TakeNext(w, HandBack(slot), /*patched=*/false);
+    }
+    // Else the entry's int3 (the context's GS base is not its worker's):
+    // return to the application through sigreturn.
+    LoadFrameFromSlot(slot, w, uc, fsgsbase);
+    StoreSeqCst(&w->patch_state, kPatchIdle);
     return;
   }
   if (patch_state == kPatchSaving || patch_state == kPatchWaiting) {
+    // An interrupt for the context being handed back: the Sentry's own
+    // flag still holds it and its next Switch reports it. One for the next
+    // context is seen when it is taken (TakeNext).
     if (signo != kInterruptSignal) Die(kStubExitCorrupt);
-    if (patch_state == kPatchWaiting) {
-      __atomic_store_n(&slot->patch_pending, 1, __ATOMIC_SEQ_CST);
-    }
     return;
   }
-  bool bootstrap = signo == SIGTRAP && rip >= kStubBase &&
-                   rip < kStubBase + kStubCodeSize;
+
+  if (signo == SIGTRAP && rip >= kStubBase && rip < kStubBase + kStubCodeSize &&
+      __atomic_load_n(&w->ctx, __ATOMIC_ACQUIRE) == 0) {
+    // The worker's start (sbx_stub_thread_entry's int3). The first one
+    // tells the Sentry the FPU layout and announces itself idle; the others
+    // were made for a queued entry, already counted.
+    if (__atomic_load_n(&w->matched, __ATOMIC_ACQUIRE) == 0) {
+      shared->fp_init_size = fp_size;
+      if (fp_size != 0) Copy(shared->fp_init, fp, fp_size);
+      FetchAdd(&shared->ring.waiting, 1);
+      StoreSeqCst(&shared->ready, kOwnerSentry);
+      if (LoadSeqCst(&shared->ready_sleeping) != 0) {
+        Syscall6(__NR_futex, reinterpret_cast<long>(&shared->ready),
+                 FUTEX_WAKE, 1, 0, 0, 0);
+      }
+    }
+    ThreadSlot* slot = TakeNext(w, 0, /*patched=*/false);
+    LoadFrameFromSlot(slot, w, uc, fsgsbase);
+    return;
+  }
+
+  ThreadSlot* slot = CurrentSlot(w);
+  // An interrupt for a context this worker has handed back since (the
+  // Sentry read running_tid just before): not for this one.
+  if (signo == kInterruptSignal && LoadSeqCst(&slot->interrupt) == 0) return;
 
   for (int i = 0; i < kNumGregs; i++) slot->gregs[i] = gregs[i];
-  uint8_t* fp = reinterpret_cast<uint8_t*>(uc->uc_mcontext.fpregs);
-  uint32_t fp_size = fp != nullptr ? FpFrameSize(fp) : 0;
   slot->fp_size = fp_size;
   if (fp_size != 0) Copy(slot->fp, fp, fp_size);
-  slot->trap = bootstrap ? kTrapReady : kTrapSignal;
+  slot->trap = kTrapSignal;
   slot->signo = signo;
   slot->sig_code = info->si_code;
   slot->sig_errno = info->si_errno;
   slot->fault_addr = reinterpret_cast<uint64_t>(info->si_addr);
   slot->sys_nr = signo == SIGSYS ? info->si_syscall : 0;
   slot->sys_arch = signo == SIGSYS ? info->si_arch : 0;
-  uint64_t fs_base = ReadFsBase(fsgsbase);
-  uint64_t gs_base = ReadGsBase(fsgsbase);
-  slot->stub_fs_base = fs_base;
-  slot->stub_gs_base = gs_base;
+  slot->stub_fs_base = ReadFsBase(fsgsbase);
+  slot->stub_gs_base = ReadGsBase(fsgsbase);
 
-  HandOverAndWait(slot);
-
-  if (__atomic_load_n(&slot->action, __ATOMIC_ACQUIRE) != kActionResume) {
-    for (;;) Syscall3(__NR_exit, 0, 0, 0);
-  }
-  for (int i = 0; i < kNumGregs; i++) {
-    if (SentryWritable(i)) gregs[i] = static_cast<greg_t>(slot->gregs[i]);
-  }
-  if (fp_size != 0 && slot->fp_size == fp_size) Copy(fp, slot->fp, fp_size);
-  uint64_t new_fs = slot->fs_base, new_gs = slot->gs_base;
-  if (new_fs != fs_base) WriteFsBase(fsgsbase, new_fs);
-  if (new_gs != gs_base) WriteGsBase(fsgsbase, new_gs);
+  slot = TakeNext(w, HandBack(slot), /*patched=*/false);
+  LoadFrameFromSlot(slot, w, uc, fsgsbase);
 }
 
 // Creates a thread sharing everything with this one, on `stack_top`, that
@@ -382,10 +492,10 @@ extern "C" STUB __attribute__((noreturn)) void sbx_stub_control_loop() {
           r = -22;  // EINVAL
           break;
         }
-        ThreadSlot* slot = &StubSharedInStub()->slots[index];
+        StubWorker* w = &StubSharedInStub()->workers[index];
         uint64_t top = kStubStacks + (index + 1) * kStackSize - 64;
         r = sbx_stub_clone(kStubCloneFlags, top,
-                           reinterpret_cast<uint64_t>(&slot->tid));
+                           reinterpret_cast<uint64_t>(&w->tid));
         break;
       }
       case kOpExit:

@@ -256,6 +256,7 @@ void Systrap::set_pool_size(size_t n) {
 
 absl::Status Systrap::MakeSpareStub() {
   ASSIGN_OR_RETURN(std::unique_ptr<StubProcess> s, CreateStub());
+  RETURN_IF_ERROR(s->StartFirstWorker());
   absl::MutexLock l(&pool_mu_);
   pool_.push_back(std::move(s));
   return absl::OkStatus();
@@ -293,6 +294,11 @@ void Systrap::RefillLoop() {
     if (stopping_) return;
     pool_mu_.Unlock();
     auto s = CreateStub();
+    if (s.ok()) {
+      // Off the path of the fork or exec that takes it.
+      absl::Status st = (*s)->StartFirstWorker();
+      if (!st.ok()) s = st;
+    }
     pool_mu_.Lock();
     if (!s.ok()) {
       // The template is gone or the host refuses: the synchronous path
@@ -620,24 +626,25 @@ void StubProcess::Unmap(uintptr_t addr, size_t len) {
   Control(kOpMunmap, addr, len);
 }
 
-absl::StatusOr<int> StubProcess::NewThread() {
-  {
-    // The first context of a process starts the first worker, which tells
-    // us the FPU layout of a fresh context (fp_init) and then waits for the
-    // ring; it counts itself idle, so the first Submit finds it.
-    absl::MutexLock l(&start_mu_);
-    if (!started_) {
-      const uint32_t index = workers_.fetch_add(1) + 1;
-      AddWorker(index, /*matched=*/false);
-      if (!WaitForSentry(&shared_->ready, &shared_->ready_sleeping,
-                         platform_->spin_cycles())) {
-        return absl::UnavailableError(
-            absl::StrCat("systrap: starting the first worker: ",
-                         DeathReason()));
-      }
-      started_ = true;
-    }
+absl::Status StubProcess::StartFirstWorker() {
+  // The first worker tells us the FPU layout of a fresh context (fp_init)
+  // and then waits for the ring; it counts itself idle, so the first
+  // Submit finds it.
+  absl::MutexLock l(&start_mu_);
+  if (started_) return absl::OkStatus();
+  const uint32_t index = workers_.fetch_add(1) + 1;
+  AddWorker(index, /*matched=*/false);
+  if (!WaitForSentry(&shared_->ready, &shared_->ready_sleeping,
+                     platform_->spin_cycles())) {
+    return absl::UnavailableError(
+        absl::StrCat("systrap: starting the first worker: ", DeathReason()));
   }
+  started_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> StubProcess::NewThread() {
+  RETURN_IF_ERROR(StartFirstWorker());
   int slot = -1;
   uint32_t generation = 0;
   {

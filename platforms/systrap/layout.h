@@ -71,6 +71,9 @@ enum TrapKind : uint32_t {
   kTrapSignal = 2,  // a host signal: SIGSYS (syscall), SIGSEGV, ... (signo)
   kTrapPatched = 3,  // a patched syscall site entered the stub directly
                      // (stub/patch_entry_amd64.cc): a syscall, no signal
+  kTrapMapFailed = 4,  // a map made on the way back failed
+                       // (StubShared::deferred_error): the context has not
+                       // run; its state is the Sentry's, unchanged
 };
 
 // Where a stub worker is in the patched-syscall path (StubWorker::
@@ -189,7 +192,11 @@ struct alignas(64) ThreadSlot {
   // patching on and the application's GS base 0).
   alignas(64) uint64_t self;
   uint32_t gs_worker;
-  uint32_t pad;
+  // Maps on the way back (README.md): the number of StubShared::deferred
+  // requests the worker that takes this context makes before it runs it.
+  // Written by the Sentry before it queues the context; zeroed (seq_cst)
+  // by the worker once they are made.
+  uint32_t maps;
 };
 
 // The control thread's request block.
@@ -288,6 +295,11 @@ struct StubShared {
   ContextRing ring;
   // kOpMmapBatch's requests, written by the Sentry before it posts one.
   MapRequest map_batch[kMaxMapBatch];
+  // Maps on the way back: requests the Sentry queued while one context ran
+  // in this process, made by the worker that takes it next (ThreadSlot::
+  // maps says how many); deferred_error: the first failure's -errno.
+  alignas(64) int64_t deferred_error;
+  MapRequest deferred[kMaxMapBatch];
 };
 static_assert(sizeof(StubShared) <= kStubSharedSize);
 static_assert(offsetof(ThreadSlot, owner) == 0);

@@ -20,6 +20,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/status_macros.h"
 #include "platforms/systrap/seccomp_filter.h"
 #include "platforms/systrap/stub/stub.h"
@@ -580,23 +582,87 @@ int64_t StubProcess::ControlLocked(ControlOp op, uint64_t a0, uint64_t a1,
 
 absl::Status StubProcess::MapFile(uintptr_t addr, int fd, off_t off,
                                   size_t len, platform::Prot prot) {
-  // The stub knows one file: the memory file, at kStubMemFileFd. The fd
-  // argument is the Sentry's; it is accepted for the interface's sake.
-  (void)fd;
-  int64_t r = Control(kOpMmap, addr, len, prot.ToHost(), MAP_SHARED | MAP_FIXED,
-                      kStubMemFileFd, off);
-  if (r < 0 && r > -4096) {
-    return ErrnoStatus(absl::StrCat("systrap: mapping 0x", absl::Hex(addr),
-                                    "+0x", absl::Hex(len), " in stub ", pid_),
-                       static_cast<int>(-r));
+  return MapFiles(fd, {FileRange{addr, off, len, prot}});
+}
+
+bool StubProcess::QueueMaps(const std::vector<FileRange>& ranges) {
+  if (defer_off_.load(std::memory_order_relaxed) ||
+      contexts_.load(std::memory_order_acquire) != 1) {
+    return false;
   }
-  return absl::OkStatus();
+  absl::MutexLock d(&defer_mu_);
+  if (pending_.size() + ranges.size() > kMaxMapBatch) return false;
+  for (const FileRange& f : ranges) {
+    pending_.push_back(MapRequest{f.addr, f.len, static_cast<uint64_t>(f.off),
+                                  static_cast<uint64_t>(f.prot.ToHost())});
+  }
+  maps_deferred_.fetch_add(ranges.size(), std::memory_order_relaxed);
+  return true;
+}
+
+void StubProcess::WaitInflightLocked() {
+  if (inflight_ < 0) return;
+  const uint32_t* maps = &shared_->slots[inflight_].maps;
+  // The context is queued and a worker is on its way to it (README.md,
+  // "The context queue": there is one for every entry); making a few maps
+  // takes microseconds. A word that never clears was overwritten.
+  const absl::Time deadline = absl::Now() + absl::Seconds(2);
+  while (LoadAcquire(maps) != 0 && !dead()) {
+    if (absl::Now() > deadline) {
+      KillCorrupt("the maps queued for one of its contexts were never made "
+                  "(its shared memory overwritten?)");
+      break;
+    }
+    sched_yield();
+  }
+  inflight_ = -1;
+}
+
+void StubProcess::FlushMapsLocked() {
+  WaitInflightLocked();
+  if (pending_.empty()) return;
+  int64_t r;
+  {
+    absl::MutexLock l(&control_mu_);
+    std::copy(pending_.begin(), pending_.end(), shared_->map_batch);
+    r = ControlLocked(kOpMmapBatch, pending_.size());
+  }
+  pending_.clear();
+  // Their callers were told they succeeded. A page of one that failed
+  // faults again and is mapped, with its error reported, by the control
+  // thread from now on.
+  if (r < 0 && r > -4096) defer_off_.store(true, std::memory_order_relaxed);
+}
+
+void StubProcess::AttachMaps(int slot) {
+  absl::MutexLock d(&defer_mu_);
+  if (pending_.empty()) return;
+  WaitInflightLocked();
+  std::copy(pending_.begin(), pending_.end(), shared_->deferred);
+  __atomic_store_n(&shared_->slots[slot].maps,
+                   static_cast<uint32_t>(pending_.size()), __ATOMIC_RELEASE);
+  inflight_ = slot;
+  pending_.clear();
 }
 
 absl::Status StubProcess::MapFiles(int fd, const std::vector<FileRange>& ranges) {
+  // The stub knows one file: the memory file, at kStubMemFileFd. The fd
+  // argument is the Sentry's; it is accepted for the interface's sake.
+  (void)fd;
+  if (ranges.empty() || QueueMaps(ranges)) return absl::OkStatus();
+  absl::MutexLock d(&defer_mu_);
+  FlushMapsLocked();
   if (ranges.size() == 1) {
-    const FileRange& r = ranges[0];
-    return MapFile(r.addr, fd, r.off, r.len, r.prot);
+    const FileRange& f = ranges[0];
+    int64_t r = Control(kOpMmap, f.addr, f.len, f.prot.ToHost(),
+                        MAP_SHARED | MAP_FIXED, kStubMemFileFd, f.off);
+    if (r < 0 && r > -4096) {
+      return ErrnoStatus(absl::StrCat("systrap: mapping 0x", absl::Hex(f.addr),
+                                      "+0x", absl::Hex(f.len), " in stub ",
+                                      pid_),
+                         static_cast<int>(-r));
+    }
+    return absl::OkStatus();
   }
   for (size_t i = 0; i < ranges.size(); i += kMaxMapBatch) {
     const size_t n = std::min<size_t>(kMaxMapBatch, ranges.size() - i);
@@ -623,6 +689,9 @@ absl::Status StubProcess::MapFiles(int fd, const std::vector<FileRange>& ranges)
 }
 
 void StubProcess::Unmap(uintptr_t addr, size_t len) {
+  // After every map queued before it.
+  absl::MutexLock d(&defer_mu_);
+  FlushMapsLocked();
   Control(kOpMunmap, addr, len);
 }
 
@@ -673,8 +742,10 @@ absl::StatusOr<int> StubProcess::NewThread() {
   s->sentry_cpu = -1;
   s->self = SlotInStub(slot);
   s->gs_worker = 0;
+  s->maps = 0;
   __atomic_store_n(&s->generation, generation, __ATOMIC_RELEASE);
   StoreSeqCst(&s->owner, kOwnerSentry);
+  contexts_.fetch_add(1, std::memory_order_acq_rel);
   return slot;
 }
 
@@ -686,6 +757,7 @@ void StubProcess::ReleaseThread(int slot) {
   __atomic_store_n(&shared_->slots[slot].generation,
                    generation_[slot].fetch_add(1) + 1, __ATOMIC_RELEASE);
   used_slots_.reset(slot);
+  contexts_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
 void StubProcess::AddWorker(uint32_t index, bool matched) {
@@ -707,6 +779,7 @@ void StubProcess::AddWorker(uint32_t index, bool matched) {
 }
 
 bool StubProcess::Submit(int slot) {
+  AttachMaps(slot);
   const uint32_t generation = generation_[slot].load(std::memory_order_relaxed);
   ContextRing* ring = &shared_->ring;
   {
@@ -857,6 +930,14 @@ Event SystrapContext::SwitchOnce(StubProcess& as, CpuState& cpu) {
     ev.kind = Event::Kind::kDead;
     ev.detail = as.DeathReason();
     return ev;
+  }
+  if (s->trap == kTrapMapFailed) {
+    // Maps queued for it failed in the worker; it has not run, and the
+    // slot still holds what we wrote. From now on every map of this
+    // process goes through the control thread, which reports its error:
+    // run it again, and its fault on what is not mapped says the rest.
+    as.defer_off_.store(true, std::memory_order_relaxed);
+    return SwitchOnce(as, cpu);
   }
   RecordHandOvers(*s, give, take, spin);
 

@@ -13,7 +13,8 @@
 // ring; the stub's workers, threads made by the control thread as load
 // requires, take and run them (README.md, "The context queue").
 //
-// Lock order: StubProcess::start_mu_ > StubProcess::control_mu_ >
+// Lock order: StubProcess::start_mu_ > StubProcess::defer_mu_ >
+// StubProcess::control_mu_ >
 // StubProcess::slots_mu_; StubProcess::ring_mu_ is a leaf;
 // Systrap::pool_mu_ > Systrap::live_mu_ > StubProcess::slots_mu_;
 // Systrap::areas_mu_ is a leaf.
@@ -51,7 +52,9 @@ class StubProcess : public platform::AddressSpace {
 
   absl::Status MapFile(uintptr_t addr, int fd, off_t off, size_t len,
                        platform::Prot prot) override;
-  // Up to kMaxMapBatch ranges per request to the control thread.
+  // Up to kMaxMapBatch ranges per request to the control thread; or, while
+  // one context runs in this process, queued for the worker that takes it
+  // next ("maps on the way back", README.md).
   absl::Status MapFiles(int fd, const std::vector<FileRange>& ranges) override;
   void Unmap(uintptr_t addr, size_t len) override;
   void SetCodePatcher(platform::CodePatcher* patcher) override {
@@ -68,6 +71,15 @@ class StubProcess : public platform::AddressSpace {
   void SampleGauges(int64_t* awake, int64_t* queued);
   // Workers made so far (they are never trimmed).
   uint32_t workers() const { return workers_.load(std::memory_order_acquire); }
+  // Maps made on the way back so far, and whether that was turned off (a
+  // deferred map failed: every map then goes through the control thread,
+  // which reports its error to the caller).
+  uint64_t maps_deferred() const {
+    return maps_deferred_.load(std::memory_order_relaxed);
+  }
+  bool deferral_off() const {
+    return defer_off_.load(std::memory_order_relaxed);
+  }
 
   // Runs one request on the control thread; returns its result or -errno.
   int64_t Control(ControlOp op, uint64_t a0 = 0, uint64_t a1 = 0,
@@ -143,8 +155,30 @@ class StubProcess : public platform::AddressSpace {
   std::atomic<int> exit_status_{0};
   std::thread reaper_;
 
+  // Maps on the way back. Queues `ranges` if this process has exactly one
+  // context (no other thread can run before the worker that takes it makes
+  // them) and there is room; false: the caller maps through the control
+  // thread.
+  bool QueueMaps(const std::vector<FileRange>& ranges);
+  // Makes what is queued through the control thread, after waiting for a
+  // batch handed to a queued context to be made: every request that
+  // follows (munmap, another map, a clone) then sees the maps made before
+  // it, in order.
+  void FlushMapsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(defer_mu_);
+  void WaitInflightLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(defer_mu_);
+  // Hands what is queued to the context in `slot`, about to be queued.
+  void AttachMaps(int slot);
+
   absl::Mutex start_mu_;
   bool started_ ABSL_GUARDED_BY(start_mu_) = false;  // the first worker
+  // Lock order: defer_mu_ > control_mu_.
+  absl::Mutex defer_mu_;
+  std::vector<MapRequest> pending_ ABSL_GUARDED_BY(defer_mu_);
+  // The slot whose ThreadSlot::maps may still be unmade (-1: none).
+  int inflight_ ABSL_GUARDED_BY(defer_mu_) = -1;
+  std::atomic<int> contexts_{0};  // context slots in use
+  std::atomic<bool> defer_off_{false};
+  std::atomic<uint64_t> maps_deferred_{0};
   absl::Mutex control_mu_;
   // Producers of the ring. The tail lives here, not in shared memory, so
   // that nothing the application writes can make a Sentry thread spin.

@@ -147,6 +147,88 @@ TEST_F(SystrapTest, PageFaultsAreReported) {
   EXPECT_EQ(cpu.regs.rip, kCode);
 }
 
+// Maps on the way back (README.md): while one context runs in a process,
+// a map the Sentry asks for is made by the worker that takes the context
+// next, not by a round trip to the control thread.
+class MapsOnTheWayBackTest : public SystrapTest {
+ protected:
+  // mov (%rbx),%rdi; mov $60,%eax; syscall: reads 0x30008 (rbx).
+  void SetUp() override {
+    LoadCode({0x48, 0x8b, 0x3b, 0xb8, 60, 0, 0, 0, 0x0f, 0x05},
+             0x0123456789abcdefull);
+    as_ = NewSpace();
+    ctx_ = std::move(*platform_->NewContext());
+    cpu_ = StartAt(kCode);
+    cpu_.regs.rbx = 0x30008;
+  }
+  void TearDown() override { ctx_->Release(); }
+  StubProcess& stub() { return static_cast<StubProcess&>(*as_); }
+  // The data page, read-only, at 0x30000 (or `addr`).
+  absl::Status MapData(uintptr_t addr = 0x30000) {
+    return as_->MapFile(addr, memfd_, 4096, 4096, Prot{true, false, false});
+  }
+  std::unique_ptr<platform::AddressSpace> as_;
+  std::unique_ptr<platform::Context> ctx_;
+  CpuState cpu_;
+};
+
+TEST_F(MapsOnTheWayBackTest, AFaultsMapIsMadeByTheWorker) {
+  Event ev = ctx_->Switch(*as_, cpu_);
+  ASSERT_EQ(ev.kind, Event::Kind::kFault) << ev.detail;
+  EXPECT_EQ(ev.addr, 0x30008u);
+  const uint64_t before = stub().maps_deferred();
+  ASSERT_TRUE(MapData().ok());
+  EXPECT_EQ(stub().maps_deferred(), before + 1);  // queued, not made yet
+  ev = ctx_->Switch(*as_, cpu_);
+  ASSERT_EQ(ev.kind, Event::Kind::kSyscall) << ev.detail;
+  EXPECT_EQ(cpu_.regs.rdi, 0x0123456789abcdefull);
+}
+
+TEST_F(MapsOnTheWayBackTest, AnUnmapComesAfterTheMapsQueuedBeforeIt) {
+  ASSERT_EQ(ctx_->Switch(*as_, cpu_).kind, Event::Kind::kFault);
+  ASSERT_TRUE(MapData().ok());
+  as_->Unmap(0x30000, 4096);
+  // Made after the unmap, the queued map would have brought the page back.
+  Event ev = ctx_->Switch(*as_, cpu_);
+  ASSERT_EQ(ev.kind, Event::Kind::kFault) << ev.detail;
+  EXPECT_EQ(ev.addr, 0x30008u);
+}
+
+TEST_F(MapsOnTheWayBackTest, AFailedMapTurnsThemOffAndIsReportedThen) {
+  ASSERT_EQ(ctx_->Switch(*as_, cpu_).kind, Event::Kind::kFault);
+  // Unaligned: the host refuses it, in the worker, after we were told OK.
+  ASSERT_TRUE(MapData(0x30001).ok());
+  EXPECT_FALSE(stub().deferral_off());
+  // The worker hands the context back unrun; run again, it faults again.
+  Event ev = ctx_->Switch(*as_, cpu_);
+  ASSERT_EQ(ev.kind, Event::Kind::kFault) << ev.detail;
+  EXPECT_EQ(ev.addr, 0x30008u);
+  EXPECT_EQ(cpu_.regs.rip, kCode);
+  EXPECT_TRUE(stub().deferral_off());
+  // Now through the control thread, with the error.
+  EXPECT_FALSE(MapData(0x30001).ok());
+  ASSERT_TRUE(MapData().ok());
+  ev = ctx_->Switch(*as_, cpu_);
+  ASSERT_EQ(ev.kind, Event::Kind::kSyscall) << ev.detail;
+  EXPECT_EQ(cpu_.regs.rdi, 0x0123456789abcdefull);
+}
+
+TEST_F(MapsOnTheWayBackTest, NotWithTwoContexts) {
+  ASSERT_EQ(ctx_->Switch(*as_, cpu_).kind, Event::Kind::kFault);
+  // A second context in the process: another thread could run before the
+  // worker that takes ours, so maps are made at once.
+  auto other = platform_->NewContext();
+  CpuState cpu2 = StartAt(kCode + 3);  // mov $60,%eax; syscall
+  ASSERT_EQ((*other)->Switch(*as_, cpu2).kind, Event::Kind::kSyscall);
+  const uint64_t before = stub().maps_deferred();
+  ASSERT_TRUE(MapData().ok());
+  EXPECT_EQ(stub().maps_deferred(), before);
+  Event ev = ctx_->Switch(*as_, cpu_);
+  ASSERT_EQ(ev.kind, Event::Kind::kSyscall) << ev.detail;
+  EXPECT_EQ(cpu_.regs.rdi, 0x0123456789abcdefull);
+  (*other)->Release();
+}
+
 TEST_F(SystrapTest, FpuStateRoundTrips) {
   // movq %rax,%xmm3; movq %xmm3,%rdi; mov $60,%eax; syscall  -- then
   // after the first trap the Sentry changes xmm3 and we read it back.

@@ -157,6 +157,26 @@ STUB_INLINE void SetInterruptTrap(ThreadSlot* slot) {
   slot->stub_gs_base = slot->gs_base;
 }
 
+// Makes the maps the Sentry queued for the context this worker is about
+// to run (ThreadSlot::maps): each MAP_SHARED|MAP_FIXED of the memory file,
+// as kOpMmapBatch does on the control thread. False at the first failure,
+// whose -errno is left in deferred_error.
+STUB_INLINE bool MakeDeferredMaps(uint32_t n) {
+  StubShared* shared = StubSharedInStub();
+  if (n > kMaxMapBatch) n = kMaxMapBatch;
+  for (uint32_t i = 0; i < n; i++) {
+    const MapRequest& m = shared->deferred[i];
+    long e = Syscall6(__NR_mmap, m.addr, m.len, m.prot,
+                      0x01 /* MAP_SHARED */ | 0x10 /* MAP_FIXED */,
+                      kStubMemFileFd, m.off);
+    if (e < 0 && e > -4096) {
+      shared->deferred_error = e;
+      return false;
+    }
+  }
+  return true;
+}
+
 // Takes the next context from the ring (any context: a worker is not bound
 // to one) after handing one back with `spin` (HandBack), and returns its
 // slot, recorded in w. The interrupt protocol: the worker stores
@@ -182,6 +202,20 @@ STUB_INLINE ThreadSlot* TakeNext(StubWorker* w, uint64_t spin, bool patched) {
                      __ATOMIC_SEQ_CST);
     slot->wake_tsc = Rdtsc();
     slot->stub_spun = spun ? 1 : 0;
+    // Maps the Sentry queued for this context (a page fault's, an exec's)
+    // are made here, before it runs: no round trip to the control thread.
+    // Made even if an interrupt is pending, so that the Sentry never waits
+    // on them for long. A failure hands the context back unrun.
+    const uint32_t maps = LoadAcquire(&slot->maps);
+    if (maps != 0) {
+      const bool ok = MakeDeferredMaps(maps);
+      StoreSeqCst(&slot->maps, 0);
+      if (!ok) {
+        slot->trap = kTrapMapFailed;
+        spin = HandBack(slot);
+        continue;
+      }
+    }
     __atomic_store_n(&slot->running_tid, w->tid, __ATOMIC_SEQ_CST);
     if (patched) StoreSeqCst(&w->patch_state, kPatchReturning);
     if (LoadSeqCst(&slot->interrupt) == 0) return slot;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
+#include "platforms/systrap/stub_test_fixture.h"
 #include "platforms/systrap/systrap.h"
 
 namespace sandboxd::systrap {
@@ -24,45 +25,20 @@ using platform::CpuState;
 using platform::Event;
 using platform::Prot;
 
-constexpr uintptr_t kCode = 0x10000;
-constexpr uintptr_t kData = 0x20000;
-
 // getpid; jmp back: a context that traps at every iteration.
 const std::vector<uint8_t> kSyscallLoop = {0xb8, 39, 0, 0, 0, 0x0f, 0x05,
                                            0xeb, 0xf7};
 // jmp .: a context that never traps by itself.
 const std::vector<uint8_t> kSpin = {0xeb, 0xfe};
 
-class RingTest : public ::testing::Test {
+class RingTest : public StubFixture {
  protected:
-  static void SetUpTestSuite() {
-    memfd_ = memfd_create("ring-test", 0);
-    ASSERT_GE(memfd_, 0);
-    ASSERT_EQ(ftruncate(memfd_, 2 * 4096), 0);
-    // Once per process: the template is forked while we are single-threaded.
-    auto p = Systrap::Create(memfd_);
-    ASSERT_TRUE(p.ok()) << p.status();
-    platform_ = p->release();
-  }
-
-  // Code at kCode (page 0 of the file), a data page at kData.
+  // `code` at kCode, the data page at kData.
   std::unique_ptr<platform::AddressSpace> NewSpace(
       const std::vector<uint8_t>& code) {
     EXPECT_EQ(pwrite(memfd_, code.data(), code.size(), 0),
               static_cast<ssize_t>(code.size()));
-    auto as = platform_->NewAddressSpace();
-    EXPECT_TRUE(as.ok()) << as.status();
-    EXPECT_TRUE((*as)->MapFile(kCode, memfd_, 0, 4096, Prot{true, false, true}).ok());
-    EXPECT_TRUE((*as)->MapFile(kData, memfd_, 4096, 4096, Prot{true, true, false}).ok());
-    return std::move(*as);
-  }
-
-  static CpuState StartAt(uintptr_t rip) {
-    CpuState cpu;
-    cpu.regs.rip = rip;
-    cpu.regs.rsp = kData + 4096 - 64;
-    cpu.regs.eflags = 0x202;
-    return cpu;
+    return StubFixture::NewSpace();
   }
 
   // Waits up to 5 s for the stub process to die.
@@ -71,11 +47,7 @@ class RingTest : public ::testing::Test {
     return stub->dead();
   }
 
-  static int memfd_;
-  static Systrap* platform_;
 };
-int RingTest::memfd_ = -1;
-Systrap* RingTest::platform_ = nullptr;
 
 // 32 application threads whose contexts mostly wait in the Sentry (as
 // threads blocked in a syscall do) share a few workers: a worker is added

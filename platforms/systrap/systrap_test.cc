@@ -16,6 +16,7 @@
 
 #include "gtest/gtest.h"
 #include "platforms/systrap/stub/stub.h"
+#include "platforms/systrap/stub_test_fixture.h"
 
 namespace sandboxd::systrap {
 namespace {
@@ -24,50 +25,7 @@ using platform::CpuState;
 using platform::Event;
 using platform::Prot;
 
-constexpr uintptr_t kCode = 0x10000;
-constexpr uintptr_t kData = 0x20000;
-
-// A memory file of two pages (code, data) mapped at kCode and kData.
-class SystrapTest : public ::testing::Test {
- protected:
-  static void SetUpTestSuite() {
-    memfd_ = memfd_create("systrap-test", 0);
-    ASSERT_GE(memfd_, 0);
-    ASSERT_EQ(ftruncate(memfd_, 2 * 4096), 0);
-    // Created once per process: the template must be forked while this
-    // process is (nearly) single-threaded.
-    auto p = Systrap::Create(memfd_);
-    ASSERT_TRUE(p.ok()) << p.status();
-    platform_ = p->release();
-  }
-
-  void LoadCode(const std::vector<uint8_t>& code, uint64_t data_word) {
-    ASSERT_EQ(pwrite(memfd_, code.data(), code.size(), 0),
-              static_cast<ssize_t>(code.size()));
-    ASSERT_EQ(pwrite(memfd_, &data_word, 8, 4096 + 8), 8);
-  }
-
-  std::unique_ptr<platform::AddressSpace> NewSpace() {
-    auto as = platform_->NewAddressSpace();
-    EXPECT_TRUE(as.ok()) << as.status();
-    EXPECT_TRUE((*as)->MapFile(kCode, memfd_, 0, 4096, Prot{true, false, true}).ok());
-    EXPECT_TRUE((*as)->MapFile(kData, memfd_, 4096, 4096, Prot{true, true, false}).ok());
-    return std::move(*as);
-  }
-
-  static CpuState StartAt(uintptr_t rip) {
-    CpuState cpu;
-    cpu.regs.rip = rip;
-    cpu.regs.rsp = kData + 4096 - 64;
-    cpu.regs.eflags = 0x202;
-    return cpu;
-  }
-
-  static int memfd_;
-  static Systrap* platform_;
-};
-int SystrapTest::memfd_ = -1;
-Systrap* SystrapTest::platform_ = nullptr;
+using SystrapTest = StubFixture;
 
 TEST_F(SystrapTest, SyscallsTrapToTheSentry) {
   // mov $39,%eax; syscall; mov %rax,%rdi; mov $60,%eax; syscall

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <atomic>
 #include <cstring>
+#include <functional>
+#include <memory>
 #include <mutex>
 #include <thread>
 #include <vector>
@@ -70,39 +72,74 @@ class Watchdog {
   std::thread thread_;
 };
 
-absl::Status ProbePvm(Vm* vm, ProbeReport* report, const uint8_t* app,
-                      size_t app_len, int round_trips, absl::Duration timeout) {
+// The probe's guest memory: a private slot, its page tables, the program
+// (`app`, at most a page) at kProbeCodeVa and a stack page at
+// kProbeStackVa. The flavour's stub: `first` runs on the fresh slot (the
+// hardware stub's region must be its first pages), `map_stub` once the
+// page tables exist, before the program's pages.
+struct ProbeMemory {
+  std::unique_ptr<PrivateMemory> mem;
+  std::unique_ptr<PageTables> pt;
+};
+absl::StatusOr<ProbeMemory> MakeProbeMemory(
+    Vm* vm, ProbeReport* report, const uint8_t* app, size_t app_len,
+    const std::function<absl::Status(PrivateMemory*)>& first,
+    const std::function<absl::Status(PrivateMemory*, PageTables*)>& map_stub) {
   if (app_len > k4K) {
     return absl::InvalidArgumentError("kvm probe: code larger than a page");
   }
-  ASSIGN_OR_RETURN(std::unique_ptr<PrivateMemory> mem,
+  ProbeMemory m;
+  ASSIGN_OR_RETURN(m.mem,
                    PrivateMemory::Create(vm, /*slot=*/1, kPrivateSlotBytes));
   report->private_slot_bytes = kPrivateSlotBytes;
-  ASSIGN_OR_RETURN(PageTables pt, PageTables::Create(mem.get()));
-  RETURN_IF_ERROR(InstallPvmStub(mem.get(), &pt));
-  ASSIGN_OR_RETURN(TablePage code, mem->AllocPage());
+  RETURN_IF_ERROR(first(m.mem.get()));
+  ASSIGN_OR_RETURN(PageTables pt, PageTables::Create(m.mem.get()));
+  m.pt = std::make_unique<PageTables>(std::move(pt));
+  RETURN_IF_ERROR(map_stub(m.mem.get(), m.pt.get()));
+  ASSIGN_OR_RETURN(TablePage code, m.mem->AllocPage());
   std::memcpy(code.host, app, app_len);
-  ASSIGN_OR_RETURN(TablePage stack, mem->AllocPage());
-  RETURN_IF_ERROR(pt.Map(kProbeCodeVa, code.phys, k4K,
-                         PteAccess{.write = false, .exec = true}));
-  RETURN_IF_ERROR(pt.Map(kProbeStackVa, stack.phys, k4K,
-                         PteAccess{.write = true, .exec = false}));
+  ASSIGN_OR_RETURN(TablePage stack, m.mem->AllocPage());
+  RETURN_IF_ERROR(m.pt->Map(kProbeCodeVa, code.phys, k4K,
+                            PteAccess{.write = false, .exec = true}));
+  RETURN_IF_ERROR(m.pt->Map(kProbeStackVa, stack.phys, k4K,
+                            PteAccess{.write = true, .exec = false}));
+  return m;
+}
 
+// Creates vCPU 0 (timed as the VM's first vCPU), lets the flavour set it
+// up (`init`: its MSRs and segments) and points it at the program.
+absl::StatusOr<std::unique_ptr<Vcpu>> MakeProbeVcpu(
+    Vm* vm, const std::function<absl::Status(Vcpu&)>& init) {
   const uint64_t t0 = MonotonicNs();
   ASSIGN_OR_RETURN(std::unique_ptr<Vcpu> vcpu, vm->CreateVcpu(0));
   vm->mutable_timings().first_vcpu_ns = MonotonicNs() - t0;
-  RETURN_IF_ERROR(InitPvmVcpu(*vcpu));
-  kvm_sregs s;
-  RETURN_IF_ERROR(vcpu->GetSregs(&s));
-  UserModeSregs(&s, pt.root(), 0, 0);
-  RETURN_IF_ERROR(vcpu->SetSregs(s));
+  RETURN_IF_ERROR(init(*vcpu));
   kvm_regs r = {};
   r.rip = kProbeCodeVa;
   r.rsp = kProbeStackVa + k4K;
   r.rflags = 0x202;
   RETURN_IF_ERROR(vcpu->SetRegs(r));
+  return vcpu;
+}
 
-  kvm_run* run = vcpu->run();
+// The flavour's side of one round trip. `is_syscall`: whether this exit
+// is the program's syscall (else *what may say why, beyond the exit's
+// description); `resume`: sets up the return to user mode (rax is set).
+struct RoundTripFlavour {
+  const char* name;
+  std::function<bool(uint32_t reason, const kvm_run& run, std::string* what)>
+      is_syscall;
+  std::function<void(kvm_regs& q)> resume;
+};
+
+// Runs `round_trips` syscalls of the probe program on `vcpu`, each
+// KVM_RUN timed; each must come back as the program's syscall, from the
+// right place and with the result of the one before in rdi. Fails after
+// `timeout` without an exit.
+absl::Status RunRoundTrips(Vcpu& vcpu, const RoundTripFlavour& flavour,
+                           int round_trips, absl::Duration timeout,
+                           ProbeReport* report) {
+  kvm_run* run = vcpu.run();
   run->kvm_valid_regs = KVM_SYNC_X86_REGS;
   InstallKickHandler();
   Watchdog watchdog(run, timeout);
@@ -111,36 +148,31 @@ absl::Status ProbePvm(Vm* vm, ProbeReport* report, const uint8_t* app,
   uint64_t want_rdi = 0;
   for (int i = 0; i < round_trips; ++i) {
     const uint64_t start = MonotonicNs();
-    ASSIGN_OR_RETURN(uint32_t reason, vcpu->Run());
+    ASSIGN_OR_RETURN(uint32_t reason, vcpu.Run());
     const uint64_t took = MonotonicNs() - start;
     if (reason == KVM_EXIT_INTR && watchdog.fired()) {
       return absl::DeadlineExceededError(absl::StrFormat(
-          "kvm probe (pvm): no exit within %s after %d round trips; %s",
-          absl::FormatDuration(timeout), i,
-          DescribeExit(*vcpu, reason)));
+          "kvm probe (%s): no exit within %s after %d round trips; %s",
+          flavour.name, absl::FormatDuration(timeout), i,
+          DescribeExit(vcpu, reason)));
     }
     kvm_regs& q = run->s.regs.regs;
-    const bool syscall = reason == KVM_EXIT_IO &&
-                         run->io.direction == KVM_EXIT_IO_OUT &&
-                         run->io.port == kSyscallPort;
-    if (!syscall || q.rcx != kProbeCodeVa + kSyscallLen ||
-        (i > 0 && q.rdi != want_rdi)) {
+    std::string what = DescribeExit(vcpu, reason);
+    if (!flavour.is_syscall(reason, *run, &what) ||
+        q.rcx != kProbeCodeVa + kSyscallLen || (i > 0 && q.rdi != want_rdi)) {
       return absl::FailedPreconditionError(absl::StrFormat(
-          "kvm probe (pvm): round trip %d did not come back as the syscall "
+          "kvm probe (%s): round trip %d did not come back as the syscall "
           "(want rcx=%#x rdi=%#x): %s",
-          i, kProbeCodeVa + kSyscallLen, want_rdi,
-          DescribeExit(*vcpu, reason)));
+          flavour.name, i, kProbeCodeVa + kSyscallLen, want_rdi, what));
     }
     if (i == 0) {
       report->first_entry_ns = took;
     } else {
       times.push_back(took);
     }
-    // Return to user mode as SYSRET would, with a result to check.
     want_rdi = 0x5eed0000 + i;
     q.rax = want_rdi;
-    q.rip = q.rcx;
-    q.rflags = q.r11;
+    flavour.resume(q);
     run->kvm_dirty_regs = KVM_SYNC_X86_REGS;
     report->round_trips = i + 1;
   }
@@ -152,92 +184,79 @@ absl::Status ProbePvm(Vm* vm, ProbeReport* report, const uint8_t* app,
   return absl::OkStatus();
 }
 
+absl::Status ProbePvm(Vm* vm, ProbeReport* report, const uint8_t* app,
+                      size_t app_len, int round_trips, absl::Duration timeout) {
+  ASSIGN_OR_RETURN(ProbeMemory m,
+                   MakeProbeMemory(
+                       vm, report, app, app_len,
+                       [](PrivateMemory*) { return absl::OkStatus(); },
+                       [](PrivateMemory* mem, PageTables* pt) {
+                         return InstallPvmStub(mem, pt);
+                       }));
+  ASSIGN_OR_RETURN(std::unique_ptr<Vcpu> vcpu,
+                   MakeProbeVcpu(vm, [&](Vcpu& v) -> absl::Status {
+                     RETURN_IF_ERROR(InitPvmVcpu(v));
+                     kvm_sregs s;
+                     RETURN_IF_ERROR(v.GetSregs(&s));
+                     UserModeSregs(&s, m.pt->root(), 0, 0);
+                     return v.SetSregs(s);
+                   }));
+  RoundTripFlavour pvm;
+  pvm.name = "pvm";
+  pvm.is_syscall = [](uint32_t reason, const kvm_run& run, std::string*) {
+    return reason == KVM_EXIT_IO && run.io.direction == KVM_EXIT_IO_OUT &&
+           run.io.port == kSyscallPort;
+  };
+  // Return to user mode as SYSRET would.
+  pvm.resume = [](kvm_regs& q) {
+    q.rip = q.rcx;
+    q.rflags = q.r11;
+  };
+  return RunRoundTrips(*vcpu, pvm, round_trips, timeout, report);
+}
+
 // The same round trips through the hardware flavour's stub (guest_hw.h):
 // SYSCALL to the stub in ring 0, its OUT, and back through its SYSRETQ.
 absl::Status ProbeHardware(Vm* vm, ProbeReport* report, const uint8_t* app,
                            size_t app_len, int round_trips,
                            absl::Duration timeout) {
-  if (app_len > k4K) {
-    return absl::InvalidArgumentError("kvm probe: code larger than a page");
-  }
-  ASSIGN_OR_RETURN(std::unique_ptr<PrivateMemory> mem,
-                   PrivateMemory::Create(vm, /*slot=*/1, kPrivateSlotBytes));
-  report->private_slot_bytes = kPrivateSlotBytes;
-  ASSIGN_OR_RETURN(uint64_t stub_phys, hw::AllocStubRegion(mem.get(), 1));
-  ASSIGN_OR_RETURN(PageTables pt, PageTables::Create(mem.get()));
-  RETURN_IF_ERROR(hw::MapStubRegion(&pt, stub_phys, 1));
-  ASSIGN_OR_RETURN(TablePage code, mem->AllocPage());
-  std::memcpy(code.host, app, app_len);
-  ASSIGN_OR_RETURN(TablePage stack, mem->AllocPage());
-  RETURN_IF_ERROR(pt.Map(kProbeCodeVa, code.phys, k4K,
-                         PteAccess{.write = false, .exec = true}));
-  RETURN_IF_ERROR(pt.Map(kProbeStackVa, stack.phys, k4K,
-                         PteAccess{.write = true, .exec = false}));
-
-  const uint64_t t0 = MonotonicNs();
-  ASSIGN_OR_RETURN(std::unique_ptr<Vcpu> vcpu, vm->CreateVcpu(0));
-  vm->mutable_timings().first_vcpu_ns = MonotonicNs() - t0;
-  RETURN_IF_ERROR(hw::InitVcpu(*vcpu));
-  kvm_sregs s;
-  RETURN_IF_ERROR(vcpu->GetSregs(&s));
-  hw::UserSregs(&s, 0, pt.root(), 0, 0);
-  RETURN_IF_ERROR(vcpu->SetSregs(s));
-  kvm_regs r = {};
-  r.rip = kProbeCodeVa;
-  r.rsp = kProbeStackVa + k4K;
-  r.rflags = 0x202;
-  RETURN_IF_ERROR(vcpu->SetRegs(r));
+  uint64_t stub_phys = 0;
+  ASSIGN_OR_RETURN(
+      ProbeMemory m,
+      MakeProbeMemory(
+          vm, report, app, app_len,
+          [&](PrivateMemory* mem) -> absl::Status {
+            ASSIGN_OR_RETURN(stub_phys, hw::AllocStubRegion(mem, 1));
+            return absl::OkStatus();
+          },
+          [&](PrivateMemory*, PageTables* pt) {
+            return hw::MapStubRegion(pt, stub_phys, 1);
+          }));
+  ASSIGN_OR_RETURN(std::unique_ptr<Vcpu> vcpu,
+                   MakeProbeVcpu(vm, [&](Vcpu& v) -> absl::Status {
+                     RETURN_IF_ERROR(hw::InitVcpu(v));
+                     kvm_sregs s;
+                     RETURN_IF_ERROR(v.GetSregs(&s));
+                     hw::UserSregs(&s, 0, m.pt->root(), 0, 0);
+                     return v.SetSregs(s);
+                   }));
   const uint64_t* frame = reinterpret_cast<const uint64_t*>(
-      reinterpret_cast<uint8_t*>(mem->HostOf(stub_phys)) +
+      reinterpret_cast<uint8_t*>(m.mem->HostOf(stub_phys)) +
       (hw::StackTopVa(0) - kStubVa)) - hw::kFrameWords;
-
-  kvm_run* run = vcpu->run();
-  run->kvm_valid_regs = KVM_SYNC_X86_REGS;
-  InstallKickHandler();
-  Watchdog watchdog(run, timeout);
-  std::vector<uint64_t> times;
-  times.reserve(round_trips);
-  uint64_t want_rdi = 0;
-  for (int i = 0; i < round_trips; ++i) {
-    const uint64_t start = MonotonicNs();
-    ASSIGN_OR_RETURN(uint32_t reason, vcpu->Run());
-    const uint64_t took = MonotonicNs() - start;
-    if (reason == KVM_EXIT_INTR && watchdog.fired()) {
-      return absl::DeadlineExceededError(absl::StrFormat(
-          "kvm probe (hardware): no exit within %s after %d round trips; %s",
-          absl::FormatDuration(timeout), i, DescribeExit(*vcpu, reason)));
+  RoundTripFlavour hardware;
+  hardware.name = "hardware";
+  hardware.is_syscall = [frame](uint32_t, const kvm_run& run,
+                                std::string* what) {
+    const hw::Exit e = hw::DecodeExit(run, run.s.regs.regs.rip, frame);
+    if (e.kind == hw::Exit::Kind::kException) {
+      absl::StrAppendFormat(what, "; exception %d error %#x at rip=%#x cs=%#x",
+                            e.vector, e.error_code, e.rip, e.cs);
     }
-    kvm_regs& q = run->s.regs.regs;
-    const hw::Exit e = hw::DecodeExit(*run, q.rip, frame);
-    if (e.kind != hw::Exit::Kind::kSyscall ||
-        q.rcx != kProbeCodeVa + kSyscallLen || (i > 0 && q.rdi != want_rdi)) {
-      std::string what = DescribeExit(*vcpu, reason);
-      if (e.kind == hw::Exit::Kind::kException) {
-        absl::StrAppendFormat(&what, "; exception %d error %#x at rip=%#x cs=%#x",
-                              e.vector, e.error_code, e.rip, e.cs);
-      }
-      return absl::FailedPreconditionError(absl::StrFormat(
-          "kvm probe (hardware): round trip %d did not come back as the "
-          "syscall (want rcx=%#x rdi=%#x): %s",
-          i, kProbeCodeVa + kSyscallLen, want_rdi, what));
-    }
-    if (i == 0) {
-      report->first_entry_ns = took;
-    } else {
-      times.push_back(took);
-    }
-    // The stub's SYSRETQ returns with RAX; RIP stays in the stub.
-    want_rdi = 0x5eed0000 + i;
-    q.rax = want_rdi;
-    run->kvm_dirty_regs = KVM_SYNC_X86_REGS;
-    report->round_trips = i + 1;
-  }
-  if (!times.empty()) {
-    std::sort(times.begin(), times.end());
-    report->round_trip_median_ns = times[times.size() / 2];
-    report->round_trip_min_ns = times.front();
-  }
-  return absl::OkStatus();
+    return e.kind == hw::Exit::Kind::kSyscall;
+  };
+  // The stub's SYSRETQ returns with RAX; RIP stays in the stub.
+  hardware.resume = [](kvm_regs&) {};
+  return RunRoundTrips(*vcpu, hardware, round_trips, timeout, report);
 }
 
 }  // namespace

@@ -27,6 +27,12 @@ using platform::Prot;
 constexpr uintptr_t kCode = 0x10000;
 constexpr uintptr_t kData = 0x20000;
 constexpr size_t kPage = 4096;
+// A hot syscall site in a loop:
+//   site: mov $39,%eax; syscall
+//         add %rax,%rbx     (rbx accumulates the results)
+//         jmp site
+constexpr uint8_t kHotLoop[] = {0xb8, 39, 0, 0, 0, 0x0f, 0x05,
+                                0x48, 0x01, 0xc3, 0xeb, 0xf4};
 // Memory-file layout: code page, data page, then the 16 table pages.
 constexpr off_t kTableOff = 2 * kPage;
 constexpr size_t kFileSize = 2 * kPage + (kPatchTableEnd - kPatchTableBase);
@@ -138,12 +144,7 @@ bool PatchSentryTest::patching_ = false;
 std::string PatchSentryTest::why_;
 
 TEST_F(PatchSentryTest, AHotSiteIsPatchedAndKeepsRegistersAndFlags) {
-  // site: mov $39,%eax; syscall
-  //       add %rax,%rbx     (rbx accumulates the results)
-  //       jmp site
-  const uint8_t code[] = {0xb8, 39, 0, 0, 0, 0x0f, 0x05,
-                          0x48, 0x01, 0xc3, 0xeb, 0xf4};
-  std::memcpy(file_, code, sizeof(code));
+  std::memcpy(file_, kHotLoop, sizeof(kHotLoop));
   auto ctx = platform_->NewContext();
   ASSERT_TRUE(ctx.ok());
   CpuState cpu = StartAt(kCode);
@@ -200,9 +201,7 @@ TEST_F(PatchSentryTest, AThreadCaughtOnAPatchedSitesSyscallIsRestarted) {
   // The site, already patched by an earlier round, and a thread sent back
   // onto its `syscall` (rip = site + 5, as a restart does): the SIGILL it
   // takes there is never reported; it reruns the site instead.
-  const uint8_t code[] = {0xb8, 39, 0, 0, 0, 0x0f, 0x05,
-                          0x48, 0x01, 0xc3, 0xeb, 0xf4};
-  std::memcpy(file_, code, sizeof(code));
+  std::memcpy(file_, kHotLoop, sizeof(kHotLoop));
   auto ctx = platform_->NewContext();
   ASSERT_TRUE(ctx.ok());
   CpuState cpu = StartAt(kCode);
@@ -265,9 +264,7 @@ TEST_F(PatchSentryTest, SyncCoreCostPerSite) {
 // patched site takes the next context from the ring, whichever it is, and
 // the tail returns to that one. Every context keeps its own registers.
 TEST_F(PatchSentryTest, ContextsMoveBetweenWorkersOnThePatchedPath) {
-  const uint8_t code[] = {0xb8, 39, 0, 0, 0, 0x0f, 0x05,
-                          0x48, 0x01, 0xc3, 0xeb, 0xf4};
-  std::memcpy(file_, code, sizeof(code));
+  std::memcpy(file_, kHotLoop, sizeof(kHotLoop));
   auto* stub = static_cast<StubProcess*>(as_.get());
   // Patch the site first: then every trap below comes by the patched path
   // (the fallback's `syscall` in the table would return to the table, not

@@ -596,6 +596,7 @@ bool StubProcess::QueueMaps(const std::vector<FileRange>& ranges) {
     pending_.push_back(MapRequest{f.addr, f.len, static_cast<uint64_t>(f.off),
                                   static_cast<uint64_t>(f.prot.ToHost())});
   }
+  any_pending_.store(true, std::memory_order_release);
   maps_deferred_.fetch_add(ranges.size(), std::memory_order_relaxed);
   return true;
 }
@@ -628,6 +629,7 @@ void StubProcess::FlushMapsLocked() {
     r = ControlLocked(kOpMmapBatch, pending_.size());
   }
   pending_.clear();
+  any_pending_.store(false, std::memory_order_release);
   // Their callers were told they succeeded. A page of one that failed
   // faults again and is mapped, with its error reported, by the control
   // thread from now on.
@@ -635,6 +637,9 @@ void StubProcess::FlushMapsLocked() {
 }
 
 void StubProcess::AttachMaps(int slot) {
+  // Maps are queued by the thread that queues the context next (its fault
+  // or syscall), before it gets here: it sees its own store.
+  if (!any_pending_.load(std::memory_order_acquire)) return;
   absl::MutexLock d(&defer_mu_);
   if (pending_.empty()) return;
   WaitInflightLocked();
@@ -643,6 +648,7 @@ void StubProcess::AttachMaps(int slot) {
                    static_cast<uint32_t>(pending_.size()), __ATOMIC_RELEASE);
   inflight_ = slot;
   pending_.clear();
+  any_pending_.store(false, std::memory_order_release);
 }
 
 absl::Status StubProcess::MapFiles(int fd, const std::vector<FileRange>& ranges) {

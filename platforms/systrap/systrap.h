@@ -174,6 +174,9 @@ class StubProcess : public platform::AddressSpace {
   // Lock order: defer_mu_ > control_mu_.
   absl::Mutex defer_mu_;
   std::vector<MapRequest> pending_ ABSL_GUARDED_BY(defer_mu_);
+  // !pending_.empty(), readable without the lock: Submit, on every
+  // syscall's way back, takes defer_mu_ only when there is something.
+  std::atomic<bool> any_pending_{false};
   // The slot whose ThreadSlot::maps may still be unmade (-1: none).
   int inflight_ ABSL_GUARDED_BY(defer_mu_) = -1;
   std::atomic<int> contexts_{0};  // context slots in use

@@ -158,21 +158,14 @@ STUB_INLINE void SetInterruptTrap(ThreadSlot* slot) {
 }
 
 // Makes the maps the Sentry queued for the context this worker is about
-// to run (ThreadSlot::maps): each MAP_SHARED|MAP_FIXED of the memory file,
-// as kOpMmapBatch does on the control thread. False at the first failure,
-// whose -errno is left in deferred_error.
+// to run (ThreadSlot::maps), as kOpMmapBatch does on the control thread.
+// False at the first failure, whose -errno is left in deferred_error.
 STUB_INLINE bool MakeDeferredMaps(uint32_t n) {
   StubShared* shared = StubSharedInStub();
-  if (n > kMaxMapBatch) n = kMaxMapBatch;
-  for (uint32_t i = 0; i < n; i++) {
-    const MapRequest& m = shared->deferred[i];
-    long e = Syscall6(__NR_mmap, m.addr, m.len, m.prot,
-                      0x01 /* MAP_SHARED */ | 0x10 /* MAP_FIXED */,
-                      kStubMemFileFd, m.off);
-    if (e < 0 && e > -4096) {
-      shared->deferred_error = e;
-      return false;
-    }
+  const long r = MapBatch(shared->deferred, n);
+  if (r < 0) {
+    shared->deferred_error = r;
+    return false;
   }
   return true;
 }
@@ -505,21 +498,9 @@ extern "C" STUB __attribute__((noreturn)) void sbx_stub_control_loop() {
       case kOpMunmap:
         r = Syscall3(__NR_munmap, a[0], a[1], 0);
         break;
-      case kOpMmapBatch: {
-        const uint64_t n = a[0] <= kMaxMapBatch ? a[0] : kMaxMapBatch;
-        const MapRequest* m = StubSharedInStub()->map_batch;
-        r = static_cast<long>(n);
-        for (uint64_t i = 0; i < n; i++) {
-          long e = Syscall6(__NR_mmap, m[i].addr, m[i].len, m[i].prot,
-                            0x01 /* MAP_SHARED */ | 0x10 /* MAP_FIXED */,
-                            kStubMemFileFd, m[i].off);
-          if (e < 0 && e > -4096) {
-            r = e;
-            break;
-          }
-        }
+      case kOpMmapBatch:
+        r = MapBatch(StubSharedInStub()->map_batch, a[0]);
         break;
-      }
       case kOpClone: {
         uint64_t index = a[0];
         if (index == 0 || index >= kMaxThreads) {
@@ -541,12 +522,7 @@ extern "C" STUB __attribute__((noreturn)) void sbx_stub_control_loop() {
       default:
         break;
     }
-    cb->result = r;
-    StoreSeqCst(&cb->owner, kOwnerSentry);
-    if (LoadSeqCst(&cb->sentry_sleeping) != 0) {
-      Syscall6(__NR_futex, reinterpret_cast<long>(&cb->owner), FUTEX_WAKE, 1,
-               0, 0, 0);
-    }
+    AnswerRequest(cb, r);
   }
 }
 

@@ -7,7 +7,10 @@
 #define SANDBOXD_PLATFORMS_SYSTRAP_STUB_STUB_INLINE_H_
 
 #include <asm/unistd.h>
+#include <linux/futex.h>
 #include <stdint.h>
+
+#include "platforms/systrap/layout.h"
 
 #define STUB __attribute__((section("sbx_stub"), used, noinline))
 #define STUB_INLINE static inline __attribute__((always_inline))
@@ -50,6 +53,34 @@ STUB_INLINE uint64_t Rdtsc() {
 // Exits the whole stub process with `code` (a StubExit of layout.h).
 STUB_INLINE void Die(int code) {
   for (;;) Syscall3(__NR_exit_group, code, 0, 0);
+}
+
+// Answers the control block's request with `result`: the result first,
+// then the owner word (the publication), then a wakeup if the Sentry
+// sleeps on it (it sets sentry_sleeping before it looks at the owner
+// again, so one of the two sees the other).
+STUB_INLINE void AnswerRequest(ControlBlock* cb, long result) {
+  cb->result = result;
+  StoreSeqCst(&cb->owner, kOwnerSentry);
+  if (LoadSeqCst(&cb->sentry_sleeping) != 0) {
+    Syscall6(__NR_futex, reinterpret_cast<long>(&cb->owner), FUTEX_WAKE, 1, 0,
+             0, 0);
+  }
+}
+
+// Maps `n` (at most kMaxMapBatch) requests in order, each MAP_SHARED |
+// MAP_FIXED of the memory file: kOpMmapBatch on the control thread, and the
+// maps a worker makes before it runs a context. Returns n, or the -errno of
+// the first that failed.
+STUB_INLINE long MapBatch(const MapRequest* m, uint64_t n) {
+  if (n > kMaxMapBatch) n = kMaxMapBatch;
+  for (uint64_t i = 0; i < n; i++) {
+    long e = Syscall6(__NR_mmap, m[i].addr, m[i].len, m[i].prot,
+                      0x01 /* MAP_SHARED */ | 0x10 /* MAP_FIXED */,
+                      kStubMemFileFd, m[i].off);
+    if (e < 0 && e > -4096) return e;
+  }
+  return static_cast<long>(n);
 }
 
 }  // namespace sandboxd::systrap

@@ -108,12 +108,7 @@ extern "C" STUB __attribute__((noreturn)) void sbx_template_main(
       default:
         break;
     }
-    cb->result = r;
-    StoreSeqCst(&cb->owner, kOwnerSentry);
-    if (LoadSeqCst(&cb->sentry_sleeping) != 0) {
-      Syscall6(__NR_futex, reinterpret_cast<long>(&cb->owner), FUTEX_WAKE, 1,
-               0, 0, 0);
-    }
+    AnswerRequest(cb, r);
   }
 }
 

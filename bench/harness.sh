@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# bench/harness.sh — many sandboxes under a CPU quota (issue 6, item 6).
+# bench/harness.sh — many sandboxes under a CPU quota.
 #
 # For each configuration (workload, N sandboxes, CPU quota) and each mode,
 # starts N copies of bench_harness_workload together in one fresh cgroup

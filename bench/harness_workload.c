@@ -1,6 +1,6 @@
 /* harness_workload: one sandbox's workload for the many-sandbox harness
- * (bench/harness.sh; see bench/README.md, "Many sandboxes under a CPU
- * quota").
+ * (bench/harness.sh; see bench/README.md, "bench/harness.sh: many
+ * sandboxes under a CPU quota").
  *
  *   harness_workload calibrate
  *       prints `ns_per_unit X` (CPU time of one work unit) and

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # bench/kvm.sh — the kvm platform against systrap, and against its own
-# previous behaviours, in one run (issue 5). Four tables:
+# previous behaviours, in one run. Four tables:
 #
 #  1. getpid round trip (ns/call, bench_getpid): native, systrap, kvm, and
 #     kvm with the FPU state loaded and saved on every Switch
@@ -51,13 +51,13 @@ done
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench_kvm.XXXXXX")
 pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do stop_pid "$p"; done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
 
-if ! "$SENTRY" run --platform=kvm -- /bin/true </dev/null >/dev/null 2>"$tmp/why"; then
-  echo "the kvm platform is not usable here: $(head -1 "$tmp/why")" >&2
+if ! sentry_probe "$SENTRY" --platform=kvm; then
+  echo "the kvm platform is not usable here: $probe_why" >&2
   exit 1
 fi
 echo "load at start: $(uptime)"
@@ -144,10 +144,7 @@ EOF
       --state-dir="$tmp/$1.state" --cgroup-parent="bench-kvm-$1-$$" --pool-size=2 \
       2>"$tmp/$1.log" &
     pids+=($!)
-    for _ in $(seq 1 200); do
-      "$SANDBOXCTL" --socket="$tmp/$1.sock" ps >/dev/null 2>&1 && return 0
-      sleep 0.05
-    done
+    wait_for_daemon "$SANDBOXCTL" "$tmp/$1.sock" && return 0
     echo "sandboxd ($1) did not start:" >&2
     head -5 "$tmp/$1.log" >&2
     return 1

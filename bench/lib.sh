@@ -1,4 +1,10 @@
-# Helpers shared by the bench scripts (sourced, not run).
+# shellcheck shell=bash
+# Helpers shared by the bench scripts (sourced, not run): test/lib.sh's
+# (the temporary directory and clean-up, stop_pid, wait_for_daemon,
+# sentry_probe), and the statistics of the tables below.
+
+# shellcheck source=test/lib.sh
+. "$(dirname "${BASH_SOURCE[0]}")/../test/lib.sh"
 
 # median FILE: the median of the numeric lines of FILE ("fail" lines
 # ignored); "n/a" when there are none.

@@ -45,6 +45,8 @@
 #   BENCH_CLOCK=…      binary to use
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
+# shellcheck source=bench/lib.sh
+. "$ROOT/bench/lib.sh"
 BENCH=${BENCH_GETPID:-$ROOT/out/bin/bench_getpid}
 SENTRY=${SENTRY:-$ROOT/out/bin/sentry}
 RUNSC=${RUNSC:-runsc}
@@ -94,13 +96,13 @@ else
   echo "note: no sentry at $SENTRY: its rows will say n/a" >&2
   configs+=("sentry|MISSING")
 fi
-# The KVM platform (issue 5), where its probe passes (PVM on this kind of
+# The KVM platform, where its probe passes (PVM on this kind of
 # machine); KVM=0 skips the row.
 if [ "${KVM:-1}" != 0 ] && [ -x "$SENTRY" ]; then
-  if "$SENTRY" run --platform=kvm -- /bin/true </dev/null >/dev/null 2>"$tmp/kvm.why"; then
+  if sentry_probe "$SENTRY" --platform=kvm; then
     configs+=("kvm|$SENTRY run --platform=kvm --")
   else
-    echo "note: kvm platform not usable: $(head -1 "$tmp/kvm.why"): its rows will say n/a" >&2
+    echo "note: kvm platform not usable: $probe_why: its rows will say n/a" >&2
     configs+=("kvm|MISSING")
   fi
 fi
@@ -213,9 +215,6 @@ for _ in $(seq 1 "$REPS"); do
     run_clock "${c%%|*}" "${rest%|*}" "${rest##*|}"
   done
 done
-
-# shellcheck source=bench/lib.sh
-. "$ROOT/bench/lib.sh"
 
 echo "getpid syscall cost — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs, kernel $(uname -r)"
 echo "native N=$N_NATIVE, sandboxes N=$N_SANDBOX, median of $REPS runs"

@@ -46,7 +46,7 @@ done
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/bench_sandboxd.XXXXXX")
 pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
+  for p in "${pids[@]}"; do stop_pid "$p"; done
   rm -rf "$tmp"
 }
 trap cleanup EXIT
@@ -59,10 +59,7 @@ start_daemon() {
     --cgroup-parent="bench-sandboxd-$1-$$" --pool-size="$2" \
     --metrics-address="127.0.0.1:$3" 2>"$tmp/$1.log" &
   pids+=($!)
-  for _ in $(seq 1 200); do
-    "$ctl" --socket="$tmp/$1.sock" ps >/dev/null 2>&1 && return 0
-    sleep 0.05
-  done
+  wait_for_daemon "$ctl" "$tmp/$1.sock" && return 0
   echo "sandboxd ($1) did not start:" >&2
   cat "$tmp/$1.log" >&2
   exit 1

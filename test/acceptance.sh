@@ -30,24 +30,18 @@
 # Exits 77 (CTest: skipped) when SENTRY does not exist, unless
 # COMPARE_REQUIRE_SENTRY=1.
 set -u
-if [ $# -lt 1 ]; then
-  echo "usage: $0 SENTRY [SCENARIO...]" >&2
-  exit 2
-fi
+HERE=$(cd "$(dirname "$0")" && pwd)
+# shellcheck source=test/lib.sh
+. "$HERE/lib.sh"
+usage_unless [ $# -ge 1 ] -- "SENTRY [SCENARIO...]"
 SENTRY=$1
 shift
-if [ ! -x "$SENTRY" ]; then
-  echo "SKIP: sentry binary not found: $SENTRY"
-  [ "${COMPARE_REQUIRE_SENTRY:-0}" = 1 ] && exit 1
-  exit 77
-fi
+require_sentry "$SENTRY"
 SENTRY=$(readlink -f "$SENTRY")
-HERE=$(cd "$(dirname "$0")" && pwd)
 DATA=$HERE/acceptance
 scenarios=("$@")
 [ ${#scenarios[@]} -gt 0 ] || scenarios=(busybox dash bash make python coreutils ls tar sqlite isolation)
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/acceptance.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+make_tmp acceptance
 TIMEOUT=${ACCEPTANCE_TIMEOUT:-240}
 ENVS=(PATH=/usr/local/bin:/usr/bin:/bin HOME=/root LANG=C LC_ALL=C TERM=dumb)
 fails=0

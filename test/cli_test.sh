@@ -9,49 +9,22 @@
 #   - --env and argument pass-through
 # Exits 77 (CTest: skipped) when SENTRY does not exist yet.
 set -u
-if [ $# -ne 2 ]; then
-  echo "usage: $0 SENTRY TEST_BIN_DIR" >&2
-  exit 2
-fi
+# shellcheck source=test/lib.sh
+. "$(dirname "$0")/lib.sh"
+usage_unless [ $# -eq 2 ] -- "SENTRY TEST_BIN_DIR"
 SENTRY=$1
 BIN=$2
-if [ ! -x "$SENTRY" ]; then
-  echo "SKIP: sentry binary not found or not executable: $SENTRY"
-  exit 77
-fi
+require_sentry "$SENTRY"
 SENTRY=$(readlink -f "$SENTRY")
 BIN=$(readlink -f "$BIN")
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/cli_test.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+make_tmp cli_test
 ulimit -c 0
-fails=0
-n=0
+CHECK_OUT_BYTES=300
 
 # sentry ARGS...: runs `timeout SENTRY ARGS` with stdin from $IN (default
 # /dev/null); sets $status, $tmp/out, $tmp/err.
 IN=/dev/null
-sentry() {
-  {
-    timeout -k 5 60 "$SENTRY" "$@" <"$IN" >"$tmp/out" 2>"$tmp/err"
-    status=$?
-  } 2>/dev/null
-}
-check() { # check DESCRIPTION CONDITION...
-  local what=$1
-  shift
-  n=$((n + 1))
-  if "$@"; then
-    echo "ok $n - $what"
-  else
-    echo "not ok $n - $what"
-    echo "  status=$status"
-    echo "  stdout: $(head -c 300 "$tmp/out" | tr '\n' '|')"
-    echo "  stderr: $(head -c 300 "$tmp/err" | tr '\n' '|')"
-    fails=$((fails + 1))
-  fi
-}
-eq() { [ "$1" = "$2" ]; }
-lines() { wc -l <"$1" | tr -d ' '; }
+sentry() { capture 60 "$SENTRY" "$@"; }
 
 sentry run -- /nonexistent/program
 check "run -- /nonexistent exits 127" eq "$status" 127
@@ -104,5 +77,4 @@ check "--env and arguments reach the program" \
   grep -qx 'SBX_ALPHA=from-flag' "$tmp/out"
 check "arguments with spaces survive" grep -qx 'argv\[2\]: "two words"' "$tmp/out"
 
-echo "$((n - fails))/$n passed"
-[ $fails = 0 ]
+passed

@@ -19,21 +19,15 @@
 #   COMPARE_NAME           the program name when the file name is not <prog>.<variant>
 #   COMPARE_KEEP=1         keep the temp directory with the captured outputs
 set -u
-
-if [ $# -lt 2 ]; then
-  echo "usage: $0 SENTRY PROG [ARGS...]" >&2
-  exit 2
-fi
+# shellcheck source=test/lib.sh
+. "$(dirname "$0")/lib.sh"
+usage_unless [ $# -ge 2 ] -- "SENTRY PROG [ARGS...]"
 SENTRY=$1
 shift
 PROG=$1
 shift
 
-if [ ! -x "$SENTRY" ]; then
-  echo "SKIP: sentry binary not found or not executable: $SENTRY"
-  if [ "${COMPARE_REQUIRE_SENTRY:-0}" = 1 ]; then exit 1; fi
-  exit 77
-fi
+require_sentry "$SENTRY"
 if [ ! -x "$PROG" ]; then
   echo "FAIL: test program not found: $PROG (build the test programs first)"
   exit 1
@@ -53,16 +47,10 @@ SENTRY_FLAGS=(${COMPARE_SENTRY_FLAGS:-})
 # presence).
 for f in "${SENTRY_FLAGS[@]}"; do
   if [ "$f" = "--platform=kvm" ]; then
-    if ! why=$("$SENTRY" run --platform=kvm -- /bin/true 2>&1 >/dev/null </dev/null); then
-      echo "SKIP: the kvm platform is not usable here: $(printf '%s' "$why" | head -1)"
-      exit 77
-    fi
+    sentry_probe "$SENTRY" --platform=kvm || skip "the kvm platform is not usable here: $probe_why"
   fi
   if [ "$f" = "--systrap-patch=on" ]; then
-    if ! why=$("$SENTRY" run --systrap-patch=on -- /bin/true 2>&1 >/dev/null </dev/null); then
-      echo "SKIP: syscall patching is not available here: $(printf '%s' "$why" | head -1)"
-      exit 77
-    fi
+    sentry_probe "$SENTRY" --systrap-patch=on || skip "syscall patching is not available here: $probe_why"
   fi
 done
 
@@ -71,8 +59,7 @@ TEST_ENV=("SBX_ALPHA=alpha" "SBX_SPACES=a b  c" "SBX_EMPTY=")
 ENV_FLAGS=()
 for kv in "${TEST_ENV[@]}"; do ENV_FLAGS+=("--env=$kv"); done
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/compare.$base.XXXXXX")
-if [ "${COMPARE_KEEP:-0}" != 1 ]; then trap 'rm -rf "$tmp"' EXIT; fi
+make_tmp "compare.$base" "${COMPARE_KEEP:-0}"
 ulimit -c 0 # no core files from the crash tests
 
 # run OUT_PREFIX CMD...: runs CMD in $tmp; sets $status. The outer 2>/dev/null

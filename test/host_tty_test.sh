@@ -1,4 +1,4 @@
-#!/bin/sh
+#!/usr/bin/env bash
 # The host terminal inside the sandbox: runs `sentry run` under a real
 # pseudo-terminal (python3's pty module) and checks what the sandbox sees:
 # tty(1) names /dev/console, stty size is the host's, ^C typed on the host
@@ -7,9 +7,13 @@
 # runs natively too, and the outputs must agree (but for tty's name).
 #
 # usage: host_tty_test.sh SENTRY
-SENTRY=${1:?usage: host_tty_test.sh SENTRY}
-[ -x "$SENTRY" ] || { echo "no sentry at $SENTRY: skipped"; exit 77; }
-command -v python3 >/dev/null || { echo "no python3: skipped"; exit 77; }
+set -u
+# shellcheck source=test/lib.sh
+. "$(dirname "$0")/lib.sh"
+usage_unless [ $# -eq 1 ] -- "SENTRY"
+SENTRY=$1
+require_sentry "$SENTRY"
+command -v python3 >/dev/null || skip "no python3"
 exec python3 - "$SENTRY" <<'PY'
 import fcntl, os, pty, select, struct, sys, termios, time
 

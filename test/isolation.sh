@@ -16,10 +16,9 @@
 # ISOLATION_NATIVE=1 runs PROG natively instead (demonstration only: the
 # checks are expected to FAIL there; never use it for mmap_reserved).
 set -u
-if [ $# -lt 2 ]; then
-  echo "usage: $0 SENTRY PROG [ARGS...]" >&2
-  exit 2
-fi
+# shellcheck source=test/lib.sh
+. "$(dirname "$0")/lib.sh"
+usage_unless [ $# -ge 2 ] -- "SENTRY PROG [ARGS...]"
 SENTRY=$1
 PROG=$2
 shift 2
@@ -27,10 +26,7 @@ NATIVE=${ISOLATION_NATIVE:-0}
 ACCEPT=${ISOLATION_ACCEPT_STATUS:-}
 TIMEOUT=${ISOLATION_TIMEOUT:-120}
 
-if [ "$NATIVE" != 1 ] && [ ! -x "$SENTRY" ]; then
-  echo "SKIP: sentry binary not found or not executable: $SENTRY"
-  exit 77
-fi
+[ "$NATIVE" = 1 ] || require_sentry "$SENTRY"
 if [ ! -x "$PROG" ]; then
   echo "FAIL: test program not found: $PROG"
   exit 1
@@ -39,7 +35,7 @@ PROG=$(readlink -f "$PROG")
 SENTRY=$(readlink -f "$SENTRY")
 name=$(basename "$PROG")
 
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/isolation.$name.XXXXXX")
+make_tmp "isolation.$name"
 root=$tmp/rootfs
 outside=$tmp/outside
 mkdir -p "$root" "$outside"
@@ -50,12 +46,7 @@ secret_sum=$(sha256sum <"$secret")
 
 sleep 600 &
 canary=$!
-cleanup() {
-  kill "$canary" 2>/dev/null
-  wait "$canary" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
+on_exit "stop_pid $canary"
 ulimit -c 0
 
 args=("canary=$canary" "secret=$secret" "$@")

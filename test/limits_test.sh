@@ -10,16 +10,12 @@
 # and, without flags, the host's CPU count and memory.
 # Exits 77 (CTest: skipped) when SENTRY does not exist yet.
 set -u
-if [ $# -ne 1 ]; then
-  echo "usage: $0 SENTRY" >&2
-  exit 2
-fi
+# shellcheck source=test/lib.sh
+. "$(dirname "$0")/lib.sh"
+usage_unless [ $# -eq 1 ] -- "SENTRY"
 SENTRY=$1
-if [ ! -x "$SENTRY" ]; then
-  echo "SKIP: sentry binary not found or not executable: $SENTRY"
-  exit 77
-fi
-fails=0
+require_sentry "$SENTRY"
+# This suite's checks compare a value with the one wanted and say both.
 check() { # check DESCRIPTION GOT WANT
   if [ "$2" = "$3" ]; then
     echo "ok: $1"

@@ -13,43 +13,18 @@
 #     and vCPU 0 creation times observed, the flavour
 # Exits 77 (CTest: skipped) until the binaries exist.
 set -u
-if [ $# -ne 4 ]; then
-  echo "usage: $0 SANDBOXD SANDBOXCTL SENTRY GETPID" >&2
-  exit 2
-fi
-for b in "$@"; do
-  [ -x "$b" ] || { echo "SKIP: $b not built"; exit 77; }
-done
-command -v curl >/dev/null || { echo "SKIP: no curl"; exit 77; }
+# shellcheck source=test/lib.sh
+. "$(dirname "$0")/lib.sh"
+usage_unless [ $# -eq 4 ] -- "SANDBOXD SANDBOXCTL SENTRY GETPID"
+require_built "$@"
+command -v curl >/dev/null || skip "no curl"
 SANDBOXD=$(readlink -f "$1")
 SANDBOXCTL=$(readlink -f "$2")
 SENTRY=$(readlink -f "$3")
 GETPID=$(readlink -f "$4")
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/platform_metrics_test.XXXXXX")
+make_tmp platform_metrics_test
 SOCK=$tmp/sandboxd.sock
-daemon_pid=
-cleanup() {
-  [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null && wait "$daemon_pid" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fails=0
-n=0
-check() { # check DESCRIPTION CONDITION...
-  local what=$1
-  shift
-  n=$((n + 1))
-  if "$@"; then
-    echo "ok $n - $what"
-  else
-    echo "not ok $n - $what"
-    fails=$((fails + 1))
-  fi
-}
-ctl() {
-  timeout -k 5 120 "$SANDBOXCTL" --socket="$SOCK" "$@" </dev/null >"$tmp/out" 2>"$tmp/err"
-  status=$?
-}
+ctl() { capture 120 "$SANDBOXCTL" --socket="$SOCK" "$@"; }
 # value SERIES: the sample of SERIES (exact text, labels included) in the
 # last scrape, 0 when absent.
 scrape() { curl -s "http://$metrics/metrics" >"$tmp/metrics"; }
@@ -57,9 +32,7 @@ value() {
   awk -v s="$1" '$1 == s { v = $2 } END { print (v == "" ? 0 : v) }' "$tmp/metrics"
 }
 has() { grep -q -F -- "$1" "$tmp/metrics"; }
-ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'; }
 plus() { awk -v a="$1" -v b="$2" 'BEGIN { printf "%.0f", a + b }'; }
-eq() { [ "$1" = "$2" ]; }
 
 # Without the daemon: sentry run --stats-json.
 timeout 120 "$SENTRY" run --stats-json="$tmp/stats.json" -- "$GETPID" 1000 >/dev/null 2>"$tmp/err"
@@ -70,20 +43,10 @@ check "sentry run --stats-json: hand-over histograms" grep -q '"latency_log2_ns"
 timeout 60 "$SENTRY" run --stats-json=/nonexistent/dir/x -- /bin/true >/dev/null 2>"$tmp/err"
 check "sentry run --stats-json to a bad path: 125" eq "$?" 125
 
-platforms=systrap
-if kvm_why=$("$SENTRY" run --platform=kvm -- /bin/true 2>&1 >/dev/null </dev/null); then
-  platforms=systrap,kvm
-else
-  echo "SKIP kvm checks: the kvm platform is not usable here: $(printf '%s' "$kvm_why" | head -1)"
-fi
-"$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" --state-dir="$tmp/state" --pool-size=1 \
-  --platforms="$platforms" --no-cgroups --metrics-address=127.0.0.1:0 \
-  2>"$tmp/daemon.log" &
-daemon_pid=$!
-for _ in $(seq 1 200); do
-  [ -S "$SOCK" ] && "$SANDBOXCTL" --socket="$SOCK" ps >/dev/null 2>&1 && break
-  sleep 0.05
-done
+platforms_here "$SENTRY"
+start_bg "$tmp/daemon.log" "$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" --state-dir="$tmp/state" \
+  --pool-size=1 --platforms="$platforms" --no-cgroups --metrics-address=127.0.0.1:0
+wait_for_daemon "$SANDBOXCTL" "$SOCK"
 metrics=$(sed -n 's|.*metrics at http://\([^/]*\)/metrics.*|\1|p' "$tmp/daemon.log" | head -1)
 if [ -z "$metrics" ]; then
   echo "not ok - sandboxd did not say where its metrics are"
@@ -143,5 +106,4 @@ if [ "$platforms" = systrap,kvm ]; then
   check "kvm: memory slots added" ge "$(value sandboxd_kvm_memslot_adds_total)" 2
 fi
 
-echo "$((n - fails))/$n passed"
-[ "$fails" -eq 0 ]
+passed

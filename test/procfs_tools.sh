@@ -10,46 +10,19 @@
 # A tool that is not installed on the host is skipped with a reason.
 # Exits 77 (CTest: skipped) when SENTRY does not exist yet.
 set -u
-if [ $# -ne 1 ]; then
-  echo "usage: $0 SENTRY" >&2
-  exit 2
-fi
+# shellcheck source=test/lib.sh
+. "$(dirname "$0")/lib.sh"
+usage_unless [ $# -eq 1 ] -- "SENTRY"
 SENTRY=$1
-if [ ! -x "$SENTRY" ]; then
-  echo "SKIP: sentry binary not found or not executable: $SENTRY"
-  exit 77
-fi
+require_sentry "$SENTRY"
 SENTRY=$(readlink -f "$SENTRY")
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/procfs_tools.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
-fails=0
-n=0
+make_tmp procfs_tools
+CHECK_OUT_BYTES=600 CHECK_ERR_BYTES=300
 
 # insandbox 'SHELL COMMANDS': runs them under /bin/sh in the sandbox; sets
 # $status and $tmp/out, $tmp/err. The trailing `true` keeps sh from
 # exec'ing the last command in place, so that sh stays pid 1.
-insandbox() {
-  {
-    timeout -k 5 60 "$SENTRY" run --rootfs=/ -- /bin/sh -c "$1; true" \
-      </dev/null >"$tmp/out" 2>"$tmp/err"
-    status=$?
-  } 2>/dev/null
-}
-check() { # check DESCRIPTION CONDITION...
-  local what=$1
-  shift
-  n=$((n + 1))
-  if "$@"; then
-    echo "ok $n - $what"
-  else
-    echo "not ok $n - $what"
-    echo "  status=$status"
-    echo "  stdout: $(head -c 600 "$tmp/out" | tr '\n' '|')"
-    echo "  stderr: $(head -c 300 "$tmp/err" | tr '\n' '|')"
-    fails=$((fails + 1))
-  fi
-}
-eq() { [ "$1" = "$2" ]; }
+insandbox() { capture 60 "$SENTRY" run --rootfs=/ -- /bin/sh -c "$1; true"; }
 has() { grep -qE -- "$1" "$tmp/out"; }
 have_tool() { # have_tool NAME: installed on the host, or a skip line
   if command -v "$1" >/dev/null 2>&1; then return 0; fi

@@ -11,52 +11,21 @@
 #   - --systrap-patch=on|off: a Sentry started with it (pool miss), patching
 # Exits 77 (CTest: skipped) until the binaries exist.
 set -u
-if [ $# -ne 3 ]; then
-  echo "usage: $0 SANDBOXD SANDBOXCTL SENTRY" >&2
-  exit 2
-fi
-for b in "$@"; do
-  [ -x "$b" ] || { echo "SKIP: $b not built"; exit 77; }
-done
+# shellcheck source=test/lib.sh
+. "$(dirname "$0")/lib.sh"
+usage_unless [ $# -eq 3 ] -- "SANDBOXD SANDBOXCTL SENTRY"
+require_built "$@"
 SANDBOXD=$(readlink -f "$1")
 SANDBOXCTL=$(readlink -f "$2")
 SENTRY=$(readlink -f "$3")
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/sandboxctl_test.XXXXXX")
+make_tmp sandboxctl_test
 SOCK=$tmp/sandboxd.sock
-daemon_pid=
-cleanup() {
-  [ -n "$daemon_pid" ] && kill "$daemon_pid" 2>/dev/null && wait "$daemon_pid" 2>/dev/null
-  rm -rf "$tmp"
-}
-trap cleanup EXIT
-fails=0
-n=0
+CHECK_OUT_BYTES=400
 
 # ctl ARGS...: runs sandboxctl with stdin from $IN (default /dev/null);
 # sets $status, $tmp/out, $tmp/err.
 IN=/dev/null
-ctl() {
-  timeout -k 5 120 "$SANDBOXCTL" --socket="$SOCK" "$@" <"$IN" >"$tmp/out" 2>"$tmp/err"
-  status=$?
-}
-check() { # check DESCRIPTION CONDITION...
-  local what=$1
-  shift
-  n=$((n + 1))
-  if "$@"; then
-    echo "ok $n - $what"
-  else
-    echo "not ok $n - $what"
-    echo "  status=$status"
-    echo "  stdout: $(head -c 400 "$tmp/out" | tr '\n' '|')"
-    echo "  stderr: $(head -c 400 "$tmp/err" | tr '\n' '|')"
-    fails=$((fails + 1))
-  fi
-}
-eq() { [ "$1" = "$2" ]; }
-lines() { wc -l <"$1" | tr -d ' '; }
-contains() { grep -q -- "$2" "$1"; }
-not_contains() { ! grep -q -- "$2" "$1"; }
+ctl() { capture 120 "$SANDBOXCTL" --socket="$SOCK" "$@"; }
 
 # sandboxctl is linked statically in both build lanes (a dynamic one spends
 # milliseconds of every command in the loader).
@@ -81,21 +50,11 @@ if command -v openssl >/dev/null &&
   tcp_args=(--tcp=127.0.0.1:0 --tls-cert="$tmp/cert.pem" --tls-key="$tmp/key.pem"
     --token-file="$tmp/token")
 fi
-# Warm KVM Sentries too, where the kvm platform's probe passes (issue 5).
-platforms=systrap
-if kvm_why=$("$SENTRY" run --platform=kvm -- /bin/true 2>&1 >/dev/null </dev/null); then
-  platforms=systrap,kvm
-else
-  echo "SKIP kvm checks: the kvm platform is not usable here: $(printf '%s' "$kvm_why" | head -1)"
-fi
-"$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" --state-dir="$tmp/state" --pool-size=1 \
-  --platforms="$platforms" --cgroup-parent="sandboxctl-test-$$" "${tcp_args[@]}" \
-  2>"$tmp/daemon.log" &
-daemon_pid=$!
-for _ in $(seq 1 200); do
-  [ -S "$SOCK" ] && "$SANDBOXCTL" --socket="$SOCK" ps >/dev/null 2>&1 && break
-  sleep 0.05
-done
+# Warm KVM Sentries too, where the kvm platform's probe passes.
+platforms_here "$SENTRY"
+start_bg "$tmp/daemon.log" "$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" --state-dir="$tmp/state" \
+  --pool-size=1 --platforms="$platforms" --cgroup-parent="sandboxctl-test-$$" "${tcp_args[@]}"
+wait_for_daemon "$SANDBOXCTL" "$SOCK"
 
 ctl run --rm -- /bin/echo hello world
 check "run --rm echo: exit 0" eq "$status" 0
@@ -202,7 +161,7 @@ for _ in range(200): os.getpid()
 print(open("/proc/self/maps").read().count("[sbx-patch]"))'
 if [ ! -x /usr/bin/python3 ]; then
   echo "SKIP patching checks: no /usr/bin/python3 in the rootfs"
-elif patch_why=$("$SENTRY" run --systrap-patch=on -- /bin/true 2>&1 >/dev/null </dev/null); then
+elif sentry_probe "$SENTRY" --systrap-patch=on; then
   ctl run --rm --systrap-patch=on -- /usr/bin/python3 -c "$hot_getpid"
   check "run --systrap-patch=on: the hot site is patched" eq "$(cat "$tmp/out")" "1"
   ctl run --rm -- /usr/bin/python3 -c "$hot_getpid"
@@ -219,7 +178,7 @@ elif patch_why=$("$SENTRY" run --systrap-patch=on -- /bin/true 2>&1 >/dev/null <
     grep -qa -- "--systrap-patch=on" "/proc/$spid/cmdline"
   ctl rm -f patched
 else
-  echo "SKIP patching checks: $(printf '%s' "$patch_why" | head -1)"
+  echo "SKIP patching checks: $probe_why"
 fi
 if [ "$platforms" = systrap,kvm ]; then
   ctl run --rm --platform=kvm --systrap-patch=on -- /bin/true

@@ -10,19 +10,14 @@
 # which shows that the count would catch a vDSO that traps.
 # Exits 77 (CTest: skipped) when SENTRY does not exist yet.
 set -u
-if [ $# -ne 2 ]; then
-  echo "usage: $0 SENTRY VDSO_PROGRAM" >&2
-  exit 2
-fi
+# shellcheck source=test/lib.sh
+. "$(dirname "$0")/lib.sh"
+usage_unless [ $# -eq 2 ] -- "SENTRY VDSO_PROGRAM"
 SENTRY=$1
 PROG=$(readlink -f "$2")
-if [ ! -x "$SENTRY" ]; then
-  echo "SKIP: sentry binary not found or not executable: $SENTRY"
-  exit 77
-fi
+require_sentry "$SENTRY"
 N=${VDSO_TRAPS_N:-25000}
-tmp=$(mktemp -d "${TMPDIR:-/tmp}/vdso_traps.XXXXXX")
-trap 'rm -rf "$tmp"' EXIT
+make_tmp vdso_traps
 
 # count_traps FLAGS...: the number of time system calls the Sentry served.
 count_traps() {

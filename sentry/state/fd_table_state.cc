@@ -5,11 +5,14 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "sentry/state/fs_state.h"
+#include "sentry/state/saved_size.h"
 
 namespace sandboxd::state {
 
 absl::StatusOr<uint64_t> FsState::SaveFdTable(
     Saver& s, const fs::Vfs& vfs, const std::shared_ptr<fs::FdTable>& t) {
+  SBX_SAVED_SIZE(fs::FdTable, 40);
+  SBX_SAVED_SIZE(fs::FdTable::Entry, 24);
   return s.Save<fs::FdTable, pb::FdTable>(
       t.get(), s.state().mutable_fd_tables(), [&](pb::FdTable* r) {
         std::vector<std::pair<int, fs::FdTable::Entry>> open;
@@ -57,6 +60,7 @@ absl::StatusOr<std::shared_ptr<fs::FdTable>> FsState::LoadFdTable(
 
 absl::StatusOr<uint64_t> FsState::SaveFsContext(
     Saver& s, const fs::Vfs& vfs, const std::shared_ptr<fs::FsContext>& c) {
+  SBX_SAVED_SIZE(fs::FsContext, 80);
   return s.Save<fs::FsContext, pb::FsContext>(
       c.get(), s.state().mutable_fs_contexts(), [&](pb::FsContext* r) {
         ASSIGN_OR_RETURN(*r->mutable_root(), SaveLocation(s, vfs, c->root()));

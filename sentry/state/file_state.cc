@@ -23,6 +23,7 @@
 #include "sentry/socket/unix_socket.h"
 #include "sentry/state/fs_state.h"
 #include "sentry/state/kind_name.h"
+#include "sentry/state/saved_size.h"
 #include "sentry/state/socket_state.h"
 #include "sentry/state/tty_state.h"
 
@@ -30,6 +31,19 @@ namespace sandboxd::state {
 
 absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
                                            const std::shared_ptr<fs::File>& f) {
+  SBX_SAVED_SIZE(fs::File, 8);
+  SBX_SAVED_SIZE(fs::InodeFile, 120);
+  SBX_SAVED_SIZE(fs::PipeEnd, 40);
+  SBX_SAVED_SIZE(fs::EventFd, 72);
+  SBX_SAVED_SIZE(fs::TimerFd, 48);
+  SBX_SAVED_SIZE(fs::TimerFd::State, 80);
+  SBX_SAVED_SIZE(fs::EpollFile, 192);
+  SBX_SAVED_SIZE(fs::EpollFile::Interest, 96);
+  SBX_SAVED_SIZE(fs::InotifyFile, 152);
+  SBX_SAVED_SIZE(fs::InotifyFile::Event, 48);
+  SBX_SAVED_SIZE(fs::InotifyFile::WatchState, 24);
+  SBX_SAVED_SIZE(kernel::SignalFd, 72);
+  SBX_SAVED_SIZE(fs::HostFile, 72);
   return s.Save<fs::File, pb::File>(
       f.get(), s.state().mutable_files(), [&](pb::File* rec) -> absl::Status {
         // Before the InodeFile and HostFile cases, which would take a pty's

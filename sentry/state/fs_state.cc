@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "sentry/state/saved_size.h"
 
 namespace sandboxd::state {
 
@@ -21,6 +22,7 @@ bool FsState::InTree(const fs::Vfs& vfs, const std::shared_ptr<fs::Mount>& m) {
 
 absl::StatusOr<uint64_t> FsState::SaveMount(Saver& s, const fs::Vfs& vfs,
                                    const std::shared_ptr<fs::Mount>& m) {
+  SBX_SAVED_SIZE(fs::Mount, 128);
   return s.Save<fs::Mount, pb::Mount>(
       m.get(), s.state().mutable_mounts(), [&](pb::Mount* r) {
         if (!InTree(vfs, m)) {
@@ -108,6 +110,7 @@ absl::StatusOr<std::shared_ptr<fs::Mount>> FsState::LoadMount(Loader& l,
 }
 
 absl::Status FsState::SaveVfs(Saver& s, const fs::Vfs& vfs) {
+  SBX_SAVED_SIZE(fs::Vfs, 80);
   std::vector<std::shared_ptr<fs::Mount>> all;
   {
     absl::MutexLock lock(&vfs.mu_);
@@ -148,6 +151,7 @@ absl::StatusOr<std::unique_ptr<fs::Vfs>> FsState::LoadVfs(Loader& l) {
 
 absl::StatusOr<pb::Location> FsState::SaveLocation(Saver& s, const fs::Vfs& vfs,
                                                    const fs::Location& loc) {
+  SBX_SAVED_SIZE(fs::Location, 32);
   pb::Location out;
   if (!loc.valid()) return out;
   ASSIGN_OR_RETURN(uint64_t mount, SaveMount(s, vfs, loc.mount));

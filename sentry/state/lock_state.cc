@@ -6,10 +6,15 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "sentry/state/fs_state.h"
+#include "sentry/state/saved_size.h"
 
 namespace sandboxd::state {
 
 absl::Status FsState::SaveLocks(Saver& s, fs::LockTable& table) {
+  SBX_SAVED_SIZE(fs::LockTable, 120);
+  SBX_SAVED_SIZE(fs::RecordLock, 48);
+  SBX_SAVED_SIZE(fs::RecordLockOwner, 24);
+  SBX_SAVED_SIZE(fs::LockTable::FlockLock, 16);
   struct Entry {
     std::shared_ptr<fs::Inode> inode;
     std::vector<fs::RecordLock> records;

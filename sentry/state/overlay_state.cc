@@ -10,10 +10,12 @@
 #include "sentry/fs/overlay.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/state/fs_state.h"
+#include "sentry/state/saved_size.h"
 
 namespace sandboxd::state {
 
 absl::StatusOr<uint64_t> FsState::SaveOverlayFs(Saver& s, fs::OverlayFs& o) {
+  SBX_SAVED_SIZE(fs::OverlayFs, 80);
   return s.Save<fs::OverlayFs, pb::OverlayFs>(
       &o, s.state().mutable_overlays(), [&](pb::OverlayFs* r) {
         r->set_dev(o.dev_);
@@ -50,6 +52,7 @@ absl::StatusOr<uint64_t> FsState::SaveOverlayFs(Saver& s, fs::OverlayFs& o) {
 
 absl::Status FsState::SaveOverlayInode(Saver& s, fs::OverlayInode& o,
                                        pb::OverlayInode* r) {
+  SBX_SAVED_SIZE(fs::OverlayInode, 192);
   ASSIGN_OR_RETURN(uint64_t fs_id, SaveOverlayFs(s, *o.fs_));
   r->set_fs(fs_id);
   // The path from the overlay's root, then a lookup along it to check

@@ -5,11 +5,13 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "sentry/state/fs_state.h"
+#include "sentry/state/saved_size.h"
 
 namespace sandboxd::state {
 
 absl::StatusOr<uint64_t> FsState::SavePipe(Saver& s,
                                            const std::shared_ptr<fs::Pipe>& p) {
+  SBX_SAVED_SIZE(fs::Pipe, 144);
   return s.Save<fs::Pipe, pb::Pipe>(
       p.get(), s.state().mutable_pipes(), [&](pb::Pipe* r) {
         absl::MutexLock lock(&p->mu_);

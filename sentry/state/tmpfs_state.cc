@@ -13,6 +13,7 @@
 #include "sentry/mm/memory_file.h"
 #include "sentry/state/fs_state.h"
 #include "sentry/state/kind_name.h"
+#include "sentry/state/saved_size.h"
 
 namespace sandboxd::state {
 namespace {
@@ -34,6 +35,8 @@ timespec FromPb(const pb::Timespec& t) {
 
 absl::StatusOr<uint64_t> FsState::SaveSuperblock(
     Saver& s, const std::shared_ptr<fs::TmpFsSuperblock>& sb) {
+  SBX_SAVED_SIZE(fs::TmpFsSuperblock, 64);
+  SBX_SAVED_SIZE(fs::TmpFsOptions, 40);
   return s.Save<fs::TmpFsSuperblock, pb::TmpFsSuperblock>(
       sb.get(), s.state().mutable_tmpfs_superblocks(),
       [&](pb::TmpFsSuperblock* r) {
@@ -47,6 +50,12 @@ absl::StatusOr<uint64_t> FsState::SaveSuperblock(
 
 absl::StatusOr<uint64_t> FsState::SaveInode(
     Saver& s, const std::shared_ptr<fs::Inode>& inode) {
+  SBX_SAVED_SIZE(fs::Inode, 24);
+  SBX_SAVED_SIZE(fs::TmpFsInode, 128);
+  SBX_SAVED_SIZE(fs::TmpFsDirectory, 200);
+  SBX_SAVED_SIZE(fs::TmpFsRegularFile, 208);
+  SBX_SAVED_SIZE(fs::TmpFsSymlink, 160);
+  SBX_SAVED_SIZE(fs::TmpFsSpecialFile, 136);
   return s.Save<fs::Inode, pb::Inode>(
       inode.get(), s.state().mutable_inodes(), [&](pb::Inode* rec) {
         if (auto* o = dynamic_cast<fs::OverlayInode*>(inode.get())) {

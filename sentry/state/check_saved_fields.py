@@ -93,7 +93,7 @@ def strip_angles(s):
     prev = None
     while prev != s:
         prev = s
-        s = re.sub(r"<[^<>]*>", "<>", s)
+        s = re.sub(r"<[^<>]*>", "", s)
     return s
 
 

@@ -32,6 +32,17 @@
 #include "sentry/state/loader.h"
 #include "sentry/state/saver.h"
 
+namespace sandboxd::fs {
+class EpollFile;
+class EventFd;
+class InotifyFile;
+class TimerFd;
+}  // namespace sandboxd::fs
+
+namespace sandboxd::kernel {
+class SignalFd;
+}  // namespace sandboxd::kernel
+
 namespace sandboxd::state {
 
 struct FsState {
@@ -86,6 +97,27 @@ struct FsState {
   static absl::Status LoadLocks(Loader& l, fs::Vfs& vfs, fs::LockTable& table);
 
  private:
+  // Open files of the event kinds, each a case of SaveFile and LoadFile:
+  // eventfd, timerfd, signalfd (event_file_state.cc), epoll
+  // (epoll_state.cc), inotify (inotify_state.cc).
+  static absl::Status SaveEventFd(fs::EventFd* ev, pb::File* rec);
+  static absl::StatusOr<std::shared_ptr<fs::File>> LoadEventFd(
+      const pb::File& rec);
+  static absl::Status SaveTimerFd(fs::TimerFd* tf, pb::File* rec);
+  static absl::StatusOr<std::shared_ptr<fs::File>> LoadTimerFd(
+      const pb::File& rec);
+  static absl::Status SaveSignalFd(kernel::SignalFd* sf, pb::File* rec);
+  static absl::StatusOr<std::shared_ptr<fs::File>> LoadSignalFd(
+      Loader& l, const pb::File& rec);
+  static absl::Status SaveEpoll(Saver& s, const fs::Vfs& vfs,
+                                fs::EpollFile* ep, pb::File* rec);
+  static absl::StatusOr<std::shared_ptr<fs::File>> LoadEpoll(
+      Loader& l, fs::Vfs& vfs, const pb::File& rec);
+  static absl::Status SaveInotify(Saver& s, fs::InotifyFile* in,
+                                  pb::File* rec);
+  static absl::StatusOr<std::shared_ptr<fs::File>> LoadInotify(
+      Loader& l, const pb::File& rec);
+
   // Filesystems saved by path and built anew by the loader's caller
   // (procfs, devfs), by the fstype of their mounts.
   static bool IsPseudoFs(const std::string& fstype);

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "sentry/state/fs_state.h"
+#include "sentry/state/saved_size.h"
 #include "sentry/state/tty_state.h"
 
 namespace sandboxd::state {
@@ -68,6 +69,8 @@ bool ValidPid(int64_t pid) { return pid > 0 && pid <= kernel::kMaxPid; }
 // Save
 
 absl::StatusOr<uint64_t> KernelState::SaveTimer(Saver& s, IntervalTimer& timer) {
+  SBX_SAVED_SIZE(kernel::IntervalTimer, 208);
+  SBX_SAVED_SIZE(kernel::TimerTarget, 64);
   return s.Save<IntervalTimer, pb::IntervalTimer>(
       &timer, s.state().mutable_timers(), [&](pb::IntervalTimer* r) {
         const TimerClock& c = timer.clock_;
@@ -108,6 +111,10 @@ absl::StatusOr<uint64_t> KernelState::SaveTimer(Saver& s, IntervalTimer& timer) 
 absl::StatusOr<uint64_t> KernelState::SaveGroup(Saver& s, ThreadGroup& g,
                                                 const fs::Vfs& vfs,
                                                 MmCheckpointer& mms) {
+  SBX_SAVED_SIZE(kernel::ThreadGroup, 2968);
+  SBX_SAVED_SIZE(kernel::ProcessTimers, 112);
+  SBX_SAVED_SIZE(kernel::SigAction, 32);
+  SBX_SAVED_SIZE(kernel::Usage, 56);
   return s.Save<ThreadGroup, pb::ThreadGroup>(
       &g, s.state().mutable_thread_groups(),
       [&](pb::ThreadGroup* r) -> absl::Status {
@@ -239,6 +246,12 @@ absl::StatusOr<uint64_t> KernelState::SaveGroup(Saver& s, ThreadGroup& g,
 absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
                                                const fs::Vfs& vfs,
                                                MmCheckpointer& mms) {
+  SBX_SAVED_SIZE(kernel::Task, 14464);
+  SBX_SAVED_SIZE(kernel::Task::PendingInfo, 152);
+  SBX_SAVED_SIZE(kernel::RestartBlock, 24);
+  SBX_SAVED_SIZE(kernel::TaskCpuTime, 64);
+  SBX_SAVED_SIZE(platform::Regs, 216);
+  SBX_SAVED_SIZE(platform::CpuState, 4352);
   return s.Save<Task, pb::Task>(
       &t, s.state().mutable_tasks(), [&](pb::Task* r) -> absl::Status {
         {
@@ -359,6 +372,7 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
 
 absl::Status KernelState::SaveKernel(Saver& s, Kernel& k, const fs::Vfs& vfs,
                                      MmCheckpointer& mms) {
+  SBX_SAVED_SIZE(kernel::Kernel, 408);
   std::vector<std::shared_ptr<ThreadGroup>> groups;
   std::vector<std::shared_ptr<Task>> tasks;
   pid_t next_tid;

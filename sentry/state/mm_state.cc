@@ -15,6 +15,7 @@
 #include "sentry/fs/mappable.h"
 #include "sentry/state/crc32c.h"
 #include "sentry/state/fs_state.h"
+#include "sentry/state/saved_size.h"
 #include "sentry/vdso/vdso_image.h"
 #include "sentry/vdso/vdso_mapping.h"
 
@@ -90,6 +91,7 @@ absl::Status MmState::SavePrivate(Saver& s, uint64_t off, uint64_t len) {
 
 absl::StatusOr<uint64_t> MmState::SaveSharedAnon(
     Saver& s, const std::shared_ptr<mm::SharedAnon>& a) {
+  SBX_SAVED_SIZE(mm::SharedAnon, 24);
   return s.Save<mm::SharedAnon, pb::SharedAnon>(
       a.get(), s.state().mutable_shared_anons(), [&](pb::SharedAnon* r) {
         r->set_memfile_offset(a->file_offset());
@@ -100,6 +102,7 @@ absl::StatusOr<uint64_t> MmState::SaveSharedAnon(
 
 absl::StatusOr<uint64_t> MmState::SaveMappable(
     Saver& s, const std::shared_ptr<mm::Mappable>& m) {
+  SBX_SAVED_SIZE(fs::InodeMappable, 72);
   return s.Save<mm::Mappable, pb::Mappable>(
       m.get(), s.state().mutable_mappables(),
       [&](pb::Mappable* r) -> absl::Status {
@@ -125,6 +128,9 @@ absl::StatusOr<uint64_t> MmState::SaveMappable(
 }
 
 absl::Status MmState::SaveMm(Saver& s, mm::MM& mm, pb::Mm* r) {
+  SBX_SAVED_SIZE(mm::MM, 256);
+  SBX_SAVED_SIZE(mm::Vma, 96);
+  SBX_SAVED_SIZE(mm::Pma, 24);
   // Copied out under the MM's lock; what the VMAs refer to is saved without
   // it (fs locks).
   std::vector<std::pair<uintptr_t, mm::Vma>> vmas;

@@ -12,6 +12,7 @@
 #include "base/status_macros.h"
 #include "sentry/fs/waiter.h"
 #include "sentry/state/fs_state.h"
+#include "sentry/state/saved_size.h"
 
 namespace sandboxd::state {
 namespace {
@@ -56,6 +57,7 @@ struct MessageCopy {
 
 absl::StatusOr<uint64_t> SocketState::SaveSendBuffer(
     Saver& s, const std::shared_ptr<SendBuffer>& b) {
+  SBX_SAVED_SIZE(socket::SendBuffer, 24);
   // Its owner, if any, sets `endpoint` (SaveEndpoint): a message may be
   // saved before the endpoint that sent it.
   return s.Save<SendBuffer, pb::SendBuffer>(
@@ -65,6 +67,9 @@ absl::StatusOr<uint64_t> SocketState::SaveSendBuffer(
 
 absl::StatusOr<uint64_t> SocketState::SaveEndpoint(
     Saver& s, const fs::Vfs& vfs, const std::shared_ptr<UnixEndpoint>& ep) {
+  SBX_SAVED_SIZE(socket::UnixEndpoint, 488);
+  SBX_SAVED_SIZE(socket::UnixMessage, 128);
+  SBX_SAVED_SIZE(socket::Credentials, 12);
   auto* table = s.state().mutable_unix_endpoints();
   return s.Save<UnixEndpoint, pb::UnixEndpoint>(
       ep.get(), table, [&](pb::UnixEndpoint* r) -> absl::Status {
@@ -145,6 +150,7 @@ absl::StatusOr<uint64_t> SocketState::SaveEndpoint(
 absl::Status SocketState::SaveUnixSocket(Saver& s, const fs::Vfs& vfs,
                                          socket::UnixSocket& sock,
                                          pb::UnixSocketFile* r) {
+  SBX_SAVED_SIZE(socket::UnixSocket, 72);
   ASSIGN_OR_RETURN(uint64_t ep, SaveEndpoint(s, vfs, sock.ep_));
   r->set_endpoint(ep);
   r->set_nonblock(sock.nonblocking());

@@ -10,6 +10,7 @@
 #include "base/status_macros.h"
 #include "sentry/kernel/task.h"
 #include "sentry/state/fs_state.h"
+#include "sentry/state/saved_size.h"
 
 namespace sandboxd::state {
 namespace {
@@ -39,6 +40,10 @@ absl::StatusOr<std::shared_ptr<kernel::ThreadGroup>> GroupOf(Loader& l,
 
 absl::StatusOr<uint64_t> TtyState::SavePty(Saver& s,
                                            const std::shared_ptr<Pty>& pty) {
+  SBX_SAVED_SIZE(fs::tty::Pty, 368);
+  SBX_SAVED_SIZE(fs::tty::LineDiscipline, 184);
+  SBX_SAVED_SIZE(fs::tty::KernelTermios, 36);
+  SBX_SAVED_SIZE(fs::tty::PtsInode, 104);
   return s.Save<Pty, pb::Pty>(
       pty.get(), s.state().mutable_ptys(), [&](pb::Pty* r) -> absl::Status {
         r->set_index(pty->index_);
@@ -94,6 +99,7 @@ absl::Status TtyState::SaveConsole(Saver& s, fs::tty::HostTerminal& t) {
 absl::Status TtyState::SaveTerminal(Saver& s,
                                     const std::shared_ptr<fs::tty::Terminal>& t,
                                     uint64_t* pty_id, bool* console) {
+  SBX_SAVED_SIZE(fs::tty::HostTerminal, 96);
   *pty_id = 0;
   *console = false;
   if (auto pty = std::dynamic_pointer_cast<Pty>(t)) {
@@ -132,6 +138,9 @@ absl::StatusOr<std::shared_ptr<fs::tty::HostTerminal>> TtyState::LoadConsole(
 absl::Status TtyState::SaveTtyFile(Saver& s, const fs::Vfs& vfs,
                                    const std::shared_ptr<fs::File>& f,
                                    pb::File* rec) {
+  SBX_SAVED_SIZE(fs::tty::PtyMasterFile, 168);
+  SBX_SAVED_SIZE(fs::tty::PtyReplicaFile, 168);
+  SBX_SAVED_SIZE(fs::tty::HostTtyFile, 112);
   std::shared_ptr<Pty> pty;
   bool master = false;
   if (auto* m = dynamic_cast<fs::tty::PtyMasterFile*>(f.get())) {

@@ -1,0 +1,468 @@
+// StubProcess: a stub process as the platform::AddressSpace of one
+// application process, its control thread (maps, unmaps, new threads) and
+// the thread slots its workers hand over through.
+#include <errno.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+#include <x86intrin.h>
+
+#include <algorithm>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "base/status_macros.h"
+#include "platforms/systrap/shared_words.h"
+#include "platforms/systrap/stub/stub.h"
+#include "platforms/systrap/systrap.h"
+
+namespace sandboxd::systrap {
+
+StubProcess::StubProcess(Systrap* platform, pid_t pid, uint32_t area,
+                         Mapping shared_map)
+    : platform_(platform),
+      pid_(pid),
+      area_(area),
+      shared_map_(std::move(shared_map)),
+      shared_(static_cast<StubShared*>(shared_map_.addr())) {
+  {
+    absl::MutexLock l(&slots_mu_);
+    used_slots_.set(0);  // the control thread's note (DeathReason)
+    ever_used_.set(0);
+  }
+  // The ring's cells start free for the first lap (seq = position); the
+  // area is zeroed and no worker exists yet.
+  for (uint32_t i = 0; i < kRingSize; i++) shared_->ring.cells[i].seq = i;
+  shared_->ready = kOwnerStub;
+  {
+    absl::MutexLock l(&platform_->live_mu_);
+    platform_->live_.push_back(this);
+  }
+  reaper_ = std::thread([this] { Reap(); });
+}
+
+StubProcess::~StubProcess() {
+  {
+    absl::MutexLock l(&platform_->live_mu_);
+    auto& live = platform_->live_;
+    live.erase(std::find(live.begin(), live.end(), this));
+  }
+  kill(pid_, SIGKILL);
+  reaper_.join();
+  // Reaped: no process maps the area any more but those the application
+  // made itself from stub code (README, "Processes"), all in this sandbox.
+  platform_->ReleaseArea({area_, std::move(shared_map_)});
+}
+
+void StubProcess::Reap() {
+  int status;
+  while (waitpid(pid_, &status, __WALL) < 0 && errno == EINTR) {
+  }
+  exit_status_.store(status, std::memory_order_relaxed);
+  dead_.store(true, std::memory_order_seq_cst);
+  // Wake every Sentry thread that may sleep on this process: hand each
+  // word to the Sentry so that a waiter about to sleep sees the change.
+  StoreSeqCst(&shared_->control.owner, kOwnerSentry);
+  Futex(&shared_->control.owner, FUTEX_WAKE, INT32_MAX);
+  StoreSeqCst(&shared_->ready, kOwnerSentry);
+  Futex(&shared_->ready, FUTEX_WAKE, INT32_MAX);
+  // Only slots that were ever handed out: touching the others would make
+  // the host allocate their pages of the shared area (2 MiB for all 256)
+  // just to free them again, at every process exit.
+  std::bitset<kMaxThreads> slots;
+  {
+    absl::MutexLock l(&slots_mu_);
+    slots = ever_used_;
+  }
+  for (uint32_t i = 0; i < kMaxThreads; i++) {
+    if (!slots.test(i)) continue;
+    StoreSeqCst(&shared_->slots[i].owner, kOwnerSentry);
+    Futex(&shared_->slots[i].owner, FUTEX_WAKE, INT32_MAX);
+  }
+}
+
+void StubProcess::HandToStub(uint32_t* owner, uint32_t* stub_sleeping) {
+  StoreSeqCst(owner, kOwnerStub);
+  if (LoadSeqCst(stub_sleeping) != 0) Futex(owner, FUTEX_WAKE, 1);
+}
+
+bool StubProcess::WaitForSentry(uint32_t* owner, uint32_t* sentry_sleeping,
+                                uint64_t spin_cycles) {
+  if (spin_cycles != 0) {
+    const uint64_t start = __rdtsc();
+    while (LoadAcquire(owner) != kOwnerSentry) {
+      if (__rdtsc() - start > spin_cycles) break;
+      _mm_pause();
+    }
+  }
+  if (LoadAcquire(owner) != kOwnerSentry) {
+    StoreSeqCst(sentry_sleeping, 1);
+    for (;;) {
+      uint32_t v = LoadSeqCst(owner);
+      if (v == kOwnerSentry) break;
+      if (v != kOwnerStub && !corrupt_.exchange(true)) {
+        // Overwritten by the application: FUTEX_WAIT on kOwnerStub would
+        // return at once forever. End this sandbox's process; the reaper
+        // then hands the word back (and wakes us below).
+        kill(pid_, SIGKILL);
+      }
+      Futex(owner, FUTEX_WAIT, v);
+    }
+    StoreSeqCst(sentry_sleeping, 0);
+  }
+  return !dead();
+}
+
+void StubProcess::SampleGauges(int64_t* awake, int64_t* queued) {
+  if (dead()) return;
+  const uint32_t n = std::min(workers(), kMaxThreads - 1);
+  for (uint32_t i = 1; i <= n; i++) {
+    if (LoadAcquire(&shared_->workers[i].sleeping) == 0) ++*awake;
+  }
+  uint32_t tail;
+  {
+    absl::MutexLock l(&ring_mu_);
+    tail = tail_;
+  }
+  // head is the stub's (untrusted): a count beyond the ring is no count.
+  const uint32_t q = tail - LoadAcquire(&shared_->ring.head);
+  if (q <= kRingSize) *queued += q;
+}
+
+void StubProcess::KillCorrupt(const char* why) {
+  const char* none = nullptr;
+  killed_for_.compare_exchange_strong(none, why);
+  kill(pid_, SIGKILL);
+}
+
+std::string StubProcess::DeathReason() const {
+  int st = exit_status_.load(std::memory_order_relaxed);
+  if (const char* why = killed_for_.load(std::memory_order_relaxed)) {
+    return absl::StrCat("stub process ", pid_, " killed: ", why);
+  }
+  if (corrupt_.load(std::memory_order_relaxed)) {
+    return absl::StrCat(
+        "stub process ", pid_,
+        " killed: a hand-over word of its shared memory held neither owner "
+        "value (overwritten by the application?)");
+  }
+  if (WIFEXITED(st) && WEXITSTATUS(st) == kStubExitCorrupt) {
+    return absl::StrCat("stub process ", pid_,
+                        " found a hand-over word of its shared memory "
+                        "overwritten and exited");
+  }
+  if (WIFEXITED(st) && WEXITSTATUS(st) == kStubExitRing) {
+    return absl::StrCat("stub process ", pid_,
+                        " found its context ring inconsistent (an entry "
+                        "naming no slot, or a slot of another generation: "
+                        "overwritten by the application?) and exited");
+  }
+  if (WIFSIGNALED(st)) {
+    return absl::StrCat("stub process ", pid_, " killed by signal ",
+                        WTERMSIG(st));
+  }
+  if (WEXITSTATUS(st) == kStubExitNewStub) {
+    return absl::StrCat("stub process ", pid_,
+                        " could not set itself up after the template's clone "
+                        "(the Sentry gone, or its shared area not mappable)");
+  }
+  if (WEXITSTATUS(st) == kStubExitControlSignal) {
+    const ThreadSlot& s = shared_->slots[0];
+    return absl::StrCat("stub process ", pid_,
+                        ": its control thread took signal ", s.signo,
+                        " (code ", s.sig_code, ", addr 0x", absl::Hex(s.fault_addr),
+                        ") at 0x", absl::Hex(s.gregs[16]), " rbx=0x", absl::Hex(s.gregs[11]), " rsp=0x", absl::Hex(s.gregs[15]), " trapno=", s.gregs[20], " err=", s.gregs[19]);
+  }
+  return absl::StrCat("stub process ", pid_, " exited with status ",
+                      WEXITSTATUS(st));
+}
+
+int64_t StubProcess::Control(ControlOp op, uint64_t a0, uint64_t a1,
+                             uint64_t a2, uint64_t a3, uint64_t a4,
+                             uint64_t a5) {
+  absl::MutexLock l(&control_mu_);
+  return ControlLocked(op, a0, a1, a2, a3, a4, a5);
+}
+
+int64_t StubProcess::ControlLocked(ControlOp op, uint64_t a0, uint64_t a1,
+                                   uint64_t a2, uint64_t a3, uint64_t a4,
+                                   uint64_t a5) {
+  if (dead()) return -ESRCH;
+  ControlBlock* cb = &shared_->control;
+  cb->op = op;
+  cb->args[0] = a0; cb->args[1] = a1; cb->args[2] = a2;
+  cb->args[3] = a3; cb->args[4] = a4; cb->args[5] = a5;
+  cb->result = -EIO;
+  HandToStub(&cb->owner, &cb->stub_sleeping);
+  if (!WaitForSentry(&cb->owner, &cb->sentry_sleeping,
+                     platform_->spin_cycles())) {
+    return -ESRCH;
+  }
+  return cb->result;
+}
+
+absl::Status StubProcess::MapFile(uintptr_t addr, int fd, off_t off,
+                                  size_t len, platform::Prot prot) {
+  return MapFiles(fd, {FileRange{addr, off, len, prot}});
+}
+
+bool StubProcess::QueueMaps(const std::vector<FileRange>& ranges) {
+  if (defer_off_.load(std::memory_order_relaxed) ||
+      contexts_.load(std::memory_order_acquire) != 1) {
+    return false;
+  }
+  absl::MutexLock d(&defer_mu_);
+  if (pending_.size() + ranges.size() > kMaxMapBatch) return false;
+  for (const FileRange& f : ranges) {
+    pending_.push_back(MapRequest{f.addr, f.len, static_cast<uint64_t>(f.off),
+                                  static_cast<uint64_t>(f.prot.ToHost())});
+  }
+  any_pending_.store(true, std::memory_order_release);
+  maps_deferred_.fetch_add(ranges.size(), std::memory_order_relaxed);
+  return true;
+}
+
+void StubProcess::WaitInflightLocked() {
+  if (inflight_ < 0) return;
+  const uint32_t* maps = &shared_->slots[inflight_].maps;
+  // The context is queued and a worker is on its way to it (README.md,
+  // "The context queue": there is one for every entry); making a few maps
+  // takes microseconds. A word that never clears was overwritten.
+  const absl::Time deadline = absl::Now() + absl::Seconds(2);
+  while (LoadAcquire(maps) != 0 && !dead()) {
+    if (absl::Now() > deadline) {
+      KillCorrupt("the maps queued for one of its contexts were never made "
+                  "(its shared memory overwritten?)");
+      break;
+    }
+    sched_yield();
+  }
+  inflight_ = -1;
+}
+
+void StubProcess::FlushMapsLocked() {
+  WaitInflightLocked();
+  if (pending_.empty()) return;
+  int64_t r;
+  {
+    absl::MutexLock l(&control_mu_);
+    std::copy(pending_.begin(), pending_.end(), shared_->map_batch);
+    r = ControlLocked(kOpMmapBatch, pending_.size());
+  }
+  pending_.clear();
+  any_pending_.store(false, std::memory_order_release);
+  // Their callers were told they succeeded. A page of one that failed
+  // faults again and is mapped, with its error reported, by the control
+  // thread from now on.
+  if (r < 0 && r > -4096) defer_off_.store(true, std::memory_order_relaxed);
+}
+
+void StubProcess::AttachMaps(int slot) {
+  // Maps are queued by the thread that queues the context next (its fault
+  // or syscall), before it gets here: it sees its own store.
+  if (!any_pending_.load(std::memory_order_acquire)) return;
+  absl::MutexLock d(&defer_mu_);
+  if (pending_.empty()) return;
+  WaitInflightLocked();
+  std::copy(pending_.begin(), pending_.end(), shared_->deferred);
+  __atomic_store_n(&shared_->slots[slot].maps,
+                   static_cast<uint32_t>(pending_.size()), __ATOMIC_RELEASE);
+  inflight_ = slot;
+  pending_.clear();
+  any_pending_.store(false, std::memory_order_release);
+}
+
+absl::Status StubProcess::MapFiles(int fd, const std::vector<FileRange>& ranges) {
+  // The stub knows one file: the memory file, at kStubMemFileFd. The fd
+  // argument is the Sentry's; it is accepted for the interface's sake.
+  (void)fd;
+  if (ranges.empty() || QueueMaps(ranges)) return absl::OkStatus();
+  absl::MutexLock d(&defer_mu_);
+  FlushMapsLocked();
+  if (ranges.size() == 1) {
+    const FileRange& f = ranges[0];
+    int64_t r = Control(kOpMmap, f.addr, f.len, f.prot.ToHost(),
+                        MAP_SHARED | MAP_FIXED, kStubMemFileFd, f.off);
+    if (r < 0 && r > -4096) {
+      return ErrnoStatus(absl::StrCat("systrap: mapping 0x", absl::Hex(f.addr),
+                                      "+0x", absl::Hex(f.len), " in stub ",
+                                      pid_),
+                         static_cast<int>(-r));
+    }
+    return absl::OkStatus();
+  }
+  for (size_t i = 0; i < ranges.size(); i += kMaxMapBatch) {
+    const size_t n = std::min<size_t>(kMaxMapBatch, ranges.size() - i);
+    int64_t r;
+    {
+      // The batch is the control block's argument: written under its lock.
+      absl::MutexLock l(&control_mu_);
+      for (size_t j = 0; j < n; j++) {
+        const FileRange& f = ranges[i + j];
+        shared_->map_batch[j] = MapRequest{f.addr, f.len,
+                                           static_cast<uint64_t>(f.off),
+                                           static_cast<uint64_t>(f.prot.ToHost())};
+      }
+      r = ControlLocked(kOpMmapBatch, n);
+    }
+    if (r < 0 && r > -4096) {
+      return ErrnoStatus(absl::StrCat("systrap: mapping ", n, " ranges from 0x",
+                                      absl::Hex(ranges[i].addr), " in stub ",
+                                      pid_),
+                         static_cast<int>(-r));
+    }
+  }
+  return absl::OkStatus();
+}
+
+void StubProcess::Unmap(uintptr_t addr, size_t len) {
+  // After every map queued before it.
+  absl::MutexLock d(&defer_mu_);
+  FlushMapsLocked();
+  Control(kOpMunmap, addr, len);
+}
+
+absl::Status StubProcess::StartFirstWorker() {
+  // The first worker tells us the FPU layout of a fresh context (fp_init)
+  // and then waits for the ring; it counts itself idle, so the first
+  // Submit finds it.
+  absl::MutexLock l(&start_mu_);
+  if (started_) return absl::OkStatus();
+  const uint32_t index = workers_.fetch_add(1) + 1;
+  AddWorker(index, /*matched=*/false);
+  if (!WaitForSentry(&shared_->ready, &shared_->ready_sleeping,
+                     platform_->spin_cycles())) {
+    return absl::UnavailableError(
+        absl::StrCat("systrap: starting the first worker: ", DeathReason()));
+  }
+  started_ = true;
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> StubProcess::NewThread() {
+  RETURN_IF_ERROR(StartFirstWorker());
+  int slot = -1;
+  uint32_t generation = 0;
+  {
+    absl::MutexLock l(&slots_mu_);
+    for (uint32_t i = 1; i < kMaxThreads; i++) {
+      if (!used_slots_.test(i)) {
+        used_slots_.set(i);
+        ever_used_.set(i);
+        slot = static_cast<int>(i);
+        generation = generation_[i].fetch_add(1) + 1;
+        break;
+      }
+    }
+  }
+  if (slot < 0) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("systrap: all ", kMaxThreads - 1,
+                     " context slots of stub ", pid_, " are in use"));
+  }
+  ThreadSlot* s = &shared_->slots[slot];
+  s->sentry_sleeping = 0;
+  s->interrupt = 0;
+  s->running_tid = 0;
+  s->trap = 0;
+  s->stub_spin_cycles = 0;
+  s->sentry_cpu = -1;
+  s->self = SlotInStub(slot);
+  s->gs_worker = 0;
+  s->maps = 0;
+  __atomic_store_n(&s->generation, generation, __ATOMIC_RELEASE);
+  StoreSeqCst(&s->owner, kOwnerSentry);
+  contexts_.fetch_add(1, std::memory_order_acq_rel);
+  return slot;
+}
+
+void StubProcess::ReleaseThread(int slot) {
+  if (slot <= 0 || slot >= static_cast<int>(kMaxThreads)) return;
+  absl::MutexLock l(&slots_mu_);
+  // Not queued (the Sentry holds it): moving the generation on is enough
+  // for no stale entry to be taken for the next context in this slot.
+  __atomic_store_n(&shared_->slots[slot].generation,
+                   generation_[slot].fetch_add(1) + 1, __ATOMIC_RELEASE);
+  used_slots_.reset(slot);
+  contexts_.fetch_sub(1, std::memory_order_acq_rel);
+}
+
+void StubProcess::AddWorker(uint32_t index, bool matched) {
+  StubWorker* w = &shared_->workers[index];
+  w->self = WorkerInStub(index);
+  w->stack_top = kStubStacks + (index + 1) * kStackSize - 64;
+  w->ctx = 0;
+  w->ctx_index = 0;
+  w->patch_state = kPatchIdle;
+  w->sleeping = 0;
+  __atomic_store_n(&w->matched, matched ? 1u : 0u, __ATOMIC_RELEASE);
+  __atomic_store_n(&shared_->ring.workers, index, __ATOMIC_RELAXED);
+  const int64_t r = Control(kOpClone, index);
+  if (r < 0 && !dead()) {
+    // Host limits (threads, memory): an entry matched to this worker would
+    // never be taken. End the sandbox's process rather than hang it.
+    KillCorrupt("the host refused a new stub worker (clone failed)");
+  }
+}
+
+bool StubProcess::Submit(int slot) {
+  AttachMaps(slot);
+  const uint32_t generation = generation_[slot].load(std::memory_order_relaxed);
+  ContextRing* ring = &shared_->ring;
+  {
+    absl::MutexLock l(&ring_mu_);
+    const uint32_t pos = tail_;
+    RingCell* c = &ring->cells[pos & (kRingSize - 1)];
+    // Free for this lap, or the ring is full, which it cannot be (more
+    // cells than contexts): overwritten by the application.
+    if (LoadAcquire(&c->seq) != pos) {
+      KillCorrupt("its context ring was inconsistent (the cell at the tail "
+                  "was not free: overwritten by the application?)");
+      return false;
+    }
+    c->ctx_index = static_cast<uint32_t>(slot);
+    c->generation = generation;
+    __atomic_store_n(&c->seq, pos + 1, __ATOMIC_RELEASE);  // published
+    tail_ = pos + 1;
+    __atomic_store_n(&ring->tail, pos + 1, __ATOMIC_RELAXED);
+  }
+  // Sleeping workers wait on `futex`; it moves after the entry is
+  // published and before we look for sleepers (README.md, "The context
+  // queue": no lost wakeup).
+  __atomic_fetch_add(&ring->futex, 1, __ATOMIC_SEQ_CST);
+  uint32_t idle = LoadSeqCst(&ring->waiting);
+  while (idle > 0) {
+    if (__atomic_compare_exchange_n(&ring->waiting, &idle, idle - 1, false,
+                                    __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST)) {
+      // Matched with an idle worker. If more are idle than asleep, one is
+      // spinning or on its way to sleep, and it looks at the ring before
+      // it sleeps (after sleepers++, which we would have seen): no wakeup
+      // needed. Else wake one (a spinner may still take the entry first;
+      // the woken one then sleeps again).
+      if (LoadSeqCst(&ring->sleepers) >= idle) {
+        Futex(&ring->futex, FUTEX_WAKE, 1);
+      }
+      return true;
+    }
+  }
+  // Every worker is busy: add one for this entry (without waiting for it;
+  // any worker may take the entry first). Bounded by the slots.
+  uint32_t n = workers_.load(std::memory_order_acquire);
+  do {
+    if (n >= kMaxThreads - 1) {
+      // As many workers as contexts: one of them will be free.
+      if (LoadSeqCst(&ring->sleepers) != 0) Futex(&ring->futex, FUTEX_WAKE, 1);
+      return true;
+    }
+  } while (!workers_.compare_exchange_weak(n, n + 1));
+  AddWorker(n + 1, /*matched=*/true);
+  return true;
+}
+
+}  // namespace sandboxd::systrap

@@ -1,0 +1,248 @@
+// FsState: open files, SaveFile and LoadFile by kind: inode files, pipe
+// ends and inherited host files here; eventfd, timerfd and signalfd in
+// event_file_state.cc, epoll and inotify in their own files, ttys in
+// tty_state.cc, Unix sockets in socket_state.cc.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "base/unique_fd.h"
+#include "sentry/fs/epoll.h"
+#include "sentry/fs/eventfd.h"
+#include "sentry/fs/inotify.h"
+#include "sentry/fs/overlay.h"
+#include "sentry/fs/timerfd.h"
+#include "sentry/fs/tmpfs.h"
+#include "sentry/fs/tty/terminal.h"
+#include "sentry/kernel/signalfd.h"
+#include "sentry/socket/unix_socket.h"
+#include "sentry/state/fs_state.h"
+#include "sentry/state/kind_name.h"
+#include "sentry/state/saved_size.h"
+#include "sentry/state/socket_state.h"
+#include "sentry/state/tty_state.h"
+
+namespace sandboxd::state {
+
+absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
+                                           const std::shared_ptr<fs::File>& f) {
+  SBX_SAVED_SIZE(fs::File, 8);
+  SBX_SAVED_SIZE(fs::InodeFile, 120);
+  SBX_SAVED_SIZE(fs::PipeEnd, 40);
+  SBX_SAVED_SIZE(fs::HostFile, 72);
+  return s.Save<fs::File, pb::File>(
+      f.get(), s.state().mutable_files(), [&](pb::File* rec) -> absl::Status {
+        // Before the InodeFile and HostFile cases, which would take a pty's
+        // sides or a terminal's stdio for plain files (a /dev/ptmx opened
+        // again is a new pair).
+        if (dynamic_cast<fs::tty::TtyFile*>(f.get()) != nullptr) {
+          return TtyState::SaveTtyFile(s, vfs, f, rec);
+        }
+        if (auto* in = dynamic_cast<fs::InodeFile*>(f.get())) {
+          pb::InodeFile* r = rec->mutable_inode_file();
+          const fs::Location& at = in->loc_;
+          if (at.valid() && IsPseudoFs(at.mount->fstype)) {
+            // A procfs or devfs file: its inode by its path, opened again
+            // at load (a device's file, a procfs snapshot taken then).
+            bool reachable = false;
+            std::string path = vfs.PathOf(
+                fs::Location{at.mount, at.mount->root}, at, &reachable);
+            if (!reachable) {
+              return absl::UnimplementedError(absl::StrCat(
+                  "save: a ", at.mount->fstype, " file no longer at its path"));
+            }
+            RETURN_IF_ERROR(
+                SavePseudoInode(s, in->inode_, at.mount->fstype, path).status());
+          }
+          ASSIGN_OR_RETURN(uint64_t inode, SaveInode(s, in->inode_));
+          r->set_inode(inode);
+          {
+            absl::MutexLock lock(&in->mu_);
+            r->set_flags(in->flags_);
+            r->set_offset(in->offset_);
+          }
+          if (at.valid() && IsPseudoFs(at.mount->fstype)) {
+            // Their files keep their own offsets (a procfs snapshot's).
+            int64_t off = f->Seek(0, SEEK_CUR);
+            r->set_offset(off > 0 ? off : 0);
+          }
+          const fs::Location& loc = in->loc_;
+          if (loc.valid()) {
+            bool reachable = false;
+            if (InTree(vfs, loc.mount)) {
+              vfs.PathOf(fs::Location{loc.mount, loc.mount->root}, loc,
+                         &reachable);
+            }
+            if (reachable) {
+              ASSIGN_OR_RETURN(*r->mutable_location(),
+                               SaveLocation(s, vfs, loc));
+            } else {
+              // Unlinked while open, or never linked (memfd): shown as
+              // "/NAME (deleted)" after the load too.
+              r->set_detached(true);
+              r->set_detached_name(loc.dentry->name_);
+              r->set_detached_fstype(loc.mount->fstype);
+            }
+          }
+          return absl::OkStatus();
+        }
+        if (auto* pe = dynamic_cast<fs::PipeEnd*>(f.get())) {
+          pb::PipeEnd* r = rec->mutable_pipe_end();
+          ASSIGN_OR_RETURN(uint64_t pipe, SavePipe(s, pe->pipe_ptr()));
+          r->set_pipe(pipe);
+          r->set_write_end(pe->write_end());
+          r->set_flags(pe->StatusFlags() & (O_NONBLOCK | O_DIRECT));
+          return absl::OkStatus();
+        }
+        if (auto* ev = dynamic_cast<fs::EventFd*>(f.get())) {
+          return SaveEventFd(ev, rec);
+        }
+        if (auto* tf = dynamic_cast<fs::TimerFd*>(f.get())) {
+          return SaveTimerFd(tf, rec);
+        }
+        if (auto* ep = dynamic_cast<fs::EpollFile*>(f.get())) {
+          return SaveEpoll(s, vfs, ep, rec);
+        }
+        if (auto* in = dynamic_cast<fs::InotifyFile*>(f.get())) {
+          return SaveInotify(s, in, rec);
+        }
+        if (auto* sf = dynamic_cast<kernel::SignalFd*>(f.get())) {
+          return SaveSignalFd(sf, rec);
+        }
+        if (auto* us = dynamic_cast<socket::UnixSocket*>(f.get())) {
+          return SocketState::SaveUnixSocket(s, vfs, *us,
+                                             rec->mutable_unix_socket());
+        }
+        if (auto* h = dynamic_cast<fs::HostFile*>(f.get())) {
+          if (h->inherited_fd() < 0) {
+            return absl::UnimplementedError(
+                "save: a host file that is not inherited stdio (console, "
+                "procfs)");
+          }
+          pb::HostFile* r = rec->mutable_host_file();
+          r->set_host_fd(h->inherited_fd());
+          r->set_flags(h->StatusFlags() & O_NONBLOCK);
+          return absl::OkStatus();
+        }
+        return absl::UnimplementedError(
+            absl::StrCat("save: ", KindName(*f), " files cannot be saved yet"));
+      });
+}
+
+absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadPseudoFile(
+    Loader& l, fs::Vfs& vfs, const pb::InodeFile& r, fs::Location loc) {
+  if (!loc.valid()) {
+    return absl::InvalidArgumentError("a pseudo-filesystem file without a path");
+  }
+  // Opened again, as open(2) would: the device's or procfs's own file.
+  std::shared_ptr<fs::File> f;
+  int err = loc.dentry->inode()->Open(r.flags() & ~(O_CREAT | O_EXCL | O_TRUNC),
+                                      &f);
+  if (err < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "reopening \"", r.location().path(), "\": errno ", -err));
+  }
+  if (auto* in = dynamic_cast<fs::InodeFile*>(f.get())) {
+    in->set_location(std::move(loc), &vfs);
+  }
+  // Devices ignore offsets; a procfs file reads on from where it was, in
+  // the text generated now (the process's state at load).
+  if (r.offset() > 0) f->Seek(r.offset(), SEEK_SET);
+  return f;
+}
+
+absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadFile(Loader& l,
+                                                            fs::Vfs& vfs,
+                                                            uint64_t id) {
+  return l.Load<fs::File, pb::File>(
+      id, l.state().files(), "file",
+      [&](const pb::File& rec) -> absl::StatusOr<std::shared_ptr<fs::File>> {
+        switch (rec.kind_case()) {
+          case pb::File::kInodeFile: {
+            const pb::InodeFile& r = rec.inode_file();
+            ASSIGN_OR_RETURN(std::shared_ptr<fs::Inode> inode,
+                             LoadInode(l, r.inode()));
+            if (inode == nullptr) return absl::InvalidArgumentError("no inode");
+            fs::Location loc;
+            if (r.detached()) {
+              loc = fs::Vfs::Detached(inode, r.detached_name(),
+                                      r.detached_fstype());
+            } else if (r.has_location()) {
+              ASSIGN_OR_RETURN(loc, LoadLocation(l, vfs, r.location()));
+              // (A procfs lookup makes a new inode object each time.)
+              if (loc.dentry->inode() != inode &&
+                  !l.state().inodes(static_cast<int>(r.inode()) - 1).has_pseudo()) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "\"", r.location().path(), "\" names another inode"));
+              }
+            }
+            if (l.state().inodes(static_cast<int>(r.inode()) - 1).has_pseudo()) {
+              return LoadPseudoFile(l, vfs, r, std::move(loc));
+            }
+            auto f = std::make_shared<fs::InodeFile>(inode, r.flags());
+            // Detached names belong to no tree: no Vfs to tell of events.
+            if (loc.valid()) {
+              f->set_location(std::move(loc), r.detached() ? nullptr : &vfs);
+            }
+            absl::MutexLock lock(&f->mu_);
+            f->offset_ = r.offset();
+            return std::static_pointer_cast<fs::File>(f);
+          }
+          case pb::File::kPipeEnd: {
+            const pb::PipeEnd& r = rec.pipe_end();
+            ASSIGN_OR_RETURN(std::shared_ptr<fs::Pipe> pipe,
+                             LoadPipe(l, r.pipe()));
+            if (pipe == nullptr) return absl::InvalidArgumentError("no pipe");
+            return std::static_pointer_cast<fs::File>(
+                std::make_shared<fs::PipeEnd>(pipe, r.write_end(), r.flags()));
+          }
+          case pb::File::kEventfd: {
+            return LoadEventFd(rec);
+          }
+          case pb::File::kTimerfd: {
+            return LoadTimerFd(rec);
+          }
+          case pb::File::kEpoll: {
+            return LoadEpoll(l, vfs, rec);
+          }
+          case pb::File::kInotify: {
+            return LoadInotify(l, rec);
+          }
+          case pb::File::kSignalfd: {
+            return LoadSignalFd(l, rec);
+          }
+          case pb::File::kPtyFile:
+            return TtyState::LoadPtyFile(l, vfs, rec.pty_file());
+          case pb::File::kConsoleFile:
+            return TtyState::LoadConsoleFile(l, rec.console_file());
+          case pb::File::kUnixSocket:
+            return SocketState::LoadUnixSocket(l, vfs, rec.unix_socket());
+          case pb::File::kHostFile: {
+            const pb::HostFile& r = rec.host_file();
+            const int fd = l.host_fd(r.host_fd());
+            if (fd < 0) {
+              return absl::FailedPreconditionError(absl::StrCat(
+                  "host descriptor ", r.host_fd(), " was not handed in"));
+            }
+            UniqueFd d(fcntl(fd, F_DUPFD_CLOEXEC, 3));
+            if (!d.valid()) {
+              return ErrnoStatus(absl::StrCat("dup of host fd ", fd), errno);
+            }
+            auto h = std::make_shared<fs::HostFile>(std::move(d));
+            h->set_inherited_fd(r.host_fd());
+            h->SetStatusFlags(r.flags());
+            return std::static_pointer_cast<fs::File>(h);
+          }
+          default:
+            return absl::InvalidArgumentError("file of unknown kind");
+        }
+      });
+}
+
+}  // namespace sandboxd::state

@@ -186,17 +186,17 @@ Task::WakeReason Task::WaitUntilReady(absl::Time deadline) {
 
 namespace {
 // Turns a file's readiness notification into a wakeup of the task.
-class TaskWaiter : public fs::Waiter {
+class TaskWaiter : public waiter::Waiter {
  public:
   explicit TaskWaiter(Task* t) : t_(t) {}
-  void Notify(fs::EventMask) override { t_->Wake(); }
+  void Notify(waiter::EventMask) override { t_->Wake(); }
 
  private:
   Task* const t_;
 };
 }  // namespace
 
-int Task::Wait(fs::WaitQueue& q, fs::EventMask mask,
+int Task::Wait(waiter::WaitQueue& q, waiter::EventMask mask,
                const std::function<bool()>& ready, absl::Time deadline) {
   TaskWaiter w(this);
   q.Add(&w, mask);

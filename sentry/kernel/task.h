@@ -151,12 +151,12 @@ class ThreadGroup {
   // checkpoint load, before the group is shared.
   int64_t start_ns = MonotonicNanos();
   // Parents wait here for children's state changes (wait4, waitid).
-  fs::WaitQueue child_events;
+  waiter::WaitQueue child_events;
   // Notified (POLLIN) whenever a signal becomes pending for a task of the
   // group: what signalfd readers wait on. Shared-owned so that epoll can
   // hold it (fs/event_source.h).
-  const std::shared_ptr<fs::WaitQueue> signal_queue =
-      std::make_shared<fs::WaitQueue>();
+  const std::shared_ptr<waiter::WaitQueue> signal_queue =
+      std::make_shared<waiter::WaitQueue>();
 
   // Job control (job_control.cc). A stop signal's default action asks every
   // task to stop at its next chance; the group is stopped once all have.
@@ -280,7 +280,7 @@ struct RestartBlock {
   uint64_t rem_addr = 0;              // where the time left goes (0: nowhere)
 };
 
-class Task : public fs::Blocker, public std::enable_shared_from_this<Task> {
+class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
  public:
   Task(Kernel* k, pid_t tid, std::shared_ptr<ThreadGroup> tg,
        std::unique_ptr<platform::Context> ctx);
@@ -336,7 +336,7 @@ class Task : public fs::Blocker, public std::enable_shared_from_this<Task> {
     return fs::IoContext{interrupt_fd_.get(), this};
   }
   // fs::Blocker: waits on a file's queue until ready() (see waiter.h).
-  int Wait(fs::WaitQueue& q, fs::EventMask mask,
+  int Wait(waiter::WaitQueue& q, waiter::EventMask mask,
            const std::function<bool()>& ready,
            absl::Time deadline = absl::InfiniteFuture()) override;
   // fs::Blocker: a host-fd wait is sleeping (S in /proc), not CPU time.

@@ -755,7 +755,7 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
           if (st.next_ns_ != 0) {
             r->set_armed(true);
             r->set_remaining_ns(
-                std::max<int64_t>(st.next_ns_ - fs::ClockNowNs(st.clock_), 1));
+                std::max<int64_t>(st.next_ns_ - waiter::ClockNowNs(st.clock_), 1));
           }
           r->set_interval_ns(st.interval_ns_);
           r->set_ticks(st.ticks_);
@@ -940,8 +940,8 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadFile(Loader& l,
             st.interval_ns_ = r.interval_ns();
             st.ticks_ = r.ticks();
             if (r.armed()) {
-              st.next_ns_ = fs::ClockNowNs(st.clock_) + r.remaining_ns();
-              fs::TimerThread::Get().Arm(tf->state_, st.clock_, st.next_ns_);
+              st.next_ns_ = waiter::ClockNowNs(st.clock_) + r.remaining_ns();
+              waiter::TimerThread::Get().Arm(tf->state_, st.clock_, st.next_ns_);
             }
             return std::static_pointer_cast<fs::File>(tf);
           }

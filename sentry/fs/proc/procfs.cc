@@ -329,7 +329,7 @@ class OpenFileInode : public Inode {
 // A pipe opened for reading and writing at once (a FIFO's O_RDWR): one
 // description that is both a reader and a writer, so it never sees EOF or
 // EPIPE from itself.
-class PipeReadWrite final : public File, public EventSource {
+class PipeReadWrite final : public File, public waiter::EventSource {
  public:
   PipeReadWrite(const std::shared_ptr<Pipe>& pipe, int flags)
       : read_(std::make_shared<PipeEnd>(pipe, false, flags)),
@@ -355,15 +355,15 @@ class PipeReadWrite final : public File, public EventSource {
     int64_t r = read_->SetStatusFlags(flags);
     return r < 0 ? r : write_->SetStatusFlags(flags);
   }
-  EventMask Readiness(EventMask mask) override {
+  waiter::EventMask Readiness(waiter::EventMask mask) override {
     return read_->Readiness(mask) | write_->Readiness(mask);
   }
   // Both ends notify the pipe's one queue: register once.
-  void EventRegister(Waiter* w, EventMask mask) override {
+  void EventRegister(waiter::Waiter* w, waiter::EventMask mask) override {
     read_->EventRegister(w, mask);
   }
-  void EventUnregister(Waiter* w) override { read_->EventUnregister(w); }
-  std::shared_ptr<WaitQueue> event_queue() override {
+  void EventUnregister(waiter::Waiter* w) override { read_->EventUnregister(w); }
+  std::shared_ptr<waiter::WaitQueue> event_queue() override {
     return read_->event_queue();
   }
 

@@ -45,7 +45,7 @@
 #include "sentry/fs/tty/host_tty.h"
 #include "sentry/fs/vfs.h"
 #include "sentry/host_filter.h"
-#include "sentry/kernel/task.h"
+#include "sentry/kernel/kernel.h"
 #include "sentry/mm/memory_file.h"
 #include "sentry/syscalls/syscalls.h"
 #include "sentry/vdso/vdso_mapping.h"

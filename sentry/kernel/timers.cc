@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <climits>
 
-#include "sentry/kernel/task.h"
+#include "sentry/kernel/kernel.h"
 
 namespace sandboxd::kernel {
 namespace {

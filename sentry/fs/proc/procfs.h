@@ -31,7 +31,7 @@
 #include <string>
 
 #include "sentry/fs/inode.h"
-#include "sentry/kernel/task.h"
+#include "sentry/kernel/kernel.h"
 
 namespace sandboxd::fs::proc {
 

@@ -41,7 +41,7 @@
 #include "platforms/kvm/kvm_platform.h"
 #include "platforms/platform.h"
 #include "platforms/systrap/fastpath.h"
-#include "sentry/fs/proc/procfs.h"
+#include "sentry/proc/procfs.h"
 #include "sentry/fs/tty/host_tty.h"
 #include "sentry/fs/vfs.h"
 #include "sentry/host_filter.h"

@@ -18,7 +18,7 @@
 #include "sentry/fs/devfs.h"
 #include "sentry/fs/hostfs.h"
 #include "sentry/fs/overlay.h"
-#include "sentry/fs/proc/procfs.h"
+#include "sentry/proc/procfs.h"
 #include "sentry/fs/rootfs.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/fs/tty/pty.h"

@@ -1,4 +1,4 @@
-#include "sentry/fs/proc/procfs.h"
+#include "sentry/proc/procfs.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -124,11 +124,11 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
   fs::IoContext io() {
     return fs::IoContext{interrupt_fd_.get(), this};
   }
-  // fs::Blocker: waits on a file's queue until ready() (see waiter.h).
+  // waiter::Blocker: waits on a queue until ready() (sentry/waiter/waiter.h).
   int Wait(waiter::WaitQueue& q, waiter::EventMask mask,
            const std::function<bool()>& ready,
            absl::Time deadline = absl::InfiniteFuture()) override;
-  // fs::Blocker: a host-fd wait is sleeping (S in /proc), not CPU time.
+  // waiter::Blocker: a host-fd wait is sleeping (S in /proc), not CPU time.
   // Called by the task's own thread only.
   void HostWaitBegin() override {
     sleeping_.store(true, std::memory_order_relaxed);

@@ -117,7 +117,7 @@ class ThreadGroup {
   waiter::WaitQueue child_events;
   // Notified (POLLIN) whenever a signal becomes pending for a task of the
   // group: what signalfd readers wait on. Shared-owned so that epoll can
-  // hold it (fs/event_source.h).
+  // hold it (waiter/event_source.h).
   const std::shared_ptr<waiter::WaitQueue> signal_queue =
       std::make_shared<waiter::WaitQueue>();
 

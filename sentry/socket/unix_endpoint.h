@@ -208,7 +208,7 @@ class UnixEndpoint : public std::enable_shared_from_this<UnixEndpoint> {
   void EventRegister(waiter::Waiter* w, waiter::EventMask mask);
   void EventUnregister(waiter::Waiter* w);
   // The queue every readiness change of this endpoint is notified on
-  // (epoll watches it; see fs/event_source.h).
+  // (epoll watches it; see waiter/event_source.h).
   const std::shared_ptr<waiter::WaitQueue>& queue() const { return wq_; }
 
  private:

@@ -9,6 +9,7 @@ tools/install_deps.sh
 
 echo "== build lanes name the same sources"
 python3 tools/check_build_sync.py --strict
+python3 tools/check_layering.py
 
 echo "== CMake lane"
 cmake -S . -B out/build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo

@@ -39,7 +39,7 @@
 #include "sentry/boot.h"
 #include "sentry/fs/rootfs.h"
 #include "sentry/fs/tty/host_tty.h"
-#include "sentry/kernel/task.h"
+#include "sentry/kernel/kernel.h"
 #include "sentry/serve.h"
 #include "sentry/syscalls/syscalls.h"
 

@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "absl/time/clock.h"
+#include "sentry/fs/anon.h"
 
 namespace sandboxd::fs {
 namespace {
@@ -20,7 +21,7 @@ constexpr uint32_t kExclusiveOk = EPOLLIN | EPOLLOUT | EPOLLRDNORM |
                                   EPOLLEXCLUSIVE;
 
 // The poll events an interest asks for: errors and hang-ups always.
-EventMask PollMask(uint32_t events) {
+waiter::EventMask PollMask(uint32_t events) {
   return (events & ~kFlagBits) | POLLERR | POLLHUP;
 }
 
@@ -40,7 +41,7 @@ EpollFile::~EpollFile() {
   queue_->Notify(POLLHUP);
 }
 
-void EpollFile::Link::Notify(EventMask events) {
+void EpollFile::Link::Notify(waiter::EventMask events) {
   if ((events & PollMask(i_->events.load())) == 0) return;
   i_->ep->Enqueue(i_);
 }
@@ -90,7 +91,7 @@ void EpollFile::RemoveLocked(Interest* i,
 }
 
 void EpollFile::QueueIfReadyLocked(Interest* i, File& f) {
-  EventMask m = PollMask(i->events.load());
+  waiter::EventMask m = PollMask(i->events.load());
   if ((f.Readiness(m) & m) != 0) Enqueue(i);
 }
 
@@ -118,8 +119,8 @@ int64_t EpollFile::Ctl(int op, int fd, const std::shared_ptr<File>& file,
   if (op != EPOLL_CTL_ADD && op != EPOLL_CTL_MOD && op != EPOLL_CTL_DEL) {
     return -EINVAL;
   }
-  auto* source = dynamic_cast<EventSource*>(file.get());
-  std::shared_ptr<WaitQueue> q = source ? source->event_queue() : nullptr;
+  auto* source = dynamic_cast<waiter::EventSource*>(file.get());
+  std::shared_ptr<waiter::WaitQueue> q = source ? source->event_queue() : nullptr;
   if (q == nullptr) return -EPERM;
   if (file.get() == this) return -EINVAL;
   auto* target_ep = dynamic_cast<EpollFile*>(file.get());
@@ -197,8 +198,8 @@ int EpollFile::HarvestLocked(struct epoll_event* out, int max,
       continue;
     }
     uint32_t events = i->events.load();
-    EventMask m = PollMask(events);
-    EventMask r = f->Readiness(m) & m;
+    waiter::EventMask m = PollMask(events);
+    waiter::EventMask r = f->Readiness(m) & m;
     keep->push_back(std::move(f));
     if (r == 0) continue;  // not ready (any more): off the list
     {
@@ -264,7 +265,7 @@ int64_t EpollFile::SetStatusFlags(int flags) {
   return 0;
 }
 
-EventMask EpollFile::Readiness(EventMask mask) {
+waiter::EventMask EpollFile::Readiness(waiter::EventMask mask) {
   if ((mask & (POLLIN | POLLRDNORM)) == 0) return 0;
   std::vector<std::shared_ptr<File>> keep;  // released after the lock
   absl::MutexLock l(&mu_);
@@ -278,7 +279,7 @@ EventMask EpollFile::Readiness(EventMask mask) {
   for (Interest* i : ready) {
     auto f = i->file.lock();
     if (f == nullptr) continue;
-    EventMask m = PollMask(i->events.load());
+    waiter::EventMask m = PollMask(i->events.load());
     bool is_ready = (f->Readiness(m) & m) != 0;
     keep.push_back(std::move(f));
     if (is_ready) return mask & (POLLIN | POLLRDNORM);

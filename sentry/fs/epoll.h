@@ -36,12 +36,12 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
-#include "sentry/fs/event_source.h"
 #include "sentry/fs/file.h"
+#include "sentry/waiter/event_source.h"
 
 namespace sandboxd::fs {
 
-class EpollFile : public File, public EventSource {
+class EpollFile : public File, public waiter::EventSource {
  public:
   EpollFile();
   ~EpollFile() override;
@@ -69,33 +69,33 @@ class EpollFile : public File, public EventSource {
   int StatusFlags() const override;
   int64_t SetStatusFlags(int flags) override;
   // POLLIN while some interest is ready.
-  EventMask Readiness(EventMask mask) override;
-  void EventRegister(Waiter* w, EventMask mask) override {
+  waiter::EventMask Readiness(waiter::EventMask mask) override;
+  void EventRegister(waiter::Waiter* w, waiter::EventMask mask) override {
     queue_->Add(w, mask);
   }
-  void EventUnregister(Waiter* w) override { queue_->Remove(w); }
-  std::shared_ptr<WaitQueue> event_queue() override { return queue_; }
+  void EventUnregister(waiter::Waiter* w) override { queue_->Remove(w); }
+  std::shared_ptr<waiter::WaitQueue> event_queue() override { return queue_; }
 
  private:
   friend struct ::sandboxd::state::FsState;
   struct Interest;
-  class Link : public Waiter {
+  class Link : public waiter::Waiter {
    public:
     explicit Link(Interest* i) : i_(i) {}
-    void Notify(EventMask events) override;
+    void Notify(waiter::EventMask events) override;
 
    private:
     Interest* const i_;
   };
   struct Interest {
     Interest(EpollFile* ep, std::weak_ptr<File> file,
-             std::shared_ptr<WaitQueue> queue, int fd)
+             std::shared_ptr<waiter::WaitQueue> queue, int fd)
         : ep(ep), link(this), file(std::move(file)), queue(std::move(queue)),
           fd(fd) {}
     EpollFile* const ep;
     Link link;
     const std::weak_ptr<File> file;
-    const std::shared_ptr<WaitQueue> queue;
+    const std::shared_ptr<waiter::WaitQueue> queue;
     const int fd;
     File* key_file = nullptr;  // the key's file pointer, for erasing
     // epoll_event.events and .data as last set by ADD or MOD.
@@ -124,7 +124,7 @@ class EpollFile : public File, public EventSource {
   // Whether `target` is this file or is watched by it, directly or not.
   bool Reaches(const EpollFile* target);
 
-  const std::shared_ptr<WaitQueue> queue_ = std::make_shared<WaitQueue>();
+  const std::shared_ptr<waiter::WaitQueue> queue_ = std::make_shared<waiter::WaitQueue>();
   const uint64_t ino_;
   std::atomic<bool> nonblock_{false};
 

@@ -10,8 +10,8 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "sentry/fs/eventfd.h"
-#include "sentry/fs/fake_blocker.h"
 #include "sentry/fs/pipe.h"
+#include "sentry/fs/testing/fake_blocker.h"
 
 namespace sandboxd::fs {
 namespace {
@@ -129,7 +129,7 @@ TEST_F(EpollTest, NestedEpollAndLoops) {
   EXPECT_EQ(Poll(*outer), 0);
   EXPECT_EQ(inner->Readiness(POLLIN), 0u);
   Put();
-  EXPECT_EQ(inner->Readiness(POLLIN), static_cast<EventMask>(POLLIN));
+  EXPECT_EQ(inner->Readiness(POLLIN), static_cast<waiter::EventMask>(POLLIN));
   struct epoll_event ev;
   EXPECT_EQ(Poll(*outer, &ev), 1);
   EXPECT_EQ(ev.data.u64, 2u);

@@ -7,6 +7,8 @@
 
 #include <cstring>
 
+#include "sentry/fs/anon.h"
+
 namespace sandboxd::fs {
 
 EventFd::EventFd(uint64_t initval, int flags)
@@ -81,9 +83,9 @@ int64_t EventFd::SetStatusFlags(int flags) {
   return 0;
 }
 
-EventMask EventFd::Readiness(EventMask mask) {
+waiter::EventMask EventFd::Readiness(waiter::EventMask mask) {
   absl::MutexLock l(&mu_);
-  EventMask m = 0;
+  waiter::EventMask m = 0;
   if (count_ > 0) m |= POLLIN | POLLRDNORM;
   if (count_ < kMax) m |= POLLOUT | POLLWRNORM;
   return m & (mask | POLLERR | POLLHUP);

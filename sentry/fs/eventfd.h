@@ -10,12 +10,12 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "sentry/fs/event_source.h"
 #include "sentry/fs/file.h"
+#include "sentry/waiter/event_source.h"
 
 namespace sandboxd::fs {
 
-class EventFd : public File, public EventSource {
+class EventFd : public File, public waiter::EventSource {
  public:
   // The counter's largest value; a write that would pass it blocks.
   static constexpr uint64_t kMax = UINT64_MAX - 1;
@@ -37,18 +37,18 @@ class EventFd : public File, public EventSource {
   int64_t Ioctl(uint64_t, void*) override { return -ENOTTY; }
   int StatusFlags() const override;
   int64_t SetStatusFlags(int flags) override;
-  EventMask Readiness(EventMask mask) override;
-  void EventRegister(Waiter* w, EventMask mask) override {
+  waiter::EventMask Readiness(waiter::EventMask mask) override;
+  void EventRegister(waiter::Waiter* w, waiter::EventMask mask) override {
     queue_->Add(w, mask);
   }
-  void EventUnregister(Waiter* w) override { queue_->Remove(w); }
-  std::shared_ptr<WaitQueue> event_queue() override { return queue_; }
+  void EventUnregister(waiter::Waiter* w) override { queue_->Remove(w); }
+  std::shared_ptr<waiter::WaitQueue> event_queue() override { return queue_; }
 
   uint64_t value();
 
  private:
   friend struct ::sandboxd::state::FsState;
-  const std::shared_ptr<WaitQueue> queue_ = std::make_shared<WaitQueue>();
+  const std::shared_ptr<waiter::WaitQueue> queue_ = std::make_shared<waiter::WaitQueue>();
   const bool semaphore_;
   const uint64_t ino_;
   std::atomic<bool> nonblock_;

@@ -8,7 +8,7 @@
 #include <thread>
 
 #include "gtest/gtest.h"
-#include "sentry/fs/fake_blocker.h"
+#include "sentry/fs/testing/fake_blocker.h"
 
 namespace sandboxd::fs {
 namespace {
@@ -53,9 +53,9 @@ TEST(EventFdTest, BadSizesAndValues) {
 TEST(EventFdTest, Readiness) {
   FakeBlocker b;
   EventFd f(0, EFD_NONBLOCK);
-  EXPECT_EQ(f.Readiness(POLLIN | POLLOUT), static_cast<EventMask>(POLLOUT));
+  EXPECT_EQ(f.Readiness(POLLIN | POLLOUT), static_cast<waiter::EventMask>(POLLOUT));
   Add(f, EventFd::kMax, b);
-  EXPECT_EQ(f.Readiness(POLLIN | POLLOUT), static_cast<EventMask>(POLLIN));
+  EXPECT_EQ(f.Readiness(POLLIN | POLLOUT), static_cast<waiter::EventMask>(POLLIN));
   EXPECT_EQ(Add(f, 1, b), -EAGAIN);  // would overflow
 }
 

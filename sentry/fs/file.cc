@@ -14,8 +14,8 @@
 #include <algorithm>
 #include <cstring>
 
-#include "sentry/fs/host_poller.h"
 #include "sentry/fs/inotify.h"
+#include "sentry/waiter/host_poller.h"
 
 namespace sandboxd::fs {
 
@@ -37,13 +37,13 @@ HostFile::HostFile(UniqueFd fd) : fd_(std::move(fd)) {
 HostFile::~HostFile() {
   {
     absl::MutexLock l(&watch_mu_);
-    if (watch_handle_ != 0) HostPoller::Get()->Remove(fd_.get(), watch_handle_);
+    if (watch_handle_ != 0) waiter::HostPoller::Get()->Remove(fd_.get(), watch_handle_);
   }
   // Epoll interests (which hold files weakly) learn that the file is gone.
   queue_->Notify(POLLHUP);
 }
 
-EventMask HostFile::Readiness(EventMask mask) {
+waiter::EventMask HostFile::Readiness(waiter::EventMask mask) {
   struct pollfd p = {fd_.get(), static_cast<short>(mask), 0};
   int n = ::poll(&p, 1, 0);
   if (n < 0) return POLLERR;
@@ -52,30 +52,30 @@ EventMask HostFile::Readiness(EventMask mask) {
 
 // The host fd is watched only while someone waits on it: an idle stdout
 // would otherwise wake the poller thread at every write the reader drains.
-void HostFile::EventRegister(Waiter* w, EventMask mask) {
+void HostFile::EventRegister(waiter::Waiter* w, waiter::EventMask mask) {
   queue_->Add(w, mask);
   if (!watchable_) return;
   absl::MutexLock l(&watch_mu_);
   if (watch_handle_ != 0) return;
-  HostPoller* p = HostPoller::Get();
+  waiter::HostPoller* p = waiter::HostPoller::Get();
   if (p == nullptr) return;
   int64_t h = p->Add(fd_.get(), queue_);
   if (h > 0) watch_handle_ = static_cast<uint64_t>(h);
 }
 
-void HostFile::EventUnregister(Waiter* w) {
+void HostFile::EventUnregister(waiter::Waiter* w) {
   queue_->Remove(w);
   absl::MutexLock l(&watch_mu_);
   // Checked under watch_mu_, which EventRegister holds after adding its
   // waiter: a concurrent registration either is seen here or re-adds the
   // watch after this removed it.
   if (watch_handle_ != 0 && queue_->empty()) {
-    HostPoller::Get()->Remove(fd_.get(), watch_handle_);
+    waiter::HostPoller::Get()->Remove(fd_.get(), watch_handle_);
     watch_handle_ = 0;
   }
 }
 
-std::shared_ptr<WaitQueue> HostFile::event_queue() {
+std::shared_ptr<waiter::WaitQueue> HostFile::event_queue() {
   return watchable_ ? queue_ : nullptr;
 }
 

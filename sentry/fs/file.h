@@ -17,10 +17,10 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "base/unique_fd.h"
-#include "sentry/fs/event_source.h"
 #include "sentry/fs/inode.h"
 #include "sentry/fs/vfs.h"
-#include "sentry/fs/waiter.h"
+#include "sentry/waiter/event_source.h"
+#include "sentry/waiter/waiter.h"
 
 namespace sandboxd::fs {
 
@@ -30,7 +30,7 @@ namespace sandboxd::fs {
 // waits on the Sentry's own files.
 struct IoContext {
   int interrupt_fd = -1;
-  Blocker* blocker = nullptr;
+  waiter::Blocker* blocker = nullptr;
 };
 
 class File {
@@ -59,12 +59,12 @@ class File {
 
   // poll(2) readiness: the events of `mask` (plus POLLERR/POLLHUP) that
   // hold now. Files that never block are always readable and writable.
-  virtual EventMask Readiness(EventMask mask) {
+  virtual waiter::EventMask Readiness(waiter::EventMask mask) {
     return mask & (POLLIN | POLLOUT | POLLRDNORM | POLLWRNORM);
   }
   // Notifications of readiness changes; files that never block have none.
-  virtual void EventRegister(Waiter* w, EventMask mask) {}
-  virtual void EventUnregister(Waiter* w) {}
+  virtual void EventRegister(waiter::Waiter* w, waiter::EventMask mask) {}
+  virtual void EventUnregister(waiter::Waiter* w) {}
 
   // The inode and the name this file was opened by, for files that have
   // them (fstat-by-inode, fchdir, fchmod, /proc/self/fd); null otherwise.
@@ -126,7 +126,7 @@ void AttrToStat(const Attr& a, struct stat* st);
 // An fd inherited from the host (the sandbox's stdin, stdout, stderr).
 // Streams among them can be watched (poll, select, epoll) through the
 // Sentry's HostPoller, for as long as some waiter is registered.
-class HostFile : public File, public EventSource {
+class HostFile : public File, public waiter::EventSource {
  public:
   // Takes ownership of `fd` (a dup of the inherited descriptor).
   explicit HostFile(UniqueFd fd);
@@ -142,11 +142,11 @@ class HostFile : public File, public EventSource {
   int StatusFlags() const override;
   int64_t SetStatusFlags(int flags) override;
   // A zero-timeout host poll of the fd.
-  EventMask Readiness(EventMask mask) override;
-  void EventRegister(Waiter* w, EventMask mask) override;
-  void EventUnregister(Waiter* w) override;
+  waiter::EventMask Readiness(waiter::EventMask mask) override;
+  void EventRegister(waiter::Waiter* w, waiter::EventMask mask) override;
+  void EventUnregister(waiter::Waiter* w) override;
   // Null unless the host fd supports epoll (pipes, sockets, terminals).
-  std::shared_ptr<WaitQueue> event_queue() override;
+  std::shared_ptr<waiter::WaitQueue> event_queue() override;
 
   int host_fd() const { return fd_.get(); }
   // The descriptor number this file stands for in the Sentry's own
@@ -172,7 +172,7 @@ class HostFile : public File, public EventSource {
   // and regular files it refuses with EPERM, and they never block).
   bool watchable_ = false;
 
-  const std::shared_ptr<WaitQueue> queue_ = std::make_shared<WaitQueue>();
+  const std::shared_ptr<waiter::WaitQueue> queue_ = std::make_shared<waiter::WaitQueue>();
   absl::Mutex watch_mu_;
   // HostPoller handle while some waiter is registered; 0 otherwise.
   uint64_t watch_handle_ ABSL_GUARDED_BY(watch_mu_) = 0;

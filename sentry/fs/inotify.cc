@@ -10,6 +10,8 @@
 #include <unordered_map>
 #include <vector>
 
+#include "sentry/fs/anon.h"
+
 namespace sandboxd::fs {
 namespace {
 
@@ -62,7 +64,7 @@ class Registry {
   void Deliver(const Inode* inode, uint32_t mask, uint32_t cookie,
                const std::string& name, bool unlinked) {
     std::vector<std::shared_ptr<Inode>> doomed;
-    std::vector<std::shared_ptr<WaitQueue>> wake;
+    std::vector<std::shared_ptr<waiter::WaitQueue>> wake;
     {
       absl::MutexLock l(&mu);
       auto it = by_inode.find(inode);
@@ -273,7 +275,7 @@ int64_t InotifyFile::SetStatusFlags(int flags) {
   return 0;
 }
 
-EventMask InotifyFile::Readiness(EventMask mask) {
+waiter::EventMask InotifyFile::Readiness(waiter::EventMask mask) {
   absl::MutexLock l(&mu_);
   return events_.empty() ? 0 : mask & (POLLIN | POLLRDNORM);
 }
@@ -329,7 +331,7 @@ void DropWatches(Inode& inode) {
   if (!Active()) return;
   Registry& r = registry();
   std::vector<std::shared_ptr<Inode>> doomed;
-  std::vector<std::shared_ptr<WaitQueue>> wake;
+  std::vector<std::shared_ptr<waiter::WaitQueue>> wake;
   {
     absl::MutexLock l(&r.mu);
     auto it = r.by_inode.find(&inode);

@@ -31,13 +31,13 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "sentry/fs/event_source.h"
 #include "sentry/fs/file.h"
 #include "sentry/fs/vfs.h"
+#include "sentry/waiter/event_source.h"
 
 namespace sandboxd::fs {
 
-class InotifyFile : public File, public EventSource {
+class InotifyFile : public File, public waiter::EventSource {
  public:
   // /proc/sys/fs/inotify/max_queued_events' default.
   static constexpr size_t kMaxQueuedEvents = 16384;
@@ -64,12 +64,12 @@ class InotifyFile : public File, public EventSource {
   int64_t Ioctl(uint64_t request, void* buf) override;
   int StatusFlags() const override;
   int64_t SetStatusFlags(int flags) override;
-  EventMask Readiness(EventMask mask) override;
-  void EventRegister(Waiter* w, EventMask mask) override {
+  waiter::EventMask Readiness(waiter::EventMask mask) override;
+  void EventRegister(waiter::Waiter* w, waiter::EventMask mask) override {
     queue_->Add(w, mask);
   }
-  void EventUnregister(Waiter* w) override { queue_->Remove(w); }
-  std::shared_ptr<WaitQueue> event_queue() override { return queue_; }
+  void EventUnregister(waiter::Waiter* w) override { queue_->Remove(w); }
+  std::shared_ptr<waiter::WaitQueue> event_queue() override { return queue_; }
 
   // Queues one event (the registry calls this with its lock held) and
   // returns whether readers must be woken.
@@ -98,7 +98,7 @@ class InotifyFile : public File, public EventSource {
     size_t size() const;
   };
 
-  const std::shared_ptr<WaitQueue> queue_ = std::make_shared<WaitQueue>();
+  const std::shared_ptr<waiter::WaitQueue> queue_ = std::make_shared<waiter::WaitQueue>();
   const uint64_t ino_;
   std::atomic<bool> nonblock_;
 

@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "sentry/fs/fake_blocker.h"
+#include "sentry/fs/testing/fake_blocker.h"
 #include "sentry/fs/tmpfs.h"
 
 namespace sandboxd::fs {
@@ -149,7 +149,7 @@ TEST_F(InotifyTest, ReadMergesPadsAndRefusesSmallBuffers) {
   uint8_t buf[64];
   EXPECT_EQ(in_->Read(buf, 31, -1, b_.io()), -EINVAL);
   EXPECT_EQ(in_->Read(buf, 40, -1, b_.io()), 32);
-  EXPECT_EQ(in_->Readiness(POLLIN), static_cast<EventMask>(POLLIN));
+  EXPECT_EQ(in_->Readiness(POLLIN), static_cast<waiter::EventMask>(POLLIN));
   EXPECT_EQ(in_->Read(buf, 64, -1, b_.io()), 16);
   EXPECT_EQ(in_->Readiness(POLLIN), 0u);
   EXPECT_EQ(in_->Read(buf, 64, -1, b_.io()), -EAGAIN);

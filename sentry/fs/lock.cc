@@ -11,7 +11,7 @@ namespace {
 
 // What lock waiters register for on an inode's queue; the queue carries
 // nothing else.
-constexpr EventMask kLockEvents = POLLIN;
+constexpr waiter::EventMask kLockEvents = POLLIN;
 
 // Linux gives up looking for a deadlock after this many owners
 // (MAX_DEADLK_ITERATIONS): a longer chain is let through rather than
@@ -190,7 +190,7 @@ bool LockTable::TestRecord(const std::shared_ptr<Inode>& inode,
 }
 
 int LockTable::SetRecord(const std::shared_ptr<Inode>& inode,
-                         const RecordLock& req, Blocker* blocker) {
+                         const RecordLock& req, waiter::Blocker* blocker) {
   if (req.start < 0 || req.end < req.start) return -EINVAL;
   mu_.Lock();
   InodeLocks& e = EntryLocked(inode);
@@ -270,7 +270,7 @@ int LockTable::TryFlockLocked(InodeLocks& e, uintptr_t file, short type,
 }
 
 int LockTable::Flock(const std::shared_ptr<Inode>& inode, const File* file,
-                     short type, Blocker* blocker) {
+                     short type, waiter::Blocker* blocker) {
   const uintptr_t id = reinterpret_cast<uintptr_t>(file);
   mu_.Lock();
   InodeLocks& e = EntryLocked(inode);

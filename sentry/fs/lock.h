@@ -42,7 +42,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "sentry/fs/inode.h"
-#include "sentry/fs/waiter.h"
+#include "sentry/waiter/waiter.h"
 
 namespace sandboxd::fs {
 
@@ -104,14 +104,14 @@ class LockTable {
   // with one, waits: -EINTR when interrupted, -EDEADLK when a POSIX
   // request would close a cycle of POSIX owners waiting for each other.
   int SetRecord(const std::shared_ptr<Inode>& inode, const RecordLock& req,
-                Blocker* blocker);
+                waiter::Blocker* blocker);
 
   // flock(2) for description `file`: type F_RDLCK (LOCK_SH), F_WRLCK
   // (LOCK_EX) or F_UNLCK (LOCK_UN). Converting a lock first drops the old
   // one, as on Linux, so a failed or interrupted conversion leaves none.
   // -EWOULDBLOCK on conflict without a blocker; -EINTR when interrupted.
   int Flock(const std::shared_ptr<Inode>& inode, const File* file, short type,
-            Blocker* blocker);
+            waiter::Blocker* blocker);
 
   // Releases every POSIX lock of `table` on `inode`: call when the table
   // closes (or otherwise drops) any descriptor whose file has this inode,
@@ -142,7 +142,7 @@ class LockTable {
     // Tasks blocked on this inode; the entry is kept while any are, since
     // they wait on `queue`.
     int waiters = 0;
-    WaitQueue queue;
+    waiter::WaitQueue queue;
   };
   // A blocked POSIX request: `waiter` waits for a lock of `holder`.
   struct WaitEdge {

@@ -32,13 +32,13 @@ class FakeInode : public Inode {
 
 // A Blocker that sleeps on a CondVar: a stand-in for the task, which lets
 // a test see that the waiter is asleep and interrupt it.
-class FakeBlocker : public Blocker {
+class FakeBlocker : public waiter::Blocker {
  public:
-  int Wait(WaitQueue& q, EventMask mask, const std::function<bool()>& ready,
+  int Wait(waiter::WaitQueue& q, waiter::EventMask mask, const std::function<bool()>& ready,
            absl::Time deadline) override {
-    struct Wake : Waiter {
+    struct Wake : waiter::Waiter {
       FakeBlocker* b;
-      void Notify(EventMask) override {
+      void Notify(waiter::EventMask) override {
         absl::MutexLock l(&b->mu_);
         b->notified_ = true;
       }

@@ -8,14 +8,16 @@
 #include <algorithm>
 #include <cstring>
 
+#include "sentry/fs/anon.h"
+
 namespace sandboxd::fs {
 namespace {
 
 // Chunks are allocated at this size so that many small writes share one.
 constexpr uint64_t kChunk = 4096;
 
-constexpr EventMask kIn = POLLIN | POLLRDNORM;
-constexpr EventMask kOut = POLLOUT | POLLWRNORM;
+constexpr waiter::EventMask kIn = POLLIN | POLLRDNORM;
+constexpr waiter::EventMask kOut = POLLOUT | POLLWRNORM;
 
 }  // namespace
 
@@ -181,17 +183,17 @@ uint64_t Pipe::Discard(uint64_t want) {
   return want;
 }
 
-EventMask Pipe::ReadReadiness(EventMask mask) {
+waiter::EventMask Pipe::ReadReadiness(waiter::EventMask mask) {
   absl::MutexLock l(&mu_);
-  EventMask m = 0;
+  waiter::EventMask m = 0;
   if (size_ > 0) m |= kIn;
   if (writers_ == 0) m |= POLLHUP;
   return m & (mask | POLLHUP | POLLERR);
 }
 
-EventMask Pipe::WriteReadiness(EventMask mask) {
+waiter::EventMask Pipe::WriteReadiness(waiter::EventMask mask) {
   absl::MutexLock l(&mu_);
-  EventMask m = 0;
+  waiter::EventMask m = 0;
   // Linux reports POLLOUT while a 4 KiB slot is free; with byte counting,
   // while a PIPE_BUF write would go through at once.
   if (capacity_ - std::min(capacity_, size_) >= kPipeBuf) m |= kOut;
@@ -296,14 +298,14 @@ int64_t PipeEnd::SetStatusFlags(int flags) {
   return 0;
 }
 
-EventMask PipeEnd::Readiness(EventMask mask) {
+waiter::EventMask PipeEnd::Readiness(waiter::EventMask mask) {
   return write_end_ ? pipe_->WriteReadiness(mask) : pipe_->ReadReadiness(mask);
 }
 
-void PipeEnd::EventRegister(Waiter* w, EventMask mask) {
+void PipeEnd::EventRegister(waiter::Waiter* w, waiter::EventMask mask) {
   pipe_->queue()->Add(w, mask);
 }
 
-void PipeEnd::EventUnregister(Waiter* w) { pipe_->queue()->Remove(w); }
+void PipeEnd::EventUnregister(waiter::Waiter* w) { pipe_->queue()->Remove(w); }
 
 }  // namespace sandboxd::fs

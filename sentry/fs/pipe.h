@@ -22,8 +22,8 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "sentry/fs/event_source.h"
 #include "sentry/fs/file.h"
+#include "sentry/waiter/event_source.h"
 
 namespace sandboxd::fs {
 
@@ -58,8 +58,8 @@ class Pipe {
   // writers.
   uint64_t Discard(uint64_t n);
 
-  EventMask ReadReadiness(EventMask mask);
-  EventMask WriteReadiness(EventMask mask);
+  waiter::EventMask ReadReadiness(waiter::EventMask mask);
+  waiter::EventMask WriteReadiness(waiter::EventMask mask);
   uint64_t Buffered();
 
   uint64_t capacity();
@@ -71,7 +71,7 @@ class Pipe {
   void OpenEnd(bool write_end);
   void CloseEnd(bool write_end);
 
-  const std::shared_ptr<WaitQueue>& queue() const { return queue_; }
+  const std::shared_ptr<waiter::WaitQueue>& queue() const { return queue_; }
   uint64_t ino() const { return ino_; }
 
  private:
@@ -80,7 +80,7 @@ class Pipe {
   uint64_t Append(const uint8_t* p, uint64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   uint64_t Consume(uint8_t* p, uint64_t n) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
-  const std::shared_ptr<WaitQueue> queue_ = std::make_shared<WaitQueue>();
+  const std::shared_ptr<waiter::WaitQueue> queue_ = std::make_shared<waiter::WaitQueue>();
   const uint64_t ino_;
 
   absl::Mutex mu_;
@@ -96,7 +96,7 @@ class Pipe {
 
 // One end of a pipe: an open file description. Its destructor (the last
 // descriptor closed) closes the end and wakes the other side.
-class PipeEnd : public File, public EventSource {
+class PipeEnd : public File, public waiter::EventSource {
  public:
   // `flags`: O_NONBLOCK, O_DIRECT (kept for F_GETFL only).
   PipeEnd(std::shared_ptr<Pipe> pipe, bool write_end, int flags);
@@ -115,10 +115,10 @@ class PipeEnd : public File, public EventSource {
   int64_t Ioctl(uint64_t request, void* buf) override;
   int StatusFlags() const override;
   int64_t SetStatusFlags(int flags) override;
-  EventMask Readiness(EventMask mask) override;
-  void EventRegister(Waiter* w, EventMask mask) override;
-  void EventUnregister(Waiter* w) override;
-  std::shared_ptr<WaitQueue> event_queue() override { return pipe_->queue(); }
+  waiter::EventMask Readiness(waiter::EventMask mask) override;
+  void EventRegister(waiter::Waiter* w, waiter::EventMask mask) override;
+  void EventUnregister(waiter::Waiter* w) override;
+  std::shared_ptr<waiter::WaitQueue> event_queue() override { return pipe_->queue(); }
 
   Pipe& pipe() { return *pipe_; }
   const std::shared_ptr<Pipe>& pipe_ptr() const { return pipe_; }

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "sentry/fs/fake_blocker.h"
+#include "sentry/fs/testing/fake_blocker.h"
 
 namespace sandboxd::fs {
 namespace {
@@ -60,13 +60,13 @@ TEST_F(PipeTest, EofOnceWritersAreGone) {
   w_.reset();
   EXPECT_EQ(Get(10), "ab");
   EXPECT_EQ(Get(10), "");
-  EXPECT_EQ(r_->Readiness(POLLIN), static_cast<EventMask>(POLLHUP));
+  EXPECT_EQ(r_->Readiness(POLLIN), static_cast<waiter::EventMask>(POLLHUP));
 }
 
 TEST_F(PipeTest, EpipeOnceReadersAreGone) {
   r_.reset();
   EXPECT_EQ(Put("x"), -EPIPE);
-  EXPECT_EQ(w_->Readiness(POLLOUT), static_cast<EventMask>(POLLOUT | POLLERR));
+  EXPECT_EQ(w_->Readiness(POLLOUT), static_cast<waiter::EventMask>(POLLOUT | POLLERR));
 }
 
 TEST_F(PipeTest, CapacityAndAtomicWrites) {
@@ -163,7 +163,7 @@ TEST_F(PipeTest, InterruptedWriteKeepsWhatWasWritten) {
 }
 
 TEST_F(PipeTest, WaitersAreNotifiedOfDataAndClose) {
-  CountingWaiter in, out;
+  waiter::CountingWaiter in, out;
   r_->EventRegister(&in, POLLIN);
   w_->EventRegister(&out, POLLOUT);
   Put("x");

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "sentry/fs/anon.h"
 
 namespace sandboxd::fs {
 namespace {
@@ -35,76 +36,6 @@ struct timespec FromNs(int64_t ns) {
 
 }  // namespace
 
-int64_t ClockNowNs(clockid_t clock) {
-  struct timespec ts;
-  clock_gettime(clock, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * kNsPerSec + ts.tv_nsec;
-}
-
-// ---------------------------------------------------------------------------
-// TimerThread
-
-TimerThread& TimerThread::Get() {
-  // Never destroyed: the thread runs until the Sentry exits.
-  static TimerThread* t = new TimerThread();
-  return *t;
-}
-
-TimerThread::TimerThread() : thread_([this] { Loop(); }) { thread_.detach(); }
-
-void TimerThread::Arm(const std::shared_ptr<Timer>& t, clockid_t clock,
-                      int64_t deadline_ns) {
-  absl::MutexLock l(&mu_);
-  armed_[t.get()] = Entry{t, clock, deadline_ns};
-  cv_.Signal();
-}
-
-void TimerThread::Disarm(Timer* t) {
-  absl::MutexLock l(&mu_);
-  armed_.erase(t);
-}
-
-void TimerThread::Loop() {
-  absl::MutexLock l(&mu_);
-  for (;;) {
-    std::vector<std::shared_ptr<Timer>> due;
-    int64_t wait_ns = INT64_MAX;
-    // Clocks are read once per pass; there are only three of them.
-    int64_t now[3] = {-1, -1, -1};
-    auto now_of = [&now](clockid_t c) {
-      int i = c == CLOCK_REALTIME ? 0 : c == CLOCK_MONOTONIC ? 1 : 2;
-      if (now[i] < 0) now[i] = ClockNowNs(c);
-      return now[i];
-    };
-    for (auto it = armed_.begin(); it != armed_.end();) {
-      int64_t left = it->second.deadline_ns - now_of(it->second.clock);
-      if (left > 0) {
-        wait_ns = std::min(wait_ns, left);
-        ++it;
-        continue;
-      }
-      if (auto t = it->second.timer.lock()) due.push_back(std::move(t));
-      it = armed_.erase(it);
-    }
-    if (!due.empty()) {
-      // Expired() takes the timer's own lock, which is ordered before ours.
-      mu_.Unlock();
-      for (auto& t : due) t->Expired();
-      due.clear();  // a timer's last reference may go here: without mu_
-      mu_.Lock();
-      continue;
-    }
-    if (wait_ns == INT64_MAX) {
-      cv_.Wait(&mu_);
-    } else {
-      cv_.WaitWithTimeout(&mu_, absl::Nanoseconds(wait_ns));
-    }
-  }
-}
-
-// ---------------------------------------------------------------------------
-// TimerFd
-
 int64_t TimerFd::Create(int clock, int flags, std::shared_ptr<TimerFd>* out) {
   if (flags & ~(TFD_CLOEXEC | TFD_NONBLOCK)) return -EINVAL;
   switch (clock) {
@@ -128,7 +59,7 @@ TimerFd::TimerFd(clockid_t clock, int flags)
       nonblock_((flags & TFD_NONBLOCK) != 0) {}
 
 TimerFd::~TimerFd() {
-  TimerThread::Get().Disarm(state_.get());
+  waiter::TimerThread::Get().Disarm(state_.get());
   // Epoll interests (which hold files weakly) learn that the file is gone.
   state_->queue_->Notify(POLLHUP);
 }
@@ -137,10 +68,10 @@ void TimerFd::State::Expired() {
   {
     absl::MutexLock l(&mu_);
     if (next_ns_ == 0) return;  // disarmed since
-    int64_t now = ClockNowNs(clock_);
+    int64_t now = waiter::ClockNowNs(clock_);
     if (now < next_ns_) {
       // Re-armed for later since the thread picked it up.
-      TimerThread::Get().Arm(shared_from_this(), clock_, next_ns_);
+      waiter::TimerThread::Get().Arm(shared_from_this(), clock_, next_ns_);
       return;
     }
     if (interval_ns_ > 0) {
@@ -148,7 +79,7 @@ void TimerFd::State::Expired() {
       uint64_t periods = 1 + static_cast<uint64_t>((now - next_ns_) / interval_ns_);
       ticks_ += periods;
       next_ns_ += static_cast<int64_t>(periods) * interval_ns_;
-      TimerThread::Get().Arm(shared_from_this(), clock_, next_ns_);
+      waiter::TimerThread::Get().Arm(shared_from_this(), clock_, next_ns_);
     } else {
       ticks_ += 1;
       next_ns_ = 0;
@@ -171,7 +102,7 @@ int64_t TimerFd::SetTime(int flags, const struct itimerspec& value,
   int64_t v = ToNs(value.it_value);
   if (v == 0) {
     s.next_ns_ = 0;
-    TimerThread::Get().Disarm(state_.get());
+    waiter::TimerThread::Get().Disarm(state_.get());
     return 0;
   }
   if (flags & TFD_TIMER_ABSTIME) {
@@ -179,9 +110,9 @@ int64_t TimerFd::SetTime(int flags, const struct itimerspec& value,
     // non-zero: zero means disarmed).
     s.next_ns_ = std::max<int64_t>(v, 1);
   } else {
-    s.next_ns_ = ClockNowNs(s.clock_) + v;
+    s.next_ns_ = waiter::ClockNowNs(s.clock_) + v;
   }
-  TimerThread::Get().Arm(state_, s.clock_, s.next_ns_);
+  waiter::TimerThread::Get().Arm(state_, s.clock_, s.next_ns_);
   return 0;
 }
 
@@ -190,7 +121,7 @@ void TimerFd::GetTime(struct itimerspec* cur) {
   absl::MutexLock l(&s.mu_);
   int64_t left = 0;
   if (s.next_ns_ != 0) {
-    left = std::max<int64_t>(0, s.next_ns_ - ClockNowNs(s.clock_));
+    left = std::max<int64_t>(0, s.next_ns_ - waiter::ClockNowNs(s.clock_));
   }
   cur->it_value = FromNs(left);
   cur->it_interval = FromNs(s.interval_ns_);
@@ -234,17 +165,17 @@ int64_t TimerFd::SetStatusFlags(int flags) {
   return 0;
 }
 
-EventMask TimerFd::Readiness(EventMask mask) {
+waiter::EventMask TimerFd::Readiness(waiter::EventMask mask) {
   absl::MutexLock l(&state_->mu_);
   return state_->ticks_ > 0 ? mask & (POLLIN | POLLRDNORM) : 0;
 }
 
-void TimerFd::EventRegister(Waiter* w, EventMask mask) {
+void TimerFd::EventRegister(waiter::Waiter* w, waiter::EventMask mask) {
   state_->queue_->Add(w, mask);
 }
 
-void TimerFd::EventUnregister(Waiter* w) { state_->queue_->Remove(w); }
+void TimerFd::EventUnregister(waiter::Waiter* w) { state_->queue_->Remove(w); }
 
-std::shared_ptr<WaitQueue> TimerFd::event_queue() { return state_->queue_; }
+std::shared_ptr<waiter::WaitQueue> TimerFd::event_queue() { return state_->queue_; }
 
 }  // namespace sandboxd::fs

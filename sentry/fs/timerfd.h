@@ -1,11 +1,5 @@
-// timerfd_create(2) and the Sentry's timer thread.
-//
-// Every armed timer of the Sentry is served by one host thread
-// (TimerThread): it sleeps until the earliest deadline, each deadline on its
-// own clock (CLOCK_REALTIME, CLOCK_MONOTONIC, CLOCK_BOOTTIME, read from the
-// host as the application's clock_gettime does), and calls that timer's
-// Expired(). No thread per timer. timerfds and the kernel's interval and
-// POSIX timers (sentry/kernel/timers.h) share it.
+// timerfd_create(2): a file whose timer is fired by the Sentry's timer
+// thread (sentry/waiter/timer_thread.h).
 //
 // Lock order: TimerFd::State::mu_ > TimerThread::mu_ > the timerfd's
 // WaitQueue (notified with neither lock held).
@@ -18,56 +12,16 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
-#include <thread>
-#include <unordered_map>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "sentry/fs/event_source.h"
 #include "sentry/fs/file.h"
+#include "sentry/waiter/event_source.h"
+#include "sentry/waiter/timer_thread.h"
 
 namespace sandboxd::fs {
 
-// Something the timer thread fires.
-class Timer {
- public:
-  virtual ~Timer() = default;
-  // Called on the timer thread, with no lock of the thread's held, at or
-  // after the deadline the timer was armed for. May re-arm.
-  virtual void Expired() = 0;
-};
-
-// Nanoseconds on `clock` now (host clock_gettime).
-int64_t ClockNowNs(clockid_t clock);
-
-class TimerThread {
- public:
-  // The Sentry's timer thread, started on first use; it lives as long as
-  // the process.
-  static TimerThread& Get();
-
-  // Arms `t` for `deadline_ns` on `clock`, replacing its previous deadline.
-  // The thread holds `t` weakly: a timer destroyed while armed is dropped.
-  void Arm(const std::shared_ptr<Timer>& t, clockid_t clock,
-           int64_t deadline_ns);
-  void Disarm(Timer* t);
-
- private:
-  TimerThread();
-  void Loop();
-
-  struct Entry {
-    std::weak_ptr<Timer> timer;
-    clockid_t clock;
-    int64_t deadline_ns;
-  };
-  absl::Mutex mu_;
-  absl::CondVar cv_;
-  std::unordered_map<Timer*, Entry> armed_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;
-};
-
-class TimerFd : public File, public EventSource {
+class TimerFd : public File, public waiter::EventSource {
  public:
   // timerfd_create: -EINVAL for unknown clocks and flags, -EPERM for the
   // _ALARM clocks (CAP_WAKE_ALARM, which the sandbox never has).
@@ -91,10 +45,10 @@ class TimerFd : public File, public EventSource {
   int64_t Ioctl(uint64_t, void*) override { return -ENOTTY; }
   int StatusFlags() const override;
   int64_t SetStatusFlags(int flags) override;
-  EventMask Readiness(EventMask mask) override;
-  void EventRegister(Waiter* w, EventMask mask) override;
-  void EventUnregister(Waiter* w) override;
-  std::shared_ptr<WaitQueue> event_queue() override;
+  waiter::EventMask Readiness(waiter::EventMask mask) override;
+  void EventRegister(waiter::Waiter* w, waiter::EventMask mask) override;
+  void EventUnregister(waiter::Waiter* w) override;
+  std::shared_ptr<waiter::WaitQueue> event_queue() override;
 
   TimerFd(clockid_t clock, int flags);
   ~TimerFd() override;
@@ -102,13 +56,13 @@ class TimerFd : public File, public EventSource {
  private:
   friend struct ::sandboxd::state::FsState;
   // What the timer thread holds (weakly): the timer's settings and count.
-  class State : public Timer, public std::enable_shared_from_this<State> {
+  class State : public waiter::Timer, public std::enable_shared_from_this<State> {
    public:
     explicit State(clockid_t clock) : clock_(clock) {}
     void Expired() override;
 
     const clockid_t clock_;
-    const std::shared_ptr<WaitQueue> queue_ = std::make_shared<WaitQueue>();
+    const std::shared_ptr<waiter::WaitQueue> queue_ = std::make_shared<waiter::WaitQueue>();
     absl::Mutex mu_;
     int64_t next_ns_ ABSL_GUARDED_BY(mu_) = 0;  // 0: disarmed
     int64_t interval_ns_ ABSL_GUARDED_BY(mu_) = 0;

@@ -5,7 +5,7 @@
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "sentry/fs/fake_blocker.h"
+#include "sentry/fs/testing/fake_blocker.h"
 
 namespace sandboxd::fs {
 namespace {
@@ -91,7 +91,7 @@ TEST(TimerFdTest, DisarmAndRearmResetTheCount) {
   auto soon = Spec(1, 0), off = Spec(0, 0);
   f->SetTime(0, soon, nullptr);
   absl::SleepFor(absl::Milliseconds(20));
-  EXPECT_EQ(f->Readiness(POLLIN), static_cast<EventMask>(POLLIN));
+  EXPECT_EQ(f->Readiness(POLLIN), static_cast<waiter::EventMask>(POLLIN));
   f->SetTime(0, off, nullptr);
   EXPECT_EQ(f->Readiness(POLLIN), 0u);
   EXPECT_EQ(Ticks(*f, b), static_cast<uint64_t>(-EAGAIN));
@@ -99,7 +99,7 @@ TEST(TimerFdTest, DisarmAndRearmResetTheCount) {
 
 TEST(TimerFdTest, ExpiryNotifiesWaiters) {
   auto f = New(CLOCK_MONOTONIC, 0);
-  CountingWaiter w;
+  waiter::CountingWaiter w;
   f->EventRegister(&w, POLLIN);
   auto spec = Spec(5, 0);
   f->SetTime(0, spec, nullptr);

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "sentry/fs/tty/terminal.h"
-#include "sentry/kernel/task.h"
+#include "sentry/kernel/kernel.h"
 
 namespace sandboxd::kernel {
 

@@ -12,8 +12,8 @@
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "sentry/kernel/kernel.h"
 #include "sentry/kernel/testing/fakes.h"
-#include "sentry/kernel/task.h"
 
 namespace sandboxd::kernel {
 namespace {

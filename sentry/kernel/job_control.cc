@@ -18,7 +18,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
-#include "sentry/kernel/task.h"
+#include "sentry/kernel/kernel.h"
 
 namespace sandboxd::kernel {
 

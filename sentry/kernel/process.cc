@@ -8,7 +8,7 @@
 
 #include "absl/time/clock.h"
 #include "base/status_macros.h"
-#include "sentry/kernel/task.h"
+#include "sentry/kernel/kernel.h"
 
 namespace sandboxd::kernel {
 

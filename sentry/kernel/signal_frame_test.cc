@@ -13,8 +13,8 @@
 #include <memory>
 
 #include "gtest/gtest.h"
+#include "sentry/kernel/kernel.h"
 #include "sentry/kernel/testing/fakes.h"
-#include "sentry/kernel/task.h"
 
 namespace sandboxd::kernel {
 namespace {

@@ -5,6 +5,8 @@
 
 #include <cstring>
 
+#include "sentry/fs/anon.h"
+
 namespace sandboxd::kernel {
 
 namespace {
@@ -124,7 +126,7 @@ int64_t SignalFd::SetStatusFlags(int flags) {
   return 0;
 }
 
-fs::EventMask SignalFd::Readiness(fs::EventMask mask) {
+waiter::EventMask SignalFd::Readiness(waiter::EventMask mask) {
   if ((mask & (POLLIN | POLLRDNORM)) == 0) return 0;
   const SigSet want = this->mask();
   bool ready = false;

@@ -17,10 +17,10 @@
 #include <atomic>
 #include <memory>
 
-#include "sentry/fs/event_source.h"
 #include "sentry/fs/file.h"
 #include "sentry/kernel/signal.h"
 #include "sentry/kernel/task.h"
+#include "sentry/waiter/event_source.h"
 
 namespace sandboxd::state {
 struct FsState;
@@ -34,7 +34,7 @@ static_assert(sizeof(struct signalfd_siginfo) == 128);
 // and si_code) defines, the others zero.
 struct signalfd_siginfo ToSignalfdSiginfo(const siginfo_t& si);
 
-class SignalFd : public fs::File, public fs::EventSource {
+class SignalFd : public fs::File, public waiter::EventSource {
  public:
   // `owner`: the creating process, whose signal queue gives readiness
   // notifications. `flags`: SFD_NONBLOCK (SFD_CLOEXEC is the fd table's).
@@ -59,17 +59,17 @@ class SignalFd : public fs::File, public fs::EventSource {
   int64_t Ioctl(uint64_t, void*) override { return -ENOTTY; }
   int StatusFlags() const override;
   int64_t SetStatusFlags(int flags) override;
-  fs::EventMask Readiness(fs::EventMask mask) override;
-  void EventRegister(fs::Waiter* w, fs::EventMask mask) override {
+  waiter::EventMask Readiness(waiter::EventMask mask) override;
+  void EventRegister(waiter::Waiter* w, waiter::EventMask mask) override {
     queue_->Add(w, mask);
   }
-  void EventUnregister(fs::Waiter* w) override { queue_->Remove(w); }
-  std::shared_ptr<fs::WaitQueue> event_queue() override { return queue_; }
+  void EventUnregister(waiter::Waiter* w) override { queue_->Remove(w); }
+  std::shared_ptr<waiter::WaitQueue> event_queue() override { return queue_; }
 
  private:
   friend struct ::sandboxd::state::FsState;  // checkpoint save and load
   const std::weak_ptr<ThreadGroup> owner_;  // weak: its fd table holds us
-  const std::shared_ptr<fs::WaitQueue> queue_;
+  const std::shared_ptr<waiter::WaitQueue> queue_;
   const uint64_t ino_;
   std::atomic<SigSet> mask_;
   std::atomic<bool> nonblock_;

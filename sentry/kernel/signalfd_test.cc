@@ -10,6 +10,7 @@
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
+#include "sentry/kernel/kernel.h"
 #include "sentry/kernel/testing/fakes.h"
 
 namespace sandboxd::kernel {
@@ -79,9 +80,9 @@ TEST(ToSignalfdSiginfoTest, FaultCarriesAddress) {
   EXPECT_EQ(s.ssi_addr, 0x1234u);
 }
 
-class CountingWaiter : public fs::Waiter {
+class CountingWaiter : public waiter::Waiter {
  public:
-  void Notify(fs::EventMask) override { count++; }
+  void Notify(waiter::EventMask) override { count++; }
   int count = 0;
 };
 
@@ -128,7 +129,7 @@ TEST_F(SignalFdTest, ReadTakesThePendingSignal) {
   f->EventRegister(&w, POLLIN);
   task_->SendSignal(SIGUSR1, 42);
   EXPECT_GE(w.count, 1) << "queueing a signal notifies readers";
-  EXPECT_EQ(f->Readiness(POLLIN), static_cast<fs::EventMask>(POLLIN));
+  EXPECT_EQ(f->Readiness(POLLIN), static_cast<waiter::EventMask>(POLLIN));
   signalfd_siginfo s[2] = {};
   ASSERT_EQ(f->Read(s, sizeof(s), -1, task_->io()),
             static_cast<int64_t>(sizeof(s[0])));

@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "sentry/kernel/kernel.h"
 
 namespace sandboxd::kernel {
 
@@ -32,101 +33,6 @@ DefaultAction DefaultActionOf(int signo) {
       return DefaultAction::kTerminate;
   }
 }
-
-// ---------------------------------------------------------------------------
-// ThreadGroup
-
-ThreadGroup::ThreadGroup(Kernel* k, pid_t tgid, std::shared_ptr<mm::MM> mm,
-                         std::shared_ptr<fs::FdTable> fds,
-                         std::shared_ptr<fs::FsContext> fs)
-    : kernel_(k), tgid_(tgid), mm_(std::move(mm)), fds_(std::move(fds)),
-      fs_(std::move(fs)) {
-  absl::MutexLock l(&mu_);
-  // Limits start as the host gave them to the Sentry, like a process
-  // started from the same shell.
-  for (int r = 0; r < RLIM_NLIMITS; r++) {
-    getrlimit(static_cast<__rlimit_resource>(r), &limits_[r]);
-  }
-}
-
-SigAction ThreadGroup::GetAction(int signo) {
-  absl::MutexLock l(&mu_);
-  return actions_[signo - 1];
-}
-
-void ThreadGroup::SetAction(int signo, const SigAction& a) {
-  absl::MutexLock l(&mu_);
-  actions_[signo - 1] = a;
-}
-
-rlimit ThreadGroup::GetLimit(int resource) {
-  absl::MutexLock l(&mu_);
-  return limits_[resource];
-}
-
-void ThreadGroup::SetLimit(int resource, const rlimit& r) {
-  {
-    absl::MutexLock l(&mu_);
-    limits_[resource] = r;
-  }
-  if (resource == RLIMIT_NOFILE) fds_->set_max_fds(r.rlim_cur);
-}
-
-void ThreadGroup::Exit(ExitStatus status) {
-  std::vector<std::shared_ptr<Task>> tasks;
-  {
-    absl::MutexLock l(&mu_);
-    if (exiting_.load()) return;
-    status_ = status;
-    exiting_.store(true, std::memory_order_release);
-    tasks = TasksLocked();
-  }
-  for (const auto& t : tasks) t->Interrupt();
-}
-
-ExitStatus ThreadGroup::exit_status() {
-  absl::MutexLock l(&mu_);
-  return status_;
-}
-
-void ThreadGroup::AddTask(Task* t) {
-  absl::MutexLock l(&mu_);
-  tasks_.push_back(t);
-}
-
-bool ThreadGroup::RemoveTask(Task* t) {
-  Usage final_usage = t->cputime().Read(MonotonicNowNs());
-  absl::MutexLock l(&mu_);
-  for (auto it = tasks_.begin(); it != tasks_.end(); ++it) {
-    if (*it == t) {
-      tasks_.erase(it);
-      dead_usage_ += final_usage;
-      break;
-    }
-  }
-  // The others may all be stopped already.
-  if (!tasks_.empty()) MaybeCompleteStopLocked();
-  return tasks_.empty();
-}
-
-std::vector<std::shared_ptr<Task>> ThreadGroup::Tasks() {
-  absl::MutexLock l(&mu_);
-  return TasksLocked();
-}
-
-std::vector<std::shared_ptr<Task>> ThreadGroup::TasksLocked() {
-  std::vector<std::shared_ptr<Task>> out;
-  out.reserve(tasks_.size());
-  // A task in the list is alive: the kernel drops its reference only after
-  // RemoveTask.
-  for (Task* t : tasks_) {
-    if (auto p = t->weak_from_this().lock()) out.push_back(std::move(p));
-  }
-  return out;
-}
-
-// ---------------------------------------------------------------------------
-// Task
 
 Task::Task(Kernel* k, pid_t tid, std::shared_ptr<ThreadGroup> tg,
            std::unique_ptr<platform::Context> ctx)
@@ -186,17 +92,17 @@ Task::WakeReason Task::WaitUntilReady(absl::Time deadline) {
 
 namespace {
 // Turns a file's readiness notification into a wakeup of the task.
-class TaskWaiter : public fs::Waiter {
+class TaskWaiter : public waiter::Waiter {
  public:
   explicit TaskWaiter(Task* t) : t_(t) {}
-  void Notify(fs::EventMask) override { t_->Wake(); }
+  void Notify(waiter::EventMask) override { t_->Wake(); }
 
  private:
   Task* const t_;
 };
 }  // namespace
 
-int Task::Wait(fs::WaitQueue& q, fs::EventMask mask,
+int Task::Wait(waiter::WaitQueue& q, waiter::EventMask mask,
                const std::function<bool()>& ready, absl::Time deadline) {
   TaskWaiter w(this);
   q.Add(&w, mask);
@@ -519,204 +425,6 @@ void Task::Cleanup() {
     // leader's exit code, as wait(2) reports it on Linux.
     tg_->Exit(ExitStatus{tg_->leader_exit_code(), 0, false});
   }
-}
-
-// ---------------------------------------------------------------------------
-// Kernel
-
-namespace {
-
-// The options of the memfd tmpfs: no limits but the memory file's, and an
-// anonymous device number of its own, as Linux's internal shm mount has.
-fs::TmpFsOptions MemfdOptions() {
-  fs::TmpFsOptions o;
-  o.dev = 0x10;
-  return o;
-}
-
-}  // namespace
-
-Kernel::Kernel(std::unique_ptr<mm::MemoryFile> mf,
-               std::unique_ptr<platform::Platform> platform,
-               SyscallTable* syscalls, KernelOptions opts)
-    : mf_(std::move(mf)),
-      memfd_sb_(std::make_shared<fs::TmpFsSuperblock>(
-          mf_.get(), MemfdOptions())),
-      platform_(std::move(platform)),
-      syscalls_(syscalls),
-      opts_(std::move(opts)) {}
-
-Kernel::~Kernel() {
-  std::vector<std::shared_ptr<Task>> done;
-  {
-    absl::MutexLock l(&mu_);
-    done.swap(exited_);
-  }
-  for (auto& t : done) t->Join();
-}
-
-absl::Status Kernel::CheckTaskLimitLocked() {
-  if (opts_.max_tasks != 0 &&
-      static_cast<uint64_t>(live_tasks_) >= opts_.max_tasks) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the sandbox's limit of ", opts_.max_tasks, " tasks"));
-  }
-  return absl::OkStatus();
-}
-
-pid_t Kernel::AllocTid() {
-  // Ids in use: live tasks, and thread groups (zombies keep theirs until
-  // reaped; a process group or session id stays in use while it has
-  // members, which are live groups).
-  while (tasks_.count(next_tid_) != 0 || groups_.count(next_tid_) != 0) {
-    next_tid_ = next_tid_ >= kMaxPid ? 1 : next_tid_ + 1;
-  }
-  pid_t tid = next_tid_;
-  next_tid_ = next_tid_ >= kMaxPid ? 1 : next_tid_ + 1;
-  return tid;
-}
-
-absl::StatusOr<Task*> Kernel::CreateInit(std::shared_ptr<mm::MM> mm,
-                                         std::shared_ptr<fs::FdTable> fds,
-                                         std::shared_ptr<fs::FsContext> fs,
-                                         const platform::CpuState& cpu) {
-  auto ctx = platform_->NewContext();
-  if (!ctx.ok()) return ctx.status();
-  absl::MutexLock l(&mu_);
-  RETURN_IF_ERROR(CheckTaskLimitLocked());
-  pid_t tid = AllocTid();
-  auto tg = std::make_shared<ThreadGroup>(this, tid, std::move(mm),
-                                          std::move(fds), std::move(fs));
-  tg->pgid = tid;
-  tg->sid = tid;
-  auto task = std::make_shared<Task>(this, tid, tg, std::move(*ctx));
-  task->cpu_ = cpu;
-  Task* t = task.get();
-  tg->AddTask(t);
-  groups_[tid] = tg;
-  tasks_[tid] = std::move(task);
-  live_tasks_++;
-  return t;
-}
-
-absl::StatusOr<Task*> Kernel::CreateThread(Task& parent,
-                                           const platform::CpuState& cpu) {
-  auto ctx = platform_->NewContext();
-  if (!ctx.ok()) return ctx.status();
-  absl::MutexLock l(&mu_);
-  if (parent.group().exiting()) {
-    return absl::FailedPreconditionError("the thread group is exiting");
-  }
-  RETURN_IF_ERROR(CheckTaskLimitLocked());
-  pid_t tid = AllocTid();
-  auto task =
-      std::make_shared<Task>(this, tid, parent.group_ptr(), std::move(*ctx));
-  task->cpu_ = cpu;
-  // A new thread inherits the signal mask; its alternate stack is cleared
-  // (clone with CLONE_VM).
-  task->mask_.store(parent.signal_mask());
-  task->mempolicy = parent.mempolicy;
-  Task* t = task.get();
-  parent.group().AddTask(t);
-  tasks_[tid] = std::move(task);
-  live_tasks_++;
-  return t;
-}
-
-ExitStatus Kernel::RunRestored() {
-  std::shared_ptr<ThreadGroup> init = FindGroup(1);
-  std::vector<std::shared_ptr<Task>> tasks;
-  {
-    absl::MutexLock l(&mu_);
-    for (const auto& [tid, t] : tasks_) tasks.push_back(t);
-  }
-  for (auto& t : tasks) t->Start();
-  std::vector<std::shared_ptr<Task>> done;
-  {
-    absl::MutexLock l(&mu_);
-    mu_.Await(absl::Condition(
-        +[](int* live) { return *live == 0; }, &live_tasks_));
-    done.swap(exited_);
-  }
-  for (auto& t : done) t->Join();
-  return init != nullptr ? init->exit_status() : ExitStatus{};
-}
-
-ExitStatus Kernel::RunUntilInitExits(
-    Task* init, const std::function<void(const ExitStatus&)>& on_exit) {
-  std::shared_ptr<ThreadGroup> tg = init->group_ptr();
-  init->Start();
-  std::vector<std::shared_ptr<Task>> done;
-  {
-    absl::MutexLock l(&mu_);
-    mu_.Await(absl::Condition(
-        +[](int* live) { return *live == 0; }, &live_tasks_));
-    done.swap(exited_);
-  }
-  const ExitStatus st = tg->exit_status();
-  if (on_exit) on_exit(st);
-  for (auto& t : done) t->Join();
-  return st;
-}
-
-void Kernel::TaskExited(Task* t) {
-  std::vector<std::shared_ptr<Task>> joinable;
-  std::vector<std::shared_ptr<mm::MM>> released;
-  {
-    absl::MutexLock l(&mu_);
-    auto it = tasks_.find(t->tid());
-    if (it == tasks_.end()) return;
-    std::shared_ptr<Task> owned = std::move(it->second);
-    tasks_.erase(it);
-    std::shared_ptr<ThreadGroup> g = owned->group_ptr();
-    if (g->Tasks().empty()) GroupExitedLocked(g);
-    // Tasks that exited before this one have left their host threads (or
-    // are about to): join them here so that threads do not pile up.
-    joinable.swap(exited_);
-    exited_.push_back(std::move(owned));
-    released.swap(released_mms_);
-    live_tasks_--;
-  }
-  // Outside the lock and after live_tasks_ went down (RunUntilInitExits
-  // may already be reporting the exit): the stub processes are killed and
-  // reaped here, on this task's thread.
-  released.clear();
-  for (auto& j : joinable) j->Join();
-}
-
-std::shared_ptr<Task> Kernel::FindTask(pid_t tid) {
-  absl::MutexLock l(&mu_);
-  auto it = tasks_.find(tid);
-  return it == tasks_.end() ? nullptr : it->second;
-}
-
-std::shared_ptr<ThreadGroup> Kernel::FindGroup(pid_t tgid) {
-  absl::MutexLock l(&mu_);
-  auto it = groups_.find(tgid);
-  return it == groups_.end() ? nullptr : it->second;
-}
-
-std::vector<std::shared_ptr<ThreadGroup>> Kernel::ThreadGroups() {
-  absl::MutexLock l(&mu_);
-  std::vector<std::shared_ptr<ThreadGroup>> out;
-  out.reserve(groups_.size());
-  for (const auto& [pid, g] : groups_) out.push_back(g);
-  return out;
-}
-
-void Kernel::WithTasklistLock(const std::function<void()>& fn) {
-  absl::MutexLock l(&mu_);
-  fn();
-}
-
-void Kernel::CountUnimplemented(uint64_t nr) {
-  absl::MutexLock l(&unimpl_mu_);
-  unimplemented_[nr]++;
-}
-
-std::map<uint64_t, uint64_t> Kernel::UnimplementedCounts() {
-  absl::MutexLock l(&unimpl_mu_);
-  return unimplemented_;
 }
 
 }  // namespace sandboxd::kernel

@@ -1,20 +1,14 @@
-// Tasks, thread groups and the kernel that owns them.
+// Tasks: every application thread is a Task run by one host thread of the
+// Sentry. Its loop switches into the application through the platform
+// Context and handles what comes back (syscall, fault, exception,
+// interrupt). A task blocks as the waiter::Blocker of its file operations.
 //
-// Every application thread is a Task run by one host thread of the Sentry:
-// its loop switches into the application through the platform Context and
-// handles what comes back (syscall, fault, exception, interrupt). Tasks of
-// one process share a ThreadGroup (pid, signal handlers, fd table, mm,
-// limits). The Kernel owns the pid namespace (the sandbox's init is pid 1),
-// the futexes and the syscall table.
-//
-// Lock order: Kernel::mu_ > ThreadGroup::mu_ > Task::mu_ ; Futexes::mu_ >
-// Task::mu_. mm and fs locks are taken with none of these held, except
-// that Futexes::mu_ may be held around mm::MM::AtomicWord.
+// Lock order: ThreadGroup::mu_ > Task::mu_; Futexes::mu_ > Task::mu_
+// (kernel.h has the whole order).
 #ifndef SANDBOXD_SENTRY_KERNEL_TASK_H_
 #define SANDBOXD_SENTRY_KERNEL_TASK_H_
 
 #include <signal.h>
-#include <sys/resource.h>
 #include <sys/types.h>
 #include <time.h>
 
@@ -22,11 +16,9 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
-#include <map>
 #include <memory>
 #include <string>
 #include <thread>
-#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
@@ -34,21 +26,11 @@
 #include "base/unique_fd.h"
 #include "platforms/platform.h"
 #include "sentry/fs/file.h"
-#include "sentry/fs/tmpfs.h"
-#include "sentry/fs/vfs.h"
 #include "sentry/kernel/cputime.h"
-#include "sentry/kernel/futex.h"
 #include "sentry/kernel/signal.h"
-#include "sentry/kernel/timers.h"
-#include "sentry/mm/memory_file.h"
-#include "sentry/mm/mm.h"
+#include "sentry/kernel/thread_group.h"
+#include "sentry/waiter/waiter.h"
 
-namespace sandboxd::vdso {
-class Vdso;
-}  // namespace sandboxd::vdso
-namespace sandboxd::fs::tty {
-class Terminal;
-}  // namespace sandboxd::fs::tty
 namespace sandboxd::state {
 struct KernelState;  // checkpoint save/load (sentry/state/kernel_state.h)
 }  // namespace sandboxd::state
@@ -56,16 +38,6 @@ struct KernelState;  // checkpoint save/load (sentry/state/kernel_state.h)
 namespace sandboxd::kernel {
 
 class Kernel;
-class Task;
-class ThreadGroup;
-
-// CLOCK_MONOTONIC in nanoseconds: start times and the sandbox's uptime
-// (/proc/uptime, /proc/[pid]/stat) are measured on it.
-inline int64_t MonotonicNanos() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
-}
 
 // Arguments of one syscall, as the task's registers hold them.
 struct SyscallArgs {
@@ -85,189 +57,6 @@ class SyscallTable {
   virtual int64_t Invoke(Task& t, const SyscallArgs& args) = 0;
 };
 
-// How a process ended, in wait(2) status form.
-struct ExitStatus {
-  int code = 0;    // exit code when signo == 0
-  int signo = 0;   // killing signal
-  bool core = false;
-  int WaitStatus() const {
-    return signo != 0 ? (signo | (core ? 0x80 : 0)) : ((code & 0xff) << 8);
-  }
-  // The shell's convention: the code, or 128 + the signal.
-  int ShellStatus() const { return signo != 0 ? 128 + signo : (code & 0xff); }
-};
-
-class ThreadGroup {
- public:
-  ThreadGroup(Kernel* k, pid_t tgid, std::shared_ptr<mm::MM> mm,
-              std::shared_ptr<fs::FdTable> fds,
-              std::shared_ptr<fs::FsContext> fs);
-
-  pid_t tgid() const { return tgid_; }
-  Kernel& kernel() { return *kernel_; }
-  mm::MM& mm() { return *mm_; }
-  const std::shared_ptr<mm::MM>& mm_ptr() const { return mm_; }
-  fs::FdTable& fds() { return *fds_; }
-  const std::shared_ptr<fs::FdTable>& fds_ptr() const { return fds_; }
-  fs::FsContext& fs() { return *fs_; }
-  const std::shared_ptr<fs::FsContext>& fs_ptr() const { return fs_; }
-  // execve: the new image. Preconditions: the caller is the group's only
-  // task.
-  void set_mm(std::shared_ptr<mm::MM> mm) { mm_ = std::move(mm); }
-  void set_fds(std::shared_ptr<fs::FdTable> fds) { fds_ = std::move(fds); }
-
-  // The process tree; guarded by Kernel::mu_ (the tasklist lock).
-  ThreadGroup* parent = nullptr;  // null for init
-  std::vector<std::shared_ptr<ThreadGroup>> children;
-  pid_t pgid = 0;
-  pid_t sid = 0;
-  bool zombie = false;       // exited, not yet reaped
-  bool reaped = false;
-  int exit_signal = 17;      // SIGCHLD: what the parent gets at exit
-  bool did_exec = false;     // setpgid by the parent fails after exec
-  std::string comm;          // the program's name (16 bytes, as Linux)
-  std::string exe;           // the executable's path in the sandbox
-  // The controlling terminal (ctty.cc); inherited by fork, gone at setsid.
-  std::shared_ptr<fs::tty::Terminal> ctty;
-  // Where the initial argv and envp strings are in the address space.
-  uint64_t arg_start = 0, arg_end = 0, env_start = 0, env_end = 0;
-  // The auxiliary vector the image started with (/proc/[pid]/auxv).
-  std::vector<uint64_t> auxv;
-  // /proc/[pid]/oom_score_adj: kept and inherited, used by nothing yet.
-  std::atomic<int> oom_score_adj{0};
-  // prctl(2) state (sys_prctl.cc). Under Kernel::mu_: PR_SET_PDEATHSIG's
-  // signal (sent when the parent exits; cleared by fork) and
-  // PR_SET_CHILD_SUBREAPER (orphans below go here rather than to init).
-  int pdeath_signal = 0;
-  bool child_subreaper = false;
-  // Inherited by fork: PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS (sticky),
-  // PR_SET_KEEPCAPS, the capability bounding set (PR_CAPBSET_DROP; the
-  // sandbox's root starts with every capability, as in a user namespace).
-  std::atomic<int> dumpable{1};
-  std::atomic<bool> no_new_privs{false};
-  std::atomic<bool> keepcaps{false};
-  std::atomic<uint64_t> cap_bset{(1ull << 41) - 1};  // CAP_LAST_CAP = 40
-  // When the process was created (MonotonicNanos). Set again only by a
-  // checkpoint load, before the group is shared.
-  int64_t start_ns = MonotonicNanos();
-  // Parents wait here for children's state changes (wait4, waitid).
-  fs::WaitQueue child_events;
-  // Notified (POLLIN) whenever a signal becomes pending for a task of the
-  // group: what signalfd readers wait on. Shared-owned so that epoll can
-  // hold it (fs/event_source.h).
-  const std::shared_ptr<fs::WaitQueue> signal_queue =
-      std::make_shared<fs::WaitQueue>();
-
-  // Job control (job_control.cc). A stop signal's default action asks every
-  // task to stop at its next chance; the group is stopped once all have.
-  bool stop_requested() const {
-    return stop_requested_.load(std::memory_order_acquire);
-  }
-  // Every task has stopped (what /proc shows as state T).
-  bool stopped();
-  // Starts a group stop for `signo` (no-op while one is in progress).
-  void BeginStop(int signo);
-  // SIGCONT, at sending time: ends a stop (finished or in progress) and
-  // records what the parent must learn.
-  void Continue();
-  // Removes `set` from the pending signals of every task (a stop signal
-  // discards pending SIGCONT and vice versa).
-  void DiscardPending(SigSet set);
-  // wait4/waitid: a stop not yet reported (its signal in *signo) and a
-  // continue not yet reported. `consume` clears the report (not WNOWAIT).
-  bool TakeStopReport(bool consume, int* signo);
-  bool TakeContinueReport(bool consume);
-  // The CLD_STOPPED/CLD_CONTINUED notification owed to the parent (0 if
-  // none), with its si_status; taken by the task that sends it.
-  int TakeParentNotification(int* status);
-
-  // Releases what a zombie no longer needs (files, timers) and hands back
-  // its address space, for the caller to drop outside the tasklist lock:
-  // tearing down the platform's side of it (a stub process, killed and
-  // reaped) takes a while, and nobody waiting for the exit needs it done.
-  std::shared_ptr<mm::MM> ReleaseResources();
-  // Copies dispositions and limits from `parent` (fork).
-  void InheritFrom(ThreadGroup& parent);
-  // execve: handlers go back to SIG_DFL, ignored signals stay ignored.
-  void ResetHandlersForExec();
-
-  // Signal dispositions (shared by the group's tasks: CLONE_SIGHAND).
-  SigAction GetAction(int signo);
-  void SetAction(int signo, const SigAction& a);
-
-  rlimit GetLimit(int resource);
-  void SetLimit(int resource, const rlimit& r);
-
-  // Ends the whole group: every task exits at its next chance.
-  // The first call's status wins.
-  void Exit(ExitStatus status);
-  bool exiting() const { return exiting_.load(std::memory_order_acquire); }
-  ExitStatus exit_status();
-
-  void set_leader_exit_code(int code) { leader_exit_code_.store(code); }
-  int leader_exit_code() const { return leader_exit_code_.load(); }
-
-  void AddTask(Task* t);
-  // Returns true when `t` was the last task. Its CPU time stays counted
-  // in the group's.
-  bool RemoveTask(Task* t);
-  // The group's live tasks, each held by a reference: a task that exits
-  // meanwhile stays valid for the caller (a signal sent to it is lost with
-  // it, as on Linux).
-  std::vector<std::shared_ptr<Task>> Tasks();
-  std::vector<std::shared_ptr<Task>> TasksLocked()
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  // Interval and POSIX timers (timers.h).
-  ProcessTimers& timers() { return timers_; }
-  // Resource usage (cputime.cc): the group's threads, live and exited.
-  Usage SelfUsage();
-  // Children reaped by wait, with their own reaped children.
-  Usage ChildrenUsage();
-  void AddChildUsage(const Usage& u);
-  // Records the address space's size for ru_maxrss (exit, exec, getrusage).
-  void NoteMaxRss();
-
- private:
-  Kernel* const kernel_;
-  const pid_t tgid_;
-  std::shared_ptr<mm::MM> mm_;
-  std::shared_ptr<fs::FdTable> fds_;
-  std::shared_ptr<fs::FsContext> fs_;
-  std::atomic<bool> exiting_{false};
-  std::atomic<int> leader_exit_code_{0};
-  std::atomic<bool> stop_requested_{false};
-
-  // A task of the group reached its stop point; true if that completed the
-  // group stop. Then Task::Resumed when it leaves it.
-  bool TaskStopped();
-  void TaskResumed();
-  // Preconditions: mu_ held. Marks the group stopped once every task is.
-  void MaybeCompleteStopLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void SetParentNotificationLocked(int why, int status)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  std::atomic<bool> notification_due_{false};
-
-  absl::Mutex mu_;
-  std::array<SigAction, kNumSignals> actions_ ABSL_GUARDED_BY(mu_);
-  std::array<rlimit, RLIM_NLIMITS> limits_ ABSL_GUARDED_BY(mu_);
-  ExitStatus status_ ABSL_GUARDED_BY(mu_);
-  std::vector<Task*> tasks_ ABSL_GUARDED_BY(mu_);
-  Usage dead_usage_ ABSL_GUARDED_BY(mu_);
-  Usage children_usage_ ABSL_GUARDED_BY(mu_);
-  uint64_t maxrss_kb_ ABSL_GUARDED_BY(mu_) = 0;
-  ProcessTimers timers_;
-  int stop_signo_ ABSL_GUARDED_BY(mu_) = 0;
-  int stopped_tasks_ ABSL_GUARDED_BY(mu_) = 0;  // tasks at their stop point
-  bool stopped_ ABSL_GUARDED_BY(mu_) = false;   // every task is
-  bool stop_report_ ABSL_GUARDED_BY(mu_) = false;      // for WSTOPPED
-  bool continue_report_ ABSL_GUARDED_BY(mu_) = false;  // for WCONTINUED
-  int parent_notification_ ABSL_GUARDED_BY(mu_) = 0;   // CLD_* or 0
-  int parent_notification_status_ ABSL_GUARDED_BY(mu_) = 0;
-  friend class Task;
-  friend struct state::KernelState;
-};
-
 // Linux's restart_block: how restart_syscall(2) resumes an interrupted
 // sleep when the interruption ran no handler (a stop and continue, an
 // ignored signal), so that the sleep keeps its deadline instead of
@@ -280,7 +69,7 @@ struct RestartBlock {
   uint64_t rem_addr = 0;              // where the time left goes (0: nowhere)
 };
 
-class Task : public fs::Blocker, public std::enable_shared_from_this<Task> {
+class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
  public:
   Task(Kernel* k, pid_t tid, std::shared_ptr<ThreadGroup> tg,
        std::unique_ptr<platform::Context> ctx);
@@ -335,11 +124,11 @@ class Task : public fs::Blocker, public std::enable_shared_from_this<Task> {
   fs::IoContext io() {
     return fs::IoContext{interrupt_fd_.get(), this};
   }
-  // fs::Blocker: waits on a file's queue until ready() (see waiter.h).
-  int Wait(fs::WaitQueue& q, fs::EventMask mask,
+  // waiter::Blocker: waits on a queue until ready() (sentry/waiter/waiter.h).
+  int Wait(waiter::WaitQueue& q, waiter::EventMask mask,
            const std::function<bool()>& ready,
            absl::Time deadline = absl::InfiniteFuture()) override;
-  // fs::Blocker: a host-fd wait is sleeping (S in /proc), not CPU time.
+  // waiter::Blocker: a host-fd wait is sleeping (S in /proc), not CPU time.
   // Called by the task's own thread only.
   void HostWaitBegin() override {
     sleeping_.store(true, std::memory_order_relaxed);
@@ -533,195 +322,6 @@ class Task : public fs::Blocker, public std::enable_shared_from_this<Task> {
   friend class Kernel;
   friend class SignalFrame;
   friend class ThreadGroup;
-  friend struct state::KernelState;
-};
-
-inline constexpr pid_t kMaxPid = 4194304;
-struct KernelOptions {
-  std::string hostname = "sandbox";
-  // The vDSO that exec maps into each new address space (null: none).
-  // Not owned; outlives the Kernel.
-  vdso::Vdso* vdso = nullptr;
-  // The sandbox's limits as seen from inside (the cgroup that enforces them
-  // on the host is the daemon's). 0: none.
-  uint64_t max_tasks = 0;     // clone/fork beyond this many tasks: EAGAIN
-  int max_cpus = 0;           // sched_getaffinity shows at most this many
-  uint64_t memory_limit = 0;  // sysinfo's totalram (bytes)
-  // The memory the sandbox sees (its limit, or the host's): what a tmpfs
-  // mounted without size= takes half of. 0: such a tmpfs is unlimited.
-  uint64_t total_ram = 0;
-};
-
-class Kernel {
- public:
-  Kernel(std::unique_ptr<mm::MemoryFile> mf,
-         std::unique_ptr<platform::Platform> platform, SyscallTable* syscalls,
-         KernelOptions opts);
-  ~Kernel();
-
-  platform::Platform& platform() { return *platform_; }
-  mm::MemoryFile& memory_file() { return *mf_; }
-  // The internal tmpfs that memfd_create's files live in (Linux's shm_mnt).
-  const std::shared_ptr<fs::TmpFsSuperblock>& memfd_superblock() {
-    return memfd_sb_;
-  }
-  SyscallTable& syscalls() { return *syscalls_; }
-  Futexes& futexes() { return futexes_; }
-  const KernelOptions& options() const { return opts_; }
-  // The sandbox's mount namespace. Set once, before init starts.
-  fs::Vfs& vfs() { return *vfs_; }
-  void set_vfs(std::shared_ptr<fs::Vfs> vfs) { vfs_ = std::move(vfs); }
-
-  // Creates the init process (pid 1) around a loaded address space; the
-  // caller sets its registers with `init_cpu`. Returns the task, not yet
-  // started. Called again (sentry serve's Exec), it makes another process
-  // without a parent, in a session of its own; see AwaitExit.
-  absl::StatusOr<Task*> CreateInit(std::shared_ptr<mm::MM> mm,
-                                   std::shared_ptr<fs::FdTable> fds,
-                                   std::shared_ptr<fs::FsContext> fs,
-                                   const platform::CpuState& cpu);
-  // Creates a thread in `parent`'s group (clone with CLONE_THREAD).
-  absl::StatusOr<Task*> CreateThread(Task& parent,
-                                     const platform::CpuState& cpu);
-  // Creates a process: a child of `parent`'s group running `cpu` in `mm`
-  // (a fork's copy, or the parent's own with CLONE_VM), with `fds` and
-  // `fs` (copies or shared, per the clone flags). Not yet started.
-  absl::StatusOr<Task*> CreateProcess(Task& parent, std::shared_ptr<mm::MM> mm,
-                                      std::shared_ptr<fs::FdTable> fds,
-                                      std::shared_ptr<fs::FsContext> fs,
-                                      int exit_signal,
-                                      const platform::CpuState& cpu);
-
-  // wait4/waitid. Selects children by pid (>0), process group (pgid > 0
-  // with by_pgid), or any (pid == -1). options: WNOHANG, WNOWAIT,
-  // WEXITED, WSTOPPED, WCONTINUED (wait4 passes WEXITED). Returns the child's pid and fills
-  // *status; 0 with WNOHANG when none has exited; -ECHILD when there is no
-  // such child; -EINTR when interrupted.
-  struct WaitResult {
-    pid_t pid = 0;
-    ExitStatus status;
-    Usage usage;  // the child's and its reaped children's (wait4's rusage)
-    int stop_signo = 0;      // WSTOPPED: stopped by this signal
-    bool continued = false;  // WCONTINUED: continued
-  };
-  int64_t WaitChild(Task& t, pid_t pid, bool by_pgid, int options,
-                    WaitResult* out);
-
-  // Process groups and sessions.
-  int64_t SetPgid(Task& t, pid_t pid, pid_t pgid);
-  int64_t GetPgid(Task& t, pid_t pid);
-  int64_t GetSid(Task& t, pid_t pid);
-  int64_t SetSid(Task& t);
-  pid_t ParentOf(ThreadGroup& g);
-  // Sends `signo` to every process of group `pgid` (-ESRCH if none);
-  // pgid -1: every process but init and the sender.
-  int64_t SignalProcessGroup(Task& sender, pid_t pgid, int signo);
-  // Sends a process-directed signal to `g`.
-  void SignalGroup(ThreadGroup& g, int signo, pid_t sender);
-  // Returns false if it was not queued (Task::SendSignalInfo).
-  bool SignalGroupInfo(ThreadGroup& g, const siginfo_t& info,
-                       std::shared_ptr<SignalSource> source = nullptr);
-  // Job control (job_control.cc). Tells `g`'s parent that `g` stopped or
-  // continued (why: CLD_STOPPED, CLD_CONTINUED): SIGCHLD unless the parent
-  // ignores it or set SA_NOCLDSTOP, and a wakeup of its waits.
-  void NotifyParentJobControl(ThreadGroup& g, int why, int status);
-  // Whether `g`'s process group is orphaned (POSIX): no member has a
-  // parent in another process group of the same session.
-  bool IsPgrpOrphaned(ThreadGroup& g);
-  // Controlling terminals and job control (ctty.cc, Linux's tty_jobctrl.c).
-  // `t`'s controlling terminal, null if none (or hung up).
-  std::shared_ptr<fs::tty::Terminal> ControllingTerminal(Task& t);
-  // open(2) without O_NOCTTY of a terminal's program side: a session
-  // leader without one acquires it if it controls no session yet.
-  void TerminalOpened(Task& t, const std::shared_ptr<fs::tty::Terminal>& tty);
-  // Makes `tty` init's controlling terminal (the host terminal at start).
-  void SetInitTerminal(const std::shared_ptr<fs::tty::Terminal>& tty);
-  int64_t SetControllingTerminal(Task& t,
-                                 const std::shared_ptr<fs::tty::Terminal>& tty,
-                                 bool steal);                      // TIOCSCTTY
-  int64_t DropControllingTerminal(Task& t, fs::tty::Terminal& tty);  // TIOCNOTTY
-  int64_t SetForegroundGroup(Task& t, fs::tty::Terminal& tty, pid_t pgid);
-  // 0 to go on, -EIO, or -EINTR after sending `signo` to t's group
-  // (see fs::tty::JobControl::CheckAccess).
-  int CheckTerminalAccess(Task& t, fs::tty::Terminal& tty, int signo,
-                          bool ignored_ok);
-  // Sends `signo` to process group `pgid` from the kernel (no sender).
-  void SignalPgrp(pid_t pgid, int signo);
-
-  // Starts init and waits until every task of the sandbox has exited.
-  // `on_exit` (may be null) gets init's status as soon as it is final,
-  // before the exited tasks' host threads are joined and the address
-  // spaces they left behind are torn down: whoever waits for the sandbox
-  // hears of its end without waiting for that.
-  ExitStatus RunUntilInitExits(
-      Task* init, const std::function<void(const ExitStatus&)>& on_exit = nullptr);
-  // After a checkpoint load (state::KernelState::LoadKernel built the tasks
-  // without starting them): starts every task, waits until all have exited
-  // and returns init's status.
-  ExitStatus RunRestored();
-
-  // Blocks until `g` has exited (is a zombie) and returns its status. A
-  // group without a parent other than init (one CreateInit made for sentry
-  // serve's Exec) has nobody to wait(2) for it: it is reaped here, and
-  // *reaped says so.
-  ExitStatus AwaitExit(const std::shared_ptr<ThreadGroup>& g, bool* reaped);
-
-  std::shared_ptr<Task> FindTask(pid_t tid);
-  std::shared_ptr<ThreadGroup> FindGroup(pid_t tgid);
-  // Every thread group with a pid (live ones and zombies), by pid: what
-  // /proc lists.
-  std::vector<std::shared_ptr<ThreadGroup>> ThreadGroups();
-  // Runs `fn` under the tasklist lock (Kernel::mu_), which guards the
-  // fields of ThreadGroup that the process tree and /proc read: exec
-  // publishes a new image through it, /proc copies them out through it.
-  // `fn` may take ThreadGroup and Task locks, not Kernel ones.
-  void WithTasklistLock(const std::function<void()>& fn);
-  // When the kernel started (MonotonicNanos): the sandbox's boot.
-  int64_t boot_ns() const { return boot_ns_; }
-
-  // A task's host thread calls this as its last act.
-  void TaskExited(Task* t);
-
-  // Unimplemented syscalls, counted by number.
-  void CountUnimplemented(uint64_t nr);
-  std::map<uint64_t, uint64_t> UnimplementedCounts();
-
- private:
-  pid_t AllocTid() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // ResourceExhausted when the sandbox has KernelOptions::max_tasks tasks.
-  absl::Status CheckTaskLimitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // The last task of `g` is gone: make it a zombie (or reap it), reparent
-  // its children, tell its parent.
-  void GroupExitedLocked(const std::shared_ptr<ThreadGroup>& g)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void ReapLocked(std::shared_ptr<ThreadGroup> g)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // A session leader exited: its controlling terminal's foreground group
-  // gets SIGHUP and the session loses the terminal (ctty.cc).
-  void DisassociateTerminalLocked(ThreadGroup& leader)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-
-  std::unique_ptr<mm::MemoryFile> mf_;
-  std::shared_ptr<fs::TmpFsSuperblock> memfd_sb_;
-  std::unique_ptr<platform::Platform> platform_;
-  SyscallTable* const syscalls_;
-  const KernelOptions opts_;
-  int64_t boot_ns_ = MonotonicNanos();  // a checkpoint load sets it again
-  std::shared_ptr<fs::Vfs> vfs_;
-  Futexes futexes_;
-
-  absl::Mutex mu_;
-  pid_t next_tid_ ABSL_GUARDED_BY(mu_) = 1;
-  std::map<pid_t, std::shared_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
-  std::map<pid_t, std::shared_ptr<ThreadGroup>> groups_ ABSL_GUARDED_BY(mu_);
-  std::vector<std::shared_ptr<Task>> exited_ ABSL_GUARDED_BY(mu_);
-  int live_tasks_ ABSL_GUARDED_BY(mu_) = 0;
-  // Address spaces of groups that exited, dropped by TaskExited once it
-  // has left the lock (ThreadGroup::ReleaseResources).
-  std::vector<std::shared_ptr<mm::MM>> released_mms_ ABSL_GUARDED_BY(mu_);
-
-  absl::Mutex unimpl_mu_;
-  std::map<uint64_t, uint64_t> unimplemented_ ABSL_GUARDED_BY(unimpl_mu_);
   friend struct state::KernelState;
 };
 

@@ -1,6 +1,6 @@
 // The task loop (Task::Run) driven by a scripted platform Context: what a
 // task does with syscall, fault, exception, interrupt and dead events.
-#include "sentry/kernel/task.h"
+#include "sentry/kernel/kernel.h"
 
 #include <errno.h>
 #include <signal.h>

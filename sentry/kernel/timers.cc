@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <climits>
 
-#include "sentry/kernel/task.h"
+#include "sentry/kernel/kernel.h"
 
 namespace sandboxd::kernel {
 namespace {
@@ -61,7 +61,7 @@ uint64_t ExpiredPeriods(int64_t next_ns, int64_t interval_ns, int64_t now_ns) {
 int64_t TimerClock::Now() const {
   switch (kind) {
     case Kind::kHost:
-      return fs::ClockNowNs(host);
+      return waiter::ClockNowNs(host);
     case Kind::kProcessCpu: {
       std::shared_ptr<ThreadGroup> g = group.lock();
       if (g == nullptr) return -1;
@@ -136,7 +136,7 @@ void IntervalTimer::Set(int64_t value_ns, int64_t interval_ns, bool absolute,
   interval_ns_ = interval_ns;
   if (value_ns == 0 || deleted_ || now < 0) {
     next_ns_ = 0;
-    fs::TimerThread::Get().Disarm(this);
+    waiter::TimerThread::Get().Disarm(this);
     return;
   }
   // An absolute time in the past fires at once; next_ns_ stays non-zero.
@@ -176,12 +176,12 @@ void IntervalTimer::Delete() {
   deleted_ = true;
   seq_++;
   next_ns_ = 0;
-  fs::TimerThread::Get().Disarm(this);
+  waiter::TimerThread::Get().Disarm(this);
 }
 
 void IntervalTimer::ArmLocked(int64_t now) {
   if (clock_.kind == TimerClock::Kind::kHost && IsTimerThreadClock(clock_.host)) {
-    fs::TimerThread::Get().Arm(shared_from_this(), clock_.host, next_ns_);
+    waiter::TimerThread::Get().Arm(shared_from_this(), clock_.host, next_ns_);
     return;
   }
   // Other clocks: look again when the deadline could first be reached.
@@ -189,8 +189,8 @@ void IntervalTimer::ArmLocked(int64_t now) {
   if (clock_.kind != TimerClock::Kind::kHost) {
     wait = std::max(wait / clock_.Threads(), kMinCpuPollNs);
   }
-  fs::TimerThread::Get().Arm(shared_from_this(), CLOCK_MONOTONIC,
-                             AddSat(fs::ClockNowNs(CLOCK_MONOTONIC), wait));
+  waiter::TimerThread::Get().Arm(shared_from_this(), CLOCK_MONOTONIC,
+                             AddSat(waiter::ClockNowNs(CLOCK_MONOTONIC), wait));
 }
 
 void IntervalTimer::Expired() {

@@ -2,8 +2,8 @@
 // process.
 //
 // Every timer is an IntervalTimer served by the Sentry's TimerThread
-// (sentry/fs/timerfd.h). Timers on host clocks are armed for their deadline
-// on that clock. Timers on CPU clocks (ITIMER_VIRTUAL, ITIMER_PROF,
+// (sentry/waiter/timer_thread.h). Timers on host clocks are armed for their
+// deadline on that clock. Timers on CPU clocks (ITIMER_VIRTUAL, ITIMER_PROF,
 // CLOCK_*_CPUTIME_ID and clock_getcpuclockid ids) are armed on
 // CLOCK_MONOTONIC for the earliest moment the CPU budget left could be used
 // up (the budget divided by the threads that advance the clock); at that
@@ -31,9 +31,9 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "sentry/fs/timerfd.h"
 #include "sentry/kernel/cputime.h"
 #include "sentry/kernel/signal.h"
+#include "sentry/waiter/timer_thread.h"
 
 namespace sandboxd::state {
 struct KernelState;
@@ -89,7 +89,7 @@ struct TimerTarget {
 
 // One timer: a deadline and an interval on a clock, and what to do on
 // expiry. Owned by shared_ptr; the TimerThread holds it weakly.
-class IntervalTimer : public fs::Timer,
+class IntervalTimer : public waiter::Timer,
                       public SignalSource,
                       public std::enable_shared_from_this<IntervalTimer> {
  public:

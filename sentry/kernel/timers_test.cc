@@ -10,7 +10,7 @@
 
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
-#include "sentry/kernel/task.h"
+#include "sentry/kernel/kernel.h"
 #include "sentry/kernel/testing/fakes.h"
 
 namespace sandboxd::kernel {

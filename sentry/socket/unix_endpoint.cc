@@ -28,16 +28,16 @@ absl::Time Deadline(absl::Duration timeout) {
 
 // Blocks the caller on `q` until ready(). A timeout (SO_RCVTIMEO,
 // SO_SNDTIMEO) is EAGAIN, as on Linux.
-int64_t Wait(const SocketContext& ctx, fs::WaitQueue& q, fs::EventMask mask,
+int64_t Wait(const SocketContext& ctx, waiter::WaitQueue& q, waiter::EventMask mask,
              absl::Time deadline, const std::function<bool()>& ready) {
   if (ctx.io.blocker == nullptr) return -EAGAIN;
   int r = ctx.io.blocker->Wait(q, mask, ready, deadline);
   return r == -ETIMEDOUT ? -EAGAIN : r;
 }
 
-constexpr fs::EventMask kReadEvents = POLLIN | POLLRDNORM;
-constexpr fs::EventMask kWriteEvents = POLLOUT | POLLWRNORM | POLLWRBAND;
-constexpr fs::EventMask kHangupEvents =
+constexpr waiter::EventMask kReadEvents = POLLIN | POLLRDNORM;
+constexpr waiter::EventMask kWriteEvents = POLLOUT | POLLWRNORM | POLLWRBAND;
+constexpr waiter::EventMask kHangupEvents =
     POLLIN | POLLRDNORM | POLLOUT | POLLWRNORM | POLLHUP | POLLRDHUP;
 
 }  // namespace
@@ -150,7 +150,7 @@ std::shared_ptr<UnixEndpoint> UnixNamespace::FindInode(const fs::Inode* inode) {
 
 UnixEndpoint::UnixEndpoint(int type)
     : type_(type),
-      wq_(std::make_shared<fs::WaitQueue>()),
+      wq_(std::make_shared<waiter::WaitQueue>()),
       send_(std::make_shared<SendBuffer>(wq_)) {}
 
 UnixEndpoint::~UnixEndpoint() = default;
@@ -499,7 +499,7 @@ void UnixEndpoint::Close(bool embryo) {
   std::shared_ptr<fs::Inode> inode;
   UnixNamespace* ns = nullptr;
   UnixAddress local;
-  std::vector<std::pair<fs::Waiter*, std::shared_ptr<UnixEndpoint>>> waiters;
+  std::vector<std::pair<waiter::Waiter*, std::shared_ptr<UnixEndpoint>>> waiters;
   {
     absl::MutexLock io(&io_mu_);
     absl::MutexLock l(&mu_);
@@ -1052,8 +1052,8 @@ int64_t UnixEndpoint::RecvDatagram(const SocketContext& ctx, RecvRequest& req,
 // ---------------------------------------------------------------------------
 // Readiness
 
-fs::EventMask UnixEndpoint::ReadinessLocked() {
-  fs::EventMask m = 0;
+waiter::EventMask UnixEndpoint::ReadinessLocked() {
+  waiter::EventMask m = 0;
   if (error_ != 0) m |= POLLERR;
   if (shutdown_ == (kRcvShutdown | kSendShutdown)) m |= POLLHUP;
   if (shutdown_ & kRcvShutdown) m |= POLLRDHUP | kReadEvents;
@@ -1068,8 +1068,8 @@ fs::EventMask UnixEndpoint::ReadinessLocked() {
   return m;
 }
 
-fs::EventMask UnixEndpoint::Readiness(fs::EventMask mask) {
-  fs::EventMask m;
+waiter::EventMask UnixEndpoint::Readiness(waiter::EventMask mask) {
+  waiter::EventMask m;
   std::shared_ptr<UnixEndpoint> peer;
   {
     absl::MutexLock l(&mu_);
@@ -1089,7 +1089,7 @@ fs::EventMask UnixEndpoint::Readiness(fs::EventMask mask) {
   return m & (mask | POLLERR | POLLHUP);
 }
 
-void UnixEndpoint::EventRegister(fs::Waiter* w, fs::EventMask mask) {
+void UnixEndpoint::EventRegister(waiter::Waiter* w, waiter::EventMask mask) {
   wq_->Add(w, mask);
   if (type_ != SOCK_DGRAM || (mask & kWriteEvents) == 0) return;
   // Room in a datagram peer's queue is announced on its peer_wait_. The
@@ -1104,7 +1104,7 @@ void UnixEndpoint::EventRegister(fs::Waiter* w, fs::EventMask mask) {
   peer->peer_wait_.Add(w, kWriteEvents);
 }
 
-void UnixEndpoint::EventUnregister(fs::Waiter* w) {
+void UnixEndpoint::EventUnregister(waiter::Waiter* w) {
   wq_->Remove(w);
   std::vector<std::shared_ptr<UnixEndpoint>> peers;
   {

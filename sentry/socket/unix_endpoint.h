@@ -39,8 +39,8 @@
 #include "absl/time/time.h"
 #include "sentry/fs/file.h"
 #include "sentry/fs/inode.h"
-#include "sentry/fs/waiter.h"
 #include "sentry/socket/socket.h"
+#include "sentry/waiter/waiter.h"
 
 namespace sandboxd::state {
 struct SocketState;
@@ -83,7 +83,7 @@ inline constexpr int64_t kMessageOverhead = 512;
 // by the endpoint and its in-flight messages, which outlive it if need be.
 class SendBuffer {
  public:
-  explicit SendBuffer(std::shared_ptr<fs::WaitQueue> wq) : wq_(std::move(wq)) {}
+  explicit SendBuffer(std::shared_ptr<waiter::WaitQueue> wq) : wq_(std::move(wq)) {}
   int64_t used() const { return used_.load(std::memory_order_acquire); }
   void Charge(int64_t n) { used_.fetch_add(n, std::memory_order_acq_rel); }
   // A message was read or dropped: the sender may be writable again.
@@ -94,7 +94,7 @@ class SendBuffer {
 
  private:
   std::atomic<int64_t> used_{0};
-  const std::shared_ptr<fs::WaitQueue> wq_;
+  const std::shared_ptr<waiter::WaitQueue> wq_;
 };
 
 // One queued message (dgram, seqpacket) or one piece of a stream.
@@ -204,12 +204,12 @@ class UnixEndpoint : public std::enable_shared_from_this<UnixEndpoint> {
   absl::Duration sndtimeo();
   void set_sndtimeo(absl::Duration d);
 
-  fs::EventMask Readiness(fs::EventMask mask);
-  void EventRegister(fs::Waiter* w, fs::EventMask mask);
-  void EventUnregister(fs::Waiter* w);
+  waiter::EventMask Readiness(waiter::EventMask mask);
+  void EventRegister(waiter::Waiter* w, waiter::EventMask mask);
+  void EventUnregister(waiter::Waiter* w);
   // The queue every readiness change of this endpoint is notified on
-  // (epoll watches it; see fs/event_source.h).
-  const std::shared_ptr<fs::WaitQueue>& queue() const { return wq_; }
+  // (epoll watches it; see waiter/event_source.h).
+  const std::shared_ptr<waiter::WaitQueue>& queue() const { return wq_; }
 
  private:
   friend struct ::sandboxd::state::SocketState;  // checkpoint save and load
@@ -245,17 +245,17 @@ class UnixEndpoint : public std::enable_shared_from_this<UnixEndpoint> {
   // queued here and tells the old peer if it was connected back.
   void DatagramDisconnected(const std::shared_ptr<UnixEndpoint>& old,
                             std::deque<UnixMessagePtr>* dropped);
-  fs::EventMask ReadinessLocked() ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  waiter::EventMask ReadinessLocked() ABSL_SHARED_LOCKS_REQUIRED(mu_);
   bool writable_locked() const ABSL_SHARED_LOCKS_REQUIRED(mu_) {
     return state_ != State::kListening && send_->used() * 4 <= sndbuf_;
   }
 
   const int type_;
   // Readers and writers of this socket wait here.
-  const std::shared_ptr<fs::WaitQueue> wq_;
+  const std::shared_ptr<waiter::WaitQueue> wq_;
   // Others wait here for this endpoint: connectors for backlog room,
   // datagram senders for queue room (Linux's peer_wait).
-  fs::WaitQueue peer_wait_;
+  waiter::WaitQueue peer_wait_;
   const std::shared_ptr<SendBuffer> send_;
 
   // Serializes bind and autobind, which call into the VFS.
@@ -287,7 +287,7 @@ class UnixEndpoint : public std::enable_shared_from_this<UnixEndpoint> {
   std::deque<std::shared_ptr<UnixEndpoint>> accept_queue_ ABSL_GUARDED_BY(mu_);
   size_t backlog_ ABSL_GUARDED_BY(mu_) = 0;
   // Waiters registered (for POLLOUT) on a datagram peer's peer_wait_.
-  std::vector<std::pair<fs::Waiter*, std::shared_ptr<UnixEndpoint>>>
+  std::vector<std::pair<waiter::Waiter*, std::shared_ptr<UnixEndpoint>>>
       peer_waiters_ ABSL_GUARDED_BY(mu_);
   bool passcred_ ABSL_GUARDED_BY(mu_) = false;
   int64_t sndbuf_ ABSL_GUARDED_BY(mu_) = kDefaultSocketBuffer;

@@ -24,7 +24,7 @@ namespace sandboxd::socket {
 // An EventSource: epoll can watch it. Waiters a datagram socket registers
 // on its peer's peer_wait_ are removed by UnixEndpoint::Close when the file
 // is released, so only the endpoint's own queue can still hold them after.
-class UnixSocket : public Socket, public fs::EventSource {
+class UnixSocket : public Socket, public waiter::EventSource {
  public:
   // socket(AF_UNIX, type, protocol): type without SOCK_NONBLOCK/CLOEXEC.
   // -ESOCKTNOSUPPORT / -EPROTONOSUPPORT as Linux. `creator` is used for
@@ -54,14 +54,14 @@ class UnixSocket : public Socket, public fs::EventSource {
   int64_t Ioctl(uint64_t request, void* buf) override;
   int StatusFlags() const override;
   int64_t SetStatusFlags(int flags) override;
-  fs::EventMask Readiness(fs::EventMask mask) override {
+  waiter::EventMask Readiness(waiter::EventMask mask) override {
     return ep_->Readiness(mask);
   }
-  void EventRegister(fs::Waiter* w, fs::EventMask mask) override {
+  void EventRegister(waiter::Waiter* w, waiter::EventMask mask) override {
     ep_->EventRegister(w, mask);
   }
-  void EventUnregister(fs::Waiter* w) override { ep_->EventUnregister(w); }
-  std::shared_ptr<fs::WaitQueue> event_queue() override { return ep_->queue(); }
+  void EventUnregister(waiter::Waiter* w) override { ep_->EventUnregister(w); }
+  std::shared_ptr<waiter::WaitQueue> event_queue() override { return ep_->queue(); }
 
   // Socket
   int family() const override { return AF_UNIX; }

@@ -25,13 +25,13 @@ namespace {
 
 // A Blocker for tests: sleeps until the queue is notified, the deadline
 // passes or Interrupt() is called (the task's signal).
-class FakeBlocker : public fs::Blocker {
+class FakeBlocker : public waiter::Blocker {
  public:
-  int Wait(fs::WaitQueue& q, fs::EventMask mask,
+  int Wait(waiter::WaitQueue& q, waiter::EventMask mask,
            const std::function<bool()>& ready, absl::Time deadline) override {
-    struct Wakeup : fs::Waiter {
+    struct Wakeup : waiter::Waiter {
       FakeBlocker* b;
-      void Notify(fs::EventMask) override {
+      void Notify(waiter::EventMask) override {
         absl::MutexLock l(&b->mu_);
         b->seq_++;
       }
@@ -101,9 +101,9 @@ class CountedFile : public fs::File {
 std::atomic<int> CountedFile::live{0};
 
 // A waiter that remembers what it was told.
-struct RecordingWaiter : fs::Waiter {
-  std::atomic<fs::EventMask> seen{0};
-  void Notify(fs::EventMask events) override { seen |= events; }
+struct RecordingWaiter : waiter::Waiter {
+  std::atomic<waiter::EventMask> seen{0};
+  void Notify(waiter::EventMask events) override { seen |= events; }
 };
 
 std::string Abstract(const std::string& name) {
@@ -397,7 +397,7 @@ TEST_F(UnixSocketTest, StreamWithPasscredDoesNotMergeWriters) {
 TEST_F(UnixSocketTest, ReadinessAndNotifications) {
   std::shared_ptr<UnixSocket> a, b;
   Pair(SOCK_STREAM, &a, &b);
-  const fs::EventMask all = POLLIN | POLLOUT | POLLRDHUP;
+  const waiter::EventMask all = POLLIN | POLLOUT | POLLRDHUP;
   EXPECT_EQ(b->Readiness(all), POLLOUT);
   RecordingWaiter w;
   b->EventRegister(&w, POLLIN);
@@ -449,7 +449,7 @@ TEST_F(UnixSocketTest, DatagramReceiverQueueLimit) {
   s->EventRegister(&w, POLLOUT);
   EXPECT_EQ(Recv(*r, 10, nullptr), 1);
   EXPECT_TRUE(w.seen.load() & POLLOUT);
-  EXPECT_EQ(s->Readiness(POLLOUT), static_cast<fs::EventMask>(POLLOUT));
+  EXPECT_EQ(s->Readiness(POLLOUT), static_cast<waiter::EventMask>(POLLOUT));
   s->EventUnregister(&w);
   // Closing the receiver: the sender learns on its next send.
   r.reset();
@@ -496,7 +496,7 @@ TEST_F(UnixSocketTest, SendBufferBlocksWriters) {
   EXPECT_EQ(a->Readiness(POLLOUT), 0u);
   std::string got;
   EXPECT_EQ(Recv(*b, 200000, &got), n);
-  EXPECT_EQ(a->Readiness(POLLOUT), static_cast<fs::EventMask>(POLLOUT));
+  EXPECT_EQ(a->Readiness(POLLOUT), static_cast<waiter::EventMask>(POLLOUT));
 }
 
 TEST_F(UnixSocketTest, BlockingConnectWaitsForBacklog) {

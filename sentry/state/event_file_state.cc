@@ -12,6 +12,7 @@
 #include "sentry/kernel/signalfd.h"
 #include "sentry/state/fs_state.h"
 #include "sentry/state/saved_size.h"
+#include "sentry/waiter/timer_thread.h"
 
 namespace sandboxd::state {
 
@@ -47,7 +48,7 @@ absl::Status FsState::SaveTimerFd(fs::TimerFd* tf, pb::File* rec) {
   if (st.next_ns_ != 0) {
     r->set_armed(true);
     r->set_remaining_ns(
-        std::max<int64_t>(st.next_ns_ - fs::ClockNowNs(st.clock_), 1));
+        std::max<int64_t>(st.next_ns_ - waiter::ClockNowNs(st.clock_), 1));
   }
   r->set_interval_ns(st.interval_ns_);
   r->set_ticks(st.ticks_);
@@ -72,8 +73,8 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadTimerFd(
   st.interval_ns_ = r.interval_ns();
   st.ticks_ = r.ticks();
   if (r.armed()) {
-    st.next_ns_ = fs::ClockNowNs(st.clock_) + r.remaining_ns();
-    fs::TimerThread::Get().Arm(tf->state_, st.clock_, st.next_ns_);
+    st.next_ns_ = waiter::ClockNowNs(st.clock_) + r.remaining_ns();
+    waiter::TimerThread::Get().Arm(tf->state_, st.clock_, st.next_ns_);
   }
   return std::static_pointer_cast<fs::File>(tf);
 }

@@ -30,7 +30,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "sentry/fs/vfs.h"
-#include "sentry/kernel/task.h"
+#include "sentry/kernel/kernel.h"
 #include "sentry/kernel/timers.h"
 #include "sentry/mm/mm.h"
 #include "sentry/state/loader.h"

@@ -525,7 +525,7 @@ TEST_F(KernelStateTest, SignalFdKeepsMaskAndWakesWithItsProcess) {
   info.si_signo = SIGUSR1;
   info.si_code = SI_USER;
   ASSERT_TRUE(init2->SendSignalInfo(info));
-  EXPECT_EQ(loaded->Readiness(POLLIN), static_cast<fs::EventMask>(POLLIN));
+  EXPECT_EQ(loaded->Readiness(POLLIN), static_cast<waiter::EventMask>(POLLIN));
 }
 
 // A host pty's replica as a "host terminal": the terminal the Sentry ran

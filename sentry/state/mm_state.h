@@ -38,7 +38,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "sentry/kernel/task.h"
+#include "sentry/kernel/kernel.h"
 #include "sentry/mm/mm.h"
 #include "sentry/state/kernel_state.h"
 #include "sentry/state/loader.h"

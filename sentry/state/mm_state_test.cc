@@ -19,7 +19,7 @@
 #include "sentry/fs/mappable.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/fs/vfs.h"
-#include "sentry/kernel/task.h"
+#include "sentry/kernel/kernel.h"
 #include "sentry/kernel/testing/fakes.h"
 #include "sentry/mm/memory_file.h"
 #include "sentry/state/fs_state.h"

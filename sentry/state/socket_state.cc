@@ -10,9 +10,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "sentry/fs/waiter.h"
 #include "sentry/state/fs_state.h"
 #include "sentry/state/saved_size.h"
+#include "sentry/waiter/waiter.h"
 
 namespace sandboxd::state {
 namespace {
@@ -179,7 +179,7 @@ absl::StatusOr<std::shared_ptr<SendBuffer>> SocketState::LoadSendBuffer(
   return l.Load<SendBuffer, pb::SendBuffer>(
       id, table, "send buffer",
       [](const pb::SendBuffer&) -> absl::StatusOr<std::shared_ptr<SendBuffer>> {
-        return std::make_shared<SendBuffer>(std::make_shared<fs::WaitQueue>());
+        return std::make_shared<SendBuffer>(std::make_shared<waiter::WaitQueue>());
       });
 }
 

@@ -18,12 +18,12 @@
 #include "base/status_macros.h"
 #include "gtest/gtest.h"
 #include "sentry/fs/eventfd.h"
-#include "sentry/fs/waiter.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/fs/vfs.h"
 #include "sentry/mm/memory_file.h"
 #include "sentry/state/fs_state.h"
 #include "sentry/state/pages.h"
+#include "sentry/waiter/waiter.h"
 
 namespace sandboxd::state {
 namespace {
@@ -50,9 +50,9 @@ std::string PathAddr(const std::string& path) {
 }
 
 // Every socket here is non-blocking: a wait is a test failure.
-class NoBlocking : public fs::Blocker {
+class NoBlocking : public waiter::Blocker {
  public:
-  int Wait(fs::WaitQueue&, fs::EventMask, const std::function<bool()>& ready,
+  int Wait(waiter::WaitQueue&, waiter::EventMask, const std::function<bool()>& ready,
            absl::Time) override {
     if (ready()) return 0;
     ADD_FAILURE() << "a non-blocking socket waited";
@@ -171,7 +171,7 @@ TEST_F(SocketStateTest, PairsWithQueuedDataAndFilesInFlight) {
   std::string got;
   ASSERT_EQ(a.Recv(*tb, 2, &got), 2);
   ASSERT_EQ(tb->Shutdown(SHUT_WR), 0);
-  const fs::EventMask sa_ready = sa->Readiness(POLLIN | POLLOUT);
+  const waiter::EventMask sa_ready = sa->Readiness(POLLIN | POLLOUT);
 
   Side b;
   auto loaded = RoundTrip(a, {sa, sb, ta, tb}, b);

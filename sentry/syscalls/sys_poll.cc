@@ -35,7 +35,7 @@
 namespace sandboxd::syscalls {
 namespace {
 
-using fs::EventMask;
+using waiter::EventMask;
 
 std::shared_ptr<fs::File> GetFile(Task& t, uint64_t fd) {
   if (fd > INT32_MAX) return nullptr;
@@ -210,19 +210,19 @@ struct PollItem {
 
 // Collects notifications from every polled file into one queue the task
 // sleeps on.
-class PollWaiter : public fs::Waiter {
+class PollWaiter : public waiter::Waiter {
  public:
   void Notify(EventMask) override {
     fired_.store(true, std::memory_order_release);
     queue_.Notify(POLLIN);
   }
-  fs::WaitQueue& queue() { return queue_; }
+  waiter::WaitQueue& queue() { return queue_; }
   bool fired() const { return fired_.load(std::memory_order_acquire); }
   void Reset() { fired_.store(false, std::memory_order_release); }
 
  private:
   std::atomic<bool> fired_{false};
-  fs::WaitQueue queue_;
+  waiter::WaitQueue queue_;
 };
 
 // Fills every revents; returns how many are non-zero.
@@ -451,7 +451,7 @@ int64_t SysEpollCtl(Task& t, const SyscallArgs& a) {
   if (epf == nullptr || target == nullptr) return -EBADF;
   // Linux checks that the target can be polled before that epfd is an
   // epoll file.
-  auto* source = dynamic_cast<fs::EventSource*>(target.get());
+  auto* source = dynamic_cast<waiter::EventSource*>(target.get());
   if (source == nullptr || source->event_queue() == nullptr) return -EPERM;
   auto ep = std::dynamic_pointer_cast<fs::EpollFile>(epf);
   if (ep == nullptr || a.a[0] == a.a[2]) return -EINVAL;

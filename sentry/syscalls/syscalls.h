@@ -7,7 +7,7 @@
 
 #include <cstdint>
 
-#include "sentry/kernel/task.h"
+#include "sentry/kernel/kernel.h"
 
 namespace sandboxd::syscalls {
 

@@ -8,7 +8,7 @@
 
 #include "sentry/fs/file.h"
 #include "sentry/fs/vfs.h"
-#include "sentry/kernel/task.h"
+#include "sentry/kernel/kernel.h"
 
 namespace sandboxd::syscalls {
 

@@ -16,8 +16,8 @@
 namespace sandboxd::fs::tty {
 namespace {
 
-constexpr EventMask kIn = POLLIN | POLLRDNORM;
-constexpr EventMask kOut = POLLOUT | POLLWRNORM;
+constexpr waiter::EventMask kIn = POLLIN | POLLRDNORM;
+constexpr waiter::EventMask kOut = POLLOUT | POLLWRNORM;
 
 timespec Now() {
   timespec ts;
@@ -114,9 +114,9 @@ int64_t Pty::MasterWrite(const void* buf, uint64_t n, bool nonblock,
   }
 }
 
-EventMask Pty::MasterReadiness(EventMask mask) {
+waiter::EventMask Pty::MasterReadiness(waiter::EventMask mask) {
   absl::MutexLock l(&mu_);
-  EventMask m = 0;
+  waiter::EventMask m = 0;
   if (!output_.empty() || (packet_ && packet_status_ != 0)) m |= kIn;
   if (ld_.HasRoom()) m |= kOut;
   if (replica_seen_ && replicas_ == 0) m |= POLLHUP;
@@ -282,9 +282,9 @@ int64_t Pty::ReplicaWrite(const void* buf, uint64_t n, bool nonblock,
   }
 }
 
-EventMask Pty::ReplicaReadiness(EventMask mask) {
+waiter::EventMask Pty::ReplicaReadiness(waiter::EventMask mask) {
   absl::MutexLock l(&mu_);
-  EventMask m = 0;
+  waiter::EventMask m = 0;
   if (!master_open_) {
     // hung_up_tty_poll.
     m = kIn | kOut | POLLHUP | POLLERR;
@@ -406,15 +406,15 @@ int64_t PtyMasterFile::Write(const void* buf, uint64_t n, int64_t offset,
   return pty_->MasterWrite(buf, n, (StatusFlags() & O_NONBLOCK) != 0, io);
 }
 
-EventMask PtyMasterFile::Readiness(EventMask mask) {
+waiter::EventMask PtyMasterFile::Readiness(waiter::EventMask mask) {
   return pty_->MasterReadiness(mask);
 }
 
-void PtyMasterFile::EventRegister(Waiter* w, EventMask mask) {
+void PtyMasterFile::EventRegister(waiter::Waiter* w, waiter::EventMask mask) {
   pty_->master_queue()->Add(w, mask);
 }
 
-void PtyMasterFile::EventUnregister(Waiter* w) {
+void PtyMasterFile::EventUnregister(waiter::Waiter* w) {
   pty_->master_queue()->Remove(w);
 }
 
@@ -436,15 +436,15 @@ int64_t PtyReplicaFile::Write(const void* buf, uint64_t n, int64_t offset,
   return pty_->ReplicaWrite(buf, n, (StatusFlags() & O_NONBLOCK) != 0, io);
 }
 
-EventMask PtyReplicaFile::Readiness(EventMask mask) {
+waiter::EventMask PtyReplicaFile::Readiness(waiter::EventMask mask) {
   return pty_->ReplicaReadiness(mask);
 }
 
-void PtyReplicaFile::EventRegister(Waiter* w, EventMask mask) {
+void PtyReplicaFile::EventRegister(waiter::Waiter* w, waiter::EventMask mask) {
   pty_->replica_queue()->Add(w, mask);
 }
 
-void PtyReplicaFile::EventUnregister(Waiter* w) {
+void PtyReplicaFile::EventUnregister(waiter::Waiter* w) {
   pty_->replica_queue()->Remove(w);
 }
 

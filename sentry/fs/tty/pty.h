@@ -31,11 +31,11 @@
 
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
-#include "sentry/fs/event_source.h"
 #include "sentry/fs/file.h"
 #include "sentry/fs/inode.h"
 #include "sentry/fs/tty/line_discipline.h"
 #include "sentry/fs/tty/terminal.h"
+#include "sentry/waiter/event_source.h"
 
 namespace sandboxd::state {
 struct TtyState;
@@ -66,7 +66,7 @@ class Pty final : public Terminal {
   int64_t MasterRead(void* buf, uint64_t n, bool nonblock, const IoContext& io);
   int64_t MasterWrite(const void* buf, uint64_t n, bool nonblock,
                       const IoContext& io);
-  EventMask MasterReadiness(EventMask mask);
+  waiter::EventMask MasterReadiness(waiter::EventMask mask);
   // The master's last description closed: hang up.
   void MasterClosed();
   int64_t SetLocked(bool locked);
@@ -81,13 +81,13 @@ class Pty final : public Terminal {
                       const IoContext& io);
   int64_t ReplicaWrite(const void* buf, uint64_t n, bool nonblock,
                        const IoContext& io);
-  EventMask ReplicaReadiness(EventMask mask);
+  waiter::EventMask ReplicaReadiness(waiter::EventMask mask);
   // Opening /dev/pts/N: -EIO while locked or after the master closed.
   int64_t ReplicaOpening();
   void ReplicaClosed();
 
-  const std::shared_ptr<WaitQueue>& master_queue() const { return master_q_; }
-  const std::shared_ptr<WaitQueue>& replica_queue() const { return replica_q_; }
+  const std::shared_ptr<waiter::WaitQueue>& master_queue() const { return master_q_; }
+  const std::shared_ptr<waiter::WaitQueue>& replica_queue() const { return replica_q_; }
 
   // Terminal.
   int64_t GetTermios(KernelTermios* out) override;
@@ -112,8 +112,8 @@ class Pty final : public Terminal {
 
   const std::shared_ptr<DevPts> devpts_;
   const uint32_t index_;
-  const std::shared_ptr<WaitQueue> master_q_ = std::make_shared<WaitQueue>();
-  const std::shared_ptr<WaitQueue> replica_q_ = std::make_shared<WaitQueue>();
+  const std::shared_ptr<waiter::WaitQueue> master_q_ = std::make_shared<waiter::WaitQueue>();
+  const std::shared_ptr<waiter::WaitQueue> replica_q_ = std::make_shared<waiter::WaitQueue>();
 
   mutable absl::Mutex mu_;
   LineDiscipline ld_ ABSL_GUARDED_BY(mu_);
@@ -128,7 +128,7 @@ class Pty final : public Terminal {
 };
 
 // The master side: what opening /dev/ptmx returns. Its inode is /dev/ptmx.
-class PtyMasterFile final : public InodeFile, public EventSource, public TtyFile {
+class PtyMasterFile final : public InodeFile, public waiter::EventSource, public TtyFile {
  public:
   PtyMasterFile(std::shared_ptr<Inode> ptmx, int flags, std::shared_ptr<Pty> pty);
   ~PtyMasterFile() override;
@@ -139,10 +139,10 @@ class PtyMasterFile final : public InodeFile, public EventSource, public TtyFile
                 const IoContext& io) override;
   int64_t Seek(int64_t, int) override { return -ESPIPE; }
   int64_t Ioctl(uint64_t request, void* buf) override { return -ENOTTY; }
-  EventMask Readiness(EventMask mask) override;
-  void EventRegister(Waiter* w, EventMask mask) override;
-  void EventUnregister(Waiter* w) override;
-  std::shared_ptr<WaitQueue> event_queue() override { return pty_->master_queue(); }
+  waiter::EventMask Readiness(waiter::EventMask mask) override;
+  void EventRegister(waiter::Waiter* w, waiter::EventMask mask) override;
+  void EventUnregister(waiter::Waiter* w) override;
+  std::shared_ptr<waiter::WaitQueue> event_queue() override { return pty_->master_queue(); }
   const std::shared_ptr<Terminal>& terminal() const override { return term_; }
   bool program_side() const override { return false; }
 
@@ -155,7 +155,7 @@ class PtyMasterFile final : public InodeFile, public EventSource, public TtyFile
 
 // The replica side: /dev/pts/N (and /dev/tty when it is the controlling
 // terminal).
-class PtyReplicaFile final : public InodeFile, public EventSource, public TtyFile {
+class PtyReplicaFile final : public InodeFile, public waiter::EventSource, public TtyFile {
  public:
   // Preconditions: pty->ReplicaOpening() succeeded.
   PtyReplicaFile(std::shared_ptr<Inode> inode, int flags, std::shared_ptr<Pty> pty);
@@ -167,10 +167,10 @@ class PtyReplicaFile final : public InodeFile, public EventSource, public TtyFil
                 const IoContext& io) override;
   int64_t Seek(int64_t, int) override { return -ESPIPE; }
   int64_t Ioctl(uint64_t request, void* buf) override { return -ENOTTY; }
-  EventMask Readiness(EventMask mask) override;
-  void EventRegister(Waiter* w, EventMask mask) override;
-  void EventUnregister(Waiter* w) override;
-  std::shared_ptr<WaitQueue> event_queue() override { return pty_->replica_queue(); }
+  waiter::EventMask Readiness(waiter::EventMask mask) override;
+  void EventRegister(waiter::Waiter* w, waiter::EventMask mask) override;
+  void EventUnregister(waiter::Waiter* w) override;
+  std::shared_ptr<waiter::WaitQueue> event_queue() override { return pty_->replica_queue(); }
   const std::shared_ptr<Terminal>& terminal() const override { return term_; }
 
  private:

@@ -11,7 +11,7 @@
 #include <vector>
 
 #include "gtest/gtest.h"
-#include "sentry/fs/fake_blocker.h"
+#include "sentry/fs/testing/fake_blocker.h"
 #include "sentry/fs/vfs.h"
 
 namespace sandboxd::fs::tty {
@@ -107,9 +107,9 @@ TEST_F(PtyTest, CanonicalRoundTripWithEcho) {
   master_->pty().SetLocked(false);
   auto r = OpenReplica();
   ASSERT_NE(r, nullptr);
-  EXPECT_EQ(r->Readiness(POLLIN | POLLOUT), static_cast<EventMask>(POLLOUT));
+  EXPECT_EQ(r->Readiness(POLLIN | POLLOUT), static_cast<waiter::EventMask>(POLLOUT));
   EXPECT_EQ(Write(*master_, "hellp\x7fo\r"), 8);
-  EXPECT_EQ(r->Readiness(POLLIN), static_cast<EventMask>(POLLIN));
+  EXPECT_EQ(r->Readiness(POLLIN), static_cast<waiter::EventMask>(POLLIN));
   EXPECT_EQ(Read(*r), "hello\n");
   EXPECT_EQ(Read(*master_), "hellp\b \bo\r\n");
   EXPECT_EQ(Write(*r, "out\n"), 4);
@@ -176,7 +176,7 @@ TEST_F(PtyTest, MasterCloseHangsUp) {
   EXPECT_EQ(Read(*r), "");
   EXPECT_EQ(Write(*r, "x"), -EIO);
   EXPECT_EQ(r->Readiness(POLLIN) & (POLLIN | POLLHUP),
-            static_cast<EventMask>(POLLIN | POLLHUP));
+            static_cast<waiter::EventMask>(POLLIN | POLLHUP));
 }
 
 TEST_F(PtyTest, ReplicaCloseGivesMasterEio) {

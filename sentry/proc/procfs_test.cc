@@ -1,4 +1,4 @@
-#include "sentry/fs/proc/procfs.h"
+#include "sentry/proc/procfs.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>
@@ -14,7 +14,7 @@
 #include "sentry/fs/pipe.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/fs/vfs.h"
-#include "sentry/kernel/task.h"
+#include "sentry/kernel/kernel.h"
 #include "sentry/kernel/testing/fakes.h"
 #include "sentry/mm/memory_file.h"
 #include "sentry/mm/mm.h"

@@ -1,4 +1,4 @@
-#include "sentry/fs/proc/format.h"
+#include "sentry/proc/format.h"
 
 #include <sys/resource.h>
 

@@ -10,8 +10,8 @@
 // Lock order: HostPoller::mu_ > the watched queues' locks. A queue is
 // notified with mu_ held, which is what makes Remove a barrier: once it
 // returns, the thread never touches that queue again.
-#ifndef SANDBOXD_SENTRY_FS_HOST_POLLER_H_
-#define SANDBOXD_SENTRY_FS_HOST_POLLER_H_
+#ifndef SANDBOXD_SENTRY_WAITER_HOST_POLLER_H_
+#define SANDBOXD_SENTRY_WAITER_HOST_POLLER_H_
 
 #include <cstdint>
 #include <memory>
@@ -22,9 +22,9 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "base/unique_fd.h"
-#include "sentry/fs/waiter.h"
+#include "sentry/waiter/waiter.h"
 
-namespace sandboxd::fs {
+namespace sandboxd::waiter {
 
 class HostPoller {
  public:
@@ -60,6 +60,6 @@ class HostPoller {
       ABSL_GUARDED_BY(mu_);
 };
 
-}  // namespace sandboxd::fs
+}  // namespace sandboxd::waiter
 
-#endif  // SANDBOXD_SENTRY_FS_HOST_POLLER_H_
+#endif  // SANDBOXD_SENTRY_WAITER_HOST_POLLER_H_

@@ -1,4 +1,4 @@
-#include "sentry/fs/host_poller.h"
+#include "sentry/waiter/host_poller.h"
 
 #include <errno.h>
 #include <poll.h>
@@ -12,7 +12,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 
-namespace sandboxd::fs {
+namespace sandboxd::waiter {
 namespace {
 
 // epoll_data of the stop eventfd; handles start at 1.
@@ -101,4 +101,4 @@ void HostPoller::Loop() {
   }
 }
 
-}  // namespace sandboxd::fs
+}  // namespace sandboxd::waiter

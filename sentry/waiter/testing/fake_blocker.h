@@ -2,8 +2,8 @@
 // a notification of the queue it waits on, an Interrupt() (-EINTR), or the
 // deadline (-ETIMEDOUT), and counts how often it went to sleep so that a
 // test can tell a blocked caller from one that has not got there yet.
-#ifndef SANDBOXD_SENTRY_FS_FAKE_BLOCKER_H_
-#define SANDBOXD_SENTRY_FS_FAKE_BLOCKER_H_
+#ifndef SANDBOXD_SENTRY_WAITER_TESTING_FAKE_BLOCKER_H_
+#define SANDBOXD_SENTRY_WAITER_TESTING_FAKE_BLOCKER_H_
 
 #include <errno.h>
 
@@ -14,10 +14,9 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
-#include "sentry/fs/file.h"
-#include "sentry/fs/waiter.h"
+#include "sentry/waiter/waiter.h"
 
-namespace sandboxd::fs {
+namespace sandboxd::waiter {
 
 class FakeBlocker : public Blocker {
  public:
@@ -77,8 +76,6 @@ class FakeBlocker : public Blocker {
     mu_.Await(absl::Condition(&cond));
   }
 
-  IoContext io() { return IoContext{-1, this}; }
-
  private:
   class Relay : public Waiter {
    public:
@@ -131,6 +128,6 @@ class CountingWaiter : public Waiter {
   EventMask events_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
-}  // namespace sandboxd::fs
+}  // namespace sandboxd::waiter
 
-#endif  // SANDBOXD_SENTRY_FS_FAKE_BLOCKER_H_
+#endif  // SANDBOXD_SENTRY_WAITER_TESTING_FAKE_BLOCKER_H_

@@ -3,8 +3,8 @@
 // included, because procps (ps, top, free) and libc parse it. Nothing here
 // touches the kernel, so that the formats are unit-tested on their own
 // (format_test.cc); procfs.cc gathers the data.
-#ifndef SANDBOXD_SENTRY_FS_PROC_FORMAT_H_
-#define SANDBOXD_SENTRY_FS_PROC_FORMAT_H_
+#ifndef SANDBOXD_SENTRY_PROC_FORMAT_H_
+#define SANDBOXD_SENTRY_PROC_FORMAT_H_
 
 #include <sys/resource.h>
 #include <sys/types.h>
@@ -116,4 +116,4 @@ std::string FdInfoText(int64_t pos, int flags, uint64_t mnt_id, uint64_t ino);
 
 }  // namespace sandboxd::fs::proc
 
-#endif  // SANDBOXD_SENTRY_FS_PROC_FORMAT_H_
+#endif  // SANDBOXD_SENTRY_PROC_FORMAT_H_

@@ -23,15 +23,15 @@
 // Locks: what procfs reads from thread groups it copies under the tasklist
 // lock (Kernel::WithTasklistLock); mm, fd-table and VFS calls are made
 // after it is released.
-#ifndef SANDBOXD_SENTRY_FS_PROC_PROCFS_H_
-#define SANDBOXD_SENTRY_FS_PROC_PROCFS_H_
+#ifndef SANDBOXD_SENTRY_PROC_PROCFS_H_
+#define SANDBOXD_SENTRY_PROC_PROCFS_H_
 
 #include <cstdint>
 #include <memory>
 #include <string>
 
 #include "sentry/fs/inode.h"
-#include "sentry/kernel/task.h"
+#include "sentry/kernel/kernel.h"
 
 namespace sandboxd::fs::proc {
 
@@ -68,4 +68,4 @@ class ProcFs {
 
 }  // namespace sandboxd::fs::proc
 
-#endif  // SANDBOXD_SENTRY_FS_PROC_PROCFS_H_
+#endif  // SANDBOXD_SENTRY_PROC_PROCFS_H_

@@ -1,5 +1,5 @@
-// Readiness and blocking for files: what poll, select, epoll and blocking
-// reads and writes are built on.
+// Readiness and blocking: what poll, select, epoll and blocking reads and
+// writes of files, sockets and signalfds are built on.
 //
 // A file that can become ready (pipes, sockets, eventfd, ...) owns a
 // WaitQueue and calls Notify(events) whenever its readiness may have
@@ -7,12 +7,13 @@
 // (from the notifying thread, with the queue's lock held: it must only
 // wake something up, never call back into the file).
 //
-// A blocking operation waits through its IoContext's Blocker (the task):
+// A blocking operation waits through a Blocker (the task; a file operation
+// finds it in its fs::IoContext):
 // Wait(queue, mask, ready, deadline) sleeps until ready() holds, rechecked
 // after every notification, or the task is interrupted (a signal, group
 // exit) or the deadline passes.
-#ifndef SANDBOXD_SENTRY_FS_WAITER_H_
-#define SANDBOXD_SENTRY_FS_WAITER_H_
+#ifndef SANDBOXD_SENTRY_WAITER_WAITER_H_
+#define SANDBOXD_SENTRY_WAITER_WAITER_H_
 
 #include <poll.h>
 
@@ -24,7 +25,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
-namespace sandboxd::fs {
+namespace sandboxd::waiter {
 
 // POLLIN, POLLOUT, POLLERR, POLLHUP, POLLRDHUP, POLLPRI... as poll(2).
 using EventMask = uint32_t;
@@ -73,7 +74,7 @@ class WaitQueue {
   std::vector<Entry> entries_ ABSL_GUARDED_BY(mu_);
 };
 
-// What a blocking file operation blocks with: the calling task.
+// What a blocking operation blocks with: the calling task (kernel::Task).
 class Blocker {
  public:
   virtual ~Blocker() = default;
@@ -90,6 +91,6 @@ class Blocker {
   virtual void HostWaitEnd() {}
 };
 
-}  // namespace sandboxd::fs
+}  // namespace sandboxd::waiter
 
-#endif  // SANDBOXD_SENTRY_FS_WAITER_H_
+#endif  // SANDBOXD_SENTRY_WAITER_WAITER_H_

@@ -1,0 +1,213 @@
+#include "sentry/kernel/kernel.h"
+
+#include <errno.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/eventfd.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+
+namespace sandboxd::kernel {
+
+namespace {
+
+// The options of the memfd tmpfs: no limits but the memory file's, and an
+// anonymous device number of its own, as Linux's internal shm mount has.
+fs::TmpFsOptions MemfdOptions() {
+  fs::TmpFsOptions o;
+  o.dev = 0x10;
+  return o;
+}
+
+}  // namespace
+
+Kernel::Kernel(std::unique_ptr<mm::MemoryFile> mf,
+               std::unique_ptr<platform::Platform> platform,
+               SyscallTable* syscalls, KernelOptions opts)
+    : mf_(std::move(mf)),
+      memfd_sb_(std::make_shared<fs::TmpFsSuperblock>(
+          mf_.get(), MemfdOptions())),
+      platform_(std::move(platform)),
+      syscalls_(syscalls),
+      opts_(std::move(opts)) {}
+
+Kernel::~Kernel() {
+  std::vector<std::shared_ptr<Task>> done;
+  {
+    absl::MutexLock l(&mu_);
+    done.swap(exited_);
+  }
+  for (auto& t : done) t->Join();
+}
+
+absl::Status Kernel::CheckTaskLimitLocked() {
+  if (opts_.max_tasks != 0 &&
+      static_cast<uint64_t>(live_tasks_) >= opts_.max_tasks) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the sandbox's limit of ", opts_.max_tasks, " tasks"));
+  }
+  return absl::OkStatus();
+}
+
+pid_t Kernel::AllocTid() {
+  // Ids in use: live tasks, and thread groups (zombies keep theirs until
+  // reaped; a process group or session id stays in use while it has
+  // members, which are live groups).
+  while (tasks_.count(next_tid_) != 0 || groups_.count(next_tid_) != 0) {
+    next_tid_ = next_tid_ >= kMaxPid ? 1 : next_tid_ + 1;
+  }
+  pid_t tid = next_tid_;
+  next_tid_ = next_tid_ >= kMaxPid ? 1 : next_tid_ + 1;
+  return tid;
+}
+
+absl::StatusOr<Task*> Kernel::CreateInit(std::shared_ptr<mm::MM> mm,
+                                         std::shared_ptr<fs::FdTable> fds,
+                                         std::shared_ptr<fs::FsContext> fs,
+                                         const platform::CpuState& cpu) {
+  auto ctx = platform_->NewContext();
+  if (!ctx.ok()) return ctx.status();
+  absl::MutexLock l(&mu_);
+  RETURN_IF_ERROR(CheckTaskLimitLocked());
+  pid_t tid = AllocTid();
+  auto tg = std::make_shared<ThreadGroup>(this, tid, std::move(mm),
+                                          std::move(fds), std::move(fs));
+  tg->pgid = tid;
+  tg->sid = tid;
+  auto task = std::make_shared<Task>(this, tid, tg, std::move(*ctx));
+  task->cpu_ = cpu;
+  Task* t = task.get();
+  tg->AddTask(t);
+  groups_[tid] = tg;
+  tasks_[tid] = std::move(task);
+  live_tasks_++;
+  return t;
+}
+
+absl::StatusOr<Task*> Kernel::CreateThread(Task& parent,
+                                           const platform::CpuState& cpu) {
+  auto ctx = platform_->NewContext();
+  if (!ctx.ok()) return ctx.status();
+  absl::MutexLock l(&mu_);
+  if (parent.group().exiting()) {
+    return absl::FailedPreconditionError("the thread group is exiting");
+  }
+  RETURN_IF_ERROR(CheckTaskLimitLocked());
+  pid_t tid = AllocTid();
+  auto task =
+      std::make_shared<Task>(this, tid, parent.group_ptr(), std::move(*ctx));
+  task->cpu_ = cpu;
+  // A new thread inherits the signal mask; its alternate stack is cleared
+  // (clone with CLONE_VM).
+  task->mask_.store(parent.signal_mask());
+  task->mempolicy = parent.mempolicy;
+  Task* t = task.get();
+  parent.group().AddTask(t);
+  tasks_[tid] = std::move(task);
+  live_tasks_++;
+  return t;
+}
+
+ExitStatus Kernel::RunRestored() {
+  std::shared_ptr<ThreadGroup> init = FindGroup(1);
+  std::vector<std::shared_ptr<Task>> tasks;
+  {
+    absl::MutexLock l(&mu_);
+    for (const auto& [tid, t] : tasks_) tasks.push_back(t);
+  }
+  for (auto& t : tasks) t->Start();
+  std::vector<std::shared_ptr<Task>> done;
+  {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* live) { return *live == 0; }, &live_tasks_));
+    done.swap(exited_);
+  }
+  for (auto& t : done) t->Join();
+  return init != nullptr ? init->exit_status() : ExitStatus{};
+}
+
+ExitStatus Kernel::RunUntilInitExits(
+    Task* init, const std::function<void(const ExitStatus&)>& on_exit) {
+  std::shared_ptr<ThreadGroup> tg = init->group_ptr();
+  init->Start();
+  std::vector<std::shared_ptr<Task>> done;
+  {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(
+        +[](int* live) { return *live == 0; }, &live_tasks_));
+    done.swap(exited_);
+  }
+  const ExitStatus st = tg->exit_status();
+  if (on_exit) on_exit(st);
+  for (auto& t : done) t->Join();
+  return st;
+}
+
+void Kernel::TaskExited(Task* t) {
+  std::vector<std::shared_ptr<Task>> joinable;
+  std::vector<std::shared_ptr<mm::MM>> released;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = tasks_.find(t->tid());
+    if (it == tasks_.end()) return;
+    std::shared_ptr<Task> owned = std::move(it->second);
+    tasks_.erase(it);
+    std::shared_ptr<ThreadGroup> g = owned->group_ptr();
+    if (g->Tasks().empty()) GroupExitedLocked(g);
+    // Tasks that exited before this one have left their host threads (or
+    // are about to): join them here so that threads do not pile up.
+    joinable.swap(exited_);
+    exited_.push_back(std::move(owned));
+    released.swap(released_mms_);
+    live_tasks_--;
+  }
+  // Outside the lock and after live_tasks_ went down (RunUntilInitExits
+  // may already be reporting the exit): the stub processes are killed and
+  // reaped here, on this task's thread.
+  released.clear();
+  for (auto& j : joinable) j->Join();
+}
+
+std::shared_ptr<Task> Kernel::FindTask(pid_t tid) {
+  absl::MutexLock l(&mu_);
+  auto it = tasks_.find(tid);
+  return it == tasks_.end() ? nullptr : it->second;
+}
+
+std::shared_ptr<ThreadGroup> Kernel::FindGroup(pid_t tgid) {
+  absl::MutexLock l(&mu_);
+  auto it = groups_.find(tgid);
+  return it == groups_.end() ? nullptr : it->second;
+}
+
+std::vector<std::shared_ptr<ThreadGroup>> Kernel::ThreadGroups() {
+  absl::MutexLock l(&mu_);
+  std::vector<std::shared_ptr<ThreadGroup>> out;
+  out.reserve(groups_.size());
+  for (const auto& [pid, g] : groups_) out.push_back(g);
+  return out;
+}
+
+void Kernel::WithTasklistLock(const std::function<void()>& fn) {
+  absl::MutexLock l(&mu_);
+  fn();
+}
+
+void Kernel::CountUnimplemented(uint64_t nr) {
+  absl::MutexLock l(&unimpl_mu_);
+  unimplemented_[nr]++;
+}
+
+std::map<uint64_t, uint64_t> Kernel::UnimplementedCounts() {
+  absl::MutexLock l(&unimpl_mu_);
+  return unimplemented_;
+}
+
+}  // namespace sandboxd::kernel

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "sentry/fs/pipe.h"
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -39,11 +40,6 @@ constexpr unsigned kSpliceMore = 4;
 constexpr unsigned kSpliceGift = 8;
 constexpr unsigned kSpliceAll =
     kSpliceMove | kSpliceNonblock | kSpliceMore | kSpliceGift;
-
-std::shared_ptr<fs::File> GetFile(Task& t, uint64_t fd) {
-  if (fd > INT32_MAX) return nullptr;
-  return t.group().fds().Get(static_cast<int>(fd));
-}
 
 fs::PipeEnd* AsPipe(fs::File& f) { return dynamic_cast<fs::PipeEnd*>(&f); }
 
@@ -72,12 +68,12 @@ int64_t PipeError(Task& t, int64_t r) {
 int64_t ReadOffset(Task& t, uint64_t addr, bool* use, int64_t* off) {
   *use = addr != 0;
   if (!*use) return 0;
-  if (t.mm().CopyIn(addr, off, sizeof(*off)) != sizeof(*off)) return -EFAULT;
+  RETURN_IF_ERRNO(CopyInObj(t, addr, off));
   return *off < 0 ? -EINVAL : 0;
 }
 
 int64_t WriteOffset(Task& t, uint64_t addr, int64_t off) {
-  return t.mm().CopyOut(addr, &off, sizeof(off)) == sizeof(off) ? 0 : -EFAULT;
+  return CopyOutObj(t, addr, off);
 }
 
 // Moves up to `len` bytes from `src` (at *off, advanced, or at its own
@@ -174,8 +170,8 @@ int64_t SysSplice(Task& t, const SyscallArgs& a) {
   uint64_t len = std::min<uint64_t>(a.a[4], kMaxRw);
   unsigned flags = static_cast<unsigned>(a.a[5]);
   if (flags & ~kSpliceAll) return -EINVAL;
-  auto in = GetFile(t, a.a[0]);
-  auto out = GetFile(t, a.a[2]);
+  auto in = FileOrNull(t, a.a[0]);
+  auto out = FileOrNull(t, a.a[2]);
   if (in == nullptr || out == nullptr) return -EBADF;
   if (!Readable(*in) || !Writable(*out)) return -EBADF;
   fs::PipeEnd* ipipe = AsPipe(*in);
@@ -197,12 +193,11 @@ int64_t SysSplice(Task& t, const SyscallArgs& a) {
     int64_t off = 0;
     // An offset needs a file with positions (FMODE_PWRITE).
     if (a.a[3] != 0 && out->Seek(0, SEEK_CUR) < 0) return -EINVAL;
-    int64_t r = ReadOffset(t, a.a[3], &use_off, &off);
-    if (r < 0) return r;
+    RETURN_IF_ERRNO(ReadOffset(t, a.a[3], &use_off, &off));
     if (len == 0) return 0;
     nonblock |= Nonblocking(*in);
-    r = PipeToFile(t, ipipe->pipe(), *out, use_off ? &off : nullptr, len,
-                   nonblock);
+    int64_t r = PipeToFile(t, ipipe->pipe(), *out, use_off ? &off : nullptr,
+                           len, nonblock);
     if (r > 0 && use_off && WriteOffset(t, a.a[3], off) < 0) return -EFAULT;
     return r;
   }
@@ -212,12 +207,11 @@ int64_t SysSplice(Task& t, const SyscallArgs& a) {
     bool use_off;
     int64_t off = 0;
     if (a.a[1] != 0 && in->Seek(0, SEEK_CUR) < 0) return -EINVAL;
-    int64_t r = ReadOffset(t, a.a[1], &use_off, &off);
-    if (r < 0) return r;
+    RETURN_IF_ERRNO(ReadOffset(t, a.a[1], &use_off, &off));
     if (len == 0) return 0;
     nonblock |= Nonblocking(*out);
-    r = FileToPipe(t, *in, use_off ? &off : nullptr, opipe->pipe(), len,
-                   nonblock);
+    int64_t r = FileToPipe(t, *in, use_off ? &off : nullptr, opipe->pipe(), len,
+                           nonblock);
     if (r > 0 && use_off && WriteOffset(t, a.a[1], off) < 0) return -EFAULT;
     return r;
   }
@@ -228,8 +222,8 @@ int64_t SysTee(Task& t, const SyscallArgs& a) {
   uint64_t len = std::min<uint64_t>(a.a[2], kMaxRw);
   unsigned flags = static_cast<unsigned>(a.a[3]);
   if (flags & ~kSpliceAll) return -EINVAL;
-  auto in = GetFile(t, a.a[0]);
-  auto out = GetFile(t, a.a[1]);
+  auto in = FileOrNull(t, a.a[0]);
+  auto out = FileOrNull(t, a.a[1]);
   if (in == nullptr || out == nullptr) return -EBADF;
   if (!Readable(*in) || !Writable(*out)) return -EBADF;
   fs::PipeEnd* ipipe = AsPipe(*in);
@@ -246,18 +240,14 @@ int64_t SysTee(Task& t, const SyscallArgs& a) {
 int64_t SysVmsplice(Task& t, const SyscallArgs& a) {
   unsigned flags = static_cast<unsigned>(a.a[3]);
   if (flags & ~kSpliceAll) return -EINVAL;
-  auto f = GetFile(t, a.a[0]);
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, a.a[0]));
   fs::PipeEnd* pipe = AsPipe(*f);
   if (pipe == nullptr) return -EBADF;
   uint64_t cnt = a.a[2];
   if (cnt > kIovMax) return -EINVAL;
   std::vector<iovec> iov(cnt);
-  if (cnt > 0 &&
-      t.mm().CopyIn(a.a[1], iov.data(), cnt * sizeof(iovec)) !=
-          static_cast<int64_t>(cnt * sizeof(iovec))) {
-    return -EFAULT;
-  }
+  if (cnt > 0)
+    RETURN_IF_ERRNO(CopyInBytes(t, a.a[1], iov.data(), cnt * sizeof(iovec)));
   bool nonblock = (flags & kSpliceNonblock) != 0;
   bool to_pipe = Writable(*f);
   if (!to_pipe && !Readable(*f)) return -EBADF;
@@ -303,8 +293,8 @@ int64_t SysVmsplice(Task& t, const SyscallArgs& a) {
 // sendfile(out_fd, in_fd, offset, count): from a regular file to any
 // writable file.
 int64_t SysSendfile(Task& t, const SyscallArgs& a) {
-  auto out = GetFile(t, a.a[0]);
-  auto in = GetFile(t, a.a[1]);
+  auto out = FileOrNull(t, a.a[0]);
+  auto in = FileOrNull(t, a.a[1]);
   if (in == nullptr || out == nullptr) return -EBADF;
   if (!Readable(*in) || !Writable(*out)) return -EBADF;
   if (out->StatusFlags() & O_APPEND) return -EINVAL;
@@ -362,8 +352,8 @@ int64_t SysSendfile(Task& t, const SyscallArgs& a) {
 
 int64_t SysCopyFileRange(Task& t, const SyscallArgs& a) {
   if (a.a[5] != 0) return -EINVAL;
-  auto in = GetFile(t, a.a[0]);
-  auto out = GetFile(t, a.a[2]);
+  auto in = FileOrNull(t, a.a[0]);
+  auto out = FileOrNull(t, a.a[2]);
   if (in == nullptr || out == nullptr) return -EBADF;
   if (!Readable(*in) || !Writable(*out)) return -EBADF;
   if (out->StatusFlags() & O_APPEND) return -EBADF;
@@ -378,8 +368,8 @@ int64_t SysCopyFileRange(Task& t, const SyscallArgs& a) {
   if (ist.st_dev != ost.st_dev) return -EXDEV;
   int64_t ioff = 0, ooff = 0;
   bool use_in = a.a[1] != 0, use_out = a.a[3] != 0;
-  if (use_in && t.mm().CopyIn(a.a[1], &ioff, 8) != 8) return -EFAULT;
-  if (use_out && t.mm().CopyIn(a.a[3], &ooff, 8) != 8) return -EFAULT;
+  if (use_in) RETURN_IF_ERRNO(CopyInObj(t, a.a[1], &ioff));
+  if (use_out) RETURN_IF_ERRNO(CopyInObj(t, a.a[3], &ooff));
   if (!use_in) ioff = in->Seek(0, SEEK_CUR);
   if (!use_out) ooff = out->Seek(0, SEEK_CUR);
   uint64_t count = a.a[4];

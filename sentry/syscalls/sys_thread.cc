@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "absl/time/clock.h"
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/process.h"
 #include "sentry/syscalls/syscalls.h"
 
@@ -138,7 +139,7 @@ int64_t FutexDeadline(Task& t, uint64_t addr, bool absolute, bool realtime,
   *deadline = absl::InfiniteFuture();
   if (addr == 0) return 0;
   struct timespec ts;
-  if (t.mm().CopyIn(addr, &ts, sizeof(ts)) != sizeof(ts)) return -EFAULT;
+  RETURN_IF_ERRNO(CopyInObj(t, addr, &ts));
   if (ts.tv_sec < 0 || ts.tv_nsec < 0 || ts.tv_nsec >= 1000000000) {
     return -EINVAL;
   }
@@ -203,8 +204,7 @@ int64_t SysFutex(Task& t, const SyscallArgs& a) {
     }
     case FUTEX_REQUEUE:
     case FUTEX_CMP_REQUEUE: {
-      int64_t r = mm.AtomicWord(uaddr, false, &word);
-      if (r < 0) return r;
+      RETURN_IF_ERRNO(mm.AtomicWord(uaddr, false, &word));
       if (a.a[4] % 4 != 0) return -EINVAL;
       if (static_cast<int32_t>(val) < 0 || static_cast<int32_t>(a.a[3]) < 0) {
         return -EINVAL;
@@ -218,8 +218,7 @@ int64_t SysFutex(Task& t, const SyscallArgs& a) {
     case FUTEX_WAKE_OP: {
       uint64_t uaddr2 = a.a[4];
       std::atomic<uint32_t>* word2 = nullptr;
-      int64_t r = mm.AtomicWord(uaddr2, true, &word2);
-      if (r < 0) return r;
+      RETURN_IF_ERRNO(mm.AtomicWord(uaddr2, true, &word2));
       if (uaddr % 4 != 0) return -EINVAL;
       uint32_t encoded = static_cast<uint32_t>(a.a[5]);
       int opcode = (encoded >> 28) & 7;

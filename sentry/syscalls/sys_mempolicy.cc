@@ -15,6 +15,7 @@
 #include <cstring>
 #include <vector>
 
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -136,10 +137,7 @@ int64_t SysGetMempolicy(Task& t, const SyscallArgs& a) {
       nodes = 1;
     }
   }
-  if (policy_addr != 0 &&
-      t.mm().CopyOut(policy_addr, &policy, sizeof(policy)) != sizeof(policy)) {
-    return -EFAULT;
-  }
+  if (policy_addr != 0) RETURN_IF_ERRNO(CopyOutObj(t, policy_addr, policy));
   if (nmask != 0) return PutNodes(t, nmask, maxnode, nodes);
   return 0;
 }
@@ -158,7 +156,7 @@ int64_t SysSetMempolicy(Task& t, const SyscallArgs& a) {
   }
   uint64_t nodes = 0;
   bool any = false;
-  if (int64_t r = GetNodes(t, a.a[1], a.a[2], &nodes, &any); r < 0) return r;
+  RETURN_IF_ERRNO(GetNodes(t, a.a[1], a.a[2], &nodes, &any));
   // mpol_new()
   if (mode == kMpolDefault) {
     if (any) return -EINVAL;

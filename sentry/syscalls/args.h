@@ -1,7 +1,8 @@
 // The first steps of a syscall handler: copying an object in from or out
 // to application memory (a bad pointer is -EFAULT), finding the file
 // behind an fd (-EBADF) or a file of one kind (the errno Linux gives for
-// another kind), and handing a failed step's -errno back to the caller.
+// another kind), and handing a failed step's -errno back to the caller;
+// and the last step of pipe2 and socketpair, installing a pair of fds.
 // Everything here is inline and allocates nothing: a handler written with
 // these costs what it cost written out.
 #ifndef SANDBOXD_SENTRY_SYSCALLS_ARGS_H_
@@ -55,20 +56,21 @@ class [[nodiscard]] SysResult {
 
 // Returns `expr`, an int64_t result, from the enclosing function when it
 // is a -errno.
-#define RETURN_IF_ERRNO(expr)                                       \
-  do {                                                              \
-    if (const int64_t sys_r_ = (expr); sys_r_ < 0) {                \
-      return ::sandboxd::syscalls::Errno{sys_r_};                   \
-    }                                                               \
+#define RETURN_IF_ERRNO(expr)                        \
+  do {                                               \
+    if (const int64_t sys_r_ = (expr); sys_r_ < 0) { \
+      return ::sandboxd::syscalls::Errno{sys_r_};    \
+    }                                                \
   } while (0)
 
 // ASSIGN_OR_RETURN_ERRNO(lhs, expr): evaluates `expr` (a SysResult<T>);
 // on error returns its -errno, otherwise moves the value into `lhs`.
-#define ASSIGN_OR_RETURN_ERRNO(lhs, expr) \
-  SYSCALLS_ASSIGN_OR_RETURN_IMPL(SYSCALLS_CONCAT(sys_result_, __LINE__), lhs, expr)
-#define SYSCALLS_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr)               \
-  auto tmp = (expr);                                                 \
-  if (!tmp.ok()) return ::sandboxd::syscalls::Errno{tmp.error()};   \
+#define ASSIGN_OR_RETURN_ERRNO(lhs, expr)                                    \
+  SYSCALLS_ASSIGN_OR_RETURN_IMPL(SYSCALLS_CONCAT(sys_result_, __LINE__), lhs, \
+                                 expr)
+#define SYSCALLS_ASSIGN_OR_RETURN_IMPL(tmp, lhs, expr)            \
+  auto tmp = (expr);                                              \
+  if (!tmp.ok()) return ::sandboxd::syscalls::Errno{tmp.error()}; \
   lhs = std::move(tmp).value()
 
 namespace sandboxd::syscalls {
@@ -125,6 +127,29 @@ inline SysResult<std::shared_ptr<Kind>> FileAs(Task& t, uint64_t fd,
   Kind* k = dynamic_cast<Kind*>(f.get());
   if (k == nullptr) return Errno{wrong_kind};
   return std::shared_ptr<Kind>(f, k);
+}
+
+// The last step of pipe2 and socketpair: installs `a` and `b` and writes
+// their two fds (int[2]) to `addr`. On a failure neither stays installed:
+// the -errno of Install, or -EFAULT.
+inline int64_t InstallFdPair(Task& t, std::shared_ptr<fs::File> a,
+                             std::shared_ptr<fs::File> b, bool cloexec,
+                             uint64_t addr) {
+  fs::FdTable& fds = t.group().fds();
+  int64_t fa = fds.Install(std::move(a), cloexec);
+  if (fa < 0) return fa;
+  int64_t fb = fds.Install(std::move(b), cloexec);
+  if (fb < 0) {
+    fds.Close(static_cast<int>(fa));
+    return fb;
+  }
+  int32_t out[2] = {static_cast<int32_t>(fa), static_cast<int32_t>(fb)};
+  if (CopyOutObj(t, addr, out) < 0) {
+    fds.Close(static_cast<int>(fa));
+    fds.Close(static_cast<int>(fb));
+    return -EFAULT;
+  }
+  return 0;
 }
 
 }  // namespace sandboxd::syscalls

@@ -41,32 +41,13 @@ using fs::EventMask;
 // ---------------------------------------------------------------------------
 // File creation
 
-int64_t InstallPair(Task& t, std::shared_ptr<fs::File> a,
-                    std::shared_ptr<fs::File> b, bool cloexec, uint64_t addr) {
-  fs::FdTable& fds = t.group().fds();
-  int64_t fa = fds.Install(std::move(a), cloexec);
-  if (fa < 0) return fa;
-  int64_t fb = fds.Install(std::move(b), cloexec);
-  if (fb < 0) {
-    fds.Close(static_cast<int>(fa));
-    return fb;
-  }
-  int32_t out[2] = {static_cast<int32_t>(fa), static_cast<int32_t>(fb)};
-  if (CopyOutObj(t, addr, out) < 0) {
-    fds.Close(static_cast<int>(fa));
-    fds.Close(static_cast<int>(fb));
-    return -EFAULT;
-  }
-  return 0;
-}
-
 int64_t Pipe2(Task& t, uint64_t addr, uint64_t flags) {
   if (flags & ~static_cast<uint64_t>(O_CLOEXEC | O_NONBLOCK | O_DIRECT)) {
     return -EINVAL;  // includes O_NOTIFICATION_PIPE: no watch queues
   }
   auto [r, w] = fs::PipeEnd::Create(static_cast<int>(flags));
-  return InstallPair(t, std::move(r), std::move(w), (flags & O_CLOEXEC) != 0,
-                     addr);
+  return InstallFdPair(t, std::move(r), std::move(w),
+                       (flags & O_CLOEXEC) != 0, addr);
 }
 
 int64_t SysPipe(Task& t, const SyscallArgs& a) { return Pipe2(t, a.a[0], 0); }

@@ -210,21 +210,7 @@ int64_t SysSocketpair(Task& t, const SyscallArgs& a) {
   RETURN_IF_ERRNO(socket::UnixSocket::NewPair(
       &SandboxUnixNamespace(), type, static_cast<int>(a.a[2]), nonblock,
       CallerCredentials(t), &s0, &s1));
-  fs::FdTable& fds = t.group().fds();
-  int64_t fd0 = fds.Install(std::move(s0), cloexec);
-  if (fd0 < 0) return fd0;
-  int64_t fd1 = fds.Install(std::move(s1), cloexec);
-  if (fd1 < 0) {
-    fds.Close(fd0);
-    return fd1;
-  }
-  int32_t sv[2] = {static_cast<int32_t>(fd0), static_cast<int32_t>(fd1)};
-  if (CopyOutObj(t, a.a[3], sv) < 0) {
-    fds.Close(fd0);
-    fds.Close(fd1);
-    return -EFAULT;
-  }
-  return 0;
+  return InstallFdPair(t, std::move(s0), std::move(s1), cloexec, a.a[3]);
 }
 
 int64_t SysBind(Task& t, const SyscallArgs& a) {

@@ -53,6 +53,18 @@ bool Writable(fs::File& f) {
 }
 bool Nonblocking(fs::File& f) { return (f.StatusFlags() & O_NONBLOCK) != 0; }
 
+// The two files of splice, tee, sendfile and copy_file_range: -EBADF
+// unless `in` is open for reading and `out` for writing.
+int64_t InOutFiles(Task& t, uint64_t in_fd, uint64_t out_fd,
+                   std::shared_ptr<fs::File>* in,
+                   std::shared_ptr<fs::File>* out) {
+  *in = FileOrNull(t, in_fd);
+  *out = FileOrNull(t, out_fd);
+  if (*in == nullptr || *out == nullptr) return -EBADF;
+  if (!Readable(**in) || !Writable(**out)) return -EBADF;
+  return 0;
+}
+
 uint32_t FileType(fs::File& f) {
   auto inode = f.inode();
   return inode != nullptr ? inode->Type() : 0;
@@ -170,10 +182,8 @@ int64_t SysSplice(Task& t, const SyscallArgs& a) {
   uint64_t len = std::min<uint64_t>(a.a[4], kMaxRw);
   unsigned flags = static_cast<unsigned>(a.a[5]);
   if (flags & ~kSpliceAll) return -EINVAL;
-  auto in = FileOrNull(t, a.a[0]);
-  auto out = FileOrNull(t, a.a[2]);
-  if (in == nullptr || out == nullptr) return -EBADF;
-  if (!Readable(*in) || !Writable(*out)) return -EBADF;
+  std::shared_ptr<fs::File> in, out;
+  RETURN_IF_ERRNO(InOutFiles(t, a.a[0], a.a[2], &in, &out));
   fs::PipeEnd* ipipe = AsPipe(*in);
   fs::PipeEnd* opipe = AsPipe(*out);
   bool nonblock = (flags & kSpliceNonblock) != 0;
@@ -222,10 +232,8 @@ int64_t SysTee(Task& t, const SyscallArgs& a) {
   uint64_t len = std::min<uint64_t>(a.a[2], kMaxRw);
   unsigned flags = static_cast<unsigned>(a.a[3]);
   if (flags & ~kSpliceAll) return -EINVAL;
-  auto in = FileOrNull(t, a.a[0]);
-  auto out = FileOrNull(t, a.a[1]);
-  if (in == nullptr || out == nullptr) return -EBADF;
-  if (!Readable(*in) || !Writable(*out)) return -EBADF;
+  std::shared_ptr<fs::File> in, out;
+  RETURN_IF_ERRNO(InOutFiles(t, a.a[0], a.a[1], &in, &out));
   fs::PipeEnd* ipipe = AsPipe(*in);
   fs::PipeEnd* opipe = AsPipe(*out);
   if (ipipe == nullptr || opipe == nullptr) return -EINVAL;
@@ -293,10 +301,8 @@ int64_t SysVmsplice(Task& t, const SyscallArgs& a) {
 // sendfile(out_fd, in_fd, offset, count): from a regular file to any
 // writable file.
 int64_t SysSendfile(Task& t, const SyscallArgs& a) {
-  auto out = FileOrNull(t, a.a[0]);
-  auto in = FileOrNull(t, a.a[1]);
-  if (in == nullptr || out == nullptr) return -EBADF;
-  if (!Readable(*in) || !Writable(*out)) return -EBADF;
+  std::shared_ptr<fs::File> in, out;
+  RETURN_IF_ERRNO(InOutFiles(t, a.a[1], a.a[0], &in, &out));
   if (out->StatusFlags() & O_APPEND) return -EINVAL;
   // An offset needs a file with positions (FMODE_PREAD): ESPIPE first.
   if (a.a[2] != 0 && in->Seek(0, SEEK_CUR) < 0) return -ESPIPE;
@@ -352,10 +358,8 @@ int64_t SysSendfile(Task& t, const SyscallArgs& a) {
 
 int64_t SysCopyFileRange(Task& t, const SyscallArgs& a) {
   if (a.a[5] != 0) return -EINVAL;
-  auto in = FileOrNull(t, a.a[0]);
-  auto out = FileOrNull(t, a.a[2]);
-  if (in == nullptr || out == nullptr) return -EBADF;
-  if (!Readable(*in) || !Writable(*out)) return -EBADF;
+  std::shared_ptr<fs::File> in, out;
+  RETURN_IF_ERRNO(InOutFiles(t, a.a[0], a.a[2], &in, &out));
   if (out->StatusFlags() & O_APPEND) return -EBADF;
   uint32_t itype = FileType(*in), otype = FileType(*out);
   if (itype == S_IFDIR || otype == S_IFDIR) return -EISDIR;

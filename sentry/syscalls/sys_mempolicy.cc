@@ -53,10 +53,7 @@ int64_t GetNodes(Task& t, uint64_t addr, uint64_t maxnode, uint64_t* first,
   if (maxnode == 0 || addr == 0) return 0;
   if (maxnode > kPageBits) return -EINVAL;
   std::vector<uint64_t> words((maxnode + 63) / 64);
-  if (t.mm().CopyIn(addr, words.data(), words.size() * 8) !=
-      static_cast<int64_t>(words.size() * 8)) {
-    return -EFAULT;
-  }
+  RETURN_IF_ERRNO(CopyInBytes(t, addr, words.data(), words.size() * 8));
   if (maxnode % 64 != 0) words.back() &= (1ull << (maxnode % 64)) - 1;
   for (size_t i = 0; i < words.size(); i++) {
     uint64_t w = words[i];
@@ -76,10 +73,7 @@ int64_t PutNodes(Task& t, uint64_t addr, uint64_t maxnode, uint64_t nodes) {
   if (copy > 8) {
     if (copy > 4096) return -EINVAL;
     std::vector<uint8_t> zeros(copy - 8, 0);
-    if (t.mm().CopyOut(addr + 8, zeros.data(), zeros.size()) !=
-        static_cast<int64_t>(zeros.size())) {
-      return -EFAULT;
-    }
+    RETURN_IF_ERRNO(CopyOutBytes(t, addr + 8, zeros.data(), zeros.size()));
     copy = 8;
     maxnode = 1;
   }
@@ -87,9 +81,7 @@ int64_t PutNodes(Task& t, uint64_t addr, uint64_t maxnode, uint64_t nodes) {
   // Only the bits below maxnode (Linux copies whole longs of a mask that
   // has nothing above nr_node_ids set; a user mask kept for STATIC_NODES
   // may).
-  return t.mm().CopyOut(addr, &nodes, copy) == static_cast<int64_t>(copy)
-             ? 0
-             : -EFAULT;
+  return CopyOutBytes(t, addr, &nodes, copy);
 }
 
 bool InVma(Task& t, uint64_t addr) {

@@ -95,7 +95,7 @@ int64_t ReadStrings(Task& t, uint64_t addr, std::vector<std::string>* out,
   if (addr == 0) return 0;
   for (size_t i = 0;; i++) {
     uint64_t p;
-    if (t.mm().CopyIn(addr + i * 8, &p, 8) != 8) return -EFAULT;
+    RETURN_IF_ERRNO(CopyInObj(t, addr + i * 8, &p));
     if (p == 0) return 0;
     if (out->size() >= 0x7fffffff / 8) return -E2BIG;
     std::string s;
@@ -285,7 +285,7 @@ int64_t SysWait4(Task& t, const SyscallArgs& a) {
     int32_t st = res.status.WaitStatus();
     if (res.stop_signo != 0) st = (res.stop_signo << 8) | 0x7f;
     if (res.continued) st = 0xffff;
-    if (t.mm().CopyOut(a.a[1], &st, 4) != 4) return -EFAULT;
+    RETURN_IF_ERRNO(CopyOutObj(t, a.a[1], st));
   }
   if (a.a[3] != 0) {
     struct rusage ru = res.usage.ToRusage();

@@ -58,9 +58,7 @@ int64_t SysRtSigprocmask(Task& t, const SyscallArgs& a) {
 int64_t SysRtSigpending(Task& t, const SyscallArgs& a) {
   if (a.a[1] > sizeof(SigSet)) return -EINVAL;
   SigSet pending = t.PendingForThreadAndGroup() & t.signal_mask();
-  return t.mm().CopyOut(a.a[0], &pending, a.a[1]) == static_cast<int64_t>(a.a[1])
-             ? 0
-             : -EFAULT;
+  return CopyOutBytes(t, a.a[0], &pending, a.a[1]);
 }
 
 int64_t SysSigaltstack(Task& t, const SyscallArgs& a) {

@@ -68,9 +68,7 @@ int64_t SysClone3(Task& t, const SyscallArgs& a) {
   if (size < kSizeVer0) return -EINVAL;
   if (size > 4096) return -E2BIG;
   const uint64_t known = std::min<uint64_t>(size, sizeof(ca));
-  if (t.mm().CopyIn(a.a[0], &ca, known) != static_cast<int64_t>(known)) {
-    return -EFAULT;
-  }
+  RETURN_IF_ERRNO(CopyInBytes(t, a.a[0], &ca, known));
   // A newer caller's extra fields must be zero (Linux: E2BIG otherwise).
   for (uint64_t off = sizeof(ca); off < size; off++) {
     uint8_t b;
@@ -126,9 +124,8 @@ int64_t SysGetRobustList(Task& t, const SyscallArgs& a) {
     target = other.get();
   }
   uint64_t head = target->robust_list(), len = 24;
-  if (t.mm().CopyOut(a.a[1], &head, 8) != 8) return -EFAULT;
-  if (t.mm().CopyOut(a.a[2], &len, 8) != 8) return -EFAULT;
-  return 0;
+  RETURN_IF_ERRNO(CopyOutObj(t, a.a[1], head));
+  return CopyOutObj(t, a.a[2], len);
 }
 
 // Converts a futex timeout. FUTEX_WAIT's is relative (CLOCK_MONOTONIC);

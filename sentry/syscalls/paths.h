@@ -7,12 +7,18 @@
 
 #include "sentry/fs/vfs.h"
 #include "sentry/kernel/task.h"
+#include "sentry/syscalls/args.h"
 
 namespace sandboxd::syscalls {
 
 // Copies in a NUL-terminated path (at most PATH_MAX); -EFAULT,
 // -ENAMETOOLONG.
 int64_t ReadPath(kernel::Task& t, uint64_t addr, std::string* path);
+inline SysResult<std::string> ReadPath(kernel::Task& t, uint64_t addr) {
+  std::string path;
+  RETURN_IF_ERRNO(ReadPath(t, addr, &path));
+  return path;
+}
 
 // The directory a *at() call starts from: the root for absolute paths,
 // the cwd for AT_FDCWD, else the directory fd's location (-EBADF,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "sentry/fs/pipe.h"
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/lock_syscalls.h"
 #include "sentry/syscalls/memfd_syscalls.h"
 #include "sentry/syscalls/syscalls.h"
@@ -23,11 +24,6 @@ namespace {
 constexpr uint64_t kChunk = 64 * 1024;
 constexpr int kIovMax = 1024;
 constexpr uint64_t kMaxRw = 0x7ffff000;  // MAX_RW_COUNT
-
-std::shared_ptr<fs::File> GetFile(Task& t, uint64_t fd) {
-  if (fd > INT32_MAX) return nullptr;
-  return t.group().fds().Get(static_cast<int>(fd));
-}
 
 // Files whose read/write must be one call: packets (datagram and
 // seqpacket sockets) keep their boundaries, and a stream must not be asked
@@ -48,8 +44,7 @@ int64_t ReadInto(Task& t, fs::File& f, uint64_t addr, uint64_t n,
     std::vector<uint8_t> big(std::min(n, kMaxOneCall));
     int64_t r = f.Read(big.data(), big.size(), offset, t.io());
     if (r <= 0) return r;
-    int64_t c = t.mm().CopyOut(addr, big.data(), static_cast<uint64_t>(r));
-    return c;
+    return t.mm().CopyOut(addr, big.data(), static_cast<uint64_t>(r));
   }
   uint8_t buf[kChunk];
   uint64_t done = 0;
@@ -94,10 +89,7 @@ int64_t ReadIovecs(Task& t, uint64_t addr, uint64_t cnt,
   if (cnt > kIovMax) return -EINVAL;
   out->resize(cnt);
   if (cnt == 0) return 0;
-  if (t.mm().CopyIn(addr, out->data(), cnt * sizeof(iovec)) !=
-      static_cast<int64_t>(cnt * sizeof(iovec))) {
-    return -EFAULT;
-  }
+  RETURN_IF_ERRNO(CopyInBytes(t, addr, out->data(), cnt * sizeof(iovec)));
   uint64_t total = 0;
   for (const iovec& v : *out) {
     if (v.iov_len > static_cast<uint64_t>(INT64_MAX) - total) return -EINVAL;
@@ -107,11 +99,9 @@ int64_t ReadIovecs(Task& t, uint64_t addr, uint64_t cnt,
 }
 
 int64_t VectorIo(Task& t, const SyscallArgs& a, bool write, int64_t offset) {
-  auto f = GetFile(t, a.a[0]);
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, a.a[0]));
   std::vector<iovec> iov;
-  int64_t r = ReadIovecs(t, a.a[1], a.a[2], &iov);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(ReadIovecs(t, a.a[1], a.a[2], &iov));
   uint64_t done = 0;
   for (const iovec& v : iov) {
     if (v.iov_len == 0) continue;
@@ -127,8 +117,7 @@ int64_t VectorIo(Task& t, const SyscallArgs& a, bool write, int64_t offset) {
 }
 
 int64_t SysRead(Task& t, const SyscallArgs& a) {
-  auto f = GetFile(t, a.a[0]);
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, a.a[0]));
   return ReadInto(t, *f, a.a[1], a.a[2], -1);
 }
 
@@ -141,21 +130,18 @@ int64_t WithSigpipe(Task& t, int64_t r) {
 }
 
 int64_t SysWrite(Task& t, const SyscallArgs& a) {
-  auto f = GetFile(t, a.a[0]);
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, a.a[0]));
   return WithSigpipe(t, WriteFrom(t, *f, a.a[1], a.a[2], -1));
 }
 
 int64_t SysPread(Task& t, const SyscallArgs& a) {
-  auto f = GetFile(t, a.a[0]);
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, a.a[0]));
   if (static_cast<int64_t>(a.a[3]) < 0) return -EINVAL;
   return ReadInto(t, *f, a.a[1], a.a[2], a.a[3]);
 }
 
 int64_t SysPwrite(Task& t, const SyscallArgs& a) {
-  auto f = GetFile(t, a.a[0]);
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, a.a[0]));
   if (static_cast<int64_t>(a.a[3]) < 0) return -EINVAL;
   return WithSigpipe(t, WriteFrom(t, *f, a.a[1], a.a[2], a.a[3]));
 }
@@ -192,8 +178,7 @@ int64_t SysPreadv2(Task& t, const SyscallArgs& a) { return Rwv2(t, a, false); }
 int64_t SysPwritev2(Task& t, const SyscallArgs& a) { return Rwv2(t, a, true); }
 
 int64_t SysLseek(Task& t, const SyscallArgs& a) {
-  auto f = GetFile(t, a.a[0]);
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, a.a[0]));
   if (a.a[2] > SEEK_HOLE) return -EINVAL;
   return f->Seek(static_cast<int64_t>(a.a[1]), static_cast<int>(a.a[2]));
 }
@@ -205,20 +190,17 @@ int64_t SysClose(Task& t, const SyscallArgs& a) {
 
 int64_t StatOut(Task& t, fs::File& f, uint64_t addr) {
   struct stat st;
-  int64_t r = f.Stat(&st);
-  if (r < 0) return r;
-  return t.mm().CopyOut(addr, &st, sizeof(st)) == sizeof(st) ? 0 : -EFAULT;
+  RETURN_IF_ERRNO(f.Stat(&st));
+  return CopyOutObj(t, addr, st);
 }
 
 int64_t SysFstat(Task& t, const SyscallArgs& a) {
-  auto f = GetFile(t, a.a[0]);
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, a.a[0]));
   return StatOut(t, *f, a.a[1]);
 }
 
 int64_t SysIoctl(Task& t, const SyscallArgs& a) {
-  auto f = GetFile(t, a.a[0]);
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, a.a[0]));
   // The request is an unsigned int: musl passes it sign-extended.
   const uint64_t request = static_cast<uint32_t>(a.a[1]);
   // The requests every file takes, terminals included (Linux's
@@ -230,7 +212,7 @@ int64_t SysIoctl(Task& t, const SyscallArgs& a) {
                                         request == FIOCLEX);
     case FIONBIO: {
       int on;
-      if (t.mm().CopyIn(a.a[2], &on, sizeof(on)) != sizeof(on)) return -EFAULT;
+      RETURN_IF_ERRNO(CopyInObj(t, a.a[2], &on));
       int fl = f->StatusFlags();
       return f->SetStatusFlags(on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK));
     }
@@ -244,30 +226,28 @@ int64_t SysIoctl(Task& t, const SyscallArgs& a) {
   int64_t size = fs::IoctlArgSize(request, &in, &out);
   if (size < 0) return -ENOTTY;
   std::vector<uint8_t> buf(size);
-  if (in && t.mm().CopyIn(a.a[2], buf.data(), size) != size) return -EFAULT;
+  if (in) RETURN_IF_ERRNO(CopyInBytes(t, a.a[2], buf.data(), size));
   int64_t r = f->Ioctl(request, buf.data());
   if (r < 0) return r;
-  if (out && t.mm().CopyOut(a.a[2], buf.data(), size) != size) return -EFAULT;
+  if (out) RETURN_IF_ERRNO(CopyOutBytes(t, a.a[2], buf.data(), size));
   return r;
 }
 
 int64_t SysDup(Task& t, const SyscallArgs& a) {
-  auto f = GetFile(t, a.a[0]);
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, a.a[0]));
   return t.group().fds().Install(f, false);
 }
 
 int64_t Dup3(Task& t, uint64_t oldfd, uint64_t newfd, int flags) {
   if (flags & ~O_CLOEXEC) return -EINVAL;
-  auto f = GetFile(t, oldfd);
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, oldfd));
   if (newfd > INT32_MAX) return -EBADF;
   return t.group().fds().InstallAt(static_cast<int>(newfd), f,
                                    (flags & O_CLOEXEC) != 0);
 }
 
 int64_t SysDup2(Task& t, const SyscallArgs& a) {
-  if (a.a[0] == a.a[1]) return GetFile(t, a.a[0]) ? a.a[0] : -EBADF;
+  if (a.a[0] == a.a[1]) return FileOrNull(t, a.a[0]) ? a.a[0] : -EBADF;
   return Dup3(t, a.a[0], a.a[1], 0);
 }
 
@@ -277,8 +257,7 @@ int64_t SysDup3(Task& t, const SyscallArgs& a) {
 }
 
 int64_t SysFcntl(Task& t, const SyscallArgs& a) {
-  auto f = GetFile(t, a.a[0]);
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, a.a[0]));
   int fd = static_cast<int>(a.a[0]);
   fs::FdTable& fds = t.group().fds();
   switch (a.a[1]) {

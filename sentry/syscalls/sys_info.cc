@@ -14,6 +14,7 @@
 #include <algorithm>
 #include <cstring>
 
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -28,7 +29,7 @@ int64_t SysZeroId(Task&, const SyscallArgs&) { return 0; }
 int64_t SysGetresid(Task& t, const SyscallArgs& a) {
   uint32_t zero = 0;
   for (int i = 0; i < 3; i++) {
-    if (t.mm().CopyOut(a.a[i], &zero, 4) != 4) return -EFAULT;
+    RETURN_IF_ERRNO(CopyOutObj(t, a.a[i], zero));
   }
   return 0;
 }
@@ -61,7 +62,7 @@ int64_t SysUname(Task& t, const SyscallArgs& a) {
   std::strncpy(u.version, "#1 SMP sandboxd", sizeof(u.version) - 1);
   std::strncpy(u.machine, "x86_64", sizeof(u.machine) - 1);
   std::strncpy(u.domainname, "(none)", sizeof(u.domainname) - 1);
-  return t.mm().CopyOut(a.a[0], &u, sizeof(u)) == sizeof(u) ? 0 : -EFAULT;
+  return CopyOutObj(t, a.a[0], u);
 }
 
 int64_t Prlimit(Task& t, pid_t pid, uint64_t resource, uint64_t new_addr,
@@ -76,17 +77,12 @@ int64_t Prlimit(Task& t, pid_t pid, uint64_t resource, uint64_t new_addr,
   rlimit old = g->GetLimit(static_cast<int>(resource));
   if (new_addr != 0) {
     rlimit next;
-    if (t.mm().CopyIn(new_addr, &next, sizeof(next)) != sizeof(next)) {
-      return -EFAULT;
-    }
+    RETURN_IF_ERRNO(CopyInObj(t, new_addr, &next));
     if (next.rlim_cur > next.rlim_max) return -EINVAL;
     if (resource == RLIMIT_NOFILE && next.rlim_max > 1048576) return -EPERM;
     g->SetLimit(static_cast<int>(resource), next);
   }
-  if (old_addr != 0 &&
-      t.mm().CopyOut(old_addr, &old, sizeof(old)) != sizeof(old)) {
-    return -EFAULT;
-  }
+  if (old_addr != 0) RETURN_IF_ERRNO(CopyOutObj(t, old_addr, old));
   return 0;
 }
 
@@ -122,19 +118,17 @@ int64_t SysGetrandom(Task& t, const SyscallArgs& a) {
 int64_t SysGettimeofday(Task& t, const SyscallArgs& a) {
   struct timeval tv;
   gettimeofday(&tv, nullptr);
-  if (a.a[0] != 0 && t.mm().CopyOut(a.a[0], &tv, sizeof(tv)) != sizeof(tv)) {
-    return -EFAULT;
-  }
+  if (a.a[0] != 0) RETURN_IF_ERRNO(CopyOutObj(t, a.a[0], tv));
   if (a.a[1] != 0) {
     struct timezone tz = {0, 0};
-    if (t.mm().CopyOut(a.a[1], &tz, sizeof(tz)) != sizeof(tz)) return -EFAULT;
+    RETURN_IF_ERRNO(CopyOutObj(t, a.a[1], tz));
   }
   return 0;
 }
 
 int64_t SysTime(Task& t, const SyscallArgs& a) {
   int64_t now = ::time(nullptr);
-  if (a.a[0] != 0 && t.mm().CopyOut(a.a[0], &now, 8) != 8) return -EFAULT;
+  if (a.a[0] != 0) RETURN_IF_ERRNO(CopyOutObj(t, a.a[0], now));
   return now;
 }
 
@@ -169,9 +163,7 @@ int64_t SysSchedGetaffinity(Task& t, const SyscallArgs& a) {
   }
   uint64_t size = ((ncpu + 63) / 64) * 8;
   if (a.a[1] < size || (a.a[1] & 7) != 0) return -EINVAL;
-  if (t.mm().CopyOut(a.a[2], &set, size) != static_cast<int64_t>(size)) {
-    return -EFAULT;
-  }
+  RETURN_IF_ERRNO(CopyOutBytes(t, a.a[2], &set, size));
   return size;
 }
 
@@ -181,7 +173,7 @@ int64_t SysSchedSetaffinity(Task& t, const SyscallArgs& a) {
   cpu_set_t want, have;
   CPU_ZERO(&want);
   uint64_t n = std::min<uint64_t>(a.a[1], sizeof(want));
-  if (t.mm().CopyIn(a.a[2], &want, n) != static_cast<int64_t>(n)) return -EFAULT;
+  RETURN_IF_ERRNO(CopyInBytes(t, a.a[2], &want, n));
   VisibleCpus(t.kernel(), &have);
   CPU_AND(&want, &want, &have);
   return CPU_COUNT(&want) > 0 ? 0 : -EINVAL;
@@ -190,8 +182,8 @@ int64_t SysSchedSetaffinity(Task& t, const SyscallArgs& a) {
 int64_t SysGetcpu(Task& t, const SyscallArgs& a) {
   unsigned cpu = 0, node = 0;
   if (getcpu(&cpu, &node) != 0) return -errno;
-  if (a.a[0] != 0 && t.mm().CopyOut(a.a[0], &cpu, 4) != 4) return -EFAULT;
-  if (a.a[1] != 0 && t.mm().CopyOut(a.a[1], &node, 4) != 4) return -EFAULT;
+  if (a.a[0] != 0) RETURN_IF_ERRNO(CopyOutObj(t, a.a[0], cpu));
+  if (a.a[1] != 0) RETURN_IF_ERRNO(CopyOutObj(t, a.a[1], node));
   return 0;
 }
 
@@ -219,7 +211,7 @@ int64_t SysSysinfo(Task& t, const SyscallArgs& a) {
     });
   }
   si.procs = static_cast<uint16_t>(procs);
-  return t.mm().CopyOut(a.a[0], &si, sizeof(si)) == sizeof(si) ? 0 : -EFAULT;
+  return CopyOutObj(t, a.a[0], si);
 }
 
 int64_t SysArchPrctl(Task& t, const SyscallArgs& a) {
@@ -235,9 +227,9 @@ int64_t SysArchPrctl(Task& t, const SyscallArgs& a) {
       r.gs_base = a.a[1];
       return 0;
     case ARCH_GET_FS:
-      return t.mm().CopyOut(a.a[1], &r.fs_base, 8) == 8 ? 0 : -EFAULT;
+      return CopyOutObj(t, a.a[1], r.fs_base);
     case ARCH_GET_GS:
-      return t.mm().CopyOut(a.a[1], &r.gs_base, 8) == 8 ? 0 : -EFAULT;
+      return CopyOutObj(t, a.a[1], r.gs_base);
     default:
       // CET, CPUID faulting, AMX permissions: not offered.
       return -EINVAL;

@@ -9,6 +9,7 @@
 #include <string>
 
 #include "sentry/fs/inotify.h"
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/paths.h"
 #include "sentry/syscalls/syscalls.h"
 
@@ -29,41 +30,28 @@ int64_t SysInotifyInit1(Task& t, const SyscallArgs& a) {
   return InotifyInit(t, a.a[0]);
 }
 
-fs::InotifyFile* GetInotify(Task& t, uint64_t fd,
-                            std::shared_ptr<fs::File>* hold, int64_t* err) {
-  *hold = fd > INT32_MAX ? nullptr : t.group().fds().Get(static_cast<int>(fd));
-  if (*hold == nullptr) {
-    *err = -EBADF;
-    return nullptr;
-  }
-  auto* in = dynamic_cast<fs::InotifyFile*>(hold->get());
-  if (in == nullptr) *err = -EINVAL;
-  return in;
+// The inotify file behind fd: -EBADF, or -EINVAL for other files.
+SysResult<std::shared_ptr<fs::InotifyFile>> InotifyFor(Task& t, uint64_t fd) {
+  return FileAs<fs::InotifyFile>(t, fd, -EINVAL);
 }
 
 int64_t SysInotifyAddWatch(Task& t, const SyscallArgs& a) {
   uint32_t mask = static_cast<uint32_t>(a.a[2]);
   if ((mask & IN_MASK_ADD) && (mask & IN_MASK_CREATE)) return -EINVAL;
   if ((mask & IN_ALL_EVENTS) == 0) return -EINVAL;
-  std::shared_ptr<fs::File> hold;
-  int64_t err = 0;
-  fs::InotifyFile* in = GetInotify(t, a.a[0], &hold, &err);
-  if (in == nullptr) return err;
-  std::string path;
-  int64_t r = ReadPath(t, a.a[1], &path);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::InotifyFile> in,
+                         InotifyFor(t, a.a[0]));
+  ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, a.a[1]));
   fs::Location loc;
-  r = ResolveAt(t, AT_FDCWD, path, !(mask & IN_DONT_FOLLOW), false, &loc);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(
+      ResolveAt(t, AT_FDCWD, path, !(mask & IN_DONT_FOLLOW), false, &loc));
   if ((mask & IN_ONLYDIR) && loc.inode().Type() != S_IFDIR) return -ENOTDIR;
   return in->AddWatch(loc.dentry->inode(), mask);
 }
 
 int64_t SysInotifyRmWatch(Task& t, const SyscallArgs& a) {
-  std::shared_ptr<fs::File> hold;
-  int64_t err = 0;
-  fs::InotifyFile* in = GetInotify(t, a.a[0], &hold, &err);
-  if (in == nullptr) return err;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::InotifyFile> in,
+                         InotifyFor(t, a.a[0]));
   return in->RemoveWatch(static_cast<int>(a.a[1]));
 }
 

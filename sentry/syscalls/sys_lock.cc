@@ -10,6 +10,7 @@
 #include <memory>
 
 #include "sentry/fs/lock.h"
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/lock_syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -48,8 +49,7 @@ int64_t ToRange(fs::File& f, const struct flock& fl, fs::RecordLock* out) {
     }
     case SEEK_END: {
       struct stat st;
-      int64_t r = f.Stat(&st);
-      if (r < 0) return r;
+      RETURN_IF_ERRNO(f.Stat(&st));
       base = st.st_size;
       break;
     }
@@ -84,8 +84,7 @@ int64_t GetLock(Task& t, fs::File& f, const std::shared_ptr<fs::Inode>& inode,
                 int cmd, uint64_t arg, struct flock fl) {
   if (fl.l_type != F_RDLCK && fl.l_type != F_WRLCK) return -EINVAL;
   fs::RecordLock want;
-  int64_t r = ToRange(f, fl, &want);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(ToRange(f, fl, &want));
   if (cmd == F_OFD_GETLK) {
     if (fl.l_pid != 0) return -EINVAL;
     want.owner = fs::RecordLockOwner::Ofd(&f);
@@ -106,15 +105,14 @@ int64_t GetLock(Task& t, fs::File& f, const std::shared_ptr<fs::Inode>& inode,
                    ? -1
                    : held.owner.pid;
   }
-  if (t.mm().CopyOut(arg, &fl, sizeof(fl)) != sizeof(fl)) return -EFAULT;
+  RETURN_IF_ERRNO(CopyOutObj(t, arg, fl));
   return 0;
 }
 
 int64_t SetLock(Task& t, fs::File& f, const std::shared_ptr<fs::Inode>& inode,
                 int cmd, const struct flock& fl) {
   fs::RecordLock req;
-  int64_t r = ToRange(f, fl, &req);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(ToRange(f, fl, &req));
   const int flags = f.StatusFlags();
   if ((req.type == F_RDLCK && !Readable(flags)) ||
       (req.type == F_WRLCK && !Writable(flags))) {
@@ -143,9 +141,7 @@ int64_t SysFlock(Task& t, const SyscallArgs& a) {
     case LOCK_UN: type = F_UNLCK; break;
     default: return -EINVAL;
   }
-  if (a.a[0] > INT32_MAX) return -EBADF;
-  std::shared_ptr<fs::File> f = t.group().fds().Get(static_cast<int>(a.a[0]));
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, a.a[0]));
   const int flags = f->StatusFlags();
   if (flags & O_PATH) return -EBADF;
   // Access mode 3 ("ioctl only") opens neither for reading nor writing.
@@ -164,7 +160,7 @@ int64_t FcntlLock(Task& t, fs::File& f, int cmd, uint64_t arg) {
   // fcntl on an O_PATH descriptor allows none of the lock commands.
   if (f.StatusFlags() & O_PATH) return -EBADF;
   struct flock fl;
-  if (t.mm().CopyIn(arg, &fl, sizeof(fl)) != sizeof(fl)) return -EFAULT;
+  RETURN_IF_ERRNO(CopyInObj(t, arg, &fl));
   std::shared_ptr<fs::Inode> inode = f.inode();
   if (inode == nullptr) return -ENOLCK;
   switch (cmd) {

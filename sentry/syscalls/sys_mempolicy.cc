@@ -15,6 +15,7 @@
 #include <cstring>
 #include <vector>
 
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -52,10 +53,7 @@ int64_t GetNodes(Task& t, uint64_t addr, uint64_t maxnode, uint64_t* first,
   if (maxnode == 0 || addr == 0) return 0;
   if (maxnode > kPageBits) return -EINVAL;
   std::vector<uint64_t> words((maxnode + 63) / 64);
-  if (t.mm().CopyIn(addr, words.data(), words.size() * 8) !=
-      static_cast<int64_t>(words.size() * 8)) {
-    return -EFAULT;
-  }
+  RETURN_IF_ERRNO(CopyInBytes(t, addr, words.data(), words.size() * 8));
   if (maxnode % 64 != 0) words.back() &= (1ull << (maxnode % 64)) - 1;
   for (size_t i = 0; i < words.size(); i++) {
     uint64_t w = words[i];
@@ -75,10 +73,7 @@ int64_t PutNodes(Task& t, uint64_t addr, uint64_t maxnode, uint64_t nodes) {
   if (copy > 8) {
     if (copy > 4096) return -EINVAL;
     std::vector<uint8_t> zeros(copy - 8, 0);
-    if (t.mm().CopyOut(addr + 8, zeros.data(), zeros.size()) !=
-        static_cast<int64_t>(zeros.size())) {
-      return -EFAULT;
-    }
+    RETURN_IF_ERRNO(CopyOutBytes(t, addr + 8, zeros.data(), zeros.size()));
     copy = 8;
     maxnode = 1;
   }
@@ -86,9 +81,7 @@ int64_t PutNodes(Task& t, uint64_t addr, uint64_t maxnode, uint64_t nodes) {
   // Only the bits below maxnode (Linux copies whole longs of a mask that
   // has nothing above nr_node_ids set; a user mask kept for STATIC_NODES
   // may).
-  return t.mm().CopyOut(addr, &nodes, copy) == static_cast<int64_t>(copy)
-             ? 0
-             : -EFAULT;
+  return CopyOutBytes(t, addr, &nodes, copy);
 }
 
 bool InVma(Task& t, uint64_t addr) {
@@ -136,10 +129,7 @@ int64_t SysGetMempolicy(Task& t, const SyscallArgs& a) {
       nodes = 1;
     }
   }
-  if (policy_addr != 0 &&
-      t.mm().CopyOut(policy_addr, &policy, sizeof(policy)) != sizeof(policy)) {
-    return -EFAULT;
-  }
+  if (policy_addr != 0) RETURN_IF_ERRNO(CopyOutObj(t, policy_addr, policy));
   if (nmask != 0) return PutNodes(t, nmask, maxnode, nodes);
   return 0;
 }
@@ -158,7 +148,7 @@ int64_t SysSetMempolicy(Task& t, const SyscallArgs& a) {
   }
   uint64_t nodes = 0;
   bool any = false;
-  if (int64_t r = GetNodes(t, a.a[1], a.a[2], &nodes, &any); r < 0) return r;
+  RETURN_IF_ERRNO(GetNodes(t, a.a[1], a.a[2], &nodes, &any));
   // mpol_new()
   if (mode == kMpolDefault) {
     if (any) return -EINVAL;

@@ -7,6 +7,7 @@
 #include "sentry/fs/mappable.h"
 #include "sentry/fs/overlay.h"
 #include "sentry/fs/tmpfs.h"
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -19,9 +20,7 @@ int64_t SysMmap(Task& t, const SyscallArgs& a) {
   if (flags & MAP_ANONYMOUS) {
     return t.mm().Mmap(a.a[0], a.a[1], prot, flags);
   }
-  if (a.a[4] > INT32_MAX) return -EBADF;
-  auto f = t.group().fds().Get(static_cast<int>(a.a[4]));
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, a.a[4]));
   auto inode = f->inode();
   fs::Location loc = f->location();
   if (inode == nullptr || inode->Type() != S_IFREG || !loc.valid()) {
@@ -59,8 +58,8 @@ int64_t SysMmap(Task& t, const SyscallArgs& a) {
   auto mappable = std::make_shared<fs::InodeMappable>(inode, name);
   if (shared) {
     // File seals (memfd): may refuse the mapping or its later mprotect.
-    int r = mappable->BeginShared((prot & PROT_WRITE) != 0, &max.write);
-    if (r < 0) return r;
+    RETURN_IF_ERRNO(
+        mappable->BeginShared((prot & PROT_WRITE) != 0, &max.write));
   }
   return t.mm().MmapFile(a.a[0], a.a[1], prot, flags, std::move(mappable),
                          a.a[5], max);

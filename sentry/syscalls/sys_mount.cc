@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/fs/vfs.h"
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/paths.h"
 #include "sentry/syscalls/syscalls.h"
 
@@ -108,7 +109,7 @@ bool KnownButUnsupported(const std::string& type) {
 
 int64_t SysMount(Task& t, const SyscallArgs& a) {
   std::string target;
-  if (int64_t r = ReadPath(t, a.a[1], &target); r < 0) return r;
+  RETURN_IF_ERRNO(ReadPath(t, a.a[1], &target));
   const uint64_t flags = a.a[3];
   fs::Location where;
   if (int64_t r = ResolveAt(t, AT_FDCWD, target, true, false, &where); r < 0) {
@@ -128,19 +129,19 @@ int64_t SysMount(Task& t, const SyscallArgs& a) {
   }
   std::string type;
   if (a.a[2] == 0) return -EFAULT;
-  if (int64_t r = ReadPath(t, a.a[2], &type); r < 0) return r;
+  RETURN_IF_ERRNO(ReadPath(t, a.a[2], &type));
   if (type != "tmpfs") return KnownButUnsupported(type) ? -EPERM : -ENODEV;
   std::string source = "none";
   if (a.a[0] != 0) {
-    if (int64_t r = ReadPath(t, a.a[0], &source); r < 0) return r;
+    RETURN_IF_ERRNO(ReadPath(t, a.a[0], &source));
   }
   const uint64_t total_ram = t.kernel().options().total_ram;
   fs::TmpFsOptions opts = fs::DefaultTmpFsOptions(total_ram);
   opts.root_mode = 01777;
   if (a.a[4] != 0) {
     std::string data;
-    if (int64_t r = ReadPath(t, a.a[4], &data); r < 0) return r;
-    if (int64_t r = ParseTmpfsOptions(data, total_ram, &opts); r < 0) return r;
+    RETURN_IF_ERRNO(ReadPath(t, a.a[4], &data));
+    RETURN_IF_ERRNO(ParseTmpfsOptions(data, total_ram, &opts));
   }
   if (where.inode().Type() != S_IFDIR) return -ENOTDIR;
   opts.dev = next_tmpfs_dev.fetch_add(1);
@@ -161,7 +162,7 @@ int64_t SysUmount2(Task& t, const SyscallArgs& a) {
     return -EINVAL;
   }
   std::string target;
-  if (int64_t r = ReadPath(t, a.a[0], &target); r < 0) return r;
+  RETURN_IF_ERRNO(ReadPath(t, a.a[0], &target));
   fs::Location where;
   if (int64_t r = ResolveAt(t, AT_FDCWD, target, !(flags & UMOUNT_NOFOLLOW),
                             false, &where);

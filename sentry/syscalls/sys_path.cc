@@ -16,6 +16,7 @@
 
 #include "sentry/fs/vfs.h"
 #include "sentry/fs/inotify.h"
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/paths.h"
 #include "sentry/syscalls/syscalls.h"
 #include "sentry/syscalls/tty.h"
@@ -25,8 +26,7 @@ namespace sandboxd::syscalls {
 using fs::Location;
 
 int64_t ReadPath(Task& t, uint64_t addr, std::string* path) {
-  int64_t r = t.mm().CopyInString(addr, fs::kPathMax - 1, path);
-  return r;
+  return t.mm().CopyInString(addr, fs::kPathMax - 1, path);
 }
 
 // The directory a *at() call starts from.
@@ -40,8 +40,7 @@ int64_t StartDir(Task& t, int64_t dirfd, const std::string& path,
     *out = t.group().fs().cwd();
     return 0;
   }
-  auto f = t.group().fds().Get(static_cast<int>(dirfd));
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(auto f, FileFor(t, static_cast<uint32_t>(dirfd)));
   Location l = f->location();
   if (!l.valid()) return -ENOTDIR;
   if (l.inode().Type() != S_IFDIR) return -ENOTDIR;
@@ -58,24 +57,21 @@ int64_t ResolveAt(Task& t, int64_t dirfd, const std::string& path,
       *out = t.group().fs().cwd();
       return 0;
     }
-    auto f = t.group().fds().Get(static_cast<int>(dirfd));
-    if (f == nullptr) return -EBADF;
+    ASSIGN_OR_RETURN_ERRNO(auto f, FileFor(t, static_cast<uint32_t>(dirfd)));
     Location l = f->location();
     if (!l.valid()) return -EBADF;  // a host file: handled by fstat paths
     *out = l;
     return 0;
   }
   Location start;
-  int64_t r = StartDir(t, dirfd, path, &start);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(StartDir(t, dirfd, path, &start));
   return t.kernel().vfs().Resolve(t.group().fs(), start, path, follow, out);
 }
 
 int64_t ResolveParentAt(Task& t, int64_t dirfd, const std::string& path,
                         Location* parent, std::string* name, bool* trailing) {
   Location start;
-  int64_t r = StartDir(t, dirfd, path, &start);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(StartDir(t, dirfd, path, &start));
   return t.kernel().vfs().ResolveParent(t.group().fs(), start, path, parent,
                                         name, trailing);
 }
@@ -105,17 +101,15 @@ int64_t DoOpen(Task& t, int64_t dirfd, const std::string& path, int flags,
     Location parent;
     std::string name;
     bool trailing;
-    int64_t r = ResolveParentAt(t, dirfd, path, &parent, &name, &trailing);
-    if (r < 0) return r;
+    RETURN_IF_ERRNO(ResolveParentAt(t, dirfd, path, &parent, &name, &trailing));
     if (name.empty() || name == "." || name == "..") return -EISDIR;
-    r = vfs.Lookup(parent, name, &loc);
+    int64_t r = vfs.Lookup(parent, name, &loc);
     if (r == 0) {
       if (flags & O_EXCL) return -EEXIST;
       if (loc.inode().Type() == S_IFLNK) {
         if (flags & O_NOFOLLOW) return -ELOOP;
         std::string target;
-        r = loc.inode().Readlink(&target);
-        if (r < 0) return r;
+        RETURN_IF_ERRNO(loc.inode().Readlink(&target));
         // Creating through a symlink creates its target.
         Location base = parent;
         if (!target.empty() && target[0] == '/') base = t.group().fs().root();
@@ -127,15 +121,14 @@ int64_t DoOpen(Task& t, int64_t dirfd, const std::string& path, int flags,
           Location p2;
           std::string n2;
           bool tr2;
-          r = vfs.ResolveParent(tmp, parent, target, &p2, &n2, &tr2);
-          if (r < 0) return r;
+          RETURN_IF_ERRNO(
+              vfs.ResolveParent(tmp, parent, target, &p2, &n2, &tr2));
           if (n2.empty() || n2 == "." || n2 == "..") return -EISDIR;
           if (ReadOnly(p2)) return -EROFS;
           fs::CreateRequest req;
           req.type = S_IFREG;
           req.mode = mode & ~t.group().fs().umask() & 07777;
-          r = vfs.Create(p2, n2, req, &loc);
-          if (r < 0) return r;
+          RETURN_IF_ERRNO(vfs.Create(p2, n2, req, &loc));
           created = true;
         } else if (r < 0) {
           return r;
@@ -151,15 +144,14 @@ int64_t DoOpen(Task& t, int64_t dirfd, const std::string& path, int flags,
       fs::CreateRequest req;
       req.type = S_IFREG;
       req.mode = mode & ~t.group().fs().umask() & 07777;
-      r = vfs.Create(parent, name, req, &loc);
-      if (r < 0) return r;
+      RETURN_IF_ERRNO(vfs.Create(parent, name, req, &loc));
       created = true;
     } else {
       return r;
     }
   } else {
-    int64_t r = ResolveAt(t, dirfd, path, (flags & O_NOFOLLOW) == 0, false, &loc);
-    if (r < 0) return r;
+    RETURN_IF_ERRNO(
+        ResolveAt(t, dirfd, path, (flags & O_NOFOLLOW) == 0, false, &loc));
     if (loc.inode().Type() == S_IFLNK && !(flags & O_PATH)) return -ELOOP;
   }
   uint32_t type = loc.inode().Type();
@@ -173,13 +165,11 @@ int64_t DoOpen(Task& t, int64_t dirfd, const std::string& path, int flags,
       fs::SetAttrRequest req;
       req.set_size = true;
       req.size = 0;
-      int r = loc.inode().SetAttr(req);
-      if (r < 0) return r;
+      RETURN_IF_ERRNO(loc.inode().SetAttr(req));
     }
   }
   std::shared_ptr<fs::File> file;
-  int r = OpenInode(t, loc, flags, &file);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(OpenInode(t, loc, flags, &file));
   if (auto* inf = dynamic_cast<fs::InodeFile*>(file.get())) {
     inf->set_location(loc, &vfs);
     // fsnotify_open, then the truncate's IN_MODIFY (do_open truncates
@@ -195,36 +185,28 @@ int64_t DoOpen(Task& t, int64_t dirfd, const std::string& path, int flags,
 }
 
 int64_t SysOpen(Task& t, const SyscallArgs& a) {
-  std::string path;
-  int64_t r = ReadPath(t, a.a[0], &path);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, a.a[0]));
   return DoOpen(t, AT_FDCWD, path, static_cast<int>(a.a[1]),
                 static_cast<uint32_t>(a.a[2]), 0);
 }
 
 int64_t SysOpenat(Task& t, const SyscallArgs& a) {
-  std::string path;
-  int64_t r = ReadPath(t, a.a[1], &path);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, a.a[1]));
   return DoOpen(t, static_cast<int64_t>(a.a[0]), path,
                 static_cast<int>(a.a[2]), static_cast<uint32_t>(a.a[3]), 0);
 }
 
 int64_t SysCreat(Task& t, const SyscallArgs& a) {
-  std::string path;
-  int64_t r = ReadPath(t, a.a[0], &path);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, a.a[0]));
   return DoOpen(t, AT_FDCWD, path, O_CREAT | O_WRONLY | O_TRUNC,
                 static_cast<uint32_t>(a.a[1]), 0);
 }
 
 int64_t SysOpenat2(Task& t, const SyscallArgs& a) {
-  std::string path;
-  int64_t r = ReadPath(t, a.a[1], &path);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, a.a[1]));
   if (a.a[3] < sizeof(open_how)) return -EINVAL;
   open_how how;
-  if (t.mm().CopyIn(a.a[2], &how, sizeof(how)) != sizeof(how)) return -EFAULT;
+  RETURN_IF_ERRNO(CopyInObj(t, a.a[2], &how));
   if (how.flags > 0xffffffffu || (how.mode & ~07777ull)) return -EINVAL;
   if (how.resolve != 0) {
     // RESOLVE_* restrictions on the walk are not offered yet.
@@ -237,38 +219,31 @@ int64_t SysOpenat2(Task& t, const SyscallArgs& a) {
 
 int64_t StatLoc(Task& t, const Location& l, uint64_t addr) {
   fs::Attr attr;
-  int r = l.inode().GetAttr(&attr);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(l.inode().GetAttr(&attr));
   struct stat st;
   fs::AttrToStat(attr, &st);
-  return t.mm().CopyOut(addr, &st, sizeof(st)) == sizeof(st) ? 0 : -EFAULT;
+  return CopyOutObj(t, addr, st);
 }
 
 int64_t StatFd(Task& t, int64_t fd, uint64_t addr) {
-  auto f = t.group().fds().Get(static_cast<int>(fd));
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(auto f, FileFor(t, static_cast<uint32_t>(fd)));
   struct stat st;
-  int64_t r = f->Stat(&st);
-  if (r < 0) return r;
-  return t.mm().CopyOut(addr, &st, sizeof(st)) == sizeof(st) ? 0 : -EFAULT;
+  RETURN_IF_ERRNO(f->Stat(&st));
+  return CopyOutObj(t, addr, st);
 }
 
 int64_t SysStat(Task& t, const SyscallArgs& a) {
-  std::string path;
-  int64_t r = ReadPath(t, a.a[0], &path);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, a.a[0]));
   Location l;
-  r = ResolveAt(t, AT_FDCWD, path, true, false, &l);
-  return r < 0 ? r : StatLoc(t, l, a.a[1]);
+  RETURN_IF_ERRNO(ResolveAt(t, AT_FDCWD, path, true, false, &l));
+  return StatLoc(t, l, a.a[1]);
 }
 
 int64_t SysLstat(Task& t, const SyscallArgs& a) {
-  std::string path;
-  int64_t r = ReadPath(t, a.a[0], &path);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, a.a[0]));
   Location l;
-  r = ResolveAt(t, AT_FDCWD, path, false, false, &l);
-  return r < 0 ? r : StatLoc(t, l, a.a[1]);
+  RETURN_IF_ERRNO(ResolveAt(t, AT_FDCWD, path, false, false, &l));
+  return StatLoc(t, l, a.a[1]);
 }
 
 int64_t SysNewfstatat(Task& t, const SyscallArgs& a) {
@@ -276,17 +251,15 @@ int64_t SysNewfstatat(Task& t, const SyscallArgs& a) {
   if (flags & ~(AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW | AT_NO_AUTOMOUNT)) {
     return -EINVAL;
   }
-  std::string path;
-  int64_t r = ReadPath(t, a.a[1], &path);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, a.a[1]));
   if (path.empty()) {
     if (!(flags & AT_EMPTY_PATH)) return -ENOENT;
     if (static_cast<int>(a.a[0]) != AT_FDCWD) return StatFd(t, a.a[0], a.a[2]);
   }
   Location l;
-  r = ResolveAt(t, a.a[0], path, !(flags & AT_SYMLINK_NOFOLLOW),
-                (flags & AT_EMPTY_PATH) != 0, &l);
-  return r < 0 ? r : StatLoc(t, l, a.a[2]);
+  RETURN_IF_ERRNO(ResolveAt(t, a.a[0], path, !(flags & AT_SYMLINK_NOFOLLOW),
+                            (flags & AT_EMPTY_PATH) != 0, &l));
+  return StatLoc(t, l, a.a[2]);
 }
 
 int64_t SysStatx(Task& t, const SyscallArgs& a) {
@@ -297,24 +270,18 @@ int64_t SysStatx(Task& t, const SyscallArgs& a) {
   }
   if ((flags & AT_STATX_SYNC_TYPE) == AT_STATX_SYNC_TYPE) return -EINVAL;
   if (a.a[3] & STATX__RESERVED) return -EINVAL;
-  std::string path;
-  int64_t r = ReadPath(t, a.a[1], &path);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, a.a[1]));
   struct stat st;
   if (path.empty() && (flags & AT_EMPTY_PATH) &&
       static_cast<int>(a.a[0]) != AT_FDCWD) {
-    auto f = t.group().fds().Get(static_cast<int>(a.a[0]));
-    if (f == nullptr) return -EBADF;
-    r = f->Stat(&st);
-    if (r < 0) return r;
+    ASSIGN_OR_RETURN_ERRNO(auto f, FileFor(t, static_cast<uint32_t>(a.a[0])));
+    RETURN_IF_ERRNO(f->Stat(&st));
   } else {
     Location l;
-    r = ResolveAt(t, a.a[0], path, !(flags & AT_SYMLINK_NOFOLLOW),
-                  (flags & AT_EMPTY_PATH) != 0, &l);
-    if (r < 0) return r;
+    RETURN_IF_ERRNO(ResolveAt(t, a.a[0], path, !(flags & AT_SYMLINK_NOFOLLOW),
+                              (flags & AT_EMPTY_PATH) != 0, &l));
     fs::Attr attr;
-    r = l.inode().GetAttr(&attr);
-    if (r < 0) return r;
+    RETURN_IF_ERRNO(l.inode().GetAttr(&attr));
     fs::AttrToStat(attr, &st);
   }
   struct statx sx;
@@ -335,27 +302,23 @@ int64_t SysStatx(Task& t, const SyscallArgs& a) {
   sx.stx_rdev_minor = minor(st.st_rdev);
   sx.stx_dev_major = major(st.st_dev);
   sx.stx_dev_minor = minor(st.st_dev);
-  return t.mm().CopyOut(a.a[4], &sx, sizeof(sx)) == sizeof(sx) ? 0 : -EFAULT;
+  return CopyOutObj(t, a.a[4], sx);
 }
 
 int64_t DoAccess(Task& t, int64_t dirfd, uint64_t path_addr, int mode,
                  int flags) {
   if (mode & ~(R_OK | W_OK | X_OK)) return -EINVAL;
   if (flags & ~(AT_EACCESS | AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH)) return -EINVAL;
-  std::string path;
-  int64_t r = ReadPath(t, path_addr, &path);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, path_addr));
   Location l;
-  r = ResolveAt(t, dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW),
-                (flags & AT_EMPTY_PATH) != 0, &l);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(ResolveAt(t, dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW),
+                            (flags & AT_EMPTY_PATH) != 0, &l));
   if ((mode & W_OK) && ReadOnly(l) && l.inode().Type() != S_IFCHR) return -EROFS;
   if (mode & X_OK) {
     // The sandbox runs as root: execute needs one x bit, except on
     // directories.
     fs::Attr attr;
-    r = l.inode().GetAttr(&attr);
-    if (r < 0) return r;
+    RETURN_IF_ERRNO(l.inode().GetAttr(&attr));
     if (l.inode().Type() != S_IFDIR && (attr.mode & 0111) == 0) return -EACCES;
   }
   return 0;
@@ -375,19 +338,14 @@ int64_t SysFaccessat2(Task& t, const SyscallArgs& a) {
 int64_t DoReadlink(Task& t, int64_t dirfd, uint64_t path_addr, uint64_t buf,
                    int64_t size) {
   if (size <= 0) return -EINVAL;
-  std::string path;
-  int64_t r = ReadPath(t, path_addr, &path);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, path_addr));
   Location l;
-  r = ResolveAt(t, dirfd, path, false, true, &l);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(ResolveAt(t, dirfd, path, false, true, &l));
   std::string target;
-  r = l.inode().Readlink(&target);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(l.inode().Readlink(&target));
   uint64_t n = std::min<uint64_t>(target.size(), static_cast<uint64_t>(size));
-  return t.mm().CopyOut(buf, target.data(), n) == static_cast<int64_t>(n)
-             ? static_cast<int64_t>(n)
-             : -EFAULT;
+  RETURN_IF_ERRNO(CopyOutBytes(t, buf, target.data(), n));
+  return static_cast<int64_t>(n);
 }
 
 int64_t SysReadlink(Task& t, const SyscallArgs& a) {
@@ -406,33 +364,26 @@ int64_t SysGetcwd(Task& t, const SyscallArgs& a) {
     path = "(unreachable)" + path;
   }
   if (path.size() + 1 > a.a[1]) return -ERANGE;
-  if (t.mm().CopyOut(a.a[0], path.c_str(), path.size() + 1) !=
-      static_cast<int64_t>(path.size() + 1)) {
-    return -EFAULT;
-  }
+  RETURN_IF_ERRNO(CopyOutBytes(t, a.a[0], path.c_str(), path.size() + 1));
   return static_cast<int64_t>(path.size() + 1);
 }
 
 // The directory a chdir/chroot path argument names.
 int64_t ResolveDirectory(Task& t, uint64_t path_addr, Location* out) {
-  std::string path;
-  int64_t r = ReadPath(t, path_addr, &path);
-  if (r < 0) return r;
-  r = ResolveAt(t, AT_FDCWD, path, true, false, out);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, path_addr));
+  RETURN_IF_ERRNO(ResolveAt(t, AT_FDCWD, path, true, false, out));
   return out->inode().Type() == S_IFDIR ? 0 : -ENOTDIR;
 }
 
 int64_t SysChdir(Task& t, const SyscallArgs& a) {
   Location l;
-  if (int64_t r = ResolveDirectory(t, a.a[0], &l); r < 0) return r;
+  RETURN_IF_ERRNO(ResolveDirectory(t, a.a[0], &l));
   t.group().fs().set_cwd(l);
   return 0;
 }
 
 int64_t SysFchdir(Task& t, const SyscallArgs& a) {
-  auto f = t.group().fds().Get(static_cast<int>(a.a[0]));
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(auto f, FileFor(t, static_cast<uint32_t>(a.a[0])));
   Location l = f->location();
   if (!l.valid() || l.inode().Type() != S_IFDIR) return -ENOTDIR;
   t.group().fs().set_cwd(l);
@@ -441,21 +392,18 @@ int64_t SysFchdir(Task& t, const SyscallArgs& a) {
 
 int64_t SysChroot(Task& t, const SyscallArgs& a) {
   Location l;
-  if (int64_t r = ResolveDirectory(t, a.a[0], &l); r < 0) return r;
+  RETURN_IF_ERRNO(ResolveDirectory(t, a.a[0], &l));
   t.group().fs().set_root(l);
   return 0;
 }
 
 int64_t MakeNode(Task& t, int64_t dirfd, uint64_t path_addr,
                  const fs::CreateRequest& base) {
-  std::string path;
-  int64_t r = ReadPath(t, path_addr, &path);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, path_addr));
   Location parent;
   std::string name;
   bool trailing;
-  r = ResolveParentAt(t, dirfd, path, &parent, &name, &trailing);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(ResolveParentAt(t, dirfd, path, &parent, &name, &trailing));
   if (trailing && base.type != S_IFDIR) {
     Location existing;
     if (t.kernel().vfs().Lookup(parent, name, &existing) == 0) return -EEXIST;
@@ -509,9 +457,7 @@ int64_t SysMknodat(Task& t, const SyscallArgs& a) {
 
 int64_t DoSymlink(Task& t, uint64_t target_addr, int64_t dirfd,
                   uint64_t path_addr) {
-  std::string target;
-  int64_t r = ReadPath(t, target_addr, &target);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string target, ReadPath(t, target_addr));
   if (target.empty()) return -ENOENT;
   fs::CreateRequest req;
   req.type = S_IFLNK;
@@ -528,18 +474,14 @@ int64_t SysSymlinkat(Task& t, const SyscallArgs& a) {
 }
 
 int64_t DoUnlink(Task& t, int64_t dirfd, uint64_t path_addr, bool dir) {
-  std::string path;
-  int64_t r = ReadPath(t, path_addr, &path);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, path_addr));
   Location parent;
   std::string name;
   bool trailing;
-  r = ResolveParentAt(t, dirfd, path, &parent, &name, &trailing);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(ResolveParentAt(t, dirfd, path, &parent, &name, &trailing));
   if (trailing && !dir) {
     Location c;
-    r = t.kernel().vfs().Lookup(parent, name, &c);
-    if (r < 0) return r;
+    RETURN_IF_ERRNO(t.kernel().vfs().Lookup(parent, name, &c));
     return c.inode().Type() == S_IFDIR ? -EISDIR : -ENOTDIR;
   }
   if (ReadOnly(parent)) return -EROFS;
@@ -565,21 +507,16 @@ int64_t DoRename(Task& t, int64_t olddir, uint64_t oldp, int64_t newdir,
   if ((flags & RENAME_NOREPLACE) && (flags & RENAME_EXCHANGE)) return -EINVAL;
   if (flags & RENAME_WHITEOUT) return -EINVAL;
   std::string op, np;
-  int64_t r = ReadPath(t, oldp, &op);
-  if (r < 0) return r;
-  r = ReadPath(t, newp, &np);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(ReadPath(t, oldp, &op));
+  RETURN_IF_ERRNO(ReadPath(t, newp, &np));
   Location od, nd;
   std::string on, nn;
   bool ot, nt;
-  r = ResolveParentAt(t, olddir, op, &od, &on, &ot);
-  if (r < 0) return r;
-  r = ResolveParentAt(t, newdir, np, &nd, &nn, &nt);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(ResolveParentAt(t, olddir, op, &od, &on, &ot));
+  RETURN_IF_ERRNO(ResolveParentAt(t, newdir, np, &nd, &nn, &nt));
   if (ot || nt) {
     Location src;
-    r = t.kernel().vfs().Lookup(od, on, &src);
-    if (r < 0) return r;
+    RETURN_IF_ERRNO(t.kernel().vfs().Lookup(od, on, &src));
     if (src.inode().Type() != S_IFDIR) return -ENOTDIR;
   }
   if (ReadOnly(od) || ReadOnly(nd)) return -EROFS;
@@ -600,21 +537,15 @@ int64_t SysRenameat2(Task& t, const SyscallArgs& a) {
 int64_t DoLink(Task& t, int64_t olddir, uint64_t oldp, int64_t newdir,
                uint64_t newp, int flags) {
   if (flags & ~(AT_SYMLINK_FOLLOW | AT_EMPTY_PATH)) return -EINVAL;
-  std::string op;
-  int64_t r = ReadPath(t, oldp, &op);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string op, ReadPath(t, oldp));
   Location target;
-  r = ResolveAt(t, olddir, op, (flags & AT_SYMLINK_FOLLOW) != 0,
-                (flags & AT_EMPTY_PATH) != 0, &target);
-  if (r < 0) return r;
-  std::string np;
-  r = ReadPath(t, newp, &np);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(ResolveAt(t, olddir, op, (flags & AT_SYMLINK_FOLLOW) != 0,
+                            (flags & AT_EMPTY_PATH) != 0, &target));
+  ASSIGN_OR_RETURN_ERRNO(std::string np, ReadPath(t, newp));
   Location nd;
   std::string nn;
   bool nt;
-  r = ResolveParentAt(t, newdir, np, &nd, &nn, &nt);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(ResolveParentAt(t, newdir, np, &nd, &nn, &nt));
   if (nt) return target.inode().Type() == S_IFDIR ? -EPERM : -ENOENT;
   Location existing;
   if (t.kernel().vfs().Lookup(nd, nn, &existing) == 0) return -EEXIST;
@@ -639,8 +570,7 @@ int64_t SetAttrAt(Task& t, const Location& l, const fs::SetAttrRequest& req) {
 }
 
 int64_t SetAttrFd(Task& t, int64_t fd, const fs::SetAttrRequest& req) {
-  auto f = t.group().fds().Get(static_cast<int>(fd));
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(auto f, FileFor(t, static_cast<uint32_t>(fd)));
   Location l = f->location();
   if (!l.valid()) return -EPERM;  // host stdio: not the sandbox's to change
   return SetAttrAt(t, l, req);
@@ -648,12 +578,10 @@ int64_t SetAttrFd(Task& t, int64_t fd, const fs::SetAttrRequest& req) {
 
 int64_t DoChmod(Task& t, int64_t dirfd, uint64_t path_addr, uint32_t mode,
                 int flags) {
-  std::string path;
-  int64_t r = ReadPath(t, path_addr, &path);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, path_addr));
   Location l;
-  r = ResolveAt(t, dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW), false, &l);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(
+      ResolveAt(t, dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW), false, &l));
   if (l.inode().Type() == S_IFLNK) return -EOPNOTSUPP;
   fs::SetAttrRequest req;
   req.set_mode = true;
@@ -690,13 +618,10 @@ fs::SetAttrRequest OwnerRequest(uint64_t uid, uint64_t gid) {
 int64_t DoChown(Task& t, int64_t dirfd, uint64_t path_addr, uint64_t uid,
                 uint64_t gid, int flags) {
   if (flags & ~(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH)) return -EINVAL;
-  std::string path;
-  int64_t r = ReadPath(t, path_addr, &path);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, path_addr));
   Location l;
-  r = ResolveAt(t, dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW),
-                (flags & AT_EMPTY_PATH) != 0, &l);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(ResolveAt(t, dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW),
+                            (flags & AT_EMPTY_PATH) != 0, &l));
   return SetAttrAt(t, l, OwnerRequest(uid, gid));
 }
 
@@ -724,7 +649,7 @@ int64_t SysUtimensat(Task& t, const SyscallArgs& a) {
     req.atime = req.mtime = now;
   } else {
     struct timespec ts[2];
-    if (t.mm().CopyIn(a.a[2], ts, sizeof(ts)) != sizeof(ts)) return -EFAULT;
+    RETURN_IF_ERRNO(CopyInObj(t, a.a[2], &ts));
     for (int i = 0; i < 2; i++) {
       if (ts[i].tv_nsec == UTIME_OMIT) continue;
       if (ts[i].tv_nsec != UTIME_NOW &&
@@ -748,12 +673,9 @@ int64_t SysUtimensat(Task& t, const SyscallArgs& a) {
     if (!req.set_atime && !req.set_mtime) return 0;
     return SetAttrFd(t, a.a[0], req);
   }
-  std::string path;
-  int64_t r = ReadPath(t, a.a[1], &path);
-  if (r < 0) return r;
-  r = ResolveAt(t, a.a[0], path, !(flags & AT_SYMLINK_NOFOLLOW),
-                (flags & AT_EMPTY_PATH) != 0, &l);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, a.a[1]));
+  RETURN_IF_ERRNO(ResolveAt(t, a.a[0], path, !(flags & AT_SYMLINK_NOFOLLOW),
+                            (flags & AT_EMPTY_PATH) != 0, &l));
   if (!req.set_atime && !req.set_mtime) return 0;
   return SetAttrAt(t, l, req);
 }
@@ -769,18 +691,14 @@ int64_t DoTruncateLoc(Task& t, const Location& l, int64_t len) {
 }
 
 int64_t SysTruncate(Task& t, const SyscallArgs& a) {
-  std::string path;
-  int64_t r = ReadPath(t, a.a[0], &path);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, a.a[0]));
   Location l;
-  r = ResolveAt(t, AT_FDCWD, path, true, false, &l);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(ResolveAt(t, AT_FDCWD, path, true, false, &l));
   return DoTruncateLoc(t, l, static_cast<int64_t>(a.a[1]));
 }
 
 int64_t SysFtruncate(Task& t, const SyscallArgs& a) {
-  auto f = t.group().fds().Get(static_cast<int>(a.a[0]));
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(auto f, FileFor(t, static_cast<uint32_t>(a.a[0])));
   if (static_cast<int64_t>(a.a[1]) < 0) return -EINVAL;
   int acc = f->StatusFlags() & O_ACCMODE;
   if (acc == O_RDONLY) return -EINVAL;
@@ -790,8 +708,7 @@ int64_t SysFtruncate(Task& t, const SyscallArgs& a) {
 }
 
 int64_t SysFallocate(Task& t, const SyscallArgs& a) {
-  auto f = t.group().fds().Get(static_cast<int>(a.a[0]));
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(auto f, FileFor(t, static_cast<uint32_t>(a.a[0])));
   int64_t off = static_cast<int64_t>(a.a[2]), len = static_cast<int64_t>(a.a[3]);
   if (off < 0 || len <= 0) return -EINVAL;
   if ((f->StatusFlags() & O_ACCMODE) == O_RDONLY) return -EBADF;
@@ -807,8 +724,7 @@ int64_t SysFallocate(Task& t, const SyscallArgs& a) {
 }
 
 int64_t SysFsync(Task& t, const SyscallArgs& a) {
-  auto f = t.group().fds().Get(static_cast<int>(a.a[0]));
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(auto f, FileFor(t, static_cast<uint32_t>(a.a[0])));
   auto inode = f->inode();
   return inode != nullptr ? inode->Sync() : 0;
 }
@@ -821,43 +737,38 @@ int64_t SysUmask(Task& t, const SyscallArgs& a) {
 
 int64_t CopyStatfs(Task& t, Inode& inode, uint64_t addr) {
   struct statfs sfs;
-  int r = inode.StatFs(&sfs);
-  if (r < 0) return r;
-  return t.mm().CopyOut(addr, &sfs, sizeof(sfs)) == sizeof(sfs) ? 0 : -EFAULT;
+  RETURN_IF_ERRNO(inode.StatFs(&sfs));
+  return CopyOutObj(t, addr, sfs);
 }
 
 int64_t SysStatfs(Task& t, const SyscallArgs& a) {
-  std::string path;
-  int64_t r = ReadPath(t, a.a[0], &path);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, a.a[0]));
   Location l;
-  r = ResolveAt(t, AT_FDCWD, path, true, false, &l);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(ResolveAt(t, AT_FDCWD, path, true, false, &l));
   return CopyStatfs(t, l.inode(), a.a[1]);
 }
 
 int64_t SysFstatfs(Task& t, const SyscallArgs& a) {
-  auto f = t.group().fds().Get(static_cast<int>(a.a[0]));
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(auto f, FileFor(t, static_cast<uint32_t>(a.a[0])));
   auto inode = f->inode();
   if (inode == nullptr) {
     struct statfs sfs = {};
     sfs.f_type = 0x01021994;
     sfs.f_bsize = 4096;
     sfs.f_namelen = 255;
-    return t.mm().CopyOut(a.a[1], &sfs, sizeof(sfs)) == sizeof(sfs) ? 0 : -EFAULT;
+    return CopyOutObj(t, a.a[1], sfs);
   }
   return CopyStatfs(t, *inode, a.a[1]);
 }
 
 int64_t SysGetdents64(Task& t, const SyscallArgs& a) {
-  auto f = t.group().fds().Get(static_cast<int>(a.a[0]));
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(auto f, FileFor(t, static_cast<uint32_t>(a.a[0])));
   uint64_t size = std::min<uint64_t>(a.a[2], 1 << 20);
   std::vector<uint8_t> buf(size);
   int64_t n = f->GetDents(buf.data(), size);
   if (n <= 0) return n;
-  return t.mm().CopyOut(a.a[1], buf.data(), n) == n ? n : -EFAULT;
+  RETURN_IF_ERRNO(CopyOutBytes(t, a.a[1], buf.data(), n));
+  return n;
 }
 
 // Extended attributes: no filesystem of the sandbox stores any yet.

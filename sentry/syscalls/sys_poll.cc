@@ -30,6 +30,7 @@
 #include "sentry/fs/eventfd.h"
 #include "sentry/fs/pipe.h"
 #include "sentry/fs/timerfd.h"
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -37,40 +38,16 @@ namespace {
 
 using waiter::EventMask;
 
-std::shared_ptr<fs::File> GetFile(Task& t, uint64_t fd) {
-  if (fd > INT32_MAX) return nullptr;
-  return t.group().fds().Get(static_cast<int>(fd));
-}
-
 // ---------------------------------------------------------------------------
 // File creation
-
-int64_t InstallPair(Task& t, std::shared_ptr<fs::File> a,
-                    std::shared_ptr<fs::File> b, bool cloexec, uint64_t addr) {
-  fs::FdTable& fds = t.group().fds();
-  int64_t fa = fds.Install(std::move(a), cloexec);
-  if (fa < 0) return fa;
-  int64_t fb = fds.Install(std::move(b), cloexec);
-  if (fb < 0) {
-    fds.Close(static_cast<int>(fa));
-    return fb;
-  }
-  int32_t out[2] = {static_cast<int32_t>(fa), static_cast<int32_t>(fb)};
-  if (t.mm().CopyOut(addr, out, sizeof(out)) != sizeof(out)) {
-    fds.Close(static_cast<int>(fa));
-    fds.Close(static_cast<int>(fb));
-    return -EFAULT;
-  }
-  return 0;
-}
 
 int64_t Pipe2(Task& t, uint64_t addr, uint64_t flags) {
   if (flags & ~static_cast<uint64_t>(O_CLOEXEC | O_NONBLOCK | O_DIRECT)) {
     return -EINVAL;  // includes O_NOTIFICATION_PIPE: no watch queues
   }
   auto [r, w] = fs::PipeEnd::Create(static_cast<int>(flags));
-  return InstallPair(t, std::move(r), std::move(w), (flags & O_CLOEXEC) != 0,
-                     addr);
+  return InstallFdPair(t, std::move(r), std::move(w),
+                       (flags & O_CLOEXEC) != 0, addr);
 }
 
 int64_t SysPipe(Task& t, const SyscallArgs& a) { return Pipe2(t, a.a[0], 0); }
@@ -95,43 +72,30 @@ int64_t SysEventfd2(Task& t, const SyscallArgs& a) {
 
 int64_t SysTimerfdCreate(Task& t, const SyscallArgs& a) {
   std::shared_ptr<fs::TimerFd> f;
-  int64_t r = fs::TimerFd::Create(static_cast<int>(a.a[0]),
-                                  static_cast<int>(a.a[1]), &f);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(fs::TimerFd::Create(static_cast<int>(a.a[0]),
+                                      static_cast<int>(a.a[1]), &f));
   return t.group().fds().Install(std::move(f), (a.a[1] & TFD_CLOEXEC) != 0);
 }
 
 // The timerfd behind `fd`: -EBADF, or -EINVAL for other files.
-int64_t GetTimerFd(Task& t, uint64_t fd, std::shared_ptr<fs::TimerFd>* out) {
-  auto f = GetFile(t, fd);
-  if (f == nullptr) return -EBADF;
-  *out = std::dynamic_pointer_cast<fs::TimerFd>(f);
-  return *out == nullptr ? -EINVAL : 0;
+SysResult<std::shared_ptr<fs::TimerFd>> TimerFdFor(Task& t, uint64_t fd) {
+  return FileAs<fs::TimerFd>(t, fd, -EINVAL);
 }
 
 int64_t SysTimerfdSettime(Task& t, const SyscallArgs& a) {
   struct itimerspec value, old;
-  if (t.mm().CopyIn(a.a[2], &value, sizeof(value)) != sizeof(value)) {
-    return -EFAULT;
-  }
-  std::shared_ptr<fs::TimerFd> f;
-  int64_t r = GetTimerFd(t, a.a[0], &f);
-  if (r < 0) return r;
-  r = f->SetTime(static_cast<int>(a.a[1]), value, a.a[3] != 0 ? &old : nullptr);
-  if (r < 0) return r;
-  if (a.a[3] != 0 && t.mm().CopyOut(a.a[3], &old, sizeof(old)) != sizeof(old)) {
-    return -EFAULT;
-  }
-  return 0;
+  RETURN_IF_ERRNO(CopyInObj(t, a.a[2], &value));
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::TimerFd> f, TimerFdFor(t, a.a[0]));
+  RETURN_IF_ERRNO(f->SetTime(static_cast<int>(a.a[1]), value,
+                             a.a[3] != 0 ? &old : nullptr));
+  return a.a[3] != 0 ? CopyOutObj(t, a.a[3], old) : 0;
 }
 
 int64_t SysTimerfdGettime(Task& t, const SyscallArgs& a) {
-  std::shared_ptr<fs::TimerFd> f;
-  int64_t r = GetTimerFd(t, a.a[0], &f);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::TimerFd> f, TimerFdFor(t, a.a[0]));
   struct itimerspec cur;
   f->GetTime(&cur);
-  return t.mm().CopyOut(a.a[1], &cur, sizeof(cur)) == sizeof(cur) ? 0 : -EFAULT;
+  return CopyOutObj(t, a.a[1], cur);
 }
 
 // ---------------------------------------------------------------------------
@@ -142,7 +106,7 @@ int64_t TimespecDeadline(Task& t, uint64_t addr, absl::Time* deadline) {
   *deadline = absl::InfiniteFuture();
   if (addr == 0) return 0;
   struct timespec ts;
-  if (t.mm().CopyIn(addr, &ts, sizeof(ts)) != sizeof(ts)) return -EFAULT;
+  RETURN_IF_ERRNO(CopyInObj(t, addr, &ts));
   if (ts.tv_sec < 0 || ts.tv_nsec < 0 || ts.tv_nsec >= 1000000000) {
     return -EINVAL;
   }
@@ -163,8 +127,7 @@ absl::Duration Remaining(absl::Time deadline) {
 // pselect6. A failed write is ignored, as Linux does: the call succeeded.
 void WriteBackTimespec(Task& t, uint64_t addr, absl::Time deadline) {
   if (addr == 0 || deadline == absl::InfiniteFuture()) return;
-  struct timespec ts = absl::ToTimespec(Remaining(deadline));
-  t.mm().CopyOut(addr, &ts, sizeof(ts));
+  (void)CopyOutObj(t, addr, absl::ToTimespec(Remaining(deadline)));
 }
 
 // The sigmask argument of ppoll, pselect6 and epoll_pwait: installed as the
@@ -182,7 +145,7 @@ class TemporarySigmask {
     if (addr == 0) return 0;
     if (size != sizeof(kernel::SigSet)) return -EINVAL;
     kernel::SigSet set;
-    if (t_.mm().CopyIn(addr, &set, sizeof(set)) != sizeof(set)) return -EFAULT;
+    RETURN_IF_ERRNO(CopyInObj(t_, addr, &set));
     t_.SetTemporaryMask(set, t_.signal_mask());
     installed_ = true;
     return 0;
@@ -277,14 +240,12 @@ uint64_t NofileLimit(Task& t) { return t.group().GetLimit(RLIMIT_NOFILE).rlim_cu
 int64_t Poll(Task& t, uint64_t addr, uint64_t nfds, absl::Time deadline) {
   if (nfds > NofileLimit(t)) return -EINVAL;
   std::vector<struct pollfd> pfds(nfds);
-  if (nfds > 0 && t.mm().CopyIn(addr, pfds.data(), nfds * sizeof(pollfd)) !=
-                      static_cast<int64_t>(nfds * sizeof(pollfd))) {
-    return -EFAULT;
-  }
+  if (nfds > 0)
+    RETURN_IF_ERRNO(CopyInBytes(t, addr, pfds.data(), nfds * sizeof(pollfd)));
   std::vector<PollItem> items(nfds);
   for (uint64_t i = 0; i < nfds; i++) {
     if (pfds[i].fd < 0) continue;
-    items[i].file = GetFile(t, static_cast<uint64_t>(pfds[i].fd));
+    items[i].file = FileOrNull(t, static_cast<uint64_t>(pfds[i].fd));
     items[i].bad = items[i].file == nullptr;
     items[i].events = static_cast<uint16_t>(pfds[i].events) | POLLERR | POLLHUP;
   }
@@ -293,10 +254,8 @@ int64_t Poll(Task& t, uint64_t addr, uint64_t nfds, absl::Time deadline) {
   for (uint64_t i = 0; i < nfds; i++) {
     pfds[i].revents = static_cast<short>(items[i].revents);
   }
-  if (nfds > 0 && t.mm().CopyOut(addr, pfds.data(), nfds * sizeof(pollfd)) !=
-                      static_cast<int64_t>(nfds * sizeof(pollfd))) {
-    return -EFAULT;
-  }
+  if (nfds > 0)
+    RETURN_IF_ERRNO(CopyOutBytes(t, addr, pfds.data(), nfds * sizeof(pollfd)));
   return r;
 }
 
@@ -308,12 +267,10 @@ int64_t SysPoll(Task& t, const SyscallArgs& a) {
 
 int64_t SysPpoll(Task& t, const SyscallArgs& a) {
   absl::Time deadline;
-  int64_t r = TimespecDeadline(t, a.a[2], &deadline);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(TimespecDeadline(t, a.a[2], &deadline));
   TemporarySigmask mask(t);
-  r = mask.Install(a.a[3], a.a[4]);
-  if (r < 0) return r;
-  r = Poll(t, a.a[0], a.a[1], deadline);
+  RETURN_IF_ERRNO(mask.Install(a.a[3], a.a[4]));
+  int64_t r = Poll(t, a.a[0], a.a[1], deadline);
   WriteBackTimespec(t, a.a[2], deadline);
   return mask.Finish(r);
 }
@@ -333,10 +290,8 @@ int64_t Select(Task& t, int64_t n, uint64_t in_addr, uint64_t out_addr,
   const uint64_t addrs[3] = {in_addr, out_addr, ex_addr};
   for (int s = 0; s < 3; s++) {
     sets[s].assign(words, 0);
-    if (addrs[s] != 0 && bytes > 0 &&
-        t.mm().CopyIn(addrs[s], sets[s].data(), bytes) !=
-            static_cast<int64_t>(bytes)) {
-      return -EFAULT;
+    if (addrs[s] != 0 && bytes > 0) {
+      RETURN_IF_ERRNO(CopyInBytes(t, addrs[s], sets[s].data(), bytes));
     }
   }
   std::vector<PollItem> items;
@@ -347,7 +302,7 @@ int64_t Select(Task& t, int64_t n, uint64_t in_addr, uint64_t out_addr,
          ex = sets[2][fd / 64] & bit;
     if (!in && !out && !ex) continue;
     PollItem it;
-    it.file = GetFile(t, fd);
+    it.file = FileOrNull(t, fd);
     if (it.file == nullptr) return -EBADF;
     it.events = (in ? kInSet : 0) | (out ? kOutSet : 0) | (ex ? kExSet : 0) |
                 POLLERR | POLLHUP;
@@ -369,10 +324,8 @@ int64_t Select(Task& t, int64_t n, uint64_t in_addr, uint64_t out_addr,
     if ((want & kExSet) && (got & kExSet)) { sets[2][fd / 64] |= bit; count++; }
   }
   for (int s = 0; s < 3; s++) {
-    if (addrs[s] != 0 && bytes > 0 &&
-        t.mm().CopyOut(addrs[s], sets[s].data(), bytes) !=
-            static_cast<int64_t>(bytes)) {
-      return -EFAULT;
+    if (addrs[s] != 0 && bytes > 0) {
+      RETURN_IF_ERRNO(CopyOutBytes(t, addrs[s], sets[s].data(), bytes));
     }
   }
   return count;
@@ -383,7 +336,7 @@ int64_t SysSelect(Task& t, const SyscallArgs& a) {
   const uint64_t tv_addr = a.a[4];
   if (tv_addr != 0) {
     struct timeval tv;
-    if (t.mm().CopyIn(tv_addr, &tv, sizeof(tv)) != sizeof(tv)) return -EFAULT;
+    RETURN_IF_ERRNO(CopyInObj(t, tv_addr, &tv));
     // Linux carries whole seconds out of tv_usec; only negatives fail.
     int64_t sec = tv.tv_sec + tv.tv_usec / 1000000;
     int64_t nsec = (tv.tv_usec % 1000000) * 1000;
@@ -394,24 +347,23 @@ int64_t SysSelect(Task& t, const SyscallArgs& a) {
                      deadline);
   if (tv_addr != 0) {
     struct timeval tv = absl::ToTimeval(Remaining(deadline));
-    t.mm().CopyOut(tv_addr, &tv, sizeof(tv));
+    (void)CopyOutObj(t, tv_addr, tv);  // ignored, as for ppoll
   }
   return r;
 }
 
 int64_t SysPselect6(Task& t, const SyscallArgs& a) {
   absl::Time deadline;
-  int64_t r = TimespecDeadline(t, a.a[4], &deadline);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(TimespecDeadline(t, a.a[4], &deadline));
   TemporarySigmask mask(t);
   if (a.a[5] != 0) {
     // struct { const sigset_t* ss; size_t ss_len; }
     uint64_t sig[2];
-    if (t.mm().CopyIn(a.a[5], sig, sizeof(sig)) != sizeof(sig)) return -EFAULT;
-    r = mask.Install(sig[0], sig[1]);
-    if (r < 0) return r;
+    RETURN_IF_ERRNO(CopyInObj(t, a.a[5], &sig));
+    RETURN_IF_ERRNO(mask.Install(sig[0], sig[1]));
   }
-  r = Select(t, static_cast<int32_t>(a.a[0]), a.a[1], a.a[2], a.a[3], deadline);
+  int64_t r =
+      Select(t, static_cast<int32_t>(a.a[0]), a.a[1], a.a[2], a.a[3], deadline);
   WriteBackTimespec(t, a.a[4], deadline);
   return mask.Finish(r);
 }
@@ -442,12 +394,9 @@ int64_t SysEpollCreate1(Task& t, const SyscallArgs& a) {
 int64_t SysEpollCtl(Task& t, const SyscallArgs& a) {
   const int op = static_cast<int>(a.a[1]);
   struct epoll_event ev = {};
-  if (op != EPOLL_CTL_DEL &&
-      t.mm().CopyIn(a.a[3], &ev, sizeof(ev)) != sizeof(ev)) {
-    return -EFAULT;
-  }
-  auto epf = GetFile(t, a.a[0]);
-  auto target = GetFile(t, a.a[2]);
+  if (op != EPOLL_CTL_DEL) RETURN_IF_ERRNO(CopyInObj(t, a.a[3], &ev));
+  auto epf = FileOrNull(t, a.a[0]);
+  auto target = FileOrNull(t, a.a[2]);
   if (epf == nullptr || target == nullptr) return -EBADF;
   // Linux checks that the target can be polled before that epfd is an
   // epoll file.
@@ -461,15 +410,14 @@ int64_t SysEpollCtl(Task& t, const SyscallArgs& a) {
 int64_t EpollWait(Task& t, uint64_t epfd, uint64_t addr, int64_t max,
                   absl::Time deadline) {
   if (max <= 0 || max > kEpMaxEvents) return -EINVAL;
-  auto f = GetFile(t, epfd);
-  if (f == nullptr) return -EBADF;
-  auto ep = std::dynamic_pointer_cast<fs::EpollFile>(f);
-  if (ep == nullptr) return -EINVAL;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::EpollFile> ep,
+                         FileAs<fs::EpollFile>(t, epfd, -EINVAL));
   std::vector<struct epoll_event> evs(std::min<int64_t>(max, kEpBatch));
   int64_t n = ep->Wait(evs.data(), static_cast<int>(evs.size()), deadline, t.io());
   if (n <= 0) return n;
-  int64_t size = n * static_cast<int64_t>(sizeof(struct epoll_event));
-  return t.mm().CopyOut(addr, evs.data(), size) == size ? n : -EFAULT;
+  RETURN_IF_ERRNO(
+      CopyOutBytes(t, addr, evs.data(), n * sizeof(struct epoll_event)));
+  return n;
 }
 
 int64_t SysEpollWait(Task& t, const SyscallArgs& a) {
@@ -482,19 +430,16 @@ int64_t SysEpollPwait(Task& t, const SyscallArgs& a) {
   absl::Time deadline;
   MillisDeadline(static_cast<int32_t>(a.a[3]), &deadline);
   TemporarySigmask mask(t);
-  int64_t r = mask.Install(a.a[4], a.a[5]);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(mask.Install(a.a[4], a.a[5]));
   return mask.Finish(
       EpollWait(t, a.a[0], a.a[1], static_cast<int32_t>(a.a[2]), deadline));
 }
 
 int64_t SysEpollPwait2(Task& t, const SyscallArgs& a) {
   absl::Time deadline;
-  int64_t r = TimespecDeadline(t, a.a[3], &deadline);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(TimespecDeadline(t, a.a[3], &deadline));
   TemporarySigmask mask(t);
-  r = mask.Install(a.a[4], a.a[5]);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(mask.Install(a.a[4], a.a[5]));
   return mask.Finish(
       EpollWait(t, a.a[0], a.a[1], static_cast<int32_t>(a.a[2]), deadline));
 }

@@ -16,6 +16,7 @@
 #include <string>
 
 #include "sentry/fs/file.h"
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -31,7 +32,7 @@ int64_t GetName(Task& t, uint64_t addr) {
         t.thread_comm.empty() ? t.group().comm : t.thread_comm;
     memcpy(name, n.data(), std::min<size_t>(n.size(), 15));
   });
-  return t.mm().CopyOut(addr, name, sizeof(name)) == sizeof(name) ? 0 : -EFAULT;
+  return CopyOutObj(t, addr, name);
 }
 
 int64_t SetName(Task& t, uint64_t addr) {
@@ -72,7 +73,7 @@ int64_t SysPrctl(Task& t, const SyscallArgs& a) {
     case PR_GET_PDEATHSIG: {
       int sig = 0;
       t.kernel().WithTasklistLock([&] { sig = g.pdeath_signal; });
-      return t.mm().CopyOut(arg2, &sig, sizeof(sig)) == sizeof(sig) ? 0 : -EFAULT;
+      return CopyOutObj(t, arg2, sig);
     }
     case PR_GET_DUMPABLE:
       return g.dumpable.load();
@@ -106,7 +107,7 @@ int64_t SysPrctl(Task& t, const SyscallArgs& a) {
     case PR_GET_CHILD_SUBREAPER: {
       int v = 0;
       t.kernel().WithTasklistLock([&] { v = g.child_subreaper ? 1 : 0; });
-      return t.mm().CopyOut(arg2, &v, sizeof(v)) == sizeof(v) ? 0 : -EFAULT;
+      return CopyOutObj(t, arg2, v);
     }
     case PR_GET_TIMERSLACK:
       return static_cast<int64_t>(kTimerSlackNs);
@@ -135,10 +136,10 @@ int64_t SysCapget(Task& t, const SyscallArgs& a) {
     int pid;
   } h;
   constexpr uint32_t kV1 = 0x19980330, kV2 = 0x20071026, kV3 = 0x20080522;
-  if (t.mm().CopyIn(a.a[0], &h, sizeof(h)) != sizeof(h)) return -EFAULT;
+  RETURN_IF_ERRNO(CopyInObj(t, a.a[0], &h));
   if (h.version != kV1 && h.version != kV2 && h.version != kV3) {
     h.version = kV3;  // tells the caller which version to use
-    if (t.mm().CopyOut(a.a[0], &h, sizeof(h)) != sizeof(h)) return -EFAULT;
+    RETURN_IF_ERRNO(CopyOutObj(t, a.a[0], h));
     return a.a[1] == 0 ? 0 : -EINVAL;
   }
   if (h.pid < 0) return -EINVAL;
@@ -154,18 +155,14 @@ int64_t SysCapget(Task& t, const SyscallArgs& a) {
   d[0].effective = d[0].permitted = static_cast<uint32_t>(all);
   d[1].effective = d[1].permitted = static_cast<uint32_t>(all >> 32);
   const size_t n = h.version == kV1 ? 1 : 2;
-  if (t.mm().CopyOut(a.a[1], d, n * sizeof(Data)) !=
-      static_cast<int64_t>(n * sizeof(Data))) {
-    return -EFAULT;
-  }
-  return 0;
+  return CopyOutBytes(t, a.a[1], d, n * sizeof(Data));
 }
 
 // posix_fadvise: advice on a file's caching. Errors as Linux; the advice
 // itself changes nothing the program can see (no page cache to tune).
 int64_t SysFadvise64(Task& t, const SyscallArgs& a) {
-  std::shared_ptr<fs::File> f = t.group().fds().Get(static_cast<int>(a.a[0]));
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f,
+                         FileFor(t, static_cast<uint32_t>(a.a[0])));
   if (static_cast<int64_t>(a.a[2]) < 0) return -EINVAL;
   if (a.a[3] > 5) return -EINVAL;  // POSIX_FADV_NORMAL..POSIX_FADV_NOREUSE
   struct stat st;

@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "sentry/fs/mappable.h"
 #include "sentry/loader/elf_loader.h"
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/paths.h"
 #include "sentry/syscalls/process.h"
 #include "sentry/syscalls/syscalls.h"
@@ -94,7 +95,7 @@ int64_t ReadStrings(Task& t, uint64_t addr, std::vector<std::string>* out,
   if (addr == 0) return 0;
   for (size_t i = 0;; i++) {
     uint64_t p;
-    if (t.mm().CopyIn(addr + i * 8, &p, 8) != 8) return -EFAULT;
+    RETURN_IF_ERRNO(CopyInObj(t, addr + i * 8, &p));
     if (p == 0) return 0;
     if (out->size() >= 0x7fffffff / 8) return -E2BIG;
     std::string s;
@@ -137,31 +138,25 @@ void DeThread(Task& t) {
 int64_t DoExecve(Task& t, int64_t dirfd, uint64_t path_addr, uint64_t argv_addr,
                  uint64_t envp_addr, int flags) {
   if (flags & ~(AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW)) return -EINVAL;
-  std::string path;
-  int64_t r = ReadPath(t, path_addr, &path);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, path_addr));
   std::vector<std::string> argv, envp;
   uint64_t total = 0;
-  r = ReadStrings(t, argv_addr, &argv, &total);
-  if (r < 0) return r;
-  r = ReadStrings(t, envp_addr, &envp, &total);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(ReadStrings(t, argv_addr, &argv, &total));
+  RETURN_IF_ERRNO(ReadStrings(t, envp_addr, &envp, &total));
 
   fs::Vfs& vfs = t.kernel().vfs();
   fs::FsContext& ctx = t.group().fs();
   std::string exec_path = path;
   fs::Location loc;
-  r = ResolveAt(t, dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW),
-                (flags & AT_EMPTY_PATH) != 0, &loc);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(ResolveAt(t, dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW),
+                            (flags & AT_EMPTY_PATH) != 0, &loc));
   // Scripts: up to 4 levels of interpreters, as Linux allows.
   for (int depth = 0;; depth++) {
     if (loc.inode().Type() == S_IFLNK) return -ELOOP;
     if (loc.inode().Type() == S_IFDIR) return -EACCES;
     if (loc.inode().Type() != S_IFREG) return -EACCES;
     fs::Attr attr;
-    r = loc.inode().GetAttr(&attr);
-    if (r < 0) return r;
+    RETURN_IF_ERRNO(loc.inode().GetAttr(&attr));
     if ((attr.mode & 0111) == 0) return -EACCES;
     char head[256];
     int64_t n = loc.inode().Read(head, sizeof(head), 0);
@@ -177,8 +172,7 @@ int64_t DoExecve(Task& t, int64_t dirfd, uint64_t path_addr, uint64_t argv_addr,
     for (size_t i = 1; i < argv.size(); i++) next.push_back(argv[i]);
     argv.swap(next);
     exec_path = interp;
-    r = vfs.Resolve(ctx, ctx.cwd(), interp, true, &loc);
-    if (r < 0) return r;
+    RETURN_IF_ERRNO(vfs.Resolve(ctx, ctx.cwd(), interp, true, &loc));
   }
 
   // Build the new image before touching the old one: failures return to
@@ -291,11 +285,11 @@ int64_t SysWait4(Task& t, const SyscallArgs& a) {
     int32_t st = res.status.WaitStatus();
     if (res.stop_signo != 0) st = (res.stop_signo << 8) | 0x7f;
     if (res.continued) st = 0xffff;
-    if (t.mm().CopyOut(a.a[1], &st, 4) != 4) return -EFAULT;
+    RETURN_IF_ERRNO(CopyOutObj(t, a.a[1], st));
   }
   if (a.a[3] != 0) {
     struct rusage ru = res.usage.ToRusage();
-    if (t.mm().CopyOut(a.a[3], &ru, sizeof(ru)) != sizeof(ru)) return -EFAULT;
+    RETURN_IF_ERRNO(CopyOutObj(t, a.a[3], ru));
   }
   return r;
 }
@@ -349,12 +343,12 @@ int64_t SysWaitid(Task& t, const SyscallArgs& a) {
         si.si_status = res.status.code;
       }
     }
-    if (t.mm().CopyOut(a.a[2], &si, sizeof(si)) != sizeof(si)) return -EFAULT;
+    RETURN_IF_ERRNO(CopyOutObj(t, a.a[2], si));
   }
   if (a.a[4] != 0) {
     // The raw syscall's fifth argument: the child's rusage, as wait4.
     struct rusage ru = r > 0 ? res.usage.ToRusage() : rusage{};
-    if (t.mm().CopyOut(a.a[4], &ru, sizeof(ru)) != sizeof(ru)) return -EFAULT;
+    RETURN_IF_ERRNO(CopyOutObj(t, a.a[4], ru));
   }
   return 0;
 }

@@ -6,6 +6,7 @@
 
 #include "absl/time/clock.h"
 
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -25,16 +26,11 @@ int64_t SysRtSigaction(Task& t, const SyscallArgs& a) {
   if (!ValidSignal(signo)) return -EINVAL;
   SigAction next;
   if (a.a[1] != 0) {
-    if (t.mm().CopyIn(a.a[1], &next, sizeof(next)) != sizeof(next)) {
-      return -EFAULT;
-    }
+    RETURN_IF_ERRNO(CopyInObj(t, a.a[1], &next));
     if (signo == SIGKILL || signo == SIGSTOP) return -EINVAL;
   }
   SigAction old = t.group().GetAction(static_cast<int>(signo));
-  if (a.a[2] != 0 &&
-      t.mm().CopyOut(a.a[2], &old, sizeof(old)) != sizeof(old)) {
-    return -EFAULT;
-  }
+  if (a.a[2] != 0) RETURN_IF_ERRNO(CopyOutObj(t, a.a[2], old));
   if (a.a[1] != 0) {
     next.mask &= ~kernel::kUnblockable;
     t.group().SetAction(static_cast<int>(signo), next);
@@ -47,7 +43,7 @@ int64_t SysRtSigprocmask(Task& t, const SyscallArgs& a) {
   SigSet old = t.signal_mask();
   if (a.a[1] != 0) {
     SigSet set;
-    if (t.mm().CopyIn(a.a[1], &set, sizeof(set)) != sizeof(set)) return -EFAULT;
+    RETURN_IF_ERRNO(CopyInObj(t, a.a[1], &set));
     switch (a.a[0]) {
       case SIG_BLOCK: t.set_signal_mask(old | set); break;
       case SIG_UNBLOCK: t.set_signal_mask(old & ~set); break;
@@ -55,18 +51,14 @@ int64_t SysRtSigprocmask(Task& t, const SyscallArgs& a) {
       default: return -EINVAL;
     }
   }
-  if (a.a[2] != 0 && t.mm().CopyOut(a.a[2], &old, sizeof(old)) != sizeof(old)) {
-    return -EFAULT;
-  }
+  if (a.a[2] != 0) RETURN_IF_ERRNO(CopyOutObj(t, a.a[2], old));
   return 0;
 }
 
 int64_t SysRtSigpending(Task& t, const SyscallArgs& a) {
   if (a.a[1] > sizeof(SigSet)) return -EINVAL;
   SigSet pending = t.PendingForThreadAndGroup() & t.signal_mask();
-  return t.mm().CopyOut(a.a[0], &pending, a.a[1]) == static_cast<int64_t>(a.a[1])
-             ? 0
-             : -EFAULT;
+  return CopyOutBytes(t, a.a[0], &pending, a.a[1]);
 }
 
 int64_t SysSigaltstack(Task& t, const SyscallArgs& a) {
@@ -78,9 +70,7 @@ int64_t SysSigaltstack(Task& t, const SyscallArgs& a) {
   old.flags = (cur.flags & SS_DISABLE) ? SS_DISABLE : (on ? SS_ONSTACK : 0);
   if (a.a[0] != 0) {
     kernel::SignalStack next;
-    if (t.mm().CopyIn(a.a[0], &next, sizeof(next)) != sizeof(next)) {
-      return -EFAULT;
-    }
+    RETURN_IF_ERRNO(CopyInObj(t, a.a[0], &next));
     if (on) return -EPERM;
     int mode = next.flags & ~(1 << 31);  // SS_AUTODISARM
     if (mode != 0 && mode != SS_DISABLE && mode != SS_ONSTACK) return -EINVAL;
@@ -93,9 +83,7 @@ int64_t SysSigaltstack(Task& t, const SyscallArgs& a) {
       cur.flags = 0;
     }
   }
-  if (a.a[1] != 0 && t.mm().CopyOut(a.a[1], &old, sizeof(old)) != sizeof(old)) {
-    return -EFAULT;
-  }
+  if (a.a[1] != 0) RETURN_IF_ERRNO(CopyOutObj(t, a.a[1], old));
   return 0;
 }
 
@@ -106,7 +94,7 @@ int64_t SysRtSigreturn(Task& t, const SyscallArgs& a) { return t.SigReturn(); }
 int64_t SysRtSigsuspend(Task& t, const SyscallArgs& a) {
   if (a.a[1] != sizeof(SigSet)) return -EINVAL;
   SigSet set;
-  if (t.mm().CopyIn(a.a[0], &set, sizeof(set)) != sizeof(set)) return -EFAULT;
+  RETURN_IF_ERRNO(CopyInObj(t, a.a[0], &set));
   t.SetTemporaryMask(set, t.signal_mask());
   while (t.Block(absl::InfiniteFuture()) != Task::WakeReason::kInterrupted) {
   }
@@ -124,12 +112,12 @@ int64_t SysPause(Task& t, const SyscallArgs& a) {
 int64_t SysRtSigtimedwait(Task& t, const SyscallArgs& a) {
   if (a.a[3] != sizeof(SigSet)) return -EINVAL;
   SigSet set;
-  if (t.mm().CopyIn(a.a[0], &set, sizeof(set)) != sizeof(set)) return -EFAULT;
+  RETURN_IF_ERRNO(CopyInObj(t, a.a[0], &set));
   set &= ~kernel::kUnblockable;
   absl::Time deadline = absl::InfiniteFuture();
   if (a.a[2] != 0) {
     struct timespec ts;
-    if (t.mm().CopyIn(a.a[2], &ts, sizeof(ts)) != sizeof(ts)) return -EFAULT;
+    RETURN_IF_ERRNO(CopyInObj(t, a.a[2], &ts));
     if (ts.tv_sec < 0 || ts.tv_nsec < 0 || ts.tv_nsec >= 1000000000) {
       return -EINVAL;
     }
@@ -142,9 +130,7 @@ int64_t SysRtSigtimedwait(Task& t, const SyscallArgs& a) {
     int signo = t.DequeueSignal(set, &si);
     if (signo > 0) {
       si.si_signo = signo;
-      if (a.a[1] != 0 && t.mm().CopyOut(a.a[1], &si, sizeof(si)) != sizeof(si)) {
-        return -EFAULT;
-      }
+      if (a.a[1] != 0) RETURN_IF_ERRNO(CopyOutObj(t, a.a[1], si));
       return signo;
     }
     int r = t.Wait(*t.group().signal_queue, POLLIN,

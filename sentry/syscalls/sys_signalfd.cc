@@ -8,6 +8,7 @@
 #include <memory>
 
 #include "sentry/kernel/signalfd.h"
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -24,14 +25,11 @@ int64_t SignalFd4(Task& t, int64_t fd, uint64_t mask_addr, uint64_t size,
   }
   if (size != sizeof(SigSet)) return -EINVAL;
   SigSet mask;
-  if (t.mm().CopyIn(mask_addr, &mask, sizeof(mask)) != sizeof(mask)) {
-    return -EFAULT;
-  }
+  RETURN_IF_ERRNO(CopyInObj(t, mask_addr, &mask));
   if (fd != -1) {
-    std::shared_ptr<fs::File> f = t.group().fds().Get(static_cast<int>(fd));
-    if (f == nullptr) return -EBADF;
-    auto sfd = std::dynamic_pointer_cast<kernel::SignalFd>(f);
-    if (sfd == nullptr) return -EINVAL;
+    ASSIGN_OR_RETURN_ERRNO(
+        std::shared_ptr<kernel::SignalFd> sfd,
+        FileAs<kernel::SignalFd>(t, static_cast<uint32_t>(fd), -EINVAL));
     sfd->set_mask(mask);
     // Readers and pollers look again with the new mask.
     sfd->event_queue()->Notify(POLLIN);
@@ -54,9 +52,7 @@ int64_t SysSignalfd4(Task& t, const SyscallArgs& a) {
 // to itself, so that nobody can forge a kill(2) or a kernel signal.
 int64_t CopyInQueuedInfo(Task& t, uint64_t addr, int signo, pid_t target,
                          siginfo_t* info) {
-  if (t.mm().CopyIn(addr, info, sizeof(*info)) != sizeof(*info)) {
-    return -EFAULT;
-  }
+  RETURN_IF_ERRNO(CopyInObj(t, addr, info));
   info->si_signo = signo;
   if ((info->si_code >= 0 || info->si_code == SI_TKILL) &&
       target != t.tid()) {
@@ -70,8 +66,8 @@ int64_t SysRtSigqueueinfo(Task& t, const SyscallArgs& a) {
   uint64_t signo = a.a[1];
   if (signo > kernel::kNumSignals) return -EINVAL;
   siginfo_t info;
-  int64_t r = CopyInQueuedInfo(t, a.a[2], static_cast<int>(signo), pid, &info);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(
+      CopyInQueuedInfo(t, a.a[2], static_cast<int>(signo), pid, &info));
   auto group = pid > 0 ? t.kernel().FindGroup(pid) : nullptr;
   if (group == nullptr || group->reaped) return -ESRCH;
   if (signo == 0 || group->Tasks().empty()) return 0;  // a zombie: no effect
@@ -84,8 +80,8 @@ int64_t SysRtTgsigqueueinfo(Task& t, const SyscallArgs& a) {
   uint64_t signo = a.a[2];
   if (tgid <= 0 || tid <= 0 || signo > kernel::kNumSignals) return -EINVAL;
   siginfo_t info;
-  int64_t r = CopyInQueuedInfo(t, a.a[3], static_cast<int>(signo), tid, &info);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(
+      CopyInQueuedInfo(t, a.a[3], static_cast<int>(signo), tid, &info));
   std::shared_ptr<kernel::Task> target = t.kernel().FindTask(tid);
   if (target == nullptr || target->group().tgid() != tgid) return -ESRCH;
   if (signo != 0) target->SendSignalInfo(info);

@@ -18,6 +18,7 @@
 #include "sentry/socket/socket.h"
 #include "sentry/socket/unix_endpoint.h"
 #include "sentry/socket/unix_socket.h"
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -57,12 +58,8 @@ socket::SocketContext Context(Task& t) {
   return c;
 }
 
-int64_t GetSocket(Task& t, uint64_t fd, std::shared_ptr<Socket>* out) {
-  if (fd > INT32_MAX) return -EBADF;
-  std::shared_ptr<fs::File> f = t.group().fds().Get(static_cast<int>(fd));
-  if (f == nullptr) return -EBADF;
-  *out = std::dynamic_pointer_cast<Socket>(f);
-  return *out == nullptr ? -ENOTSOCK : 0;
+SysResult<std::shared_ptr<Socket>> SocketFor(Task& t, uint64_t fd) {
+  return FileAs<Socket>(t, fd, -ENOTSOCK);
 }
 
 // move_addr_to_kernel.
@@ -70,25 +67,18 @@ int64_t ReadSockaddr(Task& t, uint64_t addr, uint64_t len, std::string* out) {
   if (static_cast<int32_t>(len) < 0 || len > kMaxSockaddr) return -EINVAL;
   out->resize(len);
   if (len == 0) return 0;
-  if (t.mm().CopyIn(addr, out->data(), len) != static_cast<int64_t>(len)) {
-    return -EFAULT;
-  }
-  return 0;
+  return CopyInBytes(t, addr, out->data(), len);
 }
 
 // move_addr_to_user: copies what fits, stores the full length.
 int64_t WriteSockaddr(Task& t, const std::string& sa, uint64_t addr,
                       uint64_t len_addr) {
   int32_t len;
-  if (t.mm().CopyIn(len_addr, &len, sizeof(len)) != sizeof(len)) return -EFAULT;
+  RETURN_IF_ERRNO(CopyInObj(t, len_addr, &len));
   if (len < 0) return -EINVAL;
   size_t n = std::min<size_t>(len, sa.size());
-  if (n > 0 && t.mm().CopyOut(addr, sa.data(), n) != static_cast<int64_t>(n)) {
-    return -EFAULT;
-  }
-  int32_t full = static_cast<int32_t>(sa.size());
-  if (t.mm().CopyOut(len_addr, &full, sizeof(full)) != sizeof(full)) return -EFAULT;
-  return 0;
+  if (n > 0) RETURN_IF_ERRNO(CopyOutBytes(t, addr, sa.data(), n));
+  return CopyOutObj(t, len_addr, static_cast<int32_t>(sa.size()));
 }
 
 int64_t ReadIovecs(Task& t, uint64_t addr, uint64_t cnt,
@@ -96,10 +86,7 @@ int64_t ReadIovecs(Task& t, uint64_t addr, uint64_t cnt,
   if (cnt > kIovMax) return -EMSGSIZE;
   out->resize(cnt);
   if (cnt == 0) return 0;
-  if (t.mm().CopyIn(addr, out->data(), cnt * sizeof(iovec)) !=
-      static_cast<int64_t>(cnt * sizeof(iovec))) {
-    return -EFAULT;
-  }
+  RETURN_IF_ERRNO(CopyInBytes(t, addr, out->data(), cnt * sizeof(iovec)));
   uint64_t total = 0;
   for (iovec& v : *out) {
     if (v.iov_len > static_cast<uint64_t>(INT64_MAX) - total) return -EINVAL;
@@ -200,15 +187,13 @@ int64_t SysSocket(Task& t, const SyscallArgs& a) {
   int domain = static_cast<int>(a.a[0]);
   int type;
   bool nonblock, cloexec;
-  int64_t r = SplitTypeFlags(a.a[1], &type, &nonblock, &cloexec);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(SplitTypeFlags(a.a[1], &type, &nonblock, &cloexec));
   if (domain < 0 || domain >= AF_MAX) return -EAFNOSUPPORT;
   if (domain != AF_UNIX) return UnsupportedFamily(t, SYS_socket, domain);
   std::shared_ptr<socket::UnixSocket> s;
-  r = socket::UnixSocket::New(&SandboxUnixNamespace(), type,
-                              static_cast<int>(a.a[2]), nonblock,
-                              CallerCredentials(t), &s);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(socket::UnixSocket::New(&SandboxUnixNamespace(), type,
+                                          static_cast<int>(a.a[2]), nonblock,
+                                          CallerCredentials(t), &s));
   return t.group().fds().Install(std::move(s), cloexec);
 }
 
@@ -216,75 +201,47 @@ int64_t SysSocketpair(Task& t, const SyscallArgs& a) {
   int domain = static_cast<int>(a.a[0]);
   int type;
   bool nonblock, cloexec;
-  int64_t r = SplitTypeFlags(a.a[1], &type, &nonblock, &cloexec);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(SplitTypeFlags(a.a[1], &type, &nonblock, &cloexec));
   if (domain < 0 || domain >= AF_MAX) return -EAFNOSUPPORT;
   // Linux's inet families have no socketpair.
   if (domain == AF_INET || domain == AF_INET6) return -EOPNOTSUPP;
   if (domain != AF_UNIX) return UnsupportedFamily(t, SYS_socketpair, domain);
   std::shared_ptr<socket::UnixSocket> s0, s1;
-  r = socket::UnixSocket::NewPair(&SandboxUnixNamespace(), type,
-                                  static_cast<int>(a.a[2]), nonblock,
-                                  CallerCredentials(t), &s0, &s1);
-  if (r < 0) return r;
-  fs::FdTable& fds = t.group().fds();
-  int64_t fd0 = fds.Install(std::move(s0), cloexec);
-  if (fd0 < 0) return fd0;
-  int64_t fd1 = fds.Install(std::move(s1), cloexec);
-  if (fd1 < 0) {
-    fds.Close(fd0);
-    return fd1;
-  }
-  int32_t sv[2] = {static_cast<int32_t>(fd0), static_cast<int32_t>(fd1)};
-  if (t.mm().CopyOut(a.a[3], sv, sizeof(sv)) != sizeof(sv)) {
-    fds.Close(fd0);
-    fds.Close(fd1);
-    return -EFAULT;
-  }
-  return 0;
+  RETURN_IF_ERRNO(socket::UnixSocket::NewPair(
+      &SandboxUnixNamespace(), type, static_cast<int>(a.a[2]), nonblock,
+      CallerCredentials(t), &s0, &s1));
+  return InstallFdPair(t, std::move(s0), std::move(s1), cloexec, a.a[3]);
 }
 
 int64_t SysBind(Task& t, const SyscallArgs& a) {
-  std::shared_ptr<Socket> s;
-  int64_t r = GetSocket(t, a.a[0], &s);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
   std::string addr;
-  r = ReadSockaddr(t, a.a[1], a.a[2], &addr);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(ReadSockaddr(t, a.a[1], a.a[2], &addr));
   return s->Bind(Context(t), addr);
 }
 
 int64_t SysConnect(Task& t, const SyscallArgs& a) {
-  std::shared_ptr<Socket> s;
-  int64_t r = GetSocket(t, a.a[0], &s);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
   std::string addr;
-  r = ReadSockaddr(t, a.a[1], a.a[2], &addr);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(ReadSockaddr(t, a.a[1], a.a[2], &addr));
   return s->Connect(Context(t), addr);
 }
 
 int64_t SysListen(Task& t, const SyscallArgs& a) {
-  std::shared_ptr<Socket> s;
-  int64_t r = GetSocket(t, a.a[0], &s);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
   return s->Listen(Context(t), static_cast<int>(a.a[1]));
 }
 
 int64_t DoAccept(Task& t, uint64_t fd, uint64_t addr, uint64_t len_addr,
                  int flags) {
   if (flags & ~(SOCK_NONBLOCK | SOCK_CLOEXEC)) return -EINVAL;
-  std::shared_ptr<Socket> s;
-  int64_t r = GetSocket(t, fd, &s);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, fd));
   std::shared_ptr<Socket> conn;
   std::string peer;
-  r = s->Accept(Context(t), (flags & SOCK_NONBLOCK) != 0, &conn, &peer);
-  if (r < 0) return r;
-  if (addr != 0) {
-    r = WriteSockaddr(t, peer, addr, len_addr);
-    if (r < 0) return r;  // as Linux: the connection is dropped
-  }
+  RETURN_IF_ERRNO(
+      s->Accept(Context(t), (flags & SOCK_NONBLOCK) != 0, &conn, &peer));
+  // As Linux: on a fault the connection is dropped.
+  if (addr != 0) RETURN_IF_ERRNO(WriteSockaddr(t, peer, addr, len_addr));
   return t.group().fds().Install(std::move(conn), (flags & SOCK_CLOEXEC) != 0);
 }
 
@@ -297,29 +254,21 @@ int64_t SysAccept4(Task& t, const SyscallArgs& a) {
 }
 
 int64_t SysGetsockname(Task& t, const SyscallArgs& a) {
-  std::shared_ptr<Socket> s;
-  int64_t r = GetSocket(t, a.a[0], &s);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
   std::string addr;
-  r = s->GetSockName(&addr);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(s->GetSockName(&addr));
   return WriteSockaddr(t, addr, a.a[1], a.a[2]);
 }
 
 int64_t SysGetpeername(Task& t, const SyscallArgs& a) {
-  std::shared_ptr<Socket> s;
-  int64_t r = GetSocket(t, a.a[0], &s);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
   std::string addr;
-  r = s->GetPeerName(&addr);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(s->GetPeerName(&addr));
   return WriteSockaddr(t, addr, a.a[1], a.a[2]);
 }
 
 int64_t SysShutdown(Task& t, const SyscallArgs& a) {
-  std::shared_ptr<Socket> s;
-  int64_t r = GetSocket(t, a.a[0], &s);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
   return s->Shutdown(static_cast<int>(a.a[1]));
 }
 
@@ -341,44 +290,33 @@ bool LinuxRejectsToo(int level, int name, bool set) {
 }
 
 int64_t SysGetsockopt(Task& t, const SyscallArgs& a) {
-  std::shared_ptr<Socket> s;
-  int64_t r = GetSocket(t, a.a[0], &s);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
   int level = static_cast<int>(a.a[1]);
   int name = static_cast<int>(a.a[2]);
   int32_t len;
-  if (t.mm().CopyIn(a.a[4], &len, sizeof(len)) != sizeof(len)) return -EFAULT;
+  RETURN_IF_ERRNO(CopyInObj(t, a.a[4], &len));
   if (len < 0) return -EINVAL;
   std::vector<uint8_t> val(std::min<size_t>(len, kMaxOptLen));
-  r = s->GetSockOpt(Context(t), level, name, &val);
+  int64_t r = s->GetSockOpt(Context(t), level, name, &val);
   if (r == -ENOPROTOOPT && !LinuxRejectsToo(level, name, false)) {
     t.kernel().CountUnimplemented(SYS_getsockopt);
   }
   if (r < 0) return r;
-  if (!val.empty() &&
-      t.mm().CopyOut(a.a[3], val.data(), val.size()) !=
-          static_cast<int64_t>(val.size())) {
-    return -EFAULT;
-  }
-  int32_t out = static_cast<int32_t>(val.size());
-  if (t.mm().CopyOut(a.a[4], &out, sizeof(out)) != sizeof(out)) return -EFAULT;
-  return 0;
+  if (!val.empty())
+    RETURN_IF_ERRNO(CopyOutBytes(t, a.a[3], val.data(), val.size()));
+  return CopyOutObj(t, a.a[4], static_cast<int32_t>(val.size()));
 }
 
 int64_t SysSetsockopt(Task& t, const SyscallArgs& a) {
-  std::shared_ptr<Socket> s;
-  int64_t r = GetSocket(t, a.a[0], &s);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
   int level = static_cast<int>(a.a[1]);
   int name = static_cast<int>(a.a[2]);
   int32_t len = static_cast<int32_t>(a.a[4]);
   if (len < 0) return -EINVAL;
   std::vector<uint8_t> val(std::min<size_t>(len, kMaxOptLen));
-  if (!val.empty() && t.mm().CopyIn(a.a[3], val.data(), val.size()) !=
-                          static_cast<int64_t>(val.size())) {
-    return -EFAULT;
-  }
-  r = s->SetSockOpt(Context(t), level, name, val);
+  if (!val.empty())
+    RETURN_IF_ERRNO(CopyInBytes(t, a.a[3], val.data(), val.size()));
+  int64_t r = s->SetSockOpt(Context(t), level, name, val);
   if (r == -ENOPROTOOPT && !LinuxRejectsToo(level, name, true)) {
     t.kernel().CountUnimplemented(SYS_setsockopt);
   }
@@ -394,17 +332,13 @@ int64_t DoSend(Task& t, Socket& s, socket::SendRequest& req) {
 }
 
 int64_t SysSendto(Task& t, const SyscallArgs& a) {
-  std::shared_ptr<Socket> s;
-  int64_t r = GetSocket(t, a.a[0], &s);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
   UserSource src(t, OneIovec(a.a[1], a.a[2]));
   socket::SendRequest req;
   req.data = &src;
   req.flags = static_cast<int>(a.a[3]);
-  if (a.a[4] != 0) {
-    r = ReadSockaddr(t, a.a[4], a.a[5], &req.address);
-    if (r < 0) return r;
-  }
+  if (a.a[4] != 0)
+    RETURN_IF_ERRNO(ReadSockaddr(t, a.a[4], a.a[5], &req.address));
   return DoSend(t, *s, req);
 }
 
@@ -458,31 +392,25 @@ int64_t ParseControl(Task& t, const std::vector<uint8_t>& control,
 }
 
 int64_t SysSendmsg(Task& t, const SyscallArgs& a) {
-  std::shared_ptr<Socket> s;
-  int64_t r = GetSocket(t, a.a[0], &s);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
   struct msghdr m;
-  if (t.mm().CopyIn(a.a[1], &m, sizeof(m)) != sizeof(m)) return -EFAULT;
+  RETURN_IF_ERRNO(CopyInObj(t, a.a[1], &m));
   std::vector<iovec> iov;
-  r = ReadIovecs(t, reinterpret_cast<uint64_t>(m.msg_iov), m.msg_iovlen, &iov);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(
+      ReadIovecs(t, reinterpret_cast<uint64_t>(m.msg_iov), m.msg_iovlen, &iov));
   socket::SendRequest req;
   req.flags = static_cast<int>(a.a[2]);
   if (m.msg_name != nullptr && m.msg_namelen != 0) {
-    r = ReadSockaddr(t, reinterpret_cast<uint64_t>(m.msg_name),
-                     std::min<uint64_t>(m.msg_namelen, kMaxSockaddr),
-                     &req.address);
-    if (r < 0) return r;
+    RETURN_IF_ERRNO(ReadSockaddr(
+        t, reinterpret_cast<uint64_t>(m.msg_name),
+        std::min<uint64_t>(m.msg_namelen, kMaxSockaddr), &req.address));
   }
   if (m.msg_controllen > 0) {
     if (m.msg_controllen > kMaxControl) return -ENOBUFS;
     std::vector<uint8_t> control(m.msg_controllen);
-    if (t.mm().CopyIn(reinterpret_cast<uint64_t>(m.msg_control), control.data(),
-                      control.size()) != static_cast<int64_t>(control.size())) {
-      return -EFAULT;
-    }
-    r = ParseControl(t, control, &req);
-    if (r < 0) return r;
+    RETURN_IF_ERRNO(CopyInBytes(t, reinterpret_cast<uint64_t>(m.msg_control),
+                                control.data(), control.size()));
+    RETURN_IF_ERRNO(ParseControl(t, control, &req));
   }
   UserSource src(t, std::move(iov));
   req.data = &src;
@@ -490,19 +418,16 @@ int64_t SysSendmsg(Task& t, const SyscallArgs& a) {
 }
 
 int64_t SysRecvfrom(Task& t, const SyscallArgs& a) {
-  std::shared_ptr<Socket> s;
-  int64_t r = GetSocket(t, a.a[0], &s);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
   UserSink sink(t, OneIovec(a.a[1], a.a[2]));
   socket::RecvRequest req;
   req.data = &sink;
   req.flags = static_cast<int>(a.a[3]) & ~MSG_CMSG_CLOEXEC;
   req.want_address = a.a[4] != 0;
-  r = s->RecvMsg(Context(t), req);
+  int64_t r = s->RecvMsg(Context(t), req);
   // Files that came without a control buffer to put them in are closed.
   if (r >= 0 && a.a[4] != 0) {
-    int64_t w = WriteSockaddr(t, req.address, a.a[4], a.a[5]);
-    if (w < 0) return w;
+    RETURN_IF_ERRNO(WriteSockaddr(t, req.address, a.a[4], a.a[5]));
   }
   return r;
 }
@@ -533,10 +458,7 @@ class ControlWriter {
     std::vector<uint8_t> buf(cmlen);
     std::memcpy(buf.data(), &h, sizeof(h));
     std::memcpy(buf.data() + CMSG_LEN(0), data, cmlen - CMSG_LEN(0));
-    if (t_.mm().CopyOut(addr_ + used_, buf.data(), cmlen) !=
-        static_cast<int64_t>(cmlen)) {
-      return -EFAULT;
-    }
+    RETURN_IF_ERRNO(CopyOutBytes(t_, addr_ + used_, buf.data(), cmlen));
     used_ += std::min<size_t>(CMSG_SPACE(n), room);
     return 0;
   }
@@ -570,21 +492,19 @@ class ControlWriter {
 };
 
 int64_t SysRecvmsg(Task& t, const SyscallArgs& a) {
-  std::shared_ptr<Socket> s;
-  int64_t r = GetSocket(t, a.a[0], &s);
-  if (r < 0) return r;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
   struct msghdr m;
-  if (t.mm().CopyIn(a.a[1], &m, sizeof(m)) != sizeof(m)) return -EFAULT;
+  RETURN_IF_ERRNO(CopyInObj(t, a.a[1], &m));
   std::vector<iovec> iov;
-  r = ReadIovecs(t, reinterpret_cast<uint64_t>(m.msg_iov), m.msg_iovlen, &iov);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(
+      ReadIovecs(t, reinterpret_cast<uint64_t>(m.msg_iov), m.msg_iovlen, &iov));
   const int flags = static_cast<int>(a.a[2]);
   UserSink sink(t, std::move(iov));
   socket::RecvRequest req;
   req.data = &sink;
   req.flags = flags & ~MSG_CMSG_CLOEXEC;
   req.want_address = m.msg_name != nullptr;
-  r = s->RecvMsg(Context(t), req);
+  const int64_t r = s->RecvMsg(Context(t), req);
   if (r < 0) return r;
 
   ControlWriter cw(t, reinterpret_cast<uint64_t>(m.msg_control),
@@ -592,24 +512,22 @@ int64_t SysRecvmsg(Task& t, const SyscallArgs& a) {
   // Credentials come before files, as in Linux's scm_recv.
   if (req.creds.has_value()) {
     struct ucred uc = {req.creds->pid, req.creds->uid, req.creds->gid};
-    int64_t w = cw.Put(SOL_SOCKET, SCM_CREDENTIALS, &uc, sizeof(uc));
-    if (w < 0) return w;
+    RETURN_IF_ERRNO(cw.Put(SOL_SOCKET, SCM_CREDENTIALS, &uc, sizeof(uc)));
   }
-  int64_t w = cw.PutRights(&req.rights, (flags & MSG_CMSG_CLOEXEC) != 0);
-  if (w < 0) return w;
+  RETURN_IF_ERRNO(cw.PutRights(&req.rights, (flags & MSG_CMSG_CLOEXEC) != 0));
 
   struct msghdr out = m;
   out.msg_controllen = cw.used();
   out.msg_flags = req.msg_flags | cw.flags();
   if (m.msg_name != nullptr) {
     size_t n = std::min<size_t>(m.msg_namelen, req.address.size());
-    if (n > 0 && t.mm().CopyOut(reinterpret_cast<uint64_t>(m.msg_name),
-                                req.address.data(), n) != static_cast<int64_t>(n)) {
-      return -EFAULT;
+    if (n > 0) {
+      RETURN_IF_ERRNO(CopyOutBytes(t, reinterpret_cast<uint64_t>(m.msg_name),
+                                   req.address.data(), n));
     }
     out.msg_namelen = static_cast<socklen_t>(req.address.size());
   }
-  if (t.mm().CopyOut(a.a[1], &out, sizeof(out)) != sizeof(out)) return -EFAULT;
+  RETURN_IF_ERRNO(CopyOutObj(t, a.a[1], out));
   return r;
 }
 

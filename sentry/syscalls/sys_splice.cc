@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "sentry/fs/pipe.h"
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -40,11 +41,6 @@ constexpr unsigned kSpliceGift = 8;
 constexpr unsigned kSpliceAll =
     kSpliceMove | kSpliceNonblock | kSpliceMore | kSpliceGift;
 
-std::shared_ptr<fs::File> GetFile(Task& t, uint64_t fd) {
-  if (fd > INT32_MAX) return nullptr;
-  return t.group().fds().Get(static_cast<int>(fd));
-}
-
 fs::PipeEnd* AsPipe(fs::File& f) { return dynamic_cast<fs::PipeEnd*>(&f); }
 
 bool Readable(fs::File& f) {
@@ -56,6 +52,18 @@ bool Writable(fs::File& f) {
   return acc == O_WRONLY || acc == O_RDWR;
 }
 bool Nonblocking(fs::File& f) { return (f.StatusFlags() & O_NONBLOCK) != 0; }
+
+// The two files of splice, tee, sendfile and copy_file_range: -EBADF
+// unless `in` is open for reading and `out` for writing.
+int64_t InOutFiles(Task& t, uint64_t in_fd, uint64_t out_fd,
+                   std::shared_ptr<fs::File>* in,
+                   std::shared_ptr<fs::File>* out) {
+  *in = FileOrNull(t, in_fd);
+  *out = FileOrNull(t, out_fd);
+  if (*in == nullptr || *out == nullptr) return -EBADF;
+  if (!Readable(**in) || !Writable(**out)) return -EBADF;
+  return 0;
+}
 
 uint32_t FileType(fs::File& f) {
   auto inode = f.inode();
@@ -72,12 +80,12 @@ int64_t PipeError(Task& t, int64_t r) {
 int64_t ReadOffset(Task& t, uint64_t addr, bool* use, int64_t* off) {
   *use = addr != 0;
   if (!*use) return 0;
-  if (t.mm().CopyIn(addr, off, sizeof(*off)) != sizeof(*off)) return -EFAULT;
+  RETURN_IF_ERRNO(CopyInObj(t, addr, off));
   return *off < 0 ? -EINVAL : 0;
 }
 
 int64_t WriteOffset(Task& t, uint64_t addr, int64_t off) {
-  return t.mm().CopyOut(addr, &off, sizeof(off)) == sizeof(off) ? 0 : -EFAULT;
+  return CopyOutObj(t, addr, off);
 }
 
 // Moves up to `len` bytes from `src` (at *off, advanced, or at its own
@@ -174,10 +182,8 @@ int64_t SysSplice(Task& t, const SyscallArgs& a) {
   uint64_t len = std::min<uint64_t>(a.a[4], kMaxRw);
   unsigned flags = static_cast<unsigned>(a.a[5]);
   if (flags & ~kSpliceAll) return -EINVAL;
-  auto in = GetFile(t, a.a[0]);
-  auto out = GetFile(t, a.a[2]);
-  if (in == nullptr || out == nullptr) return -EBADF;
-  if (!Readable(*in) || !Writable(*out)) return -EBADF;
+  std::shared_ptr<fs::File> in, out;
+  RETURN_IF_ERRNO(InOutFiles(t, a.a[0], a.a[2], &in, &out));
   fs::PipeEnd* ipipe = AsPipe(*in);
   fs::PipeEnd* opipe = AsPipe(*out);
   bool nonblock = (flags & kSpliceNonblock) != 0;
@@ -197,12 +203,11 @@ int64_t SysSplice(Task& t, const SyscallArgs& a) {
     int64_t off = 0;
     // An offset needs a file with positions (FMODE_PWRITE).
     if (a.a[3] != 0 && out->Seek(0, SEEK_CUR) < 0) return -EINVAL;
-    int64_t r = ReadOffset(t, a.a[3], &use_off, &off);
-    if (r < 0) return r;
+    RETURN_IF_ERRNO(ReadOffset(t, a.a[3], &use_off, &off));
     if (len == 0) return 0;
     nonblock |= Nonblocking(*in);
-    r = PipeToFile(t, ipipe->pipe(), *out, use_off ? &off : nullptr, len,
-                   nonblock);
+    int64_t r = PipeToFile(t, ipipe->pipe(), *out, use_off ? &off : nullptr,
+                           len, nonblock);
     if (r > 0 && use_off && WriteOffset(t, a.a[3], off) < 0) return -EFAULT;
     return r;
   }
@@ -212,12 +217,11 @@ int64_t SysSplice(Task& t, const SyscallArgs& a) {
     bool use_off;
     int64_t off = 0;
     if (a.a[1] != 0 && in->Seek(0, SEEK_CUR) < 0) return -EINVAL;
-    int64_t r = ReadOffset(t, a.a[1], &use_off, &off);
-    if (r < 0) return r;
+    RETURN_IF_ERRNO(ReadOffset(t, a.a[1], &use_off, &off));
     if (len == 0) return 0;
     nonblock |= Nonblocking(*out);
-    r = FileToPipe(t, *in, use_off ? &off : nullptr, opipe->pipe(), len,
-                   nonblock);
+    int64_t r = FileToPipe(t, *in, use_off ? &off : nullptr, opipe->pipe(), len,
+                           nonblock);
     if (r > 0 && use_off && WriteOffset(t, a.a[1], off) < 0) return -EFAULT;
     return r;
   }
@@ -228,10 +232,8 @@ int64_t SysTee(Task& t, const SyscallArgs& a) {
   uint64_t len = std::min<uint64_t>(a.a[2], kMaxRw);
   unsigned flags = static_cast<unsigned>(a.a[3]);
   if (flags & ~kSpliceAll) return -EINVAL;
-  auto in = GetFile(t, a.a[0]);
-  auto out = GetFile(t, a.a[1]);
-  if (in == nullptr || out == nullptr) return -EBADF;
-  if (!Readable(*in) || !Writable(*out)) return -EBADF;
+  std::shared_ptr<fs::File> in, out;
+  RETURN_IF_ERRNO(InOutFiles(t, a.a[0], a.a[1], &in, &out));
   fs::PipeEnd* ipipe = AsPipe(*in);
   fs::PipeEnd* opipe = AsPipe(*out);
   if (ipipe == nullptr || opipe == nullptr) return -EINVAL;
@@ -246,18 +248,14 @@ int64_t SysTee(Task& t, const SyscallArgs& a) {
 int64_t SysVmsplice(Task& t, const SyscallArgs& a) {
   unsigned flags = static_cast<unsigned>(a.a[3]);
   if (flags & ~kSpliceAll) return -EINVAL;
-  auto f = GetFile(t, a.a[0]);
-  if (f == nullptr) return -EBADF;
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, a.a[0]));
   fs::PipeEnd* pipe = AsPipe(*f);
   if (pipe == nullptr) return -EBADF;
   uint64_t cnt = a.a[2];
   if (cnt > kIovMax) return -EINVAL;
   std::vector<iovec> iov(cnt);
-  if (cnt > 0 &&
-      t.mm().CopyIn(a.a[1], iov.data(), cnt * sizeof(iovec)) !=
-          static_cast<int64_t>(cnt * sizeof(iovec))) {
-    return -EFAULT;
-  }
+  if (cnt > 0)
+    RETURN_IF_ERRNO(CopyInBytes(t, a.a[1], iov.data(), cnt * sizeof(iovec)));
   bool nonblock = (flags & kSpliceNonblock) != 0;
   bool to_pipe = Writable(*f);
   if (!to_pipe && !Readable(*f)) return -EBADF;
@@ -303,10 +301,8 @@ int64_t SysVmsplice(Task& t, const SyscallArgs& a) {
 // sendfile(out_fd, in_fd, offset, count): from a regular file to any
 // writable file.
 int64_t SysSendfile(Task& t, const SyscallArgs& a) {
-  auto out = GetFile(t, a.a[0]);
-  auto in = GetFile(t, a.a[1]);
-  if (in == nullptr || out == nullptr) return -EBADF;
-  if (!Readable(*in) || !Writable(*out)) return -EBADF;
+  std::shared_ptr<fs::File> in, out;
+  RETURN_IF_ERRNO(InOutFiles(t, a.a[1], a.a[0], &in, &out));
   if (out->StatusFlags() & O_APPEND) return -EINVAL;
   // An offset needs a file with positions (FMODE_PREAD): ESPIPE first.
   if (a.a[2] != 0 && in->Seek(0, SEEK_CUR) < 0) return -ESPIPE;
@@ -362,10 +358,8 @@ int64_t SysSendfile(Task& t, const SyscallArgs& a) {
 
 int64_t SysCopyFileRange(Task& t, const SyscallArgs& a) {
   if (a.a[5] != 0) return -EINVAL;
-  auto in = GetFile(t, a.a[0]);
-  auto out = GetFile(t, a.a[2]);
-  if (in == nullptr || out == nullptr) return -EBADF;
-  if (!Readable(*in) || !Writable(*out)) return -EBADF;
+  std::shared_ptr<fs::File> in, out;
+  RETURN_IF_ERRNO(InOutFiles(t, a.a[0], a.a[2], &in, &out));
   if (out->StatusFlags() & O_APPEND) return -EBADF;
   uint32_t itype = FileType(*in), otype = FileType(*out);
   if (itype == S_IFDIR || otype == S_IFDIR) return -EISDIR;
@@ -378,8 +372,8 @@ int64_t SysCopyFileRange(Task& t, const SyscallArgs& a) {
   if (ist.st_dev != ost.st_dev) return -EXDEV;
   int64_t ioff = 0, ooff = 0;
   bool use_in = a.a[1] != 0, use_out = a.a[3] != 0;
-  if (use_in && t.mm().CopyIn(a.a[1], &ioff, 8) != 8) return -EFAULT;
-  if (use_out && t.mm().CopyIn(a.a[3], &ooff, 8) != 8) return -EFAULT;
+  if (use_in) RETURN_IF_ERRNO(CopyInObj(t, a.a[1], &ioff));
+  if (use_out) RETURN_IF_ERRNO(CopyInObj(t, a.a[3], &ooff));
   if (!use_in) ioff = in->Seek(0, SEEK_CUR);
   if (!use_out) ooff = out->Seek(0, SEEK_CUR);
   uint64_t count = a.a[4];

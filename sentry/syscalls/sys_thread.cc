@@ -7,6 +7,7 @@
 #include <algorithm>
 
 #include "absl/time/clock.h"
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/process.h"
 #include "sentry/syscalls/syscalls.h"
 
@@ -67,9 +68,7 @@ int64_t SysClone3(Task& t, const SyscallArgs& a) {
   if (size < kSizeVer0) return -EINVAL;
   if (size > 4096) return -E2BIG;
   const uint64_t known = std::min<uint64_t>(size, sizeof(ca));
-  if (t.mm().CopyIn(a.a[0], &ca, known) != static_cast<int64_t>(known)) {
-    return -EFAULT;
-  }
+  RETURN_IF_ERRNO(CopyInBytes(t, a.a[0], &ca, known));
   // A newer caller's extra fields must be zero (Linux: E2BIG otherwise).
   for (uint64_t off = sizeof(ca); off < size; off++) {
     uint8_t b;
@@ -125,9 +124,8 @@ int64_t SysGetRobustList(Task& t, const SyscallArgs& a) {
     target = other.get();
   }
   uint64_t head = target->robust_list(), len = 24;
-  if (t.mm().CopyOut(a.a[1], &head, 8) != 8) return -EFAULT;
-  if (t.mm().CopyOut(a.a[2], &len, 8) != 8) return -EFAULT;
-  return 0;
+  RETURN_IF_ERRNO(CopyOutObj(t, a.a[1], head));
+  return CopyOutObj(t, a.a[2], len);
 }
 
 // Converts a futex timeout. FUTEX_WAIT's is relative (CLOCK_MONOTONIC);
@@ -138,7 +136,7 @@ int64_t FutexDeadline(Task& t, uint64_t addr, bool absolute, bool realtime,
   *deadline = absl::InfiniteFuture();
   if (addr == 0) return 0;
   struct timespec ts;
-  if (t.mm().CopyIn(addr, &ts, sizeof(ts)) != sizeof(ts)) return -EFAULT;
+  RETURN_IF_ERRNO(CopyInObj(t, addr, &ts));
   if (ts.tv_sec < 0 || ts.tv_nsec < 0 || ts.tv_nsec >= 1000000000) {
     return -EINVAL;
   }
@@ -203,8 +201,7 @@ int64_t SysFutex(Task& t, const SyscallArgs& a) {
     }
     case FUTEX_REQUEUE:
     case FUTEX_CMP_REQUEUE: {
-      int64_t r = mm.AtomicWord(uaddr, false, &word);
-      if (r < 0) return r;
+      RETURN_IF_ERRNO(mm.AtomicWord(uaddr, false, &word));
       if (a.a[4] % 4 != 0) return -EINVAL;
       if (static_cast<int32_t>(val) < 0 || static_cast<int32_t>(a.a[3]) < 0) {
         return -EINVAL;
@@ -218,8 +215,7 @@ int64_t SysFutex(Task& t, const SyscallArgs& a) {
     case FUTEX_WAKE_OP: {
       uint64_t uaddr2 = a.a[4];
       std::atomic<uint32_t>* word2 = nullptr;
-      int64_t r = mm.AtomicWord(uaddr2, true, &word2);
-      if (r < 0) return r;
+      RETURN_IF_ERRNO(mm.AtomicWord(uaddr2, true, &word2));
       if (uaddr % 4 != 0) return -EINVAL;
       uint32_t encoded = static_cast<uint32_t>(a.a[5]);
       int opcode = (encoded >> 28) & 7;

@@ -14,6 +14,7 @@
 #include <climits>
 
 #include "absl/time/clock.h"
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -27,19 +28,10 @@ constexpr int64_t kTickNs = kNsPerSec / 250;
 // times(2) and the clock_t fields count USER_HZ ticks.
 constexpr int64_t kUserHzNs = kNsPerSec / 100;
 
-template <typename T>
-bool CopyIn(Task& t, uint64_t addr, T* v) {
-  return t.mm().CopyIn(addr, v, sizeof(T)) == static_cast<int64_t>(sizeof(T));
-}
-template <typename T>
-bool CopyOut(Task& t, uint64_t addr, const T& v) {
-  return t.mm().CopyOut(addr, &v, sizeof(T)) == static_cast<int64_t>(sizeof(T));
-}
-
 int64_t SysClockGettime(Task& t, const SyscallArgs& a) {
   kernel::TimerClock clock;
-  int64_t r = kernel::ResolveClock(t, static_cast<clockid_t>(a.a[0]), &clock);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(
+      kernel::ResolveClock(t, static_cast<clockid_t>(a.a[0]), &clock));
   struct timespec ts;
   if (clock.kind == kernel::TimerClock::Kind::kHost) {
     // Coarse and raw clocks too: read the host's as they are.
@@ -50,13 +42,13 @@ int64_t SysClockGettime(Task& t, const SyscallArgs& a) {
     ts.tv_sec = ns / kNsPerSec;
     ts.tv_nsec = ns % kNsPerSec;
   }
-  return CopyOut(t, a.a[1], ts) ? 0 : -EFAULT;
+  return CopyOutObj(t, a.a[1], ts);
 }
 
 int64_t SysClockGetres(Task& t, const SyscallArgs& a) {
   kernel::TimerClock clock;
-  int64_t r = kernel::ResolveClock(t, static_cast<clockid_t>(a.a[0]), &clock);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(
+      kernel::ResolveClock(t, static_cast<clockid_t>(a.a[0]), &clock));
   struct timespec ts = {0, 1};
   if (clock.kind == kernel::TimerClock::Kind::kHost) {
     if (clock_getres(clock.host, &ts) != 0) return -errno;
@@ -64,7 +56,7 @@ int64_t SysClockGetres(Task& t, const SyscallArgs& a) {
     ts.tv_nsec = kTickNs;
   }
   if (a.a[1] == 0) return 0;
-  return CopyOut(t, a.a[1], ts) ? 0 : -EFAULT;
+  return CopyOutObj(t, a.a[1], ts);
 }
 
 // ---------------------------------------------------------------------------
@@ -89,7 +81,7 @@ int64_t Interrupted(Task& t, clockid_t program_clock, int64_t deadline_ns,
     int64_t left = std::max<int64_t>(deadline_ns - now_ns, 0);
     timespec rem = {static_cast<time_t>(left / kNsPerSec),
                     static_cast<long>(left % kNsPerSec)};
-    CopyOut(t, rem_addr, rem);
+    CopyOutObj(t, rem_addr, rem);
   }
   t.restart_block() = kernel::RestartBlock{kernel::RestartBlock::Kind::kSleep,
                                            program_clock, deadline_ns, rem_addr};
@@ -145,7 +137,7 @@ int64_t Sleep(Task& t, clockid_t program_clock, const kernel::TimerClock& clock,
 
 int64_t SysNanosleep(Task& t, const SyscallArgs& a) {
   timespec req;
-  if (!CopyIn(t, a.a[0], &req)) return -EFAULT;
+  RETURN_IF_ERRNO(CopyInObj(t, a.a[0], &req));
   kernel::TimerClock clock;
   clock.kind = kernel::TimerClock::Kind::kHost;
   clock.host = CLOCK_MONOTONIC;
@@ -191,11 +183,10 @@ int64_t SysClockNanosleep(Task& t, const SyscallArgs& a) {
     return -EINVAL;
   }
   kernel::TimerClock clock;
-  int64_t r = kernel::ResolveClock(t, clk, &clock);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(kernel::ResolveClock(t, clk, &clock));
   if (a.a[1] & ~static_cast<uint64_t>(TIMER_ABSTIME)) return -EINVAL;
   timespec req;
-  if (!CopyIn(t, a.a[2], &req)) return -EFAULT;
+  RETURN_IF_ERRNO(CopyInObj(t, a.a[2], &req));
   const bool absolute = (a.a[1] & TIMER_ABSTIME) != 0;
   return Sleep(t, clk, clock, req, absolute, a.a[3]);
 }
@@ -206,19 +197,17 @@ int64_t SysClockNanosleep(Task& t, const SyscallArgs& a) {
 int64_t SysSetitimer(Task& t, const SyscallArgs& a) {
   struct itimerval next = {}, old = {};
   // A null new value disarms, as Linux has always accepted.
-  if (a.a[1] != 0 && !CopyIn(t, a.a[1], &next)) return -EFAULT;
-  int64_t r = t.group().timers().SetITimer(t, static_cast<int>(a.a[0]), next,
-                                           a.a[2] != 0 ? &old : nullptr);
-  if (r < 0) return r;
-  if (a.a[2] != 0 && !CopyOut(t, a.a[2], old)) return -EFAULT;
+  if (a.a[1] != 0) RETURN_IF_ERRNO(CopyInObj(t, a.a[1], &next));
+  RETURN_IF_ERRNO(t.group().timers().SetITimer(
+      t, static_cast<int>(a.a[0]), next, a.a[2] != 0 ? &old : nullptr));
+  if (a.a[2] != 0) RETURN_IF_ERRNO(CopyOutObj(t, a.a[2], old));
   return 0;
 }
 
 int64_t SysGetitimer(Task& t, const SyscallArgs& a) {
   struct itimerval cur;
-  int64_t r = t.group().timers().GetITimer(static_cast<int>(a.a[0]), &cur);
-  if (r < 0) return r;
-  return CopyOut(t, a.a[1], cur) ? 0 : -EFAULT;
+  RETURN_IF_ERRNO(t.group().timers().GetITimer(static_cast<int>(a.a[0]), &cur));
+  return CopyOutObj(t, a.a[1], cur);
 }
 
 int64_t SysAlarm(Task& t, const SyscallArgs& a) {
@@ -240,14 +229,13 @@ int64_t SysAlarm(Task& t, const SyscallArgs& a) {
 
 int64_t SysTimerCreate(Task& t, const SyscallArgs& a) {
   kernel::KSigEvent sev;
-  if (a.a[1] != 0 && !CopyIn(t, a.a[1], &sev)) return -EFAULT;
+  if (a.a[1] != 0) RETURN_IF_ERRNO(CopyInObj(t, a.a[1], &sev));
   int id = 0;
   kernel::ProcessTimers& timers = t.group().timers();
-  int64_t r = timers.Create(t, static_cast<clockid_t>(a.a[0]),
-                            a.a[1] != 0 ? &sev : nullptr, &id);
-  if (r < 0) return r;
+  RETURN_IF_ERRNO(timers.Create(t, static_cast<clockid_t>(a.a[0]),
+                                a.a[1] != 0 ? &sev : nullptr, &id));
   int32_t id32 = id;
-  if (!CopyOut(t, a.a[2], id32)) {
+  if (CopyOutObj(t, a.a[2], id32) < 0) {
     timers.Delete(id);
     return -EFAULT;
   }
@@ -257,20 +245,18 @@ int64_t SysTimerCreate(Task& t, const SyscallArgs& a) {
 int64_t SysTimerSettime(Task& t, const SyscallArgs& a) {
   if (a.a[2] == 0) return -EINVAL;
   struct itimerspec next, old;
-  if (!CopyIn(t, a.a[2], &next)) return -EFAULT;
-  int64_t r = t.group().timers().SetTime(static_cast<int>(a.a[0]),
-                                         static_cast<int>(a.a[1]), next,
-                                         a.a[3] != 0 ? &old : nullptr);
-  if (r < 0) return r;
-  if (a.a[3] != 0 && !CopyOut(t, a.a[3], old)) return -EFAULT;
+  RETURN_IF_ERRNO(CopyInObj(t, a.a[2], &next));
+  RETURN_IF_ERRNO(t.group().timers().SetTime(static_cast<int>(a.a[0]),
+                                             static_cast<int>(a.a[1]), next,
+                                             a.a[3] != 0 ? &old : nullptr));
+  if (a.a[3] != 0) RETURN_IF_ERRNO(CopyOutObj(t, a.a[3], old));
   return 0;
 }
 
 int64_t SysTimerGettime(Task& t, const SyscallArgs& a) {
   struct itimerspec cur;
-  int64_t r = t.group().timers().GetTime(static_cast<int>(a.a[0]), &cur);
-  if (r < 0) return r;
-  return CopyOut(t, a.a[1], cur) ? 0 : -EFAULT;
+  RETURN_IF_ERRNO(t.group().timers().GetTime(static_cast<int>(a.a[0]), &cur));
+  return CopyOutObj(t, a.a[1], cur);
 }
 
 int64_t SysTimerGetoverrun(Task& t, const SyscallArgs& a) {
@@ -306,7 +292,7 @@ int64_t SysGetrusage(Task& t, const SyscallArgs& a) {
       return -EINVAL;
   }
   struct rusage ru = u.ToRusage();
-  return CopyOut(t, a.a[1], ru) ? 0 : -EFAULT;
+  return CopyOutObj(t, a.a[1], ru);
 }
 
 int64_t SysTimes(Task& t, const SyscallArgs& a) {
@@ -318,7 +304,7 @@ int64_t SysTimes(Task& t, const SyscallArgs& a) {
     buf.tms_stime = self.sys_ns / kUserHzNs;
     buf.tms_cutime = children.user_ns / kUserHzNs;
     buf.tms_cstime = children.sys_ns / kUserHzNs;
-    if (!CopyOut(t, a.a[0], buf)) return -EFAULT;
+    RETURN_IF_ERRNO(CopyOutObj(t, a.a[0], buf));
   }
   // The return value counts ticks since an arbitrary point: the host's.
   struct tms ignored;

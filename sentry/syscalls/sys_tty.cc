@@ -10,6 +10,7 @@
 #include "sentry/fs/tty/pty.h"
 #include "sentry/fs/tty/terminal.h"
 #include "sentry/fs/tty/termios.h"
+#include "sentry/syscalls/args.h"
 #include "sentry/syscalls/tty.h"
 
 namespace sandboxd::syscalls {
@@ -19,16 +20,6 @@ using fs::tty::KernelTermios;
 using fs::tty::KernelTermios2;
 using fs::tty::Terminal;
 using kernel::Task;
-
-template <typename T>
-int64_t CopyOutValue(Task& t, uint64_t addr, const T& v) {
-  return t.mm().CopyOut(addr, &v, sizeof(v)) == sizeof(v) ? 0 : -EFAULT;
-}
-
-template <typename T>
-int64_t CopyInValue(Task& t, uint64_t addr, T* v) {
-  return t.mm().CopyIn(addr, v, sizeof(*v)) == sizeof(*v) ? 0 : -EFAULT;
-}
 
 // tty_check_change: a background process of the terminal's session that
 // changes its settings gets SIGTTOU (unless it ignores or blocks it).
@@ -55,15 +46,15 @@ int64_t SetTermiosFrom(Task& t, Terminal& term, uint64_t request,
   KernelTermios nt;
   bool flush = false;
   if (request == TCSETS || request == TCSETSW || request == TCSETSF) {
-    if (int64_t r = CopyInValue(t, arg, &nt); r < 0) return r;
+    RETURN_IF_ERRNO(CopyInObj(t, arg, &nt));
     flush = request == TCSETSF;
   } else {
     KernelTermios2 t2;
-    if (int64_t r = CopyInValue(t, arg, &t2); r < 0) return r;
+    RETURN_IF_ERRNO(CopyInObj(t, arg, &t2));
     nt = t2.t;
     flush = request == fs::tty::kTcSetsF2;
   }
-  if (int64_t r = CheckChange(t, term); r < 0) return r;
+  RETURN_IF_ERRNO(CheckChange(t, term));
   // TCSETSW waits for output to drain: output is never held back here.
   return term.SetTermios(nt, flush);
 }
@@ -75,35 +66,34 @@ int64_t MasterIoctl(Task& t, fs::tty::PtyMasterFile& m, uint64_t request,
   *handled = true;
   switch (request) {
     case fs::tty::kTiocGPtn:
-      return CopyOutValue<unsigned>(t, arg, pty.index());
+      return CopyOutObj<unsigned>(t, arg, pty.index());
     case fs::tty::kTiocSPtLck: {
       int lock;
-      if (int64_t r = CopyInValue(t, arg, &lock); r < 0) return r;
+      RETURN_IF_ERRNO(CopyInObj(t, arg, &lock));
       return pty.SetLocked(lock != 0);
     }
     case fs::tty::kTiocGPtLck:
-      return CopyOutValue<int>(t, arg, pty.locked() ? 1 : 0);
+      return CopyOutObj<int>(t, arg, pty.locked() ? 1 : 0);
     case TIOCPKT: {
       int on;
-      if (int64_t r = CopyInValue(t, arg, &on); r < 0) return r;
+      RETURN_IF_ERRNO(CopyInObj(t, arg, &on));
       return pty.SetPacketMode(on != 0);
     }
     case fs::tty::kTiocGPkt:
-      return CopyOutValue<int>(t, arg, pty.packet_mode() ? 1 : 0);
+      return CopyOutObj<int>(t, arg, pty.packet_mode() ? 1 : 0);
     case fs::tty::kTiocGPtPeer: {
       const int flags = static_cast<int>(arg);
       if (flags & ~(O_ACCMODE | O_NOCTTY | O_NONBLOCK | O_CLOEXEC)) {
         return -EINVAL;
       }
       std::shared_ptr<fs::File> f;
-      int64_t r = pty.OpenProgramSide(flags | O_NOCTTY, nullptr, &f);
-      if (r < 0) return r;
+      RETURN_IF_ERRNO(pty.OpenProgramSide(flags | O_NOCTTY, nullptr, &f));
       return t.group().fds().Install(std::move(f), (flags & O_CLOEXEC) != 0);
     }
     case FIONREAD: {
       int n = 0;
       pty.MasterQueued(&n);
-      return CopyOutValue(t, arg, n);
+      return CopyOutObj(t, arg, n);
     }
     case TCFLSH: {
       // The master's input is what the replica wrote, and the other way
@@ -114,7 +104,7 @@ int64_t MasterIoctl(Task& t, fs::tty::PtyMasterFile& m, uint64_t request,
       } else if (q == TCOFLUSH) {
         q = TCIFLUSH;
       }
-      if (int64_t r = CheckChange(t, pty); r < 0) return r;
+      RETURN_IF_ERRNO(CheckChange(t, pty));
       return pty.Flush(q);
     }
     default:
@@ -143,46 +133,46 @@ int64_t TerminalIoctl(Task& t, const std::shared_ptr<fs::File>& f,
   switch (request) {
     case TCGETS: {
       KernelTermios kt;
-      if (int64_t r = term->GetTermios(&kt); r < 0) return r;
-      return CopyOutValue(t, arg, kt);
+      RETURN_IF_ERRNO(term->GetTermios(&kt));
+      return CopyOutObj(t, arg, kt);
     }
     case fs::tty::kTcGets2: {
       KernelTermios2 t2;
-      if (int64_t r = term->GetTermios(&t2.t); r < 0) return r;
+      RETURN_IF_ERRNO(term->GetTermios(&t2.t));
       t2.c_ispeed = t2.c_ospeed = BaudOf(t2.t.c_cflag);
-      return CopyOutValue(t, arg, t2);
+      return CopyOutObj(t, arg, t2);
     }
     case TCSETS: case TCSETSW: case TCSETSF:
     case fs::tty::kTcSets2: case fs::tty::kTcSetsW2: case fs::tty::kTcSetsF2:
       return SetTermiosFrom(t, *term, request, arg);
     case TIOCGWINSZ: {
       struct winsize ws;
-      if (int64_t r = term->GetWinsize(&ws); r < 0) return r;
-      return CopyOutValue(t, arg, ws);
+      RETURN_IF_ERRNO(term->GetWinsize(&ws));
+      return CopyOutObj(t, arg, ws);
     }
     case TIOCSWINSZ: {
       struct winsize ws;
-      if (int64_t r = CopyInValue(t, arg, &ws); r < 0) return r;
+      RETURN_IF_ERRNO(CopyInObj(t, arg, &ws));
       return term->SetWinsize(ws);
     }
     case FIONREAD: {
       int n = 0;
-      if (int64_t r = term->InputQueued(&n); r < 0) return r;
-      return CopyOutValue(t, arg, n);
+      RETURN_IF_ERRNO(term->InputQueued(&n));
+      return CopyOutObj(t, arg, n);
     }
     case TIOCOUTQ: {
       int n = 0;
-      if (int64_t r = term->OutputQueued(&n); r < 0) return r;
-      return CopyOutValue(t, arg, n);
+      RETURN_IF_ERRNO(term->OutputQueued(&n));
+      return CopyOutObj(t, arg, n);
     }
     case TCFLSH:
-      if (int64_t r = CheckChange(t, *term); r < 0) return r;
+      RETURN_IF_ERRNO(CheckChange(t, *term));
       return term->Flush(static_cast<int>(arg));
     case TCSBRK:
     case TCSBRKP:
       // tcdrain and tcsendbreak: output is never held back, and a
       // pseudo-terminal has no line to send a break on.
-      if (int64_t r = CheckChange(t, *term); r < 0) return r;
+      RETURN_IF_ERRNO(CheckChange(t, *term));
       return 0;
     case TIOCSCTTY:
       // Linux wants a readable description or CAP_SYS_ADMIN, and
@@ -198,14 +188,14 @@ int64_t TerminalIoctl(Task& t, const std::shared_ptr<fs::File>& f,
       if (!master && t.kernel().ControllingTerminal(t) != term) return -ENOTTY;
       pid_t v = request == TIOCGPGRP ? term->foreground() : term->session();
       if (request == TIOCGSID && v == 0) return -ENOTTY;
-      return CopyOutValue(t, arg, v);
+      return CopyOutObj(t, arg, v);
     }
     case TIOCSPGRP: {
       int64_t r = CheckChange(t, *term);
       if (r == -EIO) return -ENOTTY;
       if (r < 0) return r;
       pid_t pgid;
-      if (int64_t c = CopyInValue(t, arg, &pgid); c < 0) return c;
+      RETURN_IF_ERRNO(CopyInObj(t, arg, &pgid));
       if (t.kernel().ControllingTerminal(t) != term) return -ENOTTY;
       return t.kernel().SetForegroundGroup(t, *term, pgid);
     }

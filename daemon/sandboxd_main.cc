@@ -36,6 +36,8 @@
 #include "daemon/service.h"
 #include "daemon/state_dir.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "platforms/registry.h"
+#include "platforms/systrap/register.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 
@@ -51,7 +53,7 @@ struct Flags {
   std::string tcp, tls_cert, tls_key, token_file;
   std::string metrics_address;
   int pool_size = 2;
-  std::set<std::string> platforms = {"systrap"};
+  std::set<std::string> platforms = {platform::Registry::Get().DefaultName()};
   std::string sentry;
   std::string state_dir = "/run/sandboxd";
   std::string cgroup_parent = "sandboxd";
@@ -126,8 +128,10 @@ Flags ParseFlags(int argc, char** argv) {
     if (value("--platforms", &v)) {
       f.platforms.clear();
       for (absl::string_view p : absl::StrSplit(v, ',', absl::SkipEmpty())) {
-        if (p != "systrap" && p != "kvm") {
-          Die(kExitUsage, absl::StrCat("--platforms: unknown platform \"", p, "\""));
+        if (platform::Registry::Get().Find(p) == nullptr) {
+          Die(kExitUsage, absl::StrCat("--platforms: unknown platform \"", p,
+                                       "\" (available: ",
+                                       platform::Registry::Get().NamesJoined(", "), ")"));
         }
         f.platforms.insert(std::string(p));
       }
@@ -197,7 +201,8 @@ int Main(int argc, char** argv) {
   std::map<std::string, int> targets;
   // Warm Sentries per kind: systrap's with the daemon's --systrap-patch.
   for (const std::string& p : flags.platforms) {
-    targets[SentryKind{p, p == "systrap" && flags.systrap_patch}.Key()] = flags.pool_size;
+    targets[SentryKind{p, p == systrap::kPlatformName && flags.systrap_patch}.Key()] =
+        flags.pool_size;
   }
   SentryFactory factory(flags.sentry, cgroups.get(), state_dir->get());
   auto pool = std::make_unique<Pool>(&factory, metrics->get(), targets);

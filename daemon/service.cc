@@ -189,7 +189,9 @@ absl::Status Service::CreateSandbox(const v1::CreateRequest& req, v1::CreateResp
         "spec.rootfs: must be an absolute host path, got \"", spec.rootfs(), "\""));
   }
   RETURN_IF_ERROR(ValidateProcessSpec(spec.process(), "spec.process"));
-  if (spec.platform().empty()) spec.set_platform("systrap");
+  if (spec.platform().empty()) {
+    spec.set_platform(platform::Registry::Get().DefaultName());
+  }
   if (options_.platforms.count(spec.platform()) == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.platform: unknown or unavailable platform \"", spec.platform(),

@@ -15,9 +15,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
-#include "platforms/kvm/kvm_platform.h"
-#include "platforms/kvm/vm.h"
-#include "platforms/systrap/systrap.h"
 #include "sentry/fs/devfs.h"
 #include "sentry/fs/file.h"
 #include "sentry/fs/hostfs.h"
@@ -136,10 +133,11 @@ int ShellExitCodeFor(const absl::Status& s) {
 }
 
 absl::StatusOr<Prewarmed> Prewarm(const PrewarmOptions& o, StageClock* clock) {
-  if (o.platform != "systrap" && o.platform != "kvm") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown platform: ", o.platform, " (available: systrap, kvm)"));
-  }
+  ASSIGN_OR_RETURN(const platform::Backend* backend,
+                   platform::Registry::Get().Lookup(o.platform));
+  ASSIGN_OR_RETURN(
+      platform::OptionValues options,
+      platform::Registry::Get().OptionsFor(*backend, o.platform_options));
   Prewarmed pw;
   // What /proc shows of the host, read while the host's /proc is at hand.
   pw.host = fs::proc::ReadHostInfo();
@@ -151,31 +149,21 @@ absl::StatusOr<Prewarmed> Prewarm(const PrewarmOptions& o, StageClock* clock) {
     use_tsc = use_tsc && vdso::HostTscUsable(&why_not);
   }
   clock->Mark("host_info");
-  // /dev/kvm is a host path: opened before isolation leaves only an empty
-  // root. Whether the platform works is still the probe's to say.
-  if (o.platform == "kvm" && o.isolate) {
-    RETURN_IF_ERROR(kvm::PreopenKvm());
+  // Host paths (/dev/kvm) are opened before isolation leaves only an
+  // empty root. Whether the platform works is still its factory's to say.
+  if (o.isolate && backend->preopen != nullptr) {
+    RETURN_IF_ERROR(backend->preopen());
   }
   if (o.isolate) RETURN_IF_ERROR(o.isolate(clock));
   auto mf = mm::MemoryFile::Create();
   if (!mf.ok()) return Annotate(mf.status(), "memory file");
   clock->Mark("memory_file");
-  using PlatformOr = absl::StatusOr<std::unique_ptr<platform::Platform>>;
-  PlatformOr platform =
-      o.platform == "kvm"
-          ? PlatformOr(kvm::KvmPlatform::Create((*mf)->fd(), (*mf)->max_size(),
-                                                o.kvm))
-          : PlatformOr(systrap::Systrap::Create((*mf)->fd(), o.fastpath));
+  platform::CreateArgs args;
+  args.memfile_fd = (*mf)->fd();
+  args.memfile_max = (*mf)->max_size();
+  auto platform = backend->create(args, options);
   if (!platform.ok()) {
     return Annotate(platform.status(), absl::StrCat(o.platform, " platform"));
-  }
-  if (o.systrap_patch) {
-    auto* systrap = dynamic_cast<systrap::Systrap*>(platform->get());
-    std::string why = "it is a systrap feature";
-    if (systrap == nullptr || !systrap->set_patching(true, &why)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--systrap-patch=on: syscall patching is not available: ", why));
-    }
   }
   clock->Mark("platform");
   // The Timekeeper calibrates the TSC in the background from here on.
@@ -185,10 +173,12 @@ absl::StatusOr<Prewarmed> Prewarm(const PrewarmOptions& o, StageClock* clock) {
   if (!the_vdso.ok()) return Annotate(the_vdso.status(), "vDSO");
   clock->Mark("vdso");
   // While the Timekeeper calibrates.
-  if (auto* systrap = dynamic_cast<systrap::Systrap*>(platform->get());
-      systrap != nullptr && o.spare_stub) {
-    RETURN_IF_ERROR(Annotate(systrap->MakeSpareStub(), "the first stub process"));
-    clock->Mark("spare_stub");
+  if (o.prepare_address_space) {
+    absl::StatusOr<bool> made = (*platform)->PrepareAddressSpace();
+    if (!made.ok()) {
+      return Annotate(made.status(), "the first address space");
+    }
+    if (*made) clock->Mark("spare_stub");
   }
   // Where it fails (an older kernel) pages are allocated when first
   // touched, as without it.

@@ -31,10 +31,11 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "base/unique_fd.h"
 #include "google/protobuf/util/json_util.h"
-#include "platforms/systrap/systrap.h"
+#include "platforms/registry.h"
 #include "proto/platform_stats.pb.h"
 #include "sentry/boot.h"
 #include "sentry/fs/rootfs.h"
@@ -65,6 +66,22 @@ void Usage() {
           "[--kvm-vcpu-pool=background|eager] [--systrap-patch=on|off]\n");
 }
 
+// --NAME=VALUE for an option of a platform back-end (registry.h): checked
+// and kept in `out`. False for any other argument.
+bool PlatformOption(absl::string_view a, platform::OptionValues* out) {
+  if (!absl::ConsumePrefix(&a, "--")) return false;
+  size_t eq = a.find('=');
+  if (eq == absl::string_view::npos) return false;
+  absl::string_view name = a.substr(0, eq), value = a.substr(eq + 1);
+  const platform::Backend* b = platform::Registry::Get().OwnerOfFlag(name);
+  if (b == nullptr) return false;
+  if (absl::Status s = b->CheckOption(name, value); !s.ok()) {
+    Die(kExitUsage, std::string(s.message()));
+  }
+  (*out)[std::string(name)] = std::string(value);
+  return true;
+}
+
 // `sentry serve`'s flags; never returns.
 [[noreturn]] void ServeMain(int argc, char** argv) {
   serve::Options o;
@@ -83,12 +100,7 @@ void Usage() {
       o.isolate = a == "--isolation=on";
     } else if (a == "--vdso=tsc" || a == "--vdso=syscall") {
       o.vdso_tsc = a == "--vdso=tsc";
-    } else if (absl::StartsWith(a, "--kvm-vcpu-pool=")) {
-      absl::StatusOr<kvm::PoolMode> m = kvm::ParsePoolMode(a.substr(16));
-      if (!m.ok()) Die(kExitUsage, std::string(m.status().message()));
-      o.kvm.pool_mode = *m;
-    } else if (a == "--systrap-patch=on" || a == "--systrap-patch=off") {
-      o.systrap_patch = a == "--systrap-patch=on";
+    } else if (PlatformOption(a, &o.platform_options)) {
     } else {
       Usage();
       Die(kExitUsage, absl::StrCat("unknown flag: ", a));
@@ -98,9 +110,8 @@ void Usage() {
     Usage();
     Die(kExitUsage, "serve needs --control-fd=N");
   }
-  if (o.platform != "systrap" && o.platform != "kvm") {
-    Die(kExitUsage, absl::StrCat("unknown platform: ", o.platform,
-                                 " (available: systrap, kvm)"));
+  if (auto b = platform::Registry::Get().Lookup(o.platform); !b.ok()) {
+    Die(kExitUsage, std::string(b.status().message()));
   }
   int status = serve::Serve(o);
   fflush(stderr);
@@ -108,7 +119,7 @@ void Usage() {
 }
 
 struct Options {
-  std::string platform = "systrap";
+  std::string platform = platform::Registry::Get().DefaultName();
   std::string rootfs = "/";
   std::string cwd = "/";
   std::string hostname = "sandbox";
@@ -119,15 +130,9 @@ struct Options {
   // --vdso=syscall: the vDSO makes every call a system call (for tests
   // and benchmarks of the trapping path); default: served from the TSC.
   bool vdso_tsc = true;
-  // --systrap-fastpath=adaptive|off|timer: how hand-over waiters decide to
-  // spin (platforms/systrap/fastpath.h); off and timer are for benchmarks.
-  systrap::FastPathMode fastpath = systrap::FastPathMode::kAdaptive;
-  // --kvm-vcpu-pool=background|eager: when the kvm vCPU pool is made;
-  // --kvm-shadow=zap|flush, --kvm-fpu=lazy|eager: the previous behaviours
-  // for A/B benchmarks (platforms/kvm/kvm_platform.h, KvmOptions).
-  kvm::KvmOptions kvm;
-  // --systrap-patch=on|off: syscall patching (platforms/systrap/README.md).
-  bool systrap_patch = false;
+  // --systrap-fastpath=..., --kvm-vcpu-pool=..., ...: the platforms'
+  // options (platforms/registry.h).
+  platform::OptionValues platform_options;
   // The limits a daemon's spec would carry, as the sandbox sees them
   // (/proc/meminfo, nproc, fork's EAGAIN); nothing enforces them on the host.
   boot::Limits limits;
@@ -208,40 +213,7 @@ Options ParseArgs(int argc, char** argv) {
       o.vdso_tsc = v == "tsc";
       continue;
     }
-    if (value("--kvm-vcpu-pool", &v)) {
-      absl::StatusOr<kvm::PoolMode> m = kvm::ParsePoolMode(v);
-      if (!m.ok()) Die(kExitUsage, std::string(m.status().message()));
-      o.kvm.pool_mode = *m;
-      continue;
-    }
-    if (value("--kvm-shadow", &v)) {
-      if (absl::Status s = kvm::ParseShadowMode(v, &o.kvm); !s.ok()) {
-        Die(kExitUsage, std::string(s.message()));
-      }
-      continue;
-    }
-    if (value("--kvm-fpu", &v)) {
-      if (absl::Status s = kvm::ParseFpuMode(v, &o.kvm); !s.ok()) {
-        Die(kExitUsage, std::string(s.message()));
-      }
-      continue;
-    }
-    if (value("--systrap-fastpath", &v)) {
-      absl::StatusOr<systrap::FastPathMode> m = systrap::ParseFastPathMode(v);
-      if (!m.ok()) Die(kExitUsage, std::string(m.status().message()));
-      o.fastpath = *m;
-      continue;
-    }
-    // --systrap-patch=on|off: syscall patching (platforms/systrap/README.md,
-    // "Syscall patching").
-    if (value("--systrap-patch", &v)) {
-      if (v != "on" && v != "off") {
-        Die(kExitUsage,
-            absl::StrCat("--systrap-patch wants on or off, got: ", v));
-      }
-      o.systrap_patch = v == "on";
-      continue;
-    }
+    if (PlatformOption(a, &o.platform_options)) continue;
     if (absl::StartsWith(a, "-")) {
       Usage();
       Die(kExitUsage, absl::StrCat("unknown flag: ", a));
@@ -253,9 +225,8 @@ Options ParseArgs(int argc, char** argv) {
     Usage();
     Die(kExitUsage, "no program to run");
   }
-  if (o.platform != "systrap" && o.platform != "kvm") {
-    Die(kExitUsage, absl::StrCat("unknown platform: ", o.platform,
-                                 " (available: systrap, kvm)"));
+  if (auto b = platform::Registry::Get().Lookup(o.platform); !b.ok()) {
+    Die(kExitUsage, std::string(b.status().message()));
   }
   return o;
 }
@@ -284,7 +255,7 @@ void WriteStatsJson(platform::Platform& p, int fd) {
 
 int Run(const Options& o) {
   // Before anything maps large ranges or starts threads.
-  if (absl::Status s = systrap::ReserveStubWindow(); !s.ok()) {
+  if (absl::Status s = platform::Registry::Get().InitProcess(); !s.ok()) {
     Die(kExitUsage, std::string(s.message()));
   }
   // Terminal and termination signals are the sandbox's: a thread below
@@ -305,9 +276,7 @@ int Run(const Options& o) {
   boot::PrewarmOptions popts;
   popts.platform = o.platform;
   popts.vdso_tsc = o.vdso_tsc;
-  popts.fastpath = o.fastpath;
-  popts.kvm = o.kvm;
-  popts.systrap_patch = o.systrap_patch;
+  popts.platform_options = o.platform_options;
   popts.sentry_seccomp = o.sentry_seccomp;
   auto pw = boot::Prewarm(popts, &clock);
   if (!pw.ok()) Die(kExitUsage, std::string(pw.status().message()));

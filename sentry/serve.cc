@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "base/unique_fd.h"
-#include "platforms/systrap/systrap.h"
+#include "platforms/registry.h"
 #include "proto/control.pb.h"
 #include "proto/control_channel.h"
 #include "sentry/boot.h"
@@ -143,7 +143,7 @@ class Server {
   control::Channel ch_;
   std::optional<boot::Prewarmed> pw_;  // consumed by Start
   const bool isolated_;                 // in namespaces of its own
-  const std::string platform_;          // what Prewarm made: systrap or kvm
+  const std::string platform_;          // what Prewarm made (registry.h)
   // Lives until the process exits (boot.h); pending waits point into it.
   boot::Sandbox* sandbox_ = nullptr;
 };
@@ -158,7 +158,9 @@ void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
   }
   boot::StageClock clock;
   auto build = [&]() -> absl::StatusOr<boot::Sandbox*> {
-    const std::string& want = spec.platform().empty() ? "systrap" : spec.platform();
+    const std::string& want = spec.platform().empty()
+                                  ? platform::Registry::Get().DefaultName()
+                                  : spec.platform();
     if (want != platform_) {
       return absl::InvalidArgumentError(absl::StrCat(
           "platform ", want, " is not this Sentry's (", platform_, ")"));
@@ -360,7 +362,7 @@ pid_t HostPid() {
 
 int Serve(const Options& o) {
   // Before anything maps large ranges or starts threads.
-  if (absl::Status s = systrap::ReserveStubWindow(); !s.ok()) {
+  if (absl::Status s = platform::Registry::Get().InitProcess(); !s.ok()) {
     Log(std::string(s.message()));
     return 125;
   }
@@ -385,15 +387,14 @@ int Serve(const Options& o) {
   boot::PrewarmOptions popts;
   popts.platform = o.platform;
   popts.vdso_tsc = o.vdso_tsc;
-  popts.systrap_patch = o.systrap_patch;
+  popts.platform_options = o.platform_options;
   popts.wait_calibration = true;
-  popts.spare_stub = true;
+  popts.prepare_address_space = true;
   // A dynamic /bin/true uses ~3 MiB. The pages count against the
   // sandbox's memory limit from the start (they are the Sentry's), so
   // not much more.
   popts.populate_bytes = 8ull << 20;
   popts.sentry_seccomp = o.sentry_seccomp;
-  popts.kvm = o.kvm;
   if (o.isolate) {
     popts.isolate = [](boot::StageClock* clock) -> absl::Status {
       RETURN_IF_ERROR(Annotate(isolation::EnterNamespaces(), "namespaces"));

@@ -227,17 +227,6 @@ absl::Status Client::Checkpoint(const v1::CheckpointRequest& req) {
   return Convert(stub_->Checkpoint(&ctx, req, &resp));
 }
 
-absl::StatusOr<v1::CapabilitiesResponse> Client::Capabilities() {
-  grpc::ClientContext ctx;
-  v1::CapabilitiesRequest req;
-  v1::CapabilitiesResponse resp;
-  grpc::Status s = stub_->Capabilities(&ctx, req, &resp);
-  // A daemon that predates the call offers none of it.
-  if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) return v1::CapabilitiesResponse();
-  RETURN_IF_ERROR(Convert(s));
-  return resp;
-}
-
 void Client::ConnectInBackground() {
   if (!direct_) (void)channel_->GetState(/*try_to_connect=*/true);
 }
@@ -420,29 +409,10 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
   return exit;
 }
 
-absl::StatusOr<v1::ExitStatus> Client::CreateAndAttach(const v1::CreateRequest& req, ExecIo io,
-                                                       bool* separate_create) {
-  if (separate_create != nullptr) *separate_create = false;
-  bool created = false;
-  ExecIo one_call = io;
-  one_call.create = &req;
-  one_call.on_id = [&](const std::string& id) {
-    created = true;
-    if (io.on_id) io.on_id(id);
-  };
-  absl::StatusOr<v1::ExitStatus> exit = Exec("", /*attach=*/true, {}, std::move(one_call));
-  if (created || !absl::IsInvalidArgument(exit.status())) return exit;
-  // Refused before there was a sandbox: a bad request, or a daemon that
-  // does not know Start.create (to which `id` is empty). It says which.
-  absl::StatusOr<v1::CapabilitiesResponse> caps = Capabilities();
-  if (!caps.ok() || caps->exec_create()) return exit;
-  if (separate_create != nullptr) *separate_create = true;
-  if (io.trace != nullptr) *io.trace = ExecTrace();
-  const absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(v1::CreateResponse resp, Create(req));
-  if (io.trace != nullptr) io.trace->steps.emplace_back("client.create", absl::Now() - start);
-  if (io.on_id) io.on_id(resp.id());
-  return Exec(resp.id(), /*attach=*/true, {}, std::move(io));
+absl::StatusOr<v1::ExitStatus> Client::CreateAndAttach(const v1::CreateRequest& req,
+                                                       ExecIo io) {
+  io.create = &req;
+  return Exec("", /*attach=*/true, {}, std::move(io));
 }
 
 int ExitCode(const v1::ExitStatus& status) {

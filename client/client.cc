@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/stage_clock.h"
 #include "base/status_macros.h"
 #include "base/unique_fd.h"
 #include "daemon/auth.h"
@@ -246,10 +247,10 @@ absl::Status Client::Logs(const std::string& id, bool follow,
 absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
                                             const v1::ProcessSpec& process, ExecIo io) {
   absl::Time step = absl::Now();
-  auto mark = [&](const char* name) {
+  auto mark = [&](Stage s) {
     if (io.trace == nullptr) return;
     const absl::Time now = absl::Now();
-    io.trace->steps.emplace_back(name, now - step);
+    io.trace->steps.emplace_back(std::string(StageName(s)), now - step);
     step = now;
   };
   grpc::ClientContext ctx;
@@ -289,7 +290,7 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
   } else if (!stream->Write(first)) {
     return Convert(stream->Finish());
   }
-  mark("client.exec.open");
+  mark(Stage::kClientExecOpen);
 
   // Else one writer thread: the initial size, stdin, resizes, then
   // close_stdin. It half-closes as soon as it has nothing more to send
@@ -366,7 +367,7 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
   while (stream->Read(&r)) {
     if (first_response) {
       first_response = false;
-      mark("client.exec.pid");
+      mark(Stage::kClientExecPid);
       if (!r.id().empty() && io.on_id) io.on_id(r.id());
       if (io.on_pid) io.on_pid(r.pid());
     }
@@ -380,7 +381,7 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
       case v1::ExecResponse::kExit:
         exit = r.exit();
         have_exit = true;
-        mark("client.exec.exit");
+        mark(Stage::kClientExecExit);
         if (io.trace != nullptr) {
           io.trace->has_timings = r.has_timings();
           io.trace->timings = r.timings();
@@ -403,7 +404,7 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
     }
   }
   grpc::Status s = stream->Finish();
-  mark("client.exec.finish");
+  mark(Stage::kClientExecFinish);
   if (!s.ok()) return Convert(s);
   if (!have_exit) return absl::InternalError("Exec ended without an exit status");
   return exit;

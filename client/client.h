@@ -47,10 +47,11 @@ std::string SocketFromEnv(const std::string& flag);
 
 // What an Exec call tells besides the exit status.
 struct ExecTrace {
-  // The client's steps of the call, named and timed, in order:
-  // client.exec.open (the call and its first message), client.exec.pid
-  // (until the first response: the start), client.exec.exit (until the
-  // exit message), client.exec.finish (until the call's status).
+  // The client's steps of the call by wire name (base/stage_clock.h),
+  // timed, in order: client.exec.open (the call and its first message),
+  // client.exec.pid (until the first response: the start),
+  // client.exec.exit (until the exit message), client.exec.finish (until
+  // the call's status).
   std::vector<std::pair<std::string, absl::Duration>> steps;
   // With the exit of an attach: the sandbox's timings (ExecResponse.timings).
   bool has_timings = false;

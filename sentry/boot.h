@@ -12,7 +12,7 @@
 //                  rootfs fd under a tmpfs overlay), /dev, /proc, the init
 //                  program loaded and ready; Start then runs it.
 //
-// Every step is timed (StageClock) so that the daemon can say where the
+// Every step is timed (StageClock, base/stage_clock.h) so that the daemon can say where the
 // milliseconds of a create go.
 //
 // A Sandbox lives until the Sentry process exits: the kernel's objects
@@ -37,6 +37,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "base/stage_clock.h"
 #include "base/unique_fd.h"
 #include "platforms/platform.h"
 #include "platforms/registry.h"
@@ -60,24 +61,9 @@ class DevPts;
 
 namespace sandboxd::boot {
 
-// One named, timed step (control.proto's StageTiming, without the proto).
-struct Stage {
-  std::string name;
-  uint64_t nanos = 0;
-};
-
-// Records consecutive steps: each Mark closes the step that began at the
-// previous Mark (or at construction).
-class StageClock {
- public:
-  StageClock();
-  void Mark(std::string name);
-  const std::vector<Stage>& stages() const { return stages_; }
-
- private:
-  int64_t last_ns_;
-  std::vector<Stage> stages_;
-};
+// Stage and StageClock (base/stage_clock.h): every step is named there.
+using ::sandboxd::Stage;
+using ::sandboxd::StageClock;
 
 struct PrewarmOptions {
   // A name from platforms/registry.h, and that back-end's options

@@ -264,7 +264,7 @@ int Run(const Options& o) {
   pthread_sigmask(SIG_BLOCK, &fwd, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  boot::StageClock clock;
+  StageClock clock;
   boot::PrewarmOptions popts;
   popts.platform = o.platform;
   popts.vdso_tsc = o.vdso_tsc;

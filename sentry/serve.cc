@@ -36,10 +36,10 @@ void Log(const std::string& msg) {
   fflush(stderr);
 }
 
-void AddTimings(const boot::StageClock& clock, Response* r) {
-  for (const boot::Stage& s : clock.stages()) {
+void AddTimings(const StageClock& clock, Response* r) {
+  for (const StageTime& s : clock.stages()) {
     control::StageTiming* t = r->add_timings();
-    t->set_name(s.name);
+    t->set_name(std::string(StageName(s.stage)));
     t->set_nanos(s.nanos);
   }
 }
@@ -156,7 +156,7 @@ void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
                             "this Sentry has already been given a sandbox"));
     return;
   }
-  boot::StageClock clock;
+  StageClock clock;
   auto build = [&]() -> absl::StatusOr<boot::Sandbox*> {
     const std::string& want = spec.platform().empty()
                                   ? platform::Registry::Get().DefaultName()
@@ -193,7 +193,7 @@ void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
     if (isolated_) {
       RETURN_IF_ERROR(Annotate(isolation::SetHostname(config.hostname),
                                "uts namespace"));
-      clock.Mark("hostname");
+      clock.Mark(Stage::kHostname);
     }
     boot::Prewarmed pw = std::move(*pw_);
     pw_.reset();
@@ -212,7 +212,7 @@ void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
     return;
   }
   sandbox_ = *sb;
-  clock.Mark("start");
+  clock.Mark(Stage::kStart);
   Response r;
   r.set_id(req.id());
   r.set_init_pid(1);
@@ -383,7 +383,7 @@ int Serve(const Options& o) {
         "processes share the daemon's (spawn the Sentry with CLONE_NEWPID)");
   }
 
-  boot::StageClock clock;
+  StageClock clock;
   boot::PrewarmOptions popts;
   popts.platform = o.platform;
   popts.vdso_tsc = o.vdso_tsc;
@@ -396,13 +396,13 @@ int Serve(const Options& o) {
   popts.populate_bytes = 8ull << 20;
   popts.sentry_seccomp = o.sentry_seccomp;
   if (o.isolate) {
-    popts.isolate = [](boot::StageClock* clock) -> absl::Status {
+    popts.isolate = [](StageClock* clock) -> absl::Status {
       RETURN_IF_ERROR(Annotate(isolation::EnterNamespaces(), "namespaces"));
-      clock->Mark("namespaces");
+      clock->Mark(Stage::kNamespaces);
       RETURN_IF_ERROR(Annotate(isolation::PivotToEmptyRoot(), "empty root"));
-      clock->Mark("pivot_root");
+      clock->Mark(Stage::kPivotRoot);
       RETURN_IF_ERROR(Annotate(isolation::DropCapabilities(), "capabilities"));
-      clock->Mark("capabilities");
+      clock->Mark(Stage::kCapabilities);
       return absl::OkStatus();
     };
   }

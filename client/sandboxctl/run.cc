@@ -8,6 +8,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "base/stage_clock.h"
 #include "client/sandboxctl/sandboxctl.h"
 #include "client/sandboxctl/terminal.h"
 #include "google/protobuf/util/time_util.h"
@@ -40,15 +41,16 @@ absl::StatusOr<uint64_t> ParseBytes(absl::string_view v) {
 // main(): fork, exec, the loading and static initializers of the binary;
 // then from main() to the call: arguments, gRPC's start-up, the channel.
 void PrintProcessTimings() {
-  auto line = [](const char* name, absl::Duration d) {
-    fprintf(stderr, "sandboxctl: timing: %s %.3f ms\n", name, absl::ToDoubleMilliseconds(d));
+  auto line = [](Stage s, absl::Duration d) {
+    fprintf(stderr, "sandboxctl: timing: %s %.3f ms\n", std::string(StageName(s)).c_str(),
+            absl::ToDoubleMilliseconds(d));
   };
   const char* t0 = getenv("SANDBOXCTL_T0");
   double secs = 0;
   if (t0 != nullptr && absl::SimpleAtod(t0, &secs) && secs > 0) {
-    line("client.t0_to_main", main_entered - absl::FromUnixNanos(static_cast<int64_t>(secs * 1e9)));
+    line(Stage::kClientT0ToMain, main_entered - absl::FromUnixNanos(static_cast<int64_t>(secs * 1e9)));
   }
-  line("client.main_to_call", call_started - main_entered);
+  line(Stage::kClientMainToCall, call_started - main_entered);
 }
 
 // --timings: where a run's time went, one "sandboxctl: timing: NAME MS"
@@ -62,7 +64,8 @@ void PrintTimings(Client& c, const std::string& id, absl::Duration run,
   };
   PrintProcessTimings();
   // One Exec call created the sandbox too (Start.create).
-  line("client.create_attach_run_exit", absl::ToDoubleMilliseconds(run));
+  line(std::string(StageName(Stage::kClientCreateAttachRunExit)),
+       absl::ToDoubleMilliseconds(run));
   for (const auto& [name, d] : trace.steps) {
     line(name, absl::ToDoubleMilliseconds(d));
   }
@@ -248,7 +251,8 @@ int Run(Client& c, std::vector<std::string> args) {
     const absl::Time t3 = absl::Now();
     remove();
     if (timings && rm) {
-      fprintf(stderr, "sandboxctl: timing: client.destroy %.3f ms\n",
+      fprintf(stderr, "sandboxctl: timing: %s %.3f ms\n",
+              std::string(StageName(Stage::kClientDestroy)).c_str(),
               absl::ToDoubleMilliseconds(absl::Now() - t3));
     }
   }

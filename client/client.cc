@@ -14,6 +14,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/stage_clock.h"
 #include "base/status_macros.h"
 #include "base/unique_fd.h"
 #include "daemon/auth.h"
@@ -227,17 +228,6 @@ absl::Status Client::Checkpoint(const v1::CheckpointRequest& req) {
   return Convert(stub_->Checkpoint(&ctx, req, &resp));
 }
 
-absl::StatusOr<v1::CapabilitiesResponse> Client::Capabilities() {
-  grpc::ClientContext ctx;
-  v1::CapabilitiesRequest req;
-  v1::CapabilitiesResponse resp;
-  grpc::Status s = stub_->Capabilities(&ctx, req, &resp);
-  // A daemon that predates the call offers none of it.
-  if (s.error_code() == grpc::StatusCode::UNIMPLEMENTED) return v1::CapabilitiesResponse();
-  RETURN_IF_ERROR(Convert(s));
-  return resp;
-}
-
 void Client::ConnectInBackground() {
   if (!direct_) (void)channel_->GetState(/*try_to_connect=*/true);
 }
@@ -257,10 +247,10 @@ absl::Status Client::Logs(const std::string& id, bool follow,
 absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
                                             const v1::ProcessSpec& process, ExecIo io) {
   absl::Time step = absl::Now();
-  auto mark = [&](const char* name) {
+  auto mark = [&](Stage s) {
     if (io.trace == nullptr) return;
     const absl::Time now = absl::Now();
-    io.trace->steps.emplace_back(name, now - step);
+    io.trace->steps.emplace_back(std::string(StageName(s)), now - step);
     step = now;
   };
   grpc::ClientContext ctx;
@@ -300,7 +290,7 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
   } else if (!stream->Write(first)) {
     return Convert(stream->Finish());
   }
-  mark("client.exec.open");
+  mark(Stage::kClientExecOpen);
 
   // Else one writer thread: the initial size, stdin, resizes, then
   // close_stdin. It half-closes as soon as it has nothing more to send
@@ -377,7 +367,7 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
   while (stream->Read(&r)) {
     if (first_response) {
       first_response = false;
-      mark("client.exec.pid");
+      mark(Stage::kClientExecPid);
       if (!r.id().empty() && io.on_id) io.on_id(r.id());
       if (io.on_pid) io.on_pid(r.pid());
     }
@@ -391,7 +381,7 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
       case v1::ExecResponse::kExit:
         exit = r.exit();
         have_exit = true;
-        mark("client.exec.exit");
+        mark(Stage::kClientExecExit);
         if (io.trace != nullptr) {
           io.trace->has_timings = r.has_timings();
           io.trace->timings = r.timings();
@@ -414,35 +404,16 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
     }
   }
   grpc::Status s = stream->Finish();
-  mark("client.exec.finish");
+  mark(Stage::kClientExecFinish);
   if (!s.ok()) return Convert(s);
   if (!have_exit) return absl::InternalError("Exec ended without an exit status");
   return exit;
 }
 
-absl::StatusOr<v1::ExitStatus> Client::CreateAndAttach(const v1::CreateRequest& req, ExecIo io,
-                                                       bool* separate_create) {
-  if (separate_create != nullptr) *separate_create = false;
-  bool created = false;
-  ExecIo one_call = io;
-  one_call.create = &req;
-  one_call.on_id = [&](const std::string& id) {
-    created = true;
-    if (io.on_id) io.on_id(id);
-  };
-  absl::StatusOr<v1::ExitStatus> exit = Exec("", /*attach=*/true, {}, std::move(one_call));
-  if (created || !absl::IsInvalidArgument(exit.status())) return exit;
-  // Refused before there was a sandbox: a bad request, or a daemon that
-  // does not know Start.create (to which `id` is empty). It says which.
-  absl::StatusOr<v1::CapabilitiesResponse> caps = Capabilities();
-  if (!caps.ok() || caps->exec_create()) return exit;
-  if (separate_create != nullptr) *separate_create = true;
-  if (io.trace != nullptr) *io.trace = ExecTrace();
-  const absl::Time start = absl::Now();
-  ASSIGN_OR_RETURN(v1::CreateResponse resp, Create(req));
-  if (io.trace != nullptr) io.trace->steps.emplace_back("client.create", absl::Now() - start);
-  if (io.on_id) io.on_id(resp.id());
-  return Exec(resp.id(), /*attach=*/true, {}, std::move(io));
+absl::StatusOr<v1::ExitStatus> Client::CreateAndAttach(const v1::CreateRequest& req,
+                                                       ExecIo io) {
+  io.create = &req;
+  return Exec("", /*attach=*/true, {}, std::move(io));
 }
 
 int ExitCode(const v1::ExitStatus& status) {

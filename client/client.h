@@ -47,10 +47,11 @@ std::string SocketFromEnv(const std::string& flag);
 
 // What an Exec call tells besides the exit status.
 struct ExecTrace {
-  // The client's steps of the call, named and timed, in order:
-  // client.exec.open (the call and its first message), client.exec.pid
-  // (until the first response: the start), client.exec.exit (until the
-  // exit message), client.exec.finish (until the call's status).
+  // The client's steps of the call by wire name (base/stage_clock.h),
+  // timed, in order: client.exec.open (the call and its first message),
+  // client.exec.pid (until the first response: the start),
+  // client.exec.exit (until the exit message), client.exec.finish (until
+  // the call's status).
   std::vector<std::pair<std::string, absl::Duration>> steps;
   // With the exit of an attach: the sandbox's timings (ExecResponse.timings).
   bool has_timings = false;
@@ -105,10 +106,6 @@ class Client {
       const std::map<std::string, std::string>& labels = {});
   absl::StatusOr<v1::SandboxInfo> Get(const std::string& id);
   absl::Status Checkpoint(const v1::CheckpointRequest& req);
-  // What the daemon offers; an older daemon without the call offers none
-  // of it (all false), which is not an error.
-  absl::StatusOr<v1::CapabilitiesResponse> Capabilities();
-
   // Starts connecting to the daemon now, in gRPC's threads, so that the
   // connection set-up overlaps what the caller does before its first call.
   void ConnectInBackground();
@@ -120,12 +117,9 @@ class Client {
                                       const v1::ProcessSpec& process, ExecIo io);
 
   // A whole run: creates the sandbox from `req` and attaches to its init
-  // (Exec with attach=true), in one call (Start.create). Against a daemon
-  // without CapabilitiesResponse.exec_create it falls back to Create, then
-  // Exec; `*separate_create` (when given) says so, and the trace's first
-  // step is then `client.create`. `io.on_id` gets the id either way.
-  absl::StatusOr<v1::ExitStatus> CreateAndAttach(const v1::CreateRequest& req, ExecIo io,
-                                                 bool* separate_create = nullptr);
+  // (Exec with attach=true), in one call (Start.create). `io.on_id` gets
+  // the new sandbox's id.
+  absl::StatusOr<v1::ExitStatus> CreateAndAttach(const v1::CreateRequest& req, ExecIo io);
 
   // The init program's buffered output; with `follow`, until it ends.
   absl::Status Logs(const std::string& id, bool follow,

@@ -1,8 +1,7 @@
-// Client::CreateAndAttach against fake daemons (a gRPC server in the test
-// on a private unix socket): how it chooses between one Exec call
-// (Start.create) and Create + Exec depends on CapabilitiesResponse, not on
-// the text of an error; and a plain start-only run half-closes the call
-// with its first message.
+// Client::CreateAndAttach against a fake daemon (a gRPC server in the test
+// on a private unix socket): a refused request is one call, never retried
+// as a Create; and a plain start-only run half-closes the call with its
+// first message.
 #include <stdlib.h>
 #include <unistd.h>
 
@@ -21,7 +20,7 @@ namespace sandboxd {
 namespace client {
 namespace {
 
-// What both fakes share: Create gives "made-1"; Exec with an id runs the
+// The fake's base: Create gives "made-1"; Exec with an id runs the
 // sandbox's init, which exits 7 once the client has half-closed.
 class FakeBase : public v1::Sandboxes::Service {
  public:
@@ -55,22 +54,6 @@ class FakeBase : public v1::Sandboxes::Service {
   }
 };
 
-// A daemon from before Start.create and Capabilities: Exec needs an id.
-// Its refusal's text is not the one the old daemon gave, on purpose.
-class OldDaemon : public FakeBase {
- public:
-  grpc::Status Exec(grpc::ServerContext*,
-                    grpc::ServerReaderWriter<v1::ExecResponse, v1::ExecRequest>* stream) override {
-    execs++;
-    v1::ExecRequest first;
-    if (!stream->Read(&first)) return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "none");
-    if (first.start().id().empty()) {
-      return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "some other words");
-    }
-    return RunInit(first.start().id(), stream);
-  }
-};
-
 // A daemon with Start.create that refuses the request as a bad one.
 class NewDaemon : public FakeBase {
  public:
@@ -83,12 +66,6 @@ class NewDaemon : public FakeBase {
       return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "spec.rootfs: bad");
     }
     return RunInit("new-1", stream);
-  }
-  grpc::Status Capabilities(grpc::ServerContext*, const v1::CapabilitiesRequest*,
-                            v1::CapabilitiesResponse* resp) override {
-    resp->set_exec_create(true);
-    resp->set_exec_remove(true);
-    return grpc::Status::OK;
   }
 };
 
@@ -128,43 +105,15 @@ v1::CreateRequest Request(const std::string& rootfs) {
   return req;
 }
 
-TEST(CreateAttachTest, OlderDaemonGetsCreateThenExec) {
-  OldDaemon d;
-  Fake f(&d);
-  ASSERT_TRUE(f.up());
-  std::unique_ptr<Client> c = f.Connect();
-  absl::StatusOr<v1::CapabilitiesResponse> caps = c->Capabilities();
-  ASSERT_TRUE(caps.ok()) << caps.status();
-  EXPECT_FALSE(caps->exec_create());
-
-  ExecIo io;
-  std::string id;
-  io.on_id = [&](const std::string& i) { id = i; };
-  ExecTrace trace;
-  io.trace = &trace;
-  bool separate = false;
-  absl::StatusOr<v1::ExitStatus> exit = c->CreateAndAttach(Request("/"), io, &separate);
-  ASSERT_TRUE(exit.ok()) << exit.status();
-  EXPECT_EQ(exit->code(), 7);
-  EXPECT_TRUE(separate);
-  EXPECT_EQ(id, "made-1");
-  EXPECT_EQ(d.creates, 1);
-  EXPECT_EQ(d.execs, 2);
-  ASSERT_FALSE(trace.steps.empty());
-  EXPECT_EQ(trace.steps[0].first, "client.create");
-}
-
 TEST(CreateAttachTest, BadRequestIsNotRetriedAsCreate) {
   NewDaemon d;
   Fake f(&d);
   ASSERT_TRUE(f.up());
   std::unique_ptr<Client> c = f.Connect();
-  bool separate = true;
-  absl::StatusOr<v1::ExitStatus> exit = c->CreateAndAttach(Request("rel"), ExecIo(), &separate);
+  absl::StatusOr<v1::ExitStatus> exit = c->CreateAndAttach(Request("rel"), ExecIo());
   ASSERT_FALSE(exit.ok());
   EXPECT_TRUE(absl::IsInvalidArgument(exit.status())) << exit.status();
   EXPECT_EQ(exit.status().message(), "spec.rootfs: bad");
-  EXPECT_FALSE(separate);
   EXPECT_EQ(d.creates, 0);
   EXPECT_EQ(d.execs, 1);
 }
@@ -177,18 +126,16 @@ TEST(CreateAttachTest, OneCallThatHalfClosesWithStart) {
   ExecIo io;
   std::string id;
   io.on_id = [&](const std::string& i) { id = i; };
-  bool separate = true;
-  absl::StatusOr<v1::ExitStatus> exit = c->CreateAndAttach(Request("/"), io, &separate);
+  absl::StatusOr<v1::ExitStatus> exit = c->CreateAndAttach(Request("/"), io);
   ASSERT_TRUE(exit.ok()) << exit.status();
   EXPECT_EQ(exit->code(), 7);
-  EXPECT_FALSE(separate);
   EXPECT_EQ(id, "new-1");
   EXPECT_EQ(d.creates, 0);
   EXPECT_TRUE(d.start_only);
 
   // With data for stdin the call stays open for it.
   io.stdin_data = "x";
-  exit = c->CreateAndAttach(Request("/"), io, &separate);
+  exit = c->CreateAndAttach(Request("/"), io);
   ASSERT_TRUE(exit.ok()) << exit.status();
   EXPECT_FALSE(d.start_only);
 }

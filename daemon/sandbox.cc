@@ -74,17 +74,17 @@ Sandbox::Sandbox(Options o)
       sentry_(std::move(o.sentry)) {
   *timings_.mutable_created() = ToProto(o.created);
   timings_.set_pool_hit(o.pool_hit);
-  for (const auto& [name, d] : o.stages) AddStageLocked(name, d);
+  for (const auto& [stage, d] : o.stages) AddStageLocked(StageName(stage), d);
 }
 
-void Sandbox::AddStage(const std::string& name, absl::Duration d) {
+void Sandbox::AddStage(Stage stage, absl::Duration d) {
   absl::MutexLock l(&mu_);
-  AddStageLocked(name, d);
+  AddStageLocked(StageName(stage), d);
 }
 
-void Sandbox::AddStageLocked(const std::string& name, absl::Duration d) {
+void Sandbox::AddStageLocked(absl::string_view name, absl::Duration d) {
   v1::Stage* st = timings_.add_stages();
-  st->set_name(name);
+  st->set_name(std::string(name));
   *st->mutable_duration() = ToProto(d);
 }
 
@@ -163,10 +163,10 @@ absl::Status Sandbox::StartLocked() {
   init_relay_->Start();
   const absl::Time begin = absl::Now();
   absl::StatusOr<control::Response> r = sentry_->process().Call(req, fds, kCallTimeout);
-  AddStageLocked("start.sentry_call", absl::Now() - begin);
+  AddStageLocked(StageName(Stage::kStartSentryCall), absl::Now() - begin);
   if (r.ok()) {
     for (const control::StageTiming& t : r->timings()) {
-      AddStageLocked(absl::StrCat("start.sentry.", t.name()), absl::Nanoseconds(t.nanos()));
+      AddStageLocked(absl::StrCat(kSentryStagePrefix, t.name()), absl::Nanoseconds(t.nanos()));
     }
   }
   // The Sentry has its copies (or failed): ours only keep pipes open.

@@ -28,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "base/unique_fd.h"
+#include "base/stage_clock.h"
 #include "daemon/metrics.h"
 #include "daemon/pool.h"
 #include "daemon/relay.h"
@@ -49,7 +50,7 @@ class Sandbox {
     bool pool_hit = false;
     absl::Time created;
     // The daemon's steps of Create so far (Timings.stages).
-    std::vector<std::pair<std::string, absl::Duration>> stages;
+    std::vector<std::pair<Stage, absl::Duration>> stages;
     Metrics* metrics = nullptr;  // may be null
     // Called (without locks held) after every state change.
     std::function<void()> on_state_change;
@@ -63,7 +64,7 @@ class Sandbox {
   // Create's wall time, set once Create is done.
   void SetCreateLatency(absl::Duration d);
   // Appends a named, timed step to Timings.stages.
-  void AddStage(const std::string& name, absl::Duration d);
+  void AddStage(Stage stage, absl::Duration d);
   // Timings as Info has them, without Info's cgroup reads.
   v1::Timings timings() const;
 
@@ -114,7 +115,7 @@ class Sandbox {
  private:
   explicit Sandbox(Options o);
   absl::Status StartLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void AddStageLocked(const std::string& name, absl::Duration d)
+  void AddStageLocked(absl::string_view name, absl::Duration d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WaitLoop();
   // Records how the init program ended; the first report wins.

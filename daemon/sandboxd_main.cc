@@ -1,10 +1,6 @@
 // sandboxd: the sandbox daemon.
 //
-//   sandboxd [--socket=PATH] [--metrics-address=HOST:PORT] [--pool-size=N]
-//            [--platforms=systrap[,kvm]] [--sentry=PATH] [--state-dir=DIR]
-//            [--cgroup-parent=NAME | --no-cgroups] [--max-sandboxes=N]
-//            [--tcp=HOST:PORT --tls-cert=FILE --tls-key=FILE --token-file=FILE]
-//            [--socket-group=GROUP]
+//   sandboxd [FLAGS]    (sandboxd --help lists them; exit 2 for a bad flag)
 //
 // Startup: take the state directory (killing the Sentries an earlier
 // instance left), clean stale cgroups, start metrics, listen, then fill the
@@ -22,11 +18,10 @@
 #include <string>
 #include <thread>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
+#include "base/flags.h"
 #include "daemon/auth.h"
 #include "daemon/cgroup.h"
 #include "daemon/log.h"
@@ -36,6 +31,8 @@
 #include "daemon/service.h"
 #include "daemon/state_dir.h"
 #include "grpcpp/health_check_service_interface.h"
+#include "platforms/registry.h"
+#include "platforms/systrap/register.h"
 #include "grpcpp/server.h"
 #include "grpcpp/server_builder.h"
 
@@ -51,7 +48,7 @@ struct Flags {
   std::string tcp, tls_cert, tls_key, token_file;
   std::string metrics_address;
   int pool_size = 2;
-  std::set<std::string> platforms = {"systrap"};
+  std::set<std::string> platforms = {platform::Registry::Get().DefaultName()};
   std::string sentry;
   std::string state_dir = "/run/sandboxd";
   std::string cgroup_parent = "sandboxd";
@@ -65,13 +62,6 @@ struct Flags {
   exit(code);
 }
 
-const char kUsage[] =
-    "usage: sandboxd [--socket=PATH] [--metrics-address=HOST:PORT] [--pool-size=N]\n"
-    "                [--platforms=systrap[,kvm]] [--sentry=PATH] [--state-dir=DIR]\n"
-    "                [--cgroup-parent=NAME | --no-cgroups] [--max-sandboxes=N]\n"
-    "                [--tcp=HOST:PORT --tls-cert=FILE --tls-key=FILE --token-file=FILE]\n"
-    "                [--socket-group=GROUP] [--systrap-patch=on|off]\n";
-
 // The `sentry` next to this binary (out/bin/sentry beside out/bin/sandboxd).
 std::string DefaultSentry() {
   char buf[4096];
@@ -83,60 +73,53 @@ std::string DefaultSentry() {
 
 Flags ParseFlags(int argc, char** argv) {
   Flags f;
-  for (int i = 1; i < argc; i++) {
-    absl::string_view a = argv[i];
-    auto value = [&](absl::string_view name, std::string* out) {
-      if (!absl::ConsumePrefix(&a, name)) return false;
-      if (!absl::ConsumePrefix(&a, "=")) Die(kExitUsage, absl::StrCat(name, " wants a value"));
-      *out = std::string(a);
-      return true;
-    };
-    auto number = [&](absl::string_view name, int* out) {
-      std::string v;
-      if (!value(name, &v)) return false;
-      if (!absl::SimpleAtoi(v, out) || *out < 0) {
-        Die(kExitUsage, absl::StrCat(name, " wants a non-negative number, got \"", v, "\""));
-      }
-      return true;
-    };
-    std::string v;
-    if (a == "--help" || a == "-h") {
-      fputs(kUsage, stdout);
-      exit(0);
-    }
-    if (a == "--no-cgroups") {
-      f.cgroups = false;
-      continue;
-    }
-    if (value("--socket-group", &f.socket_group) || value("--socket", &f.socket) ||
-        value("--tcp", &f.tcp) || value("--tls-cert", &f.tls_cert) ||
-        value("--tls-key", &f.tls_key) || value("--token-file", &f.token_file) ||
-        value("--metrics-address", &f.metrics_address) || value("--sentry", &f.sentry) ||
-        value("--state-dir", &f.state_dir) || value("--cgroup-parent", &f.cgroup_parent) ||
-        number("--pool-size", &f.pool_size) || number("--max-sandboxes", &f.max_sandboxes)) {
-      continue;
-    }
-    if (value("--systrap-patch", &v)) {
-      if (v != "on" && v != "off") {
-        Die(kExitUsage, absl::StrCat("--systrap-patch wants on or off, got \"", v, "\""));
-      }
-      f.systrap_patch = v == "on";
-      continue;
-    }
-    if (value("--platforms", &v)) {
-      f.platforms.clear();
-      for (absl::string_view p : absl::StrSplit(v, ',', absl::SkipEmpty())) {
-        if (p != "systrap" && p != "kvm") {
-          Die(kExitUsage, absl::StrCat("--platforms: unknown platform \"", p, "\""));
+  const platform::Registry& reg = platform::Registry::Get();
+  flags::FlagSet fs(
+      "sandboxd", "[FLAGS]",
+      "The sandbox daemon: serves sandboxd.v1.Sandboxes (proto/sandbox.proto)\n"
+      "on a unix socket, with a pool of warm Sentries per platform.");
+  fs.String("socket", &f.socket, "PATH", "the unix socket to listen on");
+  fs.String("socket-group", &f.socket_group, "GROUP",
+            "the group that may connect to the socket");
+  fs.String("tcp", &f.tcp, "HOST:PORT",
+            "also listen on TCP (needs --tls-cert, --tls-key, --token-file)");
+  fs.String("tls-cert", &f.tls_cert, "FILE", "the TLS certificate for --tcp");
+  fs.String("tls-key", &f.tls_key, "FILE", "the TLS key for --tcp");
+  fs.String("token-file", &f.token_file, "FILE",
+            "the bearer token TCP clients must present");
+  fs.String("metrics-address", &f.metrics_address, "HOST:PORT",
+            "serve Prometheus metrics at http://HOST:PORT/metrics");
+  fs.Int("pool-size", &f.pool_size, "warm Sentries per platform");
+  fs.Func(
+      "platforms", reg.NamesJoined(","), "the platforms offered",
+      [&f, &reg](absl::string_view v) {
+        f.platforms.clear();
+        for (absl::string_view p : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+          if (reg.Find(p) == nullptr) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "unknown platform \"", p, "\" (available: ", reg.NamesJoined(", "), ")"));
+          }
+          f.platforms.insert(std::string(p));
         }
-        f.platforms.insert(std::string(p));
-      }
-      if (f.platforms.empty()) Die(kExitUsage, "--platforms wants at least one platform");
-      continue;
-    }
-    fputs(kUsage, stderr);
-    Die(kExitUsage, absl::StrCat("unknown argument: ", argv[i]));
-  }
+        if (f.platforms.empty()) {
+          return absl::InvalidArgumentError("wants at least one platform");
+        }
+        return absl::OkStatus();
+      },
+      reg.DefaultName());
+  fs.String("sentry", &f.sentry, "PATH",
+            "the sentry binary (default: the one beside sandboxd)");
+  fs.String("state-dir", &f.state_dir, "DIR",
+            "where sandboxes are recorded, to be re-adopted after a restart");
+  fs.String("cgroup-parent", &f.cgroup_parent, "NAME",
+            "the cgroup under which each sandbox gets its own");
+  fs.BoolFunc("no-cgroups", "no cgroups: sandbox limits are not enforced",
+              [&f] { f.cgroups = false; });
+  fs.Int("max-sandboxes", &f.max_sandboxes, "the most sandboxes at once");
+  fs.OnOff(std::string(systrap::kPatchFlag), &f.systrap_patch,
+           "systrap Sentries patch syscalls unless a spec says otherwise");
+  std::vector<std::string> rest = fs.ParseOrExit(flags::Args(argc, argv), kExitUsage);
+  if (!rest.empty()) Die(kExitUsage, absl::StrCat("unknown argument: ", rest[0]));
   if (f.sentry.empty()) f.sentry = DefaultSentry();
   if (f.systrap_patch) {
     if (std::string why = SystrapPatchUnavailable(); !why.empty()) {
@@ -197,7 +180,8 @@ int Main(int argc, char** argv) {
   std::map<std::string, int> targets;
   // Warm Sentries per kind: systrap's with the daemon's --systrap-patch.
   for (const std::string& p : flags.platforms) {
-    targets[SentryKind{p, p == "systrap" && flags.systrap_patch}.Key()] = flags.pool_size;
+    targets[SentryKind{p, p == systrap::kPlatformName && flags.systrap_patch}.Key()] =
+        flags.pool_size;
   }
   SentryFactory factory(flags.sentry, cgroups.get(), state_dir->get());
   auto pool = std::make_unique<Pool>(&factory, metrics->get(), targets);

@@ -1,10 +1,8 @@
 #include "daemon/sentry_kind.h"
 
-#include <cpuid.h>
-#include <sys/auxv.h>
-
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "platforms/systrap/register.h"
 
 namespace sandboxd {
 namespace daemon {
@@ -26,19 +24,11 @@ SentryKind SentryKind::FromKey(absl::string_view key) {
 }
 
 std::vector<std::string> SentryKind::ServeFlags() const {
-  if (systrap_patch) return {"--systrap-patch=on"};
+  if (systrap_patch) return {absl::StrCat("--", systrap::kPatchFlag, "=on")};
   return {};
 }
 
-std::string SystrapPatchUnavailable() {
-  if ((getauxval(AT_HWCAP2) & 2 /* HWCAP2_FSGSBASE */) == 0) {
-    return "the CPU or kernel does not offer FSGSBASE to user space";
-  }
-  unsigned a, b, c, d;
-  __cpuid(1, a, b, c, d);
-  if ((c & bit_OSXSAVE) == 0) return "the kernel does not enable xsave";
-  return "";
-}
+std::string SystrapPatchUnavailable() { return systrap::PatchingUnavailable(); }
 
 absl::StatusOr<SentryKind> KindForSpec(const v1::SandboxSpec& spec,
                                        bool default_patch) {
@@ -49,7 +39,7 @@ absl::StatusOr<SentryKind> KindForSpec(const v1::SandboxSpec& spec,
     return absl::InvalidArgumentError(
         absl::StrCat("spec.systrap.patch: unknown value ", patch));
   }
-  if (k.platform != "systrap") {
+  if (k.platform != systrap::kPlatformName) {
     if (patch == v1::SYSTRAP_PATCH_ON) {
       return absl::InvalidArgumentError(absl::StrCat(
           "spec.systrap.patch: syscall patching is a systrap option; this "

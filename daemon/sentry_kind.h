@@ -10,13 +10,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "platforms/systrap/register.h"
 #include "proto/sandbox.pb.h"
 
 namespace sandboxd {
 namespace daemon {
 
 struct SentryKind {
-  std::string platform = "systrap";  // "systrap" or "kvm"
+  std::string platform = std::string(systrap::kPlatformName);  // registry.h
   bool systrap_patch = false;        // sentry serve --systrap-patch=on
 
   // The pool's key: the platform, with "+patch" when patching is on
@@ -30,8 +31,8 @@ struct SentryKind {
   }
 };
 
-// Why this host cannot patch syscalls (the conditions of
-// Systrap::set_patching: FSGSBASE in user space, OSXSAVE), or "" if it can.
+// Why this host cannot patch syscalls, or "" if it can
+// (systrap::PatchingUnavailable).
 std::string SystrapPatchUnavailable();
 
 // The kind a Create with `spec` (platform already validated and filled in)

@@ -175,11 +175,11 @@ absl::StatusOr<std::shared_ptr<Sandbox>> Service::Find(const std::string& id) {
 absl::Status Service::CreateSandbox(const v1::CreateRequest& req, v1::CreateResponse* resp) {
   const absl::Time begin = absl::Now();
   // Each step of Create, named and timed (Timings.stages).
-  std::vector<std::pair<std::string, absl::Duration>> stages;
+  std::vector<std::pair<Stage, absl::Duration>> stages;
   absl::Time step = begin;
-  auto stage = [&](const char* name) {
+  auto stage = [&](Stage s) {
     const absl::Time now = absl::Now();
-    stages.emplace_back(name, now - step);
+    stages.emplace_back(s, now - step);
     step = now;
   };
   v1::SandboxSpec spec = req.spec();
@@ -189,7 +189,9 @@ absl::Status Service::CreateSandbox(const v1::CreateRequest& req, v1::CreateResp
         "spec.rootfs: must be an absolute host path, got \"", spec.rootfs(), "\""));
   }
   RETURN_IF_ERROR(ValidateProcessSpec(spec.process(), "spec.process"));
-  if (spec.platform().empty()) spec.set_platform("systrap");
+  if (spec.platform().empty()) {
+    spec.set_platform(platform::Registry::Get().DefaultName());
+  }
   if (options_.platforms.count(spec.platform()) == 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.platform: unknown or unavailable platform \"", spec.platform(),
@@ -215,13 +217,13 @@ absl::Status Service::CreateSandbox(const v1::CreateRequest& req, v1::CreateResp
     return absl::InvalidArgumentError(absl::StrCat(
         "id: want 1 to 64 of [a-zA-Z0-9_.-], got \"", req.id(), "\""));
   }
-  stage("create.validate");
+  stage(Stage::kCreateValidate);
   UniqueFd rootfs(open(spec.rootfs().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!rootfs.valid()) {
     return absl::InvalidArgumentError(
         absl::StrCat("spec.rootfs: ", spec.rootfs(), ": ", strerror(errno)));
   }
-  stage("create.open_rootfs");
+  stage(Stage::kCreateOpenRootfs);
 
   // Reserve the id (a null entry), within the limit.
   std::string id = req.id();
@@ -251,14 +253,14 @@ absl::Status Service::CreateSandbox(const v1::CreateRequest& req, v1::CreateResp
   bool hit = false;
   absl::StatusOr<std::unique_ptr<WarmSentry>> warm = pool_->Take(kind.Key(), &hit);
   if (!warm.ok()) return Annotate(warm.status(), "create");
-  stage(hit ? "create.pool_take" : "create.spawn_sentry");
+  stage(hit ? Stage::kCreatePoolTake : Stage::kCreateSpawnSentry);
   if (Cgroup* cg = (*warm)->cgroup()) {
     CgroupLimits cl;
     cl.memory_bytes = lim.memory_bytes();
     cl.cpu_millis = lim.cpu_millis();
     cl.pids = lim.pids();
     RETURN_IF_ERROR(Annotate(cg->SetLimits(cl), "spec.limits"));
-    stage("create.cgroup_limits");
+    stage(Stage::kCreateCgroupLimits);
   }
   Sandbox::Options o;
   o.id = id;
@@ -272,7 +274,7 @@ absl::Status Service::CreateSandbox(const v1::CreateRequest& req, v1::CreateResp
   o.on_state_change = [this] { UpdateStateMetrics(); };
   const absl::Time before_stdio = absl::Now();
   ASSIGN_OR_RETURN(std::shared_ptr<Sandbox> sandbox, Sandbox::Create(std::move(o)));
-  sandbox->AddStage("create.stdio", absl::Now() - before_stdio);
+  sandbox->AddStage(Stage::kCreateStdio, absl::Now() - before_stdio);
   const absl::Duration latency = absl::Now() - begin;
   sandbox->SetCreateLatency(latency);
   {
@@ -423,16 +425,16 @@ absl::Status Service::ExecStream(
       // Where the call's time went besides the start and the program's
       // run (which Timings has already): the exit's way back is
       // Sentry -> daemon (the exited timestamp) -> end of output -> here.
-      sandbox->AddStage("attach.first_message", read_start - entered);
-      sandbox->AddStage("attach.pid_sent", pid_sent - started);
+      sandbox->AddStage(Stage::kAttachFirstMessage, read_start - entered);
+      sandbox->AddStage(Stage::kAttachPidSent, pid_sent - started);
       v1::Timings t = sandbox->timings();
       if (t.has_exited()) {
         const absl::Time exited = absl::FromUnixNanos(
             google::protobuf::util::TimeUtil::TimestampToNanoseconds(t.exited()));
-        sandbox->AddStage("exit.output_end_after_exited",
+        sandbox->AddStage(Stage::kExitOutputEndAfterExited,
                           std::max(absl::ZeroDuration(), output_end - exited));
       }
-      sandbox->AddStage("exit.status_after_output_end", have_exit - output_end);
+      sandbox->AddStage(Stage::kExitStatusAfterOutputEnd, have_exit - output_end);
       *r.mutable_timings() = sandbox->timings();
     }
     if (remove) {

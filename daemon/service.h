@@ -19,14 +19,15 @@
 #include "daemon/metrics.h"
 #include "daemon/pool.h"
 #include "daemon/sandbox.h"
+#include "platforms/registry.h"
 #include "proto/sandbox.grpc.pb.h"
 
 namespace sandboxd {
 namespace daemon {
 
 struct ServiceOptions {
-  // Platforms this daemon offers ("systrap", "kvm").
-  std::set<std::string> platforms = {"systrap"};
+  // Platforms this daemon offers (names from platforms/registry.h).
+  std::set<std::string> platforms = {platform::Registry::Get().DefaultName()};
   // sandboxd --systrap-patch: the pool's systrap Sentries patch syscalls,
   // and so does a Create that does not say (spec.systrap.patch).
   bool systrap_patch = false;

@@ -12,7 +12,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -88,38 +87,45 @@ struct Event {
   std::string detail;    // kDead: why
 };
 
-// Syscall patching (systrap, --systrap-patch=on): the platform finds hot
-// syscall sites and knows the instruction bytes; the memory manager, which
-// owns the mappings, makes the change. Implemented by mm::MM.
-class CodePatcher {
+// Identifies a feature interface: the address of its `kFeatureTag`, an
+// inline variable and so one object in the whole program.
+using FeatureTag = const void*;
+
+// Optional interfaces of a back-end's objects (code_patcher.h's
+// PatchingAddressSpace, for one), looked up by type so that the Sentry never
+// names a back-end's classes:
+//
+//   if (auto* p = as.Feature<PatchingAddressSpace>()) p->SetCodePatcher(mm);
+//
+// A feature interface declares `static inline const char kFeatureTag = 0;`;
+// a back-end object that implements it answers in FindFeature, with
+// OfferFeature.
+class HasFeatures {
  public:
-  virtual ~CodePatcher() = default;
-  // Reads n bytes of application memory at addr whatever its protection
-  // (instruction bytes). False if any of them is not mapped.
-  virtual bool ReadCode(uintptr_t addr, void* dst, size_t n) = 0;
-  // Runs `patch` with the memory manager's lock held, on Sentry pointers
-  // through which the `len` bytes at `site` and the patch table
-  // [table, table + table_len) are written in place. Only a site in a
-  // private mapping, within one page, qualifies: its page is first made
-  // this address space's own (copy-on-write broken), so files and other
-  // processes never see the change; the table is mapped on first use, a
-  // private r-x mapping named "[sbx-patch]". If `patch` returns true the
-  // site is recorded: should its range be moved, or the table unmapped, the
-  // memory manager first calls `unpatch` on it (lock held) to restore it.
-  // Returns false if no patch was made.
-  virtual bool PatchCode(
-      uintptr_t site, size_t len, uintptr_t table, size_t table_len,
-      const std::function<bool(uint8_t* site, uint8_t* table)>& patch,
-      std::function<void(uint8_t* site)> unpatch) = 0;
+  virtual ~HasFeatures() = default;
+  // This object's implementation of T, or null when it has none.
+  template <typename T>
+  T* Feature() {
+    return static_cast<T*>(FindFeature(&T::kFeatureTag));
+  }
+
+ protected:
+  virtual void* FindFeature(FeatureTag tag) {
+    (void)tag;
+    return nullptr;
+  }
 };
 
-class AddressSpace {
+// For FindFeature: `impl` as a T when `tag` is T's, else null.
+template <typename T, typename Impl>
+void* OfferFeature(Impl* impl, FeatureTag tag) {
+  return tag == &T::kFeatureTag ? static_cast<void*>(static_cast<T*>(impl))
+                                : nullptr;
+}
+
+class AddressSpace : public HasFeatures {
  public:
-  virtual ~AddressSpace() = default;
-  // The memory manager of this address space, for syscall patching; set
-  // by it once, cleared before it goes. Platforms that do not patch
-  // ignore it.
-  virtual void SetCodePatcher(CodePatcher* patcher) { (void)patcher; }
+  ~AddressSpace() override = default;
   // Maps [off, off+len) of the memory file `fd` at application address
   // `addr` (MAP_SHARED|MAP_FIXED semantics), replacing what was there.
   virtual absl::Status MapFile(uintptr_t addr, int fd, off_t off, size_t len,
@@ -162,15 +168,20 @@ class Context {
   virtual void SyncFp(CpuState& cpu) { cpu.fp_live = nullptr; }
 };
 
-class Platform {
+class Platform : public HasFeatures {
  public:
-  virtual ~Platform() = default;
+  ~Platform() override = default;
   virtual std::string Name() const = 0;
   // Application addresses are in [MinUserAddress(), MaxUserAddress()).
   virtual uintptr_t MinUserAddress() const { return 0x10000; }
   virtual uintptr_t MaxUserAddress() const = 0;
   virtual absl::StatusOr<std::unique_ptr<AddressSpace>> NewAddressSpace() = 0;
   virtual absl::StatusOr<std::unique_ptr<Context>> NewContext() = 0;
+  // Makes ahead of time what the next NewAddressSpace needs, for a warm
+  // Sentry that has the time while it waits (systrap: one stub process in
+  // its pool). True if it made something; a back-end with nothing to make
+  // ahead returns false.
+  virtual absl::StatusOr<bool> PrepareAddressSpace() { return false; }
   // Called once before the Sentry installs its own seccomp filter and
   // before any application code runs: finishes what the platform set up in
   // the background (kvm: joins the vCPU pool's filler).

@@ -15,9 +15,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
-#include "platforms/kvm/kvm_platform.h"
-#include "platforms/kvm/vm.h"
-#include "platforms/systrap/systrap.h"
 #include "sentry/fs/devfs.h"
 #include "sentry/fs/file.h"
 #include "sentry/fs/hostfs.h"
@@ -114,14 +111,6 @@ fs::proc::HostInfo LimitCpus(fs::proc::HostInfo host, int cpus) {
 
 }  // namespace
 
-StageClock::StageClock() : last_ns_(kernel::MonotonicNanos()) {}
-
-void StageClock::Mark(std::string name) {
-  int64_t now = kernel::MonotonicNanos();
-  stages_.push_back(Stage{std::move(name), static_cast<uint64_t>(now - last_ns_)});
-  last_ns_ = now;
-}
-
 int ShellExitCodeFor(const absl::Status& s) {
   switch (s.code()) {
     case absl::StatusCode::kOk:
@@ -136,10 +125,11 @@ int ShellExitCodeFor(const absl::Status& s) {
 }
 
 absl::StatusOr<Prewarmed> Prewarm(const PrewarmOptions& o, StageClock* clock) {
-  if (o.platform != "systrap" && o.platform != "kvm") {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "unknown platform: ", o.platform, " (available: systrap, kvm)"));
-  }
+  ASSIGN_OR_RETURN(const platform::Backend* backend,
+                   platform::Registry::Get().Lookup(o.platform));
+  ASSIGN_OR_RETURN(
+      platform::OptionValues options,
+      platform::Registry::Get().OptionsFor(*backend, o.platform_options));
   Prewarmed pw;
   // What /proc shows of the host, read while the host's /proc is at hand.
   pw.host = fs::proc::ReadHostInfo();
@@ -150,60 +140,52 @@ absl::StatusOr<Prewarmed> Prewarm(const PrewarmOptions& o, StageClock* clock) {
     std::string why_not;
     use_tsc = use_tsc && vdso::HostTscUsable(&why_not);
   }
-  clock->Mark("host_info");
-  // /dev/kvm is a host path: opened before isolation leaves only an empty
-  // root. Whether the platform works is still the probe's to say.
-  if (o.platform == "kvm" && o.isolate) {
-    RETURN_IF_ERROR(kvm::PreopenKvm());
+  clock->Mark(Stage::kHostInfo);
+  // Host paths (/dev/kvm) are opened before isolation leaves only an
+  // empty root. Whether the platform works is still its factory's to say.
+  if (o.isolate && backend->preopen != nullptr) {
+    RETURN_IF_ERROR(backend->preopen());
   }
   if (o.isolate) RETURN_IF_ERROR(o.isolate(clock));
   auto mf = mm::MemoryFile::Create();
   if (!mf.ok()) return Annotate(mf.status(), "memory file");
-  clock->Mark("memory_file");
-  using PlatformOr = absl::StatusOr<std::unique_ptr<platform::Platform>>;
-  PlatformOr platform =
-      o.platform == "kvm"
-          ? PlatformOr(kvm::KvmPlatform::Create((*mf)->fd(), (*mf)->max_size(),
-                                                o.kvm))
-          : PlatformOr(systrap::Systrap::Create((*mf)->fd(), o.fastpath));
+  clock->Mark(Stage::kMemoryFile);
+  platform::CreateArgs args;
+  args.memfile_fd = (*mf)->fd();
+  args.memfile_max = (*mf)->max_size();
+  auto platform = backend->create(args, options);
   if (!platform.ok()) {
     return Annotate(platform.status(), absl::StrCat(o.platform, " platform"));
   }
-  if (o.systrap_patch) {
-    auto* systrap = dynamic_cast<systrap::Systrap*>(platform->get());
-    std::string why = "it is a systrap feature";
-    if (systrap == nullptr || !systrap->set_patching(true, &why)) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "--systrap-patch=on: syscall patching is not available: ", why));
-    }
-  }
-  clock->Mark("platform");
+  clock->Mark(Stage::kPlatform);
   // The Timekeeper calibrates the TSC in the background from here on.
   vdso::Vdso::Options vdso_opts;
   vdso_opts.use_tsc = use_tsc;
   auto the_vdso = vdso::Vdso::Create(mf->get(), vdso_opts);
   if (!the_vdso.ok()) return Annotate(the_vdso.status(), "vDSO");
-  clock->Mark("vdso");
+  clock->Mark(Stage::kVdso);
   // While the Timekeeper calibrates.
-  if (auto* systrap = dynamic_cast<systrap::Systrap*>(platform->get());
-      systrap != nullptr && o.spare_stub) {
-    RETURN_IF_ERROR(Annotate(systrap->MakeSpareStub(), "the first stub process"));
-    clock->Mark("spare_stub");
+  if (o.prepare_address_space) {
+    absl::StatusOr<bool> made = (*platform)->PrepareAddressSpace();
+    if (!made.ok()) {
+      return Annotate(made.status(), "the first address space");
+    }
+    if (*made) clock->Mark(Stage::kSpareStub);
   }
   // Where it fails (an older kernel) pages are allocated when first
   // touched, as without it.
   if (o.populate_bytes != 0 && (*mf)->Populate(o.populate_bytes).ok()) {
-    clock->Mark("memory_file_populate");
+    clock->Mark(Stage::kMemoryFilePopulate);
   }
   if (o.wait_calibration) {
     (*the_vdso)->timekeeper().WaitCalibrated();
-    clock->Mark("vdso_calibration");
+    clock->Mark(Stage::kVdsoCalibration);
   }
   if (o.sentry_seccomp) {
     auto filter = host_filter::Build();
     if (!filter.ok()) return Annotate(filter.status(), "the Sentry's seccomp filter");
     pw.filter = std::move(*filter);
-    clock->Mark("seccomp_filter");
+    clock->Mark(Stage::kSeccompFilter);
   }
   pw.memfile = std::move(*mf);
   pw.platform = std::move(*platform);
@@ -270,7 +252,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(Prewarmed pw,
     sb->console_ = std::make_shared<fs::tty::HostTerminal>(
         UniqueFd(d), sb->job_control_.get());
   }
-  clock->Mark("kernel");
+  clock->Mark(Stage::kKernel);
 
   // The root filesystem: the host directory, read-only, under a tmpfs in
   // the memory file that takes every write.
@@ -290,11 +272,11 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(Prewarmed pw,
   RETURN_IF_ERROR(sb->MountDev());
   RETURN_IF_ERROR(
       sb->MountProc(LimitCpus(std::move(pw.host), cpus), lim.memory_bytes));
-  clock->Mark("filesystems");
+  clock->Mark(Stage::kFilesystems);
 
   ASSIGN_OR_RETURN(sb->init_fs_, sb->NewFsContext(config.init.cwd));
   ASSIGN_OR_RETURN(Loaded l, sb->Load(config.init, sb->init_fs_));
-  clock->Mark("load");
+  clock->Mark(Stage::kLoad);
 
   std::shared_ptr<fs::FdTable> fds = sb->NewFdTable(stdio, sb->console_);
   // The program's first clock_gettime should not trap: the rate is known
@@ -315,7 +297,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(Prewarmed pw,
     g.auxv = l.stack.auxv;
   }
   if (sb->console_ != nullptr) k.SetInitTerminal(sb->console_);
-  clock->Mark("init");
+  clock->Mark(Stage::kInit);
   return sb;
 }
 

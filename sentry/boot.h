@@ -12,7 +12,7 @@
 //                  rootfs fd under a tmpfs overlay), /dev, /proc, the init
 //                  program loaded and ready; Start then runs it.
 //
-// Every step is timed (StageClock) so that the daemon can say where the
+// Every step is timed (StageClock, base/stage_clock.h) so that the daemon can say where the
 // milliseconds of a create go.
 //
 // A Sandbox lives until the Sentry process exits: the kernel's objects
@@ -37,10 +37,10 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "base/stage_clock.h"
 #include "base/unique_fd.h"
-#include "platforms/kvm/kvm_platform.h"
 #include "platforms/platform.h"
-#include "platforms/systrap/fastpath.h"
+#include "platforms/registry.h"
 #include "sentry/proc/procfs.h"
 #include "sentry/fs/tty/host_tty.h"
 #include "sentry/fs/vfs.h"
@@ -61,36 +61,15 @@ class DevPts;
 
 namespace sandboxd::boot {
 
-// One named, timed step (control.proto's StageTiming, without the proto).
-struct Stage {
-  std::string name;
-  uint64_t nanos = 0;
-};
-
-// Records consecutive steps: each Mark closes the step that began at the
-// previous Mark (or at construction).
-class StageClock {
- public:
-  StageClock();
-  void Mark(std::string name);
-  const std::vector<Stage>& stages() const { return stages_; }
-
- private:
-  int64_t last_ns_;
-  std::vector<Stage> stages_;
-};
+// Stage and StageClock (base/stage_clock.h): every step is named there.
+using ::sandboxd::Stage;
+using ::sandboxd::StageClock;
 
 struct PrewarmOptions {
-  std::string platform = "systrap";  // or "kvm"
-  // How systrap's hand-over waiters decide to spin
-  // (platforms/systrap/fastpath.h); off and timer are for benchmarks.
-  systrap::FastPathMode fastpath = systrap::FastPathMode::kAdaptive;
-  // kvm: when the vCPU pool is made (--kvm-vcpu-pool=background|eager),
-  // and the A/B switches of its benchmarks (--kvm-shadow, --kvm-fpu).
-  kvm::KvmOptions kvm;
-  // systrap: patch hot syscall sites to enter the stub without a signal
-  // (sentry run --systrap-patch=on; platforms/systrap/README.md).
-  bool systrap_patch = false;
+  // A name from platforms/registry.h, and that back-end's options
+  // (sentry run --systrap-fastpath=timer, --kvm-vcpu-pool=eager, ...).
+  std::string platform = platform::Registry::Get().DefaultName();
+  platform::OptionValues platform_options;
   // false: the vDSO makes every call a system call (sentry run --vdso=syscall).
   bool vdso_tsc = true;
   // Wait for the vDSO's TSC calibration (~1 ms) in Prewarm rather than in
@@ -103,10 +82,10 @@ struct PrewarmOptions {
   // Build the Sentry's own seccomp filter (host_filter.h), which
   // Sandbox::Start loads before the program runs.
   bool sentry_seccomp = true;
-  // systrap: make the first address space's stub process now
-  // (Systrap::MakeSpareStub), not in Sandbox::Create: for a warm Sentry,
-  // which has the time while it waits.
-  bool spare_stub = false;
+  // Make what the first address space needs now
+  // (Platform::PrepareAddressSpace; systrap: its stub process), not in
+  // Sandbox::Create: for a warm Sentry, which has the time while it waits.
+  bool prepare_address_space = false;
   // Have the host allocate this much of the memory file now
   // (MemoryFile::Populate): the sandbox's first pages then cost no
   // allocation at their first touch. Best effort (needs Linux 5.14).
@@ -122,7 +101,8 @@ struct Prewarmed {
   std::optional<host_filter::Program> filter;
 };
 
-// Preconditions: systrap::ReserveStubWindow has run (first thing in main).
+// Preconditions: platform::Registry::InitProcess has run (first thing in
+// main).
 // Reads the host's /proc: call it while that is still reachable.
 absl::StatusOr<Prewarmed> Prewarm(const PrewarmOptions& o, StageClock* clock);
 

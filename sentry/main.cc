@@ -1,22 +1,18 @@
 // sentry: the application kernel's command line.
 //
-//   sentry run [--platform=systrap|kvm] [--rootfs=DIR] [--cwd=DIR]
-//              [--env=K=V ...] [--hostname=NAME] [--log-unimplemented]
-//              [--strace] [--vdso=tsc|syscall]
-//              [--memory=BYTES] [--cpus=N] [--pids=N] [--sentry-seccomp=on|off]
-//              [--kvm-vcpu-pool=background|eager] [--kvm-shadow=zap|flush]
-//              [--kvm-fpu=lazy|eager] [--stats-json=PATH] -- PROGRAM [ARGS...]
+//   sentry run [FLAGS] [--] PROGRAM [ARGS...]
 //     Runs one program in a sandbox. Exit status: the program's (128+N
 //     when killed by signal N); 125 when the sentry's own arguments are
 //     wrong or it fails to start; 126 when PROGRAM cannot be executed; 127
 //     when it does not exist. --stats-json writes the platform's counters
 //     (proto/platform_stats.proto as JSON) to PATH when the program is done.
 //
-//   sentry serve --control-fd=N [--platform=systrap|kvm] [--vdso=tsc|syscall]
-//                [--isolation=on|off] [--sentry-seccomp=on|off]
-//                [--kvm-vcpu-pool=background|eager]
+//   sentry serve --control-fd=N [FLAGS]
 //     A warm Sentry for sandboxd (serve.h): prewarms, says Hello on the
 //     control channel N, then takes its sandbox from the daemon.
+//
+// `sentry run --help` and `sentry serve --help` list the flags (base/
+// flags.h); the platforms and their options come from platforms/registry.h.
 #include <fcntl.h>
 #include <signal.h>
 #include <unistd.h>
@@ -28,13 +24,13 @@
 #include <thread>
 #include <vector>
 
-#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "base/flags.h"
 #include "base/unique_fd.h"
 #include "google/protobuf/util/json_util.h"
-#include "platforms/systrap/systrap.h"
+#include "platforms/registry.h"
 #include "proto/platform_stats.pb.h"
 #include "sentry/boot.h"
 #include "sentry/fs/rootfs.h"
@@ -53,62 +49,101 @@ constexpr int kExitUsage = 125;
   _exit(code);
 }
 
-void Usage() {
-  fprintf(stderr,
-          "usage: sentry run [--platform=systrap|kvm] [--rootfs=DIR] [--cwd=DIR] "
-          "[--env=K=V ...] [--hostname=NAME] [--memory=BYTES] [--cpus=N] "
-          "[--pids=N] [--sentry-seccomp=on|off] [--systrap-patch=on|off] "
-          "[--kvm-vcpu-pool=background|eager] "
-          "[--kvm-shadow=zap|flush] [--kvm-fpu=lazy|eager] [--stats-json=PATH] -- PROGRAM [ARGS...]\n"
-          "       sentry serve --control-fd=N [--platform=systrap|kvm] "
-          "[--isolation=on|off] [--sentry-seccomp=on|off] "
-          "[--kvm-vcpu-pool=background|eager] [--systrap-patch=on|off]\n");
+const char kCommands[] =
+    "usage: sentry run [FLAGS] [--] PROGRAM [ARGS...]\n"
+    "       sentry serve --control-fd=N [FLAGS]\n"
+    "`sentry run --help` and `sentry serve --help` list the flags.\n";
+
+// Flags both commands take: the platform and its back-ends' options
+// (platforms/registry.h), the vDSO, the Sentry's seccomp filter.
+void PlatformFlags(flags::FlagSet& fs, std::string* platform,
+                   platform::OptionValues* options, bool* vdso_tsc,
+                   bool* sentry_seccomp) {
+  const platform::Registry& reg = platform::Registry::Get();
+  std::string platforms;
+  for (const platform::Backend& b : reg.backends()) {
+    absl::StrAppend(&platforms, "\n  ", b.name, ": ", b.description);
+  }
+  fs.Func(
+      "platform", reg.NamesJoined("|"), "how application code runs",
+      [platform](absl::string_view v) {
+        absl::StatusOr<const platform::Backend*> b =
+            platform::Registry::Get().Lookup(v);
+        if (!b.ok()) return b.status();
+        *platform = std::string(v);
+        return absl::OkStatus();
+      },
+      reg.DefaultName());
+  fs.Func(
+      "vdso", "tsc|syscall",
+      "clock_gettime from the TSC, or a system call each (for tests and "
+      "benchmarks of the trapping path)",
+      [vdso_tsc](absl::string_view v) {
+        if (v != "tsc" && v != "syscall") {
+          return absl::InvalidArgumentError(
+              absl::StrCat("--vdso wants tsc or syscall, got: ", v));
+        }
+        *vdso_tsc = v == "tsc";
+        return absl::OkStatus();
+      },
+      "tsc");
+  fs.OnOff("sentry-seccomp", sentry_seccomp,
+           "the seccomp filter on the Sentry's own host calls (off: for "
+           "debugging)");
+  for (const platform::Backend& b : reg.backends()) {
+    for (const platform::OptionFlag& f : b.flags) {
+      std::string name = f.name;
+      fs.Func(
+          f.name, f.values, absl::StrCat(b.name, ": ", f.help),
+          [options, name, check = f.check](absl::string_view v) {
+            if (check != nullptr) {
+              if (absl::Status s = check(v); !s.ok()) return s;
+            }
+            (*options)[name] = std::string(v);
+            return absl::OkStatus();
+          },
+          f.default_value);
+    }
+  }
+  fs.set_footer(absl::StrCat("platforms:", platforms, "\n"));
 }
 
 // `sentry serve`'s flags; never returns.
 [[noreturn]] void ServeMain(int argc, char** argv) {
   serve::Options o;
-  for (int i = 2; i < argc; i++) {
-    std::string a = argv[i];
-    if (absl::StartsWith(a, "--control-fd=")) {
-      if (!absl::SimpleAtoi(a.substr(13), &o.control_fd) || o.control_fd < 0) {
-        Die(kExitUsage, absl::StrCat("--control-fd wants a descriptor, got: ",
-                                     a.substr(13)));
-      }
-    } else if (absl::StartsWith(a, "--platform=")) {
-      o.platform = a.substr(11);
-    } else if (a == "--sentry-seccomp=on" || a == "--sentry-seccomp=off") {
-      o.sentry_seccomp = a == "--sentry-seccomp=on";
-    } else if (a == "--isolation=on" || a == "--isolation=off") {
-      o.isolate = a == "--isolation=on";
-    } else if (a == "--vdso=tsc" || a == "--vdso=syscall") {
-      o.vdso_tsc = a == "--vdso=tsc";
-    } else if (absl::StartsWith(a, "--kvm-vcpu-pool=")) {
-      absl::StatusOr<kvm::PoolMode> m = kvm::ParsePoolMode(a.substr(16));
-      if (!m.ok()) Die(kExitUsage, std::string(m.status().message()));
-      o.kvm.pool_mode = *m;
-    } else if (a == "--systrap-patch=on" || a == "--systrap-patch=off") {
-      o.systrap_patch = a == "--systrap-patch=on";
-    } else {
-      Usage();
-      Die(kExitUsage, absl::StrCat("unknown flag: ", a));
-    }
+  flags::FlagSet fs(
+      "sentry serve", "--control-fd=N [FLAGS]",
+      "A warm Sentry for sandboxd (serve.h): prewarms, says Hello on the\n"
+      "control channel N, then takes its sandbox from the daemon.");
+  fs.Func("control-fd", "N", "one end of the daemon's SOCK_SEQPACKET socketpair",
+          [&o](absl::string_view v) {
+            if (!absl::SimpleAtoi(v, &o.control_fd) || o.control_fd < 0) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("--control-fd wants a descriptor, got: ", v));
+            }
+            return absl::OkStatus();
+          });
+  fs.OnOff("isolation", &o.isolate,
+           "new namespaces, an empty root, no capabilities (off: for "
+           "debugging)");
+  PlatformFlags(fs, &o.platform, &o.platform_options, &o.vdso_tsc,
+                &o.sentry_seccomp);
+  std::vector<std::string> rest =
+      fs.ParseOrExit(flags::Args(argc, argv, 2), kExitUsage);
+  if (!rest.empty()) {
+    Die(kExitUsage, absl::StrCat("serve takes no arguments, got: ", rest[0]));
   }
-  if (o.control_fd < 0) {
-    Usage();
-    Die(kExitUsage, "serve needs --control-fd=N");
-  }
-  if (o.platform != "systrap" && o.platform != "kvm") {
-    Die(kExitUsage, absl::StrCat("unknown platform: ", o.platform,
-                                 " (available: systrap, kvm)"));
-  }
+  if (o.control_fd < 0) Die(kExitUsage, "serve needs --control-fd=N");
   int status = serve::Serve(o);
   fflush(stderr);
   _exit(status);
 }
 
 struct Options {
-  std::string platform = "systrap";
+  std::string platform = platform::Registry::Get().DefaultName();
+  // --systrap-fastpath=..., --kvm-vcpu-pool=..., ...: the platforms'
+  // options (platforms/registry.h).
+  platform::OptionValues platform_options;
   std::string rootfs = "/";
   std::string cwd = "/";
   std::string hostname = "sandbox";
@@ -119,15 +154,6 @@ struct Options {
   // --vdso=syscall: the vDSO makes every call a system call (for tests
   // and benchmarks of the trapping path); default: served from the TSC.
   bool vdso_tsc = true;
-  // --systrap-fastpath=adaptive|off|timer: how hand-over waiters decide to
-  // spin (platforms/systrap/fastpath.h); off and timer are for benchmarks.
-  systrap::FastPathMode fastpath = systrap::FastPathMode::kAdaptive;
-  // --kvm-vcpu-pool=background|eager: when the kvm vCPU pool is made;
-  // --kvm-shadow=zap|flush, --kvm-fpu=lazy|eager: the previous behaviours
-  // for A/B benchmarks (platforms/kvm/kvm_platform.h, KvmOptions).
-  kvm::KvmOptions kvm;
-  // --systrap-patch=on|off: syscall patching (platforms/systrap/README.md).
-  bool systrap_patch = false;
   // The limits a daemon's spec would carry, as the sandbox sees them
   // (/proc/meminfo, nproc, fork's EAGAIN); nothing enforces them on the host.
   boot::Limits limits;
@@ -141,121 +167,58 @@ struct Options {
 Options ParseArgs(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "serve") == 0) ServeMain(argc, argv);
   if (argc < 2 || (std::strcmp(argv[1], "run") != 0)) {
-    Usage();
     if (argc >= 2 && (std::strcmp(argv[1], "--help") == 0 ||
                       std::strcmp(argv[1], "-h") == 0)) {
+      fputs(kCommands, stdout);
       _exit(0);
     }
+    fputs(kCommands, stderr);
     Die(kExitUsage, argc < 2 ? "missing command (want: run or serve)"
                              : absl::StrCat("unknown command: ", argv[1]));
   }
   Options o;
-  int i = 2;
-  for (; i < argc; i++) {
-    std::string a = argv[i];
-    if (a == "--") {
-      i++;
-      break;
-    }
-    auto value = [&](absl::string_view name, std::string* out) {
-      std::string prefix = absl::StrCat(name, "=");
-      if (absl::StartsWith(a, prefix)) {
-        *out = a.substr(prefix.size());
-        return true;
-      }
-      return false;
-    };
-    std::string v;
-    if (value("--platform", &o.platform) || value("--rootfs", &o.rootfs) ||
-        value("--cwd", &o.cwd) || value("--hostname", &o.hostname) ||
-        value("--stats-json", &o.stats_json)) {
-      continue;
-    }
-    if (value("--env", &v)) {
-      if (v.find('=') == std::string::npos || v[0] == '=') {
-        Die(kExitUsage, absl::StrCat("--env wants K=V, got: ", v));
-      }
-      o.env.push_back(v);
-      continue;
-    }
-    if (a == "--log-unimplemented") {
-      o.log_unimplemented = true;
-      continue;
-    }
-    if (a == "--strace") {
-      o.strace = true;
-      continue;
-    }
-    if (value("--memory", &v) || value("--cpus", &v) || value("--pids", &v)) {
-      uint64_t n = 0;
-      if (!absl::SimpleAtoi(v, &n) || n == 0) {
-        Die(kExitUsage, absl::StrCat(a.substr(0, a.find('=')),
-                                     " wants a positive number, got: ", v));
-      }
-      if (absl::StartsWith(a, "--memory=")) o.limits.memory_bytes = n;
-      if (absl::StartsWith(a, "--cpus=")) o.limits.cpu_millis = n * 1000;
-      if (absl::StartsWith(a, "--pids=")) o.limits.pids = n;
-      continue;
-    }
-    if (a == "--sentry-seccomp=on" || a == "--sentry-seccomp=off") {
-      o.sentry_seccomp = a == "--sentry-seccomp=on";
-      continue;
-    }
-    if (value("--vdso", &v)) {
-      if (v != "tsc" && v != "syscall") {
-        Die(kExitUsage, absl::StrCat("--vdso wants tsc or syscall, got: ", v));
-      }
-      o.vdso_tsc = v == "tsc";
-      continue;
-    }
-    if (value("--kvm-vcpu-pool", &v)) {
-      absl::StatusOr<kvm::PoolMode> m = kvm::ParsePoolMode(v);
-      if (!m.ok()) Die(kExitUsage, std::string(m.status().message()));
-      o.kvm.pool_mode = *m;
-      continue;
-    }
-    if (value("--kvm-shadow", &v)) {
-      if (absl::Status s = kvm::ParseShadowMode(v, &o.kvm); !s.ok()) {
-        Die(kExitUsage, std::string(s.message()));
-      }
-      continue;
-    }
-    if (value("--kvm-fpu", &v)) {
-      if (absl::Status s = kvm::ParseFpuMode(v, &o.kvm); !s.ok()) {
-        Die(kExitUsage, std::string(s.message()));
-      }
-      continue;
-    }
-    if (value("--systrap-fastpath", &v)) {
-      absl::StatusOr<systrap::FastPathMode> m = systrap::ParseFastPathMode(v);
-      if (!m.ok()) Die(kExitUsage, std::string(m.status().message()));
-      o.fastpath = *m;
-      continue;
-    }
-    // --systrap-patch=on|off: syscall patching (platforms/systrap/README.md,
-    // "Syscall patching").
-    if (value("--systrap-patch", &v)) {
-      if (v != "on" && v != "off") {
-        Die(kExitUsage,
-            absl::StrCat("--systrap-patch wants on or off, got: ", v));
-      }
-      o.systrap_patch = v == "on";
-      continue;
-    }
-    if (absl::StartsWith(a, "-")) {
-      Usage();
-      Die(kExitUsage, absl::StrCat("unknown flag: ", a));
-    }
-    break;  // the program, without "--"
-  }
-  for (; i < argc; i++) o.argv.push_back(argv[i]);
+  flags::FlagSet fs(
+      "sentry run", "[FLAGS] [--] PROGRAM [ARGS...]",
+      "Runs one program in a sandbox. Exit status: the program's (128+N when\n"
+      "killed by signal N); 125 when the sentry's own arguments are wrong or\n"
+      "it fails to start; 126 when PROGRAM cannot be executed; 127 when it\n"
+      "does not exist.");
+  fs.String("rootfs", &o.rootfs, "DIR", "the host directory that is the sandbox's root");
+  fs.String("cwd", &o.cwd, "DIR", "the program's working directory");
+  fs.Func("env", "K=V", "an environment variable of the program (repeatable)",
+          [&o](absl::string_view v) {
+            if (v.find('=') == absl::string_view::npos || v[0] == '=') {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("--env wants K=V, got: ", v));
+            }
+            o.env.emplace_back(v);
+            return absl::OkStatus();
+          });
+  fs.String("hostname", &o.hostname, "NAME", "the sandbox's host name");
+  fs.Bool("log-unimplemented", &o.log_unimplemented,
+          "count the unimplemented syscalls and print them at the end");
+  fs.Bool("strace", &o.strace, "print every syscall to stderr");
+  fs.Positive("memory", &o.limits.memory_bytes,
+              "the memory limit in bytes, as the sandbox sees it");
+  fs.Func("cpus", "N", "the CPU limit, as the sandbox sees it",
+          [&o](absl::string_view v) {
+            uint64_t n = 0;
+            if (!absl::SimpleAtoi(v, &n) || n == 0) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("--cpus wants a positive number, got: ", v));
+            }
+            o.limits.cpu_millis = n * 1000;
+            return absl::OkStatus();
+          });
+  fs.Positive("pids", &o.limits.pids, "the most tasks at once");
+  fs.String("stats-json", &o.stats_json, "PATH",
+            "write the platform's counters (proto/platform_stats.proto as "
+            "JSON) to PATH when the program is done");
+  PlatformFlags(fs, &o.platform, &o.platform_options, &o.vdso_tsc,
+                &o.sentry_seccomp);
+  o.argv = fs.ParseOrExit(flags::Args(argc, argv, 2), kExitUsage);
   if (o.argv.empty()) {
-    Usage();
-    Die(kExitUsage, "no program to run");
-  }
-  if (o.platform != "systrap" && o.platform != "kvm") {
-    Die(kExitUsage, absl::StrCat("unknown platform: ", o.platform,
-                                 " (available: systrap, kvm)"));
+    Die(kExitUsage, "no program to run (sentry run [FLAGS] -- PROGRAM [ARGS...])");
   }
   return o;
 }
@@ -284,7 +247,7 @@ void WriteStatsJson(platform::Platform& p, int fd) {
 
 int Run(const Options& o) {
   // Before anything maps large ranges or starts threads.
-  if (absl::Status s = systrap::ReserveStubWindow(); !s.ok()) {
+  if (absl::Status s = platform::Registry::Get().InitProcess(); !s.ok()) {
     Die(kExitUsage, std::string(s.message()));
   }
   // Terminal and termination signals are the sandbox's: a thread below
@@ -301,13 +264,11 @@ int Run(const Options& o) {
   pthread_sigmask(SIG_BLOCK, &fwd, nullptr);
   signal(SIGPIPE, SIG_IGN);
 
-  boot::StageClock clock;
+  StageClock clock;
   boot::PrewarmOptions popts;
   popts.platform = o.platform;
   popts.vdso_tsc = o.vdso_tsc;
-  popts.fastpath = o.fastpath;
-  popts.kvm = o.kvm;
-  popts.systrap_patch = o.systrap_patch;
+  popts.platform_options = o.platform_options;
   popts.sentry_seccomp = o.sentry_seccomp;
   auto pw = boot::Prewarm(popts, &clock);
   if (!pw.ok()) Die(kExitUsage, std::string(pw.status().message()));

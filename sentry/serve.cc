@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "base/unique_fd.h"
-#include "platforms/systrap/systrap.h"
+#include "platforms/registry.h"
 #include "proto/control.pb.h"
 #include "proto/control_channel.h"
 #include "sentry/boot.h"
@@ -36,10 +36,10 @@ void Log(const std::string& msg) {
   fflush(stderr);
 }
 
-void AddTimings(const boot::StageClock& clock, Response* r) {
-  for (const boot::Stage& s : clock.stages()) {
+void AddTimings(const StageClock& clock, Response* r) {
+  for (const StageTime& s : clock.stages()) {
     control::StageTiming* t = r->add_timings();
-    t->set_name(s.name);
+    t->set_name(std::string(StageName(s.stage)));
     t->set_nanos(s.nanos);
   }
 }
@@ -143,7 +143,7 @@ class Server {
   control::Channel ch_;
   std::optional<boot::Prewarmed> pw_;  // consumed by Start
   const bool isolated_;                 // in namespaces of its own
-  const std::string platform_;          // what Prewarm made: systrap or kvm
+  const std::string platform_;          // what Prewarm made (registry.h)
   // Lives until the process exits (boot.h); pending waits point into it.
   boot::Sandbox* sandbox_ = nullptr;
 };
@@ -156,9 +156,11 @@ void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
                             "this Sentry has already been given a sandbox"));
     return;
   }
-  boot::StageClock clock;
+  StageClock clock;
   auto build = [&]() -> absl::StatusOr<boot::Sandbox*> {
-    const std::string& want = spec.platform().empty() ? "systrap" : spec.platform();
+    const std::string& want = spec.platform().empty()
+                                  ? platform::Registry::Get().DefaultName()
+                                  : spec.platform();
     if (want != platform_) {
       return absl::InvalidArgumentError(absl::StrCat(
           "platform ", want, " is not this Sentry's (", platform_, ")"));
@@ -191,7 +193,7 @@ void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
     if (isolated_) {
       RETURN_IF_ERROR(Annotate(isolation::SetHostname(config.hostname),
                                "uts namespace"));
-      clock.Mark("hostname");
+      clock.Mark(Stage::kHostname);
     }
     boot::Prewarmed pw = std::move(*pw_);
     pw_.reset();
@@ -210,7 +212,7 @@ void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
     return;
   }
   sandbox_ = *sb;
-  clock.Mark("start");
+  clock.Mark(Stage::kStart);
   Response r;
   r.set_id(req.id());
   r.set_init_pid(1);
@@ -360,7 +362,7 @@ pid_t HostPid() {
 
 int Serve(const Options& o) {
   // Before anything maps large ranges or starts threads.
-  if (absl::Status s = systrap::ReserveStubWindow(); !s.ok()) {
+  if (absl::Status s = platform::Registry::Get().InitProcess(); !s.ok()) {
     Log(std::string(s.message()));
     return 125;
   }
@@ -381,27 +383,26 @@ int Serve(const Options& o) {
         "processes share the daemon's (spawn the Sentry with CLONE_NEWPID)");
   }
 
-  boot::StageClock clock;
+  StageClock clock;
   boot::PrewarmOptions popts;
   popts.platform = o.platform;
   popts.vdso_tsc = o.vdso_tsc;
-  popts.systrap_patch = o.systrap_patch;
+  popts.platform_options = o.platform_options;
   popts.wait_calibration = true;
-  popts.spare_stub = true;
+  popts.prepare_address_space = true;
   // A dynamic /bin/true uses ~3 MiB. The pages count against the
   // sandbox's memory limit from the start (they are the Sentry's), so
   // not much more.
   popts.populate_bytes = 8ull << 20;
   popts.sentry_seccomp = o.sentry_seccomp;
-  popts.kvm = o.kvm;
   if (o.isolate) {
-    popts.isolate = [](boot::StageClock* clock) -> absl::Status {
+    popts.isolate = [](StageClock* clock) -> absl::Status {
       RETURN_IF_ERROR(Annotate(isolation::EnterNamespaces(), "namespaces"));
-      clock->Mark("namespaces");
+      clock->Mark(Stage::kNamespaces);
       RETURN_IF_ERROR(Annotate(isolation::PivotToEmptyRoot(), "empty root"));
-      clock->Mark("pivot_root");
+      clock->Mark(Stage::kPivotRoot);
       RETURN_IF_ERROR(Annotate(isolation::DropCapabilities(), "capabilities"));
-      clock->Mark("capabilities");
+      clock->Mark(Stage::kCapabilities);
       return absl::OkStatus();
     };
   }

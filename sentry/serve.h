@@ -17,25 +17,23 @@
 
 #include <string>
 
-#include "platforms/kvm/kvm_platform.h"
+#include "platforms/registry.h"
 
 namespace sandboxd::serve {
 
 struct Options {
   int control_fd = -1;  // one end of a SOCK_SEQPACKET socketpair
-  std::string platform = "systrap";
+  // A name from platforms/registry.h, and that back-end's options
+  // (--systrap-patch=on, --kvm-vcpu-pool=eager, ...).
+  std::string platform = platform::Registry::Get().DefaultName();
+  platform::OptionValues platform_options;
   bool vdso_tsc = true;
-  // Syscall patching in systrap (platforms/systrap/README.md).
-  bool systrap_patch = false;
   // New namespaces, an empty root, no capabilities (isolation.h);
   // --isolation=off for debugging.
   bool isolate = true;
   // The Sentry's seccomp filter (host_filter.h); --sentry-seccomp=off for
   // debugging.
   bool sentry_seccomp = true;
-  // --kvm-vcpu-pool=eager: the kvm vCPU pool made on the start path (for
-  // benchmarks); default background, made while prewarming.
-  kvm::KvmOptions kvm;
 };
 
 // Runs until Destroy or until the channel closes; returns the Sentry's

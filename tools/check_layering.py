@@ -33,6 +33,7 @@ UNITS = [
     (2, "platforms"),           # platform.h: the interface
     (3, "platforms/systrap"),   # back-ends, siblings
     (3, "platforms/kvm"),
+    (4, "platforms/registry_builtin.cc"),  # the table of back-ends, above them
     # The Sentry, bottom to top.
     (10, "sentry/waiter"),      # WaitQueue, Blocker, timer thread, host poller
     (11, "sentry/mm"),

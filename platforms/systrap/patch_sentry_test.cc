@@ -115,10 +115,12 @@ class PatchSentryTest : public ::testing::Test {
     ASSERT_TRUE(as_->MapFile(kCode, memfd_, 0, kPage, Prot{true, false, true}).ok());
     ASSERT_TRUE(as_->MapFile(kData, memfd_, kPage, kPage, Prot{true, true, false}).ok());
     patcher_ = std::make_unique<FilePatcher>(file_, as_.get(), memfd_);
-    as_->SetCodePatcher(patcher_.get());
+    as_->Feature<platform::PatchingAddressSpace>()->SetCodePatcher(patcher_.get());
   }
   void TearDown() override {
-    if (as_ != nullptr) as_->SetCodePatcher(nullptr);
+    if (as_ != nullptr) {
+      as_->Feature<platform::PatchingAddressSpace>()->SetCodePatcher(nullptr);
+    }
     if (file_ != nullptr) munmap(file_, kFileSize);
   }
 

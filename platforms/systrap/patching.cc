@@ -2,7 +2,8 @@
 // which sites to patch, what to write, and the SIGILLs that patching can
 // cause. The memory side (private copies, the table's mapping, undoing
 // patches on munmap and mremap) is the memory manager's, behind
-// platform::CodePatcher; the stub's side is stub/patch_entry_amd64.cc.
+// platform::CodePatcher (platforms/code_patcher.h); the stub's side is
+// stub/patch_entry_amd64.cc.
 #include <cpuid.h>
 #include <errno.h>
 #include <linux/membarrier.h>
@@ -11,7 +12,10 @@
 
 #include <atomic>
 #include <cstring>
+#include <string>
+#include <utility>
 
+#include "platforms/systrap/register.h"
 #include "platforms/systrap/stub/stub.h"
 #include "platforms/systrap/systrap.h"
 
@@ -89,20 +93,24 @@ bool SyncCore(StubProcess& stub) {
 
 }  // namespace
 
+std::string PatchingUnavailable() {
+  // The entry finds its slot with rdgsbase and saves the FPU with xsave.
+  if ((getauxval(AT_HWCAP2) & 2 /* HWCAP2_FSGSBASE */) == 0) {
+    return "the CPU or kernel does not offer FSGSBASE to user space";
+  }
+  unsigned a, b, c, d;
+  __cpuid(1, a, b, c, d);
+  if ((c & bit_OSXSAVE) == 0) return "the kernel does not enable xsave";
+  return "";
+}
+
 bool Systrap::set_patching(bool on, std::string* why) {
   if (!on) {
     patching_ = false;
     return true;
   }
-  // The entry finds its slot with rdgsbase and saves the FPU with xsave.
-  if (!has_fsgsbase_) {
-    *why = "the CPU or kernel does not offer FSGSBASE to user space";
-    return false;
-  }
-  unsigned a, b, c, d;
-  __cpuid(1, a, b, c, d);
-  if ((c & bit_OSXSAVE) == 0) {
-    *why = "the kernel does not enable xsave";
+  if (std::string w = PatchingUnavailable(); !w.empty()) {
+    *why = std::move(w);
     return false;
   }
   patching_ = true;

@@ -35,6 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/mapping.h"
 #include "base/unique_fd.h"
+#include "platforms/code_patcher.h"
 #include "platforms/platform.h"
 #include "platforms/systrap/fastpath.h"
 #include "platforms/systrap/layout.h"
@@ -46,7 +47,8 @@ namespace sandboxd::systrap {
 class Systrap;
 
 // One stub process: the host side of one application address space.
-class StubProcess : public platform::AddressSpace {
+class StubProcess : public platform::AddressSpace,
+                    public platform::PatchingAddressSpace {
  public:
   ~StubProcess() override;
 
@@ -59,6 +61,9 @@ class StubProcess : public platform::AddressSpace {
   void Unmap(uintptr_t addr, size_t len) override;
   void SetCodePatcher(platform::CodePatcher* patcher) override {
     patcher_.store(patcher, std::memory_order_release);
+  }
+  void* FindFeature(platform::FeatureTag tag) override {
+    return platform::OfferFeature<platform::PatchingAddressSpace>(this, tag);
   }
 
   pid_t pid() const { return pid_; }
@@ -287,6 +292,11 @@ class Systrap : public platform::Platform {
   // serve) does this while it waits in sandboxd's pool, so that its
   // sandbox's first address space is ready before anyone asks.
   absl::Status MakeSpareStub();
+  absl::StatusOr<bool> PrepareAddressSpace() override {
+    absl::Status s = MakeSpareStub();
+    if (!s.ok()) return s;
+    return true;
+  }
 
   // Syscall patching (--systrap-patch=on; README.md): hot `mov $nr,%eax;
   // syscall` sites are rewritten to enter the stub without a signal.

@@ -19,7 +19,8 @@ constexpr uintptr_t kTable = 0x60000;
 constexpr size_t kTableLen = 0x10000;
 constexpr size_t kLen = 7;
 
-class NullAddressSpace : public platform::AddressSpace {
+class NullAddressSpace : public platform::AddressSpace,
+                         public platform::PatchingAddressSpace {
  public:
   absl::Status MapFile(uintptr_t, int, off_t, size_t,
                        platform::Prot) override {
@@ -27,6 +28,9 @@ class NullAddressSpace : public platform::AddressSpace {
   }
   void Unmap(uintptr_t, size_t) override {}
   void SetCodePatcher(platform::CodePatcher* p) override { patcher = p; }
+  void* FindFeature(platform::FeatureTag tag) override {
+    return platform::OfferFeature<platform::PatchingAddressSpace>(this, tag);
+  }
   platform::CodePatcher* patcher = nullptr;
 };
 

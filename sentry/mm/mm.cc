@@ -29,11 +29,15 @@ MM::MM(MemoryFile* mf, std::unique_ptr<platform::AddressSpace> as,
       // Small test address spaces get no stack gap.
       mmap_base_(max_addr - min_addr > 2 * kStackGap ? max_addr - kStackGap
                                                      : max_addr) {
-  if (as_ != nullptr) as_->SetCodePatcher(this);
+  if (auto* p = as_ ? as_->Feature<platform::PatchingAddressSpace>() : nullptr) {
+    p->SetCodePatcher(this);
+  }
 }
 
 MM::~MM() {
-  if (as_ != nullptr) as_->SetCodePatcher(nullptr);
+  if (auto* p = as_ ? as_->Feature<platform::PatchingAddressSpace>() : nullptr) {
+    p->SetCodePatcher(nullptr);
+  }
   absl::MutexLock l(&mu_);
   for (auto& [start, pma] : pmas_) {
     if (pma.owned) mf_->DecRef(pma.file_offset, pma.end - start);

@@ -30,6 +30,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "platforms/code_patcher.h"
 #include "platforms/platform.h"
 #include "sentry/mm/memory_file.h"
 

@@ -1,0 +1,151 @@
+// What every sandboxctl command shares (sandboxctl.h).
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "client/sandboxctl/sandboxctl.h"
+#include "client/sandboxctl/terminal.h"
+#include "google/protobuf/util/json_util.h"
+
+namespace sandboxd::client::ctl {
+
+absl::Time main_entered;
+absl::Time call_started;
+
+void QuickExit(int code) {
+  RestoreTerminal();
+  fflush(stdout);
+  fflush(stderr);
+  _exit(code);
+}
+
+void Fail(int code, const std::string& msg) {
+  fprintf(stderr, "sandboxctl: %s\n", msg.c_str());
+  QuickExit(code);
+}
+
+void FailOn(const absl::Status& s, const std::string& what) {
+  if (s.ok()) return;
+  Fail(kExitError, what.empty() ? std::string(s.message())
+                                : absl::StrCat(what, ": ", s.message()));
+}
+
+std::vector<std::string> ParseFlags(flags::FlagSet& fs,
+                                    std::vector<std::string> args) {
+  // -it and -ti: -i and -t, as docker spells them; only among the flags.
+  for (size_t i = 0; i < args.size(); i++) {
+    if (args[i] == "--" || args[i].empty() || args[i][0] != '-') break;
+    if (args[i] == "-it" || args[i] == "-ti") {
+      args[i] = "-i";
+      args.insert(args.begin() + i + 1, "-t");
+    }
+  }
+  absl::StatusOr<std::vector<std::string>> rest = fs.Parse(args);
+  if (fs.help_requested()) {
+    fputs(fs.Help().c_str(), stdout);
+    QuickExit(0);
+  }
+  FailOn(rest.status());
+  return *std::move(rest);
+}
+
+std::vector<std::string> Program(std::vector<std::string> rest, size_t first,
+                                 const char* cmd) {
+  if (first < rest.size() && rest[first] == "--") first++;
+  std::vector<std::string> argv(rest.begin() + std::min(first, rest.size()),
+                                rest.end());
+  if (argv.empty()) {
+    Fail(kExitError, absl::StrCat(cmd, ": no program given (", cmd,
+                                  " ... -- PROGRAM [ARGS...])"));
+  }
+  return argv;
+}
+
+bool KeyValue(const std::string& kv, std::string* k, std::string* v) {
+  size_t eq = kv.find('=');
+  if (eq == std::string::npos || eq == 0) return false;
+  *k = kv.substr(0, eq);
+  *v = kv.substr(eq + 1);
+  return true;
+}
+
+void DefaultEnv(v1::ProcessSpec* p, bool tty) {
+  bool has_path = false, has_term = false;
+  for (const std::string& e : p->env()) {
+    has_path |= absl::StartsWith(e, "PATH=");
+    has_term |= absl::StartsWith(e, "TERM=");
+  }
+  if (!has_path) p->add_env("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+  if (tty && !has_term) {
+    const char* term = getenv("TERM");
+    p->add_env(absl::StrCat("TERM=", term != nullptr ? term : "xterm"));
+  }
+}
+
+int StartFailureCode(const absl::Status& s) {
+  // Only the start of the program itself, not an unknown sandbox id.
+  if (!absl::StrContains(s.message(), ": start: ")) return kExitError;
+  if (absl::IsNotFound(s)) return kExitNotFound;
+  if (absl::IsPermissionDenied(s)) return kExitCannotRun;
+  return kExitError;
+}
+
+std::string ExitText(const v1::ExitStatus& e) {
+  if (!e.error().empty()) return absl::StrCat("failed: ", e.error());
+  if (e.status_case() == v1::ExitStatus::kSignal) {
+    return absl::StrCat("killed by signal ", e.signal());
+  }
+  return absl::StrCat("exited ", e.code());
+}
+
+std::string ToJson(const google::protobuf::Message& m) {
+  google::protobuf::util::JsonPrintOptions o;
+  o.add_whitespace = true;
+  o.preserve_proto_field_names = true;
+  std::string out;
+  (void)google::protobuf::util::MessageToJsonString(m, &out, o);
+  return out;
+}
+
+void WriteAll(int fd, absl::string_view data) {
+  while (!data.empty()) {
+    ssize_t n = write(fd, data.data(), data.size());
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return;
+    data.remove_prefix(static_cast<size_t>(n));
+  }
+}
+
+ExecIo StdIo(bool interactive, bool tty) {
+  ExecIo io;
+  if (interactive) io.stdin_fd = STDIN_FILENO;
+  io.on_stdout = [](absl::string_view d) { WriteAll(STDOUT_FILENO, d); };
+  io.on_stderr = [](absl::string_view d) { WriteAll(STDERR_FILENO, d); };
+  if (tty) SetUpTty(&io);
+  return io;
+}
+
+void ProxySignals(Client* c, const std::string& id) {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGINT);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGHUP);
+  pthread_sigmask(SIG_BLOCK, &set, nullptr);
+  std::thread([c, id, set] {
+    for (;;) {
+      int sig = 0;
+      if (sigwait(&set, &sig) != 0) return;
+      (void)c->Signal(id, sig);
+    }
+  }).detach();
+}
+
+}  // namespace sandboxd::client::ctl

@@ -1,0 +1,42 @@
+// sandboxctl exec ID -- PROGRAM: another process in a running sandbox;
+// exits as it did.
+#include "absl/strings/str_cat.h"
+#include "client/sandboxctl/sandboxctl.h"
+#include "client/sandboxctl/terminal.h"
+
+namespace sandboxd::client::ctl {
+
+int Exec(Client& c, std::vector<std::string> args) {
+  v1::ProcessSpec p;
+  bool interactive = false, tty = false;
+  flags::FlagSet fs("sandboxctl exec", "[FLAGS] ID [--] PROGRAM [ARGS...]",
+                    "runs another process in a running sandbox");
+  fs.Bool("interactive", &interactive, "send stdin to the program");
+  fs.Alias("-i", "interactive");
+  fs.Bool("tty", &tty, "give the program a terminal");
+  fs.Alias("-t", "tty");
+  fs.Func("env", "K=V", "an environment variable (repeatable)", [&p](absl::string_view v) {
+    p.add_env(std::string(v));
+    return absl::OkStatus();
+  });
+  fs.Alias("-e", "env");
+  fs.Func("cwd", "DIR", "the program's working directory", [&p](absl::string_view v) {
+    p.set_cwd(std::string(v));
+    return absl::OkStatus();
+  });
+  fs.Alias("-w", "cwd");
+  std::vector<std::string> rest = ParseFlags(fs, std::move(args));
+  if (rest.empty()) Fail(kExitError, "exec: which sandbox? (exec ID -- PROGRAM [ARGS...])");
+  const std::string id = rest[0];
+  for (std::string& s : Program(rest, 1, "exec")) p.add_argv(std::move(s));
+  p.set_tty(tty);
+  DefaultEnv(&p, tty);
+  ExecIo io = StdIo(interactive, tty);
+  absl::StatusOr<v1::ExitStatus> exit = c.Exec(id, /*attach=*/false, p, std::move(io));
+  RestoreTerminal();
+  if (!exit.ok()) Fail(StartFailureCode(exit.status()), std::string(exit.status().message()));
+  if (!exit->error().empty()) Fail(kExitError, absl::StrCat("sandbox ", id, ": ", exit->error()));
+  return ExitCode(*exit);
+}
+
+}  // namespace sandboxd::client::ctl

@@ -1,0 +1,29 @@
+// sandboxctl logs [-f] ID: the init program's output that the daemon kept.
+#include <unistd.h>
+
+#include <cstdio>
+
+#include "client/sandboxctl/sandboxctl.h"
+
+namespace sandboxd::client::ctl {
+
+int Logs(Client& c, std::vector<std::string> args) {
+  bool follow = false;
+  flags::FlagSet fs("sandboxctl logs", "[FLAGS] ID",
+                    "output of the init program (kept by the daemon, 1 MiB)");
+  fs.Bool("follow", &follow, "until the program ends");
+  fs.Alias("-f", "follow");
+  std::vector<std::string> rest = ParseFlags(fs, std::move(args));
+  if (rest.empty()) Fail(kExitError, "logs: which sandbox? (logs [-f] ID)");
+  FailOn(c.Logs(rest[0], follow, [](const v1::LogsResponse& m) {
+    if (m.dropped_bytes() > 0) {
+      fprintf(stderr, "sandboxctl: (%llu earlier bytes were dropped from the log)\n",
+              static_cast<unsigned long long>(m.dropped_bytes()));
+    }
+    if (m.msg_case() == v1::LogsResponse::kStdout) WriteAll(STDOUT_FILENO, m.stdout());
+    if (m.msg_case() == v1::LogsResponse::kStderr) WriteAll(STDERR_FILENO, m.stderr());
+  }));
+  return 0;
+}
+
+}  // namespace sandboxd::client::ctl

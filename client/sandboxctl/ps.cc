@@ -1,0 +1,67 @@
+// sandboxctl ps (list, ls): the sandboxes, as a table, ids or JSON.
+#include <cstdio>
+#include <map>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "absl/time/clock.h"
+#include "client/sandboxctl/sandboxctl.h"
+
+namespace sandboxd::client::ctl {
+
+int Ps(Client& c, std::vector<std::string> args) {
+  bool json = false, quiet = false;
+  std::map<std::string, std::string> labels;
+  flags::FlagSet fs("sandboxctl ps", "[FLAGS]", "lists the sandboxes");
+  fs.Bool("json", &json, "as JSON (sandboxd.v1.ListResponse)");
+  fs.Bool("quiet", &quiet, "ids only");
+  fs.Alias("-q", "quiet");
+  fs.Func("label", "K=V", "only sandboxes with this label (repeatable)",
+          [&labels](absl::string_view v) {
+            std::string k, val;
+            if (!KeyValue(std::string(v), &k, &val)) {
+              return absl::InvalidArgumentError(absl::StrCat("wants K=V, got ", v));
+            }
+            labels[k] = val;
+            return absl::OkStatus();
+          });
+  fs.Alias("-l", "label");
+  std::vector<std::string> rest = ParseFlags(fs, std::move(args));
+  if (!rest.empty()) Fail(kExitError, absl::StrCat("ps: unknown argument: ", rest[0]));
+  absl::StatusOr<std::vector<v1::SandboxInfo>> list = c.List(labels);
+  FailOn(list.status());
+  if (json) {
+    v1::ListResponse r;
+    for (auto& s : *list) *r.add_sandboxes() = s;
+    std::string out = ToJson(r);
+    // An empty list prints as {} (proto3 omits empty fields): spell it out.
+    if (list->empty()) out = "{\n \"sandboxes\": []\n}\n";
+    fputs(out.c_str(), stdout);
+    return 0;
+  }
+  if (quiet) {
+    for (auto& s : *list) printf("%s\n", s.id().c_str());
+    return 0;
+  }
+  printf("%-14s %-8s %-8s %-10s %-12s %s\n", "ID", "STATE", "PLATFORM", "CREATED", "STATUS",
+         "COMMAND");
+  const int64_t now = absl::ToUnixSeconds(absl::Now());
+  for (auto& s : *list) {
+    absl::string_view state_name = v1::SandboxState_Name(s.state());
+    absl::ConsumePrefix(&state_name, "SANDBOX_STATE_");
+    const std::string state(state_name);
+    const int64_t age = now - s.timings().created().seconds();
+    std::string created = age < 120 ? absl::StrCat(age, "s ago")
+                          : age < 7200 ? absl::StrCat(age / 60, "m ago")
+                                       : absl::StrCat(age / 3600, "h ago");
+    std::string status = s.has_exit() ? ExitText(s.exit()) : "";
+    printf("%-14s %-8s %-8s %-10s %-12s %s\n", s.id().c_str(),
+           absl::AsciiStrToLower(state).c_str(), s.spec().platform().c_str(), created.c_str(),
+           status.c_str(), absl::StrJoin(s.spec().process().argv(), " ").c_str());
+  }
+  return 0;
+}
+
+}  // namespace sandboxd::client::ctl

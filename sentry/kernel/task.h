@@ -248,7 +248,9 @@ class ThreadGroup {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::atomic<bool> notification_due_{false};
 
-  absl::Mutex mu_;
+  // Kernel::mu_ (Kernel's annotation) and an expiring timer's lock come
+  // first.
+  absl::Mutex mu_ ABSL_ACQUIRED_AFTER(IntervalTimer::mu_);
   std::array<SigAction, kNumSignals> actions_ ABSL_GUARDED_BY(mu_);
   std::array<rlimit, RLIM_NLIMITS> limits_ ABSL_GUARDED_BY(mu_);
   ExitStatus status_ ABSL_GUARDED_BY(mu_);
@@ -265,6 +267,7 @@ class ThreadGroup {
   int parent_notification_ ABSL_GUARDED_BY(mu_) = 0;   // CLD_* or 0
   int parent_notification_status_ ABSL_GUARDED_BY(mu_) = 0;
   friend class Task;
+  friend class Kernel;  // names mu_ in its lock order annotation
   friend struct state::KernelState;
 };
 
@@ -521,7 +524,7 @@ class Task : public fs::Blocker, public std::enable_shared_from_this<Task> {
   std::atomic<SigSet> pending_{0};
 
   // Blocking.
-  absl::Mutex mu_;
+  absl::Mutex mu_ ABSL_ACQUIRED_AFTER(ThreadGroup::mu_, Futexes::mu_);
   absl::CondVar cv_;
   bool wake_pending_ ABSL_GUARDED_BY(mu_) = false;
   std::array<PendingInfo, kNumSignals> pending_info_ ABSL_GUARDED_BY(mu_);
@@ -710,7 +713,7 @@ class Kernel {
   std::shared_ptr<fs::Vfs> vfs_;
   Futexes futexes_;
 
-  absl::Mutex mu_;
+  absl::Mutex mu_ ABSL_ACQUIRED_BEFORE(ThreadGroup::mu_);
   pid_t next_tid_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<pid_t, std::shared_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
   std::map<pid_t, std::shared_ptr<ThreadGroup>> groups_ ABSL_GUARDED_BY(mu_);

@@ -24,6 +24,16 @@ status=0
 # log keeps the first failure.
 (cd out/build && ctest --output-on-failure --timeout 300 -j2 --repeat until-pass:2) 2>&1 | tee out/ctest.log || status=1
 
+echo "== clang thread-safety lane"
+# Everything the CMake lane builds, built again by clang, whose
+# -Wthread-safety checks the lock annotations that GCC ignores; only its
+# findings are errors. It builds only (the tests run in the CMake lane),
+# unoptimized, into out/build-clang (binaries in out/build-clang/bin).
+cmake -S . -B out/build-clang -G Ninja -DCMAKE_BUILD_TYPE=Debug \
+  -DCMAKE_C_COMPILER=/usr/bin/clang -DCMAKE_CXX_COMPILER=/usr/bin/clang++ \
+  -DSBX_THREAD_SAFETY=ON
+ninja -C out/build-clang
+
 echo "== Bazel lane"
 tools/bazel_test.sh //... 2>&1 | tee out/bazel.log || status=1
 

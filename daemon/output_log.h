@@ -78,6 +78,7 @@ class OutputLog {
   uint64_t start_ ABSL_GUARDED_BY(mu_) = 0;  // offset of chunks_.front()
   uint64_t end_ ABSL_GUARDED_BY(mu_) = 0;
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  friend class Sandbox;  // names mu_ in its lock order annotation
   const uint64_t* pinned_ ABSL_GUARDED_BY(mu_) = nullptr;
 };
 

@@ -116,6 +116,7 @@ class Pool {
   std::map<std::string, std::deque<std::unique_ptr<WarmSentry>>> idle_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread refill_;
+  friend class Sandbox;  // names mu_ in its lock order annotation
 };
 
 }  // namespace daemon

@@ -124,7 +124,7 @@ class Sandbox {
   void Changed();
 
   // Declared first: destroyed last (the Sentry's exit callback locks it).
-  mutable absl::Mutex mu_;
+  mutable absl::Mutex mu_ ABSL_ACQUIRED_BEFORE(SentryProcess::mu_, OutputLog::mu_, Pool::mu_);
   const std::string id_;
   v1::SandboxSpec spec_;
   Metrics* const metrics_;
@@ -144,6 +144,7 @@ class Sandbox {
   std::thread waiter_;
   // Destroyed first: its exit callback may still run while it is torn down.
   std::unique_ptr<WarmSentry> sentry_;
+  friend class Service;  // names mu_ in its lock order annotation
 };
 
 // "NAME: want ..." checks of a spec, as INVALID_ARGUMENT naming the field.

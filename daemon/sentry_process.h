@@ -108,6 +108,7 @@ class SentryProcess {
   bool expect_exit_ ABSL_GUARDED_BY(mu_) = false;
   std::string exit_reason_ ABSL_GUARDED_BY(mu_);
   uint64_t next_id_ ABSL_GUARDED_BY(mu_) = 1;
+  friend class Sandbox;  // names mu_ in its lock order annotation
   absl::flat_hash_map<uint64_t, Pending*> pending_ ABSL_GUARDED_BY(mu_);
   std::function<void(bool, const std::string&)> on_exit_ ABSL_GUARDED_BY(mu_);
 

@@ -11,6 +11,7 @@
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
 #include "daemon/log.h"
@@ -32,9 +33,9 @@ bool ValidId(const std::string& id) {
 }
 
 std::string NewId() {
-  static std::mutex mu;
-  static std::mt19937_64 rng{std::random_device{}()};
-  std::lock_guard<std::mutex> l(mu);
+  ABSL_CONST_INIT static absl::Mutex mu(absl::kConstInit);
+  static std::mt19937_64 rng ABSL_GUARDED_BY(mu){std::random_device{}()};
+  absl::MutexLock l(&mu);
   return absl::StrCat(absl::Hex(rng() & 0xffffffffffffULL, absl::kZeroPad12));
 }
 

@@ -85,7 +85,7 @@ class Service final : public v1::Sandboxes::Service {
   Metrics* const metrics_;
   const bool have_cgroups_;
 
-  absl::Mutex mu_;
+  absl::Mutex mu_ ABSL_ACQUIRED_BEFORE(Sandbox::mu_);
   // A null entry is an id being created (reserved, counted in the limit).
   std::map<std::string, std::shared_ptr<Sandbox>> sandboxes_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

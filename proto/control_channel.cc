@@ -61,7 +61,7 @@ absl::Status Channel::Send(const google::protobuf::MessageLite& m,
     c->cmsg_len = CMSG_LEN(n);
     memcpy(CMSG_DATA(c), fds.data(), n);
   }
-  std::lock_guard<std::mutex> l(send_mu_);
+  absl::MutexLock l(&send_mu_);
   for (;;) {
     ssize_t r = sendmsg(fd_.get(), &msg, MSG_NOSIGNAL);
     if (r >= 0) return absl::OkStatus();

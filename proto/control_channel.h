@@ -7,12 +7,12 @@
 #define SANDBOXD_PROTO_CONTROL_CHANNEL_H_
 
 #include <cstddef>
-#include <mutex>
 #include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "base/unique_fd.h"
 #include "google/protobuf/message_lite.h"
@@ -38,7 +38,7 @@ class Channel {
   // Sends `m` and `fds` (which stay owned by the caller) in one packet.
   // Safe to call from several threads: packets never interleave.
   absl::Status Send(const google::protobuf::MessageLite& m,
-                    absl::Span<const int> fds = {});
+                    absl::Span<const int> fds = {}) ABSL_LOCKS_EXCLUDED(send_mu_);
 
   // Receives one packet into `m`; descriptors that came with it are
   // appended to `fds` (close-on-exec), or closed when `fds` is null.
@@ -53,7 +53,10 @@ class Channel {
 
  private:
   UniqueFd fd_;
-  std::mutex send_mu_;
+  // Held around sendmsg(2) on fd_, so that the packets of several senders
+  // go out one after the other. It guards no field: fd_ changes only in
+  // the move constructor and release_fd, which no sender overlaps.
+  absl::Mutex send_mu_;
 };
 
 }  // namespace sandboxd::control

@@ -5,6 +5,7 @@ set -euo pipefail
 
 DEBS=(
   g++ cmake ninja-build pkg-config git python3
+  clang   # the thread-safety lane (-Wthread-safety)
   libabsl-dev libseccomp-dev libgtest-dev libgmock-dev
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
   prometheus-cpp-dev openssl   # the daemon's /metrics; test certificates

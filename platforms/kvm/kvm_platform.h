@@ -92,14 +92,16 @@ class KvmAddressSpace : public platform::AddressSpace {
                        platform::Prot prot) override;
   void Unmap(uintptr_t addr, size_t len) override;
 
-  uint64_t root() const { return pt_.root(); }
+  uint64_t root() const { return root_; }
 
  private:
   friend class KvmPlatform;
   KvmAddressSpace(KvmPlatform* p, PageTables pt)
-      : platform_(p), pt_(std::move(pt)) {}
+      : platform_(p), root_(pt.root()), pt_(std::move(pt)) {}
 
   KvmPlatform* const platform_;
+  // pt_.root(), which never changes: Switch reads it without mu_.
+  const uint64_t root_;
   absl::Mutex mu_;  // serializes MapFile/Unmap (mm holds its own locks too)
   PageTables pt_ ABSL_GUARDED_BY(mu_);
 

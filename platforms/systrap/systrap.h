@@ -174,10 +174,9 @@ class StubProcess : public platform::AddressSpace,
   // Hands what is queued to the context in `slot`, about to be queued.
   void AttachMaps(int slot);
 
-  absl::Mutex start_mu_;
+  absl::Mutex start_mu_ ABSL_ACQUIRED_BEFORE(control_mu_);
   bool started_ ABSL_GUARDED_BY(start_mu_) = false;  // the first worker
-  // Lock order: defer_mu_ > control_mu_.
-  absl::Mutex defer_mu_;
+  absl::Mutex defer_mu_ ABSL_ACQUIRED_BEFORE(control_mu_);
   std::vector<MapRequest> pending_ ABSL_GUARDED_BY(defer_mu_);
   // !pending_.empty(), readable without the lock: Submit, on every
   // syscall's way back, takes defer_mu_ only when there is something.
@@ -187,7 +186,7 @@ class StubProcess : public platform::AddressSpace,
   std::atomic<int> contexts_{0};  // context slots in use
   std::atomic<bool> defer_off_{false};
   std::atomic<uint64_t> maps_deferred_{0};
-  absl::Mutex control_mu_;
+  absl::Mutex control_mu_ ABSL_ACQUIRED_BEFORE(slots_mu_);
   // Producers of the ring. The tail lives here, not in shared memory, so
   // that nothing the application writes can make a Sentry thread spin.
   absl::Mutex ring_mu_;
@@ -331,7 +330,7 @@ class Systrap : public platform::Platform {
   void TimerLoop();
 
   // Every StubProcess alive, for the gauges of stats().
-  absl::Mutex live_mu_;
+  absl::Mutex live_mu_ ABSL_ACQUIRED_BEFORE(StubProcess::slots_mu_);
   std::vector<StubProcess*> live_ ABSL_GUARDED_BY(live_mu_);
 
   std::unique_ptr<FastPath> fastpath_;
@@ -340,7 +339,7 @@ class Systrap : public platform::Platform {
   bool timer_stop_ ABSL_GUARDED_BY(timer_mu_) = false;
   std::thread timer_;
 
-  absl::Mutex pool_mu_;
+  absl::Mutex pool_mu_ ABSL_ACQUIRED_BEFORE(live_mu_);
   std::vector<std::unique_ptr<StubProcess>> pool_ ABSL_GUARDED_BY(pool_mu_);
   size_t pool_size_ ABSL_GUARDED_BY(pool_mu_) = kDefaultPoolSize;
   uint64_t address_spaces_made_ ABSL_GUARDED_BY(pool_mu_) = 0;

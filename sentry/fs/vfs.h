@@ -77,7 +77,8 @@ struct Location {
 
 class FsContext {
  public:
-  FsContext(Location root, Location cwd) : root_(root), cwd_(cwd) {}
+  FsContext(Location root, Location cwd, uint32_t umask = 022)
+      : root_(root), cwd_(cwd), umask_(umask & 0777) {}
   Location root() const {
     absl::MutexLock l(&mu_);
     return root_;
@@ -106,9 +107,7 @@ class FsContext {
   }
   std::shared_ptr<FsContext> Fork() const {
     absl::MutexLock l(&mu_);
-    auto c = std::make_shared<FsContext>(root_, cwd_);
-    c->umask_ = umask_;
-    return c;
+    return std::make_shared<FsContext>(root_, cwd_, umask_);
   }
 
  private:

@@ -70,6 +70,7 @@ class Futexes {
 
   absl::Mutex mu_;
   absl::flat_hash_map<Key, std::list<Waiter*>> queues_ ABSL_GUARDED_BY(mu_);
+  friend class Task;  // names mu_ in its lock order annotation
 };
 
 }  // namespace sandboxd::kernel

@@ -219,7 +219,7 @@ class Kernel {
   std::shared_ptr<fs::Vfs> vfs_;
   Futexes futexes_;
 
-  absl::Mutex mu_;
+  absl::Mutex mu_ ABSL_ACQUIRED_BEFORE(ThreadGroup::mu_);
   pid_t next_tid_ ABSL_GUARDED_BY(mu_) = 1;
   std::map<pid_t, std::shared_ptr<Task>> tasks_ ABSL_GUARDED_BY(mu_);
   std::map<pid_t, std::shared_ptr<ThreadGroup>> groups_ ABSL_GUARDED_BY(mu_);

@@ -27,6 +27,7 @@
 #include "platforms/platform.h"
 #include "sentry/fs/file.h"
 #include "sentry/kernel/cputime.h"
+#include "sentry/kernel/futex.h"
 #include "sentry/kernel/signal.h"
 #include "sentry/kernel/thread_group.h"
 #include "sentry/waiter/waiter.h"
@@ -310,7 +311,7 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
   std::atomic<SigSet> pending_{0};
 
   // Blocking.
-  absl::Mutex mu_;
+  absl::Mutex mu_ ABSL_ACQUIRED_AFTER(ThreadGroup::mu_, Futexes::mu_);
   absl::CondVar cv_;
   bool wake_pending_ ABSL_GUARDED_BY(mu_) = false;
   std::array<PendingInfo, kNumSignals> pending_info_ ABSL_GUARDED_BY(mu_);

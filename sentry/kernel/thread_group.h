@@ -211,7 +211,9 @@ class ThreadGroup {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::atomic<bool> notification_due_{false};
 
-  absl::Mutex mu_;
+  // Kernel::mu_ (Kernel's annotation) and an expiring timer's lock come
+  // first.
+  absl::Mutex mu_ ABSL_ACQUIRED_AFTER(IntervalTimer::mu_);
   std::array<SigAction, kNumSignals> actions_ ABSL_GUARDED_BY(mu_);
   std::array<rlimit, RLIM_NLIMITS> limits_ ABSL_GUARDED_BY(mu_);
   ExitStatus status_ ABSL_GUARDED_BY(mu_);
@@ -228,6 +230,7 @@ class ThreadGroup {
   int parent_notification_ ABSL_GUARDED_BY(mu_) = 0;   // CLD_* or 0
   int parent_notification_status_ ABSL_GUARDED_BY(mu_) = 0;
   friend class Task;
+  friend class Kernel;  // names mu_ in its lock order annotation
   friend struct state::KernelState;
 };
 

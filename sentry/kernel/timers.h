@@ -131,6 +131,9 @@ class IntervalTimer : public waiter::Timer,
   uint64_t overrun_ ABSL_GUARDED_BY(mu_) = 0;  // since the signal was queued
   int overrun_last_ ABSL_GUARDED_BY(mu_) = 0;
   friend struct state::KernelState;
+  // Name mu_ in their lock order annotations.
+  friend class ProcessTimers;
+  friend class ThreadGroup;
 };
 
 // Periods of `interval_ns` that ended between `next_ns` and `now_ns`,
@@ -167,7 +170,7 @@ class ProcessTimers {
  private:
   std::shared_ptr<IntervalTimer> Find(int id);
 
-  absl::Mutex mu_;
+  absl::Mutex mu_ ABSL_ACQUIRED_BEFORE(IntervalTimer::mu_);
   std::shared_ptr<IntervalTimer> itimers_[3] ABSL_GUARDED_BY(mu_);
   std::map<int, std::shared_ptr<IntervalTimer>> posix_ ABSL_GUARDED_BY(mu_);
   int next_id_ ABSL_GUARDED_BY(mu_) = 0;

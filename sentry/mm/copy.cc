@@ -28,7 +28,8 @@ uint64_t MM::Walk(uintptr_t addr, uint64_t n, Access access, bool allocate,
         return done;
       }
       mu_.AssertHeld();
-      vit = GrowStackTo(cur);
+      // Exclusive when `allocate`: Walk declares only the shared hold.
+      vit = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS { return GrowStackTo(cur); }();
     }
     if (!Allows(vit->second.prot, access)) return done;
     const uintptr_t seg_end = std::min<uintptr_t>(vit->second.end, addr + n);
@@ -44,9 +45,11 @@ uint64_t MM::Walk(uintptr_t addr, uint64_t n, Access access, bool allocate,
         // Back only what this copy touches.
         const uintptr_t want = std::min<uintptr_t>(vit->second.end,
                                                    PageRoundUp(seg_end));
-        if (EnsureBacked(vit, PageRoundDown(cur), want, &bus) <= cur) {
-          return done;
-        }
+        // Exclusive when `allocate`: Walk declares only the shared hold.
+        const uintptr_t backed = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return EnsureBacked(vit, PageRoundDown(cur), want, &bus);
+        }();
+        if (backed <= cur) return done;
         continue;
       }
       if (access == Access::kWrite && pit->second.needs_copy) {
@@ -59,9 +62,11 @@ uint64_t MM::Walk(uintptr_t addr, uint64_t n, Access access, bool allocate,
         mu_.AssertHeld();
         const uintptr_t want =
             std::min<uintptr_t>(pit->second.end, PageRoundUp(seg_end));
-        if (!BreakCow(PageRoundDown(cur), want, /*unmap_copied=*/true)) {
-          return done;
-        }
+        // Exclusive when `allocate`: Walk declares only the shared hold.
+        const bool copied = [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS {
+          return BreakCow(PageRoundDown(cur), want, /*unmap_copied=*/true);
+        }();
+        if (!copied) return done;
         continue;
       }
       const uint64_t len = std::min<uintptr_t>(pit->second.end, seg_end) - cur;

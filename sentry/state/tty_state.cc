@@ -49,12 +49,12 @@ absl::StatusOr<uint64_t> TtyState::SavePty(Saver& s,
         r->set_index(pty->index_);
         {
           absl::MutexLock l(&pty->mu_);
-          const fs::tty::LineDiscipline& ld = pty->ld_;
           r->set_termios(std::string(
-              reinterpret_cast<const char*>(&ld.termios_), sizeof(ld.termios_)));
-          for (const std::string& line : ld.lines_) r->add_lines(line);
-          r->set_edit(ld.edit_);
-          r->set_raw(ld.raw_);
+              reinterpret_cast<const char*>(&pty->ld_.termios_),
+              sizeof(pty->ld_.termios_)));
+          for (const std::string& line : pty->ld_.lines_) r->add_lines(line);
+          r->set_edit(pty->ld_.edit_);
+          r->set_raw(pty->ld_.raw_);
           r->set_output(pty->output_);
           r->set_ws_row(pty->winsize_.ws_row);
           r->set_ws_col(pty->winsize_.ws_col);

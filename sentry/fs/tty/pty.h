@@ -106,6 +106,7 @@ class Pty final : public Terminal {
 
  private:
   friend struct ::sandboxd::state::TtyState;  // checkpoint save and load
+  friend class DevPts;  // names mu_ in its lock order annotation
   // Master reads under packet mode: a status byte first.
   int64_t TakeMasterOutput(uint8_t* buf, uint64_t n)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
@@ -230,7 +231,7 @@ class DevPts : public std::enable_shared_from_this<DevPts> {
   std::shared_ptr<Inode> root_;
   std::shared_ptr<Inode> ptmx_node_;  // /dev/pts/ptmx, mode 0000
 
-  absl::Mutex mu_;
+  absl::Mutex mu_ ABSL_ACQUIRED_BEFORE(Pty::mu_);
   std::map<uint32_t, std::shared_ptr<PtsInode>> nodes_ ABSL_GUARDED_BY(mu_);
   std::vector<bool> used_ ABSL_GUARDED_BY(mu_);  // index allocation
 };

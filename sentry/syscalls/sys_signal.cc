@@ -141,10 +141,16 @@ int64_t SysRtSigtimedwait(Task& t, const SyscallArgs& a) {
 }
 
 // Sends `signo` to the thread `target` (0: existence check only).
+// As Linux's do_tkill: si_code SI_TKILL, which raise(3) shows its handler.
 int64_t SendTo(Task& t, kernel::Task* target, uint64_t signo) {
   if (signo > kernel::kNumSignals) return -EINVAL;
   if (target == nullptr) return -ESRCH;
-  if (signo != 0) target->SendSignal(static_cast<int>(signo), t.group().tgid());
+  if (signo == 0) return 0;
+  siginfo_t info{};
+  info.si_signo = static_cast<int>(signo);
+  info.si_code = SI_TKILL;
+  info.si_pid = t.group().tgid();
+  target->SendSignalInfo(info);
   return 0;
 }
 

@@ -48,6 +48,13 @@ static void nested_handler(int sig) {
   if (count == 1) raise(sig); /* re-entered only with SA_NODEFER */
 }
 
+/* Counts only: a handler that raised again under SA_RESETHAND would find
+ * the default action (terminate) once it returns. */
+static void count_handler(int sig) {
+  (void)sig;
+  count++;
+}
+
 static pid_t main_tid;
 static void tid_handler(int sig) {
   (void)sig;
@@ -159,6 +166,7 @@ int main(void) {
   count = 0;
   raise(SIGUSR2);
   CHECK("SA_NODEFER lets the handler re-enter", count == 2);
+  nd.sa_handler = count_handler;
   nd.sa_flags = SA_RESETHAND;
   sigaction(SIGUSR2, &nd, NULL);
   count = 0;

@@ -32,6 +32,8 @@
 #   SENTRY_FLAGS="--platform=systrap"       extra `sentry run` flags
 #   KVM=1              0: no `sentry run --platform=kvm` row
 #   PATCHED=1          0: no `sentry run --systrap-patch=on` row ("patched")
+#   BASE_BIN=DIR       also rows "base" and "base-pat" for DIR/sentry (another
+#                      build), interleaved with this build's
 #   RUNSC_FLAGS="--platform=ptrace --network=none"
 #   BREAKDOWN=1        0: skip table 2 and its microbenchmarks
 #   N_TRAP=100000      trapped getpid calls per bench_sigsys run
@@ -95,6 +97,19 @@ if [ -x "$SENTRY" ]; then
 else
   echo "note: no sentry at $SENTRY: its rows will say n/a" >&2
   configs+=("sentry|MISSING")
+fi
+# Another build's sentry (BASE_BIN=DIR holding its sentry), interleaved
+# with this one's, for before/after comparisons in one run.
+if [ -n "${BASE_BIN:-}" ]; then
+  if [ -x "$BASE_BIN/sentry" ]; then
+    configs+=("base|$BASE_BIN/sentry run ${SENTRY_FLAGS[*]} --")
+    if [ "${PATCHED:-1}" != 0 ]; then
+      configs+=("base-pat|$BASE_BIN/sentry run ${SENTRY_FLAGS[*]} --systrap-patch=on --")
+    fi
+  else
+    echo "note: no sentry in BASE_BIN=$BASE_BIN: its rows will say n/a" >&2
+    configs+=("base|MISSING")
+  fi
 fi
 # The KVM platform, where its probe passes (PVM on this kind of
 # machine); KVM=0 skips the row.
@@ -219,6 +234,7 @@ done
 echo "getpid syscall cost — $(date -u +%Y-%m-%dT%H:%MZ), $(nproc) CPUs, kernel $(uname -r)"
 echo "native N=$N_NATIVE, sandboxes N=$N_SANDBOX, median of $REPS runs"
 [ -x "$SENTRY" ] && echo "sentry: $SENTRY run ${SENTRY_FLAGS[*]}"
+[ -n "${BASE_BIN:-}" ] && echo "base:   $BASE_BIN/sentry run ${SENTRY_FLAGS[*]}"
 command -v "$RUNSC" >/dev/null 2>&1 && echo "runsc:  $($RUNSC --version 2>/dev/null | head -1), flags: ${RUNSC_FLAGS[*]}"
 echo
 printf '%-8s %-9s %14s %12s %8s  %s\n' config cpus "ns/call" "x native" "ok runs" "range (ns)"

@@ -177,6 +177,21 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<Metrics>> metrics = Metrics::Create(flags.metrics_address);
   if (!metrics.ok()) Die(1, absl::StrCat("metrics: ", metrics.status().ToString()));
 
+  // A platform is offered only when its back-end's probe passes on this
+  // host (kvm: a real guest round trip, not the presence of /dev/kvm);
+  // requests naming one that is not offered get the daemon's list.
+  for (auto it = flags.platforms.begin(); it != flags.platforms.end();) {
+    const platform::Backend* b = platform::Registry::Get().Find(*it);
+    absl::Status probed = b != nullptr && b->probe ? b->probe() : absl::OkStatus();
+    if (probed.ok()) {
+      ++it;
+      continue;
+    }
+    Log("platform ", *it, " not offered: ", probed.message());
+    it = flags.platforms.erase(it);
+  }
+  if (flags.platforms.empty()) Die(1, "--platforms: none of them is usable on this host");
+
   std::map<std::string, int> targets;
   // Warm Sentries per kind: systrap's with the daemon's --systrap-patch.
   for (const std::string& p : flags.platforms) {

@@ -356,8 +356,9 @@ int Run(const Options& o) {
 int main(int argc, char** argv) {
   // Debian's Abseil is built without NDEBUG, so absl::Mutex keeps its
   // deadlock detector on: every lock updates a global lock graph (~27 ns a
-  // lock here, bench/README.md), on the syscall path. The unit tests keep it
-  // (they are where a lock-order bug should show); the Sentry does not.
+  // lock here, sentry/README.md, "absl's deadlock detector"), on the
+  // syscall path. The unit tests keep it (they are where a lock-order bug
+  // should show); the Sentry does not.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
   sandboxd::Options o = sandboxd::ParseArgs(argc, argv);
   int status = sandboxd::Run(o);

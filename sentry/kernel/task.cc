@@ -267,8 +267,9 @@ bool Restartable(uint64_t nr) {
 // the -ERESTARTSYS ones and those that return -ERESTARTNOHAND. select and
 // the p* calls wrote the time left back, as Linux does; poll starts again
 // with its whole timeout (Linux keeps the deadline in a restart block).
-// nanosleep and clock_nanosleep are not here: without a restart block they
-// return -EINTR and the time left.
+// nanosleep and clock_nanosleep are not here: they go on through their
+// restart block (restart_syscall), or return -EINTR and the time left when
+// a handler ran.
 bool RestartsWithoutHandler(uint64_t nr) {
   switch (nr) {
     case SYS_pause: case SYS_rt_sigsuspend: case SYS_poll: case SYS_ppoll:

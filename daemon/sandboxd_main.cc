@@ -110,7 +110,7 @@ Flags ParseFlags(int argc, char** argv) {
   fs.String("sentry", &f.sentry, "PATH",
             "the sentry binary (default: the one beside sandboxd)");
   fs.String("state-dir", &f.state_dir, "DIR",
-            "where sandboxes are recorded, to be re-adopted after a restart");
+            "the daemon's lock and its record of live Sentries (cleaned up after a crash)");
   fs.String("cgroup-parent", &f.cgroup_parent, "NAME",
             "the cgroup under which each sandbox gets its own");
   fs.BoolFunc("no-cgroups", "no cgroups: sandbox limits are not enforced",

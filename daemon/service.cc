@@ -493,15 +493,13 @@ grpc::Status Service::Signal(grpc::ServerContext*, const v1::SignalRequest* req,
 grpc::Status Service::Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest*,
                                  v1::CheckpointResponse*) {
   return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "Checkpoint is not available yet: the daemon cannot checkpoint "
-                      "sandboxes until the checkpoint/restore issue lands");
+                      "Checkpoint is not available: this daemon does not implement it");
 }
 
 grpc::Status Service::Restore(grpc::ServerContext*, const v1::RestoreRequest*,
                               v1::RestoreResponse*) {
   return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "Restore is not available yet: the daemon cannot restore "
-                      "sandboxes until the checkpoint/restore issue lands");
+                      "Restore is not available: this daemon does not implement it");
 }
 
 grpc::Status Service::Destroy(grpc::ServerContext*, const v1::DestroyRequest* req,

@@ -47,7 +47,7 @@ void KvmAddressSpace::Unmap(uintptr_t addr, size_t len) {
 KvmAddressSpace::~KvmAddressSpace() {
   // Nothing to drop: the table pages go to the quarantine, so no vCPU can
   // load this root or reach its shadow pages again before the next flush.
-  // (The old way flushed here.)
+  // With --kvm-shadow=flush (zap_stale off) this still flushes.
   platform_->DropStale({}, !platform_->options().zap_stale);
 }
 

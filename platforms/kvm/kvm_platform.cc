@@ -184,7 +184,7 @@ absl::Status KvmPlatform::EnsureMemfileSlots(uint64_t end) {
 
 void KvmPlatform::DropStale(std::vector<uint64_t> pages, bool large) {
   if (!opts_.zap_stale) {
-    // The old way: any stale page means a full flush.
+    // --kvm-shadow=flush: any stale page means a full flush.
     if (!pages.empty() || large) MarkShadowStale();
     pages.clear();
   }

@@ -170,6 +170,7 @@ Options ParseArgs(int argc, char** argv) {
     if (argc >= 2 && (std::strcmp(argv[1], "--help") == 0 ||
                       std::strcmp(argv[1], "-h") == 0)) {
       fputs(kCommands, stdout);
+      fflush(stdout);  // _exit does not flush stdio
       _exit(0);
     }
     fputs(kCommands, stderr);

@@ -17,6 +17,7 @@
 namespace sandboxd::client::ctl {
 
 absl::Time main_entered;
+std::string no_daemon;
 absl::Time call_started;
 
 void QuickExit(int code) {
@@ -53,6 +54,7 @@ std::vector<std::string> ParseFlags(flags::FlagSet& fs,
     QuickExit(0);
   }
   FailOn(rest.status());
+  if (!no_daemon.empty()) Fail(kExitError, no_daemon);
   return *std::move(rest);
 }
 

@@ -109,10 +109,11 @@ int Main(int argc, char** argv) {
     co.token = *token;
   }
   if (!help && co.tcp_address.empty() && access(co.socket.c_str(), F_OK) != 0) {
-    Fail(kExitError, absl::StrCat("sandboxd is not running (no socket at ", co.socket,
-                                  "); start it with: sandboxd --socket=", co.socket));
+    // Reported once the command's flags have been read (ParseFlags).
+    no_daemon = absl::StrCat("sandboxd is not running (no socket at ", co.socket,
+                             "); start it with: sandboxd --socket=", co.socket);
   }
-  co.connect_now = !help;
+  co.connect_now = !help && no_daemon.empty();
   absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(co);
   FailOn(c.status());
   // Never destroyed: the process ends with QuickExit, and destroying the

@@ -39,7 +39,9 @@ inline constexpr int kExitNotFound = 127;
 void FailOn(const absl::Status& s, const std::string& what = "");
 
 // fs.Parse for a command: --help prints fs.Help() and exits 0; an error
-// fails with kExitError. "-it" and "-ti" count as "-i -t".
+// fails with kExitError. "-it" and "-ti" count as "-i -t". Then, when
+// main found no daemon (no_daemon set), fails with that: a bad flag is
+// reported before a missing daemon.
 std::vector<std::string> ParseFlags(flags::FlagSet& fs,
                                     std::vector<std::string> args);
 
@@ -67,6 +69,8 @@ void ProxySignals(Client* c, const std::string& id);
 // began.
 extern absl::Time main_entered;
 extern absl::Time call_started;
+// Non-empty: why there is no daemon to call, reported by ParseFlags.
+extern std::string no_daemon;
 
 // The commands. `args` are the command's own arguments (after its name).
 int Run(Client& c, std::vector<std::string> args);

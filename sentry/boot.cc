@@ -319,7 +319,8 @@ absl::StatusOr<Sandbox::Loaded> Sandbox::Load(
                                   k.platform().MinUserAddress(),
                                   k.platform().MaxUserAddress());
   std::string exe_path = vfs_->PathOf(vfs_->Root(), prog);
-  auto exe = std::make_shared<fs::InodeMappable>(prog.dentry->inode(), exe_path);
+  auto exe =
+      std::make_shared<fs::InodeMappable>(prog.dentry->inode(), exe_path);
   auto open_interp =
       [&](const std::string& path) -> absl::StatusOr<std::shared_ptr<mm::Mappable>> {
     fs::Location il;

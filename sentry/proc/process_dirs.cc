@@ -171,8 +171,9 @@ TaskStat MakeTaskStat(Kernel& k, ThreadGroup& g, const ProcInfo& p, pid_t tid) {
         m.data += len;
       }
       if (!v.is_private) m.shared += len;
-      const bool of_exe = v.name == p.image.exe || (v.mappable != nullptr &&
-                                              v.mappable->Name() == p.image.exe);
+      const bool of_exe =
+          v.name == p.image.exe ||
+          (v.mappable != nullptr && v.mappable->Name() == p.image.exe);
       if (of_exe && v.prot.exec) {
         m.exe += len;
         if (s.start_code == 0) s.start_code = v.start;
@@ -483,7 +484,9 @@ class ProcessDirs {
             ProcInfo p;
             int r = self.Info(&p);
             if (r < 0) return r;
-            if (p.zombie || p.image.exe.empty() || p.fs == nullptr) return -ENOENT;
+            if (p.zombie || p.image.exe.empty() || p.fs == nullptr) {
+              return -ENOENT;
+            }
             // The executable by its path from the process's root.
             return k->vfs().Resolve(*p.fs, p.fs->root(), p.image.exe, true, o);
           });

@@ -199,9 +199,7 @@ absl::StatusOr<Prewarmed> Prewarm(const PrewarmOptions& o, StageClock* clock) {
 struct Sandbox::Loaded {
   std::shared_ptr<mm::MM> mm;
   platform::CpuState cpu;
-  loader::StackSpec stack;
-  std::string path;  // as found (AT_EXECFN)
-  std::string exe;   // the executable's path in the sandbox
+  loader::ExecImage image;
 };
 
 Sandbox::~Sandbox() {
@@ -285,17 +283,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(Prewarmed pw,
   auto init = k.CreateInit(l.mm, fds, sb->init_fs_, l.cpu);
   if (!init.ok()) return Annotate(init.status(), "creating init");
   sb->init_ = *init;
-  {
-    kernel::ThreadGroup& g = sb->init_->group();
-    size_t slash = l.path.rfind('/');
-    g.comm = l.path.substr(slash == std::string::npos ? 0 : slash + 1, 15);
-    g.exe = l.exe;
-    g.arg_start = l.stack.arg_start;
-    g.arg_end = l.stack.arg_end;
-    g.env_start = l.stack.env_start;
-    g.env_end = l.stack.env_end;
-    g.auxv = l.stack.auxv;
-  }
+  sb->init_->group().image = std::move(l.image);
   if (sb->console_ != nullptr) k.SetInitTerminal(sb->console_);
   clock->Mark(Stage::kInit);
   return sb;
@@ -322,15 +310,17 @@ absl::StatusOr<Sandbox::Loaded> Sandbox::Load(
     return absl::InvalidArgumentError("the process's argv is empty");
   }
   Loaded l;
-  ASSIGN_OR_RETURN(fs::Location prog, FindProgram(*vfs_, *fsctx, p, &l.path));
+  std::string path;  // as found (AT_EXECFN)
+  ASSIGN_OR_RETURN(fs::Location prog, FindProgram(*vfs_, *fsctx, p, &path));
   kernel::Kernel& k = *kernel_;
   auto as = k.platform().NewAddressSpace();
   if (!as.ok()) return Annotate(as.status(), "address space");
   l.mm = std::make_shared<mm::MM>(&k.memory_file(), std::move(*as),
                                   k.platform().MinUserAddress(),
                                   k.platform().MaxUserAddress());
-  l.exe = vfs_->PathOf(vfs_->Root(), prog);
-  auto exe = std::make_shared<fs::InodeMappable>(prog.dentry->inode(), l.exe);
+  std::string exe_path = vfs_->PathOf(vfs_->Root(), prog);
+  auto exe =
+      std::make_shared<fs::InodeMappable>(prog.dentry->inode(), exe_path);
   auto open_interp =
       [&](const std::string& path) -> absl::StatusOr<std::shared_ptr<mm::Mappable>> {
     fs::Location il;
@@ -348,19 +338,23 @@ absl::StatusOr<Sandbox::Loaded> Sandbox::Load(
   auto vdso_base = vdso_->Map(*l.mm);
   if (!vdso_base.ok()) return Annotate(vdso_base.status(), "mapping the vDSO");
   image->vdso = *vdso_base;
-  l.stack.argv = p.argv;
-  l.stack.envp = p.env;
-  l.stack.execfn = l.path;
-  if (getrandom(l.stack.random, sizeof(l.stack.random), 0) !=
-      sizeof(l.stack.random)) {
+  loader::StackSpec stack;
+  stack.argv = p.argv;
+  stack.envp = p.env;
+  stack.execfn = path;
+  if (getrandom(stack.random, sizeof(stack.random), 0) !=
+      sizeof(stack.random)) {
     return SetupError("getrandom", errno);
   }
-  auto cpu = loader::SetupStack(*l.mm, *image, l.stack);
+  auto cpu = loader::SetupStack(*l.mm, *image, stack);
   if (!cpu.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat(p.argv[0], ": ", cpu.status().message()));
   }
   l.cpu = *cpu;
+  l.image = std::move(stack.image);
+  l.image.comm = loader::CommOfPath(path);
+  l.image.exe = std::move(exe_path);
   loader::Prefault(*l.mm);
   return l;
 }
@@ -527,16 +521,7 @@ absl::StatusOr<pid_t> Sandbox::Exec(const ProcessConfig& p, Stdio stdio) {
   if (!created.ok()) return Annotate(created.status(), "creating the process");
   kernel::Task* t = *created;
   std::shared_ptr<kernel::ThreadGroup> g = t->group_ptr();
-  {
-    size_t slash = l.path.rfind('/');
-    g->comm = l.path.substr(slash == std::string::npos ? 0 : slash + 1, 15);
-    g->exe = l.exe;
-    g->arg_start = l.stack.arg_start;
-    g->arg_end = l.stack.arg_end;
-    g->env_start = l.stack.env_start;
-    g->env_end = l.stack.env_end;
-    g->auxv = l.stack.auxv;
-  }
+  g->image = std::move(l.image);
   pid_t pid = g->tgid();
   {
     absl::MutexLock lock(&mu_);

@@ -238,13 +238,7 @@ absl::StatusOr<Task*> Kernel::CreateProcess(Task& parent,
   g->ctty = pg.ctty;
   g->exit_signal = exit_signal;
   // The child runs the parent's image until it execs.
-  g->comm = pg.comm;
-  g->exe = pg.exe;
-  g->arg_start = pg.arg_start;
-  g->arg_end = pg.arg_end;
-  g->env_start = pg.env_start;
-  g->env_end = pg.env_end;
-  g->auxv = pg.auxv;
+  g->image = pg.image;
   g->oom_score_adj.store(pg.oom_score_adj.load());
   pg.children.push_back(g);
   auto task = std::make_shared<Task>(this, tid, g, std::move(*ctx));

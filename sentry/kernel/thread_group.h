@@ -25,6 +25,7 @@
 #include "sentry/kernel/cputime.h"
 #include "sentry/kernel/signal.h"
 #include "sentry/kernel/timers.h"
+#include "sentry/loader/exec_image.h"
 #include "sentry/mm/mm.h"
 #include "sentry/waiter/waiter.h"
 
@@ -88,14 +89,11 @@ class ThreadGroup {
   bool reaped = false;
   int exit_signal = 17;      // SIGCHLD: what the parent gets at exit
   bool did_exec = false;     // setpgid by the parent fails after exec
-  std::string comm;          // the program's name (16 bytes, as Linux)
-  std::string exe;           // the executable's path in the sandbox
+  // The program image: comm, exe, argv/envp ranges, auxv. Set by exec,
+  // copied by fork; comm also by PR_SET_NAME and /proc/[pid]/comm.
+  loader::ExecImage image;
   // The controlling terminal (ctty.cc); inherited by fork, gone at setsid.
   std::shared_ptr<fs::tty::Terminal> ctty;
-  // Where the initial argv and envp strings are in the address space.
-  uint64_t arg_start = 0, arg_end = 0, env_start = 0, env_end = 0;
-  // The auxiliary vector the image started with (/proc/[pid]/auxv).
-  std::vector<uint64_t> auxv;
   // /proc/[pid]/oom_score_adj: kept and inherited, used by nothing yet.
   std::atomic<int> oom_score_adj{0};
   // prctl(2) state (sys_prctl.cc). Under Kernel::mu_: PR_SET_PDEATHSIG's

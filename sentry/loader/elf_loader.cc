@@ -271,18 +271,18 @@ absl::StatusOr<platform::CpuState> SetupStack(mm::MM& mm,
   ASSIGN_OR_RETURN(uint64_t platform_str, push_string("x86_64"));
   ASSIGN_OR_RETURN(uint64_t random, push_bytes(spec.random, 16));
   std::vector<uint64_t> envp, argv;
-  spec.env_end = sp;
+  spec.image.env_end = sp;
   for (auto it = spec.envp.rbegin(); it != spec.envp.rend(); ++it) {
     ASSIGN_OR_RETURN(uint64_t a, push_string(*it));
     envp.insert(envp.begin(), a);
   }
-  spec.env_start = sp;
-  spec.arg_end = sp;
+  spec.image.env_start = sp;
+  spec.image.arg_end = sp;
   for (auto it = spec.argv.rbegin(); it != spec.argv.rend(); ++it) {
     ASSIGN_OR_RETURN(uint64_t a, push_string(*it));
     argv.insert(argv.begin(), a);
   }
-  spec.arg_start = sp;
+  spec.image.arg_start = sp;
 
   std::vector<uint64_t> auxv;
   // Linux puts the architecture's entries (the vDSO) first.
@@ -300,7 +300,7 @@ absl::StatusOr<platform::CpuState> SetupStack(mm::MM& mm,
       AT_PLATFORM, platform_str,
       AT_MINSIGSTKSZ, getauxval(AT_MINSIGSTKSZ),
       AT_NULL, 0});
-  spec.auxv = auxv;
+  spec.image.auxv = auxv;
   std::vector<uint64_t> vec;
   vec.push_back(spec.argv.size());
   vec.insert(vec.end(), argv.begin(), argv.end());

@@ -12,6 +12,7 @@
 
 #include "absl/status/statusor.h"
 #include "platforms/platform.h"
+#include "sentry/loader/exec_image.h"
 #include "sentry/mm/mm.h"
 
 namespace sandboxd::loader {
@@ -56,11 +57,9 @@ struct StackSpec {
   std::vector<std::string> envp;
   std::string execfn;     // AT_EXECFN: the path as given to exec
   uint8_t random[16];     // AT_RANDOM
-  // Filled in by SetupStack: where argv and envp strings went (for
-  // /proc/[pid]/cmdline and environ).
-  uint64_t arg_start = 0, arg_end = 0, env_start = 0, env_end = 0;
-  // The auxiliary vector as written (for /proc/[pid]/auxv).
-  std::vector<uint64_t> auxv;
+  // SetupStack fills in its argv/envp ranges and auxv; comm and exe are
+  // the caller's to set.
+  ExecImage image;
 };
 
 // Builds the initial stack at the top of `mm` and returns the initial

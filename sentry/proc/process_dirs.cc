@@ -30,6 +30,7 @@
 #include "sentry/fs/timerfd.h"
 #include "sentry/fs/tty/terminal.h"
 #include "sentry/fs/vfs.h"
+#include "sentry/loader/exec_image.h"
 #include "sentry/mm/mm.h"
 #include "sentry/proc/fd_links.h"
 #include "sentry/proc/format.h"
@@ -54,9 +55,7 @@ struct ProcInfo {
   uint32_t tty_nr = 0;
   pid_t tpgid = -1;
   bool zombie = false;
-  std::string comm, exe;
-  uint64_t arg_start = 0, arg_end = 0, env_start = 0, env_end = 0;
-  std::vector<uint64_t> auxv;
+  loader::ExecImage image;
   int exit_signal = SIGCHLD;
   int64_t start_ns = 0;
   std::shared_ptr<mm::MM> mm;
@@ -88,13 +87,7 @@ int Snapshot(Kernel& k, const std::weak_ptr<ThreadGroup>& weak, ProcInfo* out) {
       if (out->tpgid == 0) out->tpgid = -1;
     }
     out->zombie = g->zombie;
-    out->comm = g->comm;
-    out->exe = g->exe;
-    out->arg_start = g->arg_start;
-    out->arg_end = g->arg_end;
-    out->env_start = g->env_start;
-    out->env_end = g->env_end;
-    out->auxv = g->auxv;
+    out->image = g->image;
     out->exit_signal = g->exit_signal;
     out->start_ns = g->start_ns;
     out->mm = g->mm_ptr();
@@ -125,7 +118,7 @@ TaskStat MakeTaskStat(Kernel& k, ThreadGroup& g, const ProcInfo& p, pid_t tid) {
   s.sid = p.sid;
   s.tty_nr = p.tty_nr;
   s.tpgid = p.tpgid;
-  s.comm = p.comm;
+  s.comm = p.image.comm;
   s.num_threads = static_cast<int>(p.threads.size());
   s.exit_signal = p.exit_signal;
   int64_t start = p.start_ns;
@@ -178,8 +171,9 @@ TaskStat MakeTaskStat(Kernel& k, ThreadGroup& g, const ProcInfo& p, pid_t tid) {
         m.data += len;
       }
       if (!v.is_private) m.shared += len;
-      const bool of_exe = v.name == p.exe || (v.mappable != nullptr &&
-                                              v.mappable->Name() == p.exe);
+      const bool of_exe =
+          v.name == p.image.exe ||
+          (v.mappable != nullptr && v.mappable->Name() == p.image.exe);
       if (of_exe && v.prot.exec) {
         m.exe += len;
         if (s.start_code == 0) s.start_code = v.start;
@@ -188,10 +182,10 @@ TaskStat MakeTaskStat(Kernel& k, ThreadGroup& g, const ProcInfo& p, pid_t tid) {
       if (v.name == "[heap]" && s.start_brk == 0) s.start_brk = v.start;
     }
     m.rss = p.mm->BackedBytes();
-    s.arg_start = p.arg_start;
-    s.arg_end = p.arg_end;
-    s.env_start = p.env_start;
-    s.env_end = p.env_end;
+    s.arg_start = p.image.arg_start;
+    s.arg_end = p.image.arg_end;
+    s.env_start = p.image.env_start;
+    s.env_end = p.image.env_end;
     if (s.start_brk == 0) s.start_brk = p.mm->brk();
   }
   return s;
@@ -380,11 +374,11 @@ class ProcessDirs {
       });
     } else if (name == "cmdline") {
       *out = Seq(name, [](const ProcInfo& p, std::string* o) {
-        return ReadStrings(p, p.arg_start, p.arg_end, o);
+        return ReadStrings(p, p.image.arg_start, p.image.arg_end, o);
       });
     } else if (name == "environ") {
       *out = Seq(name, [](const ProcInfo& p, std::string* o) {
-        return ReadStrings(p, p.env_start, p.env_end, o);
+        return ReadStrings(p, p.image.env_start, p.image.env_end, o);
       });
     } else if (name == "comm") {
       // A thread's own name in task/TID (pthread_getname_np of another
@@ -394,7 +388,7 @@ class ProcessDirs {
       *out = Seq(
           name,
           [k, tid](const ProcInfo& p, std::string* o) {
-            std::string comm = p.comm;
+            std::string comm = p.image.comm;
             std::shared_ptr<Task> t = k->FindTask(tid);
             if (t != nullptr) {
               k->WithTasklistLock([&] {
@@ -413,7 +407,7 @@ class ProcessDirs {
             name.resize(strnlen(name.data(), name.size()));
             k->WithTasklistLock([&] {
               if (t->tid() == t->group().tgid()) {
-                t->group().comm = name;
+                t->group().image.comm = name;
                 t->thread_comm.clear();
               } else {
                 t->thread_comm = name;
@@ -428,8 +422,8 @@ class ProcessDirs {
       });
     } else if (name == "auxv") {
       *out = Seq(name, [](const ProcInfo& p, std::string* o) {
-        o->assign(reinterpret_cast<const char*>(p.auxv.data()),
-                  p.auxv.size() * sizeof(uint64_t));
+        o->assign(reinterpret_cast<const char*>(p.image.auxv.data()),
+                  p.image.auxv.size() * sizeof(uint64_t));
         return 0;
       });
     } else if (name == "cgroup") {
@@ -482,17 +476,19 @@ class ProcessDirs {
             ProcInfo p;
             int r = self.Info(&p);
             if (r < 0) return r;
-            if (p.zombie || p.exe.empty()) return -ENOENT;
-            *o = p.exe;
+            if (p.zombie || p.image.exe.empty()) return -ENOENT;
+            *o = p.image.exe;
             return 0;
           },
           [self, k](Location* o) {
             ProcInfo p;
             int r = self.Info(&p);
             if (r < 0) return r;
-            if (p.zombie || p.exe.empty() || p.fs == nullptr) return -ENOENT;
+            if (p.zombie || p.image.exe.empty() || p.fs == nullptr) {
+              return -ENOENT;
+            }
             // The executable by its path from the process's root.
-            return k->vfs().Resolve(*p.fs, p.fs->root(), p.exe, true, o);
+            return k->vfs().Resolve(*p.fs, p.fs->root(), p.image.exe, true, o);
           });
     } else if (name == "cwd" || name == "root") {
       const bool cwd = name == "cwd";

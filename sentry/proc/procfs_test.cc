@@ -53,7 +53,7 @@ class ProcFsTest : public ::testing::Test {
     auto init = kernel_->CreateInit(mm_, fds_, ctx, platform::CpuState{});
     ASSERT_TRUE(init.ok()) << init.status();
     init_ = *init;
-    init_->group().comm = "init";
+    init_->group().image.comm = "init";
     ProcFsOptions opts;
     opts.dev = 0x99;
     opts.host.mem_total = 1ull << 30;
@@ -185,10 +185,10 @@ TEST_F(ProcFsTest, CmdlineAndEnvironFromMemory) {
   const char args[] = "prog\0-x\0K=V\0";
   ASSERT_EQ(mm_->CopyOut(map_, args, sizeof(args) - 1), sizeof(args) - 1);
   kernel::ThreadGroup& g = init_->group();
-  g.arg_start = map_;
-  g.arg_end = map_ + 8;
-  g.env_start = map_ + 8;
-  g.env_end = map_ + 12;
+  g.image.arg_start = map_;
+  g.image.arg_end = map_ + 8;
+  g.image.env_start = map_ + 8;
+  g.image.env_end = map_ + 12;
   EXPECT_EQ(Read("1/cmdline"), std::string("prog\0-x\0", 8));
   EXPECT_EQ(Read("1/environ"), std::string("K=V\0", 4));
   std::string maps = Read("1/maps");

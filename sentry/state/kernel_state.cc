@@ -61,6 +61,28 @@ kernel::Usage LoadUsage(const pb::Usage& r) {
   return u;
 }
 
+void SaveExecImage(const loader::ExecImage& image, pb::ExecImage* r) {
+  r->set_comm(image.comm);
+  r->set_exe(image.exe);
+  r->set_arg_start(image.arg_start);
+  r->set_arg_end(image.arg_end);
+  r->set_env_start(image.env_start);
+  r->set_env_end(image.env_end);
+  for (uint64_t v : image.auxv) r->add_auxv(v);
+}
+
+loader::ExecImage LoadExecImage(const pb::ExecImage& r) {
+  loader::ExecImage image;
+  image.comm = r.comm();
+  image.exe = r.exe();
+  image.arg_start = r.arg_start();
+  image.arg_end = r.arg_end();
+  image.env_start = r.env_start();
+  image.env_end = r.env_end();
+  image.auxv.assign(r.auxv().begin(), r.auxv().end());
+  return image;
+}
+
 bool ValidPid(int64_t pid) { return pid > 0 && pid <= kernel::kMaxPid; }
 
 }  // namespace
@@ -112,6 +134,7 @@ absl::StatusOr<uint64_t> KernelState::SaveGroup(Saver& s, ThreadGroup& g,
                                                 const fs::Vfs& vfs,
                                                 MmCheckpointer& mms) {
   SBX_SAVED_SIZE(kernel::ThreadGroup, 2968);
+  SBX_SAVED_SIZE(loader::ExecImage, 120);
   SBX_SAVED_SIZE(kernel::ProcessTimers, 112);
   SBX_SAVED_SIZE(kernel::SigAction, 32);
   SBX_SAVED_SIZE(kernel::Usage, 56);
@@ -134,13 +157,7 @@ absl::StatusOr<uint64_t> KernelState::SaveGroup(Saver& s, ThreadGroup& g,
           r->set_reaped(g.reaped);
           r->set_exit_signal(g.exit_signal);
           r->set_did_exec(g.did_exec);
-          r->set_comm(g.comm);
-          r->set_exe(g.exe);
-          r->set_arg_start(g.arg_start);
-          r->set_arg_end(g.arg_end);
-          r->set_env_start(g.env_start);
-          r->set_env_end(g.env_end);
-          for (uint64_t v : g.auxv) r->add_auxv(v);
+          SaveExecImage(g.image, r->mutable_image());
           r->set_pdeath_signal(g.pdeath_signal);
           r->set_child_subreaper(g.child_subreaper);
         }
@@ -480,13 +497,7 @@ absl::Status KernelState::NewGroup(Loader& l, Kernel& k, uint64_t id) {
         g->reaped = r.reaped();
         g->exit_signal = r.exit_signal();
         g->did_exec = r.did_exec();
-        g->comm = r.comm();
-        g->exe = r.exe();
-        g->arg_start = r.arg_start();
-        g->arg_end = r.arg_end();
-        g->env_start = r.env_start();
-        g->env_end = r.env_end();
-        g->auxv.assign(r.auxv().begin(), r.auxv().end());
+        g->image = LoadExecImage(r.image());
         g->pdeath_signal = r.pdeath_signal();
         g->child_subreaper = r.child_subreaper();
         return g;

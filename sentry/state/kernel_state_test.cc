@@ -224,9 +224,9 @@ TEST_F(KernelStateTest, TasksGroupsSignalsTimersRoundTrip) {
 
   kernel::ThreadGroup& g = init->group();
   a->WithTasklistLock([&] {
-    g.comm = "initprog";
-    g.exe = "/bin/initprog";
-    g.auxv = {6, 4096, 0, 0};
+    g.image.comm = "initprog";
+    g.image.exe = "/bin/initprog";
+    g.image.auxv = {6, 4096, 0, 0};
     g.child_subreaper = true;
     thread->thread_comm = "worker";
   });
@@ -288,9 +288,9 @@ TEST_F(KernelStateTest, TasksGroupsSignalsTimersRoundTrip) {
   EXPECT_EQ(init2->group().children[0].get(), &child2->group());
   // Group state.
   kernel::ThreadGroup& g2 = init2->group();
-  EXPECT_EQ(g2.comm, "initprog");
-  EXPECT_EQ(g2.exe, "/bin/initprog");
-  EXPECT_EQ(g2.auxv, (std::vector<uint64_t>{6, 4096, 0, 0}));
+  EXPECT_EQ(g2.image.comm, "initprog");
+  EXPECT_EQ(g2.image.exe, "/bin/initprog");
+  EXPECT_EQ(g2.image.auxv, (std::vector<uint64_t>{6, 4096, 0, 0}));
   EXPECT_TRUE(g2.child_subreaper);
   EXPECT_TRUE(g2.no_new_privs.load());
   EXPECT_EQ(g2.cap_bset.load(), 0x1234u);

@@ -152,7 +152,7 @@ TEST(TreeStateTest, MainsTreeRoundTrips) {
       kernel::testing::kMinUserAddr, kernel::testing::kMaxUserAddr);
   auto init = a->CreateInit(mm, fds, fsctx, platform::CpuState{});
   ASSERT_TRUE(init.ok()) << init.status();
-  a->WithTasklistLock([&] { (*init)->group().comm = "initprog"; });
+  a->WithTasklistLock([&] { (*init)->group().image.comm = "initprog"; });
   ASSERT_EQ(fds->Install(Open(*vfs, "/dev/null", O_RDWR), false), 0);
   auto comm = Open(*vfs, "/proc/1/comm", O_RDONLY);
   char two[2];

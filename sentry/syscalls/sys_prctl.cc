@@ -29,7 +29,7 @@ int64_t GetName(Task& t, uint64_t addr) {
   char name[16] = {0};
   t.kernel().WithTasklistLock([&] {
     const std::string& n =
-        t.thread_comm.empty() ? t.group().comm : t.thread_comm;
+        t.thread_comm.empty() ? t.group().image.comm : t.thread_comm;
     memcpy(name, n.data(), std::min<size_t>(n.size(), 15));
   });
   return CopyOutObj(t, addr, name);
@@ -47,7 +47,7 @@ int64_t SetName(Task& t, uint64_t addr) {
   std::string s(name, strnlen(name, sizeof(name)));
   t.kernel().WithTasklistLock([&] {
     if (t.tid() == t.group().tgid()) {
-      t.group().comm = s;
+      t.group().image.comm = s;
       t.thread_comm.clear();
     } else {
       t.thread_comm = s;

@@ -231,8 +231,8 @@ int64_t DoExecve(Task& t, int64_t dirfd, uint64_t path_addr, uint64_t argv_addr,
   g.timers().DeletePosixTimers();
   g.NoteMaxRss();
   t.ExecImage(*cpu);
-  size_t slash = exec_path.rfind('/');
-  std::string exe_path = vfs.PathOf(ctx.root(), loc);
+  spec.image.comm = loader::CommOfPath(exec_path);
+  spec.image.exe = vfs.PathOf(ctx.root(), loc);
   // The old address space goes when this reference does, after the
   // tasklist lock is released (mm is never torn down under it).
   std::shared_ptr<mm::MM> old_mm = g.mm_ptr();
@@ -240,13 +240,7 @@ int64_t DoExecve(Task& t, int64_t dirfd, uint64_t path_addr, uint64_t argv_addr,
   t.kernel().WithTasklistLock([&] {
     g.set_mm(mm);
     g.did_exec = true;
-    g.comm = exec_path.substr(slash == std::string::npos ? 0 : slash + 1, 15);
-    g.exe = exe_path;
-    g.arg_start = spec.arg_start;
-    g.arg_end = spec.arg_end;
-    g.env_start = spec.env_start;
-    g.env_end = spec.env_end;
-    g.auxv = spec.auxv;
+    g.image = std::move(spec.image);
   });
   old_mm.reset();
   t.VforkDone();

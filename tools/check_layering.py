@@ -22,8 +22,11 @@ lists each upward include as file:line and exits 1.
 
 import os
 import re
-import subprocess
 import sys
+
+# The tree's files as check_build_sync.py lists them (tracked, or untracked
+# and not ignored).
+from check_build_sync import git_files, repo_root
 
 # (rank, unit path prefix). Lower ranks are below higher ones.
 UNITS = [
@@ -59,20 +62,6 @@ EXTS = (".cc", ".c", ".h", ".S")
 INCLUDE = re.compile(r'^\s*#\s*include\s+"([^"]+)"')
 
 
-def repo_root():
-    out = subprocess.run(["git", "rev-parse", "--show-toplevel"],
-                         cwd=os.path.dirname(os.path.abspath(__file__)),
-                         check=True, capture_output=True, text=True)
-    return out.stdout.strip()
-
-
-def git_files(root):
-    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
-                         cwd=root, check=True, capture_output=True)
-    return sorted(p for p in out.stdout.decode().split("\0")
-                  if p.endswith(EXTS) and os.path.isfile(os.path.join(root, p)))
-
-
 def unit_of(path):
     """(rank, prefix) of the longest unit prefix containing `path`, or None."""
     best = None
@@ -86,7 +75,7 @@ def unit_of(path):
 def main(argv):
     verbose = "--verbose" in argv
     root = repo_root()
-    files = git_files(root)
+    files = [p for p in git_files(root) if p.endswith(EXTS)]
     errors = []
     edges = set()
     checked = 0

@@ -95,6 +95,7 @@ class AuthTest : public testing::Test {
     Spit(token_file_, "s3cret-token\n", 0600);
   }
   void TearDown() override {
+    if (listener_ != nullptr) listener_->Stop();
     if (server_ != nullptr) server_->Shutdown();
     std::string cmd = absl::StrCat("rm -rf ", dir_);
     ASSERT_EQ(system(cmd.c_str()), 0);
@@ -110,7 +111,7 @@ class AuthTest : public testing::Test {
     listener_ = std::move(*listener);
     server_ = builder.BuildAndStart();
     if (server_ == nullptr) return absl::InternalError("BuildAndStart failed");
-    return listener_->AfterStart();
+    return listener_->AfterStart(server_.get());
   }
 
   // A group other than ours that a file can be given to: "nogroup" on a

@@ -13,6 +13,7 @@ DEBS=(
   bazel-bootstrap default-jdk-headless
   runsc util-linux
   busybox-static make procps sqlite3   # programs the acceptance tests run in the sandbox
+  mmdebstrap   # tools/build_rootfs.sh: sandboxd's default rootfs image
 )
 
 missing=()

@@ -216,7 +216,7 @@ void Listener::Sweep() {
 }
 
 bool Listener::Admit(uid_t uid) {
-  auto fits = [&] {
+  auto fits = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     auto u = per_uid_.find(uid);
     int mine = u == per_uid_.end() ? 0 : u->second;
     return static_cast<int>(conns_.size()) < options_.max_connections &&
@@ -228,7 +228,8 @@ bool Listener::Admit(uid_t uid) {
 }
 
 void Listener::AcceptLoop(grpc::Server* server) {
-  pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0}, {wake_read_.get(), POLLIN, 0}};
+  pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0},
+                    {wake_read_.get(), POLLIN, 0}};
   for (;;) {
     if (poll(fds, 2, -1) < 0 && errno != EINTR) {
       if (!Pause(kBackoffMs)) return;

@@ -303,7 +303,8 @@ UniqueFd IdleConnection(const std::string& path) {
   sockaddr_un addr{};
   addr.sun_family = AF_UNIX;
   strcpy(addr.sun_path, path.c_str());
-  EXPECT_EQ(connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0)
+  EXPECT_EQ(
+      connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0)
       << strerror(errno);
   return fd;
 }
@@ -386,7 +387,8 @@ TEST_F(AuthTest, UnixListenerRecoversFromEmfile) {
   addr.sun_family = AF_UNIX;
   strcpy(addr.sun_path, o.unix_socket.c_str());
   for (UniqueFd& c : clients) {
-    ASSERT_EQ(connect(c.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0)
+    ASSERT_EQ(
+        connect(c.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0)
         << strerror(errno);
   }
   ListenerStats st = AwaitSeen(*listener_, 1 + clients.size());

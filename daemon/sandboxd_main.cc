@@ -201,7 +201,8 @@ Flags ParseFlags(int argc, char** argv) {
           [&f](absl::string_view v) {
             uint64_t n;
             if (!absl::SimpleAtoi(v, &n)) {
-              return absl::InvalidArgumentError(absl::StrCat("not a number: ", v));
+              return absl::InvalidArgumentError(
+                  absl::StrCat("not a number: ", v));
             }
             f.default_limits.set_pids(n);
             return absl::OkStatus();
@@ -220,7 +221,8 @@ Flags ParseFlags(int argc, char** argv) {
     Die(kExitUsage, "--default-rootfs: want an absolute path");
   }
   if (f.max_connections < 1 || f.max_connections_per_client < 1) {
-    Die(kExitUsage, "--max-connections, --max-connections-per-client: want >= 1");
+    Die(kExitUsage,
+        "--max-connections, --max-connections-per-client: want >= 1");
   }
   const v1::Limits& dl = f.default_limits;
   if (absl::Status s = ValidateLimits(dl, HostRanges::Read(), "default limits");
@@ -228,8 +230,9 @@ Flags ParseFlags(int argc, char** argv) {
     Die(kExitUsage, std::string(s.message()));
   }
   if (!f.cgroups && (dl.memory_bytes() || dl.cpu_millis() || dl.pids())) {
-    Die(kExitUsage, "--default-memory/--default-cpus/--default-pids need cgroups "
-                    "(not with --no-cgroups)");
+    Die(kExitUsage,
+        "--default-memory/--default-cpus/--default-pids need cgroups "
+        "(not with --no-cgroups)");
   }
   if (f.systrap_patch) {
     if (std::string why = SystrapPatchUnavailable(); !why.empty()) {

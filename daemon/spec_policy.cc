@@ -53,9 +53,9 @@ absl::Status Range(const std::string& field, uint64_t v, uint64_t lo,
                    uint64_t hi, const std::string& what, std::string lo_s,
                    std::string hi_s) {
   if (v == 0 || (v >= lo && v <= hi)) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(
-      field, ": ", what, " must be 0 (no limit) or from ", lo_s, " to ", hi_s,
-      " on this host, got ", v));
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": ", what, " must be 0 (no limit) or from ", lo_s,
+                   " to ", hi_s, " on this host, got ", v));
 }
 
 // The path of what `fd` is (after symlinks and ".."), from /proc.
@@ -70,8 +70,8 @@ absl::StatusOr<std::string> FdPath(int fd) {
 bool Under(const std::string& path, const std::string& root) {
   if (root == "/") return true;
   return path == root ||
-         (path.size() > root.size() && path.compare(0, root.size(), root) == 0 &&
-          path[root.size()] == '/');
+         (path.size() > root.size() &&
+          path.compare(0, root.size(), root) == 0 && path[root.size()] == '/');
 }
 
 }  // namespace
@@ -80,8 +80,8 @@ HostRanges HostRanges::Read() {
   HostRanges r;
   absl::StatusOr<std::string> meminfo = ReadWholeFile("/proc/meminfo");
   if (meminfo.ok()) {
-    r.max_memory_bytes =
-        MeminfoBytes(*meminfo, "MemTotal") + MeminfoBytes(*meminfo, "SwapTotal");
+    r.max_memory_bytes = MeminfoBytes(*meminfo, "MemTotal") +
+                         MeminfoBytes(*meminfo, "SwapTotal");
   }
   if (r.max_memory_bytes == 0) r.max_memory_bytes = UINT64_MAX;
   long cpus = sysconf(_SC_NPROCESSORS_ONLN);
@@ -99,29 +99,29 @@ absl::Status ValidateLimits(const v1::Limits& limits, const HostRanges& r,
       "the memory limit (it covers the Sentry too)", Mib(r.min_memory_bytes),
       absl::StrCat(Mib(r.max_memory_bytes), " (memory + swap)")));
   RETURN_IF_ERROR(Range(
-      absl::StrCat(field, ".cpu_millis"), limits.cpu_millis(),
-      r.min_cpu_millis, r.max_cpu_millis, "the CPU limit in milli-CPUs",
+      absl::StrCat(field, ".cpu_millis"), limits.cpu_millis(), r.min_cpu_millis,
+      r.max_cpu_millis, "the CPU limit in milli-CPUs",
       absl::StrCat(r.min_cpu_millis, " (the kernel's 1 ms quota per 100 ms)"),
       absl::StrCat(r.max_cpu_millis, " (", r.max_cpu_millis / 1000,
                    " online CPUs)")));
-  RETURN_IF_ERROR(Range(
-      absl::StrCat(field, ".pids"), limits.pids(), r.min_pids, r.max_pids,
-      "the task limit", absl::StrCat(r.min_pids),
-      absl::StrCat(r.max_pids, " (kernel pid_max / threads-max)")));
+  RETURN_IF_ERROR(
+      Range(absl::StrCat(field, ".pids"), limits.pids(), r.min_pids, r.max_pids,
+            "the task limit", absl::StrCat(r.min_pids),
+            absl::StrCat(r.max_pids, " (kernel pid_max / threads-max)")));
   return absl::OkStatus();
 }
 
 absl::Status ValidateLabels(const v1::SandboxSpec& spec) {
   if (spec.labels_size() > static_cast<int>(kMaxLabels)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.labels: at most ", kMaxLabels, " labels, got ",
-                     spec.labels_size()));
+    return absl::InvalidArgumentError(absl::StrCat("spec.labels: at most ",
+                                                   kMaxLabels, " labels, got ",
+                                                   spec.labels_size()));
   }
   for (const auto& [k, v] : spec.labels()) {
     if (k.empty() || k.size() > kMaxLabelKey) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "spec.labels: a key must be 1 to ", kMaxLabelKey,
-          " bytes, got one of ", k.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.labels: a key must be 1 to ", kMaxLabelKey,
+                       " bytes, got one of ", k.size()));
     }
     for (char c : k) {
       if (c < 0x21 || c > 0x7e || c == '=') {
@@ -131,9 +131,9 @@ absl::Status ValidateLabels(const v1::SandboxSpec& spec) {
       }
     }
     if (v.size() > kMaxLabelValue) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "spec.labels[", k, "]: a value must be at most ", kMaxLabelValue,
-          " bytes, got ", v.size()));
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.labels[", k, "]: a value must be at most ",
+                       kMaxLabelValue, " bytes, got ", v.size()));
     }
     if (v.find('\0') != std::string::npos) {
       return absl::InvalidArgumentError(
@@ -144,20 +144,22 @@ absl::Status ValidateLabels(const v1::SandboxSpec& spec) {
 }
 
 void ApplyDefaultLimits(const SpecPolicy& p, v1::Limits* limits) {
-  if (limits->memory_bytes() == 0) limits->set_memory_bytes(p.default_memory_bytes);
+  if (limits->memory_bytes() == 0)
+    limits->set_memory_bytes(p.default_memory_bytes);
   if (limits->cpu_millis() == 0) limits->set_cpu_millis(p.default_cpu_millis);
   if (limits->pids() == 0) limits->set_pids(p.default_pids);
 }
 
-absl::StatusOr<UniqueFd> OpenRootfs(const SpecPolicy& p, v1::SandboxSpec* spec) {
+absl::StatusOr<UniqueFd> OpenRootfs(const SpecPolicy& p,
+                                    v1::SandboxSpec* spec) {
   if (spec->rootfs().empty()) {
     if (p.default_rootfs.empty()) {
       return absl::InvalidArgumentError(
           "spec.rootfs: this daemon has no default rootfs (--default-rootfs); "
           "name a host directory");
     }
-    UniqueFd fd(open(p.default_rootfs.c_str(),
-                     O_PATH | O_DIRECTORY | O_CLOEXEC));
+    UniqueFd fd(
+        open(p.default_rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
     if (!fd.valid()) {
       return absl::FailedPreconditionError(absl::StrCat(
           "spec.rootfs: the daemon's default rootfs ", p.default_rootfs, ": ",
@@ -167,9 +169,9 @@ absl::StatusOr<UniqueFd> OpenRootfs(const SpecPolicy& p, v1::SandboxSpec* spec) 
     return fd;
   }
   if (spec->rootfs()[0] != '/') {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec.rootfs: must be an absolute host path, got \"", spec->rootfs(),
-        "\""));
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.rootfs: must be an absolute host path, got \"",
+                     spec->rootfs(), "\""));
   }
   UniqueFd fd(open(spec->rootfs().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!fd.valid()) {
@@ -188,9 +190,10 @@ absl::StatusOr<UniqueFd> OpenRootfs(const SpecPolicy& p, v1::SandboxSpec* spec) 
     if (rreal.ok() && Under(real, *rreal)) return fd;
   }
   return absl::PermissionDeniedError(absl::StrCat(
-      "spec.rootfs: ", spec->rootfs(), " is not one of the directories this "
-      "daemon allows (--allowed-roots=", absl::StrJoin(p.allowed_roots, ","),
-      ", and the default rootfs)"));
+      "spec.rootfs: ", spec->rootfs(),
+      " is not one of the directories this "
+      "daemon allows (--allowed-roots=",
+      absl::StrJoin(p.allowed_roots, ","), ", and the default rootfs)"));
 }
 
 absl::StatusOr<uint64_t> ParseByteSize(const std::string& s) {
@@ -198,11 +201,20 @@ absl::StatusOr<uint64_t> ParseByteSize(const std::string& s) {
   uint64_t mult = 1;
   if (!v.empty()) {
     switch (absl::ascii_tolower(v.back())) {
-      case 'k': mult = 1ull << 10; break;
-      case 'm': mult = 1ull << 20; break;
-      case 'g': mult = 1ull << 30; break;
-      case 't': mult = 1ull << 40; break;
-      default: break;
+      case 'k':
+        mult = 1ull << 10;
+        break;
+      case 'm':
+        mult = 1ull << 20;
+        break;
+      case 'g':
+        mult = 1ull << 30;
+        break;
+      case 't':
+        mult = 1ull << 40;
+        break;
+      default:
+        break;
     }
     if (mult != 1) v.remove_suffix(1);
   }

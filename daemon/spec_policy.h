@@ -31,7 +31,7 @@ struct HostRanges {
   uint64_t min_cpu_millis = 10;
   uint64_t max_cpu_millis = 0;  // online CPUs * 1000
   uint64_t min_pids = 1;
-  uint64_t max_pids = 0;        // min(kernel.pid_max, kernel.threads-max)
+  uint64_t max_pids = 0;  // min(kernel.pid_max, kernel.threads-max)
 
   // The running host's figures (from /proc).
   static HostRanges Read();
@@ -59,8 +59,7 @@ struct SpecPolicy {
 
 // Checks `limits` against `ranges`; `field` prefixes the messages
 // ("spec.limits"). 0 is "no limit" and always accepted.
-absl::Status ValidateLimits(const v1::Limits& limits,
-                            const HostRanges& ranges,
+absl::Status ValidateLimits(const v1::Limits& limits, const HostRanges& ranges,
                             const std::string& field);
 
 // Checks the labels' count and sizes.

@@ -38,11 +38,11 @@ TEST(SpecPolicyTest, LimitsOutOfRange) {
   v1::Limits l;
   EXPECT_TRUE(ValidateLimits(l, r, "spec.limits").ok()) << "0 is no limit";
   l.set_memory_bytes(4096);  // --memory=4k
-  ExpectInvalid(ValidateLimits(l, r, "spec.limits"),
-                "spec.limits.memory_bytes", "from 16 MiB to 8192 MiB");
+  ExpectInvalid(ValidateLimits(l, r, "spec.limits"), "spec.limits.memory_bytes",
+                "from 16 MiB to 8192 MiB");
   l.set_memory_bytes(uint64_t{1} << 40);
-  ExpectInvalid(ValidateLimits(l, r, "spec.limits"),
-                "spec.limits.memory_bytes", "got 1099511627776");
+  ExpectInvalid(ValidateLimits(l, r, "spec.limits"), "spec.limits.memory_bytes",
+                "got 1099511627776");
   l.set_memory_bytes(uint64_t{256} << 20);
   EXPECT_TRUE(ValidateLimits(l, r, "spec.limits").ok());
   l.set_cpu_millis(100000000);  // --cpus=100000
@@ -61,15 +61,18 @@ TEST(SpecPolicyTest, LimitsOutOfRange) {
 
 TEST(SpecPolicyTest, Labels) {
   v1::SandboxSpec spec;
-  for (int i = 0; i < 64; ++i) (*spec.mutable_labels())[absl::StrCat("k", i)] = "v";
+  for (int i = 0; i < 64; ++i)
+    (*spec.mutable_labels())[absl::StrCat("k", i)] = "v";
   EXPECT_TRUE(ValidateLabels(spec).ok());
   for (int i = 64; i < 10000; ++i) {
     (*spec.mutable_labels())[absl::StrCat("k", i)] = "v";
   }
-  ExpectInvalid(ValidateLabels(spec), "spec.labels", "at most 64 labels, got 10000");
+  ExpectInvalid(ValidateLabels(spec), "spec.labels",
+                "at most 64 labels, got 10000");
   spec.clear_labels();
   (*spec.mutable_labels())[std::string(129, 'k')] = "v";
-  ExpectInvalid(ValidateLabels(spec), "spec.labels", "1 to 128 bytes, got one of 129");
+  ExpectInvalid(ValidateLabels(spec), "spec.labels",
+                "1 to 128 bytes, got one of 129");
   spec.clear_labels();
   (*spec.mutable_labels())["k"] = std::string(1025, 'v');
   ExpectInvalid(ValidateLabels(spec), "spec.labels[k]", "at most 1024 bytes");
@@ -104,14 +107,16 @@ class RootfsTest : public testing::Test {
     ASSERT_EQ(mkdir((dir_ + "/allowed").c_str(), 0755), 0);
     ASSERT_EQ(mkdir((dir_ + "/allowed/sub").c_str(), 0755), 0);
     ASSERT_EQ(mkdir((dir_ + "/other").c_str(), 0755), 0);
-    ASSERT_EQ(symlink((dir_ + "/other").c_str(),
-                      (dir_ + "/allowed/link").c_str()), 0);
+    ASSERT_EQ(
+        symlink((dir_ + "/other").c_str(), (dir_ + "/allowed/link").c_str()),
+        0);
     p_.default_rootfs = dir_ + "/image";
   }
   void TearDown() override {
     ASSERT_EQ(system(absl::StrCat("rm -rf ", dir_).c_str()), 0);
   }
-  absl::Status Open(const std::string& rootfs, std::string* resolved = nullptr) {
+  absl::Status Open(const std::string& rootfs,
+                    std::string* resolved = nullptr) {
     v1::SandboxSpec spec;
     spec.set_rootfs(rootfs);
     absl::StatusOr<UniqueFd> fd = OpenRootfs(p_, &spec);
@@ -156,7 +161,8 @@ TEST_F(RootfsTest, AllowedRootsRestrict) {
             absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(Open(dir_ + "/allowed/../other").code(),
             absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(Open(dir_ + "/allowedx").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Open(dir_ + "/allowedx").code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST(SpecPolicyTest, ParseByteSize) {

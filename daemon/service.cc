@@ -206,11 +206,11 @@ absl::Status Service::CreateSandbox(const v1::CreateRequest& req, v1::CreateResp
         "design (each Sentry runs in a network namespace of its own); use NETWORK_MODE_NONE");
   }
   const v1::Limits& lim = spec.limits();
+  RETURN_IF_ERROR(ValidateLimits(lim, options_.policy.ranges, "spec.limits"));
   if (!have_cgroups_ && (lim.memory_bytes() || lim.cpu_millis() || lim.pids())) {
     return absl::FailedPreconditionError(
         "spec.limits: this daemon runs without cgroups, so it cannot enforce limits");
   }
-  RETURN_IF_ERROR(ValidateLimits(lim, options_.policy.ranges, "spec.limits"));
   if (have_cgroups_) ApplyDefaultLimits(options_.policy, spec.mutable_limits());
   RETURN_IF_ERROR(ValidateLabels(spec));
   if (!req.id().empty() && !ValidId(req.id())) {

@@ -21,6 +21,7 @@ SANDBOXCTL=$(readlink -f "$2")
 SENTRY=$(readlink -f "$3")
 [ "$(id -u)" = 0 ] || skip "needs root (a second uid connects)"
 command -v setpriv >/dev/null || skip "needs setpriv (util-linux)"
+command -v ss >/dev/null || skip "needs ss (iproute2)"
 [ -x /usr/bin/python3 ] || skip "needs /usr/bin/python3"
 # Under /tmp: the other uid must reach the socket (a test runner's TMPDIR
 # may sit below directories only root can enter).
@@ -52,10 +53,9 @@ fi
 chmod 0666 "$SOCK"
 
 rss_kib() { awk '/^VmRSS:/ {print $2}' "/proc/$daemon/status"; }
-# The daemon's descriptors that are unix sockets (its connections, the
-# listener, the Sentries' control channels).
-sockets() {
-  find "/proc/$daemon/fd" -lname 'socket:*' 2>/dev/null | wc -l
+# The daemon's connected sockets on $SOCK: the connections it holds.
+held() {
+  ss -xpH | grep -F "pid=$daemon," | grep -cF "$SOCK "
 }
 
 # flood N READY RELEASE: opens N connections that never send anything
@@ -87,7 +87,6 @@ wait_file() {
 }
 
 baseline_rss=$(rss_kib)
-baseline_sockets=$(sockets)
 
 # One uid (root) floods.
 /usr/bin/python3 "$tmp/flood.py" $FLOOD "$tmp/ready1" "$tmp/release1" "$SOCK" &
@@ -97,7 +96,7 @@ wait_file "$tmp/ready1"
 check "the flood connected" test -e "$tmp/ready1"
 sleep 1  # the accept loop works through the backlog
 check "sandboxd alive while flooded" kill -0 "$daemon"
-held=$(( $(sockets) - baseline_sockets ))
+held=$(held)
 check "connections held while flooded: $held <= $PER_CLIENT" ge "$PER_CLIENT" "$held"
 capture 30 "${OTHER[@]}" "$SANDBOXCTL" --socket="$SOCK" ps
 check "ps from another uid while flooded" eq "$status" 0
@@ -124,7 +123,7 @@ on_exit "touch $tmp/release2 $tmp/nobody/release; stop_pid $f1; stop_pid $f2"
 wait_file "$tmp/ready2"
 wait_file "$tmp/nobody/ready"
 sleep 1
-held=$(( $(sockets) - baseline_sockets ))
+held=$(held)
 check "two floods: $held held <= $TOTAL in all" ge "$TOTAL" "$held"
 check "two floods: the second uid got its share" ge "$held" $((PER_CLIENT + 1))
 check "sandboxd alive under two floods" kill -0 "$daemon"

@@ -82,18 +82,22 @@ check "--allowed-roots: the default image named explicitly" contains "$tmp/out" 
 ctl create --name=plain -- /bin/true
 ctl inspect plain
 check "inspect: the default rootfs" contains "$tmp/out" "\"rootfs\": \"$tmp/image\""
-check "default memory" contains "$tmp/out" '"memory_bytes": "67108864"'
-check "default cpus" contains "$tmp/out" '"cpu_millis": "500"'
-check "default pids" contains "$tmp/out" '"pids": "100"'
+if grep -q "no cgroups" "$tmp/image.log"; then
+  echo "# SKIP default limit checks: $(grep "no cgroups" "$tmp/image.log" | head -1)"
+else
+  check "default memory" contains "$tmp/out" '"memory_bytes": "67108864"'
+  check "default cpus" contains "$tmp/out" '"cpu_millis": "500"'
+  check "default pids" contains "$tmp/out" '"pids": "100"'
+  ctl create --name=own --memory=128m --pids=7 -- /bin/true
+  ctl inspect own
+  check "the spec's memory stays" contains "$tmp/out" '"memory_bytes": "134217728"'
+  check "the spec's pids stay" contains "$tmp/out" '"pids": "7"'
+  check "the default cpus fill the rest" contains "$tmp/out" '"cpu_millis": "500"'
+  ctl rm -f own
+  ctl run --rm --memory=100m -- /bin/sh -c 'echo fits'
+  check "a sandbox runs under a spec's limit" contains "$tmp/out" "fits"
+fi
 ctl rm -f plain
-ctl create --name=own --memory=128m --pids=7 -- /bin/true
-ctl inspect own
-check "the spec's memory stays" contains "$tmp/out" '"memory_bytes": "134217728"'
-check "the spec's pids stay" contains "$tmp/out" '"pids": "7"'
-check "the default cpus fill the rest" contains "$tmp/out" '"cpu_millis": "500"'
-ctl rm -f own
-ctl run --rm --memory=100m -- /bin/sh -c 'echo fits'
-check "a sandbox runs under a spec's limit" contains "$tmp/out" "fits"
 
 # Absurd limits: INVALID_ARGUMENT naming the field and the range.
 ctl run --rm --memory=4k -- /bin/true

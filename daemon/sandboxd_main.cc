@@ -66,6 +66,7 @@ struct Flags {
   v1::Limits default_limits;
   int max_connections = 1024;
   int max_connections_per_client = 128;
+  int connection_idle_seconds = 300;
 };
 
 [[noreturn]] void Die(int code, const std::string& msg) {
@@ -213,12 +214,18 @@ Flags ParseFlags(int argc, char** argv) {
          "descriptors left beside the sandboxes' own)");
   fs.Int("max-connections-per-client", &f.max_connections_per_client,
          "unix socket connections at once per peer uid");
+  fs.Int("connection-idle-timeout", &f.connection_idle_seconds,
+         "seconds after which a connection with no call in flight is closed "
+         "(clients reconnect); 0 for never");
   std::vector<std::string> rest = fs.ParseOrExit(flags::Args(argc, argv), kExitUsage);
   if (!rest.empty()) Die(kExitUsage, absl::StrCat("unknown argument: ", rest[0]));
   if (f.sentry.empty()) f.sentry = DefaultSentry();
   if (f.default_rootfs.empty()) f.default_rootfs = DefaultRootfs();
   if (f.default_rootfs[0] != '/') {
     Die(kExitUsage, "--default-rootfs: want an absolute path");
+  }
+  if (f.connection_idle_seconds < 0 || f.connection_idle_seconds > 86400) {
+    Die(kExitUsage, "--connection-idle-timeout: want 0 to 86400 seconds");
   }
   if (f.max_connections < 1 || f.max_connections_per_client < 1) {
     Die(kExitUsage,
@@ -342,6 +349,12 @@ int Main(int argc, char** argv) {
   // No BDP probes: a PING sent with each burst of data costs both ends a
   // wakeup (on an Exec's exit, for one) and sizes nothing on a unix socket.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  // A connection that holds no call (one that never sent anything too)
+  // gives its place back: the connection limits count held ones.
+  if (flags.connection_idle_seconds > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                               flags.connection_idle_seconds * 1000);
+  }
   ListenOptions lo;
   lo.unix_socket = flags.socket;
   lo.socket_group = flags.socket_group;

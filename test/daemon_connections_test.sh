@@ -9,7 +9,8 @@
 #   - `sandboxctl ps` and a run work for another client (another uid)
 # and once they are released, `sandboxctl ps` works for the flooding uid
 # too. Then two uids flood at once: the total stays within
-# --max-connections.
+# --max-connections. Idle connections are closed after
+# --connection-idle-timeout.
 # Exits 77 (CTest: skipped) until the binaries exist.
 set -u
 # shellcheck source=test/lib.sh
@@ -38,12 +39,13 @@ SOCK=$tmp/sandboxd.sock
 PER_CLIENT=32
 TOTAL=48
 FLOOD=3000
+IDLE=6
 # RSS (KiB) the daemon may grow by while flooded.
 RSS_GROWTH_KIB=$((16 * 1024))
 start_bg "$tmp/daemon.log" "$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" \
   --state-dir="$tmp/state" --pool-size=1 --cgroup-parent="conn-test-$$" \
   --default-rootfs=/ --max-connections=$TOTAL \
-  --max-connections-per-client=$PER_CLIENT
+  --max-connections-per-client=$PER_CLIENT --connection-idle-timeout=$IDLE
 daemon=$bg_pid
 if ! wait_for_daemon "$SANDBOXCTL" "$SOCK"; then
   echo "not ok - sandboxd did not start"
@@ -134,5 +136,19 @@ check "run after both floods" contains "$tmp/out" "after"
 rss=$(rss_kib)
 check "RSS after the floods: ${rss} KiB (baseline ${baseline_rss})" \
   ge $((baseline_rss + RSS_GROWTH_KIB)) "$rss"
+
+# Connections that never send anything are closed after
+# --connection-idle-timeout (the client still holds its end).
+/usr/bin/python3 "$tmp/flood.py" 10 "$tmp/ready4" "$tmp/release4" "$SOCK" &
+f4=$!
+on_exit "touch $tmp/release4; stop_pid $f4"
+wait_file "$tmp/ready4"
+sleep 0.5
+check "idle connections held at first" ge "$(held)" 10
+sleep $((IDLE + 2))
+check "idle connections closed after --connection-idle-timeout=$IDLE" \
+  eq "$(held)" 0
+touch "$tmp/release4"
+wait "$f4"
 
 passed

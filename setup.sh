@@ -1,13 +1,15 @@
 #!/usr/bin/env bash
 # The first command on a fresh machine: installs the Debian packages,
-# builds everything (binaries in out/bin), and runs a demo program inside
-# the Sentry.
+# builds everything (binaries in out/bin) and sandboxd's default rootfs
+# image (out/rootfs, a minimal Debian root; built once, ~1 minute), and
+# runs a demo program inside the Sentry.
 set -euo pipefail
 cd "$(dirname "$0")"
 
 tools/install_deps.sh
 cmake -S . -B out/build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 ninja -C out/build
+tools/build_rootfs.sh out/rootfs
 
 echo
 echo "== demo: a static program, run by the Sentry on the systrap platform"
@@ -27,8 +29,9 @@ for _ in $(seq 1 100); do
   out/bin/sandboxctl --socket="$demo/sandboxd.sock" ps >/dev/null 2>&1 && break
   sleep 0.1
 done
-echo "\$ out/bin/sandboxctl --socket=$demo/sandboxd.sock run --rm -- /bin/sh -c 'echo hello from \$(hostname)'"
-out/bin/sandboxctl --socket="$demo/sandboxd.sock" run --rm -- /bin/sh -c 'echo hello from $(hostname)'
+echo "\$ out/bin/sandboxctl --socket=$demo/sandboxd.sock run --rm -- /bin/sh -c 'echo hello from \$(hostname) on Debian \$(cat /etc/debian_version)'"
+out/bin/sandboxctl --socket="$demo/sandboxd.sock" run --rm -- \
+  /bin/sh -c 'echo hello from $(hostname) on Debian $(cat /etc/debian_version)'
 kill "$daemon"
 wait "$daemon" 2>/dev/null || true
 rm -rf "$demo"

@@ -159,7 +159,7 @@ EOF
         [ $d = systrap ] && p=systrap
         t0=$EPOCHREALTIME
         if timeout -k 5 "$TIMEOUT" "$SANDBOXCTL" --socket="$tmp/$d.sock" run --rm --timings \
-          --platform=$p -- /bin/true </dev/null >/dev/null 2>"$tmp/timing.$d"; then
+          --rootfs=/ --platform=$p -- /bin/true </dev/null >/dev/null 2>"$tmp/timing.$d"; then
           t1=$EPOCHREALTIME
           awk -v a="$t0" -v b="$t1" 'BEGIN { printf "%.2f\n", (b - a) * 1000 }' >>"$tmp/w.$d"
           # The warm-pool create as the daemon times it: taking the Sentry

@@ -105,9 +105,9 @@ one() {
   local -a cmd
   case $1 in
     native) cmd=(/bin/true) ;;
-    warm) cmd=("$SANDBOXCTL" --socket="$tmp/warm.sock" run --rm -- /bin/true) ;;
-    cold) cmd=("$SANDBOXCTL" --socket="$tmp/cold.sock" run --rm -- /bin/true) ;;
-    base) cmd=("$BASE_BIN/sandboxctl" --socket="$tmp/base.sock" run --rm -- /bin/true) ;;
+    warm) cmd=("$SANDBOXCTL" --socket="$tmp/warm.sock" run --rm --rootfs=/ -- /bin/true) ;;
+    cold) cmd=("$SANDBOXCTL" --socket="$tmp/cold.sock" run --rm --rootfs=/ -- /bin/true) ;;
+    base) cmd=("$BASE_BIN/sandboxctl" --socket="$tmp/base.sock" run --rm --rootfs=/ -- /bin/true) ;;
     runsc) cmd=("$RUNSC" "${RUNSC_FLAGS[@]}" do /bin/true) ;;
   esac
   t0=$EPOCHREALTIME
@@ -179,7 +179,7 @@ echo "warm daemon: $hits creates from the pool, $misses misses"
 timed_run() {
   local t0 t1
   t0=$EPOCHREALTIME
-  SANDBOXCTL_T0=$t0 "$1" --socket="$2" run --rm --timings -- /bin/true 2>"$tmp/one" >/dev/null
+  SANDBOXCTL_T0=$t0 "$1" --socket="$2" run --rm --rootfs=/ --timings -- /bin/true 2>"$tmp/one" >/dev/null
   t1=$EPOCHREALTIME
   awk -v a="$t0" -v b="$t1" '
     {print}

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
@@ -15,7 +16,9 @@
 #include <grpcpp/security/auth_metadata_processor.h>
 #include <grpcpp/security/credentials.h>
 #include <grpcpp/security/server_credentials.h>
+#include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
+#include <grpcpp/server_posix.h>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
@@ -24,6 +27,7 @@
 #include "base/file_util.h"
 #include "base/status_macros.h"
 #include "base/unique_fd.h"
+#include "daemon/log.h"
 
 namespace sandboxd {
 namespace daemon {
@@ -32,6 +36,17 @@ namespace {
 
 constexpr mode_t kSocketMode = 0660;
 constexpr absl::string_view kBearer = "Bearer ";
+// Pending connections the kernel queues for the accept loop.
+constexpr int kBacklog = 1024;
+// The accept loop's pause after a failed accept (no descriptors, no
+// memory): long enough not to spin, short enough to recover at once.
+constexpr int kBackoffMs = 20;
+
+uint64_t NowMs() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return static_cast<uint64_t>(ts.tv_sec) * 1000 + ts.tv_nsec / 1000000;
+}
 
 absl::StatusOr<std::string> ReadPem(const std::string& path, const char* what) {
   absl::StatusOr<std::string> pem = ReadWholeFile(path);
@@ -156,7 +171,147 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
 
 Listener::Listener(ListenOptions options) : options_(std::move(options)) {}
 
-Listener::~Listener() = default;
+Listener::~Listener() { Stop(); }
+
+absl::Status Listener::BindUnix() {
+  const std::string& path = options_.unix_socket;
+  ASSIGN_OR_RETURN(sockaddr_un addr, UnixAddress(path));
+  listen_fd_ = UniqueFd(
+      socket(AF_UNIX, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!listen_fd_.valid()) return ErrnoStatus("socket(AF_UNIX)", errno);
+  if (bind(listen_fd_.get(), reinterpret_cast<sockaddr*>(&addr),
+           sizeof(addr)) != 0) {
+    return ErrnoStatus(absl::StrCat("bind ", path), errno);
+  }
+  if (listen(listen_fd_.get(), kBacklog) != 0) {
+    return ErrnoStatus(absl::StrCat("listen ", path), errno);
+  }
+  int p[2];
+  if (pipe2(p, O_CLOEXEC | O_NONBLOCK) != 0) return ErrnoStatus("pipe2", errno);
+  wake_read_ = UniqueFd(p[0]);
+  wake_write_ = UniqueFd(p[1]);
+  spare_ = UniqueFd(open("/dev/null", O_RDONLY | O_CLOEXEC));
+  return absl::OkStatus();
+}
+
+bool Listener::Pause(int ms) {
+  pollfd p{wake_read_.get(), POLLIN, 0};
+  return poll(&p, 1, ms) == 0;
+}
+
+void Listener::Sweep() {
+  char link[64], buf[64];
+  for (auto it = conns_.begin(); it != conns_.end();) {
+    snprintf(link, sizeof(link), "/proc/self/fd/%d", it->first);
+    ssize_t n = readlink(link, buf, sizeof(buf) - 1);
+    std::string want = absl::StrCat("socket:[", it->second.ino, "]");
+    if (n > 0 && absl::string_view(buf, static_cast<size_t>(n)) == want) {
+      ++it;
+      continue;
+    }
+    if (--per_uid_[it->second.uid] == 0) per_uid_.erase(it->second.uid);
+    it = conns_.erase(it);
+  }
+  stats_.connections = static_cast<int>(conns_.size());
+}
+
+bool Listener::Admit(uid_t uid) {
+  auto fits = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    auto u = per_uid_.find(uid);
+    int mine = u == per_uid_.end() ? 0 : u->second;
+    return static_cast<int>(conns_.size()) < options_.max_connections &&
+           mine < options_.max_connections_per_client;
+  };
+  if (fits()) return true;
+  Sweep();
+  return fits();
+}
+
+void Listener::AcceptLoop(grpc::Server* server) {
+  pollfd fds[2] = {{listen_fd_.get(), POLLIN, 0},
+                    {wake_read_.get(), POLLIN, 0}};
+  for (;;) {
+    if (poll(fds, 2, -1) < 0 && errno != EINTR) {
+      if (!Pause(kBackoffMs)) return;
+      continue;
+    }
+    if (fds[1].revents != 0) return;
+    if (fds[0].revents == 0) continue;
+    // gRPC's endpoints want non-blocking sockets.
+    int c = accept4(listen_fd_.get(), nullptr, nullptr,
+                    SOCK_NONBLOCK | SOCK_CLOEXEC);
+    if (c < 0) {
+      int err = errno;
+      if (err == EAGAIN || err == EINTR || err == ECONNABORTED) continue;
+      bool no_fd = err == EMFILE || err == ENFILE;
+      if (no_fd && spare_.valid()) {
+        // Take the pending connection off the queue and close it, or
+        // poll would report it again at once.
+        spare_.reset();
+        int d = accept4(listen_fd_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+        if (d >= 0) close(d);
+        spare_ = UniqueFd(open("/dev/null", O_RDONLY | O_CLOEXEC));
+      }
+      {
+        absl::MutexLock l(&mu_);
+        if (no_fd) stats_.dropped_no_fd++;
+        if (NowMs() - last_log_ >= 1000) {
+          last_log_ = NowMs();
+          Log("accept on ", options_.unix_socket, ": ", strerror(err),
+              no_fd ? " (connection dropped; accepting on)" : "");
+        }
+      }
+      if (!Pause(kBackoffMs)) return;
+      continue;
+    }
+    ucred cred{};
+    socklen_t len = sizeof(cred);
+    struct stat st;
+    if (getsockopt(c, SOL_SOCKET, SO_PEERCRED, &cred, &len) != 0 ||
+        fstat(c, &st) != 0) {
+      close(c);
+      continue;
+    }
+    {
+      absl::MutexLock l(&mu_);
+      // A descriptor the kernel gave again was closed by gRPC.
+      if (auto old = conns_.find(c); old != conns_.end()) {
+        if (--per_uid_[old->second.uid] == 0) per_uid_.erase(old->second.uid);
+        conns_.erase(old);
+      }
+      if (!Admit(cred.uid)) {
+        close(c);
+        stats_.refused++;
+        if (NowMs() - last_log_ >= 1000) {
+          last_log_ = NowMs();
+          Log("refusing connections of uid ", cred.uid, " on ",
+              options_.unix_socket, ": ", per_uid_[cred.uid], " held (at most ",
+              options_.max_connections_per_client, " per client, ",
+              options_.max_connections, " in all)");
+        }
+        continue;
+      }
+      conns_[c] = Conn{st.st_ino, cred.uid};
+      per_uid_[cred.uid]++;
+      stats_.accepted++;
+      stats_.connections = static_cast<int>(conns_.size());
+    }
+    grpc::AddInsecureChannelFromFd(server, c);
+  }
+}
+
+void Listener::Stop() {
+  if (!accept_thread_.joinable()) return;
+  char b = 0;
+  (void)!write(wake_write_.get(), &b, 1);
+  accept_thread_.join();
+}
+
+ListenerStats Listener::stats() {
+  absl::MutexLock l(&mu_);
+  Sweep();
+  return stats_;
+}
 
 absl::Status Listener::AddTcpPort(grpc::ServerBuilder* builder) {
   if (options_.tls_cert_file.empty() || options_.tls_key_file.empty() ||
@@ -195,19 +350,20 @@ absl::StatusOr<std::unique_ptr<Listener>> Listener::Prepare(
     };
     RETURN_IF_ERROR(annotate(UnixAddress(options.unix_socket).status()));
     RETURN_IF_ERROR(annotate(ClaimSocketPath(options.unix_socket)));
-    // Who may connect is decided by the socket file's permissions.
-    builder->AddListeningPort(absl::StrCat("unix:", options.unix_socket),
-                              grpc::InsecureServerCredentials(), &l->unix_bound_port_);
+    if (options.max_connections < 1 || options.max_connections_per_client < 1) {
+      return absl::InvalidArgumentError(
+          "listen: the connection limits must be at least 1");
+    }
+    // Who may connect is decided by the socket file's permissions. The
+    // accept loop (AfterStart) hands each connection to gRPC.
+    RETURN_IF_ERROR(annotate(l->BindUnix()));
   }
   return l;
 }
 
-absl::Status Listener::AfterStart() {
+absl::Status Listener::AfterStart(grpc::Server* server) {
   if (!options_.unix_socket.empty()) {
     const std::string& path = options_.unix_socket;
-    if (unix_bound_port_ == 0) {
-      return absl::UnavailableError(absl::StrCat("could not listen on unix socket ", path));
-    }
     if (chmod(path.c_str(), kSocketMode) != 0) {
       return ErrnoStatus(absl::StrCat("chmod ", path), errno);
     }
@@ -233,6 +389,9 @@ absl::Status Listener::AfterStart() {
           absl::StrCat("could not listen on TCP ", options_.tcp_address));
     }
     tcp_port_ = tcp_selected_port_;
+  }
+  if (listen_fd_.valid() && !accept_thread_.joinable()) {
+    accept_thread_ = std::thread([this, server] { AcceptLoop(server); });
   }
   return absl::OkStatus();
 }

@@ -4,23 +4,39 @@
 //                0660, group `sandboxd` when that group exists (root and the
 //                group's members may connect). A socket file left by a dead
 //                daemon is removed; one that still answers is an error.
+//                The daemon accepts on it itself (gRPC serves each
+//                connection it hands over): at most max_connections at
+//                once, max_connections_per_client per peer uid; more are
+//                closed at once. Out of descriptors (EMFILE, ENFILE), the
+//                loop drops the pending connection with a spare descriptor
+//                kept for that, backs off and goes on accepting.
 //   TCP          only with TLS (certificate and key files) and a bearer token
 //                (a token file): every call must carry
 //                `authorization: Bearer <token>`, or it fails UNAUTHENTICATED.
 //
 // Server side: Listener::Prepare before grpc::ServerBuilder::BuildAndStart,
-// Listener::AfterStart right after it. Client side: ClientCredentials.
+// Listener::AfterStart(server) right after it, Listener::Stop before
+// server->Shutdown. Client side: ClientCredentials.
 #ifndef SANDBOXD_DAEMON_AUTH_H_
 #define SANDBOXD_DAEMON_AUTH_H_
 
+#include <sys/types.h>
+
+#include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "base/unique_fd.h"
 
 namespace grpc {
 class ChannelCredentials;
+class Server;
 class ServerBuilder;
 }  // namespace grpc
 
@@ -38,6 +54,17 @@ struct ListenOptions {
   std::string tls_cert_file;  // PEM certificate chain
   std::string tls_key_file;   // PEM private key
   std::string token_file;     // the bearer token (surrounding whitespace ignored)
+  // Unix socket connections held at once, in all and per peer uid.
+  int max_connections = 1024;
+  int max_connections_per_client = 128;
+};
+
+// What the unix socket's accept loop has done (for tests and logs).
+struct ListenerStats {
+  int connections = 0;       // held now (as of the last count)
+  uint64_t accepted = 0;     // handed to gRPC
+  uint64_t refused = 0;      // closed at once: over a limit
+  uint64_t dropped_no_fd = 0;  // closed at once: EMFILE/ENFILE
 };
 
 // The listening side of one server. Keep it alive as long as the server.
@@ -54,9 +81,15 @@ class Listener {
   Listener(const Listener&) = delete;
   Listener& operator=(const Listener&) = delete;
 
-  // After BuildAndStart: checks that every port was bound, and sets the unix
-  // socket's mode (0660) and group. Fails naming the address that did not bind.
-  absl::Status AfterStart();
+  // After BuildAndStart: checks that every port was bound, sets the unix
+  // socket's mode (0660) and group, and starts accepting on it for
+  // `server`. Fails naming the address that did not bind.
+  absl::Status AfterStart(grpc::Server* server);
+
+  // Stops accepting (before the server shuts down); idempotent.
+  void Stop();
+
+  ListenerStats stats();
 
   // The bound TCP port (the real one when 0 was asked for); 0 before
   // AfterStart or without TCP.
@@ -64,12 +97,39 @@ class Listener {
   const std::string& unix_socket() const { return options_.unix_socket; }
 
  private:
+  // One connection handed to gRPC: its descriptor (gRPC closes it), the
+  // socket's inode (to tell whether that descriptor is still it) and
+  // the peer's uid.
+  struct Conn {
+    ino_t ino;
+    uid_t uid;
+  };
+
   explicit Listener(ListenOptions options);
   absl::Status AddTcpPort(grpc::ServerBuilder* builder);
+  absl::Status BindUnix();
+  void AcceptLoop(grpc::Server* server);
+  // Whether a connection of `uid` fits; forgets the closed ones first
+  // when it would not.
+  bool Admit(uid_t uid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Sweep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits up to `ms` unless Stop is called; false once stopping.
+  bool Pause(int ms);
 
   ListenOptions options_;
+  UniqueFd listen_fd_;
+  // Written by Stop to wake the accept loop.
+  UniqueFd wake_read_, wake_write_;
+  // Kept open to be closed when the descriptors run out (EMFILE), so that
+  // a pending connection can be accepted and dropped.
+  UniqueFd spare_;
+  std::thread accept_thread_;
+  absl::Mutex mu_;
+  std::map<int, Conn> conns_ ABSL_GUARDED_BY(mu_);
+  std::map<uid_t, int> per_uid_ ABSL_GUARDED_BY(mu_);
+  ListenerStats stats_ ABSL_GUARDED_BY(mu_);
+  uint64_t last_log_ ABSL_GUARDED_BY(mu_) = 0;
   // Written by grpc::ServerBuilder at BuildAndStart (hence heap-stable).
-  int unix_bound_port_ = 0;
   int tcp_selected_port_ = 0;
   int tcp_port_ = 0;
 };

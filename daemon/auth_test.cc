@@ -2,16 +2,20 @@
 // trivial service, and certificates made by the openssl command.
 #include "daemon/auth.h"
 
+#include <fcntl.h>
 #include <grp.h>
 #include <stdlib.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <string>
+#include <vector>
 
 #include <grpcpp/create_channel.h>
 #include <grpcpp/generic/async_generic_service.h>
@@ -24,6 +28,8 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "base/unique_fd.h"
 #include "gtest/gtest.h"
 
 namespace sandboxd {
@@ -95,6 +101,7 @@ class AuthTest : public testing::Test {
     Spit(token_file_, "s3cret-token\n", 0600);
   }
   void TearDown() override {
+    if (listener_ != nullptr) listener_->Stop();
     if (server_ != nullptr) server_->Shutdown();
     std::string cmd = absl::StrCat("rm -rf ", dir_);
     ASSERT_EQ(system(cmd.c_str()), 0);
@@ -110,7 +117,7 @@ class AuthTest : public testing::Test {
     listener_ = std::move(*listener);
     server_ = builder.BuildAndStart();
     if (server_ == nullptr) return absl::InternalError("BuildAndStart failed");
-    return listener_->AfterStart();
+    return listener_->AfterStart(server_.get());
   }
 
   // A group other than ours that a file can be given to: "nogroup" on a
@@ -288,6 +295,108 @@ TEST_F(AuthTest, UnixAndTcpTogether) {
   EXPECT_TRUE(HealthCheck(TlsChannel("s3cret-token")).ok());
   EXPECT_EQ(HealthCheck(TlsChannel("nope")).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
+}
+
+// A unix connection that never sends anything.
+UniqueFd IdleConnection(const std::string& path) {
+  UniqueFd fd(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  strcpy(addr.sun_path, path.c_str());
+  EXPECT_EQ(
+      connect(fd.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0)
+      << strerror(errno);
+  return fd;
+}
+
+// Waits until the accept loop has seen `n` connections in all.
+ListenerStats AwaitSeen(Listener& l, uint64_t n) {
+  ListenerStats st;
+  for (int i = 0; i < 500; ++i) {
+    st = l.stats();
+    if (st.accepted + st.refused + st.dropped_no_fd >= n) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return st;
+}
+
+grpc::Status UnixHealthCheck(const std::string& path) {
+  return HealthCheck(grpc::CreateChannel(absl::StrCat("unix:", path),
+                                         grpc::InsecureChannelCredentials()));
+}
+
+TEST_F(AuthTest, UnixConnectionsPerClientAreBounded) {
+  ListenOptions o;
+  o.unix_socket = dir_ + "/sandboxd.sock";
+  o.max_connections = 8;
+  o.max_connections_per_client = 4;
+  ASSERT_TRUE(Start(o).ok());
+  std::vector<UniqueFd> idle;
+  for (int i = 0; i < 20; ++i) idle.push_back(IdleConnection(o.unix_socket));
+  ListenerStats st = AwaitSeen(*listener_, 20);
+  EXPECT_EQ(st.accepted, 4u);
+  EXPECT_EQ(st.refused, 16u);
+  EXPECT_EQ(st.connections, 4);
+  // The idle ones gone, the same client is served again.
+  idle.clear();
+  grpc::Status h = UnixHealthCheck(o.unix_socket);
+  EXPECT_TRUE(h.ok()) << h.error_message();
+  st = listener_->stats();
+  EXPECT_LE(st.connections, 1);
+}
+
+// The accept loop outlives running out of descriptors: a pending
+// connection is dropped, and once descriptors are free again it accepts.
+TEST_F(AuthTest, UnixListenerRecoversFromEmfile) {
+  ListenOptions o;
+  o.unix_socket = dir_ + "/sandboxd.sock";
+  o.max_connections = 100000;
+  o.max_connections_per_client = 100000;
+  ASSERT_TRUE(Start(o).ok());
+  ASSERT_TRUE(UnixHealthCheck(o.unix_socket).ok());
+  // A soft limit a little above what is open (a host's may be 1M).
+  rlimit saved;
+  ASSERT_EQ(getrlimit(RLIMIT_NOFILE, &saved), 0);
+  int open_now = 0;
+  for (int fd = 0; fd < 65536; ++fd) open_now += fcntl(fd, F_GETFD) >= 0;
+  rlimit low = saved;
+  low.rlim_cur = std::min<rlim_t>(saved.rlim_cur, open_now + 200);
+  ASSERT_EQ(setrlimit(RLIMIT_NOFILE, &low), 0);
+  struct Restore {
+    rlimit r;
+    ~Restore() { setrlimit(RLIMIT_NOFILE, &r); }
+  } restore{saved};
+  // Use up every descriptor but a few, then connect (the client ends are
+  // made first, while there is room).
+  std::vector<UniqueFd> clients;
+  for (int i = 0; i < 40; ++i) {
+    UniqueFd c(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+    ASSERT_TRUE(c.valid());
+    clients.push_back(std::move(c));
+  }
+  std::vector<UniqueFd> filler;
+  for (;;) {
+    UniqueFd f(open("/dev/null", O_RDONLY | O_CLOEXEC));
+    if (!f.valid()) break;
+    filler.push_back(std::move(f));
+  }
+  ASSERT_EQ(errno, EMFILE);
+  // Room for the accept loop's first few only.
+  for (int i = 0; i < 3 && !filler.empty(); ++i) filler.pop_back();
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  strcpy(addr.sun_path, o.unix_socket.c_str());
+  for (UniqueFd& c : clients) {
+    ASSERT_EQ(
+        connect(c.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0)
+        << strerror(errno);
+  }
+  ListenerStats st = AwaitSeen(*listener_, 1 + clients.size());
+  EXPECT_GT(st.dropped_no_fd, 0u) << "descriptors ran out in accept";
+  filler.clear();
+  clients.clear();
+  grpc::Status h = UnixHealthCheck(o.unix_socket);
+  EXPECT_TRUE(h.ok()) << "accepting again after EMFILE: " << h.error_message();
 }
 
 }  // namespace

@@ -8,8 +8,10 @@
 // sandbox, kill the pool, remove the cgroups and the socket.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -17,8 +19,11 @@
 #include <set>
 #include <string>
 #include <thread>
+#include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "base/flags.h"
@@ -29,6 +34,7 @@
 #include "daemon/pool.h"
 #include "daemon/sentry_kind.h"
 #include "daemon/service.h"
+#include "daemon/spec_policy.h"
 #include "daemon/state_dir.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "platforms/registry.h"
@@ -55,6 +61,12 @@ struct Flags {
   bool cgroups = true;
   int max_sandboxes = 1000;
   bool systrap_patch = false;  // --systrap-patch=on|off: the pool's default
+  std::string default_rootfs;  // default: DefaultRootfs()
+  std::vector<std::string> allowed_roots;
+  v1::Limits default_limits;
+  int max_connections = 1024;
+  int max_connections_per_client = 128;
+  int connection_idle_seconds = 300;
 };
 
 [[noreturn]] void Die(int code, const std::string& msg) {
@@ -69,6 +81,32 @@ std::string DefaultSentry() {
   if (n <= 0) return "sentry";
   std::string self(buf, static_cast<size_t>(n));
   return self.substr(0, self.rfind('/') + 1) + "sentry";
+}
+
+// The image tools/build_rootfs.sh builds beside the binaries (out/rootfs
+// for out/bin/sandboxd).
+std::string DefaultRootfs() {
+  std::string sentry = DefaultSentry();
+  std::string dir = sentry.substr(0, sentry.rfind('/'));
+  return dir.substr(0, dir.rfind('/') + 1) + "rootfs";
+}
+
+// Descriptors kept for the daemon's own work beyond the connections:
+// per sandbox its rootfs, control channel, stdio pipes or pty, exec
+// relays, cgroup files; and a base for gRPC, metrics, the pool.
+constexpr int kFdReserveBase = 256;
+constexpr int kFdReservePerSandbox = 16;
+
+// RLIMIT_NOFILE's soft limit raised to the hard one; returns it.
+rlim_t RaiseNofile() {
+  rlimit r{};
+  if (getrlimit(RLIMIT_NOFILE, &r) != 0) return 1024;
+  if (r.rlim_cur < r.rlim_max) {
+    rlimit want = r;
+    want.rlim_cur = r.rlim_max;
+    if (setrlimit(RLIMIT_NOFILE, &want) == 0) r = want;
+  }
+  return r.rlim_cur;
 }
 
 Flags ParseFlags(int argc, char** argv) {
@@ -118,9 +156,91 @@ Flags ParseFlags(int argc, char** argv) {
   fs.Int("max-sandboxes", &f.max_sandboxes, "the most sandboxes at once");
   fs.OnOff(std::string(systrap::kPatchFlag), &f.systrap_patch,
            "systrap Sentries patch syscalls unless a spec says otherwise");
+  fs.String("default-rootfs", &f.default_rootfs, "DIR",
+            "the root of a sandbox whose spec names none (default: the image "
+            "tools/build_rootfs.sh builds, ../rootfs beside sandboxd)");
+  fs.Func(
+      "allowed-roots", "DIR[,DIR]",
+      "the host directories (and their subdirectories) a spec may name as "
+      "its root; the default rootfs is always allowed",
+      [&f](absl::string_view v) {
+        f.allowed_roots.clear();
+        for (absl::string_view d : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+          if (d[0] != '/') {
+            return absl::InvalidArgumentError(
+                absl::StrCat("want absolute paths, got ", d));
+          }
+          f.allowed_roots.emplace_back(d);
+        }
+        return absl::OkStatus();
+      },
+      "any");
+  fs.Func("default-memory", "BYTES[k|m|g]",
+          "the memory limit of a sandbox whose spec names none",
+          [&f](absl::string_view v) {
+            absl::StatusOr<uint64_t> n = ParseByteSize(std::string(v));
+            if (!n.ok()) return n.status();
+            f.default_limits.set_memory_bytes(*n);
+            return absl::OkStatus();
+          },
+          "none");
+  fs.Func("default-cpus", "N",
+          "the CPU limit of a sandbox whose spec names none (e.g. 0.5)",
+          [&f](absl::string_view v) {
+            double cpus;
+            if (!absl::SimpleAtod(v, &cpus) || cpus <= 0 || cpus > 1e6) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("want a positive number, got ", v));
+            }
+            f.default_limits.set_cpu_millis(
+                static_cast<uint64_t>(cpus * 1000 + 0.5));
+            return absl::OkStatus();
+          },
+          "none");
+  fs.Func("default-pids", "N",
+          "the task limit of a sandbox whose spec names none",
+          [&f](absl::string_view v) {
+            uint64_t n;
+            if (!absl::SimpleAtoi(v, &n)) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("not a number: ", v));
+            }
+            f.default_limits.set_pids(n);
+            return absl::OkStatus();
+          },
+          "none");
+  fs.Int("max-connections", &f.max_connections,
+         "unix socket connections at once, in all (also bounded by the "
+         "descriptors left beside the sandboxes' own)");
+  fs.Int("max-connections-per-client", &f.max_connections_per_client,
+         "unix socket connections at once per peer uid");
+  fs.Int("connection-idle-timeout", &f.connection_idle_seconds,
+         "seconds after which a connection with no call in flight is closed "
+         "(clients reconnect); 0 for never");
   std::vector<std::string> rest = fs.ParseOrExit(flags::Args(argc, argv), kExitUsage);
   if (!rest.empty()) Die(kExitUsage, absl::StrCat("unknown argument: ", rest[0]));
   if (f.sentry.empty()) f.sentry = DefaultSentry();
+  if (f.default_rootfs.empty()) f.default_rootfs = DefaultRootfs();
+  if (f.default_rootfs[0] != '/') {
+    Die(kExitUsage, "--default-rootfs: want an absolute path");
+  }
+  if (f.connection_idle_seconds < 0 || f.connection_idle_seconds > 86400) {
+    Die(kExitUsage, "--connection-idle-timeout: want 0 to 86400 seconds");
+  }
+  if (f.max_connections < 1 || f.max_connections_per_client < 1) {
+    Die(kExitUsage,
+        "--max-connections, --max-connections-per-client: want >= 1");
+  }
+  const v1::Limits& dl = f.default_limits;
+  if (absl::Status s = ValidateLimits(dl, HostRanges::Read(), "default limits");
+      !s.ok()) {
+    Die(kExitUsage, std::string(s.message()));
+  }
+  if (!f.cgroups && (dl.memory_bytes() || dl.cpu_millis() || dl.pids())) {
+    Die(kExitUsage,
+        "--default-memory/--default-cpus/--default-pids need cgroups "
+        "(not with --no-cgroups)");
+  }
   if (f.systrap_patch) {
     if (std::string why = SystrapPatchUnavailable(); !why.empty()) {
       Die(kExitUsage, absl::StrCat("--systrap-patch=on: syscall patching is not available "
@@ -142,6 +262,7 @@ int Main(int argc, char** argv) {
   if (fd > 2) close(fd);
   Flags flags = ParseFlags(argc, argv);
   signal(SIGPIPE, SIG_IGN);
+  const rlim_t nofile = RaiseNofile();
   // SIGTERM and SIGINT are taken by a thread with sigwait; every other
   // thread (gRPC's too) inherits the mask.
   sigset_t stop_signals;
@@ -205,6 +326,22 @@ int Main(int argc, char** argv) {
   so.platforms = flags.platforms;
   so.systrap_patch = flags.systrap_patch;
   so.max_sandboxes = flags.max_sandboxes;
+  so.policy.default_rootfs = flags.default_rootfs;
+  so.policy.allowed_roots = flags.allowed_roots;
+  so.policy.default_memory_bytes = flags.default_limits.memory_bytes();
+  so.policy.default_cpu_millis = flags.default_limits.cpu_millis();
+  so.policy.default_pids = flags.default_limits.pids();
+  so.policy.ranges = HostRanges::Read();
+  if (access(flags.default_rootfs.c_str(), X_OK) != 0) {
+    Log("the default rootfs ", flags.default_rootfs, " is missing (",
+        strerror(errno), "): specs without a rootfs are refused; "
+        "tools/build_rootfs.sh builds it");
+  }
+  if (cgroups == nullptr && (so.policy.default_memory_bytes ||
+                             so.policy.default_cpu_millis ||
+                             so.policy.default_pids)) {
+    Log("no cgroups: the default limits are not applied");
+  }
   auto service = std::make_unique<Service>(so, pool.get(), metrics->get(), cgroups != nullptr);
 
   grpc::EnableDefaultHealthCheckService(true);
@@ -212,6 +349,12 @@ int Main(int argc, char** argv) {
   // No BDP probes: a PING sent with each burst of data costs both ends a
   // wakeup (on an Exec's exit, for one) and sizes nothing on a unix socket.
   builder.AddChannelArgument(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  // A connection that holds no call (one that never sent anything too)
+  // gives its place back: the connection limits count held ones.
+  if (flags.connection_idle_seconds > 0) {
+    builder.AddChannelArgument(GRPC_ARG_MAX_CONNECTION_IDLE_MS,
+                               flags.connection_idle_seconds * 1000);
+  }
   ListenOptions lo;
   lo.unix_socket = flags.socket;
   lo.socket_group = flags.socket_group;
@@ -219,23 +362,39 @@ int Main(int argc, char** argv) {
   lo.tls_cert_file = flags.tls_cert;
   lo.tls_key_file = flags.tls_key;
   lo.token_file = flags.token_file;
+  // The connections get what the sandboxes' own descriptors leave.
+  const int64_t reserve =
+      kFdReserveBase + int64_t{kFdReservePerSandbox} * flags.max_sandboxes;
+  const int64_t room = static_cast<int64_t>(nofile) - reserve;
+  lo.max_connections = static_cast<int>(
+      std::max<int64_t>(16, std::min<int64_t>(flags.max_connections, room)));
+  lo.max_connections_per_client =
+      std::min(flags.max_connections_per_client, lo.max_connections);
+  if (room < flags.max_connections) {
+    Log("RLIMIT_NOFILE ", nofile, " with --max-sandboxes=", flags.max_sandboxes,
+        " leaves room for ", lo.max_connections, " connections");
+  }
   absl::StatusOr<std::unique_ptr<Listener>> listener = Listener::Prepare(lo, &builder);
   if (!listener.ok()) Die(1, listener.status().ToString());
   builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) Die(1, absl::StrCat("cannot listen on ", flags.socket));
-  if (absl::Status s = (*listener)->AfterStart(); !s.ok()) Die(1, s.ToString());
+  if (absl::Status s = (*listener)->AfterStart(server.get()); !s.ok()) {
+    Die(1, s.ToString());
+  }
   pool->Start();
   Log("listening on unix:", flags.socket,
       (*listener)->tcp_port() ? absl::StrCat(" and tcp port ", (*listener)->tcp_port()) : "",
       (*metrics)->port() ? absl::StrCat("; metrics at http://", (*metrics)->address(), "/metrics")
                          : "",
-      "; pool ", flags.pool_size, " per platform");
+      "; pool ", flags.pool_size, " per platform; default rootfs ",
+      flags.default_rootfs);
 
   std::thread stopper([&] {
     int sig = 0;
     sigwait(&stop_signals, &sig);
     Log("signal ", sig, ": shutting down");
+    (*listener)->Stop();
     // Calls in flight get a moment; the sandboxes die next anyway.
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));
   });

@@ -185,10 +185,6 @@ absl::Status Service::CreateSandbox(const v1::CreateRequest& req, v1::CreateResp
   };
   v1::SandboxSpec spec = req.spec();
   // Validation first, field by field.
-  if (spec.rootfs().empty() || spec.rootfs()[0] != '/') {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "spec.rootfs: must be an absolute host path, got \"", spec.rootfs(), "\""));
-  }
   RETURN_IF_ERROR(ValidateProcessSpec(spec.process(), "spec.process"));
   if (spec.platform().empty()) {
     spec.set_platform(platform::Registry::Get().DefaultName());
@@ -210,20 +206,20 @@ absl::Status Service::CreateSandbox(const v1::CreateRequest& req, v1::CreateResp
         "design (each Sentry runs in a network namespace of its own); use NETWORK_MODE_NONE");
   }
   const v1::Limits& lim = spec.limits();
+  RETURN_IF_ERROR(ValidateLimits(lim, options_.policy.ranges, "spec.limits"));
   if (!have_cgroups_ && (lim.memory_bytes() || lim.cpu_millis() || lim.pids())) {
     return absl::FailedPreconditionError(
         "spec.limits: this daemon runs without cgroups, so it cannot enforce limits");
   }
+  if (have_cgroups_) ApplyDefaultLimits(options_.policy, spec.mutable_limits());
+  RETURN_IF_ERROR(ValidateLabels(spec));
   if (!req.id().empty() && !ValidId(req.id())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "id: want 1 to 64 of [a-zA-Z0-9_.-], got \"", req.id(), "\""));
   }
   stage(Stage::kCreateValidate);
-  UniqueFd rootfs(open(spec.rootfs().c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (!rootfs.valid()) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("spec.rootfs: ", spec.rootfs(), ": ", strerror(errno)));
-  }
+  // The daemon's image unless the spec names a (permitted) host directory.
+  ASSIGN_OR_RETURN(UniqueFd rootfs, OpenRootfs(options_.policy, &spec));
   stage(Stage::kCreateOpenRootfs);
 
   // Reserve the id (a null entry), within the limit.
@@ -257,9 +253,9 @@ absl::Status Service::CreateSandbox(const v1::CreateRequest& req, v1::CreateResp
   stage(hit ? Stage::kCreatePoolTake : Stage::kCreateSpawnSentry);
   if (Cgroup* cg = (*warm)->cgroup()) {
     CgroupLimits cl;
-    cl.memory_bytes = lim.memory_bytes();
-    cl.cpu_millis = lim.cpu_millis();
-    cl.pids = lim.pids();
+    cl.memory_bytes = spec.limits().memory_bytes();
+    cl.cpu_millis = spec.limits().cpu_millis();
+    cl.pids = spec.limits().pids();
     RETURN_IF_ERROR(Annotate(cg->SetLimits(cl), "spec.limits"));
     stage(Stage::kCreateCgroupLimits);
   }

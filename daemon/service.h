@@ -19,6 +19,7 @@
 #include "daemon/metrics.h"
 #include "daemon/pool.h"
 #include "daemon/sandbox.h"
+#include "daemon/spec_policy.h"
 #include "platforms/registry.h"
 #include "proto/sandbox.grpc.pb.h"
 
@@ -32,6 +33,8 @@ struct ServiceOptions {
   // and so does a Create that does not say (spec.systrap.patch).
   bool systrap_patch = false;
   int max_sandboxes = 1000;
+  // Default rootfs and limits, allowed roots, accepted ranges.
+  SpecPolicy policy;
   // How often usage and unimplemented syscalls are collected for metrics.
   absl::Duration metrics_interval = absl::Seconds(5);
 };

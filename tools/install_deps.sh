@@ -11,8 +11,9 @@ DEBS=(
   prometheus-cpp-dev openssl   # the daemon's /metrics; test certificates
   musl-tools
   bazel-bootstrap default-jdk-headless
-  runsc util-linux
+  runsc util-linux iproute2   # setpriv, ss: the daemon's connection test
   busybox-static make procps sqlite3   # programs the acceptance tests run in the sandbox
+  mmdebstrap   # tools/build_rootfs.sh: sandboxd's default rootfs image
 )
 
 missing=()

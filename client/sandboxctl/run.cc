@@ -103,7 +103,8 @@ void SpecFlags(flags::FlagSet& fs, v1::CreateRequest* req) {
   fs.Func("name", "ID", "the sandbox's id (default: one is made up)",
           set([req](const std::string& v) { req->set_id(v); }));
   fs.Func("rootfs", "DIR", "the host directory that is the sandbox's root",
-          set([spec](const std::string& v) { spec->set_rootfs(v); }), "/");
+          set([spec](const std::string& v) { spec->set_rootfs(v); }),
+          "the daemon's image, --default-rootfs");
   fs.Func("env", "K=V", "an environment variable (repeatable)",
           set([p](const std::string& v) { p->add_env(v); }));
   fs.Alias("-e", "env");
@@ -192,7 +193,6 @@ void FinishSpec(v1::CreateRequest* req, std::vector<std::string> program,
                 bool tty) {
   v1::SandboxSpec* spec = req->mutable_spec();
   for (std::string& s : program) spec->mutable_process()->add_argv(std::move(s));
-  if (spec->rootfs().empty()) spec->set_rootfs("/");
   spec->mutable_process()->set_tty(tty);
   DefaultEnv(spec->mutable_process(), tty);
 }

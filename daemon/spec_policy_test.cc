@@ -1,0 +1,181 @@
+#include "daemon/spec_policy.h"
+
+#include <stdlib.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <string>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "gtest/gtest.h"
+
+namespace sandboxd {
+namespace daemon {
+namespace {
+
+void ExpectInvalid(const absl::Status& s, const std::string& field,
+                   const std::string& range) {
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), field)) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), range)) << s;
+}
+
+TEST(SpecPolicyTest, HostRangesAreThisHosts) {
+  HostRanges r = HostRanges::Read();
+  EXPECT_GE(r.max_memory_bytes, uint64_t{64} << 20);
+  EXPECT_EQ(r.max_cpu_millis % 1000, 0u);
+  EXPECT_GE(r.max_cpu_millis, 1000u);
+  EXPECT_GE(r.max_pids, 300u);
+  EXPECT_EQ(r.min_cpu_millis, 10u);
+}
+
+TEST(SpecPolicyTest, LimitsOutOfRange) {
+  HostRanges r;
+  r.max_memory_bytes = uint64_t{8} << 30;
+  r.max_cpu_millis = 2000;
+  r.max_pids = 4194304;
+  v1::Limits l;
+  EXPECT_TRUE(ValidateLimits(l, r, "spec.limits").ok()) << "0 is no limit";
+  l.set_memory_bytes(4096);  // --memory=4k
+  ExpectInvalid(ValidateLimits(l, r, "spec.limits"), "spec.limits.memory_bytes",
+                "from 16 MiB to 8192 MiB");
+  l.set_memory_bytes(uint64_t{1} << 40);
+  ExpectInvalid(ValidateLimits(l, r, "spec.limits"), "spec.limits.memory_bytes",
+                "got 1099511627776");
+  l.set_memory_bytes(uint64_t{256} << 20);
+  EXPECT_TRUE(ValidateLimits(l, r, "spec.limits").ok());
+  l.set_cpu_millis(100000000);  // --cpus=100000
+  ExpectInvalid(ValidateLimits(l, r, "spec.limits"), "spec.limits.cpu_millis",
+                "to 2000 (2 online CPUs)");
+  l.set_cpu_millis(5);
+  ExpectInvalid(ValidateLimits(l, r, "spec.limits"), "spec.limits.cpu_millis",
+                "from 10");
+  l.set_cpu_millis(500);
+  l.set_pids(uint64_t{1} << 40);
+  ExpectInvalid(ValidateLimits(l, r, "spec.limits"), "spec.limits.pids",
+                "to 4194304");
+  l.set_pids(50);
+  EXPECT_TRUE(ValidateLimits(l, r, "spec.limits").ok());
+}
+
+TEST(SpecPolicyTest, Labels) {
+  v1::SandboxSpec spec;
+  for (int i = 0; i < 64; ++i)
+    (*spec.mutable_labels())[absl::StrCat("k", i)] = "v";
+  EXPECT_TRUE(ValidateLabels(spec).ok());
+  for (int i = 64; i < 10000; ++i) {
+    (*spec.mutable_labels())[absl::StrCat("k", i)] = "v";
+  }
+  ExpectInvalid(ValidateLabels(spec), "spec.labels",
+                "at most 64 labels, got 10000");
+  spec.clear_labels();
+  (*spec.mutable_labels())[std::string(129, 'k')] = "v";
+  ExpectInvalid(ValidateLabels(spec), "spec.labels",
+                "1 to 128 bytes, got one of 129");
+  spec.clear_labels();
+  (*spec.mutable_labels())["k"] = std::string(1025, 'v');
+  ExpectInvalid(ValidateLabels(spec), "spec.labels[k]", "at most 1024 bytes");
+  spec.clear_labels();
+  (*spec.mutable_labels())["a=b"] = "v";
+  ExpectInvalid(ValidateLabels(spec), "spec.labels", "without spaces or '='");
+  spec.clear_labels();
+  (*spec.mutable_labels())[""] = "v";
+  ExpectInvalid(ValidateLabels(spec), "spec.labels", "1 to 128 bytes");
+}
+
+TEST(SpecPolicyTest, DefaultLimitsFillOnlyWhatIsUnset) {
+  SpecPolicy p;
+  p.default_memory_bytes = 512 << 20;
+  p.default_cpu_millis = 1000;
+  p.default_pids = 100;
+  v1::Limits l;
+  l.set_pids(7);
+  ApplyDefaultLimits(p, &l);
+  EXPECT_EQ(l.memory_bytes(), 512u << 20);
+  EXPECT_EQ(l.cpu_millis(), 1000u);
+  EXPECT_EQ(l.pids(), 7u);
+}
+
+class RootfsTest : public testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/sbx-spec-policy-XXXXXX";
+    ASSERT_NE(mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+    ASSERT_EQ(mkdir((dir_ + "/image").c_str(), 0755), 0);
+    ASSERT_EQ(mkdir((dir_ + "/allowed").c_str(), 0755), 0);
+    ASSERT_EQ(mkdir((dir_ + "/allowed/sub").c_str(), 0755), 0);
+    ASSERT_EQ(mkdir((dir_ + "/other").c_str(), 0755), 0);
+    ASSERT_EQ(
+        symlink((dir_ + "/other").c_str(), (dir_ + "/allowed/link").c_str()),
+        0);
+    p_.default_rootfs = dir_ + "/image";
+  }
+  void TearDown() override {
+    ASSERT_EQ(system(absl::StrCat("rm -rf ", dir_).c_str()), 0);
+  }
+  absl::Status Open(const std::string& rootfs,
+                    std::string* resolved = nullptr) {
+    v1::SandboxSpec spec;
+    spec.set_rootfs(rootfs);
+    absl::StatusOr<UniqueFd> fd = OpenRootfs(p_, &spec);
+    if (resolved != nullptr) *resolved = spec.rootfs();
+    return fd.status();
+  }
+  std::string dir_;
+  SpecPolicy p_;
+};
+
+TEST_F(RootfsTest, EmptyIsTheDefaultImageNeverTheHostRoot) {
+  std::string resolved;
+  ASSERT_TRUE(Open("", &resolved).ok());
+  EXPECT_EQ(resolved, dir_ + "/image");
+  p_.default_rootfs = dir_ + "/missing";
+  absl::Status s = Open("");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "build_rootfs.sh")) << s;
+  p_.default_rootfs = "";
+  EXPECT_EQ(Open("").code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(RootfsTest, AnyHostDirectoryWithoutAllowedRoots) {
+  EXPECT_TRUE(Open("/").ok());
+  EXPECT_TRUE(Open(dir_ + "/other").ok());
+  EXPECT_EQ(Open("relative").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Open(dir_ + "/nonexistent").code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(RootfsTest, AllowedRootsRestrict) {
+  p_.allowed_roots = {dir_ + "/allowed"};
+  EXPECT_TRUE(Open(dir_ + "/allowed").ok());
+  EXPECT_TRUE(Open(dir_ + "/allowed/sub").ok());
+  EXPECT_TRUE(Open(dir_ + "/image").ok()) << "the default image";
+  absl::Status s = Open("/");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "--allowed-roots")) << s;
+  EXPECT_EQ(Open(dir_ + "/other").code(), absl::StatusCode::kPermissionDenied);
+  // What was opened counts, not the string.
+  EXPECT_EQ(Open(dir_ + "/allowed/link").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Open(dir_ + "/allowed/../other").code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Open(dir_ + "/allowedx").code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SpecPolicyTest, ParseByteSize) {
+  EXPECT_EQ(*ParseByteSize("4k"), 4096u);
+  EXPECT_EQ(*ParseByteSize("256m"), 256u << 20);
+  EXPECT_EQ(*ParseByteSize("2G"), uint64_t{2} << 30);
+  EXPECT_EQ(*ParseByteSize("12345"), 12345u);
+  EXPECT_FALSE(ParseByteSize("").ok());
+  EXPECT_FALSE(ParseByteSize("m").ok());
+  EXPECT_FALSE(ParseByteSize("99999999999999999999").ok());
+  EXPECT_FALSE(ParseByteSize("100000000000t").ok());
+}
+
+}  // namespace
+}  // namespace daemon
+}  // namespace sandboxd

@@ -6,6 +6,9 @@ set -euo pipefail
 cd "$(dirname "$0")"
 
 tools/install_deps.sh
+# sandboxd's default rootfs image (built once; cli.daemon_defaults runs a
+# sandbox from it rather than skipping those checks).
+tools/build_rootfs.sh out/rootfs
 
 echo "== build lanes name the same sources"
 python3 tools/check_build_sync.py --strict

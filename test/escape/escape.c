@@ -191,9 +191,9 @@ static void probe_openat2(void) {
   int fd3 = (int)syscall(SYS_openat2, root, rel, &how, sizeof how);
   int r3 = fd3 >= 0 && read_some(fd3);
   if (root >= 0) close(root);
-  result("openat2", r || r2 || r3, "NO_MAGICLINKS %s, IN_ROOT %s, BENEATH ..: %s",
-         r ? "read" : strerror(e1), r2 ? "read" : "no",
-         r3 ? "read" : "no");
+  result("openat2", r || r2 || r3,
+         "NO_MAGICLINKS %s, IN_ROOT %s, BENEATH ..: %s",
+         r ? "read" : strerror(e1), r2 ? "read" : "no", r3 ? "read" : "no");
 }
 
 static void probe_fd_links(void) {

@@ -46,8 +46,9 @@
  *     child on a shared or random stack still exits cleanly);
  *   mmap: no MAP_POPULATE / MAP_LOCKED; mmap, mprotect, pkey_mprotect
  *     of more than 64 MiB: PROT_NONE; mremap's new length and shmget's
- *     size below 64 MiB (so that no readable region is big enough for one
- *     write(fd, p, -1) to copy 2 GiB into a tmpfs file); madvise: no
+ *     size below 64 MiB, brk at most 64 MiB above the worker's first break
+ *     (so that no readable region is big enough for one write(fd, p, -1)
+ *     to copy 2 GiB into a tmpfs file, as it would on Linux); madvise: no
  *     MADV_POPULATE_*; mlock, mlock2, fallocate: length at most 1 MiB.
  *
  * Outside the sandbox (getppid() != 0 or getpid() != 1) it refuses to run
@@ -225,6 +226,8 @@ static long pick_nr(struct rng *r) {
  * terabytes would let one write(fd, p, -1) copy 2 GiB into a tmpfs file. */
 static const unsigned long kBigMap = 64ul << 20;
 
+static long g_brk0; /* the break when the worker started */
+
 static const int kMildSignals[] = {0, SIGURG, SIGWINCH, SIGCONT};
 
 /* One call; returns 0 when it was skipped. */
@@ -256,6 +259,10 @@ static int fuzz_one(struct rng *r, struct counters *c) {
       break;
     case SYS_mremap: a[2] &= (long)kBigMap - 1; break;
     case SYS_shmget: a[1] &= (long)kBigMap - 1; break;
+    case SYS_brk:
+      if (a[0] != 0 && a[0] != -1)
+        a[0] = g_brk0 + (a[0] & ((long)kBigMap - 1));
+      break;
     case SYS_madvise:
       if (a[2] == 22 || a[2] == 23) a[2] = MADV_DONTNEED;
       break;
@@ -394,6 +401,7 @@ static void worker(int slot, uint64_t seed, int nthreads) {
                MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (g_buf == MAP_FAILED) _exit(100);
   g_hole = g_buf + BUF_PAGES * PAGE;
+  g_brk0 = raw6(SYS_brk, 0, 0, 0, 0, 0, 0);
   munmap(g_hole, PAGE);
   struct rng r = {seed | 1};
   fill_buf(&r);

@@ -13,6 +13,8 @@
  *   escape child canary=PID  (after an exec from memfd / tmpfs)
  *
  * stdin is a host file in DIR (the driver redirects it), for the fd probes.
+ * "inside" refuses to run unless it is the sandbox's init (pid 1, parent
+ * 0): it writes /proc/sys/kernel/hostname and ends with kill(-1, SIGKILL).
  */
 #define _GNU_SOURCE
 #include <errno.h>
@@ -475,6 +477,13 @@ int main(int argc, char **argv) {
     return 2;
   }
   g_native = strcmp(argv[1], "native") == 0;
+  /* "inside" writes /proc/sys and ends with kill(-1, SIGKILL): never on
+   * the host. The sandbox's init is pid 1 with parent 0. */
+  if (!g_native && (getpid() != 1 || syscall(SYS_getppid) != 0)) {
+    fprintf(stderr, "escape: \"inside\" runs only as the sandbox's init "
+                    "(pid 1, parent 0); refusing\n");
+    return 2;
+  }
   g_marker = arg(argc, argv, "marker");
   g_outside = arg(argc, argv, "outside");
   if (!g_canary || !g_marker || !g_outside) {

@@ -112,7 +112,8 @@ if [ -z "$native_probes" ] || [ -n "$not_reached" ]; then
   [ -n "$native_probes" ] || head -c 2000 "$tmp/native.out"
   fails=$((fails + 1))
 else
-  echo "ok $n - natively all $(grep -c '^PROBE ' "$tmp/native.out") probes reach their targets (they can fail; inside only: $inside_only)"
+  echo "ok $n - natively all $(grep -c '^PROBE ' "$tmp/native.out") probes" \
+    "reach their targets (they can fail; inside only: $inside_only)"
 fi
 
 # --- inside ------------------------------------------------------------
@@ -140,7 +141,9 @@ run_inside() {
   tried=$(grep -c '^PROBE ' "$tmp/$name.out")
   held=$(grep -c '^PROBE [^ ]* held' "$tmp/$name.out")
   grep -q '^ESCAPE probes=' "$tmp/$name.out" || bad+=("the probes did not finish (status $status)")
-  grep -q '^PROBE [^ ]* REACHED' "$tmp/$name.out" && bad+=("probes reached: $(awk '$3 == "REACHED" { printf "%s ", $2 }' "$tmp/$name.out")")
+  local reached
+  reached=$(awk '$3 == "REACHED" { printf "%s ", $2 }' "$tmp/$name.out")
+  [ -n "$reached" ] && bad+=("probes reached: $reached")
   local p
   for p in $native_probes; do
     grep -q "^PROBE $p " "$tmp/$name.out" || bad+=("probe $p did not run")
@@ -154,11 +157,17 @@ run_inside() {
     bad+=("the canary is traced")
   fi
   [ "$(sha256sum <"$marker")" = "$sum" ] || bad+=("the marker changed")
-  cat "$tmp/$name.out" "$tmp/$name.err" | grep -q "$token" && bad+=("the marker's token is in the output")
-  [ "$(ls -A "$dir" | sort | tr '\n' ' ')" = "$before" ] || bad+=("host directory changed: $(ls -A "$dir" | tr '\n' ' ')")
-  [ "$(ls -A "$root")" = escape ] || bad+=("the rootfs directory changed: $(ls -A "$root" | tr '\n' ' ')")
-  [ -s "$dir/connections.log" ] && bad+=("the host unix socket was connected to")
-  [ "$(cat /proc/sys/kernel/hostname)" = "$hostname_before" ] || bad+=("the host's hostname changed")
+  cat "$tmp/$name.out" "$tmp/$name.err" | grep -q "$token" &&
+    bad+=("the marker's token is in the output")
+  local after
+  after=$(ls -A "$dir" | sort | tr '\n' ' ')
+  [ "$after" = "$before" ] || bad+=("host directory changed: $after")
+  [ "$(ls -A "$root")" = escape ] ||
+    bad+=("the rootfs directory changed: $(ls -A "$root" | tr '\n' ' ')")
+  [ -s "$dir/connections.log" ] &&
+    bad+=("the host unix socket was connected to")
+  [ "$(cat /proc/sys/kernel/hostname)" = "$hostname_before" ] ||
+    bad+=("the host's hostname changed")
   n=$((n + 1))
   if [ ${#bad[@]} -eq 0 ]; then
     echo "ok $n - $name: $tried probes tried, $held held; host unchanged"

@@ -90,6 +90,11 @@ oom_kills() {
   sed -n 's/^oom_kill //p' "$cg_mem/memory.oom_control" 2>/dev/null | grep . || echo 0
 }
 
+# What the Sentry (C++, absl) prints when it aborts.
+crash_re='terminate called|Check failed|AddressSanitizer|runtime error:'
+crash_re+='|Assertion .* failed|stack smashing|double free|corrupted'
+crash_re+='|internal error|F[0-9]{4} [0-9:.]+ '
+
 # run_seed SEED: one sandbox run; sets $class, $calls and the summary.
 total_calls=0 n_ok=0 n_crash=0 n_hang=0 n_oom=0
 deaths_all=
@@ -146,9 +151,10 @@ open(sys.argv[1], "w").write("signal %d\n" % -r if r < 0 else "exit %d\n" % r)
     if [ "$(oom_kills)" != "$oom0" ]; then
       class=oom
       why="the host cgroup's OOM killer ($status)"
-    elif grep -Eq 'terminate called|Check failed|AddressSanitizer|runtime error:|Assertion .* failed|stack smashing|double free|corrupted|internal error|F[0-9]{4} [0-9:.]+ ' "$err"; then
+    elif grep -Eq "$crash_re" "$err"; then
       class=crash
-      why="Sentry error on stderr ($status): $(grep -Em1 'terminate called|Check failed|AddressSanitizer|runtime error:|Assertion|stack smashing|double free|corrupted|internal error|F[0-9]{4} ' "$err" | head -c 200)"
+      why="Sentry error on stderr ($status): $(grep -Em1 "$crash_re" "$err" |
+        head -c 200)"
     elif [ "${status%% *}" = signal ]; then
       class=crash
       why="the Sentry was killed by signal ${status#signal }"
@@ -187,7 +193,9 @@ open(sys.argv[1], "w").write("signal %d\n" % -r if r < 0 else "exit %d\n" % r)
   if [ "$class" = crash ] || [ "$class" = hang ]; then
     echo "    --- sentry stderr (last 1000 bytes)"
     tail -c 1000 "$err" | sed 's/^/    /'
-    echo "    reproduce: $SENTRY run --platform=$PLATFORM --rootfs=DIR -- /syscall_fuzz seed=$seed seconds=$SECS workers=${FUZZ_WORKERS:-3} threads=${FUZZ_THREADS:-3} ${EXTRA[*]}"
+    echo "    reproduce: $SENTRY run --platform=$PLATFORM --rootfs=DIR --" \
+      "/syscall_fuzz seed=$seed seconds=$SECS" \
+      "workers=${FUZZ_WORKERS:-3} threads=${FUZZ_THREADS:-3} ${EXTRA[*]}"
   fi
 }
 

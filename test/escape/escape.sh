@@ -18,8 +18,12 @@
 # host's hostname is unchanged. Prints probes tried and held per run.
 # Exits 77 when SENTRY or ESCAPE is missing.
 set -u
+# test/lib.sh: one level up in the tree, beside the script in Bazel's
+# runfiles (test/<name>_test).
+lib=$(dirname "$0")/../lib.sh
+[ -f "$lib" ] || lib=$(dirname "$0")/lib.sh
 # shellcheck source=test/lib.sh
-. "$(dirname "$0")/../lib.sh"
+. "$lib"
 usage_unless [ $# -eq 2 -o $# -eq 4 ] -- "SENTRY ESCAPE [SANDBOXD SANDBOXCTL]"
 require_sentry "$1"
 require_built "$2"

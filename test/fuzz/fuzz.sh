@@ -26,8 +26,12 @@
 # and whatever is left in it at the end is killed. An OOM kill there is
 # reported as "oom", not as a crash.
 set -u
+# test/lib.sh: one level up in the tree, beside the script in Bazel's
+# runfiles (test/<name>_test).
+lib=$(dirname "$0")/../lib.sh
+[ -f "$lib" ] || lib=$(dirname "$0")/lib.sh
 # shellcheck source=test/lib.sh
-. "$(dirname "$0")/../lib.sh"
+. "$lib"
 usage_unless [ $# -ge 2 ] -- "SENTRY FUZZER [SEED...]"
 require_sentry "$1"
 require_built "$2"

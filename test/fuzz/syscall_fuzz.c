@@ -1,7 +1,8 @@
 /* A syscall fuzzer meant to run inside the sandbox only (test/fuzz/fuzz.sh).
  *
  *   syscall_fuzz [seed=N] [seconds=N] [count=N] [workers=N] [threads=N]
- *                [hb=MS] [native]
+ *                [protect=N] [hb=MS] [only=NR] [lo=NR hi=NR] [skip=NR,...]
+ *                [native]
  *
  * The first process is a supervisor: it forks WORKERS worker processes,
  * each running THREADS threads that issue raw `syscall` instructions with
@@ -13,6 +14,13 @@
  * path strings). Every thread draws from its own xorshift generator seeded
  * from SEED, the worker's slot and generation, and the thread's index, so
  * a seed names one run (up to the scheduling of threads).
+ *
+ * The first PROTECT (1) worker slots are protected: they skip the calls
+ * that change their own memory or signal handling (munmap, mprotect,
+ * mremap, madvise, brk, rt_sigreturn, rt_sigaction, arch_prctl, shmat,
+ * shmdt, pkey_mprotect, remap_file_pages; mmap without MAP_FIXED), so
+ * they live for the whole run and their kernel state piles up; the others
+ * fuzz everything and die often.
  *
  * Workers may die of signals (a forged rt_sigreturn, an munmap of their own
  * code, a handler pointing into a buffer): the supervisor counts those
@@ -149,6 +157,7 @@ static unsigned char *g_hole; /* a page that is unmapped */
 static int g_fds[16];
 static int g_nfds;
 static int g_slot;
+static int g_protected; /* the worker's slot is below protect=N */
 static const char *const kPaths[] = {
     "/", ".", "..", "/tmp", "/tmp/fuzz", "/tmp/fuzz/a", "/proc/self/mem",
     "/proc/self/fd/0", "/proc/self/root", "/proc/1/root", "/proc/self/maps",
@@ -235,6 +244,18 @@ static int fuzz_one(struct rng *r, struct counters *c) {
   long nr = pick_nr(r);
   for (int i = 0; i < g_nskip; i++)
     if (g_skip[i] == nr) return 0;
+  /* A protected worker keeps its own memory, stack and signal handling:
+   * it lives long, and its kernel state (fds, maps, timers) piles up. */
+  if (g_protected) {
+    switch (nr) {
+      case SYS_munmap: case SYS_mprotect: case SYS_mremap: case SYS_madvise:
+      case SYS_rt_sigreturn: case SYS_brk: case SYS_rt_sigaction:
+      case SYS_arch_prctl: case SYS_pkey_mprotect: case SYS_remap_file_pages:
+      case SYS_shmat: case SYS_shmdt:
+        return 0;
+      default: break;
+    }
+  }
   long a[6];
   for (int i = 0; i < 6; i++) a[i] = arg(r);
   long mild = kMildSignals[below(r, 4)];
@@ -252,6 +273,7 @@ static int fuzz_one(struct rng *r, struct counters *c) {
     case SYS_prlimit64: a[0] = 0; break;
     case SYS_mmap:
       a[3] &= ~(long)(MAP_POPULATE | MAP_LOCKED);
+      if (g_protected) a[3] &= ~(long)(MAP_FIXED | MAP_FIXED_NOREPLACE);
       if ((unsigned long)a[1] > kBigMap) a[2] = PROT_NONE;
       break;
     case SYS_mprotect: case SYS_pkey_mprotect:
@@ -386,8 +408,9 @@ static void open_fds(void) {
   if (fd >= 0) g_fds[g_nfds++] = fd;
 }
 
-static void worker(int slot, uint64_t seed, int nthreads) {
+static void worker(int slot, uint64_t seed, int nthreads, int protect) {
   g_slot = slot;
+  g_protected = slot < protect;
   /* stdio of a worker is /dev/null: random writes to fd 1 must not reach
    * the harness's heartbeat stream. */
   int nul = open("/dev/null", O_RDWR);
@@ -475,6 +498,7 @@ int main(int argc, char **argv) {
   int nworkers = (int)argl(argc, argv, "workers", 3);
   int nthreads = (int)argl(argc, argv, "threads", 3);
   long hb = argl(argc, argv, "hb", 1000);
+  int protect = (int)argl(argc, argv, "protect", 1);
   int native = 0;
   g_only = argl(argc, argv, "only", -1);
   g_lo = argl(argc, argv, "lo", 0);
@@ -519,8 +543,8 @@ int main(int argc, char **argv) {
   unsigned long deaths[65] = {0}, exits = 0, stuck = 0, started = 0,
                 others = 0;
   long start = now_ms(), next_hb = start;
-  printf("FUZZ seed=%llu seconds=%ld workers=%d threads=%d\n",
-         (unsigned long long)seed, seconds, nworkers, nthreads);
+  printf("FUZZ seed=%llu seconds=%ld workers=%d threads=%d protect=%d\n",
+         (unsigned long long)seed, seconds, nworkers, nthreads, protect);
   for (;;) {
     long t = now_ms();
     if (t - start >= seconds * 1000) break;
@@ -544,7 +568,7 @@ int main(int argc, char **argv) {
       uint64_t ws = splitmix(&s);
       pid_t p = fork();
       if (p == 0) {
-        worker(w, ws, nthreads);
+        worker(w, ws, nthreads, protect);
         _exit(0);
       }
       if (p > 0) {

@@ -8,7 +8,7 @@
  * reach: a probe that cannot reach natively tests nothing.
  *
  *   escape inside|native canary=PID marker=PATH outside=DIR [blockdev=PATH]
- *          [vmaddr=HEX] [handle=HEX] [abstract=NAME]
+ *          [vmaddr=HEX] [handle=HEX] [abstract=NAME] [tcp=PORT]
  *   escape handle PATH     prints PATH's file handle in hex (native helper)
  *   escape child canary=PID  (after an exec from memfd / tmpfs)
  *
@@ -34,6 +34,7 @@
 #include <sys/sysmacros.h>
 #include <sys/uio.h>
 #include <sys/un.h>
+#include <netinet/in.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -400,6 +401,40 @@ static void probe_unix(const char *abstract) {
   close(s);
 }
 
+/* The driver's TCP listener on the host's 127.0.0.1:PORT: the sandbox's
+ * loopback is its own. */
+static void probe_tcp(const char *port) {
+  if (!port) return;
+  struct sockaddr_in a = {.sin_family = AF_INET,
+                          .sin_port = htons((uint16_t)atoi(port)),
+                          .sin_addr = {htonl(INADDR_LOOPBACK)}};
+  errno = 0;
+  int s = socket(AF_INET, SOCK_STREAM, 0);
+  int r = s >= 0 && connect(s, (struct sockaddr *)&a, sizeof a) == 0;
+  result("tcp_connect_host_loopback", r, "127.0.0.1:%s: %s%s", port,
+         s < 0 ? "socket: " : "", r ? "connected" : strerror(errno));
+  if (s >= 0) close(s);
+}
+
+/* The host's cgroup and sysfs files: a write to cgroup.procs would move a
+ * process of the host's choosing; natively opened, never written. */
+static void probe_sysfs(void) {
+  const char *const paths[] = {"/sys/fs/cgroup/memory/cgroup.procs",
+                               "/sys/fs/cgroup/pids/cgroup.procs",
+                               "/sys/fs/cgroup/cgroup.procs",
+                               "/sys/kernel/mm/transparent_hugepage/enabled"};
+  int opened = 0;
+  for (size_t i = 0; i < sizeof paths / sizeof paths[0]; i++) {
+    int fd = open(paths[i], O_WRONLY);
+    if (fd >= 0) {
+      opened++;
+      close(fd);
+    }
+  }
+  result("sysfs_cgroup_write", opened > 0,
+         "cgroup.procs, transparent_hugepage: %d opened for writing", opened);
+}
+
 /* Copies /proc/self/exe into fd. */
 static int copy_self(int fd) {
   int in = open("/proc/self/exe", O_RDONLY);
@@ -517,6 +552,8 @@ int main(int argc, char **argv) {
   probe_devices(arg(argc, argv, "blockdev"));
   probe_proc_sys();
   probe_unix(arg(argc, argv, "abstract"));
+  probe_tcp(arg(argc, argv, "tcp"));
+  probe_sysfs();
   probe_exec(1);
   probe_exec(0);
   if (!g_native) {

@@ -45,7 +45,8 @@ fails=0
 inside_only="kill_all proc_sysrq_trigger dev_mem_disks"
 
 # setup DIR: a marker dir, its marker, a stdin file, a listener; a decoy
-# or canary process. Sets $marker $token $canary $vmaddr $abstract.
+# or canary process. Sets $marker $token $canary $vmaddr $abstract
+# $tcp_port (the listener's TCP port on 127.0.0.1).
 setup() {
   local dir=$1
   mkdir -p "$dir"
@@ -68,9 +69,11 @@ import os, socket, sys
 path, abstract, log = sys.argv[1:4]
 a = socket.socket(socket.AF_UNIX); a.bind(path); a.listen(8)
 b = socket.socket(socket.AF_UNIX); b.bind("\0" + abstract); b.listen(8)
+t = socket.socket(); t.bind(("127.0.0.1", 0)); t.listen(8)
+open(log + ".port", "w").write("%d\n" % t.getsockname()[1])
 import select
 while True:
-    r, _, _ = select.select([a, b], [], [])
+    r, _, _ = select.select([a, b, t], [], [])
     for s in r:
         c, _ = s.accept()
         open(log, "a").write("connected\n")
@@ -78,7 +81,12 @@ while True:
 ' "$dir/host.sock" "$abstract" "$dir/connections.log" &
   local lp=$!
   on_exit "stop_pid $lp"
-  for _ in $(seq 1 100); do [ -S "$dir/host.sock" ] && break; sleep 0.05; done
+  for _ in $(seq 1 100); do
+    [ -s "$dir/connections.log.port" ] && break
+    sleep 0.05
+  done
+  tcp_port=$(cat "$dir/connections.log.port" 2>/dev/null)
+  mv "$dir/connections.log.port" "$tmp/$(basename "$dir").port" 2>/dev/null
 }
 
 # The host's root block device, as MAJOR:MINOR, for the mknod probe.
@@ -99,7 +107,7 @@ setup "$native_dir"
 handle=$("$ESCAPE" handle "$marker" 2>/dev/null)
 (cd "$tmp" && "$ESCAPE" native canary="$canary" marker="$marker" \
   outside="$native_dir" blockdev="$blockdev" vmaddr="$vmaddr" \
-  abstract="$abstract") <"$native_dir/stdin.txt" >"$tmp/native.out" 2>&1
+  abstract="$abstract" tcp="$tcp_port") <"$native_dir/stdin.txt" >"$tmp/native.out" 2>&1
 rm -rf /tmp/escape-chroot /tmp/escape-mnt /tmp/escape-link
 stop_pid "$canary"
 native_probes=$(awk '$1 == "PROBE" { print $2 }' "$tmp/native.out" | sort -u)
@@ -135,7 +143,7 @@ run_inside() {
   before=$(ls -A "$dir" | sort | tr '\n' ' ')
   local args=(inside canary="$canary" marker="$marker" outside="$dir"
     blockdev="$blockdev" vmaddr="$vmaddr" handle="$handle"
-    abstract="$abstract")
+    abstract="$abstract" tcp="$tcp_port")
   local cmd=("$@")
   cmd=("${cmd[@]//@ROOT@/$root}")
   (cd "$tmp" && timeout -k 5 120 "${cmd[@]}" "${args[@]}") \

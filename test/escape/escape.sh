@@ -13,8 +13,9 @@
 #   a host unix socket (path and abstract name) that writes to a log
 # Inside, every probe must print "held", and afterwards: the canary is
 # alive, not stopped, not traced; the marker is unchanged and its token is
-# in no output; the host directory holds exactly the files it had and the
-# rootfs directory is untouched; no one connected to the host socket; the
+# in no output; the host directory holds exactly the files it had, the
+# rootfs directory is untouched, and none of the paths the probes create in
+# their /tmp and /dev/shm exists on the host; no one connected to the host socket; the
 # host's hostname is unchanged. Prints probes tried and held per run.
 # Exits 77 when SENTRY or ESCAPE is missing.
 set -u
@@ -108,7 +109,8 @@ handle=$("$ESCAPE" handle "$marker" 2>/dev/null)
 (cd "$tmp" && "$ESCAPE" native canary="$canary" marker="$marker" \
   outside="$native_dir" blockdev="$blockdev" vmaddr="$vmaddr" \
   abstract="$abstract" tcp="$tcp_port") <"$native_dir/stdin.txt" >"$tmp/native.out" 2>&1
-rm -rf /tmp/escape-chroot /tmp/escape-mnt /tmp/escape-link
+rm -rf /tmp/escape-chroot /tmp/escape-mnt /tmp/escape-link \
+  /tmp/escape-blk /tmp/escape-kvm /dev/shm/escape-exec
 stop_pid "$canary"
 native_probes=$(awk '$1 == "PROBE" { print $2 }' "$tmp/native.out" | sort -u)
 not_reached=$(awk '$1 == "PROBE" && $3 != "REACHED" { print $2 }' "$tmp/native.out")
@@ -176,6 +178,12 @@ run_inside() {
   [ "$after" = "$before" ] || bad+=("host directory changed: $after")
   [ "$(ls -A "$root")" = escape ] ||
     bad+=("the rootfs directory changed: $(ls -A "$root" | tr '\n' ' ')")
+  # The paths the probes create in their own /tmp and /dev/shm.
+  local f
+  for f in /tmp/escape-chroot /tmp/escape-mnt /tmp/escape-link \
+    /tmp/escape-blk /tmp/escape-kvm /dev/shm/escape-exec; do
+    [ -e "$f" ] || [ -L "$f" ] && bad+=("a host file was created: $f")
+  done
   [ -s "$dir/connections.log" ] &&
     bad+=("the host unix socket was connected to")
   [ "$(cat /proc/sys/kernel/hostname)" = "$hostname_before" ] ||

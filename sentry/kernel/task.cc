@@ -11,6 +11,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
 #include "sentry/kernel/kernel.h"
 
@@ -48,10 +49,16 @@ thread_local Task* current_task = nullptr;
 Task* Task::Current() { return current_task; }
 
 void Task::Start() {
-  thread_ = std::thread([this] {
+  // The new thread waits until thread_ is assigned: a task that exits at
+  // once is joined by another task's TaskExited, which must see it
+  // joinable (else the Task is destroyed with a joinable thread_).
+  auto assigned = std::make_shared<absl::Notification>();
+  thread_ = std::thread([this, assigned] {
+    assigned->WaitForNotification();
     current_task = this;
     Run();
   });
+  assigned->Notify();
 }
 
 void Task::Join() {

@@ -142,6 +142,7 @@ MM::SharedFault MM::HandleFaultLocked(uintptr_t addr, bool write, bool exec,
   // fault goes on.
   SharedFault unloaded = SharedFault::kMapped;
   auto loaded = [&](uintptr_t s, uintptr_t e) {
+    mu_.AssertHeld();  // for the analysis: the lambda runs under it
     if (ld == nullptr || ld->settled()) return true;
     if (exclusive_wait) {
       if (WaitBackedLocked(s, e) == 0) return true;

@@ -630,6 +630,9 @@ void TmpFsRegularFile::ZeroWithinPageLocked(uint64_t from, uint64_t to) {
   if (from >= to) return;
   auto it = pages_.find(from / kPageSize);
   if (it == pages_.end()) return;  // a hole reads as zeros already
+  // A restored page's data first (the rest of the page stays); if it
+  // cannot be loaded, the zeros are written all the same.
+  sb_->memfile()->WaitLoaded(it->second, kPageSize);
   std::memset(sb_->memfile()->Internal(it->second + from % kPageSize), 0,
               to - from);
 }
@@ -707,6 +710,12 @@ int64_t TmpFsRegularFile::Read(void* buf, uint64_t n, uint64_t off) {
         const uint64_t in_page = pos % kPageSize;
         const uint64_t chunk = std::min(kPageSize - in_page, n - done);
         if (it != pages_.end() && it->first == idx) {
+          // A restore may still be loading the page: wait for it, or fail
+          // as a read error (never zeros).
+          if (sb_->memfile()->WaitLoaded(it->second, kPageSize) < 0) {
+            if (done == 0) return -EIO;
+            break;
+          }
           std::memcpy(dst + done,
                       sb_->memfile()->Internal(it->second + in_page), chunk);
           ++it;
@@ -745,6 +754,12 @@ int64_t TmpFsRegularFile::Write(const void* buf, uint64_t n, uint64_t off) {
     for (uint64_t done = 0; done < n; ++it) {
       const uint64_t in_page = (off + done) % kPageSize;
       const uint64_t chunk = std::min(kPageSize - in_page, n - done);
+      // The rest of a restored page must be its saved data, not zeros.
+      if (sb_->memfile()->WaitLoaded(it->second, kPageSize) < 0) {
+        if (done == 0) return -EIO;
+        n = done;
+        break;
+      }
       std::memcpy(sb_->memfile()->Internal(it->second + in_page), src + done,
                   chunk);
       done += chunk;

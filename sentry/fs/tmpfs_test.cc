@@ -6,14 +6,17 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cstdio>
 #include <cstring>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "absl/synchronization/mutex.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "sentry/mm/async_loader.h"
 
 namespace sandboxd::fs {
 namespace {
@@ -813,6 +816,72 @@ TEST_F(TmpFsTest, SealExecOnExecutableFileImpliesWriteSeals) {
   EXPECT_EQ(f->AddSeals(kSealExec), 0);
   EXPECT_EQ(f->Seals(), kSealExec | kSealShrink | kSealGrow | kSealWrite |
                             kSealFutureWrite);
+}
+
+// Restored tmpfs pages that are still loading (mm/async_loader.h): reads and
+// writes wait for the page, and a failed load is -EIO, never zeros.
+class RestoredSource : public mm::PageSource {
+ public:
+  absl::Status ReadPages(uint64_t, uint64_t len, uint8_t* dst) override {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(&released_));
+    if (fail_) return absl::DataLossError("injected");
+    memset(dst, 'b', len);
+    return absl::OkStatus();
+  }
+  std::string Name() const override { return "pages.img"; }
+  void Release() {
+    absl::MutexLock l(&mu_);
+    released_ = true;
+  }
+  bool fail_ = false;
+
+ private:
+  absl::Mutex mu_;
+  bool released_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+TEST_F(TmpFsTest, RestoredPagesAreReadOnlyOnceLoaded) {
+  auto f = Make(*root_, "restored");
+  const std::string a(4 * mm::kPageSize, 'a');
+  ASSERT_EQ(f->Write(a.data(), a.size(), 0), static_cast<int64_t>(a.size()));
+  ASSERT_EQ(mf_->AllocatedBytes(), 4 * mm::kPageSize);  // at offset 0
+  auto src = std::make_shared<RestoredSource>();
+  mf_->SetAsyncLoader(
+      std::make_unique<mm::AsyncLoader>(mf_.get(), src, mm::AsyncLoadOptions{}));
+  ASSERT_TRUE(mf_->async_loader()->Add(0, 4 * mm::kPageSize, 0).ok());
+  mf_->async_loader()->Start();
+  std::atomic<bool> done{false};
+  std::string got;
+  std::thread reader([&] {
+    got = ReadAll(*f, 10, mm::kPageSize + 5);
+    done = true;
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(done.load());
+  src->Release();
+  reader.join();
+  EXPECT_EQ(got, std::string(10, 'b'));
+  // A write into a loaded page keeps the rest of it.
+  ASSERT_EQ(f->Write("x", 1, 2 * mm::kPageSize), 1);
+  EXPECT_EQ(ReadAll(*f, 3, 2 * mm::kPageSize), "xbb");
+}
+
+TEST_F(TmpFsTest, RestoredPagesThatFailToLoadAreEio) {
+  auto f = Make(*root_, "restored");
+  const std::string a(2 * mm::kPageSize, 'a');
+  ASSERT_EQ(f->Write(a.data(), a.size(), 0), static_cast<int64_t>(a.size()));
+  auto src = std::make_shared<RestoredSource>();
+  src->fail_ = true;
+  src->Release();
+  mf_->SetAsyncLoader(
+      std::make_unique<mm::AsyncLoader>(mf_.get(), src, mm::AsyncLoadOptions{}));
+  ASSERT_TRUE(mf_->async_loader()->Add(0, 2 * mm::kPageSize, 0).ok());
+  mf_->async_loader()->Start();
+  char c;
+  EXPECT_EQ(f->Read(&c, 1, 10), -EIO);
+  EXPECT_EQ(f->Write("x", 1, 10), -EIO);
+  EXPECT_EQ(f->Read(&c, 1, mm::kPageSize + 10), -EIO);
 }
 
 }  // namespace

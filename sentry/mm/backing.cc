@@ -19,8 +19,9 @@ namespace sandboxd::mm {
 // a mapping), not because the program touched memory it has no right to:
 // say so on the Sentry's stderr, at most a few times per address space.
 void MM::LogBackingFailure(uintptr_t addr, const std::string& why) {
-  if (backing_failures_logged_ >= 8) return;
-  backing_failures_logged_++;
+  if (backing_failures_logged_.fetch_add(1, std::memory_order_relaxed) >= 8) {
+    return;
+  }
   fprintf(stderr, "sentry: mm: cannot back 0x%lx: %s\n",
           static_cast<unsigned long>(addr), why.c_str());
 }
@@ -143,6 +144,13 @@ bool MM::BreakCow(uintptr_t start, uintptr_t end, bool unmap_copied,
       continue;
     }
     if (!exclusive) {
+      // Restored pages are copied only once loaded. Callers waited for
+      // them already (before taking the writer lock): this finds them
+      // loaded, or failed.
+      if (mf_->WaitLoaded(pma.file_offset, len) < 0) {
+        LogBackingFailure(s, "its restored pages could not be loaded");
+        return false;
+      }
       auto off = mf_->Allocate(len);
       if (!off.ok()) {
         LogBackingFailure(s, off.status().ToString());
@@ -171,15 +179,58 @@ void MM::BackedRanges(const Vma& vma, uintptr_t start, uintptr_t end,
                       std::vector<platform::AddressSpace::FileRange>* out) {
   auto pit = pmas_.upper_bound(start);
   if (pit != pmas_.begin() && std::prev(pit)->second.end > start) --pit;
+  const AsyncLoader* ld = mf_->async_loader();
   for (; pit != pmas_.end() && pit->first < end; ++pit) {
     uintptr_t s = std::max(start, pit->first);
     uintptr_t e = std::min(end, pit->second.end);
+    uint64_t us, ue;
+    // Never map what a restore has not loaded: the program would see
+    // zeros. Its next fault waits for it.
+    if (ld != nullptr &&
+        ld->FirstUnloaded(pit->second.file_offset + (s - pit->first), e - s,
+                          &us, &ue)) {
+      continue;
+    }
     platform::Prot prot = vma.prot;
     if (pit->second.needs_copy) prot.write = false;  // the write faults
     out->push_back(platform::AddressSpace::FileRange{
         s, static_cast<off_t>(pit->second.file_offset + (s - pit->first)),
         e - s, prot});
   }
+}
+
+bool MM::UnloadedIn(uintptr_t start, uintptr_t end, uint64_t* off,
+                    uint64_t* len) const {
+  const AsyncLoader* ld = mf_->async_loader();
+  if (ld == nullptr || ld->settled()) return false;
+  auto pit = pmas_.upper_bound(start);
+  if (pit != pmas_.begin() && std::prev(pit)->second.end > start) --pit;
+  for (; pit != pmas_.end() && pit->first < end; ++pit) {
+    const uintptr_t s = std::max(start, pit->first);
+    const uintptr_t e = std::min(end, pit->second.end);
+    uint64_t us, ue;
+    if (ld->FirstUnloaded(pit->second.file_offset + (s - pit->first), e - s,
+                          &us, &ue)) {
+      *off = us;
+      *len = ue - us;
+      return true;
+    }
+  }
+  return false;
+}
+
+int MM::WaitBackedLocked(uintptr_t start, uintptr_t end) {
+  AsyncLoader* ld = mf_->async_loader();
+  if (ld == nullptr || ld->settled()) return 0;
+  auto pit = pmas_.upper_bound(start);
+  if (pit != pmas_.begin() && std::prev(pit)->second.end > start) --pit;
+  for (; pit != pmas_.end() && pit->first < end; ++pit) {
+    const uintptr_t s = std::max(start, pit->first);
+    const uintptr_t e = std::min(end, pit->second.end);
+    const int r = ld->Wait(pit->second.file_offset + (s - pit->first), e - s);
+    if (r < 0) return r;
+  }
+  return 0;
 }
 
 bool MM::MapBacked(const Vma& vma, uintptr_t start, uintptr_t end) {

@@ -32,9 +32,11 @@ bool MM::ReadCode(uintptr_t addr, void* dst, size_t n) {
       continue;
     }
     const size_t len = std::min<uintptr_t>(pit->second.end, seg_end) - cur;
-    std::memcpy(d + done,
-                mf_->Internal(pit->second.file_offset + (cur - pit->first)),
-                len);
+    const uint64_t off = pit->second.file_offset + (cur - pit->first);
+    // Code the program ran is loaded; a restore may still be loading the
+    // rest (rare: under the writer lock).
+    if (mf_->WaitLoaded(off, len) < 0) return false;
+    std::memcpy(d + done, mf_->Internal(off), len);
     done += len;
   }
   return true;
@@ -66,6 +68,10 @@ uint8_t* MM::PrivateCodeLocked(uintptr_t addr, size_t n) {
     pit = FindPma(addr);
     if (pit == pmas_.end() || !pit->second.owned) return nullptr;
   }
+  // A restored page is written only once its saved data is in (before
+  // the loader runs, a restore's RestorePatchedSitesLocked reads it here).
+  const uint64_t off = pit->second.file_offset + (page - pit->first);
+  if (mf_->WaitLoaded(off, kPageSize) < 0) return nullptr;
   return mf_->Internal(pit->second.file_offset + (addr - pit->first));
 }
 
@@ -110,7 +116,9 @@ bool MM::PatchCode(
       pit->second.end < table + table_len) {
     return false;
   }
-  uint8_t* t = mf_->Internal(pit->second.file_offset + (table - pit->first));
+  const uint64_t toff = pit->second.file_offset + (table - pit->first);
+  if (mf_->WaitLoaded(toff, table_len) < 0) return false;
+  uint8_t* t = mf_->Internal(toff);
   uint8_t* s = PrivateCodeLocked(site, len);
   if (s == nullptr) return false;
   // What a checkpoint saves to give the program its code back on restore.

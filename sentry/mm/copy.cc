@@ -13,8 +13,11 @@ namespace sandboxd::mm {
 
 template <typename Fn>
 uint64_t MM::Walk(uintptr_t addr, uint64_t n, Access access, bool allocate,
-                  bool* need_backing, Fn&& fn) {
-  *need_backing = false;
+                  WalkStop* stop, Fn&& fn) {
+  *stop = WalkStop{};
+  AsyncLoader* ld = mf_->async_loader();
+  const bool exclusive_wait =
+      ld != nullptr && ld->options().wait == RestoreWait::kExclusive;
   uint64_t done = 0;
   while (done < n) {
     uintptr_t cur = addr + done;
@@ -24,7 +27,7 @@ uint64_t MM::Walk(uintptr_t addr, uint64_t n, Access access, bool allocate,
       // written below the lowest stack page).
       if (!CanGrowStackTo(cur)) return done;
       if (!allocate) {
-        *need_backing = true;
+        stop->need_backing = true;
         return done;
       }
       mu_.AssertHeld();
@@ -37,7 +40,7 @@ uint64_t MM::Walk(uintptr_t addr, uint64_t n, Access access, bool allocate,
       auto pit = FindPma(cur);
       if (pit == pmas_.end()) {
         if (!allocate) {
-          *need_backing = true;
+          stop->need_backing = true;
           return done;
         }
         mu_.AssertHeld();
@@ -52,11 +55,38 @@ uint64_t MM::Walk(uintptr_t addr, uint64_t n, Access access, bool allocate,
         if (backed <= cur) return done;
         continue;
       }
-      if (access == Access::kWrite && pit->second.needs_copy) {
+      const uint64_t len = std::min<uintptr_t>(pit->second.end, seg_end) - cur;
+      const uint64_t off = pit->second.file_offset + (cur - pit->first);
+      const bool cow = access == Access::kWrite && pit->second.needs_copy;
+      uint64_t us, ue;
+      // Restored pages not loaded yet (a copy-on-write break reads the
+      // whole PMA piece it copies).
+      const uint64_t woff = cow ? PageRoundDown(off) : off;
+      const uint64_t wlen =
+          cow ? std::min<uintptr_t>(pit->second.end, PageRoundUp(seg_end)) -
+                    PageRoundDown(cur)
+              : len;
+      if (ld != nullptr && ld->FirstUnloaded(woff, wlen, &us, &ue)) {
+        if (!exclusive_wait) {
+          // The caller waits for this piece only, without the lock.
+          stop->wait_off = woff;
+          stop->wait_len = wlen;
+          return done;
+        }
+        if (!allocate) {
+          stop->need_backing = true;  // to wait under the writer lock
+          return done;
+        }
+        if (ld->Wait(woff, wlen) < 0) {
+          stop->io_error = true;
+          return done;
+        }
+      }
+      if (cow) {
         // The Sentry writes like the program: never into pages another MM
         // shares.
         if (!allocate) {
-          *need_backing = true;
+          stop->need_backing = true;
           return done;
         }
         mu_.AssertHeld();
@@ -69,9 +99,7 @@ uint64_t MM::Walk(uintptr_t addr, uint64_t n, Access access, bool allocate,
         if (!copied) return done;
         continue;
       }
-      const uint64_t len = std::min<uintptr_t>(pit->second.end, seg_end) - cur;
-      fn(mf_->Internal(pit->second.file_offset + (cur - pit->first)), done,
-         len);
+      fn(mf_->Internal(off), done, len);
       done += len;
       cur += len;
     }
@@ -81,23 +109,47 @@ uint64_t MM::Walk(uintptr_t addr, uint64_t n, Access access, bool allocate,
 
 template <typename Fn>
 uint64_t MM::WalkWithBacking(uintptr_t addr, uint64_t n, Access access,
-                             Fn&& fn) {
-  bool need_backing;
-  uint64_t done;
-  {
-    // The common case, pages already backed, shares the lock with other
-    // copies and faults of backed pages.
-    absl::ReaderMutexLock l(&mu_);
-    done = Walk(addr, n, access, /*allocate=*/false, &need_backing, fn);
+                             bool* io_error, Fn&& fn) {
+  *io_error = false;
+  uint64_t done = 0;
+  bool allocate = false;
+  while (done < n) {
+    WalkStop stop;
+    const uint64_t base = done;
+    auto step = [&fn, base](uint8_t* p, uint64_t off, uint64_t len) {
+      fn(p, base + off, len);
+    };
+    if (!allocate) {
+      // The common case, pages already backed, shares the lock with other
+      // copies and faults of backed pages.
+      absl::ReaderMutexLock l(&mu_);
+      done += Walk(addr + base, n - base, access, /*allocate=*/false, &stop,
+                   step);
+    } else {
+      absl::MutexLock l(&mu_);
+      done += Walk(addr + base, n - base, access, /*allocate=*/true, &stop,
+                   step);
+    }
+    if (stop.io_error) {
+      *io_error = true;
+      return done;
+    }
+    if (stop.wait_len != 0) {
+      // A restore is loading the next piece: wait for it with no lock of
+      // this MM held, so that no other thread's copy, fault or mmap waits
+      // behind this one; then walk on from where this walk stopped (the
+      // piece may have been unmapped or freed meanwhile: looked up again).
+      if (mf_->WaitLoaded(stop.wait_off, stop.wait_len) < 0) {
+        *io_error = true;
+        return done;
+      }
+      allocate = false;
+      continue;
+    }
+    if (!stop.need_backing) return done;
+    if (allocate && done == base) return done;  // no progress: a bad page
+    allocate = true;
   }
-  if (!need_backing) return done;
-  absl::MutexLock l(&mu_);
-  const uint64_t base = done;
-  done += Walk(addr + base, n - base, access, /*allocate=*/true,
-               &need_backing,
-               [&fn, base](uint8_t* p, uint64_t off, uint64_t len) {
-                 fn(p, base + off, len);
-               });
   return done;
 }
 
@@ -105,20 +157,24 @@ int64_t MM::CopyIn(uintptr_t addr, void* dst, uint64_t n) {
   if (n == 0) return 0;
   if (!InBounds(addr, n)) return -EFAULT;
   uint8_t* d = static_cast<uint8_t*>(dst);
+  bool io_error;
   uint64_t done = WalkWithBacking(
-      addr, n, Access::kRead,
+      addr, n, Access::kRead, &io_error,
       [d](uint8_t* p, uint64_t off, uint64_t len) { std::memcpy(d + off, p, len); });
-  return done > 0 ? static_cast<int64_t>(done) : -EFAULT;
+  if (done > 0) return static_cast<int64_t>(done);
+  return io_error ? -EIO : -EFAULT;
 }
 
 int64_t MM::CopyOut(uintptr_t addr, const void* src, uint64_t n) {
   if (n == 0) return 0;
   if (!InBounds(addr, n)) return -EFAULT;
   const uint8_t* s = static_cast<const uint8_t*>(src);
+  bool io_error;
   uint64_t done = WalkWithBacking(
-      addr, n, Access::kWrite,
+      addr, n, Access::kWrite, &io_error,
       [s](uint8_t* p, uint64_t off, uint64_t len) { std::memcpy(p, s + off, len); });
-  return done > 0 ? static_cast<int64_t>(done) : -EFAULT;
+  if (done > 0) return static_cast<int64_t>(done);
+  return io_error ? -EIO : -EFAULT;
 }
 
 int64_t MM::CopyInString(uintptr_t addr, uint64_t max_len, std::string* out) {
@@ -168,12 +224,14 @@ int64_t MM::AtomicWord(uintptr_t addr, bool write,
                vit->second.prot.write;
   }
   // An aligned word never crosses a page, so the walk yields one piece.
+  bool io_error;
   uint64_t done = WalkWithBacking(
-      addr, 4, writable ? Access::kWrite : Access::kRead, take);
-  if (done != 4 && writable && !write) {
+      addr, 4, writable ? Access::kWrite : Access::kRead, &io_error, take);
+  if (done != 4 && writable && !write && !io_error) {
     // The mapping lost PROT_WRITE meanwhile: reading is all that is asked.
-    done = WalkWithBacking(addr, 4, Access::kRead, take);
+    done = WalkWithBacking(addr, 4, Access::kRead, &io_error, take);
   }
+  if (io_error) return -EIO;
   if (done != 4 || word == nullptr) return -EFAULT;
   *out = reinterpret_cast<std::atomic<uint32_t>*>(word);
   return 0;

@@ -59,6 +59,15 @@ absl::StatusOr<std::unique_ptr<MemoryFile>> MemoryFile::Create(
       new MemoryFile(std::move(fd), std::move(mapping), max_size));
 }
 
+MemoryFile::~MemoryFile() {
+  // Its threads write through the internal mapping.
+  loader_.reset();
+}
+
+void MemoryFile::SetAsyncLoader(std::unique_ptr<AsyncLoader> loader) {
+  loader_ = std::move(loader);
+}
+
 absl::StatusOr<uint64_t> MemoryFile::Allocate(uint64_t len) {
   if (len == 0 || !IsPageAligned(len)) {
     return absl::InvalidArgumentError(
@@ -138,6 +147,8 @@ void MemoryFile::Free(uint64_t off, uint64_t len) {
       off + len > max_size_) {
     Die("Free of a bad range", off, len);
   }
+  // No restore read may land in the range once it is reused.
+  if (loader_ != nullptr) loader_->Cancel(off, len);
   // Punch before the range becomes allocatable again, outside the lock: no
   // one else can touch a range that is neither free nor theirs.
   PunchHole(off, len);
@@ -277,6 +288,7 @@ uint64_t MemoryFile::SharedBytes() const {
 
 void MemoryFile::Decommit(uint64_t off, uint64_t len) {
   if (len == 0) return;
+  if (loader_ != nullptr) loader_->Cancel(off, len);
   PunchHole(off, len);
 }
 

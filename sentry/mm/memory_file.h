@@ -17,6 +17,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "sentry/mm/async_loader.h"
 #include "base/mapping.h"
 #include "base/unique_fd.h"
 
@@ -46,6 +47,7 @@ class MemoryFile {
   static absl::StatusOr<std::unique_ptr<MemoryFile>> Create(
       uint64_t max_size = 64ull << 30);
 
+  ~MemoryFile();
   MemoryFile(const MemoryFile&) = delete;
   MemoryFile& operator=(const MemoryFile&) = delete;
 
@@ -95,6 +97,20 @@ class MemoryFile {
   // The pages are the Sentry's memory from then on (its cgroup's).
   absl::Status Populate(uint64_t bytes);
 
+  // Restore: the loader of the ranges whose data is still being read
+  // (async_loader.h). Set once, before anything else uses the file;
+  // owned by it from then on and stopped before the file goes.
+  void SetAsyncLoader(std::unique_ptr<AsyncLoader> loader);
+  // Null when nothing was ever loaded asynchronously.
+  AsyncLoader* async_loader() const { return loader_.get(); }
+  // Waits until [off, off+len) holds its data (at once unless a restore is
+  // still loading it): 0, or -EIO if its load failed. Every Sentry access
+  // to restored pages goes through here (or AsyncLoader::Wait) first.
+  int WaitLoaded(uint64_t off, uint64_t len) const {
+    AsyncLoader* l = loader_.get();
+    return l == nullptr || l->settled() ? 0 : l->Wait(off, len);
+  }
+
   // Bytes currently allocated (handed out and not freed).
   uint64_t AllocatedBytes() const;
   // Current size of the memfd (a high-water mark, rounded to kGrowStep).
@@ -115,6 +131,8 @@ class MemoryFile {
   const UniqueFd fd_;
   const Mapping mapping_;
   const uint64_t max_size_;
+  // Set before the file is shared (SetAsyncLoader), then read only.
+  std::unique_ptr<AsyncLoader> loader_;
 
   mutable absl::Mutex mu_;
   // Free ranges below end_: offset -> length. Never adjacent (coalesced) and

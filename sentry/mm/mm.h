@@ -356,15 +356,46 @@ class MM : public platform::CodePatcher {
   bool BreakCow(uintptr_t start, uintptr_t end, bool unmap_copied,
                 bool reclaim_only = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void LogBackingFailure(uintptr_t addr, const std::string& why)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Maps the PMAs intersecting [start, end) into the AddressSpace with the
   // VMA's protection (without write for copy-on-write pages). Returns false
-  // if the platform failed.
+  // if the platform failed. Under the reader lock only on the restore fast
+  // path (HandleFaultShared): the platform orders its own requests, and
+  // nothing can unmap while the lock is held.
   bool MapBacked(const Vma& vma, uintptr_t start, uintptr_t end)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // MapBacked's ranges, appended to *out, for one MapFiles request.
   void BackedRanges(const Vma& vma, uintptr_t start, uintptr_t end,
                     std::vector<platform::AddressSpace::FileRange>* out)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+
+  // Restore (async_loader.h). The first memory-file range behind the PMAs
+  // in [start, end) that is not loaded yet: true with it, else false.
+  bool UnloadedIn(uintptr_t start, uintptr_t end, uint64_t* off,
+                  uint64_t* len) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Waits until every PMA in [start, end) is loaded: 0, or -EIO, holding
+  // the caller's lock meanwhile (RestoreWait::kExclusive: the writer
+  // lock).
+  int WaitBackedLocked(uintptr_t start, uintptr_t end)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The fault-around block around `addr` in the VMA at `vit`.
+  void FaultBlock(VmaMap::const_iterator vit, uintptr_t addr,
+                  uintptr_t* start, uintptr_t* end) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // The part of a fault that needs only the reader lock while a restore is
+  // loading: waits (without the lock) for the restored pages of the
+  // fault-around block and, if the block is backed and needs no copy for
+  // this access, maps it under the reader lock.
+  enum class SharedFault { kMapped, kSignal, kContinue };
+  SharedFault HandleFaultShared(uintptr_t addr, bool write, bool exec,
+                                int* signo, int* si_code)
+      ABSL_LOCKS_EXCLUDED(mu_);
+  // HandleFault under the writer lock. With a pending range to map and
+  // RestoreWait::kShared, returns kContinue and the range in *wait_off,
+  // *wait_len for the caller to wait for without the writer lock.
+  SharedFault HandleFaultLocked(uintptr_t addr, bool write, bool exec,
+                                int* signo, int* si_code, uint64_t* wait_off,
+                                uint64_t* wait_len)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // One step of a copy: walks [addr, addr+n) calling fn(internal pointer,
@@ -373,15 +404,27 @@ class MM : public platform::CodePatcher {
   // `allocate`, at the first page without backing or, for writes, still
   // copy-on-write (*need_backing = true).
   // Returns the number of bytes done. Callers hold mu_ exclusively when
-  // `allocate`, otherwise at least shared.
+  // `allocate`, otherwise at least shared. A piece that a restore has not
+  // loaded yet stops the walk with the piece in *stop for the caller to
+  // wait for without the lock (RestoreWait::kShared); with
+  // RestoreWait::kExclusive the walk waits for it under the writer lock
+  // (asking for it first). A piece whose load failed: stop->io_error.
+  struct WalkStop {
+    bool need_backing = false;  // retry under the writer lock
+    bool io_error = false;      // a restored piece failed to load
+    // A restored piece to wait for (without the lock), then walk on.
+    uint64_t wait_off = 0;
+    uint64_t wait_len = 0;
+  };
   template <typename Fn>
   uint64_t Walk(uintptr_t addr, uint64_t n, Access access, bool allocate,
-                bool* need_backing, Fn&& fn) ABSL_SHARED_LOCKS_REQUIRED(mu_);
-  // Runs Walk under the reader lock and, when pages need backing, finishes
-  // under the writer lock. Returns the number of bytes done.
+                WalkStop* stop, Fn&& fn) ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Runs Walk under the reader lock and, when pages need backing, goes on
+  // under the writer lock; waits for restored pieces between the walks.
+  // Returns the number of bytes done; *io_error as for Walk.
   template <typename Fn>
-  uint64_t WalkWithBacking(uintptr_t addr, uint64_t n, Access access, Fn&& fn)
-      ABSL_LOCKS_EXCLUDED(mu_);
+  uint64_t WalkWithBacking(uintptr_t addr, uint64_t n, Access access,
+                           bool* io_error, Fn&& fn) ABSL_LOCKS_EXCLUDED(mu_);
 
   // Syscall patching (code_patch.cc). A Sentry pointer through which the
   // n bytes at addr (within one page of a private mapping whose pages are
@@ -417,7 +460,8 @@ class MM : public platform::CodePatcher {
   uintptr_t mmap_base_;
 
   mutable absl::Mutex mu_;
-  int backing_failures_logged_ ABSL_GUARDED_BY(mu_) = 0;
+  // Atomic: MapBacked may log under the reader lock.
+  std::atomic<int> backing_failures_logged_{0};
   VmaMap vmas_ ABSL_GUARDED_BY(mu_);
   PmaMap pmas_ ABSL_GUARDED_BY(mu_);
   // brk_start_ <= brk_; the heap VMA covers [brk_start_, PageRoundUp(brk_)).

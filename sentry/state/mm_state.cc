@@ -238,7 +238,7 @@ absl::Status MmState::PreparePrivate(Loader& l, mm::MemoryFile* mf) {
   }
   for (const auto& [off, len] : runs) {
     ASSIGN_OR_RETURN(uint64_t to, NewOffset(off, len));
-    RETURN_IF_ERROR(l.pages().LoadPages(off, len, mf->Internal(to)));
+    RETURN_IF_ERROR(FillPages(l.pages(), mf, off, len, to));
   }
   // Allocate gave every page one reference: add the others, and give back
   // pages that no PMA names (an image that saved more than it uses).
@@ -290,7 +290,7 @@ absl::StatusOr<std::shared_ptr<mm::SharedAnon>> MmState::LoadSharedAnon(
         ASSIGN_OR_RETURN(uint64_t off, mf->Allocate(r.size()));
         auto a = std::make_shared<mm::SharedAnon>(mf, off, r.size());
         RETURN_IF_ERROR(
-            l.pages().LoadPages(r.memfile_offset(), r.size(), mf->Internal(off)));
+            FillPages(l.pages(), mf, r.memfile_offset(), r.size(), off));
         return a;
       });
 }

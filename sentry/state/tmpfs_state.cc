@@ -300,8 +300,8 @@ absl::StatusOr<std::shared_ptr<fs::Inode>> FsState::LoadInode(Loader& l,
               f->pages_[p.index() + i] = *off + i * kPage;
             }
             RETURN_IF_ERROR(Annotate(
-                l.pages().LoadPages(p.memfile_offset(), len,
-                                    l.memfile()->Internal(*off)),
+                FillPages(l.pages(), l.memfile(), p.memfile_offset(), len,
+                          *off),
                 absl::StrCat("data of tmpfs inode ", r.ino())));
           }
         }

@@ -86,7 +86,8 @@ absl::StatusOr<std::unique_ptr<SentryProcess>> SentryProcess::Adopt(
   // The pidfd first, then the check: it then names the recorded process
   // (a pid reused after the check could not slip in).
   UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
-  if (!pidfd.valid() || start_time.empty() || ProcessStartTime(pid) != start_time) {
+  if (!pidfd.valid() || start_time.empty() || ProcessStartTime(pid) != start_time ||
+      IsZombie(pid)) {
     return absl::UnavailableError(absl::StrCat("sentry (pid ", pid, ") is gone"));
   }
   return std::unique_ptr<SentryProcess>(

@@ -88,7 +88,17 @@ constexpr char kControlSocket[] = "control.sock";
 }  // namespace
 
 bool SentryRecord::Alive() const {
-  return pid > 1 && !start_time.empty() && ProcessStartTime(pid) == start_time;
+  return pid > 1 && !start_time.empty() && ProcessStartTime(pid) == start_time &&
+         !IsZombie(pid);
+}
+
+bool IsZombie(pid_t pid) {
+  std::ifstream f(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  size_t close = stat.rfind(')');
+  // An orphaned Sentry that died stays a zombie until its new parent reaps
+  // it: it is gone all the same.
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z';
 }
 
 std::string ProcessStartTime(pid_t pid) {

@@ -94,6 +94,8 @@ class StateDir {
 // "" when the process does not exist: with the pid, it names one process
 // even after pids wrap.
 std::string ProcessStartTime(pid_t pid);
+// Whether `pid` has died and awaits its parent's wait.
+bool IsZombie(pid_t pid);
 
 }  // namespace daemon
 }  // namespace sandboxd

@@ -53,7 +53,7 @@ fi
 # Warm KVM Sentries too, where the kvm platform's probe passes.
 platforms_here "$SENTRY"
 start_bg "$tmp/daemon.log" "$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" --state-dir="$tmp/state" \
-  --pool-size=1 --platforms="$platforms" --cgroup-parent="sandboxctl-test-$$" "${tcp_args[@]}"
+  --pool-size=1 --platforms="$platforms" --cgroup-parent="sandboxctl-test-$$" --shutdown-kill "${tcp_args[@]}"
 wait_for_daemon "$SANDBOXCTL" "$SOCK"
 
 ctl run --rm -- /bin/echo hello world

@@ -159,7 +159,11 @@ std::shared_ptr<Sandbox> Sandbox::Adopt(Options o, const v1::SandboxInfo& record
   StdioPair stdio;
   std::string why;
   bool running = false;
-  if (p.exited()) {
+  if (record.state() == v1::SANDBOX_STATE_CREATED) {
+    // Its rootfs and stdio were the earlier daemon's; its Sentry ended with
+    // that daemon's channel (only a started sandbox outlives it).
+    why = "it had not been started, and only a started sandbox outlives its daemon";
+  } else if (p.exited()) {
     why = absl::StrCat("the sandbox's sentry (pid ", p.pid(), ") ", p.exit_reason());
   } else {
     control::Request req;

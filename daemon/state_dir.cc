@@ -54,7 +54,8 @@ absl::Status WriteAtomically(const std::string& path, const std::string& data) {
     if (n <= 0) return ErrnoStatus(absl::StrCat("writing ", tmp), errno);
     done += static_cast<size_t>(n);
   }
-  if (fsync(fd.get()) != 0) return ErrnoStatus(absl::StrCat("fsync ", tmp), errno);
+  // No fsync: the records are for a daemon that crashed, not a machine
+  // (/run is a tmpfs), and the rename alone is atomic for that.
   fd.reset();
   if (rename(tmp.c_str(), path.c_str()) != 0) {
     return ErrnoStatus(absl::StrCat("renaming ", tmp), errno);

@@ -7,7 +7,8 @@
 #     sandbox live on; the restarted daemon lists them RUNNING, `logs` has
 #     the output from before and during the outage, exec, kill and rm work
 #   - a sandbox whose init exited while no daemon ran is STOPPED with its
-#     exit code; one whose Sentry was killed meanwhile is FAILED, with why
+#     exit code; one whose Sentry was killed meanwhile is FAILED, with why;
+#     so is one that had not been started
 #   - SIGTERM leaves the sandboxes running; --shutdown-kill destroys them
 #   - two daemons with their own state directories and the default cgroup
 #     parent leave each other's sandboxes and cgroups alone (start, stop,
@@ -100,6 +101,7 @@ ctl a create --name=exiter --rootfs=/ -- /bin/sh -c 'sleep 2; exit 7'
 ctl a start exiter
 ctl a create --name=victim --rootfs=/ -- /bin/sleep 1000
 ctl a start victim
+ctl a create --name=notyet --rootfs=/ -- /bin/true
 until_eq 10 running state a att
 check "attached sandbox running" eq "$(state a att)" running
 sleep 1
@@ -130,6 +132,9 @@ check "restarted: victim FAILED" eq "$(state a victim)" failed
 ctl a inspect victim
 check "restarted: victim's reason names its sentry" contains "$tmp/out" \
   "sentry (pid $victim_pid) was gone when sandboxd restarted"
+check "restarted: a sandbox never started is FAILED" eq "$(state a notyet)" failed
+ctl a inspect notyet
+check "restarted: ... saying it had not been started" contains "$tmp/out" "it had not been started"
 ctl a logs loop
 cp "$tmp/out" "$tmp/loop.log"
 check "logs: the counter from 0 without a gap" counted "$tmp/loop.log"
@@ -143,7 +148,7 @@ check "exec in a re-adopted sandbox" eq "$(cat "$tmp/out")" "exec works"
 ctl a kill loop
 check "kill of a re-adopted sandbox" eq "$status" 0
 check "killed: loop STOPPED" until_eq 5 stopped state a loop
-ctl a rm loop exiter victim
+ctl a rm loop exiter victim notyet
 check "rm of re-adopted and recovered-as-ended sandboxes" eq "$status" 0
 check "rm: loop's sentry is gone" until_eq 5 1 gone "${pids[0]}"
 check "rm: exiter's sentry is gone" until_eq 5 1 gone "${pids[2]}"

@@ -15,7 +15,8 @@
 // released.
 //
 // Thread safety: every method may be called from any thread.
-// Lock order: Service::mu_ > Sandbox::mu_ > SentryProcess and OutputLog locks.
+// Lock order: Service::mu_ > Sandbox::mu_ > SentryProcess and OutputLog locks;
+// Sandbox::save_mu_ > Sandbox::mu_.
 #ifndef SANDBOXD_DAEMON_SANDBOX_H_
 #define SANDBOXD_DAEMON_SANDBOX_H_
 

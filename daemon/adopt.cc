@@ -16,7 +16,8 @@ namespace daemon {
 
 std::vector<std::shared_ptr<Sandbox>> AdoptSandboxes(const AdoptOptions& o) {
   std::map<pid_t, SentryRecord> sentries;
-  for (SentryRecord& r : o.state_dir->Sentries()) sentries[r.pid] = std::move(r);
+  for (SentryRecord& r : o.state_dir->Sentries())
+    sentries[r.pid] = std::move(r);
 
   std::vector<std::string> errors;
   std::vector<v1::SandboxInfo> records = o.state_dir->LoadSandboxes(&errors);
@@ -45,16 +46,19 @@ std::vector<std::shared_ptr<Sandbox>> AdoptSandboxes(const AdoptOptions& o) {
       }
     } else {
       process = SentryProcess::Gone(
-          pid, "was gone when sandboxd restarted (it ended while no daemon ran; "
-               "its exit status went to its new parent)");
+          pid,
+          "was gone when sandboxd restarted (it ended while no daemon ran; "
+          "its exit status went to its new parent)");
     }
     Sandbox::Options so;
     // The cgroup comes with the sandbox (its Destroy removes it) only
     // when the Sentry is back; otherwise KillStale's list has it.
-    so.sentry = o.factory->Adopt(info.spec().platform(), std::move(process),
-                                 keep.count(pid) && rec != nullptr ? rec->cgroup : "");
+    so.sentry =
+        o.factory->Adopt(info.spec().platform(), std::move(process),
+                         keep.count(pid) && rec != nullptr ? rec->cgroup : "");
     so.created = absl::FromUnixNanos(
-        google::protobuf::util::TimeUtil::TimestampToNanoseconds(info.timings().created()));
+        google::protobuf::util::TimeUtil::TimestampToNanoseconds(
+            info.timings().created()));
     so.metrics = o.metrics;
     so.state_dir = o.state_dir;
     so.on_state_change = o.on_state_change;
@@ -63,7 +67,8 @@ std::vector<std::shared_ptr<Sandbox>> AdoptSandboxes(const AdoptOptions& o) {
 
   std::vector<std::string> stale_cgroups;
   if (int n = o.state_dir->KillStale(keep, &stale_cgroups); n > 0) {
-    Log("killed ", n, " sentries left by an earlier sandboxd (warm or unreachable)");
+    Log("killed ", n,
+        " sentries left by an earlier sandboxd (warm or unreachable)");
   }
   if (o.cgroups != nullptr) {
     for (const std::string& name : stale_cgroups) {

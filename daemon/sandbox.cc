@@ -159,11 +159,7 @@ std::shared_ptr<Sandbox> Sandbox::Adopt(Options o, const v1::SandboxInfo& record
   StdioPair stdio;
   std::string why;
   bool running = false;
-  if (record.state() == v1::SANDBOX_STATE_CREATED) {
-    // Its rootfs and stdio were the earlier daemon's; its Sentry ended with
-    // that daemon's channel (only a started sandbox outlives it).
-    why = "it had not been started, and only a started sandbox outlives its daemon";
-  } else if (p.exited()) {
+  if (p.exited()) {
     why = absl::StrCat("the sandbox's sentry (pid ", p.pid(), ") ", p.exit_reason());
   } else {
     control::Request req;
@@ -183,6 +179,12 @@ std::shared_ptr<Sandbox> Sandbox::Adopt(Options o, const v1::SandboxInfo& record
       if (!stdio.tty) stdio.err = std::move(fds[1]);
       running = true;
     }
+  }
+  if (!running && record.state() == v1::SANDBOX_STATE_CREATED) {
+    // Its rootfs and stdio were the earlier daemon's, and its Sentry ended
+    // with that daemon's channel (a record still saying CREATED whose
+    // Sentry answers had started: the daemon died before writing RUNNING).
+    why = "it had not been started, and only a started sandbox outlives its daemon";
   }
   s->init_relay_ = std::make_unique<ProcessRelay>(&stdio, kInitLogBytes);
   if (s->state_dir_ != nullptr) {

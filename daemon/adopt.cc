@@ -19,9 +19,15 @@ std::vector<std::shared_ptr<Sandbox>> AdoptSandboxes(const AdoptOptions& o) {
   for (SentryRecord& r : o.state_dir->Sentries())
     sentries[r.pid] = std::move(r);
 
-  std::vector<std::string> errors;
-  std::vector<v1::SandboxInfo> records = o.state_dir->LoadSandboxes(&errors);
-  for (const std::string& e : errors) Log("state directory: ", e, " (ignored)");
+  std::vector<std::string> unreadable;
+  std::vector<v1::SandboxInfo> records =
+      o.state_dir->LoadSandboxes(&unreadable);
+  for (const std::string& id : unreadable) {
+    // Records are renamed into place whole: a directory without one holds
+    // nothing a sandbox could be rebuilt from.
+    Log("state directory: sandboxes/", id, " has no readable record (removed)");
+    o.state_dir->RemoveSandbox(id);
+  }
 
   std::vector<std::shared_ptr<Sandbox>> out;
   std::set<pid_t> keep;  // Sentries owned by a sandbox again

@@ -154,6 +154,12 @@ std::vector<SentryRecord> StateDir::Sentries() const {
 }
 
 int StateDir::KillStale(const std::set<pid_t>& keep, std::vector<std::string>* cgroups) {
+  // A temporary file a crash left behind.
+  const std::string dir = path_ + "/sentries";
+  for (const std::string& name : ListDir(dir)) {
+    int pid;
+    if (!absl::SimpleAtoi(name, &pid)) unlink((dir + "/" + name).c_str());
+  }
   int killed = 0;
   for (const SentryRecord& r : Sentries()) {
     if (keep.count(r.pid)) continue;
@@ -194,7 +200,8 @@ absl::Status StateDir::SaveSandbox(const v1::SandboxInfo& info) {
   return WriteAtomically(dir + "/sandbox.pb", info.SerializeAsString());
 }
 
-std::vector<v1::SandboxInfo> StateDir::LoadSandboxes(std::vector<std::string>* errors) const {
+std::vector<v1::SandboxInfo> StateDir::LoadSandboxes(
+    std::vector<std::string>* unreadable) const {
   std::vector<v1::SandboxInfo> out;
   for (const std::string& id : ListDir(path_ + "/sandboxes")) {
     const std::string file = SandboxDir(id) + "/sandbox.pb";
@@ -202,7 +209,7 @@ std::vector<v1::SandboxInfo> StateDir::LoadSandboxes(std::vector<std::string>* e
     std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
     v1::SandboxInfo info;
     if (!f.is_open() || !info.ParseFromString(data) || info.id() != id) {
-      if (errors != nullptr) errors->push_back(absl::StrCat(file, ": missing or unreadable"));
+      if (unreadable != nullptr) unreadable->push_back(id);
       continue;
     }
     out.push_back(std::move(info));

@@ -66,9 +66,10 @@ class StateDir {
   std::string SandboxDir(const std::string& id) const;
   // Writes sandboxes/<id>/sandbox.pb atomically (a temporary file renamed).
   absl::Status SaveSandbox(const v1::SandboxInfo& info);
-  // Every readable record; `errors` (may be null) gets one line per
-  // directory that has none or an unreadable one.
-  std::vector<v1::SandboxInfo> LoadSandboxes(std::vector<std::string>* errors) const;
+  // Every readable record; `unreadable` (may be null) gets the ids of the
+  // directories that have none or an unreadable one.
+  std::vector<v1::SandboxInfo> LoadSandboxes(
+      std::vector<std::string>* unreadable) const;
   // Removes sandboxes/<id> and everything in it.
   void RemoveSandbox(const std::string& id);
   std::string OutputLogPath(const std::string& id) const;

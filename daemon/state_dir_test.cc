@@ -2,6 +2,7 @@
 
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -100,10 +101,13 @@ TEST(StateDirTest, SandboxRecordsRoundTripAndGo) {
   ASSERT_TRUE((*sd)->SaveSandbox(info).ok());
   info.set_state(v1::SANDBOX_STATE_STOPPED);
   ASSERT_TRUE((*sd)->SaveSandbox(info).ok());
+  ASSERT_EQ(mkdir((*sd)->SandboxDir("junk").c_str(), 0700), 0);
   std::vector<std::string> errors;
   std::vector<v1::SandboxInfo> all = (*sd)->LoadSandboxes(&errors);
   ASSERT_EQ(all.size(), 1u);
-  EXPECT_TRUE(errors.empty());
+  EXPECT_EQ(errors, std::vector<std::string>{"junk"});
+  (*sd)->RemoveSandbox("junk");
+  errors.clear();
   EXPECT_EQ(all[0].state(), v1::SANDBOX_STATE_STOPPED);
   EXPECT_EQ(all[0].spec().labels().at("k"), "v");
   EXPECT_EQ(all[0].sentry_pids(0), 1234);

@@ -275,9 +275,11 @@ absl::Status Sandbox::StartLocked() {
   for (int fd : init_stdio_.TheirFds()) fds.push_back(fd);
   if (state_dir_ != nullptr) {
     // Without it the sandbox still runs, but dies with this daemon.
+    const absl::Time persist = absl::Now();
     if (absl::Status p = PersistLocked(); !p.ok()) {
       Log("sandbox ", id_, ": it will not outlive the daemon: ", p.ToString());
     }
+    AddStageLocked(StageName(Stage::kStartPersist), absl::Now() - persist);
   }
 
   init_relay_->Start();

@@ -32,6 +32,7 @@ constexpr std::array<absl::string_view, kNumStages> kNames = {
     "create.spawn_sentry",
     "create.cgroup_limits",
     "create.stdio",
+    "start.persist",
     "start.sentry_call",
     "attach.first_message",
     "attach.pid_sent",

@@ -44,8 +44,10 @@ enum class Stage : uint8_t {
   kCreateSpawnSentry,
   kCreateCgroupLimits,
   kCreateStdio,
-  // The daemon's Start: its call to the Sentry, whose own steps follow as
-  // kSentryStagePrefix + the Sentry's stage name.
+  // The daemon's Start: Persist (the sandbox outlives the daemon), then
+  // its call to the Sentry, whose own steps follow as kSentryStagePrefix +
+  // the Sentry's stage name.
+  kStartPersist,
   kStartSentryCall,
   // The daemon's attach and the exit's way back (daemon/service.cc).
   kAttachFirstMessage,

@@ -142,7 +142,7 @@ EOF
   start_daemon() {
     "$SANDBOXD" --sentry="$2" --platforms="$3" --socket="$tmp/$1.sock" \
       --state-dir="$tmp/$1.state" --cgroup-parent="bench-kvm-$1-$$" --pool-size=2 \
-      2>"$tmp/$1.log" &
+      --shutdown-kill 2>"$tmp/$1.log" &
     pids+=($!)
     wait_for_daemon "$SANDBOXCTL" "$tmp/$1.sock" && return 0
     echo "sandboxd ($1) did not start:" >&2

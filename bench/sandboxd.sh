@@ -54,9 +54,14 @@ trap cleanup EXIT
 # start_daemon NAME POOL_SIZE METRICS_PORT [BIN_DIR]
 start_daemon() {
   local daemon=$SANDBOXD sentry=$SENTRY ctl=$SANDBOXCTL
-  if [ -n "${4:-}" ]; then daemon=$4/sandboxd sentry=$4/sentry ctl=$4/sandboxctl; fi
+  # The sandboxes go with the daemon (a BASE_BIN build may predate the flag).
+  local -a kill_flag=(--shutdown-kill)
+  if [ -n "${4:-}" ]; then
+    daemon=$4/sandboxd sentry=$4/sentry ctl=$4/sandboxctl
+    "$daemon" --help 2>&1 | grep -q -- --shutdown-kill || kill_flag=()
+  fi
   "$daemon" --sentry="$sentry" --socket="$tmp/$1.sock" --state-dir="$tmp/$1.state" \
-    --cgroup-parent="bench-sandboxd-$1-$$" --pool-size="$2" \
+    --cgroup-parent="bench-sandboxd-$1-$$" --pool-size="$2" "${kill_flag[@]}" \
     --metrics-address="127.0.0.1:$3" 2>"$tmp/$1.log" &
   pids+=($!)
   wait_for_daemon "$ctl" "$tmp/$1.sock" && return 0

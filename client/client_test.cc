@@ -65,7 +65,9 @@ class Daemon {
     socket_ = dir_ + "/sandboxd.sock";
     cgroup_parent_ = absl::StrCat("sandboxd-test-", getpid(), "-", counter_++);
     args_ = {SandboxdPath(), "--sentry=" + SentryPath(), "--socket=" + socket_, "--state-dir=" + dir_ + "/state",
-             "--cgroup-parent=" + cgroup_parent_, "--metrics-address=127.0.0.1:0"};
+             "--cgroup-parent=" + cgroup_parent_, "--metrics-address=127.0.0.1:0",
+             // Nothing of a test outlives its daemon.
+             "--shutdown-kill"};
     for (auto& e : extra) args_.push_back(e);
     Start();
   }
@@ -773,7 +775,7 @@ bool ProcessIsZombie(int pid) {
   return close != std::string::npos && line.size() > close + 2 && line[close + 2] == 'Z';
 }
 
-TEST(SandboxdTest, RestartKillsWhatTheLastDaemonLeft) {
+TEST(SandboxdTest, RestartReadoptsWhatTheLastDaemonLeft) {
   SKIP_WITHOUT_BINARIES();
   char tmpl[] = "/tmp/sandboxd_test.XXXXXX";
   const std::string dir = mkdtemp(tmpl);
@@ -788,18 +790,24 @@ TEST(SandboxdTest, RestartKillsWhatTheLastDaemonLeft) {
     ASSERT_TRUE(info.ok());
     sentries.assign(info->sentry_pids().begin(), info->sentry_pids().end());
     d.KillHard();  // leaves the socket, the Sentries and the state dir behind
-    ASSERT_EQ(kill(sentries[0], 0), 0) << "the sentry died with the daemon";
+    absl::SleepFor(absl::Milliseconds(500));
+    ASSERT_TRUE(kill(sentries[0], 0) == 0 && !ProcessIsZombie(sentries[0]))
+        << "the sentry died with the daemon";
     Daemon again({"--pool-size=1", cgroup}, dir);
-    // The old Sentry is gone (reaped by init once killed).
+    info = again.c().Get(a->id());
+    ASSERT_TRUE(info.ok()) << info.status() << again.Log();
+    EXPECT_EQ(info->state(), v1::SANDBOX_STATE_RUNNING) << again.Log();
+    RunResult r = RunProgram(again.c(), {"/bin/echo", "after restart"});
+    ASSERT_TRUE(r.status.ok()) << r.status << again.Log();
+    EXPECT_EQ(r.out, "after restart\n");
+    // Destroying the re-adopted sandbox ends its Sentry.
+    ASSERT_TRUE(again.c().Destroy(a->id()).ok());
     bool gone = false;
     for (int i = 0; i < 100 && !gone; i++) {
       gone = kill(sentries[0], 0) != 0 || ProcessIsZombie(sentries[0]);
       absl::SleepFor(absl::Milliseconds(50));
     }
-    EXPECT_TRUE(gone) << "sentry " << sentries[0] << " outlived the restart";
-    RunResult r = RunProgram(again.c(), {"/bin/echo", "after restart"});
-    ASSERT_TRUE(r.status.ok()) << r.status << again.Log();
-    EXPECT_EQ(r.out, "after restart\n");
+    EXPECT_TRUE(gone) << "sentry " << sentries[0] << " outlived its Destroy";
   }
   std::filesystem::remove_all(dir);
 }

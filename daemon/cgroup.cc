@@ -196,10 +196,12 @@ bool Contains(const std::vector<std::string>& v, absl::string_view s) {
   return std::find(v.begin(), v.end(), s) != v.end();
 }
 
-absl::Status MakeDir(const std::string& path) {
-  if (mkdir(path.c_str(), 0755) != 0 && errno != EEXIST) {
-    return ErrnoStatus(absl::StrCat("mkdir ", path), errno);
+absl::Status MakeDir(const std::string& path, bool* created = nullptr) {
+  if (mkdir(path.c_str(), 0755) == 0) {
+    if (created != nullptr) *created = true;
+    return absl::OkStatus();
   }
+  if (errno != EEXIST) return ErrnoStatus(absl::StrCat("mkdir ", path), errno);
   return absl::OkStatus();
 }
 
@@ -256,6 +258,7 @@ absl::StatusOr<std::unique_ptr<CgroupManager>> CgroupManager::Create(
 
   auto layout = std::make_shared<CgroupLayout>();
   layout->parent = parent;
+  bool created = false;
   std::vector<std::string> v2_offered;
   if (!mounts->v2.empty()) {
     v2_offered = ReadControllerList(mounts->v2 + "/cgroup.controllers");
@@ -282,7 +285,7 @@ absl::StatusOr<std::unique_ptr<CgroupManager>> CgroupManager::Create(
     // same in every ancestor: here the hierarchy's root.
     EnableV2Controllers(mounts->v2);
     CgroupHierarchy h{mounts->v2, {}};
-    RETURN_IF_ERROR(Annotate(MakeDir(layout->ParentDir(h)), "cgroups"));
+    RETURN_IF_ERROR(Annotate(MakeDir(layout->ParentDir(h), &created), "cgroups"));
     h.controllers = EnableV2Controllers(layout->ParentDir(h));
     layout->hierarchies.push_back(std::move(h));
   } else {
@@ -292,12 +295,14 @@ absl::StatusOr<std::unique_ptr<CgroupManager>> CgroupManager::Create(
     }
     layout->hierarchies = mounts->v1;
     for (const CgroupHierarchy& h : layout->hierarchies) {
-      RETURN_IF_ERROR(Annotate(MakeDir(layout->ParentDir(h)), "cgroups"));
+      RETURN_IF_ERROR(Annotate(MakeDir(layout->ParentDir(h), &created), "cgroups"));
     }
   }
   layout->version = version;
   layout->use_cgroup_kill = options.use_cgroup_kill;
-  return std::unique_ptr<CgroupManager>(new CgroupManager(std::move(layout)));
+  auto manager = std::unique_ptr<CgroupManager>(new CgroupManager(std::move(layout)));
+  manager->created_parent_ = created;
+  return manager;
 }
 
 CgroupManager::CgroupManager(std::shared_ptr<const CgroupLayout> layout)
@@ -308,6 +313,8 @@ CgroupManager::~CgroupManager() = default;
 CgroupVersion CgroupManager::version() const { return layout_->version; }
 
 const std::string& CgroupManager::parent() const { return layout_->parent; }
+
+bool CgroupManager::created_parent() const { return created_parent_; }
 
 bool CgroupManager::HasController(const std::string& controller) const {
   return layout_->For(controller) != nullptr;
@@ -355,6 +362,17 @@ absl::StatusOr<std::unique_ptr<Cgroup>> CgroupManager::New(const std::string& na
     made.push_back(dir);
   }
   return std::unique_ptr<Cgroup>(new Cgroup(layout_, name));
+}
+
+absl::StatusOr<std::unique_ptr<Cgroup>> CgroupManager::Open(const std::string& name) {
+  RETURN_IF_ERROR(ValidName("name", name));
+  for (const CgroupHierarchy& h : layout_->hierarchies) {
+    struct stat st;
+    if (stat(layout_->Dir(h, name).c_str(), &st) == 0 && S_ISDIR(st.st_mode)) {
+      return std::unique_ptr<Cgroup>(new Cgroup(layout_, name));
+    }
+  }
+  return absl::NotFoundError(absl::StrCat("cgroup ", name, " is not under ", layout_->parent));
 }
 
 absl::Status CgroupManager::CleanupStale() {

@@ -83,9 +83,16 @@ class CgroupManager {
   // Whether limits of this kind can be set ("memory", "cpu", "pids").
   bool HasController(const std::string& controller) const;
 
+  // Whether Create made the parent directory (in some hierarchy) rather
+  // than finding it: a daemon removes only a parent it made.
+  bool created_parent() const;
+
   // Creates the cgroup `name` (one per Sentry) under the parent. Fails with
   // ALREADY_EXISTS when it exists (a stale one: call CleanupStale first).
   absl::StatusOr<std::unique_ptr<Cgroup>> New(const std::string& name);
+  // The existing cgroup `name` under the parent (a re-adopted Sentry's, or
+  // a stale one to kill and remove); NOT_FOUND when no hierarchy has it.
+  absl::StatusOr<std::unique_ptr<Cgroup>> Open(const std::string& name);
   // Kills the processes in, and removes, every cgroup under the parent: the
   // leftovers of an earlier daemon. Call before the first New.
   absl::Status CleanupStale();
@@ -96,6 +103,7 @@ class CgroupManager {
  private:
   explicit CgroupManager(std::shared_ptr<const CgroupLayout> layout);
   std::shared_ptr<const CgroupLayout> layout_;
+  bool created_parent_ = false;
 };
 
 // One sandbox's cgroup. May outlive its CgroupManager.

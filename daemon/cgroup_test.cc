@@ -485,6 +485,32 @@ TEST_F(FakeTree, V1CoMountedControllers) {
   (void)cg->release();
 }
 
+// A restarted daemon opens its recorded cgroups and tells a parent it
+// made from one it found.
+TEST_F(FakeTree, OpenFindsExistingCgroupsAndCreatedParentSaysWho) {
+  for (const char* d : {"/memory", "/pids"}) {
+    ASSERT_EQ(mkdir((root_ + d).c_str(), 0755), 0);
+  }
+  Mountinfo(absl::StrCat(
+      "31 25 0:27 / ", root_, "/memory rw - cgroup cgroup rw,memory\n",
+      "32 25 0:28 / ", root_, "/pids rw - cgroup cgroup rw,pids\n"));
+  auto m = CgroupManager::Create("sbx", Options());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_TRUE((*m)->created_parent());
+  auto cg = (*m)->New("box");
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  (void)cg->release();
+  auto again = CgroupManager::Create("sbx", Options());
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_FALSE((*again)->created_parent());
+  auto opened = (*again)->Open("box");
+  ASSERT_TRUE(opened.ok()) << opened.status();
+  EXPECT_EQ((*opened)->name(), "box");
+  (void)opened->release();
+  EXPECT_EQ((*again)->Open("other").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ((*again)->Open("../x").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 TEST_F(FakeTree, NoCgroupMountsIsAnError) {
   Mountinfo("22 1 0:21 / /proc rw - proc proc rw\n");
   auto m = CgroupManager::Create("sbx", Options());

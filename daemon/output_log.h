@@ -10,6 +10,13 @@
 // the pinned reader has not read yet, so the program blocks on a full pipe
 // rather than losing output.
 //
+// A sandbox's init log is also kept in a file of the state directory
+// (PersistTo), so that a restarted daemon has the output from before its
+// start (LoadFrom). The file is a sequence of records: one byte for the
+// stream (0 stdout, 1 stderr), a 4-byte little-endian length, the bytes;
+// once it holds more than four times the capacity it is rewritten (a
+// temporary file renamed) from what the buffer keeps.
+//
 // Thread safety: every method may be called from any thread.
 #ifndef SANDBOXD_DAEMON_OUTPUT_LOG_H_
 #define SANDBOXD_DAEMON_OUTPUT_LOG_H_
@@ -21,8 +28,10 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "base/unique_fd.h"
 
 namespace sandboxd {
 namespace daemon {
@@ -64,12 +73,22 @@ class OutputLog {
   // Total bytes ever appended.
   uint64_t end() const;
 
+  // Appends the records of a file PersistTo wrote, without writing them
+  // anywhere (a torn last record is left out). Before PersistTo.
+  absl::Status LoadFrom(const std::string& path);
+  // From now on, every Append also goes to `path` (created if missing,
+  // else appended to).
+  absl::Status PersistTo(const std::string& path);
+
  private:
   struct Stored {
     uint64_t offset;  // of the chunk's first byte
     OutputChunk chunk;
   };
   bool HasRoomLocked(size_t n) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void AddLocked(OutputStream stream, std::string data) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void WriteFileLocked(OutputStream stream, const std::string& data)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const size_t capacity_;
   mutable absl::Mutex mu_;
@@ -80,6 +99,9 @@ class OutputLog {
   bool closed_ ABSL_GUARDED_BY(mu_) = false;
   friend class Sandbox;  // names mu_ in its lock order annotation
   const uint64_t* pinned_ ABSL_GUARDED_BY(mu_) = nullptr;
+  std::string file_path_ ABSL_GUARDED_BY(mu_);
+  UniqueFd file_ ABSL_GUARDED_BY(mu_);
+  uint64_t file_bytes_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 }  // namespace daemon

@@ -1,5 +1,9 @@
 #include "daemon/output_log.h"
 
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <fstream>
 #include <string>
 #include <thread>
 
@@ -99,6 +103,49 @@ TEST(OutputLogTest, CloseFreesAWaitingWriter) {
   log.Close();
   writer.join();
   EXPECT_EQ(log.end(), 4u);
+}
+
+TEST(OutputLogTest, PersistedOutputComesBackInOrder) {
+  char tmpl[] = "/tmp/output_log_test.XXXXXX";
+  const std::string path = std::string(mkdtemp(tmpl)) + "/output.log";
+  {
+    OutputLog log(1024);
+    ASSERT_TRUE(log.PersistTo(path).ok());
+    log.Append(OutputStream::kStdout, "out1");
+    log.Append(OutputStream::kStderr, "err1");
+  }
+  {
+    // A crash in the middle of a record leaves it torn: it is dropped,
+    // and what is appended next follows the last whole one.
+    std::ofstream f(path, std::ios::app | std::ios::binary);
+    f << std::string("\0\x10\0\0\0par", 8);
+  }
+  OutputLog again(1024);
+  ASSERT_TRUE(again.LoadFrom(path).ok());
+  ASSERT_TRUE(again.PersistTo(path).ok());
+  again.Append(OutputStream::kStdout, "out2");
+  OutputLog third(1024);
+  ASSERT_TRUE(third.LoadFrom(path).ok());
+  uint64_t cursor = 0;
+  OutputLog::ReadResult r = third.Read(&cursor, absl::ZeroDuration());
+  ASSERT_EQ(r.chunks.size(), 3u);
+  EXPECT_EQ(r.chunks[1].stream, OutputStream::kStderr);
+  EXPECT_EQ(Concat(r), "out1err1out2");
+}
+
+TEST(OutputLogTest, PersistedFileStaysBounded) {
+  char tmpl[] = "/tmp/output_log_test.XXXXXX";
+  const std::string path = std::string(mkdtemp(tmpl)) + "/output.log";
+  OutputLog log(100);
+  ASSERT_TRUE(log.PersistTo(path).ok());
+  for (int i = 0; i < 1000; i++) log.Append(OutputStream::kStdout, "0123456789");
+  std::ifstream f(path, std::ios::binary | std::ios::ate);
+  EXPECT_LE(static_cast<size_t>(f.tellg()), 4 * 100 + 2 * 15u);
+  OutputLog again(100);
+  ASSERT_TRUE(again.LoadFrom(path).ok());
+  uint64_t cursor = 0;
+  std::string all = Concat(again.Read(&cursor, absl::ZeroDuration()));
+  EXPECT_EQ(all.substr(all.size() - 10), "0123456789");
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
+#include <random>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -40,6 +41,29 @@ absl::Status WarmSentry::Foreground() {
   return absl::OkStatus();
 }
 
+std::string SentryFactory::InstanceTag() {
+  std::random_device rd;
+  return absl::StrCat(absl::Hex(rd() & 0xffffff, absl::kZeroPad6));
+}
+
+std::unique_ptr<WarmSentry> SentryFactory::Adopt(const std::string& platform,
+                                                 std::unique_ptr<SentryProcess> process,
+                                                 const std::string& cgroup_name) {
+  auto warm = std::unique_ptr<WarmSentry>(new WarmSentry());
+  warm->platform_ = SentryKind::FromKey(platform).platform;
+  warm->state_dir_ = state_dir_;
+  if (cgroups_ != nullptr && !cgroup_name.empty()) {
+    absl::StatusOr<std::unique_ptr<Cgroup>> cg = cgroups_->Open(cgroup_name);
+    if (cg.ok()) {
+      warm->cgroup_ = std::move(*cg);
+    } else {
+      Log("re-adopting sentry (pid ", process->pid(), "): ", cg.status().ToString());
+    }
+  }
+  warm->process_ = std::move(process);
+  return warm;
+}
+
 absl::StatusOr<std::unique_ptr<WarmSentry>> SentryFactory::Spawn(const std::string& platform,
                                                                  bool background) {
   const absl::Time begin = absl::Now();
@@ -54,7 +78,8 @@ absl::StatusOr<std::unique_ptr<WarmSentry>> SentryFactory::Spawn(const std::stri
       absl::MutexLock l(&mu_);
       n = next_cgroup_++;
     }
-    ASSIGN_OR_RETURN(warm->cgroup_, cgroups_->New(absl::StrCat("sentry-", n)));
+    ASSIGN_OR_RETURN(warm->cgroup_,
+                     cgroups_->New(absl::StrCat("sentry-", instance_, "-", n)));
     if (background) RETURN_IF_ERROR(warm->cgroup_->SetCpuWeight(kCpuWeightIdle));
   }
   warm->background_ = background;
@@ -66,8 +91,8 @@ absl::StatusOr<std::unique_ptr<WarmSentry>> SentryFactory::Spawn(const std::stri
   StateDir* sd = state_dir_;
   o.before_exec = [cg, sd, background](pid_t pid) -> absl::Status {
     // Recorded first: if the daemon dies from here on, its successor finds
-    // the pid.
-    RETURN_IF_ERROR(sd->Record(pid));
+    // the pid and the cgroup.
+    RETURN_IF_ERROR(sd->Record(pid, cg != nullptr ? cg->name() : ""));
     if (cg != nullptr) RETURN_IF_ERROR(Annotate(cg->AddProcess(pid), "joining its cgroup"));
     // Before exec, while the child is one thread: all it starts inherits
     // it. Only as root: raising it back at Take needs CAP_SYS_NICE.

@@ -62,19 +62,30 @@ class WarmSentry {
 
 class SentryFactory {
  public:
+  // A short random tag for this daemon's life.
+  static std::string InstanceTag();
+
   // `cgroups` may be null (no limits); `state_dir` outlives the factory.
   SentryFactory(std::string sentry_path, CgroupManager* cgroups, StateDir* state_dir,
                 absl::Duration hello_timeout = absl::Seconds(30))
       : sentry_path_(std::move(sentry_path)),
         cgroups_(cgroups),
         state_dir_(state_dir),
-        hello_timeout_(hello_timeout) {}
+        hello_timeout_(hello_timeout),
+        instance_(InstanceTag()) {}
 
   // Spawns a Sentry for `platform` (a SentryKind key: "systrap+patch"
   // adds --systrap-patch=on) and waits for its Hello. With
   // `background`, at the lowest CPU priority (see WarmSentry::Foreground).
   absl::StatusOr<std::unique_ptr<WarmSentry>> Spawn(const std::string& platform,
                                                     bool background = false);
+
+  // A Sentry of an earlier daemon, recorded in the state directory:
+  // `process` (adopted, or Gone) with the cgroup `cgroup_name` (opened
+  // when it exists; "" for none). Destroying it kills and removes them.
+  std::unique_ptr<WarmSentry> Adopt(const std::string& platform,
+                                    std::unique_ptr<SentryProcess> process,
+                                    const std::string& cgroup_name);
 
   bool has_cgroups() const { return cgroups_ != nullptr; }
 
@@ -83,6 +94,9 @@ class SentryFactory {
   CgroupManager* const cgroups_;
   StateDir* const state_dir_;
   const absl::Duration hello_timeout_;
+  // In each cgroup's name, so that no two daemon lives pick the same one
+  // (re-adopted Sentries keep theirs).
+  const std::string instance_;
   absl::Mutex mu_;
   uint64_t next_cgroup_ ABSL_GUARDED_BY(mu_) = 0;
 };

@@ -86,6 +86,13 @@ ProcessRelay::~ProcessRelay() {
   if (thread_.joinable()) thread_.join();
 }
 
+std::vector<int> ProcessRelay::OutputFds() const {
+  std::vector<int> fds;
+  if (out_.valid()) fds.push_back(out_.get());
+  if (err_.valid()) fds.push_back(err_.get());
+  return fds;
+}
+
 void ProcessRelay::Start() {
   thread_ = std::thread([this] { RelayLoop(); });
 }

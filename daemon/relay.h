@@ -56,6 +56,9 @@ class ProcessRelay {
 
   void Start();  // the relay thread
   OutputLog& log() { return log_; }
+  // The daemon's ends of the output (stdout's and stderr's read ends, or
+  // the terminal's master), for a Sentry to keep while no daemon runs.
+  std::vector<int> OutputFds() const;
 
   // Writes all of `data` to the process's stdin; fails when stdin is closed
   // or the process no longer reads it (EPIPE), or the relay is stopped.

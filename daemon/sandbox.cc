@@ -54,6 +54,11 @@ absl::StatusOr<std::shared_ptr<Sandbox>> Sandbox::Create(Options o) {
     absl::MutexLock l(&s->mu_);
     s->init_stdio_ = std::move(stdio);
   }
+  if (s->state_dir_ != nullptr) {
+    s->SaveRecord();
+    absl::Status p = s->init_relay_->log().PersistTo(s->state_dir_->OutputLogPath(s->id_));
+    if (!p.ok()) Log("sandbox ", s->id_, ": keeping its output: ", p.ToString());
+  }
   // The callback holds a raw pointer: the Sentry (and its reader thread)
   // dies before the rest of the sandbox.
   Sandbox* raw = s.get();
@@ -69,6 +74,7 @@ Sandbox::Sandbox(Options o)
     : id_(std::move(o.id)),
       spec_(std::move(o.spec)),
       metrics_(o.metrics),
+      state_dir_(o.state_dir),
       on_state_change_(std::move(o.on_state_change)),
       rootfs_(std::move(o.rootfs)),
       sentry_(std::move(o.sentry)) {
@@ -106,7 +112,115 @@ void Sandbox::SetCreateLatency(absl::Duration d) {
 }
 
 void Sandbox::Changed() {
+  SaveRecord();
   if (on_state_change_) on_state_change_();
+}
+
+void Sandbox::SaveRecord() {
+  if (state_dir_ == nullptr) return;
+  absl::MutexLock save(&save_mu_);
+  v1::SandboxInfo info;
+  {
+    absl::MutexLock l(&mu_);
+    if (destroyed_) return;
+    info.set_id(id_);
+    info.set_state(state_);
+    *info.mutable_spec() = spec_;
+    *info.mutable_timings() = timings_;
+    *info.mutable_exit() = exit_;
+  }
+  info.add_sentry_pids(sentry_->process().pid());
+  if (absl::Status s = state_dir_->SaveSandbox(info); !s.ok()) {
+    Log("sandbox ", id_, ": saving its record: ", s.ToString());
+  }
+}
+
+absl::Status Sandbox::PersistLocked() {
+  ASSIGN_OR_RETURN(UniqueFd listener, state_dir_->Listen(id_));
+  std::vector<int> fds = {listener.get()};
+  for (int fd : init_relay_->OutputFds()) fds.push_back(fd);
+  control::Request req;
+  req.mutable_persist();
+  return sentry_->process().Call(req, fds, kCallTimeout).status();
+}
+
+std::shared_ptr<Sandbox> Sandbox::Adopt(Options o, const v1::SandboxInfo& record) {
+  o.id = record.id();
+  o.spec = record.spec();
+  std::shared_ptr<Sandbox> s(new Sandbox(std::move(o)));
+  SentryProcess& p = s->sentry_->process();
+  {
+    absl::MutexLock l(&s->mu_);
+    s->timings_ = record.timings();
+    s->attached_ = true;  // its stdio went with the earlier daemon
+  }
+  const bool ended = record.state() == v1::SANDBOX_STATE_STOPPED ||
+                     record.state() == v1::SANDBOX_STATE_FAILED;
+  StdioPair stdio;
+  std::string why;
+  bool running = false;
+  if (p.exited()) {
+    why = absl::StrCat("the sandbox's sentry (pid ", p.pid(), ") ", p.exit_reason());
+  } else {
+    control::Request req;
+    req.mutable_reattach();
+    std::vector<UniqueFd> fds;
+    absl::StatusOr<control::Response> r = p.Call(req, &fds, kCallTimeout);
+    const size_t want = record.spec().process().tty() ? 1 : 2;
+    if (!r.ok()) {
+      why = absl::StrCat("reattaching its sentry: ", r.status().message());
+    } else if (!r->reattached().started()) {
+      why = "the sandbox had not started when the daemon stopped";
+    } else if (fds.size() != want) {
+      why = absl::StrCat("its sentry kept ", fds.size(), " output descriptors, not ", want);
+    } else {
+      stdio.tty = record.spec().process().tty();
+      stdio.out = std::move(fds[0]);
+      if (!stdio.tty) stdio.err = std::move(fds[1]);
+      running = true;
+    }
+  }
+  if (!running && record.state() == v1::SANDBOX_STATE_CREATED) {
+    // Its rootfs and stdio were the earlier daemon's, and its Sentry ended
+    // with that daemon's channel (a record still saying CREATED whose
+    // Sentry answers had started: the daemon died before writing RUNNING).
+    why = "it had not been started, and only a started sandbox outlives its daemon";
+  }
+  s->init_relay_ = std::make_unique<ProcessRelay>(&stdio, kInitLogBytes);
+  if (s->state_dir_ != nullptr) {
+    const std::string path = s->state_dir_->OutputLogPath(s->id_);
+    absl::Status ls = s->init_relay_->log().LoadFrom(path);
+    if (ls.ok()) ls = s->init_relay_->log().PersistTo(path);
+    if (!ls.ok()) Log("sandbox ", s->id_, ": its output log: ", ls.ToString());
+  }
+  Sandbox* raw = s.get();
+  p.SetOnExit(
+      [raw](bool crashed, const std::string& reason) { raw->OnSentryExit(crashed, reason); });
+  {
+    absl::MutexLock l(&s->mu_);
+    if (ended) {
+      s->state_ = record.state();
+      s->exit_ = record.exit();
+    } else if (running) {
+      s->state_ = v1::SANDBOX_STATE_RUNNING;
+    } else {
+      s->state_ = v1::SANDBOX_STATE_FAILED;
+      s->exit_.set_error(absl::StrCat("not recovered after a daemon restart: ", why));
+      *s->timings_.mutable_exited() = ToProto(absl::Now());
+    }
+  }
+  s->init_relay_->Start();
+  if (running && !ended) {
+    s->waiter_ = std::thread([raw] { raw->WaitLoop(); });
+  } else {
+    s->init_relay_->ProcessExited();
+  }
+  Log("sandbox ", s->id_, ": ",
+      running ? "re-adopted its sentry (pid " : "could not re-adopt its sentry (pid ",
+      p.pid(), ")", running ? "" : absl::StrCat(": ", why), "; ",
+      v1::SandboxState_Name(s->state()));
+  s->SaveRecord();
+  return s;
 }
 
 absl::Status Sandbox::Start() {
@@ -159,6 +273,14 @@ absl::Status Sandbox::StartLocked() {
   if (start->spec().hostname().empty()) start->mutable_spec()->set_hostname(id_);
   std::vector<int> fds = {rootfs_.get()};
   for (int fd : init_stdio_.TheirFds()) fds.push_back(fd);
+  if (state_dir_ != nullptr) {
+    // Without it the sandbox still runs, but dies with this daemon.
+    const absl::Time persist = absl::Now();
+    if (absl::Status p = PersistLocked(); !p.ok()) {
+      Log("sandbox ", id_, ": it will not outlive the daemon: ", p.ToString());
+    }
+    AddStageLocked(StageName(Stage::kStartPersist), absl::Now() - persist);
+  }
 
   init_relay_->Start();
   const absl::Time begin = absl::Now();
@@ -343,6 +465,10 @@ v1::ExitStatus Sandbox::Destroy() {
     exit = exit_;
   }
   if (metrics_ != nullptr) metrics_->RemoveSandbox(id_);
+  if (state_dir_ != nullptr) {
+    absl::MutexLock save(&save_mu_);  // after a SaveRecord in flight
+    state_dir_->RemoveSandbox(id_);
+  }
   return exit;
 }
 

@@ -5,12 +5,18 @@
 //      |                         |
 //      +------ Sentry dies ------+--> FAILED (exit.error says why)
 //
+// With a state directory, the sandbox's record (sandbox.pb) is rewritten
+// at each change and its init's output is kept in a file there; before
+// Start its Sentry is told to outlive the daemon (control.proto Persist),
+// and a restarted daemon rebuilds the sandbox from the record with Adopt.
+//
 // Destroy kills what is left and releases the Sentry; the object itself
 // lives on while a call still holds it (shared_ptr), with everything
 // released.
 //
 // Thread safety: every method may be called from any thread.
-// Lock order: Service::mu_ > Sandbox::mu_ > SentryProcess and OutputLog locks.
+// Lock order: Service::mu_ > Sandbox::mu_ > SentryProcess and OutputLog locks;
+// Sandbox::save_mu_ > Sandbox::mu_.
 #ifndef SANDBOXD_DAEMON_SANDBOX_H_
 #define SANDBOXD_DAEMON_SANDBOX_H_
 
@@ -32,6 +38,7 @@
 #include "daemon/metrics.h"
 #include "daemon/pool.h"
 #include "daemon/relay.h"
+#include "daemon/state_dir.h"
 #include "proto/sandbox.pb.h"
 
 namespace sandboxd {
@@ -52,10 +59,17 @@ class Sandbox {
     // The daemon's steps of Create so far (Timings.stages).
     std::vector<std::pair<Stage, absl::Duration>> stages;
     Metrics* metrics = nullptr;  // may be null
+    StateDir* state_dir = nullptr;  // may be null: nothing kept
     // Called (without locks held) after every state change.
     std::function<void()> on_state_change;
   };
   static absl::StatusOr<std::shared_ptr<Sandbox>> Create(Options o);
+  // The sandbox `record` of an earlier daemon (o.id, o.spec and o.created
+  // are taken from it), with its Sentry re-adopted, or Gone: RUNNING again
+  // when the Sentry answers Reattach (its Wait then tells whether the init
+  // ended meanwhile), the record's STOPPED or FAILED when it had ended,
+  // else FAILED saying why it could not be recovered.
+  static std::shared_ptr<Sandbox> Adopt(Options o, const v1::SandboxInfo& record);
   ~Sandbox();
 
   const std::string& id() const { return id_; }
@@ -122,12 +136,19 @@ class Sandbox {
   void Finish(v1::ExitStatus exit, v1::SandboxState state);
   void OnSentryExit(bool crashed, const std::string& reason);
   void Changed();
+  // Rewrites the state directory's record (not once destroyed).
+  void SaveRecord();
+  // Control.proto Persist: the Sentry keeps a socket and the output fds.
+  absl::Status PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   // Declared first: destroyed last (the Sentry's exit callback locks it).
+  // save_mu_ keeps the record's writes in order.
+  absl::Mutex save_mu_ ABSL_ACQUIRED_BEFORE(mu_);
   mutable absl::Mutex mu_ ABSL_ACQUIRED_BEFORE(SentryProcess::mu_, OutputLog::mu_, Pool::mu_);
   const std::string id_;
   v1::SandboxSpec spec_;
   Metrics* const metrics_;
+  StateDir* const state_dir_;
   const std::function<void()> on_state_change_;
 
   v1::SandboxState state_ ABSL_GUARDED_BY(mu_) = v1::SANDBOX_STATE_CREATED;

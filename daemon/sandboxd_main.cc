@@ -2,10 +2,13 @@
 //
 //   sandboxd [FLAGS]    (sandboxd --help lists them; exit 2 for a bad flag)
 //
-// Startup: take the state directory (killing the Sentries an earlier
-// instance left), clean stale cgroups, start metrics, listen, then fill the
-// pool in the background. SIGTERM/SIGINT: stop listening, destroy every
-// sandbox, kill the pool, remove the cgroups and the socket.
+// Startup: take the state directory, cgroups, metrics; re-adopt the
+// sandboxes an earlier instance recorded (killing its other Sentries and
+// removing their cgroups); listen, then fill the pool in the background.
+// SIGTERM/SIGINT: stop listening and kill the pool; the sandboxes keep
+// running for the next daemon (as docker's live-restore), unless
+// --shutdown-kill: then destroy every sandbox and remove the cgroup
+// parent if this state directory's daemon created it.
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/resource.h>
@@ -57,7 +60,8 @@ struct Flags {
   std::set<std::string> platforms = {platform::Registry::Get().DefaultName()};
   std::string sentry;
   std::string state_dir = "/run/sandboxd";
-  std::string cgroup_parent = "sandboxd";
+  std::string cgroup_parent;  // "": DefaultCgroupParent(state_dir)
+  bool shutdown_kill = false;
   bool cgroups = true;
   int max_sandboxes = 1000;
   bool systrap_patch = false;  // --systrap-patch=on|off: the pool's default
@@ -72,6 +76,19 @@ struct Flags {
 [[noreturn]] void Die(int code, const std::string& msg) {
   fprintf(stderr, "sandboxd: %s\n", msg.c_str());
   exit(code);
+}
+
+// One cgroup parent per state directory, so that two daemons never share
+// one: "sandboxd" for /run/sandboxd, "sandboxd-<FNV-1a of the path>" for
+// any other (stable across builds: a restarted daemon finds its own).
+std::string DefaultCgroupParent(const std::string& state_dir) {
+  if (state_dir == "/run/sandboxd") return "sandboxd";
+  uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : state_dir) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  return absl::StrCat("sandboxd-", absl::Hex(h, absl::kZeroPad16));
 }
 
 // The `sentry` next to this binary (out/bin/sentry beside out/bin/sandboxd).
@@ -148,9 +165,15 @@ Flags ParseFlags(int argc, char** argv) {
   fs.String("sentry", &f.sentry, "PATH",
             "the sentry binary (default: the one beside sandboxd)");
   fs.String("state-dir", &f.state_dir, "DIR",
-            "the daemon's lock and its record of live Sentries (cleaned up after a crash)");
+            "the daemon's lock and its records of sandboxes and Sentries "
+            "(re-adopted by the next daemon)");
   fs.String("cgroup-parent", &f.cgroup_parent, "NAME",
-            "the cgroup under which each sandbox gets its own");
+            "the cgroup under which each sandbox gets its own (default: sandboxd for "
+            "/run/sandboxd, else sandboxd-<hash of --state-dir>)");
+  fs.BoolFunc("shutdown-kill",
+              "at SIGTERM/SIGINT destroy every sandbox (default: they keep running "
+              "and the next sandboxd re-adopts them)",
+              [&f] { f.shutdown_kill = true; });
   fs.BoolFunc("no-cgroups", "no cgroups: sandbox limits are not enforced",
               [&f] { f.cgroups = false; });
   fs.Int("max-sandboxes", &f.max_sandboxes, "the most sandboxes at once");
@@ -241,6 +264,7 @@ Flags ParseFlags(int argc, char** argv) {
         "--default-memory/--default-cpus/--default-pids need cgroups "
         "(not with --no-cgroups)");
   }
+  if (f.cgroup_parent.empty()) f.cgroup_parent = DefaultCgroupParent(f.state_dir);
   if (f.systrap_patch) {
     if (std::string why = SystrapPatchUnavailable(); !why.empty()) {
       Die(kExitUsage, absl::StrCat("--systrap-patch=on: syscall patching is not available "
@@ -277,18 +301,15 @@ int Main(int argc, char** argv) {
   }
   absl::StatusOr<std::unique_ptr<StateDir>> state_dir = StateDir::Open(flags.state_dir);
   if (!state_dir.ok()) Die(1, state_dir.status().ToString());
-  if (int n = (*state_dir)->KillStale(); n > 0) {
-    Log("killed ", n, " sentries left by an earlier sandboxd");
-  }
 
   std::unique_ptr<CgroupManager> cgroups;
   if (flags.cgroups) {
     absl::StatusOr<std::unique_ptr<CgroupManager>> cm = CgroupManager::Create(flags.cgroup_parent);
     if (cm.ok()) {
       cgroups = std::move(*cm);
-      if (absl::Status s = cgroups->CleanupStale(); !s.ok()) {
-        Log("cleaning stale cgroups: ", s.ToString());
-      }
+      // Only the cgroups the state directory records are this daemon's
+      // to clean up (adopt.h), and the parent only when it made it.
+      if (cgroups->created_parent()) (*state_dir)->RecordCgroupParent(flags.cgroup_parent);
       Log("cgroups: ", cgroups->Describe());
     } else {
       Log("no cgroups (sandbox limits unavailable): ", cm.status().ToString());
@@ -342,7 +363,9 @@ int Main(int argc, char** argv) {
                              so.policy.default_pids)) {
     Log("no cgroups: the default limits are not applied");
   }
+  so.state_dir = state_dir->get();
   auto service = std::make_unique<Service>(so, pool.get(), metrics->get(), cgroups != nullptr);
+  service->Readopt(&factory, cgroups.get());
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
@@ -400,10 +423,23 @@ int Main(int argc, char** argv) {
   });
   server->Wait();
   stopper.join();
+  if (!flags.shutdown_kill) {
+    // The warm Sentries go (with their cgroups); the sandboxes' Sentries
+    // see their channel end and wait for the next daemon, as after a
+    // crash. Nothing of the sandboxes may be destroyed on the way out.
+    pool.reset();
+    unlink(flags.socket.c_str());
+    Log("stopped; the sandboxes keep running for the next sandboxd "
+        "(--shutdown-kill destroys them)");
+    fflush(stderr);
+    _exit(0);
+  }
   service->DestroyAll();
   service.reset();
   pool.reset();
-  if (cgroups != nullptr) (void)cgroups->RemoveParent();
+  if (cgroups != nullptr && (*state_dir)->CreatedCgroupParent(flags.cgroup_parent)) {
+    if (cgroups->RemoveParent().ok()) (*state_dir)->ForgetCgroupParent();
+  }
   unlink(flags.socket.c_str());
   Log("stopped");
   return 0;

@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
 #include "daemon/spawn_signal_safe.h"
+#include "daemon/state_dir.h"
 
 extern char** environ;
 
@@ -80,9 +81,32 @@ absl::StatusOr<std::unique_ptr<SentryProcess>> SentryProcess::Spawn(
   return process;
 }
 
-SentryProcess::SentryProcess(pid_t pid, control::Channel channel)
-    : pid_(pid), channel_(std::move(channel)) {
-  reader_ = std::thread([this] { ReadLoop(); });
+absl::StatusOr<std::unique_ptr<SentryProcess>> SentryProcess::Adopt(
+    pid_t pid, const std::string& start_time, UniqueFd channel) {
+  // The pidfd first, then the check: it then names the recorded process
+  // (a pid reused after the check could not slip in).
+  UniqueFd pidfd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
+  if (!pidfd.valid() || start_time.empty() || ProcessStartTime(pid) != start_time ||
+      IsZombie(pid)) {
+    return absl::UnavailableError(absl::StrCat("sentry (pid ", pid, ") is gone"));
+  }
+  return std::unique_ptr<SentryProcess>(
+      new SentryProcess(pid, control::Channel(std::move(channel)), std::move(pidfd)));
+}
+
+std::unique_ptr<SentryProcess> SentryProcess::Gone(pid_t pid, const std::string& reason) {
+  auto p = std::unique_ptr<SentryProcess>(
+      new SentryProcess(pid, control::Channel(UniqueFd()), UniqueFd()));
+  p->reaped_.store(true);
+  absl::MutexLock l(&p->mu_);
+  p->exited_ = true;
+  p->exit_reason_ = reason;
+  return p;
+}
+
+SentryProcess::SentryProcess(pid_t pid, control::Channel channel, UniqueFd pidfd)
+    : pid_(pid), pidfd_(std::move(pidfd)), channel_(std::move(channel)) {
+  if (channel_.fd() >= 0) reader_ = std::thread([this] { ReadLoop(); });
 }
 
 SentryProcess::~SentryProcess() {
@@ -97,6 +121,11 @@ SentryProcess::~SentryProcess() {
 void SentryProcess::Kill() {
   // Once reaped, the pid may belong to someone else.
   if (reaped_.load()) return;
+  if (pidfd_.valid()) {
+    // Its stubs are in its pid namespace: they die with it.
+    syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0);
+    return;
+  }
   kill(-pid_, SIGKILL);
   kill(pid_, SIGKILL);
 }
@@ -138,6 +167,41 @@ absl::Status SentryProcess::AwaitHello(absl::Duration timeout) {
 }
 
 absl::StatusOr<control::Response> SentryProcess::Call(control::Request request,
+                                                      std::vector<UniqueFd>* received,
+                                                      absl::Duration timeout) {
+  Pending pending;
+  uint64_t id;
+  {
+    absl::MutexLock l(&mu_);
+    if (exited_) {
+      return absl::UnavailableError(
+          absl::StrCat("sentry (pid ", pid_, ") ", exit_reason_));
+    }
+    id = next_id_++;
+    pending_[id] = &pending;
+  }
+  request.set_id(id);
+  absl::Status sent = channel_.Send(request);
+  absl::MutexLock l(&mu_);
+  if (!sent.ok()) {
+    pending_.erase(id);
+    return Annotate(sent, absl::StrCat("sentry (pid ", pid_, ")"));
+  }
+  if (!mu_.AwaitWithTimeout(absl::Condition(&pending.done), timeout)) {
+    pending_.erase(id);
+    return absl::DeadlineExceededError(absl::StrCat(
+        "sentry (pid ", pid_, ") did not answer within ", absl::FormatDuration(timeout)));
+  }
+  RETURN_IF_ERROR(pending.status);
+  if (pending.response.code() != 0) {
+    return absl::Status(static_cast<absl::StatusCode>(pending.response.code()),
+                        pending.response.message());
+  }
+  if (received != nullptr) *received = std::move(pending.fds);
+  return std::move(pending.response);
+}
+
+absl::StatusOr<control::Response> SentryProcess::Call(control::Request request,
                                                       absl::Span<const int> fds,
                                                       absl::Duration timeout) {
   Pending pending;
@@ -175,7 +239,8 @@ void SentryProcess::ReadLoop() {
   absl::Status why;
   for (;;) {
     control::Response r;
-    why = channel_.Receive(&r);
+    std::vector<UniqueFd> fds;
+    why = channel_.Receive(&r, &fds);
     if (!why.ok()) break;
     absl::MutexLock l(&mu_);
     if (r.id() == 0 && r.has_hello()) {
@@ -187,6 +252,7 @@ void SentryProcess::ReadLoop() {
     auto it = pending_.find(r.id());
     if (it == pending_.end()) continue;  // its caller gave up (timeout)
     it->second->response = std::move(r);
+    it->second->fds = std::move(fds);
     it->second->done = true;
     pending_.erase(it);
   }
@@ -200,7 +266,43 @@ void SentryProcess::ReadLoop() {
   Reap(expected);
 }
 
+std::string SentryProcess::ReapAdopted(bool expected) {
+  auto wait = [this](int ms) {
+    pollfd p = {pidfd_.get(), POLLIN, 0};
+    int r;
+    do {
+      r = poll(&p, 1, ms);
+    } while (r < 0 && errno == EINTR);
+    return r > 0;
+  };
+  bool ended = wait(expected ? 2000 : 100);
+  if (!ended) {
+    syscall(SYS_pidfd_send_signal, pidfd_.get(), SIGKILL, nullptr, 0);
+    ended = wait(5000);
+  }
+  reaped_.store(true);
+  return ended ? "ended (a re-adopted Sentry: its exit status went to its parent, not sandboxd)"
+               : "closed its channel and could not be killed";
+}
+
 void SentryProcess::Reap(bool expected) {
+  if (pidfd_.valid()) {
+    const std::string reason = ReapAdopted(expected);
+    std::function<void(bool, const std::string&)> on_exit;
+    {
+      absl::MutexLock l(&mu_);
+      exited_ = true;
+      exit_reason_ = reason;
+      for (auto& [id, p] : pending_) {
+        p->status = absl::UnavailableError(absl::StrCat("sentry (pid ", pid_, ") ", reason));
+        p->done = true;
+      }
+      pending_.clear();
+      on_exit = std::move(on_exit_);
+    }
+    if (on_exit) on_exit(!expected, reason);
+    return;
+  }
   int status = 0;
   // The Sentry gets a moment to finish on its own (2 s after Destroy; a
   // crashed one is usually gone already), so that the reason is its own;

@@ -9,6 +9,11 @@
 // exit status, fails every pending call with the reason, and runs the exit
 // callback.
 //
+// A Sentry re-adopted by a restarted daemon (Adopt) is no child of it: its
+// channel is a connection to the socket it listens on (control.proto
+// Persist), it is watched and killed through a pidfd, and its exit status
+// goes to whoever is its parent now.
+//
 // Thread safety: every method may be called from any thread.
 #ifndef SANDBOXD_DAEMON_SENTRY_PROCESS_H_
 #define SANDBOXD_DAEMON_SENTRY_PROCESS_H_
@@ -50,6 +55,13 @@ class SentryProcess {
  public:
   static absl::StatusOr<std::unique_ptr<SentryProcess>> Spawn(
       const SentrySpawnOptions& options);
+  // The running Sentry `pid` (started at `start_time`, state_dir.h's
+  // ProcessStartTime) of an earlier daemon, over `channel` (a connection
+  // to its Persist socket). UNAVAILABLE when that process is gone.
+  static absl::StatusOr<std::unique_ptr<SentryProcess>> Adopt(
+      pid_t pid, const std::string& start_time, UniqueFd channel);
+  // A Sentry that is already gone (`reason`): every Call fails with it.
+  static std::unique_ptr<SentryProcess> Gone(pid_t pid, const std::string& reason);
   // Kills the process (group) if it still runs, reaps it, joins the reader.
   ~SentryProcess();
   SentryProcess(const SentryProcess&) = delete;
@@ -70,8 +82,13 @@ class SentryProcess {
   absl::StatusOr<control::Response> Call(control::Request request,
                                          absl::Span<const int> fds = {},
                                          absl::Duration timeout = absl::InfiniteDuration());
+  // The same, with the descriptors that came with the response.
+  absl::StatusOr<control::Response> Call(control::Request request,
+                                         std::vector<UniqueFd>* received,
+                                         absl::Duration timeout);
 
   pid_t pid() const { return pid_; }
+  bool adopted() const { return pidfd_.valid(); }
 
   // SIGKILLs the Sentry and its process group (its stub processes).
   void Kill();
@@ -87,17 +104,22 @@ class SentryProcess {
   std::string exit_reason() const;
 
  private:
-  SentryProcess(pid_t pid, control::Channel channel);
+  SentryProcess(pid_t pid, control::Channel channel, UniqueFd pidfd = UniqueFd());
   void ReadLoop();
   void Reap(bool expected);
+  // An adopted Sentry's end: waits through its pidfd, killing it if it
+  // lingers; returns how it ended, as far as a non-parent can tell.
+  std::string ReapAdopted(bool expected);
 
   struct Pending {
     bool done = false;
     absl::Status status;
     control::Response response;
+    std::vector<UniqueFd> fds;
   };
 
   const pid_t pid_;
+  const UniqueFd pidfd_;  // adopted Sentries only
   control::Channel channel_;
   control::Hello hello_;
   std::vector<control::StageTiming> prewarm_timings_;

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
+#include "daemon/adopt.h"
 #include "daemon/log.h"
 #include "daemon/sentry_kind.h"
 #include "google/protobuf/util/time_util.h"
@@ -127,6 +128,21 @@ void Service::DestroyAll() {
   }
   for (auto& [id, s] : all) s->Destroy();
   all.clear();
+  UpdateStateMetrics();
+}
+
+void Service::Readopt(SentryFactory* factory, CgroupManager* cgroups) {
+  if (options_.state_dir == nullptr) return;
+  AdoptOptions ao;
+  ao.state_dir = options_.state_dir;
+  ao.factory = factory;
+  ao.cgroups = cgroups;
+  ao.metrics = metrics_;
+  ao.on_state_change = [this] { UpdateStateMetrics(); };
+  for (std::shared_ptr<Sandbox>& s : AdoptSandboxes(ao)) {
+    absl::MutexLock l(&mu_);
+    sandboxes_[s->id()] = std::move(s);
+  }
   UpdateStateMetrics();
 }
 
@@ -268,6 +284,7 @@ absl::Status Service::CreateSandbox(const v1::CreateRequest& req, v1::CreateResp
   o.created = begin;
   o.stages = std::move(stages);
   o.metrics = metrics_;
+  o.state_dir = options_.state_dir;
   o.on_state_change = [this] { UpdateStateMetrics(); };
   const absl::Time before_stdio = absl::Now();
   ASSIGN_OR_RETURN(std::shared_ptr<Sandbox> sandbox, Sandbox::Create(std::move(o)));

@@ -37,6 +37,9 @@ struct ServiceOptions {
   SpecPolicy policy;
   // How often usage and unimplemented syscalls are collected for metrics.
   absl::Duration metrics_interval = absl::Seconds(5);
+  // Where sandboxes are recorded so that a restarted daemon re-adopts
+  // them (may be null: they die with the daemon).
+  StateDir* state_dir = nullptr;
 };
 
 class Service final : public v1::Sandboxes::Service {
@@ -47,6 +50,9 @@ class Service final : public v1::Sandboxes::Service {
 
   // Destroys every sandbox (at shutdown).
   void DestroyAll();
+  // Puts back the sandboxes an earlier daemon recorded (adopt.h); before
+  // the service takes calls.
+  void Readopt(SentryFactory* factory, CgroupManager* cgroups);
 
   grpc::Status Create(grpc::ServerContext*, const v1::CreateRequest*,
                       v1::CreateResponse*) override;

@@ -5,9 +5,12 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <sys/un.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -33,7 +36,71 @@ absl::Status MkdirP(const std::string& path) {
   return absl::OkStatus();
 }
 
+std::string ReadFirstLine(const std::string& path) {
+  std::ifstream f(path);
+  std::string line;
+  std::getline(f, line);
+  return line;
+}
+
+absl::Status WriteAtomically(const std::string& path, const std::string& data) {
+  const std::string tmp = path + ".tmp";
+  UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  if (!fd.valid()) return ErrnoStatus(absl::StrCat("creating ", tmp), errno);
+  size_t done = 0;
+  while (done < data.size()) {
+    ssize_t n = write(fd.get(), data.data() + done, data.size() - done);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return ErrnoStatus(absl::StrCat("writing ", tmp), errno);
+    done += static_cast<size_t>(n);
+  }
+  // No fsync: the records are for a daemon that crashed, not a machine
+  // (/run is a tmpfs), and the rename alone is atomic for that.
+  fd.reset();
+  if (rename(tmp.c_str(), path.c_str()) != 0) {
+    return ErrnoStatus(absl::StrCat("renaming ", tmp), errno);
+  }
+  return absl::OkStatus();
+}
+
+std::vector<std::string> ListDir(const std::string& dir) {
+  std::vector<std::string> names;
+  DIR* d = opendir(dir.c_str());
+  if (d == nullptr) return names;
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] != '.') names.push_back(e->d_name);
+  }
+  closedir(d);
+  return names;
+}
+
+// A unix socket address for `name` in the directory `dirfd`, through
+// /proc/self/fd: sun_path holds 108 bytes, a state directory's path may
+// not fit.
+sockaddr_un SocketAddress(int dirfd, const std::string& name) {
+  sockaddr_un a{};
+  a.sun_family = AF_UNIX;
+  snprintf(a.sun_path, sizeof(a.sun_path), "/proc/self/fd/%d/%s", dirfd, name.c_str());
+  return a;
+}
+
+constexpr char kControlSocket[] = "control.sock";
+
 }  // namespace
+
+bool SentryRecord::Alive() const {
+  return pid > 1 && !start_time.empty() && ProcessStartTime(pid) == start_time &&
+         !IsZombie(pid);
+}
+
+bool IsZombie(pid_t pid) {
+  std::ifstream f(absl::StrCat("/proc/", pid, "/stat"));
+  std::string stat((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+  size_t close = stat.rfind(')');
+  // An orphaned Sentry that died stays a zombie until its new parent reaps
+  // it: it is gone all the same.
+  return close != std::string::npos && close + 2 < stat.size() && stat[close + 2] == 'Z';
+}
 
 std::string ProcessStartTime(pid_t pid) {
   std::ifstream f(absl::StrCat("/proc/", pid, "/stat"));
@@ -54,6 +121,7 @@ absl::StatusOr<std::unique_ptr<StateDir>> StateDir::Open(const std::string& path
         absl::StrCat("--state-dir must be an absolute path, got \"", path, "\""));
   }
   RETURN_IF_ERROR(MkdirP(path + "/sentries"));
+  RETURN_IF_ERROR(MkdirP(path + "/sandboxes"));
   const std::string lock_path = path + "/lock";
   UniqueFd lock(open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!lock.valid()) return ErrnoStatus(absl::StrCat("opening ", lock_path), errno);
@@ -71,47 +139,130 @@ std::string StateDir::SentryFile(pid_t pid) const {
   return absl::StrCat(path_, "/sentries/", pid);
 }
 
-int StateDir::KillStale() {
+std::vector<SentryRecord> StateDir::Sentries() const {
+  std::vector<SentryRecord> out;
   const std::string dir = path_ + "/sentries";
-  DIR* d = opendir(dir.c_str());
-  if (d == nullptr) return 0;
-  std::vector<std::string> names;
-  while (dirent* e = readdir(d)) {
-    if (e->d_name[0] != '.') names.push_back(e->d_name);
+  for (const std::string& name : ListDir(dir)) {
+    SentryRecord r;
+    if (!absl::SimpleAtoi(name, &r.pid)) continue;
+    std::ifstream f(dir + "/" + name);
+    std::getline(f, r.start_time);
+    std::getline(f, r.cgroup);
+    out.push_back(std::move(r));
   }
-  closedir(d);
+  return out;
+}
+
+int StateDir::KillStale(const std::set<pid_t>& keep, std::vector<std::string>* cgroups) {
+  // A temporary file a crash left behind.
+  const std::string dir = path_ + "/sentries";
+  for (const std::string& name : ListDir(dir)) {
+    int pid;
+    if (!absl::SimpleAtoi(name, &pid)) unlink((dir + "/" + name).c_str());
+  }
   int killed = 0;
-  for (const std::string& name : names) {
-    int pid = 0;
-    const std::string file = dir + "/" + name;
-    std::ifstream f(file);
-    std::string recorded;
-    std::getline(f, recorded);
-    if (absl::SimpleAtoi(name, &pid) && pid > 1 && !recorded.empty() &&
-        ProcessStartTime(pid) == recorded) {
-      kill(-pid, SIGKILL);
-      kill(pid, SIGKILL);
+  for (const SentryRecord& r : Sentries()) {
+    if (keep.count(r.pid)) continue;
+    if (r.Alive()) {
+      kill(-r.pid, SIGKILL);
+      kill(r.pid, SIGKILL);
       killed++;
     }
-    unlink(file.c_str());
+    if (cgroups != nullptr && !r.cgroup.empty()) cgroups->push_back(r.cgroup);
+    Forget(r.pid);
   }
   return killed;
 }
 
-absl::Status StateDir::Record(pid_t pid) {
+absl::Status StateDir::Record(pid_t pid, const std::string& cgroup) {
   const std::string start = ProcessStartTime(pid);
   if (start.empty()) {
     return absl::UnavailableError(absl::StrCat("sentry pid ", pid, " is gone"));
   }
-  const std::string file = SentryFile(pid);
-  std::ofstream f(file, std::ios::trunc);
-  f << start << "\n";
-  f.close();
-  if (!f) return absl::InternalError(absl::StrCat("writing ", file));
-  return absl::OkStatus();
+  return WriteAtomically(SentryFile(pid), absl::StrCat(start, "\n", cgroup, "\n"));
 }
 
 void StateDir::Forget(pid_t pid) { unlink(SentryFile(pid).c_str()); }
+
+std::string StateDir::SandboxDir(const std::string& id) const {
+  return absl::StrCat(path_, "/sandboxes/", id);
+}
+
+std::string StateDir::OutputLogPath(const std::string& id) const {
+  return SandboxDir(id) + "/output.log";
+}
+
+absl::Status StateDir::SaveSandbox(const v1::SandboxInfo& info) {
+  const std::string dir = SandboxDir(info.id());
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return ErrnoStatus(absl::StrCat("creating ", dir), errno);
+  }
+  return WriteAtomically(dir + "/sandbox.pb", info.SerializeAsString());
+}
+
+std::vector<v1::SandboxInfo> StateDir::LoadSandboxes(
+    std::vector<std::string>* unreadable) const {
+  std::vector<v1::SandboxInfo> out;
+  for (const std::string& id : ListDir(path_ + "/sandboxes")) {
+    const std::string file = SandboxDir(id) + "/sandbox.pb";
+    std::ifstream f(file, std::ios::binary);
+    std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    v1::SandboxInfo info;
+    if (!f.is_open() || !info.ParseFromString(data) || info.id() != id) {
+      if (unreadable != nullptr) unreadable->push_back(id);
+      continue;
+    }
+    out.push_back(std::move(info));
+  }
+  return out;
+}
+
+void StateDir::RemoveSandbox(const std::string& id) {
+  const std::string dir = SandboxDir(id);
+  for (const std::string& name : ListDir(dir)) unlink((dir + "/" + name).c_str());
+  rmdir(dir.c_str());
+}
+
+absl::StatusOr<UniqueFd> StateDir::Listen(const std::string& id) {
+  const std::string dir = SandboxDir(id);
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return ErrnoStatus(absl::StrCat("creating ", dir), errno);
+  }
+  UniqueFd d(open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!d.valid()) return ErrnoStatus(absl::StrCat("opening ", dir), errno);
+  unlinkat(d.get(), kControlSocket, 0);
+  UniqueFd s(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return ErrnoStatus("socket(AF_UNIX, SOCK_SEQPACKET)", errno);
+  sockaddr_un a = SocketAddress(d.get(), kControlSocket);
+  if (bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    return ErrnoStatus(absl::StrCat("binding ", dir, "/", kControlSocket), errno);
+  }
+  if (listen(s.get(), 4) != 0) return ErrnoStatus("listen", errno);
+  return s;
+}
+
+absl::StatusOr<UniqueFd> StateDir::Connect(const std::string& id) const {
+  const std::string dir = SandboxDir(id);
+  UniqueFd d(open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!d.valid()) return ErrnoStatus(absl::StrCat("opening ", dir), errno);
+  UniqueFd s(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return ErrnoStatus("socket(AF_UNIX, SOCK_SEQPACKET)", errno);
+  sockaddr_un a = SocketAddress(d.get(), kControlSocket);
+  if (connect(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    return ErrnoStatus(absl::StrCat("connecting to ", dir, "/", kControlSocket), errno);
+  }
+  return s;
+}
+
+void StateDir::RecordCgroupParent(const std::string& parent) {
+  (void)WriteAtomically(path_ + "/cgroup-parent", parent + "\n");
+}
+
+bool StateDir::CreatedCgroupParent(const std::string& parent) const {
+  return ReadFirstLine(path_ + "/cgroup-parent") == parent;
+}
+
+void StateDir::ForgetCgroupParent() { unlink((path_ + "/cgroup-parent").c_str()); }
 
 }  // namespace daemon
 }  // namespace sandboxd

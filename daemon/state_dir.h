@@ -1,24 +1,47 @@
-// The daemon's state directory (default /run/sandboxd): a lock file that
-// keeps two daemons from sharing it, and one file per live Sentry
-// (sentries/<pid>, holding the process's start time) so that a daemon
-// restarted after a crash can find and kill the Sentries an earlier
-// instance left behind.
+// The daemon's state directory (default /run/sandboxd): what a daemon
+// restarted after a crash or an upgrade needs to find, re-adopt or clean
+// up everything an earlier instance left, and nothing else:
 //
-// Thread safety: Record and Forget may be called from any thread.
+//   lock                      flock'ed: one daemon per state directory
+//   cgroup-parent             the cgroup parent's name, when this state
+//                             directory's daemon created it
+//   sentries/<pid>            every Sentry spawned (pool ones included):
+//                             its start time and cgroup name
+//   sandboxes/<id>/sandbox.pb the sandbox (v1::SandboxInfo: spec, state,
+//                             timings, exit, Sentry pid), replaced
+//                             atomically at each change
+//   sandboxes/<id>/output.log the init's output (OutputLog's file)
+//   sandboxes/<id>/control.sock  the socket its Sentry accepts the next
+//                             daemon's control channel on (control.proto
+//                             Persist)
+//
+// Thread safety: every method may be called from any thread.
 #ifndef SANDBOXD_DAEMON_STATE_DIR_H_
 #define SANDBOXD_DAEMON_STATE_DIR_H_
 
 #include <sys/types.h>
 
 #include <memory>
+#include <set>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "base/unique_fd.h"
+#include "proto/sandbox.pb.h"
 
 namespace sandboxd {
 namespace daemon {
+
+// One sentries/<pid> file.
+struct SentryRecord {
+  pid_t pid = 0;
+  std::string start_time;  // ProcessStartTime when recorded
+  std::string cgroup;      // "" without cgroups
+  // The recorded process still runs (same pid and start time).
+  bool Alive() const;
+};
 
 class StateDir {
  public:
@@ -28,13 +51,37 @@ class StateDir {
 
   const std::string& path() const { return path_; }
 
-  // Kills (SIGKILL, with their process groups) the Sentries recorded by an
-  // earlier daemon that still run, and forgets every record. Returns how
-  // many were killed.
-  int KillStale();
-
-  absl::Status Record(pid_t pid);
+  // --- Sentries
+  absl::Status Record(pid_t pid, const std::string& cgroup = "");
   void Forget(pid_t pid);
+  std::vector<SentryRecord> Sentries() const;
+  // Kills (SIGKILL, with their process groups) the recorded Sentries that
+  // still run, except those in `keep` (re-adopted), and forgets them;
+  // appends the cgroup names of the forgotten ones to `cgroups` (may be
+  // null). Returns how many were killed.
+  int KillStale(const std::set<pid_t>& keep = {},
+                std::vector<std::string>* cgroups = nullptr);
+
+  // --- Sandboxes
+  std::string SandboxDir(const std::string& id) const;
+  // Writes sandboxes/<id>/sandbox.pb atomically (a temporary file renamed).
+  absl::Status SaveSandbox(const v1::SandboxInfo& info);
+  // Every readable record; `unreadable` (may be null) gets the ids of the
+  // directories that have none or an unreadable one.
+  std::vector<v1::SandboxInfo> LoadSandboxes(
+      std::vector<std::string>* unreadable) const;
+  // Removes sandboxes/<id> and everything in it.
+  void RemoveSandbox(const std::string& id);
+  std::string OutputLogPath(const std::string& id) const;
+  // A listening SOCK_SEQPACKET socket at sandboxes/<id>/control.sock
+  // (replacing a stale one), and a connection to it.
+  absl::StatusOr<UniqueFd> Listen(const std::string& id);
+  absl::StatusOr<UniqueFd> Connect(const std::string& id) const;
+
+  // --- The cgroup parent this state directory's daemon created (if any).
+  void RecordCgroupParent(const std::string& parent);
+  bool CreatedCgroupParent(const std::string& parent) const;
+  void ForgetCgroupParent();
 
  private:
   StateDir(std::string path, UniqueFd lock) : path_(std::move(path)), lock_(std::move(lock)) {}
@@ -48,6 +95,8 @@ class StateDir {
 // "" when the process does not exist: with the pid, it names one process
 // even after pids wrap.
 std::string ProcessStartTime(pid_t pid);
+// Whether `pid` has died and awaits its parent's wait.
+bool IsZombie(pid_t pid);
 
 }  // namespace daemon
 }  // namespace sandboxd

@@ -2,10 +2,12 @@
 
 #include <signal.h>
 #include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <string>
+#include <vector>
 
 #include "gtest/gtest.h"
 
@@ -59,6 +61,83 @@ TEST(StateDirTest, KillStaleKillsRecordedLiveProcessesOnly) {
   EXPECT_TRUE(WIFSIGNALED(status));
   EXPECT_EQ(WTERMSIG(status), SIGKILL);
   EXPECT_EQ((*sd)->KillStale(), 0);  // records are gone
+}
+
+TEST(StateDirTest, KillStaleSparesTheKeptAndNamesTheCgroups) {
+  const std::string dir = TempDir();
+  pid_t kept = fork();
+  if (kept == 0) {
+    pause();
+    _exit(0);
+  }
+  auto sd = StateDir::Open(dir);
+  ASSERT_TRUE(sd.ok());
+  ASSERT_TRUE((*sd)->Record(kept, "sentry-a-0").ok());
+  ASSERT_TRUE((*sd)->Record(getpid(), "sentry-a-1").ok());
+  // getpid() stands for a Sentry that is gone: its start time is wrong.
+  FILE* f = fopen((dir + "/sentries/" + std::to_string(getpid())).c_str(), "w");
+  fputs("1\nsentry-a-1\n", f);
+  fclose(f);
+  std::vector<std::string> cgroups;
+  EXPECT_EQ((*sd)->KillStale({kept}, &cgroups), 0);
+  EXPECT_EQ(cgroups, std::vector<std::string>{"sentry-a-1"});
+  ASSERT_EQ((*sd)->Sentries().size(), 1u);
+  EXPECT_EQ((*sd)->Sentries()[0].cgroup, "sentry-a-0");
+  EXPECT_TRUE((*sd)->Sentries()[0].Alive());
+  kill(kept, SIGKILL);
+  waitpid(kept, nullptr, 0);
+}
+
+TEST(StateDirTest, SandboxRecordsRoundTripAndGo) {
+  const std::string dir = TempDir();
+  auto sd = StateDir::Open(dir);
+  ASSERT_TRUE(sd.ok());
+  v1::SandboxInfo info;
+  info.set_id("box1");
+  info.set_state(v1::SANDBOX_STATE_RUNNING);
+  info.mutable_spec()->mutable_process()->add_argv("/bin/true");
+  (*info.mutable_spec()->mutable_labels())["k"] = "v";
+  info.add_sentry_pids(1234);
+  ASSERT_TRUE((*sd)->SaveSandbox(info).ok());
+  info.set_state(v1::SANDBOX_STATE_STOPPED);
+  ASSERT_TRUE((*sd)->SaveSandbox(info).ok());
+  ASSERT_EQ(mkdir((*sd)->SandboxDir("junk").c_str(), 0700), 0);
+  std::vector<std::string> errors;
+  std::vector<v1::SandboxInfo> all = (*sd)->LoadSandboxes(&errors);
+  ASSERT_EQ(all.size(), 1u);
+  EXPECT_EQ(errors, std::vector<std::string>{"junk"});
+  (*sd)->RemoveSandbox("junk");
+  errors.clear();
+  EXPECT_EQ(all[0].state(), v1::SANDBOX_STATE_STOPPED);
+  EXPECT_EQ(all[0].spec().labels().at("k"), "v");
+  EXPECT_EQ(all[0].sentry_pids(0), 1234);
+  (*sd)->RemoveSandbox("box1");
+  EXPECT_TRUE((*sd)->LoadSandboxes(&errors).empty());
+  EXPECT_EQ(access((*sd)->SandboxDir("box1").c_str(), F_OK), -1);
+}
+
+TEST(StateDirTest, ControlSocketUnderALongPath) {
+  // Longer than sun_path's 108 bytes.
+  const std::string dir = TempDir() + "/" + std::string(100, 'd');
+  auto sd = StateDir::Open(dir);
+  ASSERT_TRUE(sd.ok()) << sd.status();
+  absl::StatusOr<UniqueFd> l = (*sd)->Listen("box-with-a-long-name");
+  ASSERT_TRUE(l.ok()) << l.status();
+  absl::StatusOr<UniqueFd> c = (*sd)->Connect("box-with-a-long-name");
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_FALSE((*sd)->Connect("other").ok());
+}
+
+TEST(StateDirTest, CgroupParentOwnership) {
+  const std::string dir = TempDir();
+  auto sd = StateDir::Open(dir);
+  ASSERT_TRUE(sd.ok());
+  EXPECT_FALSE((*sd)->CreatedCgroupParent("sandboxd-x"));
+  (*sd)->RecordCgroupParent("sandboxd-x");
+  EXPECT_TRUE((*sd)->CreatedCgroupParent("sandboxd-x"));
+  EXPECT_FALSE((*sd)->CreatedCgroupParent("sandboxd"));
+  (*sd)->ForgetCgroupParent();
+  EXPECT_FALSE((*sd)->CreatedCgroupParent("sandboxd-x"));
 }
 
 TEST(StateDirTest, ProcessStartTimeOfSelf) {

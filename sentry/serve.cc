@@ -1,11 +1,14 @@
 #include "sentry/serve.h"
 
+#include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -14,7 +17,10 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "base/status_macros.h"
 #include "base/unique_fd.h"
 #include "platforms/registry.h"
@@ -106,7 +112,7 @@ class Server {
  public:
   Server(control::Channel ch, boot::Prewarmed pw, bool isolated,
          std::string platform)
-      : ch_(std::move(ch)),
+      : ch_(std::make_unique<control::Channel>(std::move(ch))),
         pw_(std::move(pw)),
         isolated_(isolated),
         platform_(std::move(platform)) {}
@@ -115,18 +121,37 @@ class Server {
   [[noreturn]] void Loop();
 
  private:
-  void Send(const Response& r) {
-    if (absl::Status s = ch_.Send(r); !s.ok()) {
+  // Which channel a request came on: a response to one of an earlier
+  // channel is dropped (the daemon that asked is gone, and the next one
+  // numbers its requests afresh).
+  uint64_t generation() {
+    absl::MutexLock l(&ch_mu_);
+    return generation_;
+  }
+  void Send(const Response& r, absl::Span<const int> fds = {}) {
+    absl::MutexLock l(&ch_mu_);
+    SendLocked(r, fds);
+  }
+  void SendOn(uint64_t generation, const Response& r) {
+    absl::MutexLock l(&ch_mu_);
+    if (generation == generation_) SendLocked(r, {});
+  }
+  void SendLocked(const Response& r, absl::Span<const int> fds)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(ch_mu_) {
+    if (absl::Status s = ch_->Send(r, fds); !s.ok()) {
       Log(absl::StrCat("sending the response to request ", r.id(), ": ",
                        s.message()));
     }
   }
-  void SendError(uint64_t id, const absl::Status& s) {
+  static Response ErrorResponse(uint64_t id, const absl::Status& s) {
     Response r;
     r.set_id(id);
     r.set_code(static_cast<int>(s.code()));
     r.set_message(std::string(s.message()));
-    Send(r);
+    return r;
+  }
+  void SendError(uint64_t id, const absl::Status& s) {
+    Send(ErrorResponse(id, s));
   }
   absl::Status CheckRunning() const {
     if (sandbox_ == nullptr) {
@@ -139,8 +164,20 @@ class Server {
   void OnExec(const Request& req, std::vector<UniqueFd> fds);
   void OnWaitPid(uint64_t id, pid_t pid);
   [[noreturn]] void OnDestroy(uint64_t id);
+  void OnPersist(uint64_t id, std::vector<UniqueFd> fds);
+  void OnReattach(uint64_t id);
+  // After the channel's end: true with the next daemon's channel in ch_,
+  // false when the sandbox does not outlive its daemon.
+  bool AwaitNextDaemon();
 
-  control::Channel ch_;
+  // Replaced (under ch_mu_, by Loop) when the next daemon connects.
+  absl::Mutex ch_mu_;
+  std::unique_ptr<control::Channel> ch_ ABSL_GUARDED_BY(ch_mu_);
+  uint64_t generation_ ABSL_GUARDED_BY(ch_mu_) = 0;
+  // Persist's: the socket the next daemon connects to, and what the
+  // Sentry keeps for it. Loop's thread only.
+  UniqueFd listener_;
+  std::vector<UniqueFd> kept_;
   std::optional<boot::Prewarmed> pw_;  // consumed by Start
   const bool isolated_;                 // in namespaces of its own
   const std::string platform_;          // what Prewarm made (registry.h)
@@ -247,17 +284,67 @@ void Server::OnWaitPid(uint64_t id, pid_t pid) {
     return;
   }
   boot::Sandbox* sb = sandbox_;
-  std::thread([this, sb, id, pid] {
+  const uint64_t gen = generation();
+  std::thread([this, sb, id, pid, gen] {
     auto st = sb->WaitPid(pid);
     if (!st.ok()) {
-      SendError(id, st.status());
+      SendOn(gen, ErrorResponse(id, st.status()));
       return;
     }
     Response r;
     r.set_id(id);
     SetExit(*st, r.mutable_exit());
-    Send(r);
+    SendOn(gen, r);
   }).detach();
+}
+
+void Server::OnPersist(uint64_t id, std::vector<UniqueFd> fds) {
+  int type = 0, listening = 0;
+  socklen_t len = sizeof(type);
+  if (fds.empty() ||
+      getsockopt(fds[0].get(), SOL_SOCKET, SO_TYPE, &type, &len) != 0 ||
+      type != SOCK_SEQPACKET ||
+      getsockopt(fds[0].get(), SOL_SOCKET, SO_ACCEPTCONN, &listening,
+                 &len) != 0 ||
+      !listening) {
+    SendError(id, absl::InvalidArgumentError(
+                      "Persist: the first descriptor must be a listening "
+                      "SOCK_SEQPACKET socket"));
+    return;
+  }
+  listener_ = std::move(fds[0]);
+  kept_.clear();
+  for (size_t i = 1; i < fds.size(); i++) kept_.push_back(std::move(fds[i]));
+  Response r;
+  r.set_id(id);
+  Send(r);
+}
+
+void Server::OnReattach(uint64_t id) {
+  Response r;
+  r.set_id(id);
+  r.mutable_reattached()->set_started(sandbox_ != nullptr);
+  std::vector<int> fds;
+  for (const UniqueFd& f : kept_) fds.push_back(f.get());
+  Send(r, fds);
+}
+
+bool Server::AwaitNextDaemon() {
+  if (!listener_.valid() || sandbox_ == nullptr) return false;
+  Log("the daemon's channel ended; the sandbox runs on, waiting for the "
+      "next daemon");
+  for (;;) {
+    int fd = accept4(listener_.get(), nullptr, nullptr, SOCK_CLOEXEC);
+    if (fd < 0) {
+      if (errno == EINTR || errno == ECONNABORTED) continue;
+      Log(absl::StrCat("accepting the next daemon: ", strerror(errno)));
+      return false;
+    }
+    absl::MutexLock l(&ch_mu_);
+    ch_ = std::make_unique<control::Channel>(UniqueFd(fd));
+    generation_++;
+    return true;
+  }
 }
 
 void Server::OnDestroy(uint64_t id) {
@@ -278,8 +365,14 @@ void Server::Loop() {
   for (;;) {
     Request req;
     std::vector<UniqueFd> fds;
-    absl::Status s = ch_.Receive(&req, &fds);
+    control::Channel* ch;
+    {
+      absl::MutexLock l(&ch_mu_);
+      ch = ch_.get();  // replaced only on this thread
+    }
+    absl::Status s = ch->Receive(&req, &fds);
     if (absl::IsUnavailable(s)) {
+      if (AwaitNextDaemon()) continue;
       // The daemon is gone: nobody will ever wait for this sandbox.
       if (sandbox_ != nullptr) sandbox_->KillAll();
       _exit(0);
@@ -316,6 +409,12 @@ void Server::Loop() {
         OnDestroy(req.id());
       case Request::kExec:
         OnExec(req, std::move(fds));
+        break;
+      case Request::kPersist:
+        OnPersist(req.id(), std::move(fds));
+        break;
+      case Request::kReattach:
+        OnReattach(req.id());
         break;
       case Request::kStats: {
         if (absl::Status st = CheckRunning(); !st.ok()) {

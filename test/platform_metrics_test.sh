@@ -46,7 +46,7 @@ check "sentry run --stats-json to a bad path: 125" eq "$?" 125
 platforms_here "$SENTRY"
 start_bg "$tmp/daemon.log" "$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" --state-dir="$tmp/state" \
   --pool-size=1 --platforms="$platforms" --no-cgroups --metrics-address=127.0.0.1:0 \
-  --default-rootfs=/
+  --default-rootfs=/ --shutdown-kill
 wait_for_daemon "$SANDBOXCTL" "$SOCK"
 metrics=$(sed -n 's|.*metrics at http://\([^/]*\)/metrics.*|\1|p' "$tmp/daemon.log" | head -1)
 if [ -z "$metrics" ]; then

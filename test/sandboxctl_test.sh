@@ -54,7 +54,7 @@ fi
 platforms_here "$SENTRY"
 start_bg "$tmp/daemon.log" "$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" --state-dir="$tmp/state" \
   --pool-size=1 --platforms="$platforms" --cgroup-parent="sandboxctl-test-$$" \
-  --default-rootfs=/ "${tcp_args[@]}"
+  --default-rootfs=/ --shutdown-kill "${tcp_args[@]}"
 wait_for_daemon "$SANDBOXCTL" "$SOCK"
 
 ctl run --rm -- /bin/echo hello world

@@ -5,7 +5,10 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sched.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/un.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -430,6 +433,76 @@ TEST_F(ServeTest, ChannelCloseKillsTheSandbox) {
   EXPECT_TRUE(WIFEXITED(status)) << status;
   // Every process of the sandbox held the pipe's write end: all gone.
   EXPECT_EQ(ReadAll(out.r.get()), "");
+}
+
+TEST_F(ServeTest, PersistNeedsAListeningSocket) {
+  Pipe p;
+  Request req;
+  req.mutable_persist();
+  Response r = Call(req, {p.r.get()});
+  EXPECT_EQ(r.code(), static_cast<int>(absl::StatusCode::kInvalidArgument)) << r.message();
+}
+
+// control.proto Persist: the sandbox outlives the channel, the next
+// "daemon" connects to the socket, gets the kept descriptor back, and a
+// response owed to the first channel never reaches the second.
+TEST_F(ServeTest, PersistedSandboxServesTheNextChannel) {
+  char dir_tmpl[] = "/tmp/serve_test.XXXXXX";
+  const std::string dir = mkdtemp(dir_tmpl);
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  snprintf(addr.sun_path, sizeof(addr.sun_path), "%s/c.sock", dir.c_str());
+  UniqueFd listener(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  ASSERT_EQ(bind(listener.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0);
+  ASSERT_EQ(listen(listener.get(), 1), 0);
+  Pipe out;
+  Request persist;
+  persist.mutable_persist();
+  ASSERT_EQ(Call(persist, {listener.get(), out.r.get()}).code(), 0);
+  listener.reset();
+  ASSERT_EQ(Start({"sleep", "100"}, &out).code(), 0);
+  Request wait;
+  wait.mutable_wait();
+  const uint64_t old_wait = SendOnly(wait);
+
+  ch_.reset();  // the "daemon" dies
+  usleep(200 * 1000);
+  ASSERT_EQ(kill(pid_, 0), 0);
+  int st = 0;
+  ASSERT_EQ(waitpid(pid_, &st, WNOHANG), 0) << "the Sentry exited with its channel";
+
+  UniqueFd c(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  ASSERT_EQ(connect(c.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)), 0)
+      << strerror(errno);
+  ch_.emplace(std::move(c));
+  early_.clear();
+  next_id_ = old_wait;  // the next daemon numbers its requests afresh
+  Request reattach;
+  reattach.mutable_reattach();
+  reattach.set_id(next_id_++);
+  ASSERT_TRUE(ch_->Send(reattach).ok());
+  Response r;
+  std::vector<UniqueFd> kept;
+  ASSERT_TRUE(ch_->Receive(&r, &kept).ok());
+  EXPECT_EQ(r.id(), reattach.id());
+  EXPECT_TRUE(r.reattached().started());
+  ASSERT_EQ(kept.size(), 1u);
+  struct stat a, b;
+  ASSERT_EQ(fstat(kept[0].get(), &a), 0);
+  ASSERT_EQ(fstat(out.r.get(), &b), 0);
+  EXPECT_EQ(a.st_ino, b.st_ino) << "not the pipe Persist kept";
+
+  // The init's end answers the new Wait only, once, with the signal.
+  ASSERT_EQ(Simple(Request::kSignal, SIGKILL).code(), 0);
+  Response w = Simple(Request::kWait);
+  EXPECT_EQ(w.exit().signal(), SIGKILL);
+  Response d = Simple(Request::kDestroy);
+  EXPECT_TRUE(d.has_exit());
+  // The earlier channel's Wait was answered (if at all) before Destroy.
+  EXPECT_TRUE(early_.empty()) << "a response of the earlier channel arrived";
+  EXPECT_TRUE(WIFEXITED(SentryExit()));
+  unlink(addr.sun_path);
+  rmdir(dir.c_str());
 }
 
 // Stats carry the platform's counters (Platform::ExportStats): after a

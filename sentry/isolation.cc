@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <net/if.h>
+#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
@@ -13,6 +14,7 @@
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstring>
@@ -175,6 +177,102 @@ absl::Status SetHostname(const std::string& name) {
     return absl::InternalError("the holder did not answer sethostname");
   }
   if (err != 0) return ErrnoStatus(absl::StrCat("sethostname ", name), err);
+  return absl::OkStatus();
+}
+
+}  // namespace sandboxd::isolation
+
+namespace sandboxd::isolation {
+namespace {
+
+// The signals `sentry run` forwards to the Sentry when they come from a
+// process (kill(1)); the ones a terminal generates reach the Sentry
+// itself, in the same process group.
+// (The set that main.cc's Run forwards into the sandbox.)
+constexpr int kForwarded[] = {SIGINT,  SIGTERM,  SIGHUP, SIGQUIT,
+                              SIGUSR1, SIGWINCH, SIGTSTP};
+
+[[noreturn]] void Supervise(pid_t child, const sigset_t& set) {
+  for (;;) {
+    siginfo_t si;
+    const int sig = sigwaitinfo(&set, &si);
+    if (sig < 0) continue;
+    if (sig != SIGCHLD) {
+      // SI_USER, SI_QUEUE, SI_TKILL: sent to us, not to the group.
+      if (si.si_code <= 0) kill(child, sig);
+      continue;
+    }
+    int st;
+    pid_t r;
+    while ((r = waitpid(child, &st, WNOHANG)) < 0 && errno == EINTR) {
+    }
+    if (r != child) continue;
+    if (WIFEXITED(st)) _exit(WEXITSTATUS(st));
+    if (WIFSIGNALED(st)) {
+      const int s = WTERMSIG(st);
+      signal(s, SIG_DFL);
+      sigset_t one;
+      sigemptyset(&one);
+      sigaddset(&one, s);
+      sigprocmask(SIG_UNBLOCK, &one, nullptr);
+      raise(s);
+      _exit(128 + s);
+    }
+  }
+}
+
+}  // namespace
+
+absl::Status ContainInPidNamespace() {
+  const uid_t uid = geteuid();
+  const gid_t gid = getegid();
+  if (uid != 0) {
+    // A pid namespace needs CAP_SYS_ADMIN: in a user namespace of our own
+    // that maps our uid and gid to themselves (nothing else changes for
+    // the host's checks of our files).
+    if (unshare(CLONE_NEWUSER) != 0) {
+      return ErrnoStatus("unshare of a user namespace", errno);
+    }
+    RETURN_IF_ERROR(WriteFile("/proc/self/uid_map",
+                              absl::StrCat(uid, " ", uid, " 1\n")));
+    RETURN_IF_ERROR(WriteFile("/proc/self/setgroups", "deny"));
+    RETURN_IF_ERROR(WriteFile("/proc/self/gid_map",
+                              absl::StrCat(gid, " ", gid, " 1\n")));
+  }
+  if (unshare(CLONE_NEWPID) != 0) {
+    return ErrnoStatus("unshare of a pid namespace", errno);
+  }
+  sigset_t set, old;
+  sigemptyset(&set);
+  for (int s : kForwarded) sigaddset(&set, s);
+  sigaddset(&set, SIGCHLD);
+  sigprocmask(SIG_BLOCK, &set, &old);
+  int alive[2];
+  if (pipe2(alive, O_CLOEXEC) != 0) return ErrnoStatus("pipe", errno);
+  const pid_t child = fork();
+  if (child < 0) return ErrnoStatus("forking the Sentry's init", errno);
+  if (child > 0) {
+    close(alive[0]);
+    Supervise(child, set);  // never returns; alive[1] closes at our exit
+  }
+  close(alive[1]);
+  sigprocmask(SIG_SETMASK, &old, nullptr);
+  // Pid 1 of the namespace: everything in it dies with us. We die with
+  // `sentry run`; if it is gone already, the pipe says so.
+  if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
+    return ErrnoStatus("PR_SET_PDEATHSIG", errno);
+  }
+  pollfd p{alive[0], POLLIN, 0};
+  if (poll(&p, 1, 0) != 0) _exit(125);
+  close(alive[0]);
+  if (uid != 0) {
+    // The capabilities the user namespace gave us are not the Sentry's.
+    __user_cap_header_struct header{_LINUX_CAPABILITY_VERSION_3, 0};
+    __user_cap_data_struct data[2] = {};
+    if (syscall(SYS_capset, &header, data) != 0) {
+      return ErrnoStatus("capset", errno);
+    }
+  }
   return absl::OkStatus();
 }
 

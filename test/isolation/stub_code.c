@@ -8,7 +8,8 @@
  * blocked its host signals with a forged rt_sigreturn is not ended by
  * SIGKILL within 5 s. On another platform (no stub code) it says so and
  * passes. stub_code_test.sh checks afterwards that no host process of the
- * sandbox is left. */
+ * sandbox is left. With the argument "spin" it only blocks its host
+ * signals and spins (sandboxctl_test.sh kills that through sandboxd). */
 #define _GNU_SOURCE
 #include <setjmp.h>
 #include <signal.h>
@@ -204,6 +205,9 @@ int main(int argc, char **argv) {
   }
   printf("stub restorer syscall at 0x%lx\n", (unsigned long)g_syscall);
   fflush(stdout);
+  /* spin: become the forged-rt_sigreturn spinner (sandboxctl_test.sh
+   * kills such a sandbox through sandboxd). */
+  if (argc > 1 && strcmp(argv[argc - 1], "spin") == 0) forged_sigreturn();
   /* A process outside the Sentry's tracking, its child. */
   attack("clone(CLONE_PARENT|SIGCHLD) from stub code", 56, 0x8000 | 17, 0,
          0, 0, 0, 0, never);

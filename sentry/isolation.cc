@@ -4,7 +4,6 @@
 #include <fcntl.h>
 #include <linux/capability.h>
 #include <net/if.h>
-#include <poll.h>
 #include <sched.h>
 #include <signal.h>
 #include <sys/ioctl.h>
@@ -17,8 +16,10 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
@@ -192,7 +193,116 @@ namespace {
 constexpr int kForwarded[] = {SIGINT,  SIGTERM,  SIGHUP, SIGQUIT,
                               SIGUSR1, SIGWINCH, SIGTSTP};
 
-[[noreturn]] void Supervise(pid_t child, const sigset_t& set) {
+// `sentry run`'s own cgroups: one under the caller's in the v2 hierarchy
+// and in v1's pids and freezer hierarchies, where the caller may make them
+// (best effort: none where it may not).
+struct RunCgroups {
+  std::vector<std::string> v2;  // at most one
+  std::vector<std::string> v1;
+  std::string v1_freezer;       // one of v1, or ""
+};
+
+std::string ReadSmallFile(const std::string& path) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return "";
+  char buf[4096];
+  ssize_t n = read(fd.get(), buf, sizeof(buf));
+  return n > 0 ? std::string(buf, n) : "";
+}
+
+RunCgroups MakeRunCgroups(pid_t child) {
+  RunCgroups out;
+  const std::string self = ReadSmallFile("/proc/self/cgroup");
+  const std::string leaf = absl::StrCat("/sentry-run-", getpid());
+  size_t at = 0;
+  while (at < self.size()) {
+    size_t nl = self.find('\n', at);
+    if (nl == std::string::npos) nl = self.size();
+    const std::string line = self.substr(at, nl - at);
+    at = nl + 1;
+    const size_t c1 = line.find(':');
+    const size_t c2 = c1 == std::string::npos ? c1 : line.find(':', c1 + 1);
+    if (c2 == std::string::npos) continue;
+    const std::string ctl = line.substr(c1 + 1, c2 - c1 - 1);
+    const std::string path = line.substr(c2 + 1);
+    std::string base;
+    bool v2 = false;
+    if (line.compare(0, c1, "0") == 0 && ctl.empty()) {
+      for (const char* m : {"/sys/fs/cgroup/unified", "/sys/fs/cgroup"}) {
+        if (access(absl::StrCat(m, "/cgroup.procs").c_str(), F_OK) == 0 &&
+            access(absl::StrCat(m, "/cgroup.controllers").c_str(), F_OK) ==
+                0) {
+          base = m;
+          break;
+        }
+      }
+      v2 = true;
+    } else if (ctl == "pids" || ctl == "freezer") {
+      base = absl::StrCat("/sys/fs/cgroup/", ctl);
+    }
+    if (base.empty()) continue;
+    const std::string dir = absl::StrCat(base, path == "/" ? "" : path, leaf);
+    if (mkdir(dir.c_str(), 0755) != 0) continue;
+    if (!WriteFile(absl::StrCat(dir, "/cgroup.procs").c_str(),
+                   absl::StrCat(child))
+             .ok()) {
+      rmdir(dir.c_str());
+      continue;
+    }
+    if (v2) {
+      out.v2.push_back(dir);
+    } else {
+      out.v1.push_back(dir);
+      if (ctl == "freezer") out.v1_freezer = dir;
+    }
+  }
+  return out;
+}
+
+// Kills whatever is left in the cgroups (nothing, unless a process left
+// the pid namespace's reach) and removes them.
+void RemoveRunCgroups(const RunCgroups& cg) {
+  for (const std::string& d : cg.v2) {
+    if (!WriteFile(absl::StrCat(d, "/cgroup.kill").c_str(), "1").ok()) {
+      WriteFile(absl::StrCat(d, "/cgroup.freeze").c_str(), "1").IgnoreError();
+    }
+  }
+  auto kill_listed = [](const std::string& dir) {
+    const std::string procs = ReadSmallFile(dir + "/cgroup.procs");
+    size_t at = 0;
+    while (at < procs.size()) {
+      const pid_t p = static_cast<pid_t>(strtol(procs.c_str() + at, nullptr,
+                                                10));
+      if (p > 0) kill(p, SIGKILL);
+      const size_t nl = procs.find('\n', at);
+      if (nl == std::string::npos) break;
+      at = nl + 1;
+    }
+  };
+  if (!cg.v1_freezer.empty()) {
+    WriteFile((cg.v1_freezer + "/freezer.state").c_str(), "FROZEN")
+        .IgnoreError();
+  }
+  for (const std::string& d : cg.v2) kill_listed(d);
+  for (const std::string& d : cg.v1) kill_listed(d);
+  if (!cg.v1_freezer.empty()) {
+    WriteFile((cg.v1_freezer + "/freezer.state").c_str(), "THAWED")
+        .IgnoreError();
+  }
+  // The kernel removes killed processes from a cgroup asynchronously.
+  for (const std::vector<std::string>* v : {&cg.v2, &cg.v1}) {
+    for (const std::string& d : *v) {
+      for (int i = 0; i < 200 && rmdir(d.c_str()) != 0 && errno == EBUSY;
+           i++) {
+        kill_listed(d);
+        usleep(1000);
+      }
+    }
+  }
+}
+
+[[noreturn]] void Supervise(pid_t child, const sigset_t& set,
+                            const RunCgroups& cgroups) {
   for (;;) {
     siginfo_t si;
     const int sig = sigwaitinfo(&set, &si);
@@ -207,6 +317,7 @@ constexpr int kForwarded[] = {SIGINT,  SIGTERM,  SIGHUP, SIGQUIT,
     while ((r = waitpid(child, &st, WNOHANG)) < 0 && errno == EINTR) {
     }
     if (r != child) continue;
+    RemoveRunCgroups(cgroups);
     if (WIFEXITED(st)) _exit(WEXITSTATUS(st));
     if (WIFSIGNALED(st)) {
       const int s = WTERMSIG(st);
@@ -253,17 +364,24 @@ absl::Status ContainInPidNamespace() {
   if (child < 0) return ErrnoStatus("forking the Sentry's init", errno);
   if (child > 0) {
     close(alive[0]);
-    Supervise(child, set);  // never returns; alive[1] closes at our exit
+    // The Sentry joins its cgroups before it makes anything.
+    const RunCgroups cgroups = MakeRunCgroups(child);
+    const char go = 1;
+    if (write(alive[1], &go, 1) != 1) kill(child, SIGKILL);
+    Supervise(child, set, cgroups);  // never returns
   }
   close(alive[1]);
   sigprocmask(SIG_SETMASK, &old, nullptr);
   // Pid 1 of the namespace: everything in it dies with us. We die with
-  // `sentry run`; if it is gone already, the pipe says so.
+  // `sentry run`; if it is gone already, the pipe says so (no go byte).
   if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0) {
     return ErrnoStatus("PR_SET_PDEATHSIG", errno);
   }
-  pollfd p{alive[0], POLLIN, 0};
-  if (poll(&p, 1, 0) != 0) _exit(125);
+  char go = 0;
+  ssize_t n;
+  while ((n = read(alive[0], &go, 1)) < 0 && errno == EINTR) {
+  }
+  if (n != 1) _exit(125);
   close(alive[0]);
   if (uid != 0) {
     // The capabilities the user namespace gave us are not the Sentry's.

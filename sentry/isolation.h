@@ -51,8 +51,10 @@ absl::Status EnterNamespaces();
 // stays outside as a supervisor: it forwards the signals sent to it (not
 // those a terminal sends its whole group, which reach the Sentry too) and
 // exits with the Sentry's status (or its signal); the Sentry dies with it
-// (PR_SET_PDEATHSIG). Returns in the Sentry only. Precondition: one
-// thread.
+// (PR_SET_PDEATHSIG). Where it may, it also puts the Sentry in cgroups of
+// its own (v2, and v1 pids and freezer) before the Sentry makes anything,
+// and kills and removes them at the end. Returns in the Sentry only.
+// Precondition: one thread.
 absl::Status ContainInPidNamespace();
 absl::Status PivotToEmptyRoot();
 absl::Status DropCapabilities();

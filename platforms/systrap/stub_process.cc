@@ -74,7 +74,7 @@ void StubProcess::Reap() {
   StoreSeqCst(&shared_->ready, kOwnerSentry);
   Futex(&shared_->ready, FUTEX_WAKE, INT32_MAX);
   // Only slots that were ever handed out: touching the others would make
-  // the host allocate their pages of the shared area (2 MiB for all 256)
+  // the host allocate their pages of the shared area (18 MiB for all)
   // just to free them again, at every process exit.
   std::bitset<kMaxThreads> slots;
   {

@@ -569,7 +569,8 @@ TEST_F(StubFilterTest, MapsOnlyOfTheMemoryFileBelowTheStub) {
   ExpectKilled(SYS_munmap, kPageSize, ~0ull - kPageSize);
   // Below it, allowed (its own application range).
   CpuState cpu;
-  Event ev = RunFromStubCode(SYS_munmap, kStubBase - kPageSize, kPageSize, &cpu);
+  Event ev =
+      RunFromStubCode(SYS_munmap, kStubBase - kPageSize, kPageSize, &cpu);
   ASSERT_EQ(ev.kind, Event::Kind::kException) << ev.detail;
   EXPECT_EQ(static_cast<int64_t>(cpu.regs.rax), 0);
   ctx_->Release();

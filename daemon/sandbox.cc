@@ -320,13 +320,14 @@ void Sandbox::WaitLoop() {
   }
   // The Sentry is gone. OnSentryExit has the reason (a crash) or Destroy
   // does (a kill); this covers whichever comes later.
-  bool destroyed;
+  bool destroyed, host_killed;
   {
     absl::MutexLock l(&mu_);
     destroyed = destroyed_;
+    host_killed = host_killed_;
   }
   v1::ExitStatus exit;
-  if (destroyed) {
+  if (destroyed || host_killed) {
     exit.set_signal(SIGKILL);
     Finish(exit, v1::SANDBOX_STATE_STOPPED);
     return;
@@ -351,7 +352,7 @@ void Sandbox::OnSentryExit(bool crashed, const std::string& reason) {
   if (!crashed) return;
   {
     absl::MutexLock l(&mu_);
-    if (destroyed_) return;
+    if (destroyed_ || host_killed_) return;
   }
   Log("sandbox ", id_, ": sentry (pid ", sentry_->process().pid(), ") ", reason);
   if (metrics_ != nullptr) metrics_->IncSentryCrashes();
@@ -378,6 +379,24 @@ absl::StatusOr<v1::ExitStatus> Sandbox::AwaitExit(absl::Time deadline,
   }
 }
 
+void Sandbox::KillOnHost() {
+  {
+    absl::MutexLock l(&mu_);
+    host_killed_ = true;
+  }
+  // The Sentry is the init of its pid namespace: when it dies the kernel
+  // kills everything in it. Its cgroup is killed too (cgroup.kill, or
+  // freeze and kill on v1), so that not even a process that left the
+  // namespace's tracking survives. Nothing is asked of the Sentry.
+  SentryProcess& p = sentry_->process();
+  p.ExpectExit();
+  p.Kill();
+  if (Cgroup* cg = sentry_->cgroup()) {
+    absl::Status s = cg->KillAll(absl::Seconds(1));
+    if (!s.ok()) Log("sandbox ", id_, ": ", s.message());
+  }
+}
+
 absl::Status Sandbox::Signal(int signal, bool all, int pid) {
   {
     absl::MutexLock l(&mu_);
@@ -385,6 +404,13 @@ absl::Status Sandbox::Signal(int signal, bool all, int pid) {
       return absl::FailedPreconditionError(absl::StrCat(
           "sandbox ", id_, " is ", v1::SandboxState_Name(state_), ", not RUNNING"));
     }
+  }
+  // SIGKILL of the init (or of everything) ends the sandbox: a host
+  // SIGKILL of all its processes, which works whatever state the Sentry
+  // or the application left the stubs in.
+  if (signal == SIGKILL && (all || pid <= 1)) {
+    KillOnHost();
+    return absl::OkStatus();
   }
   control::Request req;
   req.mutable_signal()->set_signal(signal);
@@ -447,13 +473,7 @@ v1::ExitStatus Sandbox::Destroy() {
   p.ExpectExit();
   v1::ExitStatus killed;
   killed.set_signal(SIGKILL);
-  if (!p.exited()) {
-    control::Request req;
-    req.mutable_destroy();
-    absl::StatusOr<control::Response> r = p.Call(req, {}, absl::Seconds(5));
-    if (r.ok() && started && r->has_exit()) killed = r->exit();
-    p.Kill();
-  }
+  if (!p.exited()) KillOnHost();
   if (waiter_.joinable()) waiter_.join();  // its Wait ends with the Sentry
   Finish(killed, v1::SANDBOX_STATE_STOPPED);  // unless it had ended already
   init_relay_->Stop();

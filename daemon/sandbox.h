@@ -125,6 +125,9 @@ class Sandbox {
   // Reports usage, new unimplemented-syscall counts and the platform's
   // counters to the metrics (the service's stats polling, and Destroy).
   void CollectMetrics();
+  // SIGKILLs the Sentry (its pid namespace's init) and everything in its
+  // cgroup, on the host.
+  void KillOnHost();
 
  private:
   explicit Sandbox(Options o);
@@ -154,6 +157,8 @@ class Sandbox {
   v1::SandboxState state_ ABSL_GUARDED_BY(mu_) = v1::SANDBOX_STATE_CREATED;
   v1::ExitStatus exit_ ABSL_GUARDED_BY(mu_);
   bool destroyed_ ABSL_GUARDED_BY(mu_) = false;
+  // KillOnHost ran: the Sentry's end is a kill, not a crash.
+  bool host_killed_ ABSL_GUARDED_BY(mu_) = false;
   bool attached_ ABSL_GUARDED_BY(mu_) = false;
   v1::Timings timings_ ABSL_GUARDED_BY(mu_);
   UniqueFd rootfs_ ABSL_GUARDED_BY(mu_);

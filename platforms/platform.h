@@ -175,6 +175,9 @@ class Platform : public HasFeatures {
   // Application addresses are in [MinUserAddress(), MaxUserAddress()).
   virtual uintptr_t MinUserAddress() const { return 0x10000; }
   virtual uintptr_t MaxUserAddress() const = 0;
+  // The most threads one thread group may have (0: no bound of the
+  // platform's own); the kernel's clone of one more fails with EAGAIN.
+  virtual uint32_t MaxThreadsPerAddressSpace() const { return 0; }
   virtual absl::StatusOr<std::unique_ptr<AddressSpace>> NewAddressSpace() = 0;
   virtual absl::StatusOr<std::unique_ptr<Context>> NewContext() = 0;
   // Makes ahead of time what the next NewAddressSpace needs, for a warm

@@ -41,6 +41,21 @@
 namespace sandboxd::isolation {
 
 absl::Status EnterNamespaces();
+
+// `sentry run`'s containment: the rest of the run (the Sentry, its holder,
+// the systrap template and stubs) becomes a pid namespace of its own whose
+// init is the Sentry, so that every host process of the sandbox dies when
+// the Sentry does. A non-root caller first unshares a user namespace that
+// maps its uid and gid to themselves (a pid namespace needs CAP_SYS_ADMIN);
+// the Sentry then drops the capabilities it got there. The calling process
+// stays outside as a supervisor: it forwards the signals sent to it (not
+// those a terminal sends its whole group, which reach the Sentry too) and
+// exits with the Sentry's status (or its signal); the Sentry dies with it
+// (PR_SET_PDEATHSIG). Where it may, it also puts the Sentry in cgroups of
+// its own (v2, and v1 pids and freezer) before the Sentry makes anything,
+// and kills and removes them at the end. Returns in the Sentry only.
+// Precondition: one thread.
+absl::Status ContainInPidNamespace();
 absl::Status PivotToEmptyRoot();
 absl::Status DropCapabilities();
 

@@ -36,6 +36,7 @@
 #include "sentry/fs/rootfs.h"
 #include "sentry/fs/tty/host_tty.h"
 #include "sentry/kernel/kernel.h"
+#include "sentry/isolation.h"
 #include "sentry/serve.h"
 #include "sentry/syscalls/syscalls.h"
 
@@ -162,6 +163,8 @@ struct Options {
   bool sentry_seccomp = true;
   // --stats-json=PATH: where the platform's counters go at the end.
   std::string stats_json;
+  // --contain=off: no pid namespace of its own (debugging).
+  bool contain = true;
 };
 
 Options ParseArgs(int argc, char** argv) {
@@ -215,6 +218,9 @@ Options ParseArgs(int argc, char** argv) {
   fs.String("stats-json", &o.stats_json, "PATH",
             "write the platform's counters (proto/platform_stats.proto as "
             "JSON) to PATH when the program is done");
+  fs.OnOff("contain", &o.contain,
+           "run the Sentry as the init of a pid namespace of its own, so "
+           "that every host process of the sandbox ends with it");
   PlatformFlags(fs, &o.platform, &o.platform_options, &o.vdso_tsc,
                 &o.sentry_seccomp);
   o.argv = fs.ParseOrExit(flags::Args(argc, argv, 2), kExitUsage);
@@ -247,6 +253,15 @@ void WriteStatsJson(platform::Platform& p, int fd) {
 }
 
 int Run(const Options& o) {
+  // First, while single-threaded: every host process of the sandbox in
+  // one pid namespace, ended with the Sentry (isolation.h).
+  if (o.contain) {
+    if (absl::Status s = isolation::ContainInPidNamespace(); !s.ok()) {
+      fprintf(stderr,
+              "sentry: not contained in a pid namespace of its own: %s\n",
+              std::string(s.message()).c_str());
+    }
+  }
   // Before anything maps large ranges or starts threads.
   if (absl::Status s = platform::Registry::Get().InitProcess(); !s.ok()) {
     Die(kExitUsage, std::string(s.message()));

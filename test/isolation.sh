@@ -55,8 +55,12 @@ if [ "$NATIVE" = 1 ]; then
 else
   cmd=("$SENTRY" run --rootfs="$root" --cwd=/ -- "/$name" "${args[@]}")
 fi
+# In a session of its own: every host process the run makes keeps that
+# session id (nothing in the sandbox may call setsid on the host), so any
+# left after it (an untracked stub clone) is found by it below.
 {
-  (cd "$tmp" && exec timeout -k 5 "$TIMEOUT" "${cmd[@]}") </dev/null >"$tmp/stdout" 2>"$tmp/stderr"
+  (cd "$tmp" && exec setsid --wait sh -c 'echo $$ >"$0"; exec "$@"' \
+    "$tmp/sid" timeout -k 5 "$TIMEOUT" "${cmd[@]}") </dev/null >"$tmp/stdout" 2>"$tmp/stderr"
   status=$?
 } 2>/dev/null
 
@@ -99,6 +103,22 @@ elif grep -q '^State:.*[tT]' "/proc/$canary/status" 2>/dev/null; then
 elif ! grep -q '^TracerPid:[[:space:]]*0$' "/proc/$canary/status" 2>/dev/null; then
   echo "FAIL: the host canary process $canary is being traced"
   fail=1
+fi
+sid=$(cat "$tmp/sid" 2>/dev/null)
+if [ -n "$sid" ]; then
+  sleep 0.3
+  left=()
+  for st in /proc/[0-9]*/stat; do
+    # Field 6 (session), after the parenthesised command name.
+    fields=$(sed 's/^.*) //' "$st" 2>/dev/null) || continue
+    set -- $fields
+    [ "${4:-}" = "$sid" ] && left+=("$(basename "$(dirname "$st")")")
+  done
+  if [ ${#left[@]} -gt 0 ]; then
+    echo "FAIL: host processes of the sandbox left after it ended: ${left[*]}"
+    for p in "${left[@]}"; do kill -9 "$p" 2>/dev/null; done
+    fail=1
+  fi
 fi
 if [ "$(sha256sum <"$secret")" != "$secret_sum" ]; then
   echo "FAIL: the host secret file was modified"

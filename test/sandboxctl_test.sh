@@ -154,6 +154,31 @@ check "wait after SIGTERM: 143" eq "$status" 143
 ctl rm -f svc
 check "rm -f: exit 0" eq "$status" 0
 
+# A sandbox whose init blocked its stub thread's host signals (a forged
+# rt_sigreturn from stub code, test/isolation/stub_code.c) and spins:
+# kill -s KILL is a host kill of the Sentry's pid namespace and cgroup,
+# done in milliseconds.
+spin=${SANDBOXCTL_TEST_SPIN_PROG:-}
+if [ -n "$spin" ] && [ -x "$spin" ]; then
+  spin=$(readlink -f "$spin")
+  ctl run -d --name=spin -- "$spin" spin
+  check "run -d of the spinner" eq "$status" 0
+  sleep 0.5
+  t0=$(date +%s%N)
+  ctl kill -s KILL spin
+  check "kill -s KILL of the spinner: exit 0" eq "$status" 0
+  ctl wait spin
+  t1=$(date +%s%N)
+  check "wait after kill -s KILL: 137" eq "$status" 137
+  ms=$(((t1 - t0) / 1000000))
+  echo "kill -s KILL to the end of wait: $ms ms"
+  check "kill -s KILL ends it within 1 s" ge 999 "$ms"
+  ctl rm -f spin
+  check "rm -f of the spinner: exit 0" eq "$status" 0
+else
+  echo "SKIP the spinner: SANDBOXCTL_TEST_SPIN_PROG not set"
+fi
+
 # Syscall patching (spec.systrap.patch): the daemon's default (off here)
 # for pooled Sentries; --systrap-patch=on gets a Sentry started with it (a
 # pool miss), whose hot getpid site is patched: [sbx-patch] in its maps.

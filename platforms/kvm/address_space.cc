@@ -1,5 +1,7 @@
 // KvmAddressSpace: one application address space as guest page tables
 // over the memory file, and the shadow invalidations its changes need.
+#include <unistd.h>
+
 #include <algorithm>
 
 #include "absl/strings/str_format.h"
@@ -33,6 +35,22 @@ absl::Status KvmAddressSpace::MapFile(uintptr_t addr, int fd, off_t off,
   }
   platform_->DropStale(pt_.TakeStalePages(), pt_.large_invalidations() != large);
   return st;
+}
+
+bool KvmAddressSpace::IsInt80At(uint64_t va) {
+  uint8_t code[2];
+  absl::MutexLock l(&mu_);
+  for (int i = 0; i < 2; i++) {
+    if (va + i >= kStubVa) return false;
+    std::optional<Translation> t = pt_.Lookup(va + i);
+    // Guest-physical addresses are memory-file offsets.
+    if (!t.has_value() ||
+        pread(platform_->memfile_fd(), &code[i], 1,
+              static_cast<off_t>(t->phys)) != 1) {
+      return false;
+    }
+  }
+  return code[0] == 0xcd && code[1] == 0x80;
 }
 
 void KvmAddressSpace::Unmap(uintptr_t addr, size_t len) {

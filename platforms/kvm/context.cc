@@ -1,6 +1,7 @@
 // KvmContext: one application thread's platform::Context, a vCPU of the
 // pool while it runs, its register and FP state, the KVM_RUN loop and the
 // decoding of guest exits into platform events.
+#include <errno.h>
 #include <signal.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -348,7 +349,23 @@ Event KvmContext::Switch(platform::AddressSpace& as, CpuState& cpu) {
     cpu.fp_live = nullptr;
     live_cpu_ = nullptr;
   }
-  return Decode(*reason, cpu);
+  Event ev = Decode(*reason, cpu);
+  // `int $0x80` from 64-bit code (PVM: #UD at it; hardware: #GP through
+  // the absent gate). Linux would serve it from the i386 table, which the
+  // Sentry does not implement: refused as a syscall the kernel does not
+  // have (-ENOSYS, every other register kept), past the instruction,
+  // counted.
+  if (ev.kind == Event::Kind::kException &&
+      (ev.signo == SIGILL || ev.signo == SIGSEGV) &&
+      kas.IsInt80At(cpu.regs.rip)) {
+    cpu.regs.rip += 2;
+    cpu.regs.orig_rax = cpu.regs.rax & 0xffffffffu;
+    cpu.regs.rax = static_cast<uint64_t>(-ENOSYS);
+    platform_->vm()->stats().compat_syscalls_refused.fetch_add(
+        1, std::memory_order_relaxed);
+    return Event{};
+  }
+  return ev;
 }
 
 Event KvmContext::DecodeHardware(uint32_t reason, CpuState& cpu) {

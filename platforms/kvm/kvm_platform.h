@@ -93,6 +93,9 @@ class KvmAddressSpace : public platform::AddressSpace {
   void Unmap(uintptr_t addr, size_t len) override;
 
   uint64_t root() const { return root_; }
+  // Whether the two bytes at `va` are `int $0x80` (cd 80), read through
+  // the page tables from the memory file.
+  bool IsInt80At(uint64_t va);
 
  private:
   friend class KvmPlatform;

@@ -37,6 +37,8 @@ void ToProto(const Stats& s, control::KvmStats* out) {
   out->set_memslot_adds(s.memslot_adds.load(std::memory_order_relaxed));
   out->set_memslot_add_nanos(s.memslot_add_ns.load(std::memory_order_relaxed));
   out->set_vcpus(s.vcpus.load(std::memory_order_relaxed));
+  out->set_compat_syscalls_refused(
+      s.compat_syscalls_refused.load(std::memory_order_relaxed));
 }
 
 }  // namespace sandboxd::kvm

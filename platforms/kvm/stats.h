@@ -47,6 +47,8 @@ struct Stats {
   std::atomic<uint64_t> memslot_adds{0};
   std::atomic<uint64_t> memslot_add_ns{0};
   std::atomic<uint32_t> vcpus{0};  // vCPUs created
+  // `int $0x80` from 64-bit code refused with ENOSYS (context.cc).
+  std::atomic<uint64_t> compat_syscalls_refused{0};
 
   void CountExit(ExitKind k) {
     exits[static_cast<int>(k)].fetch_add(1, std::memory_order_relaxed);

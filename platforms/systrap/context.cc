@@ -2,6 +2,7 @@
 // into its stub thread and back (registers, FP state, the events a stop
 // means) and the interrupt that brings it back early.
 #include <errno.h>
+#include <linux/audit.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -151,8 +152,8 @@ Event SystrapContext::SwitchOnce(StubProcess& as, CpuState& cpu) {
   bool alive = !as.dead();
   if (alive) {
     as.Submit(slot_);  // if it fails, the process is killed: as above
-    alive = as.WaitForSentry(&s->owner, &s->sentry_sleeping,
-                             spin ? platform_->spin_cycles() : 0);
+    alive = as.WaitForContext(s, spin ? platform_->spin_cycles() : 0,
+                              interrupt_);
   }
   const uint64_t take = __rdtsc();
   running_.store(false, std::memory_order_seq_cst);
@@ -200,6 +201,19 @@ Event SystrapContext::SwitchOnce(StubProcess& as, CpuState& cpu) {
   }
   switch (signo) {
     case SIGSYS:
+      if (s->sys_arch != AUDIT_ARCH_X86_64) {
+        // `int $0x80` (or sysenter) from 64-bit code: Linux serves it with
+        // the i386 table, whose numbers and arguments are not the x86-64
+        // ones the Sentry implements. Refused as a syscall the kernel does
+        // not have: -ENOSYS in rax, every other register kept, counted.
+        cpu.regs.orig_rax =
+            static_cast<uint64_t>(static_cast<int64_t>(s->sys_nr));
+        cpu.regs.rax = static_cast<uint64_t>(-ENOSYS);
+        platform_->fastpath().mutable_counters().compat_syscalls_refused
+            .fetch_add(1, std::memory_order_relaxed);
+        ev.kind = Event::Kind::kInterrupted;
+        break;
+      }
       ev.kind = Event::Kind::kSyscall;
       cpu.regs.orig_rax = static_cast<uint64_t>(static_cast<int64_t>(s->sys_nr));
       break;

@@ -37,10 +37,12 @@ inline constexpr uint64_t kStubBase = 0x7e0000000000ull;
 inline constexpr uint64_t kStubEnd = 0x7ffffffff000ull;  // TASK_SIZE
 inline constexpr uint64_t kStubCodeSize = 1ull << 20;
 inline constexpr uint64_t kStubShared = kStubBase + kStubCodeSize;
-// Context slots and worker records each (index 0: the control thread).
-inline constexpr uint32_t kMaxThreads = 256;
+// Context slots and worker records each (index 0: the control thread):
+// an address space runs at most kMaxThreads - 1 (4095) application
+// threads; the next clone of a thread there fails with EAGAIN.
+inline constexpr uint32_t kMaxThreads = 4096;
 inline constexpr uint64_t kStackSize = 64 * 1024;
-inline constexpr uint64_t kStubSharedSize = 8ull << 20;
+inline constexpr uint64_t kStubSharedSize = 32ull << 20;
 inline constexpr uint64_t kStubStacks = kStubShared + kStubSharedSize;
 inline constexpr uint64_t kStubStacksSize = kMaxThreads * kStackSize;
 inline constexpr uint64_t kStubWindowEnd = kStubStacks + kStubStacksSize;
@@ -53,7 +55,7 @@ inline constexpr int kStubMemFileFd = 3;  // the sandbox's memory file
 // stub maps its own area and closes this before any application code runs.
 inline constexpr int kStubPoolFd = 4;
 // Areas in the pool at most (stub processes alive at once, the template
-// included): 512 GiB of sparse file offsets.
+// included): 2 TiB of sparse file offsets.
 inline constexpr uint32_t kMaxStubAreas = 1u << 16;
 
 // The host signal the Sentry sends a stub worker to make its context trap
@@ -229,6 +231,17 @@ struct alignas(64) StubConfig {
   int32_t sentry_pid;     // the template's: a new stub's parent must be it
 };
 
+// The seccomp filter a new stub process adds to the template's before any
+// application code runs in it (seccomp_filter.h, StubProcessFilter):
+// written by the Sentry into the template's area only. Each entry is one
+// struct sock_filter (8 bytes).
+inline constexpr uint32_t kMaxStubFilterLen = 96;
+struct alignas(64) StubFilterImage {
+  uint32_t len;
+  uint32_t pad;
+  uint64_t insns[kMaxStubFilterLen];
+};
+
 // One host thread of the stub (index 0: the control thread; 1..: workers
 // that run contexts taken from the ring). Its stack is kStubStacks +
 // index * kStackSize.
@@ -264,8 +277,8 @@ struct RingCell {
 };
 // More cells than contexts: each context is queued at most once at a time,
 // so the ring is never full unless its memory was overwritten.
-inline constexpr uint32_t kRingSize = 512;
-static_assert(kRingSize >= 2 * kMaxThreads &&
+inline constexpr uint32_t kRingSize = kMaxThreads;
+static_assert(kRingSize > kMaxThreads - 1 &&
               (kRingSize & (kRingSize - 1)) == 0);
 
 // Contexts queued by the Sentry for the stub's workers (README.md, "The
@@ -284,6 +297,8 @@ struct alignas(64) ContextRing {
 struct StubShared {
   StubConfig config;
   ControlBlock control;
+  // The template's area only (see StubFilterImage).
+  StubFilterImage stub_filter;
   ThreadSlot slots[kMaxThreads];
   // The first worker's start: it writes its FPU image (the layout of a
   // fresh CpuState) and then stores ready = kOwnerSentry.

@@ -246,7 +246,7 @@ TEST_F(RingTest, AnEntryNamingNoSlotKillsTheStub) {
   ContextRing* ring = &stub->shared()->ring;
   const uint32_t pos = __atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE);
   RingCell* c = &ring->cells[pos & (kRingSize - 1)];
-  c->ctx_index = 999;
+  c->ctx_index = kMaxThreads + 7;
   c->generation = 0;
   __atomic_store_n(&c->seq, pos + 1, __ATOMIC_RELEASE);
   __atomic_fetch_add(&ring->futex, 1, __ATOMIC_SEQ_CST);

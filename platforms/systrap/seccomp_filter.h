@@ -11,7 +11,7 @@
 // code, so that allow-list is what it could reach at worst (README.md,
 // "Processes", says why each is harmless); its only file descriptor is the
 // sandbox's memory file. Installed once, in the template; every stub
-// inherits it.
+// inherits it and adds StubProcessFilter() before it serves anything.
 #ifndef SANDBOXD_PLATFORMS_SYSTRAP_SECCOMP_FILTER_H_
 #define SANDBOXD_PLATFORMS_SYSTRAP_SECCOMP_FILTER_H_
 
@@ -23,6 +23,15 @@ namespace sandboxd::systrap {
 
 // The filter program, built once per Sentry.
 const std::vector<sock_filter>& StubFilter();
+
+// The filter a new stub process adds to StubFilter() (which it inherits
+// from the template) before any application code runs in it: from stub
+// code it kills clone with anything but the thread flags (no new
+// processes), prctl, seccomp, close and getppid (a new stub's first steps
+// only), an mmap of anything but the memory file, and an mmap or munmap
+// whose range reaches kStubBase. Built once per Sentry; the Sentry copies
+// it into the template's area (StubShared::stub_filter).
+const std::vector<sock_filter>& StubProcessFilter();
 
 }  // namespace sandboxd::systrap
 

@@ -28,6 +28,8 @@ void ToProto(const Stats& s, control::SystrapStats* out) {
   out->set_patched_sites(s.patched_sites.load(std::memory_order_relaxed));
   out->set_patch_unserialized(
       s.patch_unserialized.load(std::memory_order_relaxed));
+  out->set_compat_syscalls_refused(
+      s.compat_syscalls_refused.load(std::memory_order_relaxed));
 }
 
 }  // namespace sandboxd::systrap

@@ -51,6 +51,9 @@ struct Stats {
   // Of those, written without the membarrier SYNC_CORE between the steps
   // (the host refused it: patching.cc).
   std::atomic<uint64_t> patch_unserialized{0};
+  // Syscalls of another ABI (`int $0x80` from 64-bit code: the i386
+  // table) refused with ENOSYS (context.cc).
+  std::atomic<uint64_t> compat_syscalls_refused{0};
 };
 
 }  // namespace sandboxd::systrap

@@ -8,6 +8,7 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
+#include <time.h>
 #include <unistd.h>
 #include <x86intrin.h>
 
@@ -73,7 +74,7 @@ void StubProcess::Reap() {
   StoreSeqCst(&shared_->ready, kOwnerSentry);
   Futex(&shared_->ready, FUTEX_WAKE, INT32_MAX);
   // Only slots that were ever handed out: touching the others would make
-  // the host allocate their pages of the shared area (2 MiB for all 256)
+  // the host allocate their pages of the shared area (18 MiB for all)
   // just to free them again, at every process exit.
   std::bitset<kMaxThreads> slots;
   {
@@ -116,6 +117,47 @@ bool StubProcess::WaitForSentry(uint32_t* owner, uint32_t* sentry_sleeping,
     }
     StoreSeqCst(sentry_sleeping, 0);
   }
+  return !dead();
+}
+
+bool StubProcess::WaitForContext(ThreadSlot* s, uint64_t spin_cycles,
+                                 const std::atomic<bool>& interrupted) {
+  uint32_t* owner = &s->owner;
+  if (spin_cycles != 0) {
+    const uint64_t start = __rdtsc();
+    while (LoadAcquire(owner) != kOwnerSentry) {
+      if (__rdtsc() - start > spin_cycles) break;
+      _mm_pause();
+    }
+  }
+  if (LoadAcquire(owner) == kOwnerSentry) return !dead();
+  StoreSeqCst(&s->sentry_sleeping, 1);
+  int unanswered = 0;  // waits that timed out with an interrupt pending
+  for (;;) {
+    uint32_t v = LoadSeqCst(owner);
+    if (v == kOwnerSentry) break;
+    if (v != kOwnerStub && !corrupt_.exchange(true)) kill(pid_, SIGKILL);
+    // Timed, so that an interrupt the worker does not take is noticed
+    // without anything to wake us (Interrupt does not).
+    timespec ts{0, kInterruptRetryNs};
+    if (syscall(SYS_futex, owner, FUTEX_WAIT, v, &ts, nullptr, 0) == 0 ||
+        errno != ETIMEDOUT || !interrupted.load(std::memory_order_seq_cst) ||
+        dead()) {
+      continue;
+    }
+    // The worker has not trapped since the interrupt: send it again (a
+    // thread that blocked SIGUSR2 keeps it pending); past the bound it
+    // blocks its host signals (a forged sigreturn) and never traps: end
+    // the process, as a host SIGKILL of the sandbox would.
+    if (++unanswered >= kInterruptRetries) {
+      KillCorrupt("one of its workers did not take an interrupt for 2 s "
+                  "(its host signals blocked by the application?)");
+      continue;
+    }
+    const pid_t tid = __atomic_load_n(&s->running_tid, __ATOMIC_SEQ_CST);
+    if (tid > 0) syscall(SYS_tgkill, pid_, tid, kInterruptSignal);
+  }
+  StoreSeqCst(&s->sentry_sleeping, 0);
   return !dead();
 }
 

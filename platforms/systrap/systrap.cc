@@ -12,6 +12,7 @@
 
 #include <algorithm>
 #include <cstdio>
+#include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -100,6 +101,17 @@ absl::StatusOr<std::unique_ptr<Systrap>> Systrap::Create(
   shared->config.has_fsgsbase = p->has_fsgsbase_ ? 1 : 0;
   shared->config.sentry_pid = sentry_pid;
   shared->control.owner = kOwnerSentry;
+  // The filter every stub adds to the template's (layout.h).
+  const std::vector<sock_filter>& stub_filter = StubProcessFilter();
+  static_assert(sizeof(sock_filter) == sizeof(uint64_t));
+  if (stub_filter.size() > kMaxStubFilterLen) {
+    return absl::InternalError(absl::StrCat(
+        "systrap: the stub-process filter has ", stub_filter.size(),
+        " instructions, more than kMaxStubFilterLen"));
+  }
+  shared->stub_filter.len = static_cast<uint32_t>(stub_filter.size());
+  std::memcpy(shared->stub_filter.insns, stub_filter.data(),
+              stub_filter.size() * sizeof(sock_filter));
   static sock_fprog filter_prog;
   const std::vector<sock_filter>& filter = StubFilter();
   filter_prog.len = static_cast<unsigned short>(filter.size());

@@ -118,6 +118,16 @@ class StubProcess : public platform::AddressSpace,
   // memory was overwritten): then the process is killed.
   bool WaitForSentry(uint32_t* owner, uint32_t* sentry_sleeping,
                      uint64_t spin_cycles);
+  // WaitForSentry for a context's slot `s` while it runs. Sleeps in
+  // kInterruptRetryNs steps; while `interrupted` is set, each step that
+  // times out sends the running worker the interrupt signal again, and
+  // after kInterruptRetries of them the process is killed (a worker that
+  // does not take it has its host signals blocked: README.md, "What the
+  // filter allows").
+  bool WaitForContext(ThreadSlot* s, uint64_t spin_cycles,
+                      const std::atomic<bool>& interrupted);
+  static constexpr long kInterruptRetryNs = 50 * 1000 * 1000;
+  static constexpr int kInterruptRetries = 40;
   // Hands *owner to the stub and wakes it if it sleeps.
   static void HandToStub(uint32_t* owner, uint32_t* stub_sleeping);
 
@@ -260,6 +270,10 @@ class Systrap : public platform::Platform {
 
   std::string Name() const override { return "systrap"; }
   uintptr_t MaxUserAddress() const override { return kStubBase; }
+  // A context slot each (slot 0 is the control thread's).
+  uint32_t MaxThreadsPerAddressSpace() const override {
+    return kMaxThreads - 1;
+  }
   absl::StatusOr<std::unique_ptr<platform::AddressSpace>> NewAddressSpace()
       override;
   absl::StatusOr<std::unique_ptr<platform::Context>> NewContext() override;

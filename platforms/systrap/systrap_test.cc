@@ -1,8 +1,10 @@
 #include "platforms/systrap/systrap.h"
 
+#include <asm/prctl.h>
 #include <errno.h>
 #include <linux/futex.h>
 #include <linux/membarrier.h>
+#include <linux/seccomp.h>
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -529,14 +531,48 @@ TEST_F(StubFilterTest, MembarrierOnlySyncCoreOnItsOwnMmWithFlagsZero) {
   ctx_->Release();
 }
 
-TEST_F(StubFilterTest, AStubHoldsNoPool) {
-  // close(kStubPoolFd) is allowed from stub code, and finds nothing: the
-  // new stub closed the pool before the application ran.
+TEST_F(StubFilterTest, AStubMakesNoProcessAndKeepsNoSetupCall) {
+  // Allowed to the template and a new stub's first steps only: killed in
+  // a stub process, where application code runs (the stub-process filter).
+  ExpectKilled(SYS_clone, kNewStubCloneFlags, 0);
+  ExpectKilled(SYS_close, kStubPoolFd, 0);
+  ExpectKilled(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL);
+  ExpectKilled(SYS_getppid, 0, 0);
+  ExpectKilled(SYS_seccomp, SECCOMP_SET_MODE_FILTER, 0);
+}
+
+TEST_F(StubFilterTest, FutexAndArchPrctlOnlyWithTheStubsArguments) {
+  ExpectKilled(SYS_futex, kStubShared, FUTEX_LOCK_PI);
+  ExpectKilled(SYS_futex, kStubShared, FUTEX_WAIT | FUTEX_PRIVATE_FLAG);
+  ExpectKilled(SYS_futex, kStubShared, FUTEX_CMP_REQUEUE);
+  ExpectKilled(SYS_arch_prctl, ARCH_SET_CPUID, 0);
+  ExpectKilled(SYS_arch_prctl, ARCH_SET_FS | (1ull << 32), 0);
+  // What the stub uses reaches the host.
   CpuState cpu;
-  Event ev = RunFromStubCode(SYS_close, kStubPoolFd, 0, &cpu);
+  Event ev = RunFromStubCode(SYS_futex, kStubShared, FUTEX_WAKE, &cpu);
   ASSERT_EQ(ev.kind, Event::Kind::kException) << ev.detail;  // the ud2
-  EXPECT_EQ(ev.signo, SIGILL);
-  EXPECT_EQ(static_cast<int64_t>(cpu.regs.rax), -EBADF);
+  EXPECT_GE(static_cast<int64_t>(cpu.regs.rax), 0);
+  ctx_->Release();
+}
+
+constexpr uint64_t kPageSize = 4096;
+
+TEST_F(StubFilterTest, MapsOnlyOfTheMemoryFileBelowTheStub) {
+  // StubSyscallCode sets rdi and rsi only: rdx, r10, r8 are what the test
+  // code left there (0): flags 0 is not MAP_SHARED|MAP_FIXED.
+  ExpectKilled(SYS_mmap, kData, kPageSize);
+  // A range that reaches kStubBase, or wraps.
+  ExpectKilled(SYS_munmap, kStubBase, kPageSize);
+  ExpectKilled(SYS_munmap, kStubBase - kPageSize, 2 * kPageSize);
+  ExpectKilled(SYS_munmap, kStubShared, kPageSize);
+  ExpectKilled(SYS_munmap, ~0ull - kPageSize + 1, 2 * kPageSize);
+  ExpectKilled(SYS_munmap, kPageSize, ~0ull - kPageSize);
+  // Below it, allowed (its own application range).
+  CpuState cpu;
+  Event ev =
+      RunFromStubCode(SYS_munmap, kStubBase - kPageSize, kPageSize, &cpu);
+  ASSERT_EQ(ev.kind, Event::Kind::kException) << ev.detail;
+  EXPECT_EQ(static_cast<int64_t>(cpu.regs.rax), 0);
   ctx_->Release();
 }
 

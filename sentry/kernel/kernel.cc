@@ -99,6 +99,13 @@ absl::StatusOr<Task*> Kernel::CreateThread(Task& parent,
     return absl::FailedPreconditionError("the thread group is exiting");
   }
   RETURN_IF_ERROR(CheckTaskLimitLocked());
+  // The platform's bound on the threads of one address space (clone then
+  // fails with EAGAIN, as at a host limit).
+  if (const uint32_t max = platform_->MaxThreadsPerAddressSpace();
+      max != 0 && parent.group().NumTasks() >= max) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "the platform's limit of ", max, " threads in one process"));
+  }
   pid_t tid = AllocTid();
   auto task =
       std::make_shared<Task>(this, tid, parent.group_ptr(), std::move(*ctx));

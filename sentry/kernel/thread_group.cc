@@ -74,6 +74,11 @@ void ThreadGroup::AddTask(Task* t) {
   tasks_.push_back(t);
 }
 
+size_t ThreadGroup::NumTasks() {
+  absl::MutexLock l(&mu_);
+  return tasks_.size();
+}
+
 bool ThreadGroup::RemoveTask(Task* t) {
   Usage final_usage = t->cputime().Read(MonotonicNowNs());
   absl::MutexLock l(&mu_);

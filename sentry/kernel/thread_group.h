@@ -169,6 +169,8 @@ class ThreadGroup {
   int leader_exit_code() const { return leader_exit_code_.load(); }
 
   void AddTask(Task* t);
+  // The number of its tasks (added and not yet removed).
+  size_t NumTasks();
   // Returns true when `t` was the last task. Its CPU time stays counted
   // in the group's.
   bool RemoveTask(Task* t);

@@ -64,10 +64,10 @@
 #define W_PATCH_STATE 32
 #define W_RET_RSP 40
 #define W_RET_RIP 48
-#define SLOTS_FIRST 0x7e00001000c0
-#define SLOTS_LAST 0x7e000021eec0
-#define WORKERS_FIRST 0x7e0000221140
-#define WORKERS_LAST 0x7e00002250c0
+#define SLOTS_FIRST 0x7e0000100400
+#define SLOTS_LAST 0x7e00012ff200
+#define WORKERS_FIRST 0x7e0001301480
+#define WORKERS_LAST 0x7e0001341400
 #define CONFIG_XSAVE_MASK 0x7e0000100010
 // The fallback `syscall` in the patch table's header (patch.h; patch.cc
 // checks the value).

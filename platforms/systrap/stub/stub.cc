@@ -372,6 +372,12 @@ extern "C" STUB void sbx_stub_signal_handler(int signo, void* info_v,
     for (int i = 0; i < kNumGregs; i++) note->gregs[i] = uc->uc_mcontext.gregs[i];
     Die(kStubExitControlSignal);
   }
+  // A stub thread runs with no signal blocked, so whatever sigreturn
+  // restores is the empty mask: a mask the application forged (a jump to
+  // the restorer with a frame of its own) lasts until its next trap at
+  // most, and a thread that never traps again is killed by the Sentry
+  // when it does not take its interrupt (StubProcess::WaitForContext).
+  *reinterpret_cast<uint64_t*>(&uc->uc_sigmask) = 0;
   StubWorker* w = &shared->workers[index];
   const bool fsgsbase = shared->config.has_fsgsbase != 0;
 

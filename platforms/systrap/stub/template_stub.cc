@@ -51,6 +51,17 @@ STUB_INLINE void NewStubMain(uint64_t area, int32_t sentry_pid) {
       Syscall6(__NR_getppid, 0, 0, 0, 0, 0, 0) != sentry_pid) {
     Die(kStubExitNewStub);
   }
+  // The stub-process filter, from the template's area (only the Sentry
+  // writes it), copied before our own area replaces that mapping.
+  const StubFilterImage* img = &StubSharedInStub()->stub_filter;
+  const uint32_t len = img->len;
+  if (len == 0 || len > kMaxStubFilterLen) Die(kStubExitNewStub);
+  uint64_t insns[kMaxStubFilterLen];
+  for (uint32_t i = 0; i < len; i++) insns[i] = img->insns[i];
+  struct {
+    uint16_t len;
+    uint64_t filter;
+  } prog = {static_cast<uint16_t>(len), reinterpret_cast<uint64_t>(insns)};
   // Our own shared area over the template's (MAP_FIXED replaces it), then
   // the pool goes: the application in this stub can reach no other area.
   long m = Syscall6(__NR_mmap, static_cast<long>(kStubShared),
@@ -61,6 +72,12 @@ STUB_INLINE void NewStubMain(uint64_t area, int32_t sentry_pid) {
   if (m != static_cast<long>(kStubShared)) Die(kStubExitNewStub);
   if (Syscall6(__NR_close, kStubPoolFd, 0, 0, 0, 0, 0) != 0) {
     Die(kStubExitNewStub);
+  }
+  // Last: it kills the prctl, getppid, close and this seccomp from now on,
+  // and any clone but a thread's.
+  if (Syscall6(__NR_seccomp, 1 /* SECCOMP_SET_MODE_FILTER */, 0,
+               reinterpret_cast<long>(&prog), 0, 0, 0) != 0) {
+    Die(kStubExitSeccomp);
   }
   sbx_stub_control_loop();
   Die(kStubExitNewStub);

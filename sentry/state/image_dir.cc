@@ -107,7 +107,8 @@ const std::string& SentryBuildId() {
 
 absl::StatusOr<SaveResult> SaveImage(const std::string& dir, kernel::Kernel& k,
                                      const fs::Vfs& vfs, const void* rootfs,
-                                     const SaveOptions& opts) {
+                                     const SaveOptions& opts,
+                                     StageClock* clock) {
   SaveResult res;
   const int64_t t0 = ClockNs(CLOCK_MONOTONIC);
   const std::string tmp = absl::StrCat(dir, ".tmp.", getpid());
@@ -122,6 +123,7 @@ absl::StatusOr<SaveResult> SaveImage(const std::string& dir, kernel::Kernel& k,
   pb::State st;
   auto writer = FilePageWriter::Create(tmp, k.memory_file().Internal(0));
   if (!writer.ok()) return fail(writer.status());
+  (*writer)->set_sync(opts.sync);
   {
     Saver s(&st, writer->get());
     s.set_rootfs(rootfs);
@@ -132,8 +134,9 @@ absl::StatusOr<SaveResult> SaveImage(const std::string& dir, kernel::Kernel& k,
     if (!r.ok()) return fail(r);
   }
   const int64_t t1 = ClockNs(CLOCK_MONOTONIC);
+  if (clock != nullptr) clock->Mark(Stage::kCheckpointSave);
   absl::Status r = (*writer)->Finish();
-  if (r.ok()) r = WriteStateFile(tmp, st);
+  if (r.ok()) r = WriteStateFile(tmp, st, opts.sync);
   if (!r.ok()) return fail(r);
 
   pb::Manifest m;
@@ -162,7 +165,8 @@ absl::StatusOr<SaveResult> SaveImage(const std::string& dir, kernel::Kernel& k,
   if (!m.SerializeToString(&payload)) {
     return fail(absl::InternalError("manifest.pb: serializing failed"));
   }
-  r = WriteFileAtomically(tmp + "/manifest.pb", Frame(kManifestMagic, payload));
+  r = WriteFileAtomically(tmp + "/manifest.pb", Frame(kManifestMagic, payload),
+                          opts.sync);
   if (!r.ok()) return fail(r);
   // Into place: an older image at `dir` goes first.
   const std::string old = absl::StrCat(dir, ".old.", getpid());
@@ -177,6 +181,7 @@ absl::StatusOr<SaveResult> SaveImage(const std::string& dir, kernel::Kernel& k,
   }
   if (had) (void)RemoveTree(old);
   const int64_t t2 = ClockNs(CLOCK_MONOTONIC);
+  if (clock != nullptr) clock->Mark(Stage::kCheckpointWrite);
   res.save_ns = t1 - t0;
   res.write_ns = t2 - t1;
   return res;

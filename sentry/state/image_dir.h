@@ -28,6 +28,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "base/stage_clock.h"
 #include "sentry/fs/inode.h"
 #include "sentry/fs/vfs.h"
 #include "sentry/kernel/kernel.h"
@@ -46,6 +47,10 @@ const std::string& SentryBuildId();
 struct SaveOptions {
   std::string platform;  // Platform::Name()
   std::string spec;      // serialized control Spec, or empty
+  // fsync every file before the rename. Off by default: a crash that
+  // leaves a file short or stale is found by the manifest's checksums,
+  // and a sync costs tens of milliseconds on a busy disk.
+  bool sync = false;
 };
 
 struct SaveResult {
@@ -62,9 +67,11 @@ struct SaveResult {
 // Sentry's locks into the image directory `dir`. `rootfs` is the hostfs
 // root under the overlay, which a restore reopens. An object that cannot
 // be saved fails it, naming the object; nothing is left at `dir` then.
+// `clock` (may be null) gets checkpoint.save and checkpoint.write.
 absl::StatusOr<SaveResult> SaveImage(const std::string& dir, kernel::Kernel& k,
                                      const fs::Vfs& vfs, const void* rootfs,
-                                     const SaveOptions& opts);
+                                     const SaveOptions& opts,
+                                     StageClock* clock = nullptr);
 
 struct CheckOptions {
   std::string platform;       // the loading Sentry's

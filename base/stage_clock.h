@@ -37,6 +37,22 @@ enum class Stage : uint8_t {
   kLoad,
   kInit,
   kStart,
+  // The Sentry's checkpoint (sentry/boot.cc Sandbox::Checkpoint): every
+  // task stopped at a safe point, the objects saved (pages copied into
+  // pages.img), the files synced and the manifest written, the sandbox
+  // resumed or killed.
+  kCheckpointStop,
+  kCheckpointSave,
+  kCheckpointWrite,
+  kCheckpointResume,
+  // The Sentry's restore (Sandbox::Restore, Sandbox::Start): the manifest
+  // and the files' checksums, state.pb read, kernel and /dev and /proc
+  // built, objects loaded (memory filled from pages.img), tasks started.
+  kRestoreCheck,
+  kRestoreReadState,
+  kRestoreKernel,
+  kRestoreLoad,
+  kRestoreStart,
   // The daemon's Create (daemon/service.cc).
   kCreateValidate,
   kCreateOpenRootfs,

@@ -25,6 +25,13 @@
 #include "sentry/kernel/ctty.h"
 #include "sentry/loader/elf_loader.h"
 #include "sentry/mm/mm.h"
+#include "sentry/state/fs_state.h"
+#include "sentry/state/image.h"
+#include "sentry/state/kernel_state.h"
+#include "sentry/state/loader.h"
+#include "sentry/state/mm_state.h"
+#include "sentry/state/pages.h"
+#include "sentry/fs/lock.h"
 #include "sentry/vdso/timekeeper.h"
 
 namespace sandboxd::boot {
@@ -212,22 +219,16 @@ Sandbox::~Sandbox() {
   vdso_.reset();
 }
 
-absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(Prewarmed pw,
-                                                         SandboxConfig config,
-                                                         Stdio stdio,
-                                                         StageClock* clock) {
-  if (config.init.argv.empty()) {
-    return absl::InvalidArgumentError("the process's argv is empty");
-  }
+absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::NewKernel(
+    Prewarmed& pw, const std::string& hostname, const Limits& lim,
+    bool strace, Stdio& stdio) {
   std::unique_ptr<Sandbox> sb(new Sandbox());
-  sb->table_.set_trace(config.strace);
+  sb->table_.set_trace(strace);
   sb->vdso_ = std::move(pw.vdso);
   sb->filter_ = std::move(pw.filter);
-  mm::MemoryFile* memfile = pw.memfile.get();
   kernel::KernelOptions kopts;
-  kopts.hostname = config.hostname;
+  kopts.hostname = hostname;
   kopts.vdso = sb->vdso_.get();
-  const Limits& lim = config.limits;
   const int cpus = lim.cpu_millis == 0
                        ? 0
                        : static_cast<int>((lim.cpu_millis + 999) / 1000);
@@ -250,12 +251,32 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(Prewarmed pw,
     sb->console_ = std::make_shared<fs::tty::HostTerminal>(
         UniqueFd(d), sb->job_control_.get());
   }
+  return sb;
+}
+
+absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(Prewarmed pw,
+                                                         SandboxConfig config,
+                                                         Stdio stdio,
+                                                         StageClock* clock) {
+  if (config.init.argv.empty()) {
+    return absl::InvalidArgumentError("the process's argv is empty");
+  }
+  mm::MemoryFile* memfile = pw.memfile.get();
+  const Limits& lim = config.limits;
+  const int cpus = lim.cpu_millis == 0
+                       ? 0
+                       : static_cast<int>((lim.cpu_millis + 999) / 1000);
+  ASSIGN_OR_RETURN(std::unique_ptr<Sandbox> sb,
+                   NewKernel(pw, config.hostname, lim, config.strace, stdio));
+  kernel::Kernel& k = *sb->kernel_;
+  const kernel::KernelOptions& kopts = k.options();
   clock->Mark(Stage::kKernel);
 
   // The root filesystem: the host directory, read-only, under a tmpfs in
   // the memory file that takes every write.
   auto lower = fs::hostfs::NewRoot(std::move(config.rootfs), kRootfsDev);
   if (!lower.ok()) return Annotate(lower.status(), "rootfs");
+  sb->rootfs_ = *lower;
   // Writes to the root take the memory file's pages: the upper layer is
   // sized as a tmpfs mounted without options would be.
   fs::TmpFsOptions upper_opts = fs::DefaultTmpFsOptions(kopts.total_ram);
@@ -396,6 +417,24 @@ absl::Status Sandbox::MountDev() {
     r = vfs.Create(root, "dev", req, &dev);
   }
   if (r < 0) return SetupError("mounting /dev: looking up /dev", -r);
+  MakeDev();
+  r = vfs.MountAt(dev, devfs_->Root(), "devtmpfs", "devtmpfs", false);
+  if (r < 0) return SetupError("mounting devfs on /dev", -r);
+  fs::Location shm;
+  fs::FsContext ctx(root, root);
+  r = vfs.Resolve(ctx, root, "/dev/shm", true, &shm);
+  if (r < 0) return SetupError("mounting /dev/shm: looking up /dev/shm", -r);
+  fs::TmpFsOptions shm_opts =
+      fs::DefaultTmpFsOptions(kernel_->options().total_ram);
+  shm_opts.dev = kShmDev;
+  shm_opts.root_mode = 01777;
+  shm_ = std::make_unique<fs::TmpFs>(&kernel_->memory_file(), shm_opts);
+  r = vfs.MountAt(shm, shm_->Root(), "tmpfs", "shm", false);
+  if (r < 0) return SetupError("mounting tmpfs on /dev/shm", -r);
+  return absl::OkStatus();
+}
+
+void Sandbox::MakeDev() {
   fs::DevFsOptions dopts;
   dopts.dev = kDevfsDev;
   devpts_ = fs::tty::DevPts::Create(kDevptsDev, job_control_.get());
@@ -416,20 +455,6 @@ absl::Status Sandbox::MountDev() {
     std::shared_ptr<fs::Inode> node;
     if (devfs_->Root()->Lookup("console", &node) == 0) console->set_node(node);
   }
-  r = vfs.MountAt(dev, devfs_->Root(), "devtmpfs", "devtmpfs", false);
-  if (r < 0) return SetupError("mounting devfs on /dev", -r);
-  fs::Location shm;
-  fs::FsContext ctx(root, root);
-  r = vfs.Resolve(ctx, root, "/dev/shm", true, &shm);
-  if (r < 0) return SetupError("mounting /dev/shm: looking up /dev/shm", -r);
-  fs::TmpFsOptions shm_opts =
-      fs::DefaultTmpFsOptions(kernel_->options().total_ram);
-  shm_opts.dev = kShmDev;
-  shm_opts.root_mode = 01777;
-  shm_ = std::make_unique<fs::TmpFs>(&kernel_->memory_file(), shm_opts);
-  r = vfs.MountAt(shm, shm_->Root(), "tmpfs", "shm", false);
-  if (r < 0) return SetupError("mounting tmpfs on /dev/shm", -r);
-  return absl::OkStatus();
 }
 
 // /proc: the sandbox's procfs over whatever the rootfs has there (hostfs
@@ -447,14 +472,105 @@ absl::Status Sandbox::MountProc(fs::proc::HostInfo host,
     r = vfs.Create(root, "proc", req, &proc);
   }
   if (r < 0) return SetupError("mounting /proc: looking up /proc", -r);
+  MakeProc(std::move(host), memory_limit);
+  r = vfs.MountAt(proc, procfs_->Root(), "proc", "proc", false);
+  if (r < 0) return SetupError("mounting procfs on /proc", -r);
+  return absl::OkStatus();
+}
+
+void Sandbox::MakeProc(fs::proc::HostInfo host, uint64_t memory_limit) {
   fs::proc::ProcFsOptions popts;
   popts.dev = kProcDev;
   popts.host = std::move(host);
   popts.memory_limit = memory_limit;
   procfs_ = std::make_unique<fs::proc::ProcFs>(kernel_.get(), std::move(popts));
-  r = vfs.MountAt(proc, procfs_->Root(), "proc", "proc", false);
-  if (r < 0) return SetupError("mounting procfs on /proc", -r);
-  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Restore(Prewarmed pw,
+                                                          RestoreConfig config,
+                                                          Stdio stdio,
+                                                          StageClock* clock) {
+  state::CheckOptions co;
+  co.platform = pw.platform->Name();
+  co.memory_limit = config.limits.memory_bytes;
+  ASSIGN_OR_RETURN(state::pb::Manifest manifest,
+                   state::CheckImage(config.image, co));
+  clock->Mark(Stage::kRestoreCheck);
+  ASSIGN_OR_RETURN(state::pb::State st, state::ReadStateFile(config.image));
+  ASSIGN_OR_RETURN(std::unique_ptr<state::FilePageReader> pages,
+                   state::FilePageReader::Open(config.image));
+  clock->Mark(Stage::kRestoreReadState);
+
+  const Limits& lim = config.limits;
+  const int cpus = lim.cpu_millis == 0
+                       ? 0
+                       : static_cast<int>((lim.cpu_millis + 999) / 1000);
+  ASSIGN_OR_RETURN(std::unique_ptr<Sandbox> sb,
+                   NewKernel(pw, config.hostname, lim, config.strace, stdio));
+  fs::proc::HostInfo host = LimitCpus(std::move(pw.host), cpus);
+  sb->restored_ = true;
+  kernel::Kernel& k = *sb->kernel_;
+  auto lower = fs::hostfs::NewRoot(std::move(config.rootfs), kRootfsDev);
+  if (!lower.ok()) return Annotate(lower.status(), "rootfs");
+  sb->rootfs_ = *lower;
+  sb->MakeDev();
+  sb->MakeProc(std::move(host), lim.memory_bytes);
+  clock->Mark(Stage::kRestoreKernel);
+
+  {
+    // Memory is filled from `pages` (eagerly) where the objects that own
+    // it load: MmState's private runs, tmpfs files, shared anonymous
+    // memory (sentry/state/README.md, "Memory-file data").
+    state::Loader l(&st, pages.get(), &k.memory_file());
+    l.set_rootfs(sb->rootfs_);
+    l.set_pseudo_root("devtmpfs", sb->devfs_->Root());
+    l.set_pseudo_root("proc", sb->procfs_->Root());
+    l.set_devpts(sb->devpts_);
+    l.set_console(sb->console_);
+    l.set_unix_namespace(&syscalls::SandboxUnixNamespace());
+    for (int fd = 0; fd < 3; fd++) {
+      if (stdio.fds[fd].valid()) l.set_host_fd(fd, stdio.fds[fd].get());
+    }
+    auto vfs = state::FsState::LoadVfs(l);
+    if (!vfs.ok()) return Annotate(vfs.status(), "restoring the mounts");
+    sb->vfs_ = std::shared_ptr<fs::Vfs>(std::move(vfs).value());
+    k.set_vfs(sb->vfs_);
+    state::MmState mms;
+    RETURN_IF_ERROR(Annotate(state::KernelState::LoadKernel(l, k, *sb->vfs_,
+                                                            mms),
+                             "restoring the kernel"));
+    RETURN_IF_ERROR(Annotate(
+        state::FsState::LoadLocks(l, *sb->vfs_, fs::LockTable::Global()),
+        "restoring the locks"));
+    sb->kept_ = l.TakeKept();
+  }
+  if (k.FindGroup(1) == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(config.image, "/state.pb: no init (pid 1)"));
+  }
+  sb->vdso_->timekeeper().WaitCalibrated();
+  clock->Mark(Stage::kRestoreLoad);
+  return sb;
+}
+
+absl::StatusOr<state::SaveResult> Sandbox::Checkpoint(const std::string& dir,
+                                                      bool leave_running,
+                                                      const std::string& spec,
+                                                      StageClock* clock) {
+  if (!started()) return absl::FailedPreconditionError("not started");
+  if (done()) return absl::FailedPreconditionError("the sandbox has exited");
+  absl::MutexLock cl(&checkpoint_mu_);
+  RETURN_IF_ERROR(kernel_->StopTheWorld(absl::Seconds(5)));
+  clock->Mark(Stage::kCheckpointStop);
+  state::SaveOptions so;
+  so.platform = kernel_->platform().Name();
+  so.spec = spec;
+  auto saved = state::SaveImage(dir, *kernel_, *vfs_, rootfs_.get(), so, clock);
+  // Queued while every task is parked: the kill acts as they go on.
+  if (saved.ok() && !leave_running) KillAll();
+  kernel_->ResumeTheWorld();
+  clock->Mark(Stage::kCheckpointResume);
+  return saved;
 }
 
 absl::Status Sandbox::Start() {
@@ -473,6 +589,13 @@ absl::Status Sandbox::Start() {
   runner_ = std::thread([this] {
     // Done as soon as init's status is final: the last task's host thread
     // may still be tearing down its stub process (Kernel::TaskExited).
+    if (restored_) {
+      const kernel::ExitStatus st = kernel_->RunRestored();
+      absl::MutexLock l(&mu_);
+      init_status_ = st;
+      done_ = true;
+      return;
+    }
     kernel_->RunUntilInitExits(init_, [this](const kernel::ExitStatus& st) {
       absl::MutexLock l(&mu_);
       init_status_ = st;

@@ -42,6 +42,7 @@
 #include "platforms/platform.h"
 #include "platforms/registry.h"
 #include "sentry/proc/procfs.h"
+#include "sentry/state/image_dir.h"
 #include "sentry/fs/tty/host_tty.h"
 #include "sentry/fs/vfs.h"
 #include "sentry/host_filter.h"
@@ -135,6 +136,16 @@ struct SandboxConfig {
   bool strace = false;  // print every syscall to stderr
 };
 
+// A restore: the image, and what the caller gives anew (the rootfs
+// directory is reopened, never saved; the limits may be overridden).
+struct RestoreConfig {
+  UniqueFd rootfs;     // the host directory, O_PATH|O_DIRECTORY
+  std::string image;   // the image directory (sentry/state/image_dir.h)
+  std::string hostname = "sandbox";
+  Limits limits;       // memory_bytes below the image's need: refused
+  bool strace = false;
+};
+
 // Error codes of Create and Exec, for callers that mirror a shell's exit
 // status: NotFound: the program does not exist (127);
 // FailedPrecondition: it exists but cannot be executed (126); any other
@@ -165,6 +176,23 @@ class Sandbox {
   static absl::StatusOr<std::unique_ptr<Sandbox>> Create(
       Prewarmed pw, SandboxConfig config, Stdio stdio, StageClock* clock);
 
+  // Rebuilds a checkpointed sandbox around `pw` from `config.image`: the
+  // image is checked first (CheckImage: a bad one is an error naming the
+  // file or field), then the kernel, a new /dev, /dev/pts and /proc, the
+  // rootfs reopened, every object loaded with its memory read from
+  // pages.img; `stdio` stands for the saved sandbox's inherited stdio.
+  // Nothing runs until Start, which starts every task where it stopped.
+  static absl::StatusOr<std::unique_ptr<Sandbox>> Restore(
+      Prewarmed pw, RestoreConfig config, Stdio stdio, StageClock* clock);
+  // Saves the running sandbox into the image directory `dir`: every task
+  // is stopped at a safe point (Kernel::StopTheWorld), the image written
+  // (state::SaveImage, `spec` into its manifest), then the sandbox goes on
+  // (`leave_running`) or is killed. A failed save (an object that cannot
+  // be saved: the error names it) leaves the sandbox running and no image.
+  absl::StatusOr<state::SaveResult> Checkpoint(const std::string& dir,
+                                               bool leave_running,
+                                               const std::string& spec,
+                                               StageClock* clock);
   // Loads the Sentry's seccomp filter (when Prewarm built one), then runs
   // init on a thread of its own: returns at once.
   absl::Status Start();
@@ -211,8 +239,16 @@ class Sandbox {
   // descriptors are on, if any.
   std::shared_ptr<fs::FdTable> NewFdTable(
       Stdio& stdio, const std::shared_ptr<fs::tty::HostTerminal>& term);
+  // The kernel and what does not depend on the spec's program (Create's
+  // and Restore's first step).
+  static absl::StatusOr<std::unique_ptr<Sandbox>> NewKernel(
+      Prewarmed& pw, const std::string& hostname, const Limits& lim,
+      bool strace, Stdio& stdio);
   absl::Status MountDev();
   absl::Status MountProc(fs::proc::HostInfo host, uint64_t memory_limit);
+  // devfs with devpts in it; procfs over the kernel (unmounted).
+  void MakeDev();
+  void MakeProc(fs::proc::HostInfo host, uint64_t memory_limit);
 
   // Declared first, destroyed last: the objects below point into them.
   syscalls::Table table_;
@@ -229,6 +265,14 @@ class Sandbox {
   std::unique_ptr<fs::proc::ProcFs> procfs_;
   std::shared_ptr<fs::Vfs> vfs_;
   std::shared_ptr<fs::FsContext> init_fs_;
+  // The hostfs root under the overlay: what a checkpoint names as the
+  // rootfs a restore reopens.
+  std::shared_ptr<fs::Inode> rootfs_;
+  // A restored sandbox: what its Loader built that nothing else owns (the
+  // overlay, the tmpfs superblocks), kept as long as the sandbox.
+  bool restored_ = false;
+  std::vector<std::shared_ptr<void>> kept_;
+  absl::Mutex checkpoint_mu_;  // one checkpoint at a time
   kernel::Task* init_ = nullptr;  // owned by the kernel
 
   absl::Mutex mu_;

@@ -37,6 +37,12 @@ constexpr int kAllowed[] = {
     SYS_openat, SYS_openat2, SYS_newfstatat, SYS_fstat, SYS_statx,
     SYS_readlinkat, SYS_getdents64, SYS_faccessat, SYS_faccessat2,
     SYS_fstatfs, SYS_fgetxattr, SYS_flistxattr,
+    // A checkpoint's image directory (sentry/state/image_dir.cc): made
+    // under a temporary name, renamed into place, an older one removed.
+    // A warm Sentry's root is empty and read-only: these reach nothing
+    // there but what a descriptor it was given leads to.
+    SYS_mkdir, SYS_mkdirat, SYS_rename, SYS_renameat, SYS_unlink,
+    SYS_unlinkat, SYS_rmdir,
     // Memory: the internal mapping of the memory file, heaps, stacks.
     SYS_mmap, SYS_munmap, SYS_mprotect, SYS_madvise, SYS_mremap, SYS_brk,
     SYS_msync, SYS_mincore, SYS_membarrier,

@@ -7,6 +7,15 @@
 //     when it does not exist. --stats-json writes the platform's counters
 //     (proto/platform_stats.proto as JSON) to PATH when the program is done.
 //
+//     With --checkpoint-after=DURATION --image=DIR it checkpoints the
+//     sandbox that long after the start (sentry/state/image_dir.h), then
+//     kills it (exit status 0 when the image was written) or, with
+//     --leave-running, lets it run on.
+//
+//   sentry restore --image=DIR [--rootfs=DIR] [FLAGS]
+//     Runs a checkpointed sandbox on from its image, with the Sentry's own
+//     stdio, to its init's exit; exit status as `sentry run`'s.
+//
 //   sentry serve --control-fd=N [FLAGS]
 //     A warm Sentry for sandboxd (serve.h): prewarms, says Hello on the
 //     control channel N, then takes its sandbox from the daemon.
@@ -17,6 +26,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -25,6 +35,9 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_format.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/flags.h"
@@ -52,8 +65,10 @@ constexpr int kExitUsage = 125;
 
 const char kCommands[] =
     "usage: sentry run [FLAGS] [--] PROGRAM [ARGS...]\n"
+    "       sentry restore --image=DIR [FLAGS]\n"
     "       sentry serve --control-fd=N [FLAGS]\n"
-    "`sentry run --help` and `sentry serve --help` list the flags.\n";
+    "`sentry run --help`, `sentry restore --help` and `sentry serve --help`\n"
+    "list the flags.\n";
 
 // Flags both commands take: the platform and its back-ends' options
 // (platforms/registry.h), the vDSO, the Sentry's seccomp filter.
@@ -165,11 +180,21 @@ struct Options {
   std::string stats_json;
   // --contain=off: no pid namespace of its own (debugging).
   bool contain = true;
+  // sentry restore: the image to run on from.
+  bool restore = false;
+  // --image=DIR: where --checkpoint-after writes, what restore reads.
+  std::string image;
+  // --checkpoint-after=DURATION (run): when to checkpoint; 0: never.
+  absl::Duration checkpoint_after = absl::ZeroDuration();
+  bool leave_running = false;
+  // --timings: the checkpoint's or restore's stages to stderr.
+  bool timings = false;
 };
 
 Options ParseArgs(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "serve") == 0) ServeMain(argc, argv);
-  if (argc < 2 || (std::strcmp(argv[1], "run") != 0)) {
+  const bool restore = argc >= 2 && std::strcmp(argv[1], "restore") == 0;
+  if (argc < 2 || (std::strcmp(argv[1], "run") != 0 && !restore)) {
     if (argc >= 2 && (std::strcmp(argv[1], "--help") == 0 ||
                       std::strcmp(argv[1], "-h") == 0)) {
       fputs(kCommands, stdout);
@@ -177,16 +202,46 @@ Options ParseArgs(int argc, char** argv) {
       _exit(0);
     }
     fputs(kCommands, stderr);
-    Die(kExitUsage, argc < 2 ? "missing command (want: run or serve)"
+    Die(kExitUsage, argc < 2 ? "missing command (want: run, restore or serve)"
                              : absl::StrCat("unknown command: ", argv[1]));
   }
   Options o;
+  o.restore = restore;
   flags::FlagSet fs(
-      "sentry run", "[FLAGS] [--] PROGRAM [ARGS...]",
-      "Runs one program in a sandbox. Exit status: the program's (128+N when\n"
-      "killed by signal N); 125 when the sentry's own arguments are wrong or\n"
-      "it fails to start; 126 when PROGRAM cannot be executed; 127 when it\n"
-      "does not exist.");
+      restore ? "sentry restore" : "sentry run",
+      restore ? "--image=DIR [FLAGS]" : "[FLAGS] [--] PROGRAM [ARGS...]",
+      restore
+          ? "Runs a checkpointed sandbox on from its image (the rootfs given\n"
+            "again), with this process's stdio, until its init exits. Exit\n"
+            "status: init's, as sentry run's; 125 when the image cannot be\n"
+            "restored (the message names the file or field)."
+          : "Runs one program in a sandbox. Exit status: the program's (128+N "
+            "when\n"
+            "killed by signal N); 125 when the sentry's own arguments are "
+            "wrong or\n"
+            "it fails to start; 126 when PROGRAM cannot be executed; 127 when "
+            "it\n"
+            "does not exist.");
+  fs.String("image", &o.image, "DIR",
+            restore ? "the checkpoint image to restore"
+                    : "where --checkpoint-after writes the checkpoint image");
+  fs.Bool("timings", &o.timings,
+          "print the checkpoint's or restore's stage timings to stderr");
+  if (!restore) {
+    fs.Func("checkpoint-after", "DURATION",
+            "checkpoint the sandbox into --image this long after its start "
+            "(e.g. 300ms), then kill it unless --leave-running",
+            [&o](absl::string_view v) {
+              if (!absl::ParseDuration(v, &o.checkpoint_after) ||
+                  o.checkpoint_after <= absl::ZeroDuration()) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "--checkpoint-after wants a duration (300ms), got: ", v));
+              }
+              return absl::OkStatus();
+            });
+    fs.Bool("leave-running", &o.leave_running,
+            "after --checkpoint-after's checkpoint the sandbox runs on");
+  }
   fs.String("rootfs", &o.rootfs, "DIR", "the host directory that is the sandbox's root");
   fs.String("cwd", &o.cwd, "DIR", "the program's working directory");
   fs.Func("env", "K=V", "an environment variable of the program (repeatable)",
@@ -224,6 +279,16 @@ Options ParseArgs(int argc, char** argv) {
   PlatformFlags(fs, &o.platform, &o.platform_options, &o.vdso_tsc,
                 &o.sentry_seccomp);
   o.argv = fs.ParseOrExit(flags::Args(argc, argv, 2), kExitUsage);
+  if (restore) {
+    if (o.image.empty()) Die(kExitUsage, "restore needs --image=DIR");
+    if (!o.argv.empty()) {
+      Die(kExitUsage, absl::StrCat("restore takes no program, got: ", o.argv[0]));
+    }
+    return o;
+  }
+  if (o.checkpoint_after > absl::ZeroDuration() && o.image.empty()) {
+    Die(kExitUsage, "--checkpoint-after needs --image=DIR");
+  }
   if (o.argv.empty()) {
     Die(kExitUsage, "no program to run (sentry run [FLAGS] -- PROGRAM [ARGS...])");
   }
@@ -250,6 +315,24 @@ void WriteStatsJson(platform::Platform& p, int fd) {
     }
     done += n;
   }
+}
+
+// The --checkpoint-after thread's progress, read once the sandbox ended.
+std::atomic<bool> checkpoint_started{false};
+std::atomic<bool> checkpointed{false};
+std::atomic<bool> checkpoint_failed{false};
+
+void PrintStages(const char* what, const StageClock& c) {
+  std::string line = absl::StrCat("sentry: ", what, " timings:");
+  int64_t total = 0;
+  for (const StageTime& t : c.stages()) {
+    absl::StrAppend(&line, " ", StageName(t.stage), "=",
+                    absl::StrFormat("%.3f", t.nanos / 1e6), "ms");
+    total += t.nanos;
+  }
+  absl::StrAppend(&line, " total=", absl::StrFormat("%.3f", total / 1e6),
+                  "ms\n");
+  fputs(line.c_str(), stderr);
 }
 
 int Run(const Options& o) {
@@ -289,16 +372,8 @@ int Run(const Options& o) {
   auto pw = boot::Prewarm(popts, &clock);
   if (!pw.ok()) Die(kExitUsage, std::string(pw.status().message()));
 
-  boot::SandboxConfig config;
   auto root_fd = fs::OpenRootfs(o.rootfs);
   if (!root_fd.ok()) Die(kExitUsage, std::string(root_fd.status().message()));
-  config.rootfs = std::move(*root_fd);
-  config.init.argv = o.argv;
-  config.init.env = o.env;
-  config.init.cwd = o.cwd;
-  config.hostname = o.hostname;
-  config.strace = o.strace;
-  config.limits = o.limits;
   // The Sentry's own stdio, shared with the sandbox; the host terminal,
   // when stdin is one, is the sandbox's console and its init's controlling
   // terminal.
@@ -308,10 +383,35 @@ int Run(const Options& o) {
     int d = fcntl(fd, F_DUPFD_CLOEXEC, 3);
     if (d >= 0) stdio.fds[fd] = UniqueFd(d);
   }
-  auto sb = boot::Sandbox::Create(std::move(*pw), std::move(config),
-                                  std::move(stdio), &clock);
-  if (!sb.ok()) {
-    Die(boot::ShellExitCodeFor(sb.status()), std::string(sb.status().message()));
+  absl::StatusOr<std::unique_ptr<boot::Sandbox>> sb;
+  StageClock restore_clock;
+  if (o.restore) {
+    boot::RestoreConfig config;
+    config.rootfs = std::move(*root_fd);
+    config.image = o.image;
+    config.hostname = o.hostname;
+    config.strace = o.strace;
+    config.limits = o.limits;
+    sb = boot::Sandbox::Restore(std::move(*pw), std::move(config),
+                                std::move(stdio), &restore_clock);
+    if (!sb.ok()) {
+      Die(kExitUsage, absl::StrCat("restore: ", sb.status().message()));
+    }
+  } else {
+    boot::SandboxConfig config;
+    config.rootfs = std::move(*root_fd);
+    config.init.argv = o.argv;
+    config.init.env = o.env;
+    config.init.cwd = o.cwd;
+    config.hostname = o.hostname;
+    config.strace = o.strace;
+    config.limits = o.limits;
+    sb = boot::Sandbox::Create(std::move(*pw), std::move(config),
+                               std::move(stdio), &clock);
+    if (!sb.ok()) {
+      Die(boot::ShellExitCodeFor(sb.status()),
+          std::string(sb.status().message()));
+    }
   }
   // Lives until _exit (boot.h).
   boot::Sandbox* sandbox = sb->release();
@@ -352,7 +452,50 @@ int Run(const Options& o) {
   if (absl::Status s = sandbox->Start(); !s.ok()) {
     Die(kExitUsage, std::string(s.message()));
   }
+  if (o.restore) {
+    restore_clock.Mark(Stage::kRestoreStart);
+    if (o.timings) PrintStages("restore", restore_clock);
+  }
+  std::thread checkpointer;
+  if (o.checkpoint_after > absl::ZeroDuration()) {
+    checkpointer = std::thread([sandbox, &o] {
+      absl::SleepFor(o.checkpoint_after);
+      StageClock cc;
+      checkpoint_started.store(true);
+      auto r = sandbox->Checkpoint(o.image, o.leave_running, "", &cc);
+      if (!r.ok()) {
+        fprintf(stderr, "sentry: checkpoint: %s\n",
+                std::string(r.status().message()).c_str());
+        if (!o.leave_running) {
+          sandbox->KillAll();
+          checkpoint_failed.store(true);
+        }
+        return;
+      }
+      // Where the saved run's stdout stood (a file: what a test splits
+      // the uninterrupted run's output at).
+      const off_t at = lseek(STDOUT_FILENO, 0, SEEK_CUR);
+      fprintf(stderr,
+              "sentry: checkpoint: %s: %lu bytes of state, %lu pages, "
+              "stdout at %ld\n",
+              o.image.c_str(), static_cast<unsigned long>(r->state_bytes),
+              static_cast<unsigned long>(r->pages), static_cast<long>(at));
+      if (o.timings) PrintStages("checkpoint", cc);
+      if (!o.leave_running) checkpointed.store(true);
+    });
+  }
   kernel::ExitStatus st = sandbox->Wait();
+  // The sandbox may end before the checkpoint's time: no checkpoint then.
+  if (checkpointer.joinable()) {
+    if (checkpoint_started.load()) {
+      checkpointer.join();
+    } else {
+      checkpointer.detach();
+    }
+  }
+  // Killed after its checkpoint: the image is the result.
+  if (checkpointed.load()) return 0;
+  if (checkpoint_failed.load()) return kExitUsage;
   if (stats_fd.valid()) WriteStatsJson(k.platform(), stats_fd.get());
   if (o.log_unimplemented) {
     for (const auto& [nr, count] : k.UnimplementedCounts()) {

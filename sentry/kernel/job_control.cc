@@ -149,6 +149,14 @@ bool Task::DoJobControl() {
     // task going; other signals wait for the continue.
     while (tg_->stop_requested() && !interrupt_.load() && !killed_.load() &&
            (pending_.load() & SigBit(SIGKILL)) == 0) {
+      if (kernel_->world_stop_requested()) {
+        // A stopped task is at a safe point for a checkpoint too (the
+        // Poke of the stop signals cv_ under mu_: the request is seen).
+        mu_.Unlock();
+        kernel_->ParkForWorldStop(*this);
+        mu_.Lock();
+        continue;
+      }
       cv_.Wait(&mu_);
     }
     uint64_t drained;

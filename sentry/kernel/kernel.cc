@@ -174,6 +174,9 @@ void Kernel::TaskExited(Task* t) {
     exited_.push_back(std::move(owned));
     released.swap(released_mms_);
     live_tasks_--;
+    // A checkpoint's stop counts live tasks against parked ones.
+    absl::MutexLock w(&world_stop_.mu);
+    world_stop_.stopped_cv.SignalAll();
   }
   // Outside the lock and after live_tasks_ went down (RunUntilInitExits
   // may already be reporting the exit): the stub processes are killed and

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
 #include "platforms/platform.h"
 #include "sentry/fs/file.h"
 #include "sentry/fs/tmpfs.h"
@@ -30,6 +31,7 @@
 #include "sentry/kernel/signal.h"
 #include "sentry/kernel/task.h"
 #include "sentry/kernel/thread_group.h"
+#include "sentry/kernel/world_stop.h"
 #include "sentry/mm/memory_file.h"
 #include "sentry/mm/mm.h"
 
@@ -169,6 +171,27 @@ class Kernel {
   // and returns init's status.
   ExitStatus RunRestored();
 
+  // Stops the world for a checkpoint (world_stop.cc): asks every task to
+  // stop and waits until each is parked at a safe point, either on its way
+  // back to application code (its registers complete, signals that arrived
+  // still pending) or asleep in an interruptible wait inside a syscall
+  // (Block, a host wait, a group stop, a vfork wait): such a task is saved
+  // to execute the syscall again (sentry/state/README.md). A task inside a
+  // syscall that does not block finishes it first; one exiting exits; one
+  // created meanwhile parks before its first instruction. Parked tasks
+  // stay parked, whatever is sent to them, until ResumeTheWorld.
+  // DeadlineExceeded (naming the tasks that did not stop) after `timeout`,
+  // the stop ended; FailedPrecondition while another stop holds it.
+  absl::Status StopTheWorld(absl::Duration timeout);
+  // Ends the stop StopTheWorld took: parked tasks go on.
+  void ResumeTheWorld();
+  bool world_stop_requested() const {
+    return world_stop_.requested.load(std::memory_order_acquire);
+  }
+  // Called by a task at a safe point, holding no lock: parks it while a
+  // stop is requested (returns at once when none is).
+  void ParkForWorldStop(Task& t);
+
   // Blocks until `g` has exited (is a zombie) and returns its status. A
   // group without a parent other than init (one CreateInit made for sentry
   // serve's Exec) has nobody to wait(2) for it: it is reaped here, and
@@ -228,6 +251,9 @@ class Kernel {
   // Address spaces of groups that exited, dropped by TaskExited once it
   // has left the lock (ThreadGroup::ReleaseResources).
   std::vector<std::shared_ptr<mm::MM>> released_mms_ ABSL_GUARDED_BY(mu_);
+
+  // Not state (world_stop.h).
+  WorldStop world_stop_;
 
   absl::Mutex unimpl_mu_;
   std::map<uint64_t, uint64_t> unimplemented_ ABSL_GUARDED_BY(unimpl_mu_);

@@ -68,6 +68,14 @@ void Task::WaitVforkDone(Task& parent) {
     // Like Linux's killable wait: signals do not end it, the parent's exit
     // does (checked a few times a second).
     while (!vfork_done_ && !parent.group().exiting()) {
+      if (kernel_->world_stop_requested()) {
+        // A safe point for a checkpoint's stop (which then fails to save
+        // the vfork: sentry/state/README.md); seen within the timeout.
+        vfork_mu_.Unlock();
+        kernel_->ParkForWorldStop(parent);
+        vfork_mu_.Lock();
+        continue;
+      }
       vfork_mu_.AwaitWithTimeout(absl::Condition(&vfork_done_),
                                  absl::Milliseconds(200));
     }

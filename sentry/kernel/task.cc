@@ -67,16 +67,26 @@ void Task::Join() {
 
 Task::WakeReason Task::Block(absl::Time deadline) {
   sleeping_.store(true, std::memory_order_relaxed);
-  WakeReason why = WaitUntilReady(deadline);
+  WakeReason why;
+  bool park = false;
+  // A checkpoint's stop parks the task inside its wait (a safe point: the
+  // syscall is saved to run again) and the wait goes on after it.
+  while ((why = WaitUntilReady(deadline, &park)) ==
+             WakeReason::kInterrupted &&
+         park) {
+    kernel_->ParkForWorldStop(*this);
+  }
   sleeping_.store(false, std::memory_order_relaxed);
   return why;
 }
 
-Task::WakeReason Task::WaitUntilReady(absl::Time deadline) {
+Task::WakeReason Task::WaitUntilReady(absl::Time deadline, bool* park) {
   absl::MutexLock l(&mu_);
+  *park = false;
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return wake_pending_ || interrupt_.load() ||
-           (pending_.load() & ~mask_.load()) != 0 || tg_->stop_requested();
+           (pending_.load() & ~mask_.load()) != 0 || tg_->stop_requested() ||
+           kernel_->world_stop_requested();
   };
   if (!ready()) {
     // Time asleep is nobody's CPU time.
@@ -94,6 +104,10 @@ Task::WakeReason Task::WaitUntilReady(absl::Time deadline) {
     wake_pending_ = false;
     return WakeReason::kWoken;
   }
+  // Only the world stop: park and wait again. Anything else (a signal, an
+  // exit, a group stop) ends the wait as an interruption.
+  *park = !interrupt_.load() && (pending_.load() & ~mask_.load()) == 0 &&
+          !tg_->stop_requested() && kernel_->world_stop_requested();
   return WakeReason::kInterrupted;
 }
 
@@ -210,6 +224,12 @@ void Task::Run() {
     if (exit_thread_ || killed_ || tg_->exiting()) break;
     if (DoJobControl()) continue;
     PrepareToResume();
+    // A checkpoint's safe point: registers complete, signals that arrive
+    // while parked are delivered after it.
+    if (kernel_->world_stop_requested()) {
+      kernel_->ParkForWorldStop(*this);
+      continue;
+    }
     // From Switch's entry to its return the application ran: user time.
     cputime_.EnterApp(MonotonicNowNs());
     Event ev = ctx_->Switch(mm().address_space(), cpu_);

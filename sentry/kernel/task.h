@@ -242,8 +242,8 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
 
  private:
   void Run();
-  // The wait of Block.
-  WakeReason WaitUntilReady(absl::Time deadline);
+  // The wait of Block. *park: it ended for a checkpoint's stop only.
+  WakeReason WaitUntilReady(absl::Time deadline, bool* park);
   void HandleSyscall();
   // Wakes Block and host-fd waits and makes a running Switch return, so
   // that the task looks at its state (exit, pending signals).

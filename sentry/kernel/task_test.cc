@@ -38,6 +38,16 @@ constexpr uint64_t kHandler = 0x401000;
 constexpr uint64_t kRestorer = 0x401100;
 // A pseudo syscall number the fake table uses to create a thread.
 constexpr uint64_t kNrSpawn = 1000;
+// Sleeps in Task::Block until woken (0) or interrupted (-EINTR).
+constexpr uint64_t kNrBlock = 1001;
+// Does not block, but takes until the test notifies `busy_go`.
+constexpr uint64_t kNrBusy = 1002;
+
+std::atomic<int> blocked_calls{0};   // kNrBlock entered
+std::atomic<int> blocked_returns{0};  // kNrBlock returned
+std::atomic<int> busy_calls{0};
+std::atomic<int> busy_returns{0};
+absl::Notification* busy_go = nullptr;
 
 // One step of a script: sees the task's registers as Switch would, and
 // says what "the application" did next.
@@ -165,6 +175,17 @@ class FakeSyscalls : public SyscallTable {
         return t.SigReturn();
       case SYS_getpid:
         return t.group().tgid();
+      case kNrBlock: {
+        blocked_calls++;
+        Task::WakeReason why = t.Block(absl::InfiniteFuture());
+        blocked_returns++;
+        return why == Task::WakeReason::kWoken ? 0 : -EINTR;
+      }
+      case kNrBusy:
+        busy_calls++;
+        busy_go->WaitForNotification();
+        busy_returns++;
+        return 0;
       case kNrSpawn: {
         auto c = t.kernel().CreateThread(t, t.cpu());
         if (!c.ok()) return -EAGAIN;
@@ -180,6 +201,10 @@ class FakeSyscalls : public SyscallTable {
 class TaskTest : public ::testing::Test {
  protected:
   void SetUp() override {
+    blocked_calls = 0;
+    blocked_returns = 0;
+    busy_calls = 0;
+    busy_returns = 0;
     auto mf = mm::MemoryFile::Create(1ull << 30);
     ASSERT_TRUE(mf.ok()) << mf.status();
     auto platform = std::make_unique<FakePlatform>();
@@ -493,6 +518,166 @@ TEST_F(TaskTest, ThreadsGetNewTidsInTheSameGroup) {
   // No new threads in an exiting group.
   init->group().Exit(ExitStatus{0, SIGKILL, false});
   EXPECT_FALSE(kernel_->CreateThread(*init, cpu_).ok());
+}
+
+bool Eventually(const std::function<bool()>& cond) {
+  absl::Time give_up = absl::Now() + absl::Seconds(10);
+  while (!cond()) {
+    if (absl::Now() > give_up) return false;
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  return true;
+}
+
+// A checkpoint's stop: a task running application code parks on its way
+// back, a task asleep in a syscall parks inside it (the call does not
+// return), and a signal sent during the stop acts only after it.
+TEST_F(TaskTest, WorldStopParksRunningAndBlockedTasksUntilResumed) {
+  platform_->AddScript({
+      [](CpuState& cpu) { return Syscall(cpu, kNrSpawn); },
+  });
+  platform_->AddScript({
+      [](CpuState& cpu) { return Syscall(cpu, kNrBlock); },
+  });
+  Task* init = CreateInit();
+  // A signal's sender holds the task (it may exit before Send returns).
+  std::shared_ptr<Task> hold = kernel_->FindTask(1);
+  auto run = std::async(std::launch::async,
+                        [&] { return kernel_->RunUntilInitExits(init); });
+  ASSERT_TRUE(platform_->context(0)->AwaitParked());
+  ASSERT_TRUE(Eventually([] { return blocked_calls.load() == 1; }));
+  ASSERT_TRUE(kernel_->StopTheWorld(absl::Seconds(5)).ok());
+  // A second stopper is refused while this one holds the stop.
+  EXPECT_EQ(kernel_->StopTheWorld(absl::Seconds(1)).code(),
+            absl::StatusCode::kFailedPrecondition);
+  init->SendSignal(SIGTERM, 0);
+  absl::SleepFor(absl::Milliseconds(30));
+  EXPECT_EQ(blocked_returns.load(), 0);  // still inside its syscall
+  EXPECT_FALSE(init->group().exiting());
+  EXPECT_NE(run.wait_for(std::chrono::milliseconds(0)),
+            std::future_status::ready);
+  kernel_->ResumeTheWorld();
+  ASSERT_EQ(run.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_EQ(run.get().signo, SIGTERM);
+  EXPECT_EQ(blocked_returns.load(), 1);
+}
+
+// A stop while a blocked task is merely parked: after the resume its wait
+// goes on and a wakeup still ends it normally.
+TEST_F(TaskTest, WorldStopLeavesABlockedWaitWaiting) {
+  uint64_t rax = 1;
+  platform_->AddScript({
+      [](CpuState& cpu) { return Syscall(cpu, kNrBlock); },
+      [&](CpuState& cpu) {
+        rax = cpu.regs.rax;
+        return Syscall(cpu, SYS_exit_group, 4);
+      },
+  });
+  Task* init = CreateInit();
+  // A signal's sender holds the task (it may exit before Send returns).
+  std::shared_ptr<Task> hold = kernel_->FindTask(1);
+  auto run = std::async(std::launch::async,
+                        [&] { return kernel_->RunUntilInitExits(init); });
+  ASSERT_TRUE(Eventually([] { return blocked_calls.load() == 1; }));
+  for (int i = 0; i < 20; i++) {
+    ASSERT_TRUE(kernel_->StopTheWorld(absl::Seconds(5)).ok());
+    kernel_->ResumeTheWorld();
+  }
+  absl::SleepFor(absl::Milliseconds(10));
+  EXPECT_EQ(blocked_returns.load(), 0);
+  init->Wake();
+  ASSERT_EQ(run.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_EQ(run.get().code, 4);
+  EXPECT_EQ(rax, 0u);  // woken, not interrupted
+}
+
+// A syscall that does not block finishes before its task parks; a stop
+// that cannot complete in time fails naming the task, and ends.
+TEST_F(TaskTest, WorldStopWaitsForANonBlockingSyscallAndTimesOut) {
+  absl::Notification go;
+  busy_go = &go;
+  platform_->AddScript({
+      [](CpuState& cpu) { return Syscall(cpu, kNrBusy); },
+  });
+  Task* init = CreateInit();
+  // A signal's sender holds the task (it may exit before Send returns).
+  std::shared_ptr<Task> hold = kernel_->FindTask(1);
+  auto run = std::async(std::launch::async,
+                        [&] { return kernel_->RunUntilInitExits(init); });
+  ASSERT_TRUE(Eventually([] { return busy_calls.load() == 1; }));
+  absl::Status late = kernel_->StopTheWorld(absl::Milliseconds(50));
+  EXPECT_EQ(late.code(), absl::StatusCode::kDeadlineExceeded) << late;
+  EXPECT_NE(late.message().find("task 1 "), absl::string_view::npos) << late;
+  EXPECT_FALSE(kernel_->world_stop_requested());
+  std::thread release([&] {
+    absl::SleepFor(absl::Milliseconds(30));
+    go.Notify();
+  });
+  ASSERT_TRUE(kernel_->StopTheWorld(absl::Seconds(5)).ok());
+  EXPECT_EQ(busy_returns.load(), 1);  // done before the stop completed
+  release.join();
+  platform_->context(0)->Append(
+      [](CpuState& cpu) { return Syscall(cpu, SYS_exit_group, 2); });
+  kernel_->ResumeTheWorld();
+  ASSERT_EQ(run.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_EQ(run.get().code, 2);
+  busy_go = nullptr;
+}
+
+// Stops taken over and over while threads are being created and exit:
+// every stop completes (a task made during a stop parks before its first
+// instruction, an exiting one is not waited for) and nothing is lost.
+TEST_F(TaskTest, WorldStopIsRaceFreeWithCloneAndExit) {
+  constexpr int kThreads = 150;
+  std::deque<Step> init_steps;
+  for (int i = 0; i < kThreads; i++) {
+    init_steps.push_back([](CpuState& cpu) { return Syscall(cpu, kNrSpawn); });
+  }
+  // Threads still running then are killed by the group's exit.
+  init_steps.push_back(
+      [](CpuState& cpu) { return Syscall(cpu, SYS_exit_group, 0); });
+  platform_->AddScript(std::move(init_steps));
+  for (int i = 0; i < kThreads; i++) {
+    platform_->AddScript({
+        [](CpuState& cpu) { return Syscall(cpu, SYS_getpid); },
+        [](CpuState& cpu) { return Syscall(cpu, SYS_exit, 0); },
+    });
+  }
+  Task* init = CreateInit();
+  // A signal's sender holds the task (it may exit before Send returns).
+  std::shared_ptr<Task> hold = kernel_->FindTask(1);
+  auto run = std::async(std::launch::async,
+                        [&] { return kernel_->RunUntilInitExits(init); });
+  int stops = 0;
+  while (run.wait_for(std::chrono::milliseconds(0)) !=
+         std::future_status::ready) {
+    absl::Status st = kernel_->StopTheWorld(absl::Seconds(5));
+    ASSERT_TRUE(st.ok()) << st;
+    stops++;
+    kernel_->ResumeTheWorld();
+  }
+  EXPECT_GT(stops, 0);
+  ExitStatus st = run.get();
+  EXPECT_EQ(st.code, 0);
+  EXPECT_EQ(st.signo, 0);
+}
+
+// A task of a stopped group (SIGSTOP) is at a safe point too.
+TEST_F(TaskTest, WorldStopIncludesAGroupStoppedTask) {
+  Task* init = CreateInit();
+  // A signal's sender holds the task (it may exit before Send returns).
+  std::shared_ptr<Task> hold = kernel_->FindTask(1);
+  auto run = std::async(std::launch::async,
+                        [&] { return kernel_->RunUntilInitExits(init); });
+  ASSERT_TRUE(platform_->context(0)->AwaitParked());
+  init->SendSignal(SIGSTOP, 0);
+  ASSERT_TRUE(Eventually([&] { return init->group().stopped(); }));
+  ASSERT_TRUE(kernel_->StopTheWorld(absl::Seconds(5)).ok());
+  kernel_->ResumeTheWorld();
+  EXPECT_TRUE(init->group().stopped());
+  init->SendSignal(SIGKILL, 0);
+  ASSERT_EQ(run.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_EQ(run.get().signo, SIGKILL);
 }
 
 }  // namespace

@@ -86,7 +86,7 @@ absl::StatusOr<pb::State> DecodeState(absl::string_view data,
 }
 
 absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view data) {
+                                 absl::string_view data, bool sync) {
   const std::string tmp = path + ".tmp";
   UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
   if (!fd.valid()) return ErrnoStatus(absl::StrCat("creating ", tmp), errno);
@@ -97,7 +97,7 @@ absl::Status WriteFileAtomically(const std::string& path,
     if (n < 0) return ErrnoStatus(absl::StrCat("writing ", tmp), errno);
     done += n;
   }
-  if (fsync(fd.get()) != 0) {
+  if (sync && fsync(fd.get()) != 0) {
     return ErrnoStatus(absl::StrCat("fsync of ", tmp), errno);
   }
   if (rename(tmp.c_str(), path.c_str()) != 0) {
@@ -106,9 +106,10 @@ absl::Status WriteFileAtomically(const std::string& path,
   return absl::OkStatus();
 }
 
-absl::Status WriteStateFile(const std::string& dir, const pb::State& state) {
+absl::Status WriteStateFile(const std::string& dir, const pb::State& state,
+                            bool sync) {
   ASSIGN_OR_RETURN(std::string data, EncodeState(state));
-  return WriteFileAtomically(dir + "/state.pb", data);
+  return WriteFileAtomically(dir + "/state.pb", data, sync);
 }
 
 absl::StatusOr<pb::State> ReadStateFile(const std::string& dir) {

@@ -49,12 +49,15 @@ absl::StatusOr<pb::State> DecodeState(absl::string_view data,
                                       absl::string_view what = "state.pb");
 
 // Whole files (written to a temporary name and renamed into place, so that
-// a crash never leaves a half-written file under the final name).
+// a crash never leaves a half-written file under the final name). Without
+// `sync` the data is not fsync'ed first: for an image directory, whose
+// manifest checksums find a file a crash left short (image_dir.h).
 absl::Status WriteFileAtomically(const std::string& path,
-                                 absl::string_view data);
+                                 absl::string_view data, bool sync = true);
 
 // <dir>/state.pb.
-absl::Status WriteStateFile(const std::string& dir, const pb::State& state);
+absl::Status WriteStateFile(const std::string& dir, const pb::State& state,
+                            bool sync = true);
 absl::StatusOr<pb::State> ReadStateFile(const std::string& dir);
 
 }  // namespace sandboxd::state

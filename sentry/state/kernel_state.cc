@@ -389,7 +389,9 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
 
 absl::Status KernelState::SaveKernel(Saver& s, Kernel& k, const fs::Vfs& vfs,
                                      MmCheckpointer& mms) {
-  SBX_SAVED_SIZE(kernel::Kernel, 408);
+  // world_stop_ is not state: a save runs inside a stop, a load starts
+  // without one.
+  SBX_SAVED_SIZE(kernel::Kernel, 504);
   std::vector<std::shared_ptr<ThreadGroup>> groups;
   std::vector<std::shared_ptr<Task>> tasks;
   pid_t next_tid;

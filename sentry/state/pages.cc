@@ -143,9 +143,11 @@ absl::Status FilePageWriter::Finish() {
   std::string payload;
   payload.append(reinterpret_cast<const char*>(records_.data()),
                  records_.size() * sizeof(Record));
-  if (fsync(img_.get()) != 0) return ErrnoStatus("fsync of pages.img", errno);
+  if (sync_ && fsync(img_.get()) != 0) {
+    return ErrnoStatus("fsync of pages.img", errno);
+  }
   return WriteFileAtomically(dir_ + "/pages.idx",
-                             Frame(kPageIndexMagic, payload));
+                             Frame(kPageIndexMagic, payload), sync_);
 }
 
 absl::StatusOr<std::unique_ptr<FilePageReader>> FilePageReader::Open(

@@ -106,8 +106,10 @@ class FilePageWriter : public PageWriter {
   static absl::StatusOr<std::unique_ptr<FilePageWriter>> Create(
       const std::string& dir, const uint8_t* base);
   absl::Status SavePages(uint64_t memfile_off, uint64_t len) override;
-  // Writes pages.idx and syncs both files.
+  // Writes pages.idx and syncs both files (unless set_sync(false): an
+  // image directory's manifest checksums find what a crash left short).
   absl::Status Finish() override;
+  void set_sync(bool sync) { sync_ = sync; }
 
  private:
   FilePageWriter(std::string dir, const uint8_t* base, UniqueFd img)
@@ -123,6 +125,7 @@ class FilePageWriter : public PageWriter {
   const uint8_t* const base_;
   UniqueFd img_;
   uint64_t img_size_ = 0;
+  bool sync_ = true;
   std::vector<Record> records_;
 };
 

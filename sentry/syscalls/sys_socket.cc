@@ -22,6 +22,14 @@
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
+
+// One Sentry process runs one sandbox, so the namespace is the process's;
+// it moves into the kernel with network namespaces.
+socket::UnixNamespace& SandboxUnixNamespace() {
+  static auto* ns = new socket::UnixNamespace();
+  return *ns;
+}
+
 namespace {
 
 using socket::Socket;
@@ -35,13 +43,6 @@ constexpr size_t kScmMaxFd = 253;            // SCM_MAX_FD
 constexpr int kSockTypeMask = 0xf;
 constexpr int kSockMax = 11;                 // SOCK_MAX
 
-// The sandbox's AF_UNIX names. One Sentry process runs one sandbox, so the
-// namespace is the process's; it moves into the kernel with network
-// namespaces.
-socket::UnixNamespace& SandboxUnixNamespace() {
-  static auto* ns = new socket::UnixNamespace();
-  return *ns;
-}
 
 socket::Credentials CallerCredentials(Task& t) {
   // Sandbox tasks run as root (getuid is 0).

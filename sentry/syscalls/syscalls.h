@@ -9,7 +9,15 @@
 
 #include "sentry/kernel/kernel.h"
 
+namespace sandboxd::socket {
+class UnixNamespace;
+}  // namespace sandboxd::socket
+
 namespace sandboxd::syscalls {
+
+// The sandbox's AF_UNIX names (sys_socket.cc): what a checkpoint load
+// binds the loaded sockets' names in again.
+socket::UnixNamespace& SandboxUnixNamespace();
 
 using kernel::SyscallArgs;
 using kernel::Task;

@@ -1,0 +1,87 @@
+// A whole image directory: saving a stopped sandbox into one and checking
+// one before a load.
+//
+//   manifest.pb  header ("SBXMANIF") + Manifest (state.proto): format
+//                version, the Sentry's build id, platform, spec, memory in
+//                use, the host clocks at the save, and every other file's
+//                size and CRC-32C
+//   state.pb     header + State
+//   pages.img    non-zero memory-file pages, page-aligned
+//   pages.idx    header + page records
+//
+// The directory is written under a temporary name beside the final one
+// (DIR.tmp.PID) and renamed into place when complete: a crash leaves no
+// half image under DIR. An existing DIR is replaced.
+//
+// CheckImage refuses, with an error that names the file or the field, a
+// missing file, a truncated or damaged one (size or checksum against the
+// manifest; the framed files' own headers are checked again when read),
+// a foreign manifest, another format version, another build, another
+// platform, a smaller memory limit than the image needs, and a host whose
+// CLOCK_MONOTONIC reads less than at the save.
+#ifndef SANDBOXD_SENTRY_STATE_IMAGE_DIR_H_
+#define SANDBOXD_SENTRY_STATE_IMAGE_DIR_H_
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "base/stage_clock.h"
+#include "sentry/fs/inode.h"
+#include "sentry/fs/vfs.h"
+#include "sentry/kernel/kernel.h"
+#include "sentry/state/state.pb.h"
+
+namespace sandboxd::state {
+
+namespace pb = ::sandboxd::state::v1;
+
+inline constexpr char kManifestMagic[8] = {'S', 'B', 'X', 'M',
+                                           'A', 'N', 'I', 'F'};
+
+// The running Sentry binary's ELF build id, hex ("none" without one).
+const std::string& SentryBuildId();
+
+struct SaveOptions {
+  std::string platform;  // Platform::Name()
+  std::string spec;      // serialized control Spec, or empty
+  // fsync every file before the rename. Off by default: a crash that
+  // leaves a file short or stale is found by the manifest's checksums,
+  // and a sync costs tens of milliseconds on a busy disk.
+  bool sync = false;
+};
+
+struct SaveResult {
+  uint64_t state_bytes = 0;
+  uint64_t pages_bytes = 0;  // pages.img
+  uint64_t pages = 0;        // non-zero pages stored
+  uint64_t memory_bytes = 0;
+  // Nanoseconds: objects into the State (with the pages copied into
+  // pages.img), the files written and synced, the directory renamed.
+  int64_t save_ns = 0, write_ns = 0;
+};
+
+// Saves `k` (stopped: Kernel::StopTheWorld), its mount tree `vfs` and the
+// Sentry's locks into the image directory `dir`. `rootfs` is the hostfs
+// root under the overlay, which a restore reopens. An object that cannot
+// be saved fails it, naming the object; nothing is left at `dir` then.
+// `clock` (may be null) gets checkpoint.save and checkpoint.write.
+absl::StatusOr<SaveResult> SaveImage(const std::string& dir, kernel::Kernel& k,
+                                     const fs::Vfs& vfs, const void* rootfs,
+                                     const SaveOptions& opts,
+                                     StageClock* clock = nullptr);
+
+struct CheckOptions {
+  std::string platform;       // the loading Sentry's
+  uint64_t memory_limit = 0;  // 0: none
+};
+
+// Reads manifest.pb and checks the image against it and `opts`.
+absl::StatusOr<pb::Manifest> CheckImage(const std::string& dir,
+                                        const CheckOptions& opts);
+
+}  // namespace sandboxd::state
+
+#endif  // SANDBOXD_SENTRY_STATE_IMAGE_DIR_H_

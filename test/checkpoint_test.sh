@@ -1,0 +1,105 @@
+#!/usr/bin/env bash
+# checkpoint_test.sh SENTRY
+#
+# Checkpoint and restore with `sentry run --checkpoint-after=D --image=DIR
+# [--leave-running]` and `sentry restore --image=DIR` (host programs,
+# --rootfs=/):
+#   - a program checkpointed mid-run with --leave-running runs on as an
+#     uninterrupted native run does, and the restored image's output is
+#     the rest of that run's (the checkpoint prints where stdout stood);
+#     programs: test/checkpoint/objects.py (timer, large dict, pipe, unix
+#     socket pair with queued data and a passed fd, epoll, pty, threads in
+#     futex waits) and test/checkpoint/pipeline.sh (a pipeline mid-flight);
+#   - one image restored twice gives two equal, independent runs;
+#   - without --leave-running the sandbox ends after the image is written;
+#   - kill -9 of a restored sentry leaves no process of it behind;
+#   - a damaged image (each file truncated or removed) is refused with
+#     exit 125 and a message naming the file.
+# Exits 77 (CTest: skipped) when SENTRY does not exist yet.
+set -u
+# shellcheck source=test/lib.sh
+. "$(dirname "$0")/lib.sh"
+usage_unless [ $# -eq 1 ] -- "SENTRY"
+SENTRY=$1
+require_sentry "$SENTRY"
+here=$(cd "$(dirname "$0")" && pwd)
+make_tmp checkpoint_test
+PY=/usr/bin/python3
+[ -x "$PY" ] || skip "$PY not installed"
+
+# run_case NAME AFTER PROG...: native, checkpointed (--leave-running) and
+# restored runs of PROG; the checks compare their outputs.
+run_case() {
+  local name=$1 after=$2 at
+  shift 2
+  timeout -k 5 60 "$@" >"$tmp/$name.native" 2>/dev/null </dev/null
+  capture 60 "$SENTRY" run --rootfs=/ --checkpoint-after="$after" \
+    --image="$tmp/$name.img" --leave-running -- "$@"
+  cp "$tmp/out" "$tmp/$name.orig"
+  cp "$tmp/err" "$tmp/$name.orig.err"
+  check "$name: the checkpointed run exits 0" eq "$status" 0
+  check "$name: the checkpointed run's output is the native run's" \
+    cmp -s "$tmp/$name.orig" "$tmp/$name.native"
+  at=$(sed -n 's/.*stdout at \([0-9]*\)$/\1/p' "$tmp/$name.orig.err")
+  check "$name: the checkpoint was taken (stdout at '$at')" ge "${at:-0}" 1
+  capture 60 "$SENTRY" restore --rootfs=/ --image="$tmp/$name.img"
+  check "$name: the restored run exits 0 ($(head -c 200 "$tmp/err"))" \
+    eq "$status" 0
+  head -c "${at:-0}" "$tmp/$name.orig" >"$tmp/$name.joined"
+  cat "$tmp/out" >>"$tmp/$name.joined"
+  cp "$tmp/out" "$tmp/$name.rest1"
+  if ! check "$name: output before the checkpoint + restored = native" \
+    cmp -s "$tmp/$name.joined" "$tmp/$name.native"; then
+    diff "$tmp/$name.joined" "$tmp/$name.native" | head -5 | sed 's/^/  /'
+  fi
+  capture 60 "$SENTRY" restore --rootfs=/ --image="$tmp/$name.img"
+  check "$name: the same image restored again runs the same" \
+    cmp -s "$tmp/out" "$tmp/$name.rest1"
+}
+
+run_case objects 400ms "$PY" "$here/checkpoint/objects.py"
+run_case pipeline 250ms /bin/sh "$here/checkpoint/pipeline.sh"
+
+# Without --leave-running: the image is the result, the sandbox ends.
+capture 60 "$SENTRY" run --rootfs=/ --checkpoint-after=200ms \
+  --image="$tmp/idle.img" -- /bin/sleep 5
+check "checkpoint and kill: exit 0" eq "$status" 0
+check "checkpoint and kill: the manifest is there" \
+  test -s "$tmp/idle.img/manifest.pb"
+check "checkpoint and kill: no temporary directory left" \
+  eq "$(find "$tmp" -maxdepth 1 -name 'idle.img.*' | wc -l)" 0
+
+# kill -9 of a restored sentry: nothing of it stays (its stub processes
+# are in its process group).
+setsid "$SENTRY" restore --rootfs=/ --image="$tmp/idle.img" \
+  </dev/null >/dev/null 2>&1 &
+rpid=$!
+sleep 0.5
+check "kill -9 restore: it was running" kill -0 "$rpid"
+kill -9 "$rpid"
+wait "$rpid" 2>/dev/null
+left=
+for _ in $(seq 1 40); do
+  left=$(ps -eo pgid=,pid= | awk -v g="$rpid" '$1 == g { print $2 }')
+  [ -z "$left" ] && break
+  sleep 0.05
+done
+check "kill -9 restore: no process of its group left ($left)" eq "$left" ""
+
+# A damaged image: each file truncated, then removed.
+for f in manifest.pb state.pb pages.idx pages.img; do
+  for how in truncate remove; do
+    rm -rf "$tmp/bad.img"
+    cp -r "$tmp/idle.img" "$tmp/bad.img"
+    if [ "$how" = truncate ]; then
+      truncate -s -1 "$tmp/bad.img/$f"
+    else
+      rm "$tmp/bad.img/$f"
+    fi
+    capture 30 "$SENTRY" restore --rootfs=/ --image="$tmp/bad.img"
+    check "$f ${how}d: restore exits 125 naming it" \
+      eval '[ "$status" = 125 ] && contains "$tmp/err" "$f"'
+  done
+done
+
+passed

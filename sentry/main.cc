@@ -28,6 +28,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/flags.h"
+#include "base/thread.h"
 #include "base/unique_fd.h"
 #include "google/protobuf/util/json_util.h"
 #include "platforms/registry.h"
@@ -306,7 +307,8 @@ int Run(const Options& o) {
   // Signals for the sandbox. What the host terminal generates (it sends
   // them to its foreground group, the Sentry's) goes to the sandbox's
   // foreground process group, a resize as SIGWINCH to it; the rest to init.
-  std::thread forwarder([&k, &fwd, console] {
+  absl::StatusOr<std::thread> forwarder = StartThread(
+      "the signal forwarder", [&k, &fwd, console] {
     for (;;) {
       int sig = sigwaitinfo(&fwd, nullptr);
       if (sig <= 0) continue;
@@ -325,7 +327,8 @@ int Run(const Options& o) {
       if (t != nullptr) t->SendSignal(sig, 0);
     }
   });
-  forwarder.detach();
+  if (!forwarder.ok()) Die(kExitUsage, std::string(forwarder.status().message()));
+  forwarder->detach();
 
   UniqueFd stats_fd;
   if (!o.stats_json.empty()) {

@@ -16,6 +16,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "base/thread.h"
 #include "base/unique_fd.h"
 #include "platforms/registry.h"
 #include "proto/control.pb.h"
@@ -247,7 +248,8 @@ void Server::OnWaitPid(uint64_t id, pid_t pid) {
     return;
   }
   boot::Sandbox* sb = sandbox_;
-  std::thread([this, sb, id, pid] {
+  absl::StatusOr<std::thread> waiter =
+      StartThread("a WaitPid thread", [this, sb, id, pid] {
     auto st = sb->WaitPid(pid);
     if (!st.ok()) {
       SendError(id, st.status());
@@ -257,7 +259,12 @@ void Server::OnWaitPid(uint64_t id, pid_t pid) {
     r.set_id(id);
     SetExit(*st, r.mutable_exit());
     Send(r);
-  }).detach();
+  });
+  if (!waiter.ok()) {
+    SendError(id, waiter.status());
+    return;
+  }
+  waiter->detach();
 }
 
 void Server::OnDestroy(uint64_t id) {

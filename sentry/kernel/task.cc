@@ -12,6 +12,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "base/thread.h"
 #include "sentry/kernel/kernel.h"
 
 namespace sandboxd::kernel {
@@ -47,11 +48,26 @@ thread_local Task* current_task = nullptr;
 
 Task* Task::Current() { return current_task; }
 
-void Task::Start() {
-  thread_ = std::thread([this] {
-    current_task = this;
-    Run();
-  });
+absl::Status Task::Start() {
+  // The interrupt eventfd is what blocking host waits poll: without it a
+  // signal could not interrupt them.
+  if (!interrupt_fd_.valid()) {
+    return ErrnoStatus(absl::StrCat("the interrupt eventfd of task ", tid_),
+                       EAGAIN);
+  }
+  ASSIGN_OR_RETURN(thread_,
+                   StartThread(absl::StrCat("the host thread of task ", tid_),
+                               [this] {
+                                 current_task = this;
+                                 Run();
+                               }));
+  return absl::OkStatus();
+}
+
+void Task::ExitUnstarted() {
+  tg_->Exit(ExitStatus{0, SIGKILL, false});
+  Cleanup();
+  kernel_->TaskExited(this);
 }
 
 void Task::Join() {

@@ -259,7 +259,7 @@ absl::Status Service::CreateSandbox(const v1::CreateRequest& req, v1::CreateResp
     CgroupLimits cl;
     cl.memory_bytes = lim.memory_bytes();
     cl.cpu_millis = lim.cpu_millis();
-    cl.pids = lim.pids();
+    cl.pids = HostPidsFor(lim.pids());  // the Sentry enforces lim.pids
     RETURN_IF_ERROR(Annotate(cg->SetLimits(cl), "spec.limits"));
     stage(Stage::kCreateCgroupLimits);
   }

@@ -207,6 +207,10 @@ Systrap::NewAddressSpace() {
   }
   auto s = CreateStub();
   if (!s.ok()) return s.status();
+  // Its first worker now rather than at the first switch (which needs it
+  // anyway): a host that refuses it fails the fork with EAGAIN instead of
+  // killing the child.
+  RETURN_IF_ERROR((*s)->StartFirstWorker());
   return std::unique_ptr<platform::AddressSpace>(std::move(*s));
 }
 

@@ -103,7 +103,7 @@ int64_t ReadStrings(Task& t, uint64_t addr, std::vector<std::string>* out,
     if (p == 0) return 0;
     if (out->size() >= 0x7fffffff / 8) return -E2BIG;
     std::string s;
-    int64_t r = t.mm().CopyInString(p, loader::kMaxArgBytes, &s);
+    int64_t r = t.mm().CopyInString(p, loader::kMaxArgStrlen - 1, &s);
     if (r == -ENAMETOOLONG) return -E2BIG;
     if (r < 0) return r;
     *total += s.size() + 1;

@@ -138,8 +138,8 @@ absl::Status Channel::Receive(google::protobuf::MessageLite* m,
   uint32_t len = 0;
   for (int i = 0; i < 4; i++) len |= static_cast<uint32_t>(static_cast<uint8_t>(buf[i])) << (8 * i);
   if (len > kMaxMessageBytes) {
-    return absl::DataLossError(absl::StrCat("control channel: header says ", len,
-                                            " bytes, more than any message"));
+    return absl::DataLossError(absl::StrCat(
+        "control channel: header says ", len, " bytes, more than any message"));
   }
   const size_t want = 4 + static_cast<size_t>(len);
   // A message in one packet fills it; a larger one fills every packet but

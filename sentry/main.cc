@@ -327,7 +327,9 @@ int Run(const Options& o) {
       if (t != nullptr) t->SendSignal(sig, 0);
     }
   });
-  if (!forwarder.ok()) Die(kExitUsage, std::string(forwarder.status().message()));
+  if (!forwarder.ok()) {
+    Die(kExitUsage, std::string(forwarder.status().message()));
+  }
   forwarder->detach();
 
   UniqueFd stats_fd;

@@ -39,6 +39,22 @@ struct CgroupLimits {
   uint64_t pids = 0;          // pids.max: tasks (threads), not processes
 };
 
+// The host tasks (pids.max) a Sentry needs for a sandbox limited to
+// `sandbox_tasks` tasks of its own (spec.limits.pids, which the Sentry
+// enforces itself: clone beyond it gets EAGAIN). Each application task is
+// at most four host tasks (its Sentry thread and, on systrap, a stub
+// worker; a process adds its stub process's control thread and the
+// Sentry's reaper of it), plus the Sentry's own threads and processes
+// (timers, poller, runner, WaitPid threads, the stub template and its
+// pool). With less, the host would refuse the Sentry before the sandbox
+// reached its own limit. 0 stays 0 (no limit).
+inline constexpr uint64_t kHostTasksPerSandboxTask = 4;
+inline constexpr uint64_t kSentryHostTasks = 64;
+inline uint64_t HostPidsFor(uint64_t sandbox_tasks) {
+  if (sandbox_tasks == 0) return 0;
+  return sandbox_tasks * kHostTasksPerSandboxTask + kSentryHostTasks;
+}
+
 struct CgroupUsage {
   uint64_t memory_bytes = 0;       // memory.current / memory.usage_in_bytes
   uint64_t memory_peak_bytes = 0;  // memory.peak / memory.max_usage_in_bytes

@@ -43,6 +43,35 @@ absl::Status ValidateProcessSpec(const v1::ProcessSpec& p, const std::string& fi
     return absl::InvalidArgumentError(
         absl::StrCat(field, ".cwd: must be absolute, got \"", p.cwd(), "\""));
   }
+  // What execve accepts on Linux (with an 8 MiB stack limit): each string
+  // up to MAX_ARG_STRLEN, and all of them with their pointers up to a
+  // quarter of the stack; beyond, execve fails with E2BIG.
+  constexpr size_t kMaxArgStrlen = 128 << 10;
+  constexpr size_t kMaxArgBytes = 2 << 20;
+  size_t total = 0;
+  auto one = [&](const std::string& s, const char* what,
+                 int i) -> absl::Status {
+    if (s.size() + 1 > kMaxArgStrlen) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".", what, "[", i, "]: ", s.size() + 1,
+          " bytes, more than execve takes in one string (", kMaxArgStrlen,
+          ": E2BIG)"));
+    }
+    total += s.size() + 1 + sizeof(void*);
+    return absl::OkStatus();
+  };
+  for (int i = 0; i < p.argv_size(); i++) {
+    RETURN_IF_ERROR(one(p.argv(i), "argv", i));
+  }
+  for (int i = 0; i < p.env_size(); i++) {
+    RETURN_IF_ERROR(one(p.env(i), "env", i));
+  }
+  if (total > kMaxArgBytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".argv and ", field, ".env: ", total,
+        " bytes with their pointers, more than execve takes (", kMaxArgBytes,
+        ": E2BIG)"));
+  }
   return absl::OkStatus();
 }
 

@@ -271,7 +271,9 @@ absl::Status Service::CreateSandbox(const v1::CreateRequest& req, v1::CreateResp
     CgroupLimits cl;
     cl.memory_bytes = spec.limits().memory_bytes();
     cl.cpu_millis = spec.limits().cpu_millis();
-    cl.pids = spec.limits().pids();
+    // The Sentry enforces spec.limits().pids itself; the host's limit
+    // leaves room for its own threads and stubs.
+    cl.pids = HostPidsFor(spec.limits().pids());
     RETURN_IF_ERROR(Annotate(cg->SetLimits(cl), "spec.limits"));
     stage(Stage::kCreateCgroupLimits);
   }

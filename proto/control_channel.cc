@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <poll.h>
 #include <sys/socket.h>
 
 #include <algorithm>
@@ -46,7 +47,8 @@ absl::Status Channel::Send(const google::protobuf::MessageLite& m,
   }
   for (int i = 0; i < 4; i++) buf[i] = static_cast<char>((len >> (8 * i)) & 0xff);
 
-  iovec iov{buf.data(), buf.size()};
+  const size_t first = std::min(buf.size(), kMaxPacketBytes);
+  iovec iov{buf.data(), first};
   msghdr msg{};
   msg.msg_iov = &iov;
   msg.msg_iovlen = 1;
@@ -62,15 +64,26 @@ absl::Status Channel::Send(const google::protobuf::MessageLite& m,
     memcpy(CMSG_DATA(c), fds.data(), n);
   }
   absl::MutexLock l(&send_mu_);
-  for (;;) {
+  // The first packet carries the header and the fds, the others the rest.
+  for (size_t off = 0; off < buf.size();) {
+    iov.iov_base = buf.data() + off;
+    iov.iov_len = std::min(buf.size() - off, kMaxPacketBytes);
     ssize_t r = sendmsg(fd_.get(), &msg, MSG_NOSIGNAL);
-    if (r >= 0) return absl::OkStatus();
-    if (errno == EINTR) continue;
-    if (errno == EPIPE || errno == ECONNRESET) {
+    if (r < 0 && errno == EINTR) continue;
+    if (r < 0 && errno == EAGAIN) {
+      pollfd p{fd_.get(), POLLOUT, 0};
+      poll(&p, 1, -1);
+      continue;
+    }
+    if (r < 0 && (errno == EPIPE || errno == ECONNRESET)) {
       return absl::UnavailableError("control channel: peer closed");
     }
-    return Errno("sendmsg", errno);
+    if (r < 0) return Errno("sendmsg", errno);
+    off += iov.iov_len;
+    msg.msg_control = nullptr;
+    msg.msg_controllen = 0;
   }
+  return absl::OkStatus();
 }
 
 absl::Status Channel::Receive(google::protobuf::MessageLite* m,
@@ -88,7 +101,7 @@ absl::Status Channel::Receive(google::protobuf::MessageLite* m,
     return Errno("recv", errno);
   }
   if (size == 0) return absl::UnavailableError("control channel: peer closed");
-  std::string buf(std::min<size_t>(size, 4 + kMaxMessageBytes), '\0');
+  std::string buf(std::min<size_t>(size, kMaxPacketBytes), '\0');
   iovec iov{buf.data(), buf.size()};
   msghdr msg{};
   msg.msg_iov = &iov;
@@ -124,9 +137,31 @@ absl::Status Channel::Receive(google::protobuf::MessageLite* m,
   if (r < 4) return absl::DataLossError("control channel: packet shorter than its header");
   uint32_t len = 0;
   for (int i = 0; i < 4; i++) len |= static_cast<uint32_t>(static_cast<uint8_t>(buf[i])) << (8 * i);
-  if (len != static_cast<size_t>(r) - 4) {
+  if (len > kMaxMessageBytes) {
+    return absl::DataLossError(absl::StrCat(
+        "control channel: header says ", len, " bytes, more than any message"));
+  }
+  const size_t want = 4 + static_cast<size_t>(len);
+  // A message in one packet fills it; a larger one fills every packet but
+  // its last.
+  if (want <= kMaxPacketBytes ? static_cast<size_t>(r) != want
+                              : static_cast<size_t>(r) != kMaxPacketBytes) {
     return absl::DataLossError(absl::StrCat("control channel: header says ", len,
                                             " bytes, packet has ", r - 4));
+  }
+  buf.resize(want);
+  for (size_t have = static_cast<size_t>(r); have < want;) {
+    ssize_t c = recv(fd_.get(), buf.data() + have,
+                     std::min(want - have, kMaxPacketBytes), 0);
+    if (c < 0 && errno == EINTR) continue;
+    if (c < 0 && errno == EAGAIN) {
+      pollfd p{fd_.get(), POLLIN, 0};
+      poll(&p, 1, -1);
+      continue;
+    }
+    if (c < 0) return Errno("recv", errno);
+    if (c == 0) return absl::UnavailableError("control channel: peer closed");
+    have += static_cast<size_t>(c);
   }
   if (!m->ParseFromArray(buf.data() + 4, static_cast<int>(len))) {
     return absl::DataLossError("control channel: unparsable message");

@@ -1,8 +1,10 @@
 // One end of the control channel between sandboxd and a Sentry
-// (proto/control.proto): a SOCK_SEQPACKET socket carrying one message per
-// packet, framed as a 4-byte little-endian length and that many bytes of a
-// serialized protobuf, with file descriptors in the same packet
-// (SCM_RIGHTS). Both ends use this class.
+// (proto/control.proto): a SOCK_SEQPACKET socket carrying messages framed
+// as a 4-byte little-endian length and that many bytes of a serialized
+// protobuf, with file descriptors in the first packet (SCM_RIGHTS). A
+// message larger than one packet (kMaxPacketBytes) continues in packets
+// of its bytes alone, sent back to back under the sender's lock. Both
+// ends use this class.
 #ifndef SANDBOXD_PROTO_CONTROL_CHANNEL_H_
 #define SANDBOXD_PROTO_CONTROL_CHANNEL_H_
 
@@ -19,10 +21,12 @@
 
 namespace sandboxd::control {
 
-// Largest message either side sends: a spec with a long argv and
-// environment fits (Docker's limits on both are far smaller), and so does
-// one packet in a unix socket's default send buffer (wmem_default, 208 KiB).
-inline constexpr size_t kMaxMessageBytes = 128 << 10;
+// Largest message either side sends: a spec with what execve accepts in
+// argv and environment (2 MiB of strings and pointers) fits with room.
+inline constexpr size_t kMaxMessageBytes = 8 << 20;
+// Largest packet: one fits in a unix socket's default send buffer
+// (wmem_default, 208 KiB).
+inline constexpr size_t kMaxPacketBytes = 128 << 10;
 // Most descriptors in one message (Start: rootfs + three stdio fds).
 inline constexpr size_t kMaxFds = 16;
 

@@ -77,10 +77,10 @@ TEST(ChannelTest, MalformedPacketsAreDataLoss) {
   // Garbage that is not a Response.
   const char garbage[] = {3, 0, 0, 0, '\xff', '\xff', '\xff'};
   ASSERT_EQ(send(raw, garbage, sizeof(garbage), 0), 7);
-  // Larger than any valid message (the sender's buffer must take it).
+  // Larger than any valid packet (the sender's buffer must take it).
   int sndbuf = 1 << 20;
   ASSERT_EQ(setsockopt(raw, SOL_SOCKET, SO_SNDBUF, &sndbuf, sizeof(sndbuf)), 0);
-  std::string huge(4 + kMaxMessageBytes + 10, '\0');
+  std::string huge(4 + kMaxPacketBytes + 10, '\0');
   ASSERT_EQ(send(raw, huge.data(), huge.size(), 0), static_cast<ssize_t>(huge.size()));
   Response got;
   for (int i = 0; i < 4; i++) {
@@ -101,6 +101,37 @@ TEST(ChannelTest, TooLargeToSend) {
   Response r;
   r.set_message(std::string(kMaxMessageBytes + 1, 'x'));
   EXPECT_EQ(pair->first.Send(r).code(), absl::StatusCode::kInvalidArgument);
+}
+
+// A message of many packets (a spec with 3 MiB of environment): the
+// receiver reassembles it, fds come with it, and the next message follows.
+TEST(ChannelTest, LargeMessageInManyPackets) {
+  auto pair = Channel::Pair();
+  ASSERT_TRUE(pair.ok());
+  Response big;
+  big.set_id(5);
+  std::string text(3 << 20, 'e');
+  for (size_t i = 0; i < text.size(); i += 4093) text[i] = 'a' + i % 26;
+  big.set_message(text);
+  Response small;
+  small.set_id(6);
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  std::thread sender([&] {
+    EXPECT_TRUE(pair->first.Send(big, {fds[0]}).ok());
+    EXPECT_TRUE(pair->first.Send(small).ok());
+  });
+  Response got;
+  std::vector<UniqueFd> got_fds;
+  ASSERT_TRUE(pair->second.Receive(&got, &got_fds).ok());
+  EXPECT_EQ(got.id(), 5u);
+  EXPECT_TRUE(got.message() == text);
+  EXPECT_EQ(got_fds.size(), 1u);
+  ASSERT_TRUE(pair->second.Receive(&got).ok());
+  EXPECT_EQ(got.id(), 6u);
+  sender.join();
+  close(fds[0]);
+  close(fds[1]);
 }
 
 TEST(ChannelTest, ConcurrentSendersNeverInterleave) {

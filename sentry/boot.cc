@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
+#include "base/thread.h"
 #include "sentry/fs/devfs.h"
 #include "sentry/fs/file.h"
 #include "sentry/fs/hostfs.h"
@@ -33,6 +34,7 @@
 #include "sentry/state/pages.h"
 #include "sentry/fs/lock.h"
 #include "sentry/vdso/timekeeper.h"
+#include "sentry/waiter/timer_thread.h"
 
 namespace sandboxd::boot {
 namespace {
@@ -171,6 +173,10 @@ absl::StatusOr<Prewarmed> Prewarm(const PrewarmOptions& o, StageClock* clock) {
   auto the_vdso = vdso::Vdso::Create(mf->get(), vdso_opts);
   if (!the_vdso.ok()) return Annotate(the_vdso.status(), "vDSO");
   clock->Mark(Stage::kVdso);
+  // Every thread the Sentry needs before the program runs is made here
+  // (after the platform forked its template, which wants one thread), so
+  // that a host which refuses one fails the start with its reason.
+  RETURN_IF_ERROR(waiter::TimerThread::Get().Start());
   // While the Timekeeper calibrates.
   if (o.prepare_address_space) {
     absl::StatusOr<bool> made = (*platform)->PrepareAddressSpace();
@@ -585,8 +591,7 @@ absl::Status Sandbox::Start() {
   if (filter_.has_value()) {
     RETURN_IF_ERROR(host_filter::Install(*filter_));
   }
-  started_ = true;
-  runner_ = std::thread([this] {
+  ASSIGN_OR_RETURN(runner_, StartThread("the sandbox's runner", [this] {
     // Done as soon as init's status is final: the last task's host thread
     // may still be tearing down its stub process (Kernel::TaskExited).
     if (restored_) {
@@ -601,7 +606,8 @@ absl::Status Sandbox::Start() {
       init_status_ = st;
       done_ = true;
     });
-  });
+  }));
+  started_ = true;
   return absl::OkStatus();
 }
 
@@ -650,7 +656,10 @@ absl::StatusOr<pid_t> Sandbox::Exec(const ProcessConfig& p, Stdio stdio) {
     absl::MutexLock lock(&mu_);
     execs_[pid] = g;
   }
-  t->Start();
+  if (absl::Status s = t->Start(); !s.ok()) {
+    t->ExitUnstarted();  // a zombie that WaitPid reports as killed
+    return Annotate(s, "starting the process");
+  }
   return pid;
 }
 

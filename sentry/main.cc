@@ -41,6 +41,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/flags.h"
+#include "base/thread.h"
 #include "base/unique_fd.h"
 #include "google/protobuf/util/json_util.h"
 #include "platforms/registry.h"
@@ -421,7 +422,8 @@ int Run(const Options& o) {
   // Signals for the sandbox. What the host terminal generates (it sends
   // them to its foreground group, the Sentry's) goes to the sandbox's
   // foreground process group, a resize as SIGWINCH to it; the rest to init.
-  std::thread forwarder([&k, &fwd, console] {
+  absl::StatusOr<std::thread> forwarder = StartThread(
+      "the signal forwarder", [&k, &fwd, console] {
     for (;;) {
       int sig = sigwaitinfo(&fwd, nullptr);
       if (sig <= 0) continue;
@@ -440,7 +442,10 @@ int Run(const Options& o) {
       if (t != nullptr) t->SendSignal(sig, 0);
     }
   });
-  forwarder.detach();
+  if (!forwarder.ok()) {
+    Die(kExitUsage, std::string(forwarder.status().message()));
+  }
+  forwarder->detach();
 
   UniqueFd stats_fd;
   if (!o.stats_json.empty()) {
@@ -458,7 +463,8 @@ int Run(const Options& o) {
   }
   std::thread checkpointer;
   if (o.checkpoint_after > absl::ZeroDuration()) {
-    checkpointer = std::thread([sandbox, &o] {
+    absl::StatusOr<std::thread> t =
+        StartThread("the checkpoint thread", [sandbox, &o] {
       absl::SleepFor(o.checkpoint_after);
       StageClock cc;
       checkpoint_started.store(true);
@@ -483,6 +489,8 @@ int Run(const Options& o) {
       if (o.timings) PrintStages("checkpoint", cc);
       if (!o.leave_running) checkpointed.store(true);
     });
+    if (!t.ok()) Die(kExitUsage, std::string(t.status().message()));
+    checkpointer = *std::move(t);
   }
   kernel::ExitStatus st = sandbox->Wait();
   // The sandbox may end before the checkpoint's time: no checkpoint then.

@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
 #include "base/status_macros.h"
+#include "base/thread.h"
 #include "base/unique_fd.h"
 #include "platforms/registry.h"
 #include "proto/control.pb.h"
@@ -285,7 +286,8 @@ void Server::OnWaitPid(uint64_t id, pid_t pid) {
   }
   boot::Sandbox* sb = sandbox_;
   const uint64_t gen = generation();
-  std::thread([this, sb, id, pid, gen] {
+  absl::StatusOr<std::thread> waiter =
+      StartThread("a WaitPid thread", [this, sb, id, pid, gen] {
     auto st = sb->WaitPid(pid);
     if (!st.ok()) {
       SendOn(gen, ErrorResponse(id, st.status()));
@@ -295,7 +297,12 @@ void Server::OnWaitPid(uint64_t id, pid_t pid) {
     r.set_id(id);
     SetExit(*st, r.mutable_exit());
     SendOn(gen, r);
-  }).detach();
+  });
+  if (!waiter.ok()) {
+    SendError(id, waiter.status());
+    return;
+  }
+  waiter->detach();
 }
 
 void Server::OnPersist(uint64_t id, std::vector<UniqueFd> fds) {

@@ -3,10 +3,14 @@
 // and create share.
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "base/stage_clock.h"
 #include "client/sandboxctl/sandboxctl.h"
@@ -89,6 +93,14 @@ void PrintTimings(Client& c, const std::string& id, absl::Duration run,
   }
 }
 
+bool ReadFileToString(const std::string& path, std::string* out) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) return false;
+  out->assign(std::istreambuf_iterator<char>(f),
+              std::istreambuf_iterator<char>());
+  return !f.bad();
+}
+
 }  // namespace
 
 void SpecFlags(flags::FlagSet& fs, v1::CreateRequest* req) {
@@ -108,6 +120,22 @@ void SpecFlags(flags::FlagSet& fs, v1::CreateRequest* req) {
   fs.Func("env", "K=V", "an environment variable (repeatable)",
           set([p](const std::string& v) { p->add_env(v); }));
   fs.Alias("-e", "env");
+  // Docker's --env-file: one K=V a line (blank lines and # comments
+  // skipped). Strings longer than the host's own execve takes (128 KiB)
+  // can reach the sandbox only this way.
+  fs.Func("env-file", "FILE", "environment variables, one K=V a line",
+          [p](absl::string_view v) -> absl::Status {
+            std::string text;
+            if (!ReadFileToString(std::string(v), &text)) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("--env-file: cannot read ", v));
+            }
+            for (absl::string_view line : absl::StrSplit(text, '\n')) {
+              if (line.empty() || line[0] == '#') continue;
+              p->add_env(std::string(line));
+            }
+            return absl::OkStatus();
+          });
   fs.Func("cwd", "DIR", "the program's working directory",
           set([p](const std::string& v) { p->set_cwd(v); }));
   fs.Alias("-w", "cwd");

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "base/thread.h"
 #include "platforms/kvm/cpuid.h"
 #include "platforms/kvm/descriptors.h"
 #include "platforms/kvm/guest_hw.h"
@@ -114,10 +115,18 @@ absl::StatusOr<std::unique_ptr<KvmPlatform>> KvmPlatform::Create(
   p->xcr0_ = HostXcr0() & supported;
   if (opts.pool_mode == PoolMode::kBackground) {
     ASSIGN_OR_RETURN(p->pool_, VcpuPool::Create(p->vm_.get(), opts.pool_size));
-    p->membarrier_thread_ = std::thread([pl = p.get()] {
-      pl->membarrier_status_ = pl->RegisterMembarrier();
-      pl->membarrier_done_.Notify();
-    });
+    absl::StatusOr<std::thread> th =
+        StartThread("kvm's membarrier registration", [pl = p.get()] {
+          pl->membarrier_status_ = pl->RegisterMembarrier();
+          pl->membarrier_done_.Notify();
+        });
+    if (!th.ok()) {
+      // Registered on this thread instead.
+      p->membarrier_status_ = p->RegisterMembarrier();
+      p->membarrier_done_.Notify();
+    } else {
+      p->membarrier_thread_ = std::move(*th);
+    }
   }
   InstallKickHandler();
   return p;

@@ -17,6 +17,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
+#include "base/thread.h"
 #include "platforms/kvm/guest_hw.h"
 #include "platforms/kvm/guest_pvm.h"
 #include "platforms/kvm/stub_pvm.h"
@@ -47,28 +48,38 @@ class Watchdog {
  public:
   Watchdog(kvm_run* run, absl::Duration timeout)
       : run_(run), target_(pthread_self()) {
-    thread_ = std::thread([this, timeout] {
-      if (done_.WaitForNotificationWithTimeout(timeout)) return;
-      fired_.store(true);
-      while (!done_.HasBeenNotified()) {
-        run_->immediate_exit = 1;
-        pthread_kill(target_, kKickSignal);
-        done_.WaitForNotificationWithTimeout(absl::Milliseconds(10));
-      }
-    });
+    absl::StatusOr<std::thread> th =
+        StartThread("the kvm probe's watchdog", [this, timeout] {
+          if (done_.WaitForNotificationWithTimeout(timeout)) return;
+          fired_.store(true);
+          while (!done_.HasBeenNotified()) {
+            run_->immediate_exit = 1;
+            pthread_kill(target_, kKickSignal);
+            done_.WaitForNotificationWithTimeout(absl::Milliseconds(10));
+          }
+        });
+    if (th.ok()) {
+      thread_ = std::move(*th);
+    } else {
+      started_ = th.status();
+    }
   }
   ~Watchdog() {
     done_.Notify();
-    thread_.join();
+    if (thread_.joinable()) thread_.join();
     run_->immediate_exit = 0;
   }
   bool fired() const { return fired_.load(); }
+  // Not OK when the host refused its thread: nothing would stop a guest
+  // that never exits, so the probe must not run.
+  const absl::Status& started() const { return started_; }
 
  private:
   kvm_run* const run_;
   const pthread_t target_;
   absl::Notification done_;
   std::atomic<bool> fired_{false};
+  absl::Status started_;
   std::thread thread_;
 };
 
@@ -143,6 +154,7 @@ absl::Status RunRoundTrips(Vcpu& vcpu, const RoundTripFlavour& flavour,
   run->kvm_valid_regs = KVM_SYNC_X86_REGS;
   InstallKickHandler();
   Watchdog watchdog(run, timeout);
+  RETURN_IF_ERROR(watchdog.started());
   std::vector<uint64_t> times;
   times.reserve(round_trips);
   uint64_t want_rdi = 0;

@@ -11,6 +11,7 @@
 
 #include "absl/strings/str_format.h"
 #include "base/status_macros.h"
+#include "base/thread.h"
 #include "platforms/kvm/kvm_abi.h"
 
 namespace sandboxd::kvm {
@@ -197,7 +198,15 @@ absl::StatusOr<std::unique_ptr<VcpuPool>> VcpuPool::Create(Vm* vm,
     RETURN_IF_ERROR(p->fill_error_);
     return p;
   }
-  p->filler_ = std::thread([pool = p.get()] { pool->Fill(); });
+  absl::StatusOr<std::thread> th =
+      StartThread("kvm's vCPU pool filler", [pool = p.get()] { pool->Fill(); });
+  if (!th.ok()) {
+    p->Fill();  // on this thread instead
+    absl::MutexLock l(&p->mu_);
+    RETURN_IF_ERROR(p->fill_error_);
+    return p;
+  }
+  p->filler_ = std::move(*th);
   return p;
 }
 

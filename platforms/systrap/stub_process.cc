@@ -19,6 +19,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/status_macros.h"
+#include "base/thread.h"
 #include "platforms/systrap/shared_words.h"
 #include "platforms/systrap/stub/stub.h"
 #include "platforms/systrap/systrap.h"
@@ -45,7 +46,14 @@ StubProcess::StubProcess(Systrap* platform, pid_t pid, uint32_t area,
     absl::MutexLock l(&platform_->live_mu_);
     platform_->live_.push_back(this);
   }
-  reaper_ = std::thread([this] { Reap(); });
+}
+
+absl::Status StubProcess::StartReaper() {
+  ASSIGN_OR_RETURN(reaper_,
+                   StartThread(absl::StrCat("the reaper of stub process ",
+                                            pid_),
+                               [this] { Reap(); }));
+  return absl::OkStatus();
 }
 
 StubProcess::~StubProcess() {
@@ -55,7 +63,11 @@ StubProcess::~StubProcess() {
     live.erase(std::find(live.begin(), live.end(), this));
   }
   kill(pid_, SIGKILL);
-  reaper_.join();
+  if (reaper_.joinable()) {
+    reaper_.join();
+  } else {
+    Reap();  // its reaper could not be started: reap it here
+  }
   // Reaped: no process maps the area any more but those the application
   // made itself from stub code (README, "Processes"), all in this sandbox.
   platform_->ReleaseArea({area_, std::move(shared_map_)});

@@ -18,6 +18,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "base/status_macros.h"
+#include "base/thread.h"
 #include "platforms/systrap/seccomp_filter.h"
 #include "platforms/systrap/stub/stub.h"
 #include "platforms/systrap/template_signal_safe.h"
@@ -129,10 +130,13 @@ absl::StatusOr<std::unique_ptr<Systrap>> Systrap::Create(
   }
   p->template_.reset(new StubProcess(p.get(), pid, area.index,
                                      std::move(area.map)));
+  RETURN_IF_ERROR(p->template_->StartReaper());
   // After the fork: the template must be forked while we have one thread.
   if (fastpath == FastPathMode::kTimer) {
     Systrap* raw = p.get();
-    p->timer_ = std::thread([raw] { raw->TimerLoop(); });
+    ASSIGN_OR_RETURN(p->timer_,
+                     StartThread("systrap's fast-path timer",
+                                 [raw] { raw->TimerLoop(); }));
   }
   return p;
 }
@@ -200,7 +204,10 @@ Systrap::NewAddressSpace() {
     absl::MutexLock l(&pool_mu_);
     address_spaces_made_++;
     if (pool_size_ > 0 && address_spaces_made_ == 2 && !refiller_.joinable()) {
-      refiller_ = std::thread([this] { RefillLoop(); });
+      // Without it (the host refused a thread) stubs are made on demand.
+      absl::StatusOr<std::thread> th = StartThread(
+          "systrap's stub pool refiller", [this] { RefillLoop(); });
+      if (th.ok()) refiller_ = std::move(*th);
     }
     // A pooled process that died meanwhile is of no use.
     while (!pool_.empty() && pool_.back()->dead()) pool_.pop_back();
@@ -212,6 +219,10 @@ Systrap::NewAddressSpace() {
   }
   auto s = CreateStub();
   if (!s.ok()) return s.status();
+  // Its first worker now rather than at the first switch (which needs it
+  // anyway): a host that refuses it fails the fork with EAGAIN instead of
+  // killing the child.
+  RETURN_IF_ERROR((*s)->StartFirstWorker());
   return std::unique_ptr<platform::AddressSpace>(std::move(*s));
 }
 
@@ -316,8 +327,10 @@ absl::StatusOr<std::unique_ptr<StubProcess>> Systrap::CreateStub() {
                                     ") could not clone a stub process"),
                        static_cast<int>(-r));
   }
-  return std::unique_ptr<StubProcess>(new StubProcess(
+  std::unique_ptr<StubProcess> s(new StubProcess(
       this, static_cast<pid_t>(r), area.index, std::move(area.map)));
+  RETURN_IF_ERROR(s->StartReaper());  // or the destructor kills and reaps it
+  return s;
 }
 
 absl::StatusOr<std::unique_ptr<platform::Context>> Systrap::NewContext() {

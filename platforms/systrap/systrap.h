@@ -137,6 +137,9 @@ class StubProcess : public platform::AddressSpace,
   // `area`: the index of its shared area in the platform's pool, mapped
   // here at `shared_map`.
   StubProcess(Systrap* platform, pid_t pid, uint32_t area, Mapping shared_map);
+  // The thread that waits for the process's death; without one (the host
+  // refused it) the process is not used and the destructor reaps it.
+  absl::Status StartReaper();
   void Reap();
   // Makes worker `index` (Control(kOpClone)); matched: made for a queued
   // entry. Kills the process if the host refuses (an entry would wait

@@ -128,7 +128,12 @@ ExitStatus Kernel::RunRestored() {
     absl::MutexLock l(&mu_);
     for (const auto& [tid, t] : tasks_) tasks.push_back(t);
   }
-  for (auto& t : tasks) t->Start();
+  for (auto& t : tasks) {
+    if (absl::Status s = t->Start(); !s.ok()) {
+      fprintf(stderr, "sentry: restore: %s\n", s.ToString().c_str());
+      t->ExitUnstarted();
+    }
+  }
   std::vector<std::shared_ptr<Task>> done;
   {
     absl::MutexLock l(&mu_);
@@ -143,7 +148,10 @@ ExitStatus Kernel::RunRestored() {
 ExitStatus Kernel::RunUntilInitExits(
     Task* init, const std::function<void(const ExitStatus&)>& on_exit) {
   std::shared_ptr<ThreadGroup> tg = init->group_ptr();
-  init->Start();
+  if (absl::Status s = init->Start(); !s.ok()) {
+    fprintf(stderr, "sentry: init: %s\n", s.ToString().c_str());
+    init->ExitUnstarted();
+  }
   std::vector<std::shared_ptr<Task>> done;
   {
     absl::MutexLock l(&mu_);
@@ -183,6 +191,39 @@ void Kernel::TaskExited(Task* t) {
   // reaped here, on this task's thread.
   released.clear();
   for (auto& j : joinable) j->Join();
+}
+
+void Kernel::AbandonTask(Task* t) {
+  std::shared_ptr<Task> owned;
+  std::shared_ptr<ThreadGroup> gone;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = tasks_.find(t->tid());
+    if (it == tasks_.end()) return;
+    owned = std::move(it->second);
+    tasks_.erase(it);
+    live_tasks_--;
+    ThreadGroup& g = owned->group();
+    if (g.RemoveTask(t) && g.tgid() == t->tid()) {
+      // A process made for this task alone: nobody saw it.
+      gone = owned->group_ptr();
+      groups_.erase(g.tgid());
+      if (ThreadGroup* p = g.parent) {
+        auto& c = p->children;
+        for (auto ci = c.begin(); ci != c.end(); ++ci) {
+          if (ci->get() == &g) {
+            c.erase(ci);
+            break;
+          }
+        }
+      }
+      g.parent = nullptr;
+    }
+  }
+  // Outside the lock: the process's address space (its stub process) and
+  // files go with the last references, dropped here.
+  owned.reset();
+  gone.reset();
 }
 
 std::shared_ptr<Task> Kernel::FindTask(pid_t tid) {

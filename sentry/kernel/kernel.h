@@ -213,6 +213,11 @@ class Kernel {
 
   // A task's host thread calls this as its last act.
   void TaskExited(Task* t);
+  // Undoes CreateThread or CreateProcess for a task that never ran (its
+  // host thread could not be started): the task, and a process made for
+  // it, leave the kernel without a trace (no zombie, no SIGCHLD), so that
+  // clone can fail with EAGAIN as if they had never been.
+  void AbandonTask(Task* t);
 
   // Unimplemented syscalls, counted by number.
   void CountUnimplemented(uint64_t nr);

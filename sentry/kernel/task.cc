@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
+#include "base/thread.h"
 #include "sentry/kernel/kernel.h"
 
 namespace sandboxd::kernel {
@@ -48,17 +49,32 @@ thread_local Task* current_task = nullptr;
 
 Task* Task::Current() { return current_task; }
 
-void Task::Start() {
+absl::Status Task::Start() {
+  // The interrupt eventfd is what blocking host waits poll: without it a
+  // signal could not interrupt them.
+  if (!interrupt_fd_.valid()) {
+    return ErrnoStatus(absl::StrCat("the interrupt eventfd of task ", tid_),
+                       EAGAIN);
+  }
   // The new thread waits until thread_ is assigned: a task that exits at
   // once is joined by another task's TaskExited, which must see it
   // joinable (else the Task is destroyed with a joinable thread_).
   auto assigned = std::make_shared<absl::Notification>();
-  thread_ = std::thread([this, assigned] {
-    assigned->WaitForNotification();
-    current_task = this;
-    Run();
-  });
+  ASSIGN_OR_RETURN(thread_,
+                   StartThread(absl::StrCat("the host thread of task ", tid_),
+                               [this, assigned] {
+                                 assigned->WaitForNotification();
+                                 current_task = this;
+                                 Run();
+                               }));
   assigned->Notify();
+  return absl::OkStatus();
+}
+
+void Task::ExitUnstarted() {
+  tg_->Exit(ExitStatus{0, SIGKILL, false});
+  Cleanup();
+  kernel_->TaskExited(this);
 }
 
 void Task::Join() {

@@ -104,8 +104,15 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
   // vCPU, CpuState::fp_live): before reading or copying it.
   void SyncFp() { ctx_->SyncFp(cpu_); }
 
-  // Starts the task's host thread.
-  void Start();
+  // Starts the task's host thread. An error (the host refused a thread) is
+  // the caller's to undo: Kernel::AbandonTask for a clone, which then
+  // fails with EAGAIN; ExitUnstarted for a process nobody made in the
+  // application (init, Exec).
+  absl::Status Start();
+  // For a task whose host thread could not be started: its group dies of
+  // SIGKILL and the task leaves the kernel as if it had run, on the
+  // calling thread.
+  void ExitUnstarted();
   // Joins the host thread (after it exited).
   void Join();
 

@@ -238,8 +238,16 @@ absl::StatusOr<platform::CpuState> SetupStack(mm::MM& mm,
   // Room for the strings and vectors, and 128 KiB for the program; the
   // stack grows down from there (MAP_GROWSDOWN).
   uint64_t strings = 0;
-  for (const auto& a : spec.argv) strings += a.size() + 1;
-  for (const auto& e : spec.envp) strings += e.size() + 1;
+  for (const auto* v : {&spec.argv, &spec.envp}) {
+    for (const auto& s : *v) {
+      if (s.size() + 1 > kMaxArgStrlen) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "argument list too long (E2BIG): a string of ", s.size() + 1,
+            " bytes"));
+      }
+      strings += s.size() + 1;
+    }
+  }
   if (strings > kMaxArgBytes) {
     return absl::ResourceExhaustedError(
         absl::StrCat("argument list too long (E2BIG): ", strings, " bytes"));

@@ -51,6 +51,9 @@ absl::StatusOr<LoadedImage> LoadProgram(std::shared_ptr<mm::Mappable> file,
 
 // Linux's limit on argv + envp: a quarter of the default 8 MiB stack.
 inline constexpr uint64_t kMaxArgBytes = 2 * 1024 * 1024;
+// Linux's MAX_ARG_STRLEN: the longest argument or environment string
+// (with its NUL) execve takes.
+inline constexpr uint64_t kMaxArgStrlen = 128 * 1024;
 
 struct StackSpec {
   std::vector<std::string> argv;

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "base/thread.h"
 #include "sentry/mm/memory_file.h"
 
 namespace sandboxd::mm {
@@ -81,7 +82,7 @@ absl::Status AsyncLoader::Add(uint64_t dst_off, uint64_t len,
   return absl::OkStatus();
 }
 
-void AsyncLoader::Start() {
+absl::Status AsyncLoader::Start() {
   {
     absl::MutexLock l(&mu_);
     if (started_) return;
@@ -90,9 +91,21 @@ void AsyncLoader::Start() {
     start_ns_ = NowNs();
     UpdateSettledLocked();
   }
+  // A host that refuses some reading threads leaves fewer of them; one
+  // that refuses all leaves only the waiters' reads (none happen without a
+  // reader), so that is an error for the restore.
+  absl::Status first_error;
   for (int i = 0; i < options_.threads; i++) {
-    threads_.emplace_back([this] { Run(); });
+    absl::StatusOr<std::thread> t =
+        StartThread("a page-loading thread", [this] { Run(); });
+    if (!t.ok()) {
+      if (first_error.ok()) first_error = t.status();
+      continue;
+    }
+    threads_.push_back(*std::move(t));
   }
+  if (threads_.empty() && options_.threads > 0) return first_error;
+  return absl::OkStatus();
 }
 
 AsyncLoader::RangeMap::const_iterator AsyncLoader::FirstAfter(

@@ -120,8 +120,8 @@ class AsyncLoader {
   // source. Before Start only (FailedPrecondition after it).
   absl::Status Add(uint64_t dst_off, uint64_t len, uint64_t src_off);
   // Starts the reading threads. Accesses may Wait before it (they wait
-  // until the threads run).
-  void Start();
+  // until the threads run). An error when the host gave no thread.
+  absl::Status Start();
 
   // True once nothing is pending and nothing failed: every access may go
   // ahead without a lock (the fast path of every caller).

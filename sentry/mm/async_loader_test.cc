@@ -138,7 +138,7 @@ TEST_F(AsyncLoaderTest, LoadsEverythingInLargeCoalescedReads) {
   AddRange(l, 200);
   AddRange(l, 212);
   EXPECT_FALSE(l->settled());
-  l->Start();
+  ASSERT_TRUE(l->Start().ok());
   ASSERT_TRUE(l->WaitAll().ok());
   EXPECT_TRUE(l->settled());
   EXPECT_TRUE(Holds(a, 512 * kPage));
@@ -161,7 +161,7 @@ TEST_F(AsyncLoaderTest, WaitMovesTheRangeToTheFront) {
   AsyncLoader* l = Install(o);
   const uint64_t first = AddRange(l, 64);  // 16 background reads
   source_->delay_us_ = 2000;
-  l->Start();
+  ASSERT_TRUE(l->Start().ok());
   const uint64_t last = first + 60 * kPage;
   ASSERT_EQ(l->Wait(last, kPage), 0);
   EXPECT_TRUE(Holds(last, kPage));
@@ -195,7 +195,7 @@ TEST_F(AsyncLoaderTest, LargeWaitsAreSplitSoSmallOnesGoFirst) {
   source_->delay_us_ = 1000;
   // Hold the first read so that both waits are queued before anything.
   source_->Hold(0, UINT64_MAX);
-  l->Start();
+  ASSERT_TRUE(l->Start().ok());
   std::thread big_waiter([&] { EXPECT_EQ(l->Wait(big, 256 * kPage), 0); });
   while (l->Stats().waiting < 1) std::this_thread::yield();
   std::thread small_waiter(
@@ -225,7 +225,7 @@ TEST_F(AsyncLoaderTest, AWaiterDoesNotHoldUpOthers) {
   ASSERT_TRUE(gap.ok());
   const uint64_t b = AddRange(l, 16);
   source_->Hold(a + kSrcBias, a + kSrcBias + 16 * kPage);
-  l->Start();
+  ASSERT_TRUE(l->Start().ok());
   std::atomic<bool> a_done{false};
   std::thread t([&] {
     EXPECT_EQ(l->Wait(a, kPage), 0);
@@ -250,7 +250,7 @@ TEST_F(AsyncLoaderTest, ReadErrorsAreSticky) {
   const uint64_t a = AddRange(l, 16);
   source_->fail_start_ = a + kSrcBias + 4 * kPage;
   source_->fail_end_ = a + kSrcBias + 5 * kPage;
-  l->Start();
+  ASSERT_TRUE(l->Start().ok());
   absl::Status st = l->WaitAll();
   // The background read of pages 4-7 failed: all four stay failed.
   EXPECT_EQ(l->Wait(a + 4 * kPage, kPage), -EIO);
@@ -285,7 +285,7 @@ TEST_F(AsyncLoaderTest, CancelledRangesAreNeverWritten) {
   auto again = mf_->Allocate(8 * kPage);  // the freed range, reused
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(*again, a + 8 * kPage);
-  l->Start();
+  ASSERT_TRUE(l->Start().ok());
   ASSERT_TRUE(l->WaitAll().ok());
   EXPECT_TRUE(Holds(a, 8 * kPage));
   EXPECT_TRUE(Holds(a + 16 * kPage, 16 * kPage));
@@ -303,7 +303,7 @@ TEST_F(AsyncLoaderTest, WaitBeforeStartReadsInline) {
   EXPECT_EQ(mf_->WaitLoaded(a + kPage, kPage), 0);
   EXPECT_TRUE(Holds(a + kPage, kPage));
   EXPECT_FALSE(Holds(a, kPage));  // the rest waits for Start
-  l->Start();
+  ASSERT_TRUE(l->Start().ok());
   ASSERT_TRUE(l->WaitAll().ok());
   EXPECT_TRUE(Holds(a, 8 * kPage));
 }
@@ -315,7 +315,7 @@ TEST_F(AsyncLoaderTest, RateLimitPacesTheReads) {
   AsyncLoader* l = Install(o);
   AddRange(l, 2048);
   const auto t0 = std::chrono::steady_clock::now();
-  l->Start();
+  ASSERT_TRUE(l->Start().ok());
   ASSERT_TRUE(l->WaitAll().ok());
   const double s = std::chrono::duration<double>(
                        std::chrono::steady_clock::now() - t0)

@@ -185,6 +185,17 @@ class MM : public platform::CodePatcher {
   // the break to it (page-rounded up).
   void SetBrkStart(uintptr_t addr);
   int64_t Madvise(uintptr_t addr, uint64_t len, int advice);
+  // msync: the range checked (flags, address_range.h) and every page of
+  // it mapped, else -ENOMEM; there is nothing to write back (file pages
+  // are the memory file's, or private copies).
+  int64_t Msync(uintptr_t addr, uint64_t len, int flags);
+  // mlock, munlock (and mlock2's range): memory is never swapped out, so
+  // locking checks that the range is mapped (-ENOMEM otherwise).
+  int64_t Mlock(uintptr_t addr, uint64_t len);
+  // mincore: one byte per page of the range in *vec, 1 for a page that has
+  // memory (a PMA), 0 for one not touched yet; -ENOMEM at a hole, with
+  // *vec holding the pages before it.
+  int64_t Mincore(uintptr_t addr, uint64_t len, std::vector<uint8_t>* vec);
 
   // Names the VMAs in [addr, addr+len) for DebugString (e.g. "[stack]" by
   // the loader), splitting them as needed. Returns 0 or -ENOMEM on holes.

@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "sentry/mm/address_range.h"
 #include "sentry/mm/mm.h"
 
 namespace sandboxd::mm {
@@ -107,8 +108,10 @@ int64_t MM::MmapInternal(uintptr_t addr, uint64_t len, int prot, int flags,
   absl::MutexLock l(&mu_);
   const bool fixed = (flags & (MAP_FIXED | MAP_FIXED_NOREPLACE)) != 0;
   if (fixed) {
-    if (!IsPageAligned(addr)) return -EINVAL;
-    if (addr > max_addr_ || len > max_addr_ - addr) return -ENOMEM;
+    AddressRange r;
+    if (int e = CheckRange(RangeCall::kMmapFixed, addr, len, max_addr_, &r)) {
+      return e;
+    }
     if (addr < min_addr_) return -EPERM;  // as for mmap_min_addr
     if ((flags & MAP_FIXED_NOREPLACE) && !IsFree(addr, addr + len)) {
       return -EEXIST;
@@ -141,23 +144,28 @@ int64_t MM::MmapInternal(uintptr_t addr, uint64_t len, int prot, int flags,
 }
 
 int64_t MM::Munmap(uintptr_t addr, uint64_t len) {
-  if (!IsPageAligned(addr) || len == 0) return -EINVAL;
-  if (addr > max_addr_ || len > max_addr_ - addr) return -EINVAL;
-  len = PageRoundUp(len);  // cannot pass max_addr_, which is aligned
+  AddressRange r;
+  if (int e = CheckRange(RangeCall::kMunmap, addr, len, max_addr_, &r)) {
+    return e;
+  }
   absl::MutexLock l(&mu_);
-  UnmapLocked(addr, addr + len);
+  UnmapLocked(r.start, r.end);
   return 0;
 }
 
 int64_t MM::Mprotect(uintptr_t addr, uint64_t len, int prot) {
-  if (!IsPageAligned(addr)) return -EINVAL;
+  // Linux's order: the flags, the range, len 0, the protection.
   const int grows = prot & (PROT_GROWSDOWN | PROT_GROWSUP);
   prot &= ~grows;
   if (grows == (PROT_GROWSDOWN | PROT_GROWSUP)) return -EINVAL;
-  if (prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC | kProtSem)) return -EINVAL;
+  AddressRange r;
+  if (int e = CheckRange(RangeCall::kMprotect, addr, len, max_addr_, &r)) {
+    return e;
+  }
   if (len == 0) return 0;
-  if (!RoundLen(len, &len) || addr + len < addr) return -ENOMEM;
-  uintptr_t start = addr, end = addr + len;
+  if (prot & ~(PROT_READ | PROT_WRITE | PROT_EXEC | kProtSem)) return -EINVAL;
+  if (r.start == r.end) return -ENOMEM;  // all of it past the top
+  uintptr_t start = r.start, end = r.end;
   const platform::Prot new_prot = platform::Prot::FromHost(prot);
 
   absl::MutexLock l(&mu_);
@@ -216,6 +224,7 @@ int64_t MM::Mprotect(uintptr_t addr, uint64_t len, int prot) {
     }
   }
   MergeVmasIn(start, end);
+  if (ret == 0 && r.cut_at_top) ret = -ENOMEM;  // nothing is mapped there
   return ret;
 }
 
@@ -230,8 +239,10 @@ int64_t MM::Mremap(uintptr_t old_addr, uint64_t old_len, uint64_t new_len,
   if (fixed && !may_move) return -EINVAL;
   if (dontunmap && (!may_move || old_len != new_len)) return -EINVAL;
   if (!IsPageAligned(old_addr)) return -EINVAL;
-  if (!RoundLen(old_len, &old_len)) return -EFAULT;  // spans past any VMA
+  // Rounded as Linux's PAGE_ALIGN: a length that wraps becomes 0.
+  old_len = RoundLen(old_len, &old_len) ? old_len : 0;
   if (!RoundLen(new_len, &new_len) || new_len == 0) return -EINVAL;
+  if (old_addr + old_len < old_addr) return -EINVAL;  // the old range wraps
 
   absl::MutexLock l(&mu_);
   auto vit = FindVma(old_addr);
@@ -239,6 +250,15 @@ int64_t MM::Mremap(uintptr_t old_addr, uint64_t old_len, uint64_t new_len,
   // old_len 0 duplicates a shared mapping (an old DOS-emulator trick);
   // private memory cannot be duplicated that way.
   if (old_len == 0 && vit->second.is_private) return -EINVAL;
+  // What a shrink unmaps is checked as munmap checks its range (the old
+  // range may run past the top, where the stub lives).
+  AddressRange tail;
+  if (old_len > new_len) {
+    if (int e = CheckRange(RangeCall::kMunmap, old_addr + new_len,
+                           old_len - new_len, max_addr_, &tail)) {
+      return e;
+    }
+  }
 
   // Moves [old_addr, old_addr + old_len) to [to, to + new_len) without
   // copying: the PMAs are re-keyed. Preconditions: the old range is within
@@ -266,9 +286,10 @@ int64_t MM::Mremap(uintptr_t old_addr, uint64_t old_len, uint64_t new_len,
 
   if (fixed || dontunmap) {
     if (fixed) {
-      if (!IsPageAligned(new_addr)) return -EINVAL;
-      if (new_addr > max_addr_ || new_len > max_addr_ - new_addr) {
-        return -EINVAL;
+      AddressRange to;
+      if (int e = CheckRange(RangeCall::kMremapTarget, new_addr, new_len,
+                             max_addr_, &to)) {
+        return e;
       }
       if (new_addr < min_addr_) return -EPERM;
     }
@@ -280,7 +301,7 @@ int64_t MM::Mremap(uintptr_t old_addr, uint64_t old_len, uint64_t new_len,
       UnmapLocked(new_addr, new_addr + new_len);
     }
     if (old_len > new_len) {
-      UnmapLocked(old_addr + new_len, old_addr + old_len);
+      UnmapLocked(tail.start, tail.end);
       old_len = new_len;
     }
     vit = FindVma(old_addr);  // UnmapLocked may have split it
@@ -292,8 +313,8 @@ int64_t MM::Mremap(uintptr_t old_addr, uint64_t old_len, uint64_t new_len,
   }
 
   if (old_len >= new_len) {
-    // Shrinking always succeeds: it just unmaps the tail.
-    if (old_len > new_len) UnmapLocked(old_addr + new_len, old_addr + old_len);
+    // Shrinking just unmaps the tail (checked above).
+    if (old_len > new_len) UnmapLocked(tail.start, tail.end);
     return static_cast<int64_t>(old_addr);
   }
   if (old_len > vit->second.end - old_addr) return -EFAULT;
@@ -373,11 +394,13 @@ int64_t MM::Madvise(uintptr_t addr, uint64_t len, int advice) {
     default:
       return -EINVAL;
   }
-  if (!IsPageAligned(addr)) return -EINVAL;
-  uint64_t rlen;
-  if (!RoundLen(len, &rlen) || addr + rlen < addr) return -EINVAL;
-  if (rlen == 0) return 0;
-  const uintptr_t start = addr, end = addr + rlen;
+  AddressRange r;
+  if (int e = CheckRange(RangeCall::kMadvise, addr, len, max_addr_, &r)) {
+    return e;
+  }
+  if (len == 0) return 0;
+  if (r.start == r.end) return -ENOMEM;  // all of it past the top
+  const uintptr_t start = r.start, end = r.end;
 
   absl::MutexLock l(&mu_);
   const bool sets_flag = advice == MADV_DONTFORK || advice == MADV_DOFORK ||
@@ -445,9 +468,65 @@ int64_t MM::Madvise(uintptr_t addr, uint64_t len, int advice) {
         break;  // hints we have no use for
     }
   }
-  if (cur < end) ret = -ENOMEM;
+  if (cur < end || r.cut_at_top) ret = -ENOMEM;
   if (sets_flag) MergeVmasIn(start, end);
   return ret;
+}
+
+namespace {
+
+// Whether the VMAs of `vmas` cover [start, end) without a hole.
+template <typename VmaMap>
+bool Covered(const VmaMap& vmas, uintptr_t start, uintptr_t end) {
+  auto it = vmas.upper_bound(start);
+  if (it == vmas.begin()) return start >= end;
+  --it;
+  uintptr_t cur = start;
+  for (; it != vmas.end() && cur < end; ++it) {
+    if (it->first > cur || it->second.end <= cur) return false;
+    cur = it->second.end;
+  }
+  return cur >= end;
+}
+
+}  // namespace
+
+int64_t MM::Msync(uintptr_t addr, uint64_t len, int flags) {
+  if (flags & ~(MS_ASYNC | MS_INVALIDATE | MS_SYNC)) return -EINVAL;
+  if (!IsPageAligned(addr)) return -EINVAL;
+  if ((flags & MS_ASYNC) && (flags & MS_SYNC)) return -EINVAL;
+  AddressRange r;
+  if (int e = CheckRange(RangeCall::kMsync, addr, len, max_addr_, &r)) {
+    return e;
+  }
+  if (r.start == r.end && !r.cut_at_top) return 0;
+  absl::MutexLock l(&mu_);
+  return !r.cut_at_top && Covered(vmas_, r.start, r.end) ? 0 : -ENOMEM;
+}
+
+int64_t MM::Mlock(uintptr_t addr, uint64_t len) {
+  AddressRange r;
+  if (int e = CheckRange(RangeCall::kMlock, addr, len, max_addr_, &r)) {
+    return e;
+  }
+  if (r.start == r.end && !r.cut_at_top) return 0;
+  absl::MutexLock l(&mu_);
+  return !r.cut_at_top && Covered(vmas_, r.start, r.end) ? 0 : -ENOMEM;
+}
+
+int64_t MM::Mincore(uintptr_t addr, uint64_t len, std::vector<uint8_t>* vec) {
+  AddressRange r;
+  if (int e = CheckRange(RangeCall::kMincore, addr, len, max_addr_, &r)) {
+    return e;
+  }
+  vec->clear();
+  absl::MutexLock l(&mu_);
+  for (uintptr_t p = r.start; p < r.end; p += kPageSize) {
+    auto v = FindVma(p);
+    if (v == vmas_.end()) return -ENOMEM;
+    vec->push_back(FindPma(p) != pmas_.end() ? 1 : 0);
+  }
+  return 0;
 }
 
 int64_t MM::SetName(uintptr_t addr, uint64_t len, const std::string& name) {

@@ -220,7 +220,7 @@ TEST_F(AsyncPagesTest, CopiesAndFaultsOfOtherRangesGoOnWhileOneWaits) {
   ASSERT_NE(saved_a_, ~0ull);
   Restore(mm::RestoreWait::kShared);
   gated_->Hold(saved_a_ + 5 * kPage, saved_a_ + 6 * kPage);
-  loader_->Start();
+  ASSERT_TRUE(loader_->Start().ok());
   std::atomic<bool> a_done{false};
   std::thread waiter([&] {
     // A read(2) buffer in the held area: CopyOut waits for its range.
@@ -263,7 +263,7 @@ TEST_F(AsyncPagesTest, CopiesAndFaultsOfOtherRangesGoOnWhileOneWaits) {
 TEST_F(AsyncPagesTest, ExclusiveWaitsStopTheOtherThreads) {
   Restore(mm::RestoreWait::kExclusive);
   gated_->Hold(saved_a_ + 5 * kPage, saved_a_ + 6 * kPage);
-  loader_->Start();
+  ASSERT_TRUE(loader_->Start().ok());
   std::thread waiter([&] {
     int signo, code;
     EXPECT_TRUE(
@@ -292,7 +292,7 @@ TEST_F(AsyncPagesTest, FailedReadsAreEioAndSigbusNeverZeros) {
   Restore(mm::RestoreWait::kShared);
   gated_->fail_start_ = saved_a_;
   gated_->fail_end_ = saved_a_ + kLen;
-  loader_->Start();
+  ASSERT_TRUE(loader_->Start().ok());
   EXPECT_FALSE(loader_->WaitAll().ok());
   char buf[16];
   EXPECT_EQ(mm_->CopyIn(kA + kPage, buf, sizeof(buf)), -EIO);
@@ -413,7 +413,7 @@ TEST(AsyncPagesThroughput, FullLoadFromThePageCache) {
     ASSERT_TRUE(to.ok());
     ASSERT_TRUE(FillPages(*reader, dst.get(), *off, kBytes, *to).ok());
     const auto t0 = std::chrono::steady_clock::now();
-    l->Start();
+    ASSERT_TRUE(l->Start().ok());
     ASSERT_TRUE(l->WaitAll().ok());
     const double s = std::chrono::duration<double>(
                          std::chrono::steady_clock::now() - t0)

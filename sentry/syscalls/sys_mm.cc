@@ -4,6 +4,8 @@
 #include <sys/mman.h>
 #include <sys/syscall.h>
 
+#include <vector>
+
 #include "sentry/fs/mappable.h"
 #include "sentry/fs/overlay.h"
 #include "sentry/fs/tmpfs.h"
@@ -87,15 +89,31 @@ int64_t SysMadvise(Task& t, const SyscallArgs& a) {
 // mlock and friends: application memory is never swapped out by the
 // Sentry, so locking is a matter of checking the range.
 int64_t SysMlock(Task& t, const SyscallArgs& a) {
-  uint64_t start = a.a[0] & ~4095ull;
-  uint64_t len = ((a.a[0] + a.a[1] + 4095) & ~4095ull) - start;
-  if (len == 0) return 0;
-  // A range with unmapped pages fails with ENOMEM, as madvise's check.
-  int64_t r = t.mm().Madvise(start, len, MADV_NORMAL);
-  return r;
+  return t.mm().Mlock(a.a[0], a.a[1]);
 }
 
 int64_t SysMunlock(Task& t, const SyscallArgs& a) { return SysMlock(t, a); }
+
+int64_t SysMlock2(Task& t, const SyscallArgs& a) {
+  constexpr uint64_t kMlockOnFault = 1;
+  if (a.a[2] & ~kMlockOnFault) return -EINVAL;
+  return t.mm().Mlock(a.a[0], a.a[1]);
+}
+
+int64_t SysMsync(Task& t, const SyscallArgs& a) {
+  return t.mm().Msync(a.a[0], a.a[1], static_cast<int>(a.a[2]));
+}
+
+int64_t SysMincore(Task& t, const SyscallArgs& a) {
+  std::vector<uint8_t> vec;
+  int64_t r = t.mm().Mincore(a.a[0], a.a[1], &vec);
+  if (!vec.empty() &&
+      t.mm().CopyOut(a.a[2], vec.data(), vec.size()) !=
+          static_cast<int64_t>(vec.size())) {
+    return -EFAULT;
+  }
+  return r;
+}
 
 int64_t SysMlockall(Task& t, const SyscallArgs& a) {
   if (a.a[0] == 0 || (a.a[0] & ~7ull) != 0) return -EINVAL;
@@ -116,6 +134,9 @@ void RegisterMemory(Entry* table) {
   table[SYS_mlock] = {SysMlock, "mlock"};
   table[SYS_munlock] = {SysMunlock, "munlock"};
   table[SYS_mlockall] = {SysMlockall, "mlockall"};
+  table[SYS_mlock2] = {SysMlock2, "mlock2"};
+  table[SYS_msync] = {SysMsync, "msync"};
+  table[SYS_mincore] = {SysMincore, "mincore"};
   table[SYS_munlockall] = {SysMunlockall, "munlockall"};
 }
 

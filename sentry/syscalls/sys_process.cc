@@ -74,7 +74,11 @@ int64_t CloneProcess(Task& t, uint64_t flags, uint64_t stack, uint64_t ptid,
   if (flags & CLONE_CHILD_SETTID) mm->CopyOut(ctid, &tid32, 4);
   if (flags & CLONE_CHILD_CLEARTID) keep->set_clear_child_tid(ctid);
   if (flags & CLONE_VFORK) keep->set_vforked(true);
-  keep->Start();
+  if (!keep->Start().ok()) {
+    // The host gave no thread to run it (its pids or memory limits).
+    k.AbandonTask(keep.get());
+    return -EAGAIN;
+  }
   if (flags & CLONE_VFORK) keep->WaitVforkDone(t);
   return tid;
 }
@@ -99,7 +103,7 @@ int64_t ReadStrings(Task& t, uint64_t addr, std::vector<std::string>* out,
     if (p == 0) return 0;
     if (out->size() >= 0x7fffffff / 8) return -E2BIG;
     std::string s;
-    int64_t r = t.mm().CopyInString(p, loader::kMaxArgBytes, &s);
+    int64_t r = t.mm().CopyInString(p, loader::kMaxArgStrlen - 1, &s);
     if (r == -ENAMETOOLONG) return -E2BIG;
     if (r < 0) return r;
     *total += s.size() + 1;

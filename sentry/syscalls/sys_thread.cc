@@ -51,7 +51,11 @@ int64_t SysClone(Task& t, const SyscallArgs& a) {
   if (flags & CLONE_PARENT_SETTID) t.mm().CopyOut(a.a[2], &tid, sizeof(tid));
   if (flags & CLONE_CHILD_SETTID) t.mm().CopyOut(a.a[3], &tid, sizeof(tid));
   if (flags & CLONE_CHILD_CLEARTID) c->set_clear_child_tid(a.a[3]);
-  c->Start();
+  if (!c->Start().ok()) {
+    // The host gave no thread to run it (its pids or memory limits).
+    t.kernel().AbandonTask(c);
+    return -EAGAIN;
+  }
   return c->tid();
 }
 

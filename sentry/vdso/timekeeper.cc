@@ -13,6 +13,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/time/time.h"
+#include "base/status_macros.h"
+#include "base/thread.h"
 
 namespace sandboxd::vdso {
 namespace {
@@ -149,10 +151,12 @@ Timekeeper::~Timekeeper() {
   if (thread_.joinable()) thread_.join();
 }
 
-void Timekeeper::Start() {
-  if (!use_tsc_) return;
+absl::Status Timekeeper::Start() {
+  if (!use_tsc_) return absl::OkStatus();
   Update(Now(), kFirstIntervalNs);
-  thread_ = std::thread([this] { Run(); });
+  ASSIGN_OR_RETURN(thread_,
+                   StartThread("the vDSO timekeeper", [this] { Run(); }));
+  return absl::OkStatus();
 }
 
 void Timekeeper::Run() {

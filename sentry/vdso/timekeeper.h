@@ -25,6 +25,7 @@
 #include <thread>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 #include "sentry/vdso/vvar.h"
 
@@ -71,8 +72,9 @@ class Timekeeper {
   Timekeeper(const Timekeeper&) = delete;
   Timekeeper& operator=(const Timekeeper&) = delete;
 
-  // Starts the updater thread (takes the first sample now).
-  void Start();
+  // Starts the updater thread (takes the first sample now); an error when
+  // the host refuses a thread.
+  absl::Status Start();
   // Blocks until the vvar holds usable parameters (returns at once when
   // the TSC is not used).
   void WaitCalibrated();

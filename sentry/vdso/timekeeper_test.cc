@@ -176,7 +176,7 @@ TEST(TimekeeperLogic, PreemptedSamplesAreIgnored) {
 TEST(TimekeeperLogic, WithoutTscTheVvarStaysInSyscallMode) {
   alignas(64) Vvar v{};
   Timekeeper tk(&v, /*use_tsc=*/false);
-  tk.Start();
+  ASSERT_TRUE(tk.Start().ok());
   tk.WaitCalibrated();  // returns at once
   tk.Update(At(kMono0), 1000000);
   tk.Update(At(kMono0 + 1000000), 1000000);
@@ -257,7 +257,7 @@ TEST(TimekeeperDrift, StaysWithinMicrosecondsOfTheHost) {
   if (!HostTscUsable(&why)) GTEST_SKIP() << "no usable TSC: " << why;
   alignas(64) static Vvar v{};
   Timekeeper tk(&v, true);
-  tk.Start();
+  ASSERT_TRUE(tk.Start().ok());
   tk.WaitCalibrated();
   auto ns = [](clockid_t c) {
     timespec ts;

@@ -80,7 +80,7 @@ absl::StatusOr<std::unique_ptr<Vdso>> Vdso::Create(mm::MemoryFile* mf,
     why_not = "the TSC is not usable";
   }
   auto v = std::unique_ptr<Vdso>(new Vdso(mf, off, std::move(why_not)));
-  v->timekeeper_->Start();
+  RETURN_IF_ERROR(v->timekeeper_->Start());
   return v;
 }
 

@@ -142,7 +142,7 @@ class VdsoInProcess : public ::testing::Test {
     vvar_ = reinterpret_cast<Vvar*>(map_.bytes());
     std::string why;
     tk_ = std::make_unique<Timekeeper>(vvar_, use_tsc && HostTscUsable(&why));
-    tk_->Start();
+    ASSERT_TRUE(tk_->Start().ok());
     tk_->WaitCalibrated();
   }
 

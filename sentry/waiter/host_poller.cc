@@ -11,6 +11,8 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
+#include "base/thread.h"
 
 namespace sandboxd::waiter {
 namespace {
@@ -37,8 +39,11 @@ absl::StatusOr<std::unique_ptr<HostPoller>> HostPoller::Create() {
   if (epoll_ctl(ep.get(), EPOLL_CTL_ADD, stop.get(), &ev) < 0) {
     return absl::ErrnoToStatus(errno, "host poller: adding the stop eventfd");
   }
-  return std::unique_ptr<HostPoller>(
+  std::unique_ptr<HostPoller> p(
       new HostPoller(std::move(ep), std::move(stop)));
+  ASSIGN_OR_RETURN(p->thread_, StartThread("the host poller's thread",
+                                           [raw = p.get()] { raw->Loop(); }));
+  return p;
 }
 
 HostPoller* HostPoller::Get() {
@@ -54,9 +59,7 @@ HostPoller* HostPoller::Get() {
 }
 
 HostPoller::HostPoller(UniqueFd epfd, UniqueFd stop_fd)
-    : epfd_(std::move(epfd)), stop_fd_(std::move(stop_fd)) {
-  thread_ = std::thread([this] { Loop(); });
-}
+    : epfd_(std::move(epfd)), stop_fd_(std::move(stop_fd)) {}
 
 HostPoller::~HostPoller() {
   uint64_t one = 1;

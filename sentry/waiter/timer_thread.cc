@@ -1,9 +1,12 @@
 #include "sentry/waiter/timer_thread.h"
 
+#include <cstdio>
 #include <algorithm>
 #include <vector>
 
 #include "absl/time/time.h"
+#include "base/status_macros.h"
+#include "base/thread.h"
 
 namespace sandboxd::waiter {
 namespace {
@@ -24,11 +27,31 @@ TimerThread& TimerThread::Get() {
   return *t;
 }
 
-TimerThread::TimerThread() : thread_([this] { Loop(); }) { thread_.detach(); }
+TimerThread::TimerThread() = default;
+
+absl::Status TimerThread::Start() {
+  absl::MutexLock l(&mu_);
+  return StartLocked();
+}
+
+absl::Status TimerThread::StartLocked() {
+  if (started_) return absl::OkStatus();
+  // Loop takes mu_ first, so it waits for this caller to release it.
+  ASSIGN_OR_RETURN(std::thread th,
+                   StartThread("the timer thread", [this] { Loop(); }));
+  th.detach();
+  started_ = true;
+  return absl::OkStatus();
+}
 
 void TimerThread::Arm(const std::shared_ptr<Timer>& t, clockid_t clock,
                       int64_t deadline_ns) {
   absl::MutexLock l(&mu_);
+  if (absl::Status s = StartLocked(); !s.ok()) {
+    // Not running (the host refused it at boot and again now): the timer
+    // fires when a later Arm gets the thread.
+    fprintf(stderr, "sentry: %s\n", s.ToString().c_str());
+  }
   armed_[t.get()] = Entry{t, clock, deadline_ns};
   cv_.Signal();
 }

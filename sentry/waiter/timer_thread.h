@@ -16,10 +16,10 @@
 
 #include <cstdint>
 #include <memory>
-#include <thread>
 #include <unordered_map>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
 #include "absl/synchronization/mutex.h"
 
 namespace sandboxd::waiter {
@@ -38,9 +38,14 @@ int64_t ClockNowNs(clockid_t clock);
 
 class TimerThread {
  public:
-  // The Sentry's timer thread, started on first use; it lives as long as
-  // the process.
+  // The Sentry's timer thread, started by Start or at the first Arm; it
+  // lives as long as the process.
   static TimerThread& Get();
+
+  // Starts the host thread if it is not running (boot calls it while the
+  // Sentry prewarms, so that a host that refuses it fails the start, with
+  // its reason, rather than leave timers unfired).
+  absl::Status Start() ABSL_LOCKS_EXCLUDED(mu_);
 
   // Arms `t` for `deadline_ns` on `clock`, replacing its previous deadline.
   // The thread holds `t` weakly: a timer destroyed while armed is dropped.
@@ -51,6 +56,7 @@ class TimerThread {
  private:
   TimerThread();
   void Loop();
+  absl::Status StartLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   struct Entry {
     std::weak_ptr<Timer> timer;
@@ -60,7 +66,7 @@ class TimerThread {
   absl::Mutex mu_;
   absl::CondVar cv_;
   std::unordered_map<Timer*, Entry> armed_ ABSL_GUARDED_BY(mu_);
-  std::thread thread_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 }  // namespace sandboxd::waiter

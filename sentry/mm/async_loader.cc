@@ -85,7 +85,7 @@ absl::Status AsyncLoader::Add(uint64_t dst_off, uint64_t len,
 absl::Status AsyncLoader::Start() {
   {
     absl::MutexLock l(&mu_);
-    if (started_) return;
+    if (started_) return absl::OkStatus();
     started_ = true;
     stats_.started = true;
     start_ns_ = NowNs();

@@ -21,7 +21,8 @@ CHECK_OUT_BYTES=300
 ctl() { capture 120 "$SANDBOXCTL" --socket="$SOCK" "$@"; }
 start_bg "$tmp/daemon.log" "$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" \
   --state-dir="$tmp/state" --pool-size=1 --platforms=systrap \
-  --cgroup-parent="arg-limits-test-$$"
+  --cgroup-parent="arg-limits-test-$$" \
+  --default-rootfs=/ --shutdown-kill
 wait_for_daemon "$SANDBOXCTL" "$SOCK"
 
 value=$(head -c $((120 * 1024)) /dev/zero | tr '\0' v)

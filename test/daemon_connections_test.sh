@@ -44,7 +44,7 @@ IDLE=6
 RSS_GROWTH_KIB=$((16 * 1024))
 start_bg "$tmp/daemon.log" "$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" \
   --state-dir="$tmp/state" --pool-size=1 --cgroup-parent="conn-test-$$" \
-  --default-rootfs=/ --max-connections=$TOTAL \
+  --default-rootfs=/ --shutdown-kill --max-connections=$TOTAL \
   --max-connections-per-client=$PER_CLIENT --connection-idle-timeout=$IDLE
 daemon=$bg_pid
 if ! wait_for_daemon "$SANDBOXCTL" "$SOCK"; then

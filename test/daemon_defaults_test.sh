@@ -46,7 +46,8 @@ start() {
   stop_pid "$daemon_pid"
   rm -f "$SOCK"
   start_bg "$tmp/$name.log" "$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" \
-    --state-dir="$tmp/state" --pool-size=0 --cgroup-parent="defaults-test-$$" "$@"
+    --state-dir="$tmp/state" --pool-size=0 --cgroup-parent="defaults-test-$$" \
+    --shutdown-kill "$@"
   daemon_pid=$bg_pid
   if ! wait_for_daemon "$SANDBOXCTL" "$SOCK"; then
     echo "not ok - sandboxd ($name) did not start:"

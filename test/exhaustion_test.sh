@@ -65,7 +65,8 @@ fi
 ctl() { capture 120 "$SANDBOXCTL" --socket="$SOCK" "$@"; }
 start_bg "$tmp/daemon.log" "$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" \
   --state-dir="$tmp/state" --pool-size=1 --platforms=systrap \
-  --cgroup-parent="exhaustion-test-$$"
+  --cgroup-parent="exhaustion-test-$$" \
+  --default-rootfs=/ --shutdown-kill
 wait_for_daemon "$SANDBOXCTL" "$SOCK"
 bystander() { # bystander WHEN
   ctl run --rm -- /bin/echo "bystander $1"

@@ -213,7 +213,8 @@ fi
 if [ -n "$SANDBOXD" ]; then
   sock=$tmp/sandboxd.sock
   start_bg "$tmp/sandboxd.log" "$SANDBOXD" --sentry="$SENTRY" --socket="$sock" \
-    --state-dir="$tmp/state" --pool-size=0 --cgroup-parent="escape-test-$$"
+    --state-dir="$tmp/state" --pool-size=0 --cgroup-parent="escape-test-$$" \
+    --default-rootfs=/ --shutdown-kill
   if wait_for_daemon "$SANDBOXCTL" "$sock"; then
     run_inside sandboxd "$SANDBOXCTL" --socket="$sock" run --rm -i \
       --rootfs=@ROOT@ --cwd=/ -- /escape

@@ -216,6 +216,33 @@ TEST_F(RingTest, ACorruptedCellAtTheTailKillsTheStub) {
   (*ctx)->Release();
 }
 
+// A worker that took the previous lap's entry of the cell at the tail
+// (head is past it) but has not freed the cell yet, e.g. preempted by the
+// host between its CAS and the release, while other contexts went round
+// the ring: the Sentry waits for the cell instead of killing the stub.
+TEST_F(RingTest, ACellStillHeldFromThePreviousLapIsWaitedFor) {
+  auto as = NewSpace(kSyscallLoop);
+  auto* stub = static_cast<StubProcess*>(as.get());
+  auto ctx = platform_->NewContext();
+  CpuState cpu = StartAt(kCode);
+  ASSERT_EQ((*ctx)->Switch(*as, cpu).kind, Event::Kind::kSyscall);
+  ContextRing* ring = &stub->shared()->ring;
+  const uint32_t tail = __atomic_load_n(&ring->tail, __ATOMIC_ACQUIRE);
+  ASSERT_EQ(__atomic_load_n(&ring->head, __ATOMIC_ACQUIRE), tail);
+  RingCell* c = &ring->cells[tail & (kRingSize - 1)];
+  // Written a lap ago (seq = pos + 1 for pos = tail - kRingSize) and not
+  // freed; head (== tail) is past it.
+  __atomic_store_n(&c->seq, tail - kRingSize + 1, __ATOMIC_RELEASE);
+  std::thread worker([c, tail] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(30));
+    __atomic_store_n(&c->seq, tail, __ATOMIC_RELEASE);  // freed at last
+  });
+  Event ev = (*ctx)->Switch(*as, cpu);
+  worker.join();
+  EXPECT_EQ(ev.kind, Event::Kind::kSyscall) << ev.detail;
+  (*ctx)->Release();
+}
+
 // A slot's generation that is not the entry's (a recycled slot taken for a
 // fresh one, or memory overwritten): the worker ends the stub with its own
 // code.

@@ -465,6 +465,34 @@ void StubProcess::AddWorker(uint32_t index, bool matched) {
   }
 }
 
+// A worker takes an entry by moving `head` and frees its cell a few
+// instructions later (stub.cc, TryTake). A worker the host preempts in
+// between holds that cell while the other contexts go round the ring, so
+// the producer can come back to it a lap later: more cells than contexts
+// does not make that impossible, only rare. The cell is then the previous
+// lap's entry, written and already taken (head past it), and is freed as
+// soon as that worker runs again: wait for it, boundedly, instead of
+// calling the ring corrupt.
+bool StubProcess::WaitForLappedCell(ContextRing* ring, RingCell* c,
+                                    uint32_t pos) {
+  const uint32_t prev = pos - kRingSize;
+  const absl::Time deadline = absl::Now() + absl::Seconds(1);
+  for (int spins = 0;; spins++) {
+    const uint32_t seq = LoadAcquire(&c->seq);
+    if (seq == pos) return true;
+    const uint32_t head = LoadAcquire(&ring->head);
+    const bool taken = static_cast<int32_t>(head - prev) > 0 &&
+                       static_cast<int32_t>(head - pos) <= 0;
+    if (seq != prev + 1 || !taken || dead()) return false;
+    if (spins < 64) {
+      _mm_pause();
+    } else {
+      if (absl::Now() > deadline) return false;
+      sched_yield();
+    }
+  }
+}
+
 bool StubProcess::Submit(int slot) {
   AttachMaps(slot);
   const uint32_t generation = generation_[slot].load(std::memory_order_relaxed);
@@ -473,9 +501,10 @@ bool StubProcess::Submit(int slot) {
     absl::MutexLock l(&ring_mu_);
     const uint32_t pos = tail_;
     RingCell* c = &ring->cells[pos & (kRingSize - 1)];
-    // Free for this lap, or the ring is full, which it cannot be (more
-    // cells than contexts): overwritten by the application.
-    if (LoadAcquire(&c->seq) != pos) {
+    // Free for this lap, or still held by the worker that took the
+    // previous lap's entry (WaitForLappedCell); anything else is memory
+    // the application overwrote.
+    if (LoadAcquire(&c->seq) != pos && !WaitForLappedCell(ring, c, pos)) {
       KillCorrupt("its context ring was inconsistent (the cell at the tail "
                   "was not free: overwritten by the application?)");
       return false;

@@ -148,6 +148,10 @@ class StubProcess : public platform::AddressSpace,
   // Kills the process for a corrupted shared structure; `why` is kept for
   // DeathReason.
   void KillCorrupt(const char* why);
+  // Submit found the cell at its tail held: true once the worker that
+  // took the previous lap's entry there frees it (bounded wait), false if
+  // the cell holds anything else (StubProcess::Submit kills the process).
+  bool WaitForLappedCell(ContextRing* ring, RingCell* c, uint32_t pos);
 
   // Syscall patching (patching.cc). Counts a SIGSYS at cpu's rip and
   // patches the site when it is hot.

@@ -84,6 +84,7 @@ Sandbox::Sandbox(Options o)
       sentry_(std::move(o.sentry)) {
   *timings_.mutable_created() = ToProto(o.created);
   timings_.set_pool_hit(o.pool_hit);
+  for (const auto& [name, d] : o.restore_stages) AddStageLocked(name, d);
   for (const auto& [stage, d] : o.stages) AddStageLocked(StageName(stage), d);
 }
 
@@ -533,6 +534,9 @@ absl::Status Sandbox::Checkpoint(int image, const std::string& path,
   resp->set_pages(done.pages());
   resp->set_memory_bytes(done.memory_bytes());
   resp->set_image_bytes(resp->image_bytes() + done.state_bytes() + done.pages_bytes());
+  // In the sandbox's Timings too, after its create's steps.
+  absl::MutexLock l(&mu_);
+  for (const v1::Stage& st : resp->stages()) *timings_.add_stages() = st;
   return absl::OkStatus();
 }
 

@@ -64,7 +64,9 @@ class Sandbox {
     std::string image_path;
     bool pool_hit = false;
     absl::Time created;
-    // The daemon's steps of Create so far (Timings.stages).
+    // The daemon's steps of Create so far (Timings.stages): a Restore's
+    // own first, then Create's.
+    std::vector<std::pair<std::string, absl::Duration>> restore_stages;
     std::vector<std::pair<Stage, absl::Duration>> stages;
     Metrics* metrics = nullptr;  // may be null
     StateDir* state_dir = nullptr;  // may be null: nothing kept
@@ -129,7 +131,8 @@ class Sandbox {
   // Saves the RUNNING sandbox into the image directory `image`
   // (O_PATH|O_DIRECTORY, empty; `path` names it), then lets it run on or,
   // without `leave_running`, kills it: STOPPED with exit.error
-  // "checkpointed to PATH". The steps go to `resp`'s stages.
+  // "checkpointed to PATH". The steps go to `resp`'s stages and are
+  // appended to the sandbox's Timings.stages.
   absl::Status Checkpoint(int image, const std::string& path, bool leave_running,
                           v1::CheckpointResponse* resp);
 

@@ -365,12 +365,12 @@ absl::Status Service::CreateSandbox(
   o.stages = std::move(stages);
   o.image = std::move(image);
   o.image_path = image_path;
+  o.restore_stages = std::move(restore_stages);
   o.metrics = metrics_;
   o.state_dir = options_.state_dir;
   o.on_state_change = [this] { UpdateStateMetrics(); };
   const absl::Time before_stdio = absl::Now();
   ASSIGN_OR_RETURN(std::shared_ptr<Sandbox> sandbox, Sandbox::Create(std::move(o)));
-  for (const auto& [name, d] : restore_stages) sandbox->AddStage(name, d);
   sandbox->AddStage(Stage::kCreateStdio, absl::Now() - before_stdio);
   const absl::Duration latency = absl::Now() - begin;
   sandbox->SetCreateLatency(latency);

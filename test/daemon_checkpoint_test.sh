@@ -146,6 +146,7 @@ printf 'X' | dd of="$tmp/bad/state.pb" bs=1 seek=40 conv=notrunc 2>/dev/null
 ctl restore -d --name=bad --image="$tmp/bad"
 check "damaged image: exit 125" eq "$status" 125
 check "damaged image: names the file" contains "$tmp/err" "state.pb"
+echo "# damaged image: $(cat "$tmp/err")"
 check "damaged image: no sandbox left" eq "$(state bad)" ""
 cp -r "$tmp/img" "$tmp/bad2"
 rm "$tmp/bad2/pages.idx"
@@ -162,6 +163,26 @@ ctl ps
 check "ps after: r3 listed" contains "$tmp/out" r3
 check "ps after: no bad sandbox" not_contains "$tmp/out" bad
 
+# --- memory overrides -------------------------------------------------------------
+# 24 MB in the sandbox's /tmp (the memory file): an image that needs more
+# than the smallest limit.
+ctl run -d --name=big -- /bin/sh -c 'head -c 24000000 /dev/urandom >/tmp/big; echo ready; sleep 1000'
+for _ in $(seq 1 100); do [ "$(last big)" = ready ] && break; sleep 0.1; done
+ctl checkpoint big --image="$tmp/img-big"
+check "checkpoint big: exit 0" eq "$status" 0
+ctl restore -d --name=small --memory=17m --image="$tmp/img-big"
+check "restore into a smaller limit: refused" eq "$status" 125
+check "restore into a smaller limit: names the field" contains "$tmp/err" "memory_bytes"
+echo "# smaller limit: $(cat "$tmp/err")"
+check "restore into a smaller limit: no sandbox left" eq "$(state small)" ""
+ctl restore -d --name=roomy --memory=256m --image="$tmp/img-big"
+check "restore --memory=256m: exit 0" eq "$status" 0
+ctl inspect roomy
+check "restore --memory=256m: the limit" contains "$tmp/out" '"memory_bytes": "268435456"'
+ctl exec roomy -- /bin/sh -c 'wc -c </tmp/big'
+check "restore: the sandbox's tmpfs came back" eq "$(cat "$tmp/out")" 24000000
+ctl rm -f roomy
+
 # --- a restored sandbox outlives the daemon ------------------------------------
 kill -9 "$daemon_pid"
 wait "$daemon_pid" 2>/dev/null
@@ -172,6 +193,7 @@ check "after a daemon restart: r3 counts on" until_gt 10 r3 "$((v + 3))"
 
 # --- an idle sandbox's checkpoint and restore, timed ---------------------------
 ctl run -d --name=idle -- /bin/sleep 1000
+sleep 2  # the pool refilled: the restore below takes a warm Sentry
 ctl checkpoint idle --leave-running --timings --image="$tmp/img-idle"
 check "idle checkpoint: exit 0" eq "$status" 0
 echo "# idle checkpoint:"
@@ -181,7 +203,7 @@ check "idle restore: exit 0" eq "$status" 0
 echo "# idle restore:"
 sed 's/^/#   /' "$tmp/err"
 
-for id in counter "$r2" r1 r3 idle idle-r finite; do ctl rm -f "$id"; done
+for id in counter "$r2" r1 r3 idle idle-r finite big; do ctl rm -f "$id"; done
 ctl ps -q
 check "nothing left at the end" eq "$(lines "$tmp/out")" 0
 

@@ -660,9 +660,10 @@ absl::Status Service::RestoreSandbox(const v1::RestoreRequest& req,
   if (!o.rootfs().empty()) spec->set_rootfs(o.rootfs());
   if (o.process().argv_size() > 0) *spec->mutable_process() = o.process();
   if (o.process().tty()) spec->mutable_process()->set_tty(true);
-  if (o.limits().memory_bytes()) spec->mutable_limits()->set_memory_bytes(o.limits().memory_bytes());
-  if (o.limits().cpu_millis()) spec->mutable_limits()->set_cpu_millis(o.limits().cpu_millis());
-  if (o.limits().pids()) spec->mutable_limits()->set_pids(o.limits().pids());
+  v1::Limits* lim = spec->mutable_limits();
+  if (o.limits().memory_bytes()) lim->set_memory_bytes(o.limits().memory_bytes());
+  if (o.limits().cpu_millis()) lim->set_cpu_millis(o.limits().cpu_millis());
+  if (o.limits().pids()) lim->set_pids(o.limits().pids());
   if (!o.platform().empty()) spec->set_platform(o.platform());
   if (!o.hostname().empty()) spec->set_hostname(o.hostname());
   for (const auto& [k, v] : o.labels()) (*spec->mutable_labels())[k] = v;

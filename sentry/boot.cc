@@ -557,10 +557,9 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Restore(Prewarmed pw,
   return sb;
 }
 
-absl::StatusOr<state::SaveResult> Sandbox::Checkpoint(const state::ImageDir& dir,
-                                                      bool leave_running,
-                                                      const std::string& spec,
-                                                      StageClock* clock) {
+absl::StatusOr<state::SaveResult> Sandbox::Checkpoint(
+    const state::ImageDir& dir, bool leave_running, const std::string& spec,
+    StageClock* clock) {
   if (!started()) return absl::FailedPreconditionError("not started");
   if (done()) return absl::FailedPreconditionError("the sandbox has exited");
   absl::MutexLock cl(&checkpoint_mu_);

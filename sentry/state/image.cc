@@ -111,7 +111,9 @@ absl::StatusOr<std::string> ReadFileIn(const ImageDir& dir,
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view data, bool sync) {
   const size_t slash = path.rfind('/');
-  if (slash == std::string::npos) return WriteFileIn(ImageDir("."), path, data, sync);
+  if (slash == std::string::npos) {
+    return WriteFileIn(ImageDir("."), path, data, sync);
+  }
   return WriteFileIn(ImageDir(path.substr(0, slash)),
                      absl::string_view(path).substr(slash + 1), data, sync);
 }

@@ -72,6 +72,19 @@ consecutive() {
     awk 'NR == 1 { p = $1; next } $1 != p + 1 { exit 1 } { p = $1 }'
 }
 
+# checkpoint ARGS...: `sandboxctl checkpoint ARGS...`, tried again while
+# the Sentry refuses because a task is a vfork child between its vfork and
+# exec (sh runs each `sleep` so: a short window, a long one on a loaded
+# machine or just after the start).
+checkpoint() {
+  local _
+  for _ in $(seq 1 50); do
+    ctl checkpoint "$@"
+    grep -q "vfork child" "$tmp/err" || return 0
+    sleep 0.1
+  done
+}
+
 daemon
 COUNTER='i=0; while :; do echo $i; i=$((i+1)); sleep 0.05; done'
 
@@ -80,7 +93,7 @@ ctl run -d --name=counter -- /bin/sh -c "$COUNTER"
 check "counter started" eq "$status" 0
 check "counter counts" until_gt 10 counter 5
 before=$(last counter)
-ctl checkpoint --leave-running --timings counter --image="$tmp/img"
+checkpoint --leave-running --timings counter --image="$tmp/img"
 check "checkpoint --leave-running: exit 0" eq "$status" 0
 after=$(last counter)
 check "checkpoint --timings: the Sentry's save" contains "$tmp/err" "daemon.checkpoint.sentry.save"
@@ -121,14 +134,14 @@ check "the original counts on" until_gt 10 counter "$((v + 3))"
 
 # --- restore attached --------------------------------------------------------
 ctl run -d --name=finite -- /bin/sh -c 'sleep 0.5; echo after; exit 7'
-ctl checkpoint finite --leave-running --image="$tmp/img-finite"
+checkpoint finite --leave-running --image="$tmp/img-finite"
 check "checkpoint finite: exit 0" eq "$status" 0
 ctl restore --rm --image="$tmp/img-finite"
 check "restore attached: exit status 7" eq "$status" 7
 check "restore attached: the output" eq "$(cat "$tmp/out")" after
 
 # --- checkpoint without --leave-running ---------------------------------------
-ctl checkpoint counter --image="$tmp/img-final"
+checkpoint counter --image="$tmp/img-final"
 check "checkpoint (not left running): exit 0" eq "$status" 0
 sleep 0.3
 check "checkpointed: STOPPED" eq "$(state counter)" stopped
@@ -164,11 +177,14 @@ check "ps after: r3 listed" contains "$tmp/out" r3
 check "ps after: no bad sandbox" not_contains "$tmp/out" bad
 
 # --- memory overrides -------------------------------------------------------------
+if grep -q "no cgroups" "$tmp/daemon.log"; then
+  echo "# SKIP memory overrides: $(grep "no cgroups" "$tmp/daemon.log" | head -1)"
+else
 # 24 MB in the sandbox's /tmp (the memory file): an image that needs more
 # than the smallest limit.
 ctl run -d --name=big -- /bin/sh -c 'head -c 24000000 /dev/urandom >/tmp/big; echo ready; sleep 1000'
 for _ in $(seq 1 100); do [ "$(last big)" = ready ] && break; sleep 0.1; done
-ctl checkpoint big --image="$tmp/img-big"
+checkpoint big --image="$tmp/img-big"
 check "checkpoint big: exit 0" eq "$status" 0
 ctl restore -d --name=small --memory=17m --image="$tmp/img-big"
 check "restore into a smaller limit: refused" eq "$status" 125
@@ -182,6 +198,7 @@ check "restore --memory=256m: the limit" contains "$tmp/out" '"memory_bytes": "2
 ctl exec roomy -- /bin/sh -c 'wc -c </tmp/big'
 check "restore: the sandbox's tmpfs came back" eq "$(cat "$tmp/out")" 24000000
 ctl rm -f roomy
+fi
 
 # --- a restored sandbox outlives the daemon ------------------------------------
 kill -9 "$daemon_pid"
@@ -194,7 +211,7 @@ check "after a daemon restart: r3 counts on" until_gt 10 r3 "$((v + 3))"
 # --- an idle sandbox's checkpoint and restore, timed ---------------------------
 ctl run -d --name=idle -- /bin/sleep 1000
 sleep 2  # the pool refilled: the restore below takes a warm Sentry
-ctl checkpoint idle --leave-running --timings --image="$tmp/img-idle"
+checkpoint idle --leave-running --timings --image="$tmp/img-idle"
 check "idle checkpoint: exit 0" eq "$status" 0
 echo "# idle checkpoint:"
 sed 's/^/#   /' "$tmp/err"

@@ -38,7 +38,7 @@ on_exit kill_recorded
 daemon_pid=
 daemon() {
   "$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" --state-dir="$tmp/state" \
-    --pool-size=1 --cgroup-parent="daemon-ckpt-test-$$" --default-rootfs=/ \
+    --pool-size=1 --cgroup-parent="daemon-ckpt-test-$$" --default-rootfs=/ --shutdown-kill \
     "$@" 2>>"$tmp/daemon.log" &
   daemon_pid=$!
   on_exit "stop_pid $daemon_pid"

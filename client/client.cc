@@ -222,10 +222,19 @@ absl::StatusOr<v1::SandboxInfo> Client::Get(const std::string& id) {
   return resp.info();
 }
 
-absl::Status Client::Checkpoint(const v1::CheckpointRequest& req) {
+absl::StatusOr<v1::CheckpointResponse> Client::Checkpoint(
+    const v1::CheckpointRequest& req) {
   grpc::ClientContext ctx;
   v1::CheckpointResponse resp;
-  return Convert(stub_->Checkpoint(&ctx, req, &resp));
+  RETURN_IF_ERROR(Convert(stub_->Checkpoint(&ctx, req, &resp)));
+  return resp;
+}
+
+absl::StatusOr<v1::RestoreResponse> Client::Restore(const v1::RestoreRequest& req) {
+  grpc::ClientContext ctx;
+  v1::RestoreResponse resp;
+  RETURN_IF_ERROR(Convert(stub_->Restore(&ctx, req, &resp)));
+  return resp;
 }
 
 void Client::ConnectInBackground() {

@@ -105,7 +105,8 @@ class Client {
   absl::StatusOr<std::vector<v1::SandboxInfo>> List(
       const std::map<std::string, std::string>& labels = {});
   absl::StatusOr<v1::SandboxInfo> Get(const std::string& id);
-  absl::Status Checkpoint(const v1::CheckpointRequest& req);
+  absl::StatusOr<v1::CheckpointResponse> Checkpoint(const v1::CheckpointRequest& req);
+  absl::StatusOr<v1::RestoreResponse> Restore(const v1::RestoreRequest& req);
   // Starts connecting to the daemon now, in gRPC's threads, so that the
   // connection set-up overlaps what the caller does before its first call.
   void ConnectInBackground();

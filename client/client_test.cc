@@ -264,7 +264,15 @@ TEST(SandboxdTest, BadRequestsNameTheField) {
 
   v1::CheckpointRequest cp;
   cp.set_id("x");
-  code_and_message(d.c().Checkpoint(cp), absl::StatusCode::kUnimplemented, "Checkpoint");
+  cp.set_image_dir("/nonexistent-dir/img");
+  code_and_message(d.c().Checkpoint(cp).status(), absl::StatusCode::kNotFound, "x");
+  v1::RestoreRequest rr;
+  rr.set_image_dir("relative/img");
+  code_and_message(d.c().Restore(rr).status(), absl::StatusCode::kInvalidArgument,
+                   "image_dir");
+  rr.set_image_dir("/nonexistent-image-dir");
+  code_and_message(d.c().Restore(rr).status(), absl::StatusCode::kNotFound,
+                   "/nonexistent-image-dir");
 }
 
 TEST(SandboxdTest, MaxSandboxesIsResourceExhausted) {

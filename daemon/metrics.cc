@@ -113,6 +113,18 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                          .Help("Wall time of Create calls, by whether a warm Sentry "
                                "from the pool served them (pool=\"hit\") or not.")
                          .Register(r);
+  checkpoint_seconds_ =
+      &prometheus::BuildHistogram()
+           .Name("sandboxd_checkpoint_seconds")
+           .Help("Wall time of Checkpoint calls, by outcome (\"ok\" or "
+                 "\"error\").")
+           .Register(r);
+  restore_seconds_ =
+      &prometheus::BuildHistogram()
+           .Name("sandboxd_restore_seconds")
+           .Help("Wall time of Restore calls, from the call to the restored "
+                 "sandbox running, by outcome (\"ok\" or \"error\").")
+           .Register(r);
   pool_size_ = &prometheus::BuildGauge()
                     .Name("sandboxd_pool_size")
                     .Help("Warm Sentries ready in the pool.")
@@ -307,6 +319,16 @@ void Metrics::ObserveCreate(bool pool_hit, absl::string_view platform,
   create_seconds_
       ->Add({{"pool", pool_hit ? "hit" : "miss"}, {"platform", std::string(platform)}},
             LatencyBuckets())
+      .Observe(absl::ToDoubleSeconds(d));
+}
+
+void Metrics::ObserveCheckpoint(bool ok, absl::Duration d) {
+  checkpoint_seconds_->Add({{"outcome", ok ? "ok" : "error"}}, LatencyBuckets())
+      .Observe(absl::ToDoubleSeconds(d));
+}
+
+void Metrics::ObserveRestore(bool ok, absl::Duration d) {
+  restore_seconds_->Add({{"outcome", ok ? "ok" : "error"}}, LatencyBuckets())
       .Observe(absl::ToDoubleSeconds(d));
 }
 

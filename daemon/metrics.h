@@ -7,6 +7,8 @@
 //
 //   sandboxd_sandboxes{state}                        gauge
 //   sandboxd_create_seconds{pool="hit|miss",platform} histogram
+//   sandboxd_checkpoint_seconds{outcome="ok|error"}  histogram
+//   sandboxd_restore_seconds{outcome="ok|error"}     histogram
 //   sandboxd_pool_size{platform}                     gauge
 //   sandboxd_pool_refill_seconds{platform}           histogram
 //   sandboxd_sentry_crashes_total                    counter
@@ -80,6 +82,12 @@ class Metrics {
   void SetSandboxes(absl::string_view state, int64_t n);
   // sandboxd_create_seconds{pool,platform}: wall time of one Create call.
   void ObserveCreate(bool pool_hit, absl::string_view platform, absl::Duration d);
+  // sandboxd_checkpoint_seconds{outcome} and sandboxd_restore_seconds
+  // {outcome}: wall time of one Checkpoint or Restore call that reached
+  // its sandbox or image (a malformed request is not counted); the
+  // histograms' _count series count the calls by outcome.
+  void ObserveCheckpoint(bool ok, absl::Duration d);
+  void ObserveRestore(bool ok, absl::Duration d);
   // sandboxd_pool_size{platform}: warm Sentries ready in the pool.
   void SetPoolSize(absl::string_view platform, int64_t n);
   // sandboxd_pool_refill_seconds{platform}: time to start one warm Sentry.
@@ -115,6 +123,8 @@ class Metrics {
   // Families are owned by registry_.
   prometheus::Family<prometheus::Gauge>* sandboxes_;
   prometheus::Family<prometheus::Histogram>* create_seconds_;
+  prometheus::Family<prometheus::Histogram>* checkpoint_seconds_;
+  prometheus::Family<prometheus::Histogram>* restore_seconds_;
   prometheus::Family<prometheus::Gauge>* pool_size_;
   prometheus::Family<prometheus::Histogram>* pool_refill_seconds_;
   prometheus::Counter* sentry_crashes_;

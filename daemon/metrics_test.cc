@@ -133,6 +133,23 @@ TEST(MetricsTest, CpuCounterNeverGoesBackwards) {
   EXPECT_EQ(s["sandboxd_sandbox_cpu_seconds_total{id=\"b\"}"], 2.0);
 }
 
+TEST(MetricsTest, CheckpointsAndRestoresByOutcome) {
+  auto m = Metrics::Create("");
+  ASSERT_TRUE(m.ok()) << m.status();
+  (*m)->ObserveCheckpoint(true, absl::Milliseconds(4));
+  (*m)->ObserveCheckpoint(false, absl::Milliseconds(1));
+  (*m)->ObserveRestore(true, absl::Milliseconds(3));
+  (*m)->ObserveRestore(true, absl::Milliseconds(5));
+  (*m)->ObserveRestore(false, absl::Milliseconds(2));
+  std::map<std::string, double> s = ParseSamples((*m)->Scrape());
+  EXPECT_EQ(s["sandboxd_checkpoint_seconds_count{outcome=\"ok\"}"], 1);
+  EXPECT_EQ(s["sandboxd_checkpoint_seconds_count{outcome=\"error\"}"], 1);
+  EXPECT_DOUBLE_EQ(s["sandboxd_checkpoint_seconds_sum{outcome=\"ok\"}"], 0.004);
+  EXPECT_EQ(s["sandboxd_restore_seconds_count{outcome=\"ok\"}"], 2);
+  EXPECT_EQ(s["sandboxd_restore_seconds_count{outcome=\"error\"}"], 1);
+  EXPECT_DOUBLE_EQ(s["sandboxd_restore_seconds_sum{outcome=\"ok\"}"], 0.008);
+}
+
 // A systrap report: `scale` times a fixed set of counts.
 control::PlatformStats SystrapReport(uint64_t scale, bool stub_spinning) {
   control::PlatformStats st;

@@ -24,6 +24,8 @@ google::protobuf::Duration ToProto(absl::Duration d) {
 
 // How long the Sentry gets to answer a request that does not block.
 constexpr absl::Duration kCallTimeout = absl::Seconds(10);
+// ... and to save or load an image, which is as large as the memory.
+constexpr absl::Duration kCheckpointTimeout = absl::Minutes(5);
 
 }  // namespace
 
@@ -106,15 +108,28 @@ Sandbox::Sandbox(Options o)
       state_dir_(o.state_dir),
       on_state_change_(std::move(o.on_state_change)),
       rootfs_(std::move(o.rootfs)),
+      image_(std::move(o.image)),
+      image_path_(std::move(o.image_path)),
       sentry_(std::move(o.sentry)) {
   *timings_.mutable_created() = ToProto(o.created);
   timings_.set_pool_hit(o.pool_hit);
+  for (const auto& [name, d] : o.restore_stages) AddStageLocked(name, d);
   for (const auto& [stage, d] : o.stages) AddStageLocked(StageName(stage), d);
 }
 
 void Sandbox::AddStage(Stage stage, absl::Duration d) {
   absl::MutexLock l(&mu_);
   AddStageLocked(StageName(stage), d);
+}
+
+void Sandbox::AddStage(absl::string_view name, absl::Duration d) {
+  absl::MutexLock l(&mu_);
+  AddStageLocked(name, d);
+}
+
+void Sandbox::SetRestoreLatency(absl::Duration d) {
+  absl::MutexLock l(&mu_);
+  *timings_.mutable_restore_latency() = ToProto(d);
 }
 
 void Sandbox::AddStageLocked(absl::string_view name, absl::Duration d) {
@@ -296,11 +311,22 @@ absl::Status Sandbox::StartLocked() {
         "sandbox ", id_, " is ", v1::SandboxState_Name(state_), ", not CREATED"));
   }
   control::Request req;
-  control::Request::Start* start = req.mutable_start();
-  start->set_sandbox_id(id_);
-  *start->mutable_spec() = spec_;
-  if (start->spec().hostname().empty()) start->mutable_spec()->set_hostname(id_);
-  std::vector<int> fds = {rootfs_.get()};
+  std::vector<int> fds;
+  const bool restore = image_.valid();
+  if (restore) {
+    control::Request::Restore* r = req.mutable_restore();
+    r->set_sandbox_id(id_);
+    *r->mutable_spec() = spec_;
+    if (r->spec().hostname().empty()) r->mutable_spec()->set_hostname(id_);
+    r->set_image_path(image_path_);
+    fds.push_back(image_.get());
+  } else {
+    control::Request::Start* start = req.mutable_start();
+    start->set_sandbox_id(id_);
+    *start->mutable_spec() = spec_;
+    if (start->spec().hostname().empty()) start->mutable_spec()->set_hostname(id_);
+  }
+  fds.push_back(rootfs_.get());
   for (int fd : init_stdio_.TheirFds()) fds.push_back(fd);
   if (state_dir_ != nullptr) {
     // Without it the sandbox still runs, but dies with this daemon.
@@ -313,25 +339,37 @@ absl::Status Sandbox::StartLocked() {
 
   init_relay_->Start();
   const absl::Time begin = absl::Now();
-  absl::StatusOr<control::Response> r = sentry_->process().Call(req, fds, kCallTimeout);
+  // A restore reads and checks the whole image: a large one takes
+  // longer than a start.
+  absl::StatusOr<control::Response> r = sentry_->process().Call(
+      req, fds, restore ? kCheckpointTimeout : kCallTimeout);
   AddStageLocked(StageName(Stage::kStartSentryCall), absl::Now() - begin);
   if (r.ok()) {
     for (const control::StageTiming& t : r->timings()) {
-      AddStageLocked(absl::StrCat(kSentryStagePrefix, t.name()), absl::Nanoseconds(t.nanos()));
+      // The Sentry's restore steps are named restore.*: kept apart from a
+      // start's.
+      AddStageLocked(restore ? absl::StrCat("restore.sentry.",
+                                            absl::string_view(t.name()).substr(
+                                                t.name().rfind('.') + 1))
+                             : absl::StrCat(kSentryStagePrefix, t.name()),
+                     absl::Nanoseconds(t.nanos()));
     }
   }
   // The Sentry has its copies (or failed): ours only keep pipes open.
   init_stdio_.theirs.clear();
   rootfs_.reset();
+  image_.reset();
   if (!r.ok()) {
     v1::ExitStatus exit;
-    exit.set_error(absl::StrCat("start: ", r.status().message()));
+    exit.set_error(absl::StrCat(restore ? "restore: " : "start: ",
+                                r.status().message()));
     exit_ = exit;
     state_ = v1::SANDBOX_STATE_FAILED;
     *timings_.mutable_exited() = ToProto(absl::Now());
     init_relay_->ProcessExited();
-    return absl::Status(r.status().code(), absl::StrCat("sandbox ", id_, ": start: ",
-                                                        r.status().message()));
+    return absl::Status(r.status().code(),
+                        absl::StrCat("sandbox ", id_, restore ? ": restore: " : ": start: ",
+                                     r.status().message()));
   }
   state_ = v1::SANDBOX_STATE_RUNNING;
   *timings_.mutable_started() = ToProto(absl::Now());
@@ -344,7 +382,12 @@ void Sandbox::WaitLoop() {
   req.mutable_wait();
   absl::StatusOr<control::Response> r = sentry_->process().Call(req);
   if (r.ok()) {
-    Finish(r->exit(), v1::SANDBOX_STATE_STOPPED);
+    v1::ExitStatus exit = r->exit();
+    {
+      absl::MutexLock l(&mu_);
+      if (!checkpoint_reason_.empty()) exit.set_error(checkpoint_reason_);
+    }
+    Finish(std::move(exit), v1::SANDBOX_STATE_STOPPED);
     return;
   }
   // The Sentry is gone. OnSentryExit has the reason (a crash) or Destroy
@@ -473,6 +516,57 @@ absl::StatusOr<Sandbox::Exec> Sandbox::StartExec(const v1::ProcessSpec& process,
                    sentry_->process().Call(req, stdio.TheirFds(), kCallTimeout));
   e.pid = r.exec_pid();
   return e;
+}
+
+absl::Status Sandbox::Checkpoint(int image, const std::string& path,
+                                 bool leave_running,
+                                 v1::CheckpointResponse* resp) {
+  v1::SandboxSpec spec;
+  {
+    absl::MutexLock l(&mu_);
+    if (state_ != v1::SANDBOX_STATE_RUNNING || destroyed_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sandbox ", id_, " is ", v1::SandboxState_Name(state_), ", not RUNNING"));
+    }
+    spec = spec_;
+    // Before the call: the Sentry may answer the init's Wait first.
+    if (!leave_running) checkpoint_reason_ = absl::StrCat("checkpointed to ", path);
+  }
+  control::Request req;
+  control::Request::Checkpoint* c = req.mutable_checkpoint();
+  c->set_leave_running(leave_running);
+  *c->mutable_spec() = std::move(spec);
+  c->set_image_path(path);
+  const int fds[] = {image};
+  const absl::Time begin = absl::Now();
+  absl::StatusOr<control::Response> r =
+      sentry_->process().Call(req, fds, kCheckpointTimeout);
+  auto stage = [resp](const std::string& name, absl::Duration d) {
+    v1::Stage* st = resp->add_stages();
+    st->set_name(name);
+    *st->mutable_duration() = ToProto(d);
+  };
+  stage("checkpoint.sentry_call", absl::Now() - begin);
+  if (!r.ok()) {
+    absl::MutexLock l(&mu_);
+    checkpoint_reason_.clear();
+    return absl::Status(r.status().code(), absl::StrCat("sandbox ", id_, ": checkpoint: ",
+                                                        r.status().message()));
+  }
+  for (const control::StageTiming& t : r->timings()) {
+    const std::string& n = t.name();
+    stage(absl::StrCat("checkpoint.sentry.", n.substr(n.rfind('.') + 1)),
+          absl::Nanoseconds(t.nanos()));
+  }
+  const control::Checkpointed& done = r->checkpointed();
+  resp->set_state_bytes(done.state_bytes());
+  resp->set_pages(done.pages());
+  resp->set_memory_bytes(done.memory_bytes());
+  resp->set_image_bytes(resp->image_bytes() + done.state_bytes() + done.pages_bytes());
+  // In the sandbox's Timings too, after its create's steps.
+  absl::MutexLock l(&mu_);
+  for (const v1::Stage& st : resp->stages()) *timings_.add_stages() = st;
+  return absl::OkStatus();
 }
 
 v1::ExitStatus Sandbox::WaitPid(int pid) {

@@ -2,8 +2,12 @@
 // stdio and output log, and its state machine:
 //
 //   CREATED --Start/attach--> RUNNING --init exits--> STOPPED
-//      |                         |
+//      |                         |   --Checkpoint--> STOPPED ("checkpointed")
 //      +------ Sentry dies ------+--> FAILED (exit.error says why)
+//
+// A sandbox restored from an image is created the same way with the image
+// directory in its Options: its start sends the Sentry Restore instead of
+// Start (control.proto), and from then on it is like any other.
 //
 // With a state directory, the sandbox's record (sandbox.pb) is rewritten
 // at each change and its init's output is kept in a file there; before
@@ -54,9 +58,15 @@ class Sandbox {
     v1::SandboxSpec spec;
     std::unique_ptr<WarmSentry> sentry;
     UniqueFd rootfs;  // O_PATH|O_DIRECTORY
+    // Set for a restore: the image directory (O_PATH|O_DIRECTORY) and its
+    // path (errors only).
+    UniqueFd image;
+    std::string image_path;
     bool pool_hit = false;
     absl::Time created;
-    // The daemon's steps of Create so far (Timings.stages).
+    // The daemon's steps of Create so far (Timings.stages): a Restore's
+    // own first, then Create's.
+    std::vector<std::pair<std::string, absl::Duration>> restore_stages;
     std::vector<std::pair<Stage, absl::Duration>> stages;
     Metrics* metrics = nullptr;  // may be null
     StateDir* state_dir = nullptr;  // may be null: nothing kept
@@ -79,6 +89,8 @@ class Sandbox {
   void SetCreateLatency(absl::Duration d);
   // Appends a named, timed step to Timings.stages.
   void AddStage(Stage stage, absl::Duration d);
+  void AddStage(absl::string_view name, absl::Duration d);
+  void SetRestoreLatency(absl::Duration d);
   // Timings as Info has them, without Info's cgroup reads.
   v1::Timings timings() const;
 
@@ -115,6 +127,14 @@ class Sandbox {
                                  const v1::ExecRequest::Resize& size = {});
   // How process `pid` ended; blocks until it has (or the Sentry is gone).
   v1::ExitStatus WaitPid(int pid);
+
+  // Saves the RUNNING sandbox into the image directory `image`
+  // (O_PATH|O_DIRECTORY, empty; `path` names it), then lets it run on or,
+  // without `leave_running`, kills it: STOPPED with exit.error
+  // "checkpointed to PATH". The steps go to `resp`'s stages and are
+  // appended to the sandbox's Timings.stages.
+  absl::Status Checkpoint(int image, const std::string& path, bool leave_running,
+                          v1::CheckpointResponse* resp);
 
   // Kills everything, releases the Sentry, cgroup and fds; returns how the
   // init program ended (or was killed).
@@ -162,6 +182,11 @@ class Sandbox {
   bool attached_ ABSL_GUARDED_BY(mu_) = false;
   v1::Timings timings_ ABSL_GUARDED_BY(mu_);
   UniqueFd rootfs_ ABSL_GUARDED_BY(mu_);
+  UniqueFd image_ ABSL_GUARDED_BY(mu_);  // a restore's, until its start
+  std::string image_path_ ABSL_GUARDED_BY(mu_);
+  // Set while a Checkpoint that kills the sandbox is in flight, and after
+  // it: the reason its end gets.
+  std::string checkpoint_reason_ ABSL_GUARDED_BY(mu_);
   StdioPair init_stdio_ ABSL_GUARDED_BY(mu_);  // only `theirs` until Start
   // Last unimplemented-syscall counts reported, by number.
   std::map<uint32_t, uint64_t> unimplemented_seen_ ABSL_GUARDED_BY(mu_);

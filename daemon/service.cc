@@ -1,8 +1,12 @@
 #include "daemon/service.h"
 
+#include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
+
+#include <cstring>
 
 #include <algorithm>
 #include <random>
@@ -18,6 +22,7 @@
 #include "daemon/log.h"
 #include "daemon/sentry_kind.h"
 #include "google/protobuf/util/time_util.h"
+#include "sentry/state/state.pb.h"
 
 namespace sandboxd {
 namespace daemon {
@@ -38,6 +43,78 @@ std::string NewId() {
   static std::mt19937_64 rng ABSL_GUARDED_BY(mu){std::random_device{}()};
   absl::MutexLock l(&mu);
   return absl::StrCat(absl::Hex(rng() & 0xffffffffffffULL, absl::kZeroPad12));
+}
+
+using google::protobuf::util::TimeUtil;
+
+// Checkpoint's image_dir: made when missing (not its parents), refused
+// unless empty, opened O_PATH for the Sentry (whose root is empty).
+absl::StatusOr<UniqueFd> OpenEmptyImageDir(const std::string& path) {
+  if (mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) {
+    return ErrnoStatus(absl::StrCat("image_dir: creating ", path), errno);
+  }
+  UniqueFd dir(open(path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC | O_NOFOLLOW));
+  if (!dir.valid()) return ErrnoStatus(absl::StrCat("image_dir: ", path), errno);
+  DIR* d = fdopendir(dup(dir.get()));
+  if (d == nullptr) return ErrnoStatus(absl::StrCat("image_dir: ", path), errno);
+  std::string first;
+  while (dirent* e = readdir(d)) {
+    if (strcmp(e->d_name, ".") != 0 && strcmp(e->d_name, "..") != 0) {
+      first = e->d_name;
+      break;
+    }
+  }
+  closedir(d);
+  if (!first.empty()) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "image_dir: ", path, " is not empty (it holds ", first,
+        "): a checkpoint goes into an empty or new directory"));
+  }
+  return dir;
+}
+
+// The spec an image's manifest.pb recorded (empty when it recorded none:
+// `sentry run`'s). Only read here: the Sentry checks the whole image
+// against the manifest's checksums before it loads anything.
+absl::StatusOr<v1::SandboxSpec> ReadImageSpec(int dir, const std::string& path) {
+  const std::string mpath = absl::StrCat(path, "/manifest.pb");
+  UniqueFd fd(openat(dir, "manifest.pb", O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) {
+    return absl::NotFoundError(absl::StrCat(mpath, ": cannot be read (", strerror(errno),
+                                            "): not a checkpoint image"));
+  }
+  std::string data;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = read(fd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(absl::StrCat("reading ", mpath), errno);
+    if (n == 0) break;
+    data.append(buf, n);
+    if (data.size() > (16 << 20)) {
+      return absl::DataLossError(absl::StrCat(mpath, ": larger than 16 MiB"));
+    }
+  }
+  // sentry/state/image.h: magic, version, CRC-32C, payload length.
+  constexpr size_t kHeader = 24;
+  uint64_t len = 0;
+  if (data.size() >= kHeader) memcpy(&len, data.data() + 16, 8);
+  if (data.size() < kHeader || data.compare(0, 8, "SBXMANIF") != 0) {
+    return absl::DataLossError(absl::StrCat(mpath, ": not a manifest (bad magic)"));
+  }
+  if (len != data.size() - kHeader) {
+    return absl::DataLossError(absl::StrCat(mpath, ": payload is ", data.size() - kHeader,
+                                            " bytes, header says ", len, " (truncated?)"));
+  }
+  state::v1::Manifest m;
+  if (!m.ParseFromArray(data.data() + kHeader, static_cast<int>(len))) {
+    return absl::DataLossError(absl::StrCat(mpath, ": malformed Manifest"));
+  }
+  v1::SandboxSpec spec;
+  if (!spec.ParseFromString(m.spec())) {
+    return absl::DataLossError(absl::StrCat(mpath, ": spec: malformed SandboxSpec"));
+  }
+  return spec;
 }
 
 absl::Status CheckId(const std::string& id) {
@@ -189,7 +266,10 @@ absl::StatusOr<std::shared_ptr<Sandbox>> Service::Find(const std::string& id) {
   return it->second;
 }
 
-absl::Status Service::CreateSandbox(const v1::CreateRequest& req, v1::CreateResponse* resp) {
+absl::Status Service::CreateSandbox(
+    const v1::CreateRequest& req, v1::CreateResponse* resp, UniqueFd image,
+    const std::string& image_path,
+    std::vector<std::pair<std::string, absl::Duration>> restore_stages) {
   const absl::Time begin = absl::Now();
   // Each step of Create, named and timed (Timings.stages).
   std::vector<std::pair<Stage, absl::Duration>> stages;
@@ -285,6 +365,9 @@ absl::Status Service::CreateSandbox(const v1::CreateRequest& req, v1::CreateResp
   o.pool_hit = hit;
   o.created = begin;
   o.stages = std::move(stages);
+  o.image = std::move(image);
+  o.image_path = image_path;
+  o.restore_stages = std::move(restore_stages);
   o.metrics = metrics_;
   o.state_dir = options_.state_dir;
   o.on_state_change = [this] { UpdateStateMetrics(); };
@@ -297,7 +380,9 @@ absl::Status Service::CreateSandbox(const v1::CreateRequest& req, v1::CreateResp
     absl::MutexLock l(&mu_);
     sandboxes_[id] = sandbox;
   }
-  if (metrics_ != nullptr) metrics_->ObserveCreate(hit, spec.platform(), latency);
+  if (metrics_ != nullptr && image_path.empty()) {
+    metrics_->ObserveCreate(hit, spec.platform(), latency);
+  }
   UpdateStateMetrics();
   resp->set_id(id);
   *resp->mutable_info() = sandbox->Info(false);
@@ -505,16 +590,110 @@ grpc::Status Service::Signal(grpc::ServerContext*, const v1::SignalRequest* req,
   return ToGrpc((*s)->Signal(req->signal(), req->all(), req->pid()));
 }
 
-grpc::Status Service::Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest*,
-                                 v1::CheckpointResponse*) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "Checkpoint is not available: this daemon does not implement it");
+grpc::Status Service::Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest* req,
+                                 v1::CheckpointResponse* resp) {
+  return ToGrpc(CheckpointSandbox(*req, resp));
 }
 
-grpc::Status Service::Restore(grpc::ServerContext*, const v1::RestoreRequest*,
-                              v1::RestoreResponse*) {
-  return grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                      "Restore is not available: this daemon does not implement it");
+absl::Status Service::CheckpointSandbox(const v1::CheckpointRequest& req,
+                                        v1::CheckpointResponse* resp) {
+  const absl::Time begin = absl::Now();
+  ASSIGN_OR_RETURN(std::shared_ptr<Sandbox> sandbox, Find(req.id()));
+  const std::string& path = req.image_dir();
+  if (path.empty() || path[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "image_dir: want an absolute host path, got \"", path, "\""));
+  }
+  auto observe = absl::MakeCleanup([&] {
+    if (metrics_ != nullptr) metrics_->ObserveCheckpoint(false, absl::Now() - begin);
+  });
+  ASSIGN_OR_RETURN(UniqueFd dir, OpenEmptyImageDir(path));
+  const absl::Duration open = absl::Now() - begin;
+  v1::Stage* st = resp->add_stages();
+  st->set_name("checkpoint.open_image");
+  *st->mutable_duration() = TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(open));
+  RETURN_IF_ERROR(sandbox->Checkpoint(dir.get(), path, req.leave_running(), resp));
+  const absl::Duration d = absl::Now() - begin;
+  *resp->mutable_duration() = TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(d));
+  std::move(observe).Cancel();
+  if (metrics_ != nullptr) metrics_->ObserveCheckpoint(true, d);
+  Log("sandbox ", req.id(), ": checkpointed to ", path, " in ", absl::FormatDuration(d),
+      req.leave_running() ? " (left running)" : "");
+  UpdateStateMetrics();
+  return absl::OkStatus();
+}
+
+grpc::Status Service::Restore(grpc::ServerContext*, const v1::RestoreRequest* req,
+                              v1::RestoreResponse* resp) {
+  return ToGrpc(RestoreSandbox(*req, resp));
+}
+
+absl::Status Service::RestoreSandbox(const v1::RestoreRequest& req,
+                                     v1::RestoreResponse* resp) {
+  const absl::Time begin = absl::Now();
+  const std::string& path = req.image_dir();
+  if (path.empty() || path[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "image_dir: want an absolute host path, got \"", path, "\""));
+  }
+  auto observe = absl::MakeCleanup([&] {
+    if (metrics_ != nullptr) metrics_->ObserveRestore(false, absl::Now() - begin);
+  });
+  std::vector<std::pair<std::string, absl::Duration>> stages;
+  absl::Time step = begin;
+  auto stage = [&](const char* name) {
+    const absl::Time now = absl::Now();
+    stages.emplace_back(name, now - step);
+    step = now;
+  };
+  UniqueFd dir(open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) {
+    return absl::NotFoundError(absl::StrCat("image_dir: ", path, ": ", strerror(errno)));
+  }
+  stage("restore.open_image");
+  ASSIGN_OR_RETURN(v1::SandboxSpec recorded, ReadImageSpec(dir.get(), path));
+  stage("restore.read_manifest");
+  // The recorded spec, with the request's overrides.
+  v1::CreateRequest create;
+  create.set_id(req.id());
+  v1::SandboxSpec* spec = create.mutable_spec();
+  *spec = recorded;
+  const v1::SandboxSpec& o = req.spec();
+  if (!o.rootfs().empty()) spec->set_rootfs(o.rootfs());
+  if (o.process().argv_size() > 0) *spec->mutable_process() = o.process();
+  if (o.process().tty()) spec->mutable_process()->set_tty(true);
+  v1::Limits* lim = spec->mutable_limits();
+  if (o.limits().memory_bytes()) lim->set_memory_bytes(o.limits().memory_bytes());
+  if (o.limits().cpu_millis()) lim->set_cpu_millis(o.limits().cpu_millis());
+  if (o.limits().pids()) lim->set_pids(o.limits().pids());
+  if (!o.platform().empty()) spec->set_platform(o.platform());
+  if (!o.hostname().empty()) spec->set_hostname(o.hostname());
+  for (const auto& [k, v] : o.labels()) (*spec->mutable_labels())[k] = v;
+  if (o.has_systrap()) *spec->mutable_systrap() = o.systrap();
+  // The init is not run again, but a spec is checked as Create checks it.
+  if (spec->process().argv_size() == 0) spec->mutable_process()->add_argv("(restored)");
+  v1::CreateResponse created;
+  RETURN_IF_ERROR(
+      Annotate(CreateSandbox(create, &created, std::move(dir), path, std::move(stages)),
+               "restore"));
+  ASSIGN_OR_RETURN(std::shared_ptr<Sandbox> sandbox, Find(created.id()));
+  if (!req.attach()) {
+    if (absl::Status s = sandbox->Start(); !s.ok()) {
+      // The Sentry that refused the image is of no further use; nor is a
+      // sandbox that never ran.
+      Remove(sandbox);
+      return s;
+    }
+  }
+  const absl::Duration d = absl::Now() - begin;
+  sandbox->SetRestoreLatency(d);
+  std::move(observe).Cancel();
+  if (metrics_ != nullptr) metrics_->ObserveRestore(true, d);
+  Log("sandbox ", created.id(), ": restored from ", path, " in ", absl::FormatDuration(d));
+  UpdateStateMetrics();
+  resp->set_id(created.id());
+  *resp->mutable_info() = sandbox->Info(false);
+  return absl::OkStatus();
 }
 
 grpc::Status Service::Destroy(grpc::ServerContext*, const v1::DestroyRequest* req,

@@ -78,7 +78,17 @@ class Service final : public v1::Sandboxes::Service {
 
  private:
   absl::StatusOr<std::shared_ptr<Sandbox>> Find(const std::string& id);
-  absl::Status CreateSandbox(const v1::CreateRequest& req, v1::CreateResponse* resp);
+  // Create's work. With `image` (a Restore's image directory, which the
+  // sandbox's start restores instead of starting `req.spec`'s program),
+  // `image_path` names it and `begin` is the Restore call's start.
+  absl::Status CreateSandbox(const v1::CreateRequest& req, v1::CreateResponse* resp,
+                             UniqueFd image = UniqueFd(),
+                             const std::string& image_path = "",
+                             std::vector<std::pair<std::string, absl::Duration>>
+                                 restore_stages = {});
+  absl::Status RestoreSandbox(const v1::RestoreRequest& req, v1::RestoreResponse* resp);
+  absl::Status CheckpointSandbox(const v1::CheckpointRequest& req,
+                                 v1::CheckpointResponse* resp);
   absl::Status ExecStream(grpc::ServerContext* ctx,
                           grpc::ServerReaderWriter<v1::ExecResponse, v1::ExecRequest>* stream);
   void UpdateStateMetrics();

@@ -499,12 +499,16 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Restore(Prewarmed pw,
   state::CheckOptions co;
   co.platform = pw.platform->Name();
   co.memory_limit = config.limits.memory_bytes;
+  const state::ImageDir image =
+      config.image_dir.valid()
+          ? state::ImageDir(config.image_dir.get(), config.image)
+          : state::ImageDir(config.image);
   ASSIGN_OR_RETURN(state::pb::Manifest manifest,
-                   state::CheckImage(config.image, co));
+                   state::CheckImage(image, co));
   clock->Mark(Stage::kRestoreCheck);
-  ASSIGN_OR_RETURN(state::pb::State st, state::ReadStateFile(config.image));
+  ASSIGN_OR_RETURN(state::pb::State st, state::ReadStateFile(image));
   ASSIGN_OR_RETURN(std::unique_ptr<state::FilePageReader> pages,
-                   state::FilePageReader::Open(config.image));
+                   state::FilePageReader::Open(image));
   clock->Mark(Stage::kRestoreReadState);
 
   const Limits& lim = config.limits;
@@ -559,10 +563,9 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Restore(Prewarmed pw,
   return sb;
 }
 
-absl::StatusOr<state::SaveResult> Sandbox::Checkpoint(const std::string& dir,
-                                                      bool leave_running,
-                                                      const std::string& spec,
-                                                      StageClock* clock) {
+absl::StatusOr<state::SaveResult> Sandbox::Checkpoint(
+    const state::ImageDir& dir, bool leave_running, const std::string& spec,
+    StageClock* clock) {
   if (!started()) return absl::FailedPreconditionError("not started");
   if (done()) return absl::FailedPreconditionError("the sandbox has exited");
   absl::MutexLock cl(&checkpoint_mu_);
@@ -571,7 +574,12 @@ absl::StatusOr<state::SaveResult> Sandbox::Checkpoint(const std::string& dir,
   state::SaveOptions so;
   so.platform = kernel_->platform().Name();
   so.spec = spec;
-  auto saved = state::SaveImage(dir, *kernel_, *vfs_, rootfs_.get(), so, clock);
+  auto saved =
+      dir.fd == AT_FDCWD
+          ? state::SaveImage(dir.name, *kernel_, *vfs_, rootfs_.get(), so,
+                             clock)
+          : state::SaveImageInto(dir.fd, dir.name, *kernel_, *vfs_,
+                                 rootfs_.get(), so, clock);
   // Queued while every task is parked: the kill acts as they go on.
   if (saved.ok() && !leave_running) KillAll();
   kernel_->ResumeTheWorld();

@@ -141,6 +141,9 @@ struct SandboxConfig {
 struct RestoreConfig {
   UniqueFd rootfs;     // the host directory, O_PATH|O_DIRECTORY
   std::string image;   // the image directory (sentry/state/image_dir.h)
+  // When valid, the image's files are opened relative to it (`image`
+  // only names it in errors): a warm Sentry's root is empty.
+  UniqueFd image_dir;
   std::string hostname = "sandbox";
   Limits limits;       // memory_bytes below the image's need: refused
   bool strace = false;
@@ -184,12 +187,14 @@ class Sandbox {
   // Nothing runs until Start, which starts every task where it stopped.
   static absl::StatusOr<std::unique_ptr<Sandbox>> Restore(
       Prewarmed pw, RestoreConfig config, Stdio stdio, StageClock* clock);
-  // Saves the running sandbox into the image directory `dir`: every task
+  // Saves the running sandbox into the image directory `dir` (a path,
+  // replaced as SaveImage does; or a descriptor, filled as SaveImageInto
+  // does): every task
   // is stopped at a safe point (Kernel::StopTheWorld), the image written
   // (state::SaveImage, `spec` into its manifest), then the sandbox goes on
   // (`leave_running`) or is killed. A failed save (an object that cannot
   // be saved: the error names it) leaves the sandbox running and no image.
-  absl::StatusOr<state::SaveResult> Checkpoint(const std::string& dir,
+  absl::StatusOr<state::SaveResult> Checkpoint(const state::ImageDir& dir,
                                                bool leave_running,
                                                const std::string& spec,
                                                StageClock* clock);

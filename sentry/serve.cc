@@ -29,6 +29,7 @@
 #include "proto/control_channel.h"
 #include "sentry/boot.h"
 #include "sentry/isolation.h"
+#include "sentry/state/image_dir.h"
 
 namespace sandboxd::serve {
 namespace {
@@ -163,6 +164,8 @@ class Server {
 
   void OnStart(const Request& req, std::vector<UniqueFd> fds);
   void OnExec(const Request& req, std::vector<UniqueFd> fds);
+  void OnCheckpoint(const Request& req, std::vector<UniqueFd> fds);
+  void OnRestore(const Request& req, std::vector<UniqueFd> fds);
   void OnWaitPid(uint64_t id, pid_t pid);
   [[noreturn]] void OnDestroy(uint64_t id);
   void OnPersist(uint64_t id, std::vector<UniqueFd> fds);
@@ -251,6 +254,109 @@ void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
   }
   sandbox_ = *sb;
   clock.Mark(Stage::kStart);
+  Response r;
+  r.set_id(req.id());
+  r.set_init_pid(1);
+  AddTimings(clock, &r);
+  Send(r);
+}
+
+// A directory descriptor that came with a request, or an error naming it.
+absl::Status CheckDirFd(const std::vector<UniqueFd>& fds, size_t i,
+                        const char* what) {
+  struct stat st;
+  if (fds.size() <= i) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the request came without the ", what, " descriptor"));
+  }
+  if (fstat(fds[i].get(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("the ", what, " descriptor is not a directory"));
+  }
+  return absl::OkStatus();
+}
+
+// The Loop's thread waits for the save: the daemon sends nothing else
+// meanwhile, and the tasks are stopped for its length anyway.
+void Server::OnCheckpoint(const Request& req, std::vector<UniqueFd> fds) {
+  StageClock clock;
+  auto run = [&]() -> absl::StatusOr<state::SaveResult> {
+    RETURN_IF_ERROR(CheckRunning());
+    RETURN_IF_ERROR(CheckDirFd(fds, 0, "image directory"));
+    std::string spec;
+    if (!req.checkpoint().spec().SerializeToString(&spec)) {
+      return absl::InvalidArgumentError("the spec cannot be serialized");
+    }
+    const std::string& name = req.checkpoint().image_path();
+    return sandbox_->Checkpoint(
+        state::ImageDir(fds[0].get(), name.empty() ? "image" : name),
+                                req.checkpoint().leave_running(), spec,
+                                &clock);
+  };
+  auto saved = run();
+  if (!saved.ok()) {
+    SendError(req.id(), Annotate(saved.status(), "Checkpoint"));
+    return;
+  }
+  Response r;
+  r.set_id(req.id());
+  control::Checkpointed* c = r.mutable_checkpointed();
+  c->set_state_bytes(saved->state_bytes);
+  c->set_pages(saved->pages);
+  c->set_pages_bytes(saved->pages_bytes);
+  c->set_memory_bytes(saved->memory_bytes);
+  AddTimings(clock, &r);
+  Send(r);
+}
+
+void Server::OnRestore(const Request& req, std::vector<UniqueFd> fds) {
+  const Request::Restore& restore = req.restore();
+  const v1::SandboxSpec& spec = restore.spec();
+  if (!pw_.has_value()) {
+    SendError(req.id(), absl::FailedPreconditionError(
+                            "this Sentry has already been given a sandbox"));
+    return;
+  }
+  StageClock clock;
+  auto build = [&]() -> absl::StatusOr<boot::Sandbox*> {
+    RETURN_IF_ERROR(CheckDirFd(fds, 0, "image directory"));
+    RETURN_IF_ERROR(CheckDirFd(fds, 1, "rootfs"));
+    ASSIGN_OR_RETURN(boot::Stdio stdio,
+                     StdioFromFds(fds, 2, spec.process().tty()));
+    boot::RestoreConfig config;
+    config.image =
+        restore.image_path().empty() ? "image" : restore.image_path();
+    config.image_dir = std::move(fds[0]);
+    config.rootfs = std::move(fds[1]);
+    config.hostname = !spec.hostname().empty()        ? spec.hostname()
+                      : !restore.sandbox_id().empty() ? restore.sandbox_id()
+                                                      : "sandbox";
+    config.limits.memory_bytes = spec.limits().memory_bytes();
+    config.limits.cpu_millis = spec.limits().cpu_millis();
+    config.limits.pids = spec.limits().pids();
+    if (isolated_) {
+      RETURN_IF_ERROR(Annotate(isolation::SetHostname(config.hostname),
+                               "uts namespace"));
+      clock.Mark(Stage::kHostname);
+    }
+    boot::Prewarmed pw = std::move(*pw_);
+    pw_.reset();
+    ASSIGN_OR_RETURN(std::unique_ptr<boot::Sandbox> sb,
+                     boot::Sandbox::Restore(std::move(pw), std::move(config),
+                                            std::move(stdio), &clock));
+    return sb.release();
+  };
+  auto sb = build();
+  if (!sb.ok()) {
+    SendError(req.id(), Annotate(sb.status(), "Restore"));
+    return;
+  }
+  if (absl::Status s = (*sb)->Start(); !s.ok()) {
+    SendError(req.id(), Annotate(s, "Restore"));
+    return;
+  }
+  sandbox_ = *sb;
+  clock.Mark(Stage::kRestoreStart);
   Response r;
   r.set_id(req.id());
   r.set_init_pid(1);
@@ -416,6 +522,12 @@ void Server::Loop() {
         OnDestroy(req.id());
       case Request::kExec:
         OnExec(req, std::move(fds));
+        break;
+      case Request::kCheckpoint:
+        OnCheckpoint(req, std::move(fds));
+        break;
+      case Request::kRestore:
+        OnRestore(req, std::move(fds));
         break;
       case Request::kPersist:
         OnPersist(req.id(), std::move(fds));

@@ -214,8 +214,9 @@ fi
 ctl run --rm --systrap-patch=maybe -- /bin/true
 check "--systrap-patch=maybe: a usage error" contains "$tmp/err" "want on or off"
 
-ctl checkpoint nosuch "$tmp/img"
-check "checkpoint: an honest error" contains "$tmp/err" "not available"
+ctl checkpoint nosuch --image="$tmp/img"
+check "checkpoint of an unknown sandbox: NOT_FOUND" contains "$tmp/err" 'no sandbox with id "nosuch"'
+check "checkpoint of an unknown sandbox: no image directory made" test ! -e "$tmp/img"
 
 # -t with a real terminal: the program sees a tty of the local size.
 if command -v python3 >/dev/null; then

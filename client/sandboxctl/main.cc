@@ -4,7 +4,8 @@
 //              COMMAND [ARGS...]
 //
 // Commands: run, create, start, exec, ps (list), logs, kill, rm, inspect,
-// wait, checkpoint (one file each beside this one). `sandboxctl help`
+// wait, checkpoint and restore (one file each beside this one; restore
+// beside checkpoint). `sandboxctl help`
 // lists them, `sandboxctl COMMAND --help` a command's flags. The socket is
 // --socket, else $SANDBOXD_SOCKET, else /run/sandboxd/sandboxd.sock.
 // Exit status: sandboxctl.h.
@@ -41,7 +42,9 @@ const char kCommands[] =
     "  rm [-f] ID...        destroy (-f: also running ones)\n"
     "  inspect ID           the sandbox as JSON\n"
     "  wait ID              exits as the init program did\n"
-    "  checkpoint ID DIR\n"
+    "  checkpoint [--leave-running] ID --image=DIR\n"
+    "  restore --image=DIR [--name=ID] [-d] [-i] [--memory=BYTES]\n"
+    "                       a new sandbox from a checkpoint image\n"
     "\n"
     "`sandboxctl COMMAND --help` lists a command's flags (run's and create's\n"
     "spec flags: --name --rootfs --env --cwd --platform --hostname --network\n"
@@ -55,7 +58,7 @@ const std::map<std::string, Command>& Commands() {
       {"exec", Exec},       {"ps", Ps},           {"list", Ps},
       {"ls", Ps},           {"logs", Logs},       {"kill", Kill},
       {"rm", Rm},           {"inspect", Inspect}, {"wait", Wait},
-      {"checkpoint", Checkpoint},
+      {"checkpoint", Checkpoint}, {"restore", Restore},
   };
   return *commands;
 }

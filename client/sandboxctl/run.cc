@@ -18,7 +18,6 @@
 #include "google/protobuf/util/time_util.h"
 
 namespace sandboxd::client::ctl {
-namespace {
 
 absl::StatusOr<uint64_t> ParseBytes(absl::string_view v) {
   std::string s = absl::AsciiStrToLower(v);
@@ -38,6 +37,9 @@ absl::StatusOr<uint64_t> ParseBytes(absl::string_view v) {
   }
   return n * mult;
 }
+
+namespace {
+
 
 // The process's own steps before its call: from $SANDBOXCTL_T0 (the
 // caller's clock just before it started sandboxctl, in seconds since the

@@ -1,6 +1,6 @@
 // sandboxctl's pieces (client/sandboxctl/): what every command shares, and
 // the commands, one file each (run.cc, create.cc, exec.cc, ps.cc, logs.cc,
-// kill.cc, rm.cc, inspect.cc, wait.cc, checkpoint.cc); main.cc reads the
+// kill.cc, rm.cc, inspect.cc, wait.cc, checkpoint.cc with restore); main.cc reads the
 // global flags and picks the command; terminal.h is -t's raw mode and
 // resizes.
 //
@@ -85,6 +85,9 @@ int Inspect(Client& c, std::vector<std::string> args);
 int Wait(Client& c, std::vector<std::string> args);
 int Checkpoint(Client& c, std::vector<std::string> args);
 
+int Restore(Client& c, std::vector<std::string> args);
+// "512m", "2g", "4096": bytes (run.cc).
+absl::StatusOr<uint64_t> ParseBytes(absl::string_view v);
 // run's and create's flags that fill the CreateRequest (run.cc).
 void SpecFlags(flags::FlagSet& fs, v1::CreateRequest* req);
 // What run and create do after their flags: the program and defaults.

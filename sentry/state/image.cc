@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
@@ -85,10 +86,43 @@ absl::StatusOr<pb::State> DecodeState(absl::string_view data,
   return state;
 }
 
+int OpenIn(const ImageDir& dir, absl::string_view file, int flags,
+           mode_t mode) {
+  return openat(dir.fd, dir.At(file).c_str(), flags | O_CLOEXEC, mode);
+}
+
+absl::StatusOr<std::string> ReadFileIn(const ImageDir& dir,
+                                       absl::string_view file) {
+  const std::string path = dir.Path(file);
+  UniqueFd fd(OpenIn(dir, file, O_RDONLY));
+  if (!fd.valid()) return ErrnoStatus(absl::StrCat("opening ", path), errno);
+  std::string out;
+  char buf[65536];
+  for (;;) {
+    ssize_t n = read(fd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return ErrnoStatus(absl::StrCat("reading ", path), errno);
+    if (n == 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  return out;
+}
+
 absl::Status WriteFileAtomically(const std::string& path,
                                  absl::string_view data, bool sync) {
-  const std::string tmp = path + ".tmp";
-  UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600));
+  const size_t slash = path.rfind('/');
+  if (slash == std::string::npos) {
+    return WriteFileIn(ImageDir("."), path, data, sync);
+  }
+  return WriteFileIn(ImageDir(path.substr(0, slash)),
+                     absl::string_view(path).substr(slash + 1), data, sync);
+}
+
+absl::Status WriteFileIn(const ImageDir& dir, absl::string_view file,
+                         absl::string_view data, bool sync) {
+  const std::string tmp_name = absl::StrCat(file, ".tmp");
+  const std::string tmp = dir.Path(tmp_name);
+  UniqueFd fd(OpenIn(dir, tmp_name, O_WRONLY | O_CREAT | O_TRUNC, 0600));
   if (!fd.valid()) return ErrnoStatus(absl::StrCat("creating ", tmp), errno);
   size_t done = 0;
   while (done < data.size()) {
@@ -100,22 +134,23 @@ absl::Status WriteFileAtomically(const std::string& path,
   if (sync && fsync(fd.get()) != 0) {
     return ErrnoStatus(absl::StrCat("fsync of ", tmp), errno);
   }
-  if (rename(tmp.c_str(), path.c_str()) != 0) {
-    return ErrnoStatus(absl::StrCat("renaming ", tmp, " to ", path), errno);
+  if (renameat(dir.fd, dir.At(tmp_name).c_str(), dir.fd,
+               dir.At(file).c_str()) != 0) {
+    return ErrnoStatus(
+        absl::StrCat("renaming ", tmp, " to ", dir.Path(file)), errno);
   }
   return absl::OkStatus();
 }
 
-absl::Status WriteStateFile(const std::string& dir, const pb::State& state,
+absl::Status WriteStateFile(const ImageDir& dir, const pb::State& state,
                             bool sync) {
   ASSIGN_OR_RETURN(std::string data, EncodeState(state));
-  return WriteFileAtomically(dir + "/state.pb", data, sync);
+  return WriteFileIn(dir, "state.pb", data, sync);
 }
 
-absl::StatusOr<pb::State> ReadStateFile(const std::string& dir) {
-  const std::string path = dir + "/state.pb";
-  ASSIGN_OR_RETURN(std::string data, ReadWholeFile(path));
-  return DecodeState(data, path);
+absl::StatusOr<pb::State> ReadStateFile(const ImageDir& dir) {
+  ASSIGN_OR_RETURN(std::string data, ReadFileIn(dir, "state.pb"));
+  return DecodeState(data, dir.Path("state.pb"));
 }
 
 }  // namespace sandboxd::state

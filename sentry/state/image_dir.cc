@@ -11,6 +11,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <memory>
 
 #include "absl/strings/str_cat.h"
 #include "base/file_util.h"
@@ -63,8 +64,10 @@ int FindBuildId(dl_phdr_info* info, size_t, void* out) {
   return 1;  // only the main executable
 }
 
-absl::StatusOr<uint32_t> FileCrc(const std::string& path, uint64_t* size) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+absl::StatusOr<uint32_t> FileCrc(const ImageDir& dir, const char* name,
+                                 uint64_t* size) {
+  const std::string path = dir.Path(name);
+  UniqueFd fd(OpenIn(dir, name, O_RDONLY));
   if (!fd.valid()) return ErrnoStatus(absl::StrCat("opening ", path), errno);
   static thread_local char buf[1 << 20];
   uint32_t crc = 0;
@@ -93,6 +96,66 @@ absl::Status RemoveTree(const std::string& dir) {
   return absl::OkStatus();
 }
 
+// What SaveFiles may have left in a directory it failed to fill.
+void RemoveFiles(const ImageDir& dir) {
+  for (const char* name : {"state.pb", "pages.idx", "pages.img",
+                           "manifest.pb"}) {
+    unlinkat(dir.fd, dir.At(name).c_str(), 0);
+    unlinkat(dir.fd, dir.At(absl::StrCat(name, ".tmp")).c_str(), 0);
+  }
+}
+
+// Every file of the image into `dir`, manifest.pb last.
+absl::Status SaveFiles(const ImageDir& dir, kernel::Kernel& k,
+                       const fs::Vfs& vfs, const void* rootfs,
+                       const SaveOptions& opts, StageClock* clock,
+                       SaveResult* res, int64_t* t1) {
+  pb::State st;
+  ASSIGN_OR_RETURN(std::unique_ptr<FilePageWriter> writer,
+                   FilePageWriter::Create(dir, k.memory_file().Internal(0)));
+  writer->set_sync(opts.sync);
+  {
+    Saver s(&st, writer.get());
+    s.set_rootfs(rootfs);
+    MmState mms;
+    RETURN_IF_ERROR(FsState::SaveVfs(s, vfs));
+    RETURN_IF_ERROR(KernelState::SaveKernel(s, k, vfs, mms));
+    RETURN_IF_ERROR(FsState::SaveLocks(s, fs::LockTable::Global()));
+  }
+  *t1 = ClockNs(CLOCK_MONOTONIC);
+  if (clock != nullptr) clock->Mark(Stage::kCheckpointSave);
+  RETURN_IF_ERROR(writer->Finish());
+  RETURN_IF_ERROR(WriteStateFile(dir, st, opts.sync));
+
+  pb::Manifest m;
+  m.set_format_version(kFormatVersion);
+  m.set_build_id(SentryBuildId());
+  m.set_platform(opts.platform);
+  m.set_spec(opts.spec);
+  m.set_memory_bytes(k.memory_file().AllocatedBytes());
+  m.set_monotonic_ns(ClockNs(CLOCK_MONOTONIC));
+  m.set_realtime_ns(ClockNs(CLOCK_REALTIME));
+  for (const char* name : kImageFiles) {
+    uint64_t size = 0;
+    ASSIGN_OR_RETURN(uint32_t crc, FileCrc(dir, name, &size));
+    pb::ImageFile* f = m.add_files();
+    f->set_name(name);
+    f->set_size(size);
+    f->set_crc32c(crc);
+    if (strcmp(name, "state.pb") == 0) res->state_bytes = size;
+    if (strcmp(name, "pages.img") == 0) res->pages_bytes = size;
+  }
+  res->pages = res->pages_bytes / kStatePageSize;
+  m.set_pages(res->pages);
+  res->memory_bytes = m.memory_bytes();
+  std::string payload;
+  if (!m.SerializeToString(&payload)) {
+    return absl::InternalError("manifest.pb: serializing failed");
+  }
+  return WriteFileIn(dir, "manifest.pb", Frame(kManifestMagic, payload),
+                     opts.sync);
+}
+
 }  // namespace
 
 const std::string& SentryBuildId() {
@@ -111,6 +174,7 @@ absl::StatusOr<SaveResult> SaveImage(const std::string& dir, kernel::Kernel& k,
                                      StageClock* clock) {
   SaveResult res;
   const int64_t t0 = ClockNs(CLOCK_MONOTONIC);
+  int64_t t1 = t0;
   const std::string tmp = absl::StrCat(dir, ".tmp.", getpid());
   RETURN_IF_ERROR(RemoveTree(tmp));
   if (mkdir(tmp.c_str(), 0700) != 0) {
@@ -120,53 +184,8 @@ absl::StatusOr<SaveResult> SaveImage(const std::string& dir, kernel::Kernel& k,
     (void)RemoveTree(tmp);
     return s;
   };
-  pb::State st;
-  auto writer = FilePageWriter::Create(tmp, k.memory_file().Internal(0));
-  if (!writer.ok()) return fail(writer.status());
-  (*writer)->set_sync(opts.sync);
-  {
-    Saver s(&st, writer->get());
-    s.set_rootfs(rootfs);
-    MmState mms;
-    absl::Status r = FsState::SaveVfs(s, vfs);
-    if (r.ok()) r = KernelState::SaveKernel(s, k, vfs, mms);
-    if (r.ok()) r = FsState::SaveLocks(s, fs::LockTable::Global());
-    if (!r.ok()) return fail(r);
-  }
-  const int64_t t1 = ClockNs(CLOCK_MONOTONIC);
-  if (clock != nullptr) clock->Mark(Stage::kCheckpointSave);
-  absl::Status r = (*writer)->Finish();
-  if (r.ok()) r = WriteStateFile(tmp, st, opts.sync);
-  if (!r.ok()) return fail(r);
-
-  pb::Manifest m;
-  m.set_format_version(kFormatVersion);
-  m.set_build_id(SentryBuildId());
-  m.set_platform(opts.platform);
-  m.set_spec(opts.spec);
-  m.set_memory_bytes(k.memory_file().AllocatedBytes());
-  m.set_monotonic_ns(ClockNs(CLOCK_MONOTONIC));
-  m.set_realtime_ns(ClockNs(CLOCK_REALTIME));
-  for (const char* name : kImageFiles) {
-    uint64_t size = 0;
-    auto crc = FileCrc(tmp + "/" + name, &size);
-    if (!crc.ok()) return fail(crc.status());
-    pb::ImageFile* f = m.add_files();
-    f->set_name(name);
-    f->set_size(size);
-    f->set_crc32c(*crc);
-    if (strcmp(name, "state.pb") == 0) res.state_bytes = size;
-    if (strcmp(name, "pages.img") == 0) res.pages_bytes = size;
-  }
-  res.pages = res.pages_bytes / kStatePageSize;
-  m.set_pages(res.pages);
-  res.memory_bytes = m.memory_bytes();
-  std::string payload;
-  if (!m.SerializeToString(&payload)) {
-    return fail(absl::InternalError("manifest.pb: serializing failed"));
-  }
-  r = WriteFileAtomically(tmp + "/manifest.pb", Frame(kManifestMagic, payload),
-                          opts.sync);
+  absl::Status r =
+      SaveFiles(ImageDir(tmp), k, vfs, rootfs, opts, clock, &res, &t1);
   if (!r.ok()) return fail(r);
   // Into place: an older image at `dir` goes first.
   const std::string old = absl::StrCat(dir, ".old.", getpid());
@@ -187,10 +206,40 @@ absl::StatusOr<SaveResult> SaveImage(const std::string& dir, kernel::Kernel& k,
   return res;
 }
 
-absl::StatusOr<pb::Manifest> CheckImage(const std::string& dir,
+absl::StatusOr<SaveResult> SaveImageInto(int dir_fd, const std::string& name,
+                                         kernel::Kernel& k, const fs::Vfs& vfs,
+                                         const void* rootfs,
+                                         const SaveOptions& opts,
+                                         StageClock* clock) {
+  SaveResult res;
+  const ImageDir dir(dir_fd, name);
+  const int64_t t0 = ClockNs(CLOCK_MONOTONIC);
+  int64_t t1 = t0;
+  struct stat sb;
+  if (fstat(dir_fd, &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(name, ": the image descriptor is not a directory"));
+  }
+  if (UniqueFd m(OpenIn(dir, "manifest.pb", O_RDONLY)); m.valid()) {
+    return absl::AlreadyExistsError(
+        absl::StrCat(name, ": holds an image already (manifest.pb)"));
+  }
+  absl::Status r = SaveFiles(dir, k, vfs, rootfs, opts, clock, &res, &t1);
+  if (!r.ok()) {
+    RemoveFiles(dir);
+    return r;
+  }
+  const int64_t t2 = ClockNs(CLOCK_MONOTONIC);
+  if (clock != nullptr) clock->Mark(Stage::kCheckpointWrite);
+  res.save_ns = t1 - t0;
+  res.write_ns = t2 - t1;
+  return res;
+}
+
+absl::StatusOr<pb::Manifest> CheckImage(const ImageDir& dir,
                                         const CheckOptions& opts) {
-  const std::string mpath = dir + "/manifest.pb";
-  auto data = ReadWholeFile(mpath);
+  const std::string mpath = dir.Path("manifest.pb");
+  auto data = ReadFileIn(dir, "manifest.pb");
   if (!data.ok()) {
     return absl::NotFoundError(absl::StrCat(
         mpath, ": cannot be read (", data.status().message(),
@@ -237,9 +286,9 @@ absl::StatusOr<pb::Manifest> CheckImage(const std::string& dir,
       return absl::DataLossError(
           absl::StrCat(mpath, ": files has no entry for ", name));
     }
-    const std::string path = dir + "/" + name;
+    const std::string path = dir.Path(name);
     struct stat sb;
-    if (stat(path.c_str(), &sb) != 0) {
+    if (fstatat(dir.fd, dir.At(name).c_str(), &sb, 0) != 0) {
       return absl::NotFoundError(
           absl::StrCat(path, ": missing (", strerror(errno), ")"));
     }
@@ -249,7 +298,7 @@ absl::StatusOr<pb::Manifest> CheckImage(const std::string& dir,
           " (truncated?)"));
     }
     uint64_t size = 0;
-    ASSIGN_OR_RETURN(uint32_t crc, FileCrc(path, &size));
+    ASSIGN_OR_RETURN(uint32_t crc, FileCrc(dir, name, &size));
     if (crc != f->crc32c() || size != f->size()) {
       return absl::DataLossError(
           absl::StrCat(path, ": checksum mismatch against manifest.pb"));

@@ -32,6 +32,7 @@
 #include "sentry/fs/inode.h"
 #include "sentry/fs/vfs.h"
 #include "sentry/kernel/kernel.h"
+#include "sentry/state/image.h"
 #include "sentry/state/state.pb.h"
 
 namespace sandboxd::state {
@@ -73,13 +74,26 @@ absl::StatusOr<SaveResult> SaveImage(const std::string& dir, kernel::Kernel& k,
                                      const SaveOptions& opts,
                                      StageClock* clock = nullptr);
 
+// As SaveImage, into the existing directory `dir_fd` (O_PATH|O_DIRECTORY
+// is enough), named `name` in errors: what a warm Sentry, whose root is
+// empty, is sent by the daemon. The directory must hold no image
+// (manifest.pb); every file is written as NAME.tmp and renamed, the
+// manifest last, so that a directory without manifest.pb is never taken
+// for an image. A failed save removes what it wrote.
+absl::StatusOr<SaveResult> SaveImageInto(int dir_fd, const std::string& name,
+                                         kernel::Kernel& k, const fs::Vfs& vfs,
+                                         const void* rootfs,
+                                         const SaveOptions& opts,
+                                         StageClock* clock = nullptr);
+
 struct CheckOptions {
   std::string platform;       // the loading Sentry's
   uint64_t memory_limit = 0;  // 0: none
 };
 
-// Reads manifest.pb and checks the image against it and `opts`.
-absl::StatusOr<pb::Manifest> CheckImage(const std::string& dir,
+// Reads manifest.pb and checks the image against it and `opts`. `dir` is
+// a path or a directory descriptor (image.h).
+absl::StatusOr<pb::Manifest> CheckImage(const ImageDir& dir,
                                         const CheckOptions& opts);
 
 }  // namespace sandboxd::state

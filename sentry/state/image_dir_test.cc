@@ -18,6 +18,8 @@
 #include "sentry/fs/tmpfs.h"
 #include "sentry/kernel/testing/fakes.h"
 #include "sentry/state/image.h"
+#include "sentry/state/pages.h"
+#include "base/unique_fd.h"
 
 namespace sandboxd::state {
 namespace {
@@ -106,6 +108,44 @@ TEST_F(ImageDirTest, ASavedImageChecksCleanAndIsComplete) {
   so.platform = "fake";
   ASSERT_TRUE(SaveImage(image_, *k_, *vfs_, nullptr, so).ok());
   EXPECT_TRUE(CheckImage(image_, Opts()).ok());
+}
+
+// What a warm Sentry does with the daemon's descriptor: the same image,
+// written and read only relative to it (an O_PATH descriptor, as the
+// daemon sends), into a directory that holds no image yet.
+TEST_F(ImageDirTest, IntoADirectoryDescriptor) {
+  const std::string dir = root_ + "/by-fd";
+  ASSERT_EQ(mkdir(dir.c_str(), 0700), 0);
+  UniqueFd fd(open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid());
+  SaveOptions so;
+  so.platform = "fake";
+  so.spec = "recorded";
+  auto r = SaveImageInto(fd.get(), "the-image", *k_, *vfs_, nullptr, so);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->pages, 1u);
+  // Only the image's files: no temporary left.
+  Sh("test \"$(ls " + dir + " | tr '\\n' ' ')\" = "
+     "'manifest.pb pages.idx pages.img state.pb '");
+  auto m = CheckImage(ImageDir(fd.get(), "the-image"), Opts());
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(m->spec(), "recorded");
+  EXPECT_TRUE(CheckImage(dir, Opts()).ok());  // and by path
+  EXPECT_TRUE(ReadStateFile(ImageDir(fd.get(), "the-image")).ok());
+  EXPECT_TRUE(FilePageReader::Open(ImageDir(fd.get(), "the-image")).ok());
+  // A second save into it is refused: an image is never overwritten
+  // piecemeal.
+  auto again = SaveImageInto(fd.get(), "the-image", *k_, *vfs_, nullptr, so);
+  ASSERT_FALSE(again.ok());
+  EXPECT_EQ(again.status().code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_NE(again.status().message().find("the-image"), std::string::npos);
+  // Errors name the directory by the name it was given.
+  Sh("rm " + dir + "/pages.idx");
+  auto missing = CheckImage(ImageDir(fd.get(), "the-image"), Opts());
+  ASSERT_FALSE(missing.ok());
+  EXPECT_NE(missing.status().message().find("the-image/pages.idx"),
+            std::string::npos)
+      << missing.status();
 }
 
 TEST_F(ImageDirTest, EveryFileDamagedInTurnIsNamed) {

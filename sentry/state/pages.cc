@@ -90,10 +90,9 @@ absl::Status MemoryPages::Load(uint64_t memfile_off, uint64_t len,
 }
 
 absl::StatusOr<std::unique_ptr<FilePageWriter>> FilePageWriter::Create(
-    const std::string& dir, const uint8_t* base) {
-  const std::string path = dir + "/pages.img";
-  UniqueFd img(open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC,
-                    0600));
+    const ImageDir& dir, const uint8_t* base) {
+  const std::string path = dir.Path("pages.img");
+  UniqueFd img(OpenIn(dir, "pages.img", O_WRONLY | O_CREAT | O_TRUNC, 0600));
   if (!img.valid()) return ErrnoStatus(absl::StrCat("creating ", path), errno);
   return std::unique_ptr<FilePageWriter>(
       new FilePageWriter(dir, base, std::move(img)));
@@ -146,14 +145,14 @@ absl::Status FilePageWriter::Finish() {
   if (sync_ && fsync(img_.get()) != 0) {
     return ErrnoStatus("fsync of pages.img", errno);
   }
-  return WriteFileAtomically(dir_ + "/pages.idx",
-                             Frame(kPageIndexMagic, payload), sync_);
+  return WriteFileIn(dir_, "pages.idx", Frame(kPageIndexMagic, payload),
+                     sync_);
 }
 
 absl::StatusOr<std::unique_ptr<FilePageReader>> FilePageReader::Open(
-    const std::string& dir, bool direct) {
-  const std::string idx_path = dir + "/pages.idx";
-  ASSIGN_OR_RETURN(std::string data, ReadWholeFile(idx_path));
+    const ImageDir& dir, bool direct) {
+  const std::string idx_path = dir.Path("pages.idx");
+  ASSIGN_OR_RETURN(std::string data, ReadFileIn(dir, "pages.idx"));
   ASSIGN_OR_RETURN(std::string payload,
                    Unframe(kPageIndexMagic, data, idx_path));
   constexpr size_t kRecord = 3 * sizeof(uint64_t);
@@ -162,8 +161,8 @@ absl::StatusOr<std::unique_ptr<FilePageReader>> FilePageReader::Open(
         absl::StrCat(idx_path, ": ", payload.size(),
                      " bytes is not a whole number of records"));
   }
-  const std::string img_path = dir + "/pages.img";
-  UniqueFd img(open(img_path.c_str(), O_RDONLY | O_CLOEXEC));
+  const std::string img_path = dir.Path("pages.img");
+  UniqueFd img(OpenIn(dir, "pages.img", O_RDONLY));
   if (!img.valid()) {
     return ErrnoStatus(absl::StrCat("opening ", img_path), errno);
   }
@@ -175,7 +174,7 @@ absl::StatusOr<std::unique_ptr<FilePageReader>> FilePageReader::Open(
   // refuse the flag (EINVAL), then every read goes through the cache.
   UniqueFd direct_fd;
   if (direct) {
-    direct_fd.reset(open(img_path.c_str(), O_RDONLY | O_CLOEXEC | O_DIRECT));
+    direct_fd.reset(OpenIn(dir, "pages.img", O_RDONLY | O_DIRECT));
   }
   std::unique_ptr<FilePageReader> r(new FilePageReader(
       img_path, std::move(img), std::move(direct_fd), st.st_size));

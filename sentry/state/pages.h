@@ -26,6 +26,7 @@
 #include "absl/status/statusor.h"
 #include "base/unique_fd.h"
 #include "sentry/mm/async_loader.h"
+#include "sentry/state/image.h"
 #include "sentry/mm/memory_file.h"
 
 namespace sandboxd::state {
@@ -104,7 +105,7 @@ class MemoryPages : public PageWriter, public PageReader {
 class FilePageWriter : public PageWriter {
  public:
   static absl::StatusOr<std::unique_ptr<FilePageWriter>> Create(
-      const std::string& dir, const uint8_t* base);
+      const ImageDir& dir, const uint8_t* base);
   absl::Status SavePages(uint64_t memfile_off, uint64_t len) override;
   // Writes pages.idx and syncs both files (unless set_sync(false): an
   // image directory's manifest checksums find what a crash left short).
@@ -112,7 +113,7 @@ class FilePageWriter : public PageWriter {
   void set_sync(bool sync) { sync_ = sync; }
 
  private:
-  FilePageWriter(std::string dir, const uint8_t* base, UniqueFd img)
+  FilePageWriter(ImageDir dir, const uint8_t* base, UniqueFd img)
       : dir_(std::move(dir)), base_(base), img_(std::move(img)) {}
   struct Record {
     uint64_t memfile_off;
@@ -121,7 +122,7 @@ class FilePageWriter : public PageWriter {
   };
   absl::Status Append(uint64_t memfile_off, uint64_t len);
 
-  const std::string dir_;
+  const ImageDir dir_;
   const uint8_t* const base_;
   UniqueFd img_;
   uint64_t img_size_ = 0;
@@ -138,7 +139,7 @@ class FilePageReader : public PageReader {
   // is copied from there and the rest read with O_DIRECT; otherwise
   // (or a filesystem that refuses O_DIRECT, EINVAL) buffered.
   static absl::StatusOr<std::unique_ptr<FilePageReader>> Open(
-      const std::string& dir, bool direct = true);
+      const ImageDir& dir, bool direct = true);
   absl::Status LoadPages(uint64_t memfile_off, uint64_t len,
                          uint8_t* dst) override;
   absl::Status LoadPagesZeroed(uint64_t memfile_off, uint64_t len,

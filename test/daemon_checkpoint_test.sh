@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# daemon_checkpoint_test.sh SANDBOXD SANDBOXCTL SENTRY
+#
+# Checkpoint and restore through sandboxd (sandboxctl checkpoint/restore):
+#   - checkpoint --leave-running of a counting program: it counts on
+#   - the image restored twice: two sandboxes of their own (ids, output),
+#     each counting on from the checkpoint; killing one leaves the other
+#   - restore attached (no -d): the restored init's output on stdout, its
+#     exit status as sandboxctl's
+#   - checkpoint without --leave-running: the sandbox is STOPPED,
+#     "checkpointed"; into a directory that is not empty: refused
+#   - a damaged image: an error naming the file, the daemon serves the next
+#     request, `ps` lists no half-restored sandbox
+#   - a restored sandbox outlives a restart of sandboxd
+#   - the stage timings of an idle sandbox's checkpoint and restore
+# Exits 77 (CTest: skipped) until the binaries exist.
+set -u
+# shellcheck source=test/lib.sh
+. "$(dirname "$0")/lib.sh"
+usage_unless [ $# -eq 3 ] -- "SANDBOXD SANDBOXCTL SENTRY"
+require_built "$@"
+SANDBOXD=$(readlink -f "$1")
+SANDBOXCTL=$(readlink -f "$2")
+SENTRY=$(readlink -f "$3")
+make_tmp daemon_checkpoint_test "${KEEP:-0}"
+SOCK=$tmp/sandboxd.sock
+CHECK_OUT_BYTES=400
+
+kill_recorded() {
+  local f
+  for f in "$tmp"/state/sentries/*; do
+    [ -e "$f" ] && kill -9 "$(basename "$f")" 2>/dev/null
+  done
+  return 0
+}
+on_exit kill_recorded
+
+daemon_pid=
+daemon() {
+  "$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" --state-dir="$tmp/state" \
+    --pool-size=1 --cgroup-parent="daemon-ckpt-test-$$" --default-rootfs=/ --shutdown-kill \
+    "$@" 2>>"$tmp/daemon.log" &
+  daemon_pid=$!
+  on_exit "stop_pid $daemon_pid"
+  wait_for_daemon "$SANDBOXCTL" "$SOCK"
+}
+ctl() { capture 60 "$SANDBOXCTL" --socket="$SOCK" "$@"; }
+state() {
+  "$SANDBOXCTL" --socket="$SOCK" ps 2>/dev/null | awk -v id="$1" '$1 == id { print $2 }'
+}
+# last ID: the last number the sandbox printed so far.
+last() {
+  "$SANDBOXCTL" --socket="$SOCK" logs "$1" 2>/dev/null | tail -1
+}
+# first ID: the first number it printed.
+first() {
+  "$SANDBOXCTL" --socket="$SOCK" logs "$1" 2>/dev/null | head -1
+}
+# until_gt SECS ID N: waits until ID has printed a number above N.
+until_gt() {
+  local i v
+  for i in $(seq 1 $(($1 * 10))); do
+    v=$(last "$2")
+    [ -n "$v" ] && [ "$v" -gt "$3" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+# consecutive ID: its output is 0.. or K.. counting by one, nothing else.
+consecutive() {
+  "$SANDBOXCTL" --socket="$SOCK" logs "$1" 2>/dev/null |
+    awk 'NR == 1 { p = $1; next } $1 != p + 1 { exit 1 } { p = $1 }'
+}
+
+# checkpoint ARGS...: `sandboxctl checkpoint ARGS...`, tried again while
+# the Sentry refuses because a task is a vfork child between its vfork and
+# exec (sh runs each `sleep` so: a short window, a long one on a loaded
+# machine or just after the start).
+checkpoint() {
+  local _
+  for _ in $(seq 1 50); do
+    ctl checkpoint "$@"
+    grep -q "vfork child" "$tmp/err" || return 0
+    sleep 0.1
+  done
+}
+
+daemon
+COUNTER='i=0; while :; do echo $i; i=$((i+1)); sleep 0.05; done'
+
+# --- checkpoint --leave-running, restore twice -------------------------------
+ctl run -d --name=counter -- /bin/sh -c "$COUNTER"
+check "counter started" eq "$status" 0
+check "counter counts" until_gt 10 counter 5
+before=$(last counter)
+checkpoint --leave-running --timings counter --image="$tmp/img"
+check "checkpoint --leave-running: exit 0" eq "$status" 0
+after=$(last counter)
+check "checkpoint --timings: the Sentry's save" contains "$tmp/err" "daemon.checkpoint.sentry.save"
+check "checkpoint: manifest.pb written" test -s "$tmp/img/manifest.pb"
+check "checkpoint: pages.img written" test -e "$tmp/img/pages.img"
+check "left running: RUNNING" eq "$(state counter)" running
+check "left running: counts on" until_gt 10 counter "$((after + 3))"
+
+ctl restore -d --name=r1 --image="$tmp/img"
+check "restore -d r1: exit 0" eq "$status" 0
+check "restore -d r1: prints the id" eq "$(cat "$tmp/out")" r1
+ctl restore -d --image="$tmp/img" --timings
+check "restore -d (no name): exit 0" eq "$status" 0
+r2=$(cat "$tmp/out")
+check "restore -d: a made-up id" test -n "$r2"
+check "restore --timings: the Sentry's load" contains "$tmp/err" "daemon.restore.sentry.load"
+check "restore --timings: total" contains "$tmp/err" "daemon.restore_total"
+check "r1 RUNNING" eq "$(state r1)" running
+check "r2 RUNNING" eq "$(state "$r2")" running
+check "r1 counts" until_gt 10 r1 "$((before + 5))"
+check "r2 counts" until_gt 10 "$r2" "$((before + 5))"
+f1=$(first r1)
+f2=$(first "$r2")
+# The image was saved between `before` and `after`: the restored count
+# goes on from there, not from 0.
+check "r1 goes on from the checkpoint ($before < $f1 <= $((after + 1)))" \
+  awk -v f="$f1" -v b="$before" -v a="$after" 'BEGIN { exit !(f > b && f <= a + 1) }'
+check "r2 starts where r1 did" eq "$f2" "$f1"
+check "r1 counts by one" consecutive r1
+check "r2 counts by one" consecutive "$r2"
+ctl kill r1
+check "kill r1" eq "$status" 0
+sleep 0.3
+check "r1 STOPPED" eq "$(state r1)" stopped
+v=$(last "$r2")
+check "r2 counts on without r1" until_gt 10 "$r2" "$((v + 3))"
+check "the original counts on" until_gt 10 counter "$((v + 3))"
+
+# --- restore attached --------------------------------------------------------
+ctl run -d --name=finite -- /bin/sh -c 'sleep 0.5; echo after; exit 7'
+checkpoint finite --leave-running --image="$tmp/img-finite"
+check "checkpoint finite: exit 0" eq "$status" 0
+ctl restore --rm --image="$tmp/img-finite"
+check "restore attached: exit status 7" eq "$status" 7
+check "restore attached: the output" eq "$(cat "$tmp/out")" after
+
+# --- checkpoint without --leave-running ---------------------------------------
+checkpoint counter --image="$tmp/img-final"
+check "checkpoint (not left running): exit 0" eq "$status" 0
+sleep 0.3
+check "checkpointed: STOPPED" eq "$(state counter)" stopped
+ctl inspect counter
+check "checkpointed: the reason" contains "$tmp/out" "checkpointed to $tmp/img-final"
+ctl checkpoint "$r2" --leave-running --image="$tmp/img-final"
+check "checkpoint into a non-empty directory: refused" eq "$status" 125
+check "checkpoint into a non-empty directory: says so" contains "$tmp/err" "not empty"
+ctl checkpoint counter --image="$tmp/img-x"
+check "checkpoint of a STOPPED sandbox: refused" contains "$tmp/err" "not RUNNING"
+
+# --- a damaged image -----------------------------------------------------------
+cp -r "$tmp/img" "$tmp/bad"
+printf 'X' | dd of="$tmp/bad/state.pb" bs=1 seek=40 conv=notrunc 2>/dev/null
+ctl restore -d --name=bad --image="$tmp/bad"
+check "damaged image: exit 125" eq "$status" 125
+check "damaged image: names the file" contains "$tmp/err" "state.pb"
+echo "# damaged image: $(cat "$tmp/err")"
+check "damaged image: no sandbox left" eq "$(state bad)" ""
+cp -r "$tmp/img" "$tmp/bad2"
+rm "$tmp/bad2/pages.idx"
+ctl restore -d --name=bad2 --image="$tmp/bad2"
+check "missing pages.idx: names it" contains "$tmp/err" "pages.idx"
+ctl restore -d --name=bad3 --image="$tmp/nonexistent"
+check "no image at all: refused" eq "$status" 125
+ctl run --rm -- /bin/echo still serving
+check "the daemon serves the next request" eq "$(cat "$tmp/out")" "still serving"
+ctl restore -d --name=r3 --image="$tmp/img"
+check "restore after the bad ones: exit 0" eq "$status" 0
+check "r3 counts" until_gt 10 r3 "$((before + 3))"
+ctl ps
+check "ps after: r3 listed" contains "$tmp/out" r3
+check "ps after: no bad sandbox" not_contains "$tmp/out" bad
+
+# --- memory overrides -------------------------------------------------------------
+if grep -q "no cgroups" "$tmp/daemon.log"; then
+  echo "# SKIP memory overrides: $(grep "no cgroups" "$tmp/daemon.log" | head -1)"
+else
+# 24 MB in the sandbox's /tmp (the memory file): an image that needs more
+# than the smallest limit.
+ctl run -d --name=big -- /bin/sh -c 'head -c 24000000 /dev/urandom >/tmp/big; echo ready; sleep 1000'
+for _ in $(seq 1 100); do [ "$(last big)" = ready ] && break; sleep 0.1; done
+checkpoint big --image="$tmp/img-big"
+check "checkpoint big: exit 0" eq "$status" 0
+ctl restore -d --name=small --memory=17m --image="$tmp/img-big"
+check "restore into a smaller limit: refused" eq "$status" 125
+check "restore into a smaller limit: names the field" contains "$tmp/err" "memory_bytes"
+echo "# smaller limit: $(cat "$tmp/err")"
+check "restore into a smaller limit: no sandbox left" eq "$(state small)" ""
+ctl restore -d --name=roomy --memory=256m --image="$tmp/img-big"
+check "restore --memory=256m: exit 0" eq "$status" 0
+ctl inspect roomy
+check "restore --memory=256m: the limit" contains "$tmp/out" '"memory_bytes": "268435456"'
+ctl exec roomy -- /bin/sh -c 'wc -c </tmp/big'
+check "restore: the sandbox's tmpfs came back" eq "$(cat "$tmp/out")" 24000000
+ctl rm -f roomy
+fi
+
+# --- a restored sandbox outlives the daemon ------------------------------------
+kill -9 "$daemon_pid"
+wait "$daemon_pid" 2>/dev/null
+daemon
+check "after a daemon restart: r3 RUNNING" eq "$(state r3)" running
+v=$(last r3)
+check "after a daemon restart: r3 counts on" until_gt 10 r3 "$((v + 3))"
+
+# --- an idle sandbox's checkpoint and restore, timed ---------------------------
+ctl run -d --name=idle -- /bin/sleep 1000
+sleep 2  # the pool refilled: the restore below takes a warm Sentry
+checkpoint idle --leave-running --timings --image="$tmp/img-idle"
+check "idle checkpoint: exit 0" eq "$status" 0
+echo "# idle checkpoint:"
+sed 's/^/#   /' "$tmp/err"
+ctl restore -d --name=idle-r --timings --image="$tmp/img-idle"
+check "idle restore: exit 0" eq "$status" 0
+echo "# idle restore:"
+sed 's/^/#   /' "$tmp/err"
+
+for id in counter "$r2" r1 r3 idle idle-r finite big; do ctl rm -f "$id"; done
+ctl ps -q
+check "nothing left at the end" eq "$(lines "$tmp/out")" 0
+
+echo "1..$n"
+if [ "$fails" -ne 0 ]; then
+  echo "$fails of $n checks failed; daemon log:"
+  tail -30 "$tmp/daemon.log"
+  exit 1
+fi
+exit 0

@@ -12,7 +12,9 @@
 #   then the wall time of `runsc checkpoint` and of `runsc restore -detach`
 #   (commands: their process start is in it).
 #
-# Environment: SENTRY [out/bin/sentry] RUNSC [runsc]
+# The program is read from TMP through that root (no tmpfs on /tmp).
+#
+# Environment: SENTRY [out/bin/sentry] RUNSC [runsc] KEEP [] (1: keep TMP)
 #   RUNSC_FLAGS [--platform=ptrace --network=none] HEAP_MIB [1024]
 #   HEAP_AFTER [10] (seconds from start to the heap's checkpoint)
 set -u
@@ -32,7 +34,7 @@ cleanup() {
     "$RUNSC" --root="$TMP/runsc" "${RUNSC_FLAGS[@]}" delete --force "$id" \
       >/dev/null 2>&1
   done
-  rm -rf "$TMP"
+  [ -n "${KEEP:-}" ] || rm -rf "$TMP"
 }
 trap cleanup EXIT
 
@@ -99,8 +101,7 @@ c = {"ociVersion": "1.0.0",
                  "env": ["PATH=/usr/bin:/bin"], "cwd": "/"},
      "root": {"path": "/", "readonly": True},
      "hostname": "bench",
-     "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"},
-                {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs"}],
+     "mounts": [{"destination": "/proc", "type": "proc", "source": "proc"}],
      "linux": {"namespaces": [{"type": t} for t in
                               ["pid", "ipc", "uts", "mount", "network"]]}}
 json.dump(c, open(sys.argv[1], "w"))

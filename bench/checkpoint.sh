@@ -55,6 +55,12 @@ while True:
     last = now
 EOF
 
+# ratio A B: A/B with three significant digits (bench/lib.sh's has one
+# decimal, too coarse for 0.04x).
+ratio() {
+  awk -v a="$1" -v b="$2" 'BEGIN { if (a ~ /^[0-9.]+$/ && b ~ /^[0-9.]+$/ &&
+    b > 0) printf "%.3gx", a / b; else print "n/a" }'
+}
 now_ms() { date +%s%N | awk '{ printf "%.1f", $1 / 1e6 }'; }
 # stage_total FILE WHAT: the "total=" of the "sentry: WHAT timings:" line.
 stage_total() {

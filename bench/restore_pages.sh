@@ -16,15 +16,15 @@
 #   AFTER [20] (seconds measured after the restore)
 #   NATIVE [0]
 #
-# ASSUMED: the checkpoint/restore command line below is the one expected
-# from the sentry's checkpoint driver (written before it exists; adjust
-# here if it lands with other names):
-#   sentry run --rootfs=/ --checkpoint-image=DIR --checkpoint-on-signal \
-#       -- PROG ARGS          (SIGUSR1 to the sentry: checkpoint, then exit)
-#   sentry restore --image=DIR --restore-wait=shared|exclusive \
-#       --restore-rate=BYTES_PER_S
-# The --restore-wait and --restore-rate values map onto
-# mm::AsyncLoadOptions::wait and ::rate_limit (sentry/mm/async_loader.h).
+# Per row: `sentry run --checkpoint-after=CKPT_AFTER --image=DIR -- PROG`
+# (the program must have printed "ready" and warmed up by then: the row
+# says "no ready" otherwise), then `sentry restore --image=DIR
+# --restore-wait=shared|exclusive --restore-rate=RATE --restore-stats`,
+# whose output is appended to the run's; --restore-wait and --restore-rate
+# are mm::AsyncLoadOptions::wait and ::rate_limit
+# (sentry/mm/async_loader.h). The "load s" column is the loader's own
+# duration (its counters at exit).
+#   CKPT_AFTER [15s]
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 SENTRY=${SENTRY:-$ROOT/out/bin/sentry}
@@ -36,10 +36,11 @@ WAITS=${WAITS:-"shared exclusive"}
 RATE=${RATE:-131000000}
 AFTER=${AFTER:-20}
 NATIVE=${NATIVE:-0}
+CKPT_AFTER=${CKPT_AFTER:-15s}
 
 [ -x "$PROG" ] || { echo "no $PROG: build it (ninja -C out/build)" >&2; exit 1; }
 TMP=$(mktemp -d /tmp/sbx_restore_pages.XXXXXX)
-trap 'rm -rf "$TMP"' EXIT
+trap '[ -n "${KEEP:-}" ] || rm -rf "$TMP"' EXIT
 
 # wait_ready FILE PID: until the program printed its "ready" line and had
 # a second of warm-up (its pre-checkpoint rate).
@@ -55,18 +56,25 @@ wait_ready() {
 # field FILE KEY: the value of "KEY=value" in FILE, "n/a" if absent.
 field() { sed -n "s/^$2[=<]*//p" "$1" | head -1 | grep . || echo n/a; }
 
+# load_s FILE: the page loader's duration in seconds (--restore-stats).
+load_s() {
+  sed -n 's/.*restore pages at exit:.* load=\([0-9.]*\)ms.*/\1/p' "$1" |
+    awk '{ printf "%.1f", $1 / 1000 }' | grep . || echo n/a
+}
+
 row() {  # row LABEL OUTFILE
-  printf '| %-28s | %8s | %8s | %8s | %8s | %9s | %s |\n' "$1" \
+  printf '| %-36s | %8s | %8s | %8s | %8s | %9s | %7s | %6s |\n' "$1" \
     "$(field "$2" ratio_0_5s)" "$(field "$2" ratio_0_20s)" \
     "$(field "$2" latency_p50_ns)" "$(field "$2" latency_p99_ns)" \
-    "$(field "$2" latency_p999_ns)" "$(field "$2" restore_gap_ms)"
+    "$(field "$2" latency_p999_ns)" "$(field "$2" restore_gap_ms)" \
+    "$(load_s "$2")"
 }
 
 echo "load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-printf '| %-28s | %8s | %8s | %8s | %8s | %9s | %s |\n' row "0-5 s" \
-  "0-20 s" "p50 ns" "p99 ns" "p99.9 ns" "gap ms"
-printf '|%s|%s|%s|%s|%s|%s|%s|\n' ------------------------------ \
-  ---------- ---------- ---------- ---------- ----------- --------
+printf '| %-36s | %8s | %8s | %8s | %8s | %9s | %7s | %6s |\n' row \
+  "0-5 s" "0-20 s" "p50 ns" "p99 ns" "p99.9 ns" "gap ms" "load s"
+printf '|%s|%s|%s|%s|%s|%s|%s|%s|\n' -------------------------------------- \
+  ---------- ---------- ---------- ---------- ----------- --------- --------
 for t in $THREADS; do
   for w in $WALKER; do
     args=(--size="$SIZE_MIB" --threads="$t" --after="$AFTER")
@@ -87,20 +95,17 @@ for t in $THREADS; do
       img=$TMP/img-$t-$w-$mode
       out=$TMP/run-$t-$w-$mode
       mkdir -p "$img"
-      # ASSUMED flags (see the top of this file).
-      "$SENTRY" run --rootfs=/ --checkpoint-image="$img" \
-        --checkpoint-on-signal -- "$PROG" "${args[@]}" >"$out" 2>&1 &
-      spid=$!
-      if ! wait_ready "$out" "$spid"; then
-        row "sentry $t hot, walker $w, $mode (no start)" "$out"
-        kill "$spid" 2>/dev/null; wait "$spid" 2>/dev/null
+      "$SENTRY" run --rootfs=/ --checkpoint-after="$CKPT_AFTER" \
+        --image="$img" -- "$PROG" "${args[@]}" >"$out" 2>&1 </dev/null
+      if ! grep -q "restore_pages: ready" "$out" ||
+        [ ! -s "$img/manifest.pb" ]; then
+        row "sentry $t hot, walker $w, $mode (no ready)" "$out"
+        rm -rf "$img"
         continue
       fi
-      kill -USR1 "$spid"
-      wait "$spid"
       # The restored program goes on writing to the same output.
-      "$SENTRY" restore --image="$img" --restore-wait="$mode" \
-        --restore-rate="$RATE" >>"$out" 2>&1
+      "$SENTRY" restore --rootfs=/ --image="$img" --restore-wait="$mode" \
+        --restore-rate="$RATE" --restore-stats >>"$out" 2>&1 </dev/null
       row "sentry $t hot, walker $w, $mode" "$out"
       rm -rf "$img"
     done

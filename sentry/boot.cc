@@ -507,7 +507,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Restore(Prewarmed pw,
                    state::CheckImage(image, co));
   clock->Mark(Stage::kRestoreCheck);
   ASSIGN_OR_RETURN(state::pb::State st, state::ReadStateFile(image));
-  ASSIGN_OR_RETURN(std::unique_ptr<state::FilePageReader> pages,
+  ASSIGN_OR_RETURN(std::shared_ptr<state::FilePageReader> pages,
                    state::FilePageReader::Open(image));
   clock->Mark(Stage::kRestoreReadState);
 
@@ -527,10 +527,18 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Restore(Prewarmed pw,
   sb->MakeProc(std::move(host), lim.memory_bytes);
   clock->Mark(Stage::kRestoreKernel);
 
+  // Installed before the load, the loader has the load register each
+  // range instead of reading it; the reads start once every object is
+  // loaded, and go on while the program runs.
+  mm::AsyncLoader* loader = nullptr;
+  if (!config.eager_pages) {
+    loader = state::InstallAsyncLoader(&k.memory_file(), pages,
+                                       config.page_loading);
+  }
   {
-    // Memory is filled from `pages` (eagerly) where the objects that own
-    // it load: MmState's private runs, tmpfs files, shared anonymous
-    // memory (sentry/state/README.md, "Memory-file data").
+    // Memory is filled from `pages` where the objects that own it load:
+    // MmState's private runs, tmpfs files, shared anonymous memory
+    // (sentry/state/README.md, "Memory-file data").
     state::Loader l(&st, pages.get(), &k.memory_file());
     l.set_rootfs(sb->rootfs_);
     l.set_pseudo_root("devtmpfs", sb->devfs_->Root());
@@ -558,6 +566,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Restore(Prewarmed pw,
     return absl::InvalidArgumentError(
         absl::StrCat(config.image, "/state.pb: no init (pid 1)"));
   }
+  if (loader != nullptr) loader->Start();
   sb->vdso_->timekeeper().WaitCalibrated();
   clock->Mark(Stage::kRestoreLoad);
   return sb;
@@ -569,6 +578,13 @@ absl::StatusOr<state::SaveResult> Sandbox::Checkpoint(
   if (!started()) return absl::FailedPreconditionError("not started");
   if (done()) return absl::FailedPreconditionError("the sandbox has exited");
   absl::MutexLock cl(&checkpoint_mu_);
+  // A restored sandbox's memory is saved only once all of it has arrived
+  // (what is not loaded yet reads as zeros through the internal mapping).
+  // Waited for before the stop: a task waiting for a page is not at a
+  // safe point.
+  if (mm::AsyncLoader* al = kernel_->memory_file().async_loader()) {
+    RETURN_IF_ERROR(Annotate(al->WaitAll(), "loading the restored pages"));
+  }
   RETURN_IF_ERROR(kernel_->StopTheWorld(absl::Seconds(5)));
   clock->Mark(Stage::kCheckpointStop);
   state::SaveOptions so;

@@ -147,6 +147,11 @@ struct RestoreConfig {
   std::string hostname = "sandbox";
   Limits limits;       // memory_bytes below the image's need: refused
   bool strace = false;
+  // Memory: loaded in the background while the program runs (an
+  // mm::AsyncLoader, installed before the load and started after it), or,
+  // with `eager_pages`, read before Restore returns.
+  bool eager_pages = false;
+  mm::AsyncLoadOptions page_loading;
 };
 
 // Error codes of Create and Exec, for callers that mirror a shell's exit
@@ -183,15 +188,18 @@ class Sandbox {
   // image is checked first (CheckImage: a bad one is an error naming the
   // file or field), then the kernel, a new /dev, /dev/pts and /proc, the
   // rootfs reopened, every object loaded with its memory read from
-  // pages.img; `stdio` stands for the saved sandbox's inherited stdio.
-  // Nothing runs until Start, which starts every task where it stopped.
+  // pages.img (in the background from the end of the load, unless
+  // `config.eager_pages`); `stdio` stands for the saved sandbox's
+  // inherited stdio. Nothing runs until Start, which starts every task
+  // where it stopped, whether or not its memory has arrived.
   static absl::StatusOr<std::unique_ptr<Sandbox>> Restore(
       Prewarmed pw, RestoreConfig config, Stdio stdio, StageClock* clock);
   // Saves the running sandbox into the image directory `dir` (a path,
   // replaced as SaveImage does; or a descriptor, filled as SaveImageInto
   // does): every task
   // is stopped at a safe point (Kernel::StopTheWorld), the image written
-  // (state::SaveImage, `spec` into its manifest), then the sandbox goes on
+  // (state::SaveImage, `spec` into its manifest; a restored sandbox's
+  // pages are all loaded first), then the sandbox goes on
   // (`leave_running`) or is killed. A failed save (an object that cannot
   // be saved: the error names it) leaves the sandbox running and no image.
   absl::StatusOr<state::SaveResult> Checkpoint(const state::ImageDir& dir,

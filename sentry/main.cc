@@ -51,6 +51,7 @@
 #include "sentry/fs/tty/host_tty.h"
 #include "sentry/kernel/kernel.h"
 #include "sentry/isolation.h"
+#include "sentry/mm/async_loader.h"
 #include "sentry/serve.h"
 #include "sentry/syscalls/syscalls.h"
 
@@ -190,7 +191,32 @@ struct Options {
   bool leave_running = false;
   // --timings: the checkpoint's or restore's stages to stderr.
   bool timings = false;
+  // restore --restore-pages=eager: memory read before the program runs;
+  // default: loaded in the background while it runs.
+  bool eager_pages = false;
+  // restore --restore-wait, --restore-rate, --restore-threads.
+  mm::AsyncLoadOptions page_loading;
+  // restore --restore-stats: the page loader's counters at the end.
+  bool restore_stats = false;
 };
+
+// "131000000", "131M", "1.5G" (powers of ten): bytes per second.
+bool ParseRate(absl::string_view v, uint64_t* out) {
+  double mult = 1;
+  if (!v.empty()) {
+    switch (v.back()) {
+      case 'k': case 'K': mult = 1e3; break;
+      case 'm': case 'M': mult = 1e6; break;
+      case 'g': case 'G': mult = 1e9; break;
+      default: break;
+    }
+    if (mult != 1) v.remove_suffix(1);
+  }
+  double d = 0;
+  if (!absl::SimpleAtod(v, &d) || d < 0 || d * mult > 1e15) return false;
+  *out = static_cast<uint64_t>(d * mult);
+  return true;
+}
 
 Options ParseArgs(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "serve") == 0) ServeMain(argc, argv);
@@ -228,6 +254,50 @@ Options ParseArgs(int argc, char** argv) {
                     : "where --checkpoint-after writes the checkpoint image");
   fs.Bool("timings", &o.timings,
           "print the checkpoint's or restore's stage timings to stderr");
+  if (restore) {
+    fs.Func("restore-pages", "async|eager",
+            "async (default): the program runs while its memory loads in "
+            "the background; eager: all of it is read first",
+            [&o](absl::string_view v) {
+              if (v != "async" && v != "eager") {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "--restore-pages wants async or eager, got: ", v));
+              }
+              o.eager_pages = v == "eager";
+              return absl::OkStatus();
+            });
+    fs.Func("restore-wait", "shared|exclusive",
+            "how an access to memory not loaded yet waits: with the address "
+            "space's lock shared (default) or exclusive (for the A/B)",
+            [&o](absl::string_view v) -> absl::Status {
+              auto w = mm::ParseRestoreWait(v);
+              if (!w.ok()) return w.status();
+              o.page_loading.wait = *w;
+              return absl::OkStatus();
+            });
+    fs.Func("restore-rate", "BYTES",
+            "the page loader's reads in bytes per second (131M: 131 MB/s), "
+            "to model a network disk; 0 (default): unlimited",
+            [&o](absl::string_view v) {
+              if (!ParseRate(v, &o.page_loading.rate_limit)) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "--restore-rate wants bytes per second (131M), got: ", v));
+              }
+              return absl::OkStatus();
+            });
+    fs.Func("restore-threads", "N", "the page loader's reading threads (2)",
+            [&o](absl::string_view v) {
+              int n = 0;
+              if (!absl::SimpleAtoi(v, &n) || n < 1 || n > 64) {
+                return absl::InvalidArgumentError(absl::StrCat(
+                    "--restore-threads wants 1 to 64, got: ", v));
+              }
+              o.page_loading.threads = n;
+              return absl::OkStatus();
+            });
+    fs.Bool("restore-stats", &o.restore_stats,
+            "print the page loader's counters to stderr at the end");
+  }
   if (!restore) {
     fs.Func("checkpoint-after", "DURATION",
             "checkpoint the sandbox into --image this long after its start "
@@ -323,6 +393,29 @@ std::atomic<bool> checkpoint_started{false};
 std::atomic<bool> checkpointed{false};
 std::atomic<bool> checkpoint_failed{false};
 
+// The restore's page loader's counters (mm::AsyncLoadStats) as one line.
+void PrintLoaderStats(const char* when, const mm::AsyncLoader& l) {
+  const mm::AsyncLoadStats st = l.Stats();
+  std::string line = absl::StrFormat(
+      "sentry: restore pages %s: bytes=%lu/%lu pages=%lu reads=%lu "
+      "failed=%lu cancelled=%lu done=%d load=%.3fms waits=%lu waiting=%lu "
+      "wait_total=%.3fms wait_us_hist=",
+      when, st.bytes_loaded, st.bytes_total, st.pages_loaded, st.reads,
+      st.bytes_failed, st.bytes_cancelled, st.done ? 1 : 0,
+      st.load_ns / 1e6, st.waits, st.waiting, st.wait_ns_total / 1e6);
+  // Only the buckets that count: "[2^i]=n" (waits of 2^i to 2^(i+1) us).
+  bool any = false;
+  for (int i = 0; i < mm::AsyncLoadStats::kBuckets; i++) {
+    if (st.wait_hist[i] == 0) continue;
+    absl::StrAppend(&line, any ? "," : "", i == 0 ? 0 : (1ull << i), ":",
+                    st.wait_hist[i]);
+    any = true;
+  }
+  if (!any) line += "-";
+  line += "\n";
+  fputs(line.c_str(), stderr);
+}
+
 void PrintStages(const char* what, const StageClock& c) {
   std::string line = absl::StrCat("sentry: ", what, " timings:");
   int64_t total = 0;
@@ -370,6 +463,14 @@ int Run(const Options& o) {
   popts.vdso_tsc = o.vdso_tsc;
   popts.platform_options = o.platform_options;
   popts.sentry_seccomp = o.sentry_seccomp;
+  if (o.restore) {
+    // As a pooled Sentry is (sentry serve): what does not depend on the
+    // image is done before it is opened, so that the restore's own stages
+    // are the time a warm Sentry takes from the Restore call on.
+    popts.wait_calibration = true;
+    popts.prepare_address_space = true;
+    popts.populate_bytes = 8ull << 20;
+  }
   auto pw = boot::Prewarm(popts, &clock);
   if (!pw.ok()) Die(kExitUsage, std::string(pw.status().message()));
 
@@ -393,6 +494,8 @@ int Run(const Options& o) {
     config.hostname = o.hostname;
     config.strace = o.strace;
     config.limits = o.limits;
+    config.eager_pages = o.eager_pages;
+    config.page_loading = o.page_loading;
     sb = boot::Sandbox::Restore(std::move(*pw), std::move(config),
                                 std::move(stdio), &restore_clock);
     if (!sb.ok()) {
@@ -459,7 +562,13 @@ int Run(const Options& o) {
   }
   if (o.restore) {
     restore_clock.Mark(Stage::kRestoreStart);
-    if (o.timings) PrintStages("restore", restore_clock);
+    if (o.timings) {
+      PrintStages("prewarm", clock);
+      PrintStages("restore", restore_clock);
+      if (const mm::AsyncLoader* l = k.memory_file().async_loader()) {
+        PrintLoaderStats("at start", *l);
+      }
+    }
   }
   std::thread checkpointer;
   if (o.checkpoint_after > absl::ZeroDuration()) {
@@ -505,6 +614,11 @@ int Run(const Options& o) {
   if (checkpointed.load()) return 0;
   if (checkpoint_failed.load()) return kExitUsage;
   if (stats_fd.valid()) WriteStatsJson(k.platform(), stats_fd.get());
+  if (o.restore_stats) {
+    if (const mm::AsyncLoader* l = k.memory_file().async_loader()) {
+      PrintLoaderStats("at exit", *l);
+    }
+  }
   if (o.log_unimplemented) {
     for (const auto& [nr, count] : k.UnimplementedCounts()) {
       const char* name =

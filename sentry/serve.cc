@@ -553,6 +553,22 @@ void Server::Loop() {
           (*out->mutable_unimplemented_syscalls())[static_cast<uint32_t>(nr)] = n;
         }
         sandbox_->kernel().platform().ExportStats(out->mutable_platform());
+        if (const mm::AsyncLoader* al =
+                sandbox_->kernel().memory_file().async_loader()) {
+          const mm::AsyncLoadStats ls = al->Stats();
+          control::RestorePageStats* rp = out->mutable_restore_pages();
+          rp->set_bytes_total(ls.bytes_total);
+          rp->set_bytes_loaded(ls.bytes_loaded);
+          rp->set_pages_loaded(ls.pages_loaded);
+          rp->set_bytes_failed(ls.bytes_failed);
+          rp->set_reads(ls.reads);
+          rp->set_waits(ls.waits);
+          rp->set_waiting(ls.waiting);
+          rp->set_wait_nanos_total(ls.wait_ns_total);
+          rp->set_load_nanos(ls.load_ns);
+          rp->set_done(ls.done);
+          for (uint64_t n : ls.wait_hist) rp->add_wait_hist(n);
+        }
         Send(r);
         break;
       }

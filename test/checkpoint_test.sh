@@ -10,7 +10,11 @@
 #     programs: test/checkpoint/objects.py (timer, large dict, pipe, unix
 #     socket pair with queued data and a passed fd, epoll, pty, threads in
 #     futex waits) and test/checkpoint/pipeline.sh (a pipeline mid-flight);
-#   - one image restored twice gives two equal, independent runs;
+#   - one image restored three times gives equal, independent runs: pages
+#     loaded while the program runs (the default), eagerly
+#     (--restore-pages=eager), and with exclusive waits under a rate limit;
+#   - a 256 MiB dirtied heap (test/checkpoint/heap.py) restored at 64 MB/s
+#     runs before its pages have loaded and reads the saved data;
 #   - without --leave-running the sandbox ends after the image is written;
 #   - kill -9 of a restored sentry leaves no process of it behind;
 #   - a damaged image (each file truncated or removed) is refused with
@@ -52,13 +56,53 @@ run_case() {
     cmp -s "$tmp/$name.joined" "$tmp/$name.native"; then
     diff "$tmp/$name.joined" "$tmp/$name.native" | head -5 | sed 's/^/  /'
   fi
-  capture 60 "$SENTRY" restore --rootfs=/ --image="$tmp/$name.img"
-  check "$name: the same image restored again runs the same" \
+  capture 60 "$SENTRY" restore --rootfs=/ --image="$tmp/$name.img" \
+    --restore-pages=eager
+  check "$name: the same image restored again (eager) runs the same" \
+    cmp -s "$tmp/out" "$tmp/$name.rest1"
+  capture 60 "$SENTRY" restore --rootfs=/ --image="$tmp/$name.img" \
+    --restore-wait=exclusive --restore-rate=20M
+  check "$name: restored again (exclusive waits, 20 MB/s) runs the same" \
     cmp -s "$tmp/out" "$tmp/$name.rest1"
 }
 
 run_case objects 400ms "$PY" "$here/checkpoint/objects.py"
 run_case pipeline 250ms /bin/sh "$here/checkpoint/pipeline.sh"
+
+# A 256 MiB dirtied heap restored at 64 MB/s: the program runs before its
+# memory has arrived (its digest of the heap waits for the pages, ~4 s)
+# and finds the data it had; eagerly, the digest takes a fraction of it.
+sleep 60 | timeout -k 5 90 "$SENTRY" run --rootfs=/ --checkpoint-after=4s \
+  --image="$tmp/heap.img" -- "$PY" "$here/checkpoint/heap.py" 256 \
+  >"$tmp/heap.orig" 2>"$tmp/heap.orig.err"
+check "heap: checkpointed after the fill ($(head -c 200 "$tmp/heap.orig.err"))" \
+  contains "$tmp/heap.orig" ready
+want=$(sed -n 's/^digest //p' "$tmp/heap.orig")
+echo go >"$tmp/go"
+IN=$tmp/go capture 90 "$SENTRY" restore --rootfs=/ --image="$tmp/heap.img" \
+  --restore-rate=64M --restore-stats --timings
+check "heap: the async restore exits 0 ($(head -c 200 "$tmp/err"))" \
+  eq "$status" 0
+check "heap: the restored copy read its stdin" contains "$tmp/out" "got go"
+check "heap: the restored heap is the saved one" \
+  eq "$(sed -n 's/^digest //p' "$tmp/out")" "$want"
+ms=$(sed -n 's/^digest_ms //p' "$tmp/out")
+check "heap: its pages were still arriving ($ms ms to digest)" \
+  ge "${ms:-0}" 1500
+loaded=$(sed -n 's/.*restore pages at start: bytes=\([0-9]*\)\/.*/\1/p' \
+  "$tmp/err")
+check "heap: the program started with at most half loaded (${loaded:-?})" \
+  eval '[ -n "$loaded" ] && [ "$loaded" -le $((128 << 20)) ]'
+check "heap: every page loaded by the end" \
+  eval 'grep -q "restore pages at exit: bytes=\([0-9]*\)/\1 .*done=1" "$tmp/err"'
+IN=$tmp/go capture 90 "$SENTRY" restore --rootfs=/ --image="$tmp/heap.img" \
+  --restore-pages=eager
+check "heap: the eager restore's heap is the saved one" \
+  eq "$(sed -n 's/^digest //p' "$tmp/out")" "$want"
+ms=$(sed -n 's/^digest_ms //p' "$tmp/out")
+check "heap: eagerly, the digest does not wait ($ms ms)" \
+  eval '[ -n "$ms" ] && [ "$ms" -lt 1500 ]'
+rm -rf "$tmp/heap.img"
 
 # Without --leave-running: the image is the result, the sandbox ends.
 capture 60 "$SENTRY" run --rootfs=/ --checkpoint-after=200ms \

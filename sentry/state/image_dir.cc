@@ -69,7 +69,10 @@ absl::StatusOr<uint32_t> FileCrc(const ImageDir& dir, const char* name,
   const std::string path = dir.Path(name);
   UniqueFd fd(OpenIn(dir, name, O_RDONLY));
   if (!fd.valid()) return ErrnoStatus(absl::StrCat("opening ", path), errno);
-  static thread_local char buf[1 << 20];
+  // Small enough to stay in the cache and to cost a restore (a fresh
+  // process) few first-touch faults; reads of 64 KiB from the page cache
+  // are as fast per byte as larger ones.
+  char buf[64 << 10];
   uint32_t crc = 0;
   *size = 0;
   for (;;) {

@@ -566,7 +566,9 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Restore(Prewarmed pw,
     return absl::InvalidArgumentError(
         absl::StrCat(config.image, "/state.pb: no init (pid 1)"));
   }
-  if (loader != nullptr) loader->Start();
+  if (loader != nullptr) {
+    RETURN_IF_ERROR(Annotate(loader->Start(), "starting the page loader"));
+  }
   sb->vdso_->timekeeper().WaitCalibrated();
   clock->Mark(Stage::kRestoreLoad);
   return sb;

@@ -12,6 +12,7 @@ DEBS=(
   musl-tools
   bazel-bootstrap default-jdk-headless
   runsc util-linux iproute2   # setpriv, ss: the daemon's connection test
+  python3-grpcio python3-protobuf   # the Python client (client/python) and its test
   busybox-static make procps sqlite3   # programs the acceptance tests run in the sandbox
   mmdebstrap   # tools/build_rootfs.sh: sandboxd's default rootfs image
 )

@@ -251,6 +251,11 @@ int64_t EpollFile::Wait(struct epoll_event* out, int max, absl::Time deadline,
   }
 }
 
+size_t EpollFile::NumInterests() {
+  absl::MutexLock l(&mu_);
+  return interests_.size();
+}
+
 int64_t EpollFile::Stat(struct stat* st) {
   AnonStat(st, 0600, ino_);
   return 0;

@@ -56,6 +56,8 @@ class EpollFile : public File, public waiter::EventSource {
   // `deadline` passes (0 returned) or the task is interrupted (-EINTR).
   int64_t Wait(struct epoll_event* out, int max, absl::Time deadline,
                const IoContext& io);
+  // The number of interests (an upper bound of what one Wait returns).
+  size_t NumInterests();
 
   int64_t Read(void*, uint64_t, int64_t, const IoContext&) override {
     return -EINVAL;

@@ -493,6 +493,25 @@ void FdTable::CloseOnExec() {
   for (const auto& f : closing) Dropped(f);
 }
 
+void FdTable::CloseRange(uint32_t first, uint32_t last, bool cloexec_only) {
+  std::vector<std::shared_ptr<File>> closing;
+  {
+    absl::MutexLock l(&mu_);
+    const size_t end = std::min<size_t>(fds_.size(), static_cast<size_t>(last) + 1);
+    for (size_t fd = first; fd < end; ++fd) {
+      Entry& e = fds_[fd];
+      if (e.file == nullptr) continue;
+      if (cloexec_only) {
+        e.cloexec = true;
+      } else {
+        closing.push_back(std::move(e.file));
+        e.cloexec = false;
+      }
+    }
+  }
+  for (const auto& f : closing) Dropped(f);
+}
+
 void FdTable::set_max_fds(uint64_t n) {
   absl::MutexLock l(&mu_);
   max_fds_ = n;

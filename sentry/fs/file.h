@@ -203,6 +203,9 @@ class FdTable {
   std::shared_ptr<FdTable> Fork() const;
   // execve: closes the descriptors marked close-on-exec.
   void CloseOnExec();
+  // close_range(2) over [first, last] (last may be past the end): closes
+  // them, or with `cloexec_only` marks them close-on-exec. Never fails.
+  void CloseRange(uint32_t first, uint32_t last, bool cloexec_only);
 
  private:
   friend struct ::sandboxd::state::FsState;

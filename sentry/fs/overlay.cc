@@ -113,11 +113,30 @@ int OverlayInode::GetAttr(Attr* out) {
 }
 
 int OverlayInode::StatFs(struct statfs* out) {
-  // Space and inodes are the upper layer's: that is where writes go. The
-  // type is overlayfs's, as Linux's ovl_statfs() reports it.
-  int r = fs_->root_->upper()->StatFs(out);
-  if (r == 0) out->f_type = kOverlayFsMagic;
-  return r;
+  // Free space and inodes are the upper layer's: that is where writes go.
+  // What is in use is both layers': the lower filesystem's use (the image's
+  // filesystem on the host, as docker's overlay reports its backing one)
+  // plus the upper's, so that df shows the image's filesystem in use and
+  // grows with what the sandbox writes. The type is overlayfs's, as Linux's
+  // ovl_statfs() reports it.
+  OverlayInode& root = *fs_->root_;
+  int r = root.upper()->StatFs(out);
+  if (r != 0) return r;
+  out->f_type = kOverlayFsMagic;
+  std::shared_ptr<Inode> lower;
+  {
+    absl::MutexLock l(&root.mu_);
+    lower = root.lower_;
+  }
+  struct statfs low;
+  if (lower != nullptr && out->f_bsize > 0 && lower->StatFs(&low) == 0 &&
+      low.f_bfree <= low.f_blocks && low.f_ffree <= low.f_files) {
+    const uint64_t used_bytes = static_cast<uint64_t>(low.f_blocks - low.f_bfree) *
+                                static_cast<uint64_t>(low.f_bsize);
+    out->f_blocks += used_bytes / static_cast<uint64_t>(out->f_bsize);
+    out->f_files += low.f_files - low.f_ffree;
+  }
+  return 0;
 }
 
 int OverlayInode::CopyUp(bool with_data) {

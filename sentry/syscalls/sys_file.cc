@@ -194,6 +194,32 @@ int64_t SysClose(Task& t, const SyscallArgs& a) {
   return t.group().fds().Close(static_cast<int>(a.a[0]));
 }
 
+// close_range(2). CLOSE_RANGE_UNSHARE first gives the caller a table of
+// its own when it shares one with another process (clone CLONE_FILES
+// without CLONE_THREAD), as execve does; the Sentry keeps one table per
+// thread group, so a group of several threads sharing its table with
+// another process cannot unshare it for one thread only: that case is
+// refused with EINVAL and counted.
+int64_t SysCloseRange(Task& t, const SyscallArgs& a) {
+  constexpr uint64_t kUnshare = 1u << 1;  // CLOSE_RANGE_UNSHARE
+  constexpr uint64_t kCloexec = 1u << 2;  // CLOSE_RANGE_CLOEXEC
+  const uint32_t first = static_cast<uint32_t>(a.a[0]);
+  const uint32_t last = static_cast<uint32_t>(a.a[1]);
+  const uint64_t flags = static_cast<uint32_t>(a.a[2]);
+  if ((flags & ~(kUnshare | kCloexec)) != 0 || first > last) return -EINVAL;
+  kernel::ThreadGroup& g = t.group();
+  if ((flags & kUnshare) != 0 && g.fds_ptr().use_count() > 1) {
+    if (g.NumTasks() > 1) {
+      t.kernel().CountUnimplemented(SYS_close_range);
+      return -EINVAL;
+    }
+    std::shared_ptr<fs::FdTable> own = g.fds().Fork();
+    t.kernel().WithTasklistLock([&] { g.set_fds(std::move(own)); });
+  }
+  g.fds().CloseRange(first, last, (flags & kCloexec) != 0);
+  return 0;
+}
+
 int64_t StatOut(Task& t, fs::File& f, uint64_t addr) {
   struct stat st;
   RETURN_IF_ERRNO(f.Stat(&st));
@@ -314,6 +340,7 @@ void RegisterFile(Entry* table) {
   table[SYS_pwritev2] = {SysPwritev2, "pwritev2"};
   table[SYS_lseek] = {SysLseek, "lseek"};
   table[SYS_close] = {SysClose, "close"};
+  table[SYS_close_range] = {SysCloseRange, "close_range"};
   table[SYS_fstat] = {SysFstat, "fstat"};
   table[SYS_ioctl] = {SysIoctl, "ioctl"};
   table[SYS_dup] = {SysDup, "dup"};

@@ -771,11 +771,29 @@ int64_t SysGetdents64(Task& t, const SyscallArgs& a) {
   return n;
 }
 
-// Extended attributes: no filesystem of the sandbox stores any yet.
-int64_t SysGetxattr(Task& t, const SyscallArgs& a) { return -ENODATA; }
-int64_t SysListxattr(Task& t, const SyscallArgs& a) { return 0; }
-int64_t SysSetxattr(Task& t, const SyscallArgs& a) { return -ENOTSUP; }
-int64_t SysRemovexattr(Task& t, const SyscallArgs& a) { return -ENODATA; }
+// Extended attributes: no filesystem of the sandbox stores any yet. The
+// file named is looked up first, as Linux does, so that a missing path is
+// ENOENT (a bad fd EBADF), not "no attribute".
+enum class XattrOf { kPath, kLinkPath, kFd };  // getxattr, lgetxattr, fgetxattr
+
+template <XattrOf kOf>
+int64_t XattrFile(Task& t, uint64_t arg) {
+  if constexpr (kOf == XattrOf::kFd) {
+    ASSIGN_OR_RETURN_ERRNO(auto f, FileFor(t, arg));
+    return 0;
+  } else {
+    ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, arg));
+    Location l;
+    return ResolveAt(t, AT_FDCWD, path, kOf == XattrOf::kPath, false, &l);
+  }
+}
+
+// The result once the file is found: `kNone` for every attribute.
+template <XattrOf kOf, int64_t kNone>
+int64_t SysXattr(Task& t, const SyscallArgs& a) {
+  RETURN_IF_ERRNO(XattrFile<kOf>(t, a.a[0]));
+  return kNone;
+}
 
 }  // namespace
 
@@ -830,18 +848,19 @@ void RegisterPath(Entry* table) {
   table[SYS_statfs] = {SysStatfs, "statfs"};
   table[SYS_fstatfs] = {SysFstatfs, "fstatfs"};
   table[SYS_getdents64] = {SysGetdents64, "getdents64"};
-  for (int nr : {SYS_getxattr, SYS_lgetxattr, SYS_fgetxattr}) {
-    table[nr] = {SysGetxattr, "getxattr"};
-  }
-  for (int nr : {SYS_listxattr, SYS_llistxattr, SYS_flistxattr}) {
-    table[nr] = {SysListxattr, "listxattr"};
-  }
-  for (int nr : {SYS_setxattr, SYS_lsetxattr, SYS_fsetxattr}) {
-    table[nr] = {SysSetxattr, "setxattr"};
-  }
-  for (int nr : {SYS_removexattr, SYS_lremovexattr, SYS_fremovexattr}) {
-    table[nr] = {SysRemovexattr, "removexattr"};
-  }
+  // get: no such attribute; list: none; set: not supported; remove: none.
+  table[SYS_getxattr] = {SysXattr<XattrOf::kPath, -ENODATA>, "getxattr"};
+  table[SYS_lgetxattr] = {SysXattr<XattrOf::kLinkPath, -ENODATA>, "lgetxattr"};
+  table[SYS_fgetxattr] = {SysXattr<XattrOf::kFd, -ENODATA>, "fgetxattr"};
+  table[SYS_listxattr] = {SysXattr<XattrOf::kPath, 0>, "listxattr"};
+  table[SYS_llistxattr] = {SysXattr<XattrOf::kLinkPath, 0>, "llistxattr"};
+  table[SYS_flistxattr] = {SysXattr<XattrOf::kFd, 0>, "flistxattr"};
+  table[SYS_setxattr] = {SysXattr<XattrOf::kPath, -ENOTSUP>, "setxattr"};
+  table[SYS_lsetxattr] = {SysXattr<XattrOf::kLinkPath, -ENOTSUP>, "lsetxattr"};
+  table[SYS_fsetxattr] = {SysXattr<XattrOf::kFd, -ENOTSUP>, "fsetxattr"};
+  table[SYS_removexattr] = {SysXattr<XattrOf::kPath, -ENODATA>, "removexattr"};
+  table[SYS_lremovexattr] = {SysXattr<XattrOf::kLinkPath, -ENODATA>, "lremovexattr"};
+  table[SYS_fremovexattr] = {SysXattr<XattrOf::kFd, -ENODATA>, "fremovexattr"};
 }
 
 }  // namespace sandboxd::syscalls

@@ -373,8 +373,6 @@ int64_t SysPselect6(Task& t, const SyscallArgs& a) {
 
 // Linux's EP_MAX_EVENTS.
 constexpr int64_t kEpMaxEvents = INT32_MAX / sizeof(struct epoll_event);
-// Events taken per call at most: fewer than asked is always allowed.
-constexpr int kEpBatch = 4096;
 
 int64_t EpollCreate1(Task& t, uint64_t flags) {
   if (flags & ~static_cast<uint64_t>(EPOLL_CLOEXEC)) return -EINVAL;
@@ -412,7 +410,11 @@ int64_t EpollWait(Task& t, uint64_t epfd, uint64_t addr, int64_t max,
   if (max <= 0 || max > kEpMaxEvents) return -EINVAL;
   ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::EpollFile> ep,
                          FileAs<fs::EpollFile>(t, epfd, -EINVAL));
-  std::vector<struct epoll_event> evs(std::min<int64_t>(max, kEpBatch));
+  // One call reports each ready interest at most once, so it never needs
+  // room for more events than the set has interests (one at least: an
+  // interest added while the call waits may be reported).
+  const int64_t room = std::max<int64_t>(1, static_cast<int64_t>(ep->NumInterests()));
+  std::vector<struct epoll_event> evs(std::min<int64_t>(max, room));
   int64_t n = ep->Wait(evs.data(), static_cast<int>(evs.size()), deadline, t.io());
   if (n <= 0) return n;
   RETURN_IF_ERRNO(

@@ -53,6 +53,7 @@
 #include "sentry/isolation.h"
 #include "sentry/mm/async_loader.h"
 #include "sentry/serve.h"
+#include "sentry/syscalls/strace.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd {
@@ -327,7 +328,8 @@ Options ParseArgs(int argc, char** argv) {
   fs.String("hostname", &o.hostname, "NAME", "the sandbox's host name");
   fs.Bool("log-unimplemented", &o.log_unimplemented,
           "count the unimplemented syscalls and print them at the end");
-  fs.Bool("strace", &o.strace, "print every syscall to stderr");
+  fs.Bool("strace", &o.strace,
+          "print every syscall to stderr, decoded as strace(1) prints it");
   fs.Positive("memory", &o.limits.memory_bytes,
               "the memory limit in bytes, as the sandbox sees it");
   fs.Func("cpus", "N", "the CPU limit, as the sandbox sees it",
@@ -621,8 +623,7 @@ int Run(const Options& o) {
   }
   if (o.log_unimplemented) {
     for (const auto& [nr, count] : k.UnimplementedCounts()) {
-      const char* name =
-          nr < syscalls::kMaxSyscall ? sandbox->table().entry(nr).name : nullptr;
+      const char* name = syscalls::SyscallName(nr);
       fprintf(stderr, "sentry: unimplemented syscall %lu%s%s: %lu calls\n",
               static_cast<unsigned long>(nr), name ? " " : "", name ? name : "",
               static_cast<unsigned long>(count));

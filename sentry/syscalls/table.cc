@@ -1,8 +1,8 @@
 #include <errno.h>
 
-#include <cstdio>
-#include <string>
+#include <optional>
 
+#include "sentry/syscalls/strace.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -30,6 +30,8 @@ Table::Table() {
 }
 
 int64_t Table::Invoke(Task& t, const SyscallArgs& args) {
+  std::optional<TraceCall> trace;
+  if (trace_) trace.emplace(t, args);
   int64_t r;
   if (args.nr < kMaxSyscall && table_[args.nr].fn != nullptr) {
     r = table_[args.nr].fn(t, args);
@@ -37,15 +39,7 @@ int64_t Table::Invoke(Task& t, const SyscallArgs& args) {
     t.kernel().CountUnimplemented(args.nr);
     r = -ENOSYS;
   }
-  if (trace_) {
-    const char* name = args.nr < kMaxSyscall ? table_[args.nr].name : nullptr;
-    fprintf(stderr, "[%d] %s(%#lx, %#lx, %#lx, %#lx) = %ld\n", t.tid(),
-            name != nullptr ? name : std::to_string(args.nr).c_str(),
-            static_cast<unsigned long>(args.a[0]),
-            static_cast<unsigned long>(args.a[1]),
-            static_cast<unsigned long>(args.a[2]),
-            static_cast<unsigned long>(args.a[3]), static_cast<long>(r));
-  }
+  if (trace) trace->Finish(r);
   return r;
 }
 

@@ -1,6 +1,7 @@
 // Syscall handlers through Table::Invoke, with a task of a kernel whose
 // platform is a fake (tasks are not started: handlers run on the test's
 // thread, as they would on the task's own).
+#include "sentry/syscalls/strace.h"
 #include "sentry/syscalls/syscalls.h"
 
 #include <asm/prctl.h>
@@ -115,6 +116,35 @@ TEST_F(TableTest, UnknownSyscallsAreEnosysAndCounted) {
   EXPECT_NE(table_.entry(SYS_getpid).fn, nullptr);
   EXPECT_STREQ(table_.entry(SYS_getpid).name, "getpid");
   EXPECT_EQ(table_.entry(400).fn, nullptr);
+}
+
+TEST_F(TableTest, StraceDecodesArgumentsAndResults) {
+  const char path[] = "/no/such\tfile";
+  ASSERT_EQ(mm_->CopyOut(buf_, path, sizeof(path)), static_cast<int64_t>(sizeof(path)));
+  kernel::SyscallArgs open{SYS_openat,
+                           {static_cast<uint64_t>(AT_FDCWD), buf_,
+                            O_RDONLY | O_CLOEXEC | O_NOFOLLOW, 0, 0, 0}};
+  EXPECT_EQ(TraceCall(*task_, open).Format(-ENOENT),
+            "[1] openat(AT_FDCWD, \"/no/such\\tfile\", O_RDONLY|O_NOFOLLOW|O_CLOEXEC, 0) = "
+            "-1 ENOENT (No such file or directory)");
+  const std::string data(40, 'x');
+  ASSERT_EQ(mm_->CopyOut(buf_ + 0x100, data.data(), data.size()), 40);
+  kernel::SyscallArgs write{SYS_write, {1, buf_ + 0x100, 40, 0, 0, 0}};
+  EXPECT_EQ(TraceCall(*task_, write).Format(40),
+            "[1] write(1, \"" + std::string(32, 'x') + "\"..., 40) = 40");
+  // What a read filled in is shown after the call, as long as its result.
+  kernel::SyscallArgs read{SYS_read, {0, buf_ + 0x100, 4096, 0, 0, 0}};
+  TraceCall r(*task_, read);
+  ASSERT_EQ(mm_->CopyOut(buf_ + 0x100, "hi\n", 3), 3);
+  EXPECT_EQ(r.Format(3), "[1] read(0, \"hi\\n\", 4096) = 3");
+  kernel::SyscallArgs kill{SYS_kill, {1, SIGTERM, 0, 0, 0, 0}};
+  EXPECT_EQ(TraceCall(*task_, kill).Format(0), "[1] kill(1, SIGTERM) = 0");
+  // A syscall the Sentry lacks has its Linux name.
+  kernel::SyscallArgs unknown{SYS_pkey_alloc, {0, 0, 0, 0, 0, 0}};
+  EXPECT_EQ(TraceCall(*task_, unknown).Format(-ENOSYS),
+            "[1] pkey_alloc(0, 0, 0, 0) = -1 ENOSYS (Function not implemented)");
+  EXPECT_STREQ(SyscallName(SYS_pkey_alloc), "pkey_alloc");
+  EXPECT_EQ(SyscallName(100000), nullptr);
 }
 
 TEST_F(TableTest, Identity) {

@@ -8,6 +8,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -234,6 +235,14 @@ absl::StatusOr<v1::RestoreResponse> Client::Restore(const v1::RestoreRequest& re
   grpc::ClientContext ctx;
   v1::RestoreResponse resp;
   RETURN_IF_ERROR(Convert(stub_->Restore(&ctx, req, &resp)));
+  return resp;
+}
+
+absl::StatusOr<v1::CapabilitiesResponse> Client::Capabilities() {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::CapabilitiesResponse resp;
+  RETURN_IF_ERROR(Convert(stub_->Capabilities(&ctx, v1::CapabilitiesRequest(), &resp)));
   return resp;
 }
 

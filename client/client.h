@@ -107,6 +107,7 @@ class Client {
   absl::StatusOr<v1::SandboxInfo> Get(const std::string& id);
   absl::StatusOr<v1::CheckpointResponse> Checkpoint(const v1::CheckpointRequest& req);
   absl::StatusOr<v1::RestoreResponse> Restore(const v1::RestoreRequest& req);
+  absl::StatusOr<v1::CapabilitiesResponse> Capabilities();
   // Starts connecting to the daemon now, in gRPC's threads, so that the
   // connection set-up overlaps what the caller does before its first call.
   void ConnectInBackground();

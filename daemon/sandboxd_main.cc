@@ -30,6 +30,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "base/flags.h"
+#include "base/version.h"
 #include "daemon/auth.h"
 #include "daemon/cgroup.h"
 #include "daemon/log.h"
@@ -39,6 +40,7 @@
 #include "daemon/service.h"
 #include "daemon/spec_policy.h"
 #include "daemon/state_dir.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/health_check_service_interface.h"
 #include "platforms/registry.h"
 #include "platforms/systrap/register.h"
@@ -240,7 +242,13 @@ Flags ParseFlags(int argc, char** argv) {
   fs.Int("connection-idle-timeout", &f.connection_idle_seconds,
          "seconds after which a connection with no call in flight is closed "
          "(clients reconnect); 0 for never");
+  bool version = false;
+  fs.Bool("version", &version, "print sandboxd's version and exit");
   std::vector<std::string> rest = fs.ParseOrExit(flags::Args(argc, argv), kExitUsage);
+  if (version) {
+    printf("sandboxd %s\n", kVersion);
+    exit(0);
+  }
   if (!rest.empty()) Die(kExitUsage, absl::StrCat("unknown argument: ", rest[0]));
   if (f.sentry.empty()) f.sentry = DefaultSentry();
   if (f.default_rootfs.empty()) f.default_rootfs = DefaultRootfs();
@@ -367,7 +375,10 @@ int Main(int argc, char** argv) {
   auto service = std::make_unique<Service>(so, pool.get(), metrics->get(), cgroups != nullptr);
   service->Readopt(&factory, cgroups.get());
 
+  // grpc.health.v1 answers for "" and for the service by name, and server
+  // reflection lets grpcurl and the like call the API without its .proto.
   grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   // No BDP probes: a PING sent with each burst of data costs both ends a
   // wakeup (on an Exec's exit, for one) and sizes nothing on a unix socket.
@@ -402,6 +413,7 @@ int Main(int argc, char** argv) {
   builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) Die(1, absl::StrCat("cannot listen on ", flags.socket));
+  server->GetHealthCheckService()->SetServingStatus(v1::Sandboxes::service_full_name(), true);
   if (absl::Status s = (*listener)->AfterStart(server.get()); !s.ok()) {
     Die(1, s.ToString());
   }
@@ -417,6 +429,7 @@ int Main(int argc, char** argv) {
     int sig = 0;
     sigwait(&stop_signals, &sig);
     Log("signal ", sig, ": shutting down");
+    server->GetHealthCheckService()->Shutdown();  // NOT_SERVING from now on
     (*listener)->Stop();
     // Calls in flight get a moment; the sandboxes die next anyway.
     server->Shutdown(std::chrono::system_clock::now() + std::chrono::milliseconds(500));

@@ -18,6 +18,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
+#include "base/version.h"
 #include "daemon/adopt.h"
 #include "daemon/log.h"
 #include "daemon/sentry_kind.h"
@@ -748,6 +749,7 @@ grpc::Status Service::Capabilities(grpc::ServerContext*, const v1::CapabilitiesR
                                    v1::CapabilitiesResponse* resp) {
   resp->set_exec_create(true);
   resp->set_exec_remove(true);
+  resp->set_version(kVersion);
   return grpc::Status::OK;
 }
 

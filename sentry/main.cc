@@ -43,6 +43,7 @@
 #include "base/flags.h"
 #include "base/thread.h"
 #include "base/unique_fd.h"
+#include "base/version.h"
 #include "google/protobuf/util/json_util.h"
 #include "platforms/registry.h"
 #include "proto/platform_stats.pb.h"
@@ -70,6 +71,7 @@ const char kCommands[] =
     "usage: sentry run [FLAGS] [--] PROGRAM [ARGS...]\n"
     "       sentry restore --image=DIR [FLAGS]\n"
     "       sentry serve --control-fd=N [FLAGS]\n"
+    "       sentry --version\n"
     "`sentry run --help`, `sentry restore --help` and `sentry serve --help`\n"
     "list the flags.\n";
 
@@ -223,6 +225,11 @@ Options ParseArgs(int argc, char** argv) {
   if (argc >= 2 && std::strcmp(argv[1], "serve") == 0) ServeMain(argc, argv);
   const bool restore = argc >= 2 && std::strcmp(argv[1], "restore") == 0;
   if (argc < 2 || (std::strcmp(argv[1], "run") != 0 && !restore)) {
+    if (argc >= 2 && std::strcmp(argv[1], "--version") == 0) {
+      printf("sentry %s\n", kVersion);
+      fflush(stdout);
+      _exit(0);
+    }
     if (argc >= 2 && (std::strcmp(argv[1], "--help") == 0 ||
                       std::strcmp(argv[1], "-h") == 0)) {
       fputs(kCommands, stdout);

@@ -47,6 +47,15 @@ daemon_pid=$!
 on_exit "stop_pid $daemon_pid"
 check "sandboxd answers" wait_for_daemon "$SANDBOXCTL" "$SOCK"
 
+capture 30 "$SANDBOXCTL" --socket="$SOCK" version
+check "sandboxctl version: client and daemon" \
+  eq "$(sed 's/ (.*//' "$tmp/out")" "$(printf 'client: sandboxctl %s\ndaemon: sandboxd %s' \
+    "$("$SANDBOXCTL" --version | cut -d' ' -f2)" "$("$SANDBOXD" --version | cut -d' ' -f2)")"
+check "sentry --version" eq "$("$SENTRY" --version | cut -d' ' -f1)" sentry
+check "one version for all" eq "$("$SENTRY" --version | cut -d' ' -f2)" "$("$SANDBOXD" --version | cut -d' ' -f2)"
+check "the pkg-config file's version is it too" \
+  eq "$(pkg-config --modversion sandboxd-client)" "$("$SANDBOXD" --version | cut -d' ' -f2)"
+
 SANDBOXD_SOCKET=$SOCK capture 60 ./hello
 check "hello: exit 0" eq "$status" 0
 check "hello: the sandbox's output" eq "$(cat "$tmp/out")" "hello from hello-box"

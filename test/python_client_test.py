@@ -135,6 +135,38 @@ class ClientTest(unittest.TestCase):
             self.c.start("no-such-sandbox")
         self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
 
+    def raw_call(self, method, request):
+        """A unary call with hand-encoded messages: Debian ships no Python
+        modules for grpc.health.v1 or reflection."""
+        channel = grpc.insecure_channel("unix:" + SOCKET)
+        self.addCleanup(channel.close)
+        call = channel.unary_unary(method, request_serializer=None, response_deserializer=None)
+        return call(request, timeout=30)
+
+    def test_health_answers_for_the_service_by_name(self):
+        # HealthCheckRequest{service: "sandboxd.v1.Sandboxes"} -> {status: SERVING}
+        name = b"sandboxd.v1.Sandboxes"
+        reply = self.raw_call("/grpc.health.v1.Health/Check", b"\x0a" + bytes([len(name)]) + name)
+        self.assertEqual(reply, b"\x08\x01")
+        with self.assertRaises(grpc.RpcError) as e:
+            self.raw_call("/grpc.health.v1.Health/Check", b"\x0a\x03xyz")
+        self.assertEqual(e.exception.code(), grpc.StatusCode.NOT_FOUND)
+
+    def test_server_reflection_lists_the_service(self):
+        # ServerReflectionRequest{list_services: ""}: the reply names the services.
+        channel = grpc.insecure_channel("unix:" + SOCKET)
+        self.addCleanup(channel.close)
+        call = channel.stream_stream(
+            "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo",
+            request_serializer=None, response_deserializer=None)
+        replies = b"".join(call(iter([b"\x3a\x00"]), timeout=30))
+        self.assertIn(b"sandboxd.v1.Sandboxes", replies)
+        self.assertIn(b"grpc.health.v1.Health", replies)
+
+    def test_capabilities_carry_the_version(self):
+        caps = self.c.stub.Capabilities(pb.CapabilitiesRequest())
+        self.assertRegex(caps.version, r"^[0-9]+\.[0-9]+\.[0-9]+$")
+
     def test_the_generated_modules_are_the_package_s(self):
         self.assertTrue(hasattr(sandboxd_client.sandbox_pb2_grpc, "SandboxesStub"))
         self.assertEqual(pb.DESCRIPTOR.package, "sandboxd.v1")

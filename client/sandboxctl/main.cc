@@ -22,6 +22,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "base/flags.h"
+#include "base/version.h"
 #include "client/client.h"
 #include "client/sandboxctl/sandboxctl.h"
 #include "daemon/auth.h"
@@ -45,6 +46,7 @@ const char kCommands[] =
     "  checkpoint [--leave-running] ID --image=DIR\n"
     "  restore --image=DIR [--name=ID] [-d] [-i] [--memory=BYTES]\n"
     "                       a new sandbox from a checkpoint image\n"
+    "  version              sandboxctl's version and the daemon's\n"
     "\n"
     "`sandboxctl COMMAND --help` lists a command's flags (run's and create's\n"
     "spec flags: --name --rootfs --env --cwd --platform --hostname --network\n"
@@ -58,7 +60,7 @@ const std::map<std::string, Command>& Commands() {
       {"exec", Exec},       {"ps", Ps},           {"list", Ps},
       {"ls", Ps},           {"logs", Logs},       {"kill", Kill},
       {"rm", Rm},           {"inspect", Inspect}, {"wait", Wait},
-      {"checkpoint", Checkpoint}, {"restore", Restore},
+      {"checkpoint", Checkpoint}, {"restore", Restore}, {"version", Version},
   };
   return *commands;
 }
@@ -74,10 +76,16 @@ int Main(int argc, char** argv) {
   fs.String("tcp", &co.tcp_address, "HOST:PORT", "the daemon over TCP with TLS");
   fs.String("ca-cert", &co.ca_cert_file, "FILE", "the CA that signed the daemon's certificate");
   fs.String("token-file", &token_file, "FILE", "the bearer token for --tcp");
+  bool version = false;
+  fs.Bool("version", &version, "print sandboxctl's version and exit");
   fs.set_footer(kCommands);
   absl::StatusOr<std::vector<std::string>> rest = fs.Parse(flags::Args(argc, argv));
   if (fs.help_requested()) {
     fputs(fs.Help().c_str(), stdout);
+    return 0;
+  }
+  if (version && rest.ok()) {
+    printf("sandboxctl %s\n", kVersion);
     return 0;
   }
   if (!rest.ok()) {

@@ -86,6 +86,7 @@ int Wait(Client& c, std::vector<std::string> args);
 int Checkpoint(Client& c, std::vector<std::string> args);
 
 int Restore(Client& c, std::vector<std::string> args);
+int Version(Client& c, std::vector<std::string> args);
 // "512m", "2g", "4096": bytes (run.cc).
 absl::StatusOr<uint64_t> ParseBytes(absl::string_view v);
 // run's and create's flags that fill the CreateRequest (run.cc).

@@ -609,6 +609,7 @@ absl::Status Service::CheckpointSandbox(const v1::CheckpointRequest& req,
   auto observe = absl::MakeCleanup([&] {
     if (metrics_ != nullptr) metrics_->ObserveCheckpoint(false, absl::Now() - begin);
   });
+  RETURN_IF_ERROR(CheckCheckpointTarget(options_.policy, "image_dir", path));
   ASSIGN_OR_RETURN(UniqueFd dir, OpenEmptyImageDir(path));
   RETURN_IF_ERROR(CheckCheckpointRoot(options_.policy, dir.get(), "image_dir", path));
   const absl::Duration open = absl::Now() - begin;

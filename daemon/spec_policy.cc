@@ -215,6 +215,19 @@ absl::Status CheckCheckpointRoot(const SpecPolicy& p, int fd,
       absl::StrJoin(p.checkpoint_roots, ","), ")"));
 }
 
+absl::Status CheckCheckpointTarget(const SpecPolicy& p, const std::string& field,
+                                   const std::string& path) {
+  if (p.checkpoint_roots.empty()) return absl::OkStatus();
+  UniqueFd fd(open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (fd.valid()) return CheckCheckpointRoot(p, fd.get(), field, path);
+  // To be made: where its parent is.
+  const size_t slash = path.find_last_of('/');
+  const std::string parent = slash == 0 ? "/" : path.substr(0, slash);
+  UniqueFd pfd(open(parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!pfd.valid()) return absl::OkStatus();  // the mkdir says why
+  return CheckCheckpointRoot(p, pfd.get(), field, path);
+}
+
 absl::StatusOr<UniqueFd> OpenCheckpointDir(const SpecPolicy& p,
                                            const v1::SandboxSpec& spec) {
   const std::string& dir = spec.checkpoint_dir();
@@ -234,6 +247,7 @@ absl::StatusOr<UniqueFd> OpenCheckpointDir(const SpecPolicy& p,
         absl::StrCat("spec.checkpoint_limit: at most 1024, got ",
                      spec.checkpoint_limit()));
   }
+  RETURN_IF_ERROR(CheckCheckpointTarget(p, "spec.checkpoint_dir", dir));
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return absl::InvalidArgumentError(absl::StrCat(
         "spec.checkpoint_dir: creating ", dir, ": ", strerror(errno)));

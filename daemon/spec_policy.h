@@ -94,6 +94,11 @@ absl::Status CheckCheckpointRoot(const SpecPolicy& policy, int fd,
                                  const std::string& field,
                                  const std::string& path);
 
+// The same for a directory `path` that may not exist yet (to be made in
+// its parent), before anything is made.
+absl::Status CheckCheckpointTarget(const SpecPolicy& policy, const std::string& field,
+                                   const std::string& path);
+
 // "4k", "256m", "2g", "1048576" -> bytes.
 absl::StatusOr<uint64_t> ParseByteSize(const std::string& s);
 

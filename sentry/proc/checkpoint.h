@@ -28,8 +28,8 @@
 // installed (sentry/self_checkpoint.h). Without one, a write fails with
 // EPERM.
 //
-// Lock order: CheckpointControl::mu_ and CheckpointFile::mu_ are leaves;
-// the queue is notified with neither held.
+// Lock order: CheckpointFile::mu_ > CheckpointControl::mu_ (a leaf); the
+// queue is notified with neither held.
 #ifndef SANDBOXD_SENTRY_PROC_CHECKPOINT_H_
 #define SANDBOXD_SENTRY_PROC_CHECKPOINT_H_
 

@@ -259,8 +259,10 @@ void Server::OnSelfCheckpoint(const boot::SelfCheckpointReport& rep) {
   if (watching_ && watch_generation_ == generation()) {
     watching_ = false;
     r.set_id(watch_id_);
-    Send(r);
-    return;
+    absl::MutexLock cl(&ch_mu_);
+    if (ch_->Send(r).ok()) return;
+    // The daemon went away meanwhile: the next one gets it.
+    r.set_id(0);
   }
   watching_ = false;  // an earlier daemon's: it is gone
   reports_.push_back(std::move(r));
@@ -583,6 +585,11 @@ void Server::Loop() {
     }
     absl::Status s = ch->Receive(&req, &fds);
     if (absl::IsUnavailable(s)) {
+      {
+        // Its pending WatchCheckpoints will never be read.
+        absl::MutexLock l(&watch_mu_);
+        watching_ = false;
+      }
       if (AwaitNextDaemon()) continue;
       // The daemon is gone: nobody will ever wait for this sandbox.
       if (sandbox_ != nullptr) sandbox_->KillAll();

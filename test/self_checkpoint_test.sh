@@ -21,6 +21,8 @@
 #       random bytes, each a sandbox of its own
 #     - a relative or forbidden directory (--checkpoint-roots) is refused
 #     - a sandbox without --checkpoint-dir gets EPERM
+#     - a self-checkpoint made while sandboxd is down (kill -9) is
+#       recorded by the next sandboxd, and its image restores
 # Exits 77 (CTest: skipped) when the binaries do not exist yet.
 set -u
 # shellcheck source=test/lib.sh
@@ -109,12 +111,15 @@ kill_recorded() {
   return 0
 }
 on_exit kill_recorded
-"$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" --state-dir="$tmp/state" \
-  --pool-size=1 --cgroup-parent="self-ckpt-test-$$" --default-rootfs=/ --shutdown-kill \
-  --checkpoint-roots="$tmp/d" 2>>"$tmp/daemon.log" &
-daemon_pid=$!
-on_exit "stop_pid $daemon_pid"
-wait_for_daemon "$SANDBOXCTL" "$SOCK" || { tail "$tmp/daemon.log"; exit 1; }
+daemon() {
+  "$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" --state-dir="$tmp/state" \
+    --pool-size=1 --cgroup-parent="self-ckpt-test-$$" --default-rootfs=/ --shutdown-kill \
+    --checkpoint-roots="$tmp/d" 2>>"$tmp/daemon.log" &
+  daemon_pid=$!
+  on_exit "stop_pid $daemon_pid"
+  wait_for_daemon "$SANDBOXCTL" "$SOCK" || { tail "$tmp/daemon.log"; exit 1; }
+}
+daemon
 ctl() { capture 60 "$SANDBOXCTL" --socket="$SOCK" "$@"; }
 # logs_field ID NAME: NAME's value in ID's output so far.
 logs_field() {
@@ -174,7 +179,22 @@ ctl checkpoint fn --leave-running --image=/tmp/not-allowed-$$
 check "daemon: Checkpoint's image_dir outside --checkpoint-roots: refused" contains "$tmp/err" "checkpoint-roots"
 rmdir "/tmp/not-allowed-$$" 2>/dev/null
 
-for id in fn c1 c2; do ctl rm -f $id; done
+# A self-checkpoint while no daemon listens: the next one hears of it.
+ctl run -d --name=late --checkpoint-dir="$tmp/d/images" -- /bin/sh -c \
+  'sleep 2; exec 3<>/proc/sandbox/checkpoint; echo 1 >&3; read side <&3; echo "side $side"; sleep 1000'
+check "daemon: late started" eq "$status" 0
+kill -9 "$daemon_pid"
+wait "$daemon_pid" 2>/dev/null
+sleep 3
+daemon
+check "daemon restarted: it heard of late's checkpoint" until_inspect 60 late "\"image_dir\": \"$tmp/d/images/late.1\""
+check "daemon restarted: late reads resume" until_field 30 late side
+check "daemon restarted: ... resume" eq "$(logs_field late side)" resume
+ctl restore -d --name=late-r --image="$tmp/d/images/late.1"
+check "daemon restarted: late.1 restores" until_field 60 late-r side
+check "daemon restarted: ... restore" eq "$(logs_field late-r side)" restore
+
+for id in fn c1 c2 late late-r; do ctl rm -f $id; done
 fi
 
 echo "1..$n"

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -584,13 +585,10 @@ absl::StatusOr<state::SaveResult> Sandbox::Checkpoint(
   absl::MutexLock cl(&checkpoint_mu_);
   // Every attempt ends for /proc/sandbox/checkpoint's readers, written or
   // not; a written one before the tasks go on.
-  struct EndOnError {
-    fs::proc::CheckpointControl* c;
-    bool ended = false;
-    ~EndOnError() {
-      if (!ended) c->Ended(false);
-    }
-  } end{checkpoints_.get()};
+  bool ended = false;
+  absl::Cleanup end_on_error = [&] {
+    if (!ended) checkpoints_->Ended(false);
+  };
   // A restored sandbox's memory is saved only once all of it has arrived
   // (what is not loaded yet reads as zeros through the internal mapping).
   // Waited for before the stop: a task waiting for a page is not at a
@@ -612,7 +610,7 @@ absl::StatusOr<state::SaveResult> Sandbox::Checkpoint(
   // Queued while every task is parked: the kill acts as they go on.
   if (saved.ok() && !leave_running) KillAll();
   checkpoints_->Ended(saved.ok());
-  end.ended = true;
+  ended = true;
   kernel_->ResumeTheWorld();
   clock->Mark(Stage::kCheckpointResume);
   return saved;

@@ -26,6 +26,8 @@ google::protobuf::Duration ToProto(absl::Duration d) {
 constexpr absl::Duration kCallTimeout = absl::Seconds(10);
 // ... and to save or load an image, which is as large as the memory.
 constexpr absl::Duration kCheckpointTimeout = absl::Minutes(5);
+// SandboxInfo.self_checkpoints keeps the last this many.
+constexpr size_t kMaxSelfCheckpoints = 64;
 
 }  // namespace
 
@@ -108,6 +110,7 @@ Sandbox::Sandbox(Options o)
       state_dir_(o.state_dir),
       on_state_change_(std::move(o.on_state_change)),
       rootfs_(std::move(o.rootfs)),
+      checkpoint_dir_(std::move(o.checkpoint_dir)),
       image_(std::move(o.image)),
       image_path_(std::move(o.image_path)),
       sentry_(std::move(o.sentry)) {
@@ -172,6 +175,7 @@ void Sandbox::SaveRecord() {
     *info.mutable_spec() = spec_;
     *info.mutable_timings() = timings_;
     *info.mutable_exit() = exit_;
+    for (const v1::SelfCheckpoint& c : self_checkpoints_) *info.add_self_checkpoints() = c;
   }
   info.add_sentry_pids(sentry_->process().pid());
   if (absl::Status s = state_dir_->SaveSandbox(info); !s.ok()) {
@@ -197,6 +201,8 @@ std::shared_ptr<Sandbox> Sandbox::Adopt(Options o, const v1::SandboxInfo& record
     absl::MutexLock l(&s->mu_);
     s->timings_ = record.timings();
     s->attached_ = true;  // its stdio went with the earlier daemon
+    s->self_checkpoints_.assign(record.self_checkpoints().begin(),
+                                record.self_checkpoints().end());
   }
   const bool ended = record.state() == v1::SANDBOX_STATE_STOPPED ||
                      record.state() == v1::SANDBOX_STATE_FAILED;
@@ -256,6 +262,10 @@ std::shared_ptr<Sandbox> Sandbox::Adopt(Options o, const v1::SandboxInfo& record
   s->init_relay_->Start();
   if (running && !ended) {
     s->waiter_ = std::thread([raw] { raw->WaitLoop(); });
+    // Reports made while no daemon listened are kept by the Sentry.
+    if (!s->spec_.checkpoint_dir().empty()) {
+      s->checkpoint_watcher_ = std::thread([raw] { raw->WatchCheckpointsLoop(); });
+    }
   } else {
     s->init_relay_->ProcessExited();
   }
@@ -316,18 +326,19 @@ absl::Status Sandbox::StartLocked() {
   if (restore) {
     control::Request::Restore* r = req.mutable_restore();
     r->set_sandbox_id(id_);
+    // The Sentry names an empty hostname by the id; the spec goes as it
+    // is, since it is what the sandbox's self-checkpoints record.
     *r->mutable_spec() = spec_;
-    if (r->spec().hostname().empty()) r->mutable_spec()->set_hostname(id_);
     r->set_image_path(image_path_);
     fds.push_back(image_.get());
   } else {
     control::Request::Start* start = req.mutable_start();
     start->set_sandbox_id(id_);
     *start->mutable_spec() = spec_;
-    if (start->spec().hostname().empty()) start->mutable_spec()->set_hostname(id_);
   }
   fds.push_back(rootfs_.get());
   for (int fd : init_stdio_.TheirFds()) fds.push_back(fd);
+  if (checkpoint_dir_.valid()) fds.push_back(checkpoint_dir_.get());
   if (state_dir_ != nullptr) {
     // Without it the sandbox still runs, but dies with this daemon.
     const absl::Time persist = absl::Now();
@@ -359,6 +370,7 @@ absl::Status Sandbox::StartLocked() {
   init_stdio_.theirs.clear();
   rootfs_.reset();
   image_.reset();
+  checkpoint_dir_.reset();
   if (!r.ok()) {
     v1::ExitStatus exit;
     exit.set_error(absl::StrCat(restore ? "restore: " : "start: ",
@@ -374,7 +386,49 @@ absl::Status Sandbox::StartLocked() {
   state_ = v1::SANDBOX_STATE_RUNNING;
   *timings_.mutable_started() = ToProto(absl::Now());
   waiter_ = std::thread([this] { WaitLoop(); });
+  if (!spec_.checkpoint_dir().empty()) {
+    checkpoint_watcher_ = std::thread([this] { WatchCheckpointsLoop(); });
+  }
   return absl::OkStatus();
+}
+
+void Sandbox::WatchCheckpointsLoop() {
+  for (;;) {
+    control::Request req;
+    req.mutable_watch_checkpoints();
+    absl::StatusOr<control::Response> r = sentry_->process().Call(req);
+    if (!r.ok()) return;  // the Sentry is gone
+    const control::SelfCheckpointed& done = r->self_checkpointed();
+    v1::SelfCheckpoint c;
+    if (!done.image_name().empty()) {
+      c.set_image_dir(absl::StrCat(spec_.checkpoint_dir(), "/", done.image_name()));
+    }
+    *c.mutable_time() = ToProto(absl::Now());
+    c.set_error(done.error());
+    c.set_image_bytes(done.image().state_bytes() + done.image().pages_bytes());
+    c.set_memory_bytes(done.image().memory_bytes());
+    for (const control::StageTiming& t : r->timings()) {
+      const std::string& n = t.name();
+      v1::Stage* st = c.add_stages();
+      st->set_name(absl::StrCat("checkpoint.sentry.", n.substr(n.rfind('.') + 1)));
+      *st->mutable_duration() = ToProto(absl::Nanoseconds(t.nanos()));
+    }
+    if (c.error().empty()) {
+      Log("sandbox ", id_, ": checkpointed itself to ", c.image_dir(), " (",
+          c.image_bytes(), " bytes)");
+    } else {
+      Log("sandbox ", id_, ": its self-checkpoint failed: ", c.error());
+    }
+    {
+      absl::MutexLock l(&mu_);
+      if (destroyed_) return;
+      self_checkpoints_.push_back(std::move(c));
+      if (self_checkpoints_.size() > kMaxSelfCheckpoints) {
+        self_checkpoints_.erase(self_checkpoints_.begin());
+      }
+    }
+    Changed();
+  }
 }
 
 void Sandbox::WaitLoop() {
@@ -598,6 +652,7 @@ v1::ExitStatus Sandbox::Destroy() {
   killed.set_signal(SIGKILL);
   if (!p.exited()) KillOnHost();
   if (waiter_.joinable()) waiter_.join();  // its Wait ends with the Sentry
+  if (checkpoint_watcher_.joinable()) checkpoint_watcher_.join();  // likewise
   Finish(killed, v1::SANDBOX_STATE_STOPPED);  // unless it had ended already
   init_relay_->Stop();
   v1::ExitStatus exit;
@@ -629,6 +684,7 @@ v1::SandboxInfo Sandbox::Info(bool live) {
     info.set_state(state_);
     *info.mutable_spec() = spec_;
     *info.mutable_timings() = timings_;
+    for (const v1::SelfCheckpoint& c : self_checkpoints_) *info.add_self_checkpoints() = c;
     if (state_ == v1::SANDBOX_STATE_STOPPED || state_ == v1::SANDBOX_STATE_FAILED) {
       *info.mutable_exit() = exit_;
     }

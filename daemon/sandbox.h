@@ -58,6 +58,9 @@ class Sandbox {
     v1::SandboxSpec spec;
     std::unique_ptr<WarmSentry> sentry;
     UniqueFd rootfs;  // O_PATH|O_DIRECTORY
+    // spec.checkpoint_dir, opened (O_PATH|O_DIRECTORY); invalid: none.
+    // Handed to the Sentry at the start.
+    UniqueFd checkpoint_dir;
     // Set for a restore: the image directory (O_PATH|O_DIRECTORY) and its
     // path (errors only).
     UniqueFd image;
@@ -155,6 +158,9 @@ class Sandbox {
   void AddStageLocked(absl::string_view name, absl::Duration d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WaitLoop();
+  // Records the Sentry's self-checkpoint reports (control.proto
+  // WatchCheckpoints) until the Sentry is gone.
+  void WatchCheckpointsLoop();
   // Records how the init program ended; the first report wins.
   void Finish(v1::ExitStatus exit, v1::SandboxState state);
   void OnSentryExit(bool crashed, const std::string& reason);
@@ -182,6 +188,9 @@ class Sandbox {
   bool attached_ ABSL_GUARDED_BY(mu_) = false;
   v1::Timings timings_ ABSL_GUARDED_BY(mu_);
   UniqueFd rootfs_ ABSL_GUARDED_BY(mu_);
+  UniqueFd checkpoint_dir_ ABSL_GUARDED_BY(mu_);  // until the start
+  // SandboxInfo.self_checkpoints: the last kMaxSelfCheckpoints.
+  std::vector<v1::SelfCheckpoint> self_checkpoints_ ABSL_GUARDED_BY(mu_);
   UniqueFd image_ ABSL_GUARDED_BY(mu_);  // a restore's, until its start
   std::string image_path_ ABSL_GUARDED_BY(mu_);
   // Set while a Checkpoint that kills the sandbox is in flight, and after
@@ -193,6 +202,7 @@ class Sandbox {
 
   std::unique_ptr<ProcessRelay> init_relay_;
   std::thread waiter_;
+  std::thread checkpoint_watcher_;  // with spec.checkpoint_dir
   // Destroyed first: its exit callback may still run while it is torn down.
   std::unique_ptr<WarmSentry> sentry_;
   friend class Service;  // names mu_ in its lock order annotation

@@ -69,6 +69,7 @@ struct Flags {
   bool systrap_patch = false;  // --systrap-patch=on|off: the pool's default
   std::string default_rootfs;  // default: DefaultRootfs()
   std::vector<std::string> allowed_roots;
+  std::vector<std::string> checkpoint_roots;
   v1::Limits default_limits;
   int max_connections = 1024;
   int max_connections_per_client = 128;
@@ -196,6 +197,22 @@ Flags ParseFlags(int argc, char** argv) {
                 absl::StrCat("want absolute paths, got ", d));
           }
           f.allowed_roots.emplace_back(d);
+        }
+        return absl::OkStatus();
+      },
+      "any");
+  fs.Func(
+      "checkpoint-roots", "DIR[,DIR]",
+      "the host directories (and their subdirectories) where checkpoint "
+      "images may be written (spec.checkpoint_dir, Checkpoint's image_dir)",
+      [&f](absl::string_view v) {
+        f.checkpoint_roots.clear();
+        for (absl::string_view d : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+          if (d[0] != '/') {
+            return absl::InvalidArgumentError(
+                absl::StrCat("want absolute paths, got ", d));
+          }
+          f.checkpoint_roots.emplace_back(d);
         }
         return absl::OkStatus();
       },
@@ -357,6 +374,7 @@ int Main(int argc, char** argv) {
   so.max_sandboxes = flags.max_sandboxes;
   so.policy.default_rootfs = flags.default_rootfs;
   so.policy.allowed_roots = flags.allowed_roots;
+  so.policy.checkpoint_roots = flags.checkpoint_roots;
   so.policy.default_memory_bytes = flags.default_limits.memory_bytes();
   so.policy.default_cpu_millis = flags.default_limits.cpu_millis();
   so.policy.default_pids = flags.default_limits.pids();

@@ -317,6 +317,7 @@ absl::Status Service::CreateSandbox(
   stage(Stage::kCreateValidate);
   // The daemon's image unless the spec names a (permitted) host directory.
   ASSIGN_OR_RETURN(UniqueFd rootfs, OpenRootfs(options_.policy, &spec));
+  ASSIGN_OR_RETURN(UniqueFd checkpoint_dir, OpenCheckpointDir(options_.policy, spec));
   stage(Stage::kCreateOpenRootfs);
 
   // Reserve the id (a null entry), within the limit.
@@ -363,6 +364,7 @@ absl::Status Service::CreateSandbox(
   o.spec = spec;
   o.sentry = std::move(*warm);
   o.rootfs = std::move(rootfs);
+  o.checkpoint_dir = std::move(checkpoint_dir);
   o.pool_hit = hit;
   o.created = begin;
   o.stages = std::move(stages);
@@ -608,7 +610,9 @@ absl::Status Service::CheckpointSandbox(const v1::CheckpointRequest& req,
   auto observe = absl::MakeCleanup([&] {
     if (metrics_ != nullptr) metrics_->ObserveCheckpoint(false, absl::Now() - begin);
   });
+  RETURN_IF_ERROR(CheckCheckpointTarget(options_.policy, "image_dir", path));
   ASSIGN_OR_RETURN(UniqueFd dir, OpenEmptyImageDir(path));
+  RETURN_IF_ERROR(CheckCheckpointRoot(options_.policy, dir.get(), "image_dir", path));
   const absl::Duration open = absl::Now() - begin;
   v1::Stage* st = resp->add_stages();
   st->set_name("checkpoint.open_image");
@@ -671,6 +675,8 @@ absl::Status Service::RestoreSandbox(const v1::RestoreRequest& req,
   if (!o.hostname().empty()) spec->set_hostname(o.hostname());
   for (const auto& [k, v] : o.labels()) (*spec->mutable_labels())[k] = v;
   if (o.has_systrap()) *spec->mutable_systrap() = o.systrap();
+  if (!o.checkpoint_dir().empty()) spec->set_checkpoint_dir(o.checkpoint_dir());
+  if (o.checkpoint_limit()) spec->set_checkpoint_limit(o.checkpoint_limit());
   // The init is not run again, but a spec is checked as Create checks it.
   if (spec->process().argv_size() == 0) spec->mutable_process()->add_argv("(restored)");
   v1::CreateResponse created;
@@ -750,6 +756,7 @@ grpc::Status Service::Capabilities(grpc::ServerContext*, const v1::CapabilitiesR
   resp->set_exec_create(true);
   resp->set_exec_remove(true);
   resp->set_version(kVersion);
+  resp->set_self_checkpoint(true);
   return grpc::Status::OK;
 }
 

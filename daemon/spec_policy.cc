@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -194,6 +195,70 @@ absl::StatusOr<UniqueFd> OpenRootfs(const SpecPolicy& p,
       " is not one of the directories this "
       "daemon allows (--allowed-roots=",
       absl::StrJoin(p.allowed_roots, ","), ", and the default rootfs)"));
+}
+
+absl::Status CheckCheckpointRoot(const SpecPolicy& p, int fd,
+                                 const std::string& field,
+                                 const std::string& path) {
+  if (p.checkpoint_roots.empty()) return absl::OkStatus();
+  ASSIGN_OR_RETURN(std::string real, FdPath(fd));
+  for (const std::string& root : p.checkpoint_roots) {
+    UniqueFd rfd(open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!rfd.valid()) continue;
+    absl::StatusOr<std::string> rreal = FdPath(rfd.get());
+    if (rreal.ok() && Under(real, *rreal)) return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      field, ": ", path,
+      " is not one of the directories where this daemon lets checkpoints "
+      "be written (--checkpoint-roots=",
+      absl::StrJoin(p.checkpoint_roots, ","), ")"));
+}
+
+absl::Status CheckCheckpointTarget(const SpecPolicy& p, const std::string& field,
+                                   const std::string& path) {
+  if (p.checkpoint_roots.empty()) return absl::OkStatus();
+  UniqueFd fd(open(path.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (fd.valid()) return CheckCheckpointRoot(p, fd.get(), field, path);
+  // To be made: where its parent is.
+  const size_t slash = path.find_last_of('/');
+  const std::string parent = slash == 0 ? "/" : path.substr(0, slash);
+  UniqueFd pfd(open(parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!pfd.valid()) return absl::OkStatus();  // the mkdir says why
+  return CheckCheckpointRoot(p, pfd.get(), field, path);
+}
+
+absl::StatusOr<UniqueFd> OpenCheckpointDir(const SpecPolicy& p,
+                                           const v1::SandboxSpec& spec) {
+  const std::string& dir = spec.checkpoint_dir();
+  if (dir.empty()) {
+    if (spec.checkpoint_limit() != 0) {
+      return absl::InvalidArgumentError(
+          "spec.checkpoint_limit: needs spec.checkpoint_dir");
+    }
+    return UniqueFd();
+  }
+  if (dir[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.checkpoint_dir: must be an absolute host path, got \"", dir, "\""));
+  }
+  if (spec.checkpoint_limit() > 1024) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.checkpoint_limit: at most 1024, got ",
+                     spec.checkpoint_limit()));
+  }
+  RETURN_IF_ERROR(CheckCheckpointTarget(p, "spec.checkpoint_dir", dir));
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.checkpoint_dir: creating ", dir, ": ", strerror(errno)));
+  }
+  UniqueFd fd(open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!fd.valid()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("spec.checkpoint_dir: ", dir, ": ", strerror(errno)));
+  }
+  RETURN_IF_ERROR(CheckCheckpointRoot(p, fd.get(), "spec.checkpoint_dir", dir));
+  return fd;
 }
 
 absl::StatusOr<uint64_t> ParseByteSize(const std::string& s) {

@@ -50,6 +50,10 @@ struct SpecPolicy {
   // Host directories (and everything below them) that a spec may name
   // as its root; empty: any. The default image is always allowed.
   std::vector<std::string> allowed_roots;
+  // Host directories (and everything below them) where checkpoint images
+  // may be written: spec.checkpoint_dir and Checkpoint's image_dir
+  // (sandboxd --checkpoint-roots); empty: anywhere.
+  std::vector<std::string> checkpoint_roots;
   // Limits applied when the spec's is 0 (0 here: none).
   uint64_t default_memory_bytes = 0;
   uint64_t default_cpu_millis = 0;
@@ -75,6 +79,25 @@ void ApplyDefaultLimits(const SpecPolicy& policy, v1::Limits* limits);
 // after symlinks and "..", not on the string).
 absl::StatusOr<UniqueFd> OpenRootfs(const SpecPolicy& policy,
                                     v1::SandboxSpec* spec);
+
+// The spec's checkpoint_dir (self-checkpoints), opened O_PATH|O_DIRECTORY
+// for the Sentry: absolute, made when missing (not its parents), and with
+// checkpoint_roots one of them or below one (PERMISSION_DENIED). An
+// invalid fd when the spec names none (and then checkpoint_limit must be
+// 0). INVALID_ARGUMENT naming the field otherwise.
+absl::StatusOr<UniqueFd> OpenCheckpointDir(const SpecPolicy& policy,
+                                           const v1::SandboxSpec& spec);
+
+// PERMISSION_DENIED unless the directory `fd` (named `path` by `field`)
+// is under one of policy.checkpoint_roots (or there are none).
+absl::Status CheckCheckpointRoot(const SpecPolicy& policy, int fd,
+                                 const std::string& field,
+                                 const std::string& path);
+
+// The same for a directory `path` that may not exist yet (to be made in
+// its parent), before anything is made.
+absl::Status CheckCheckpointTarget(const SpecPolicy& policy, const std::string& field,
+                                   const std::string& path);
 
 // "4k", "256m", "2g", "1048576" -> bytes.
 absl::StatusOr<uint64_t> ParseByteSize(const std::string& s);

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -489,6 +490,8 @@ void Sandbox::MakeProc(fs::proc::HostInfo host, uint64_t memory_limit) {
   popts.dev = kProcDev;
   popts.host = std::move(host);
   popts.memory_limit = memory_limit;
+  checkpoints_ = std::make_shared<fs::proc::CheckpointControl>(restored_);
+  popts.checkpoint = checkpoints_;
   procfs_ = std::make_unique<fs::proc::ProcFs>(kernel_.get(), std::move(popts));
 }
 
@@ -580,6 +583,12 @@ absl::StatusOr<state::SaveResult> Sandbox::Checkpoint(
   if (!started()) return absl::FailedPreconditionError("not started");
   if (done()) return absl::FailedPreconditionError("the sandbox has exited");
   absl::MutexLock cl(&checkpoint_mu_);
+  // Every attempt ends for /proc/sandbox/checkpoint's readers, written or
+  // not; a written one before the tasks go on.
+  bool ended = false;
+  absl::Cleanup end_on_error = [&] {
+    if (!ended) checkpoints_->Ended(false);
+  };
   // A restored sandbox's memory is saved only once all of it has arrived
   // (what is not loaded yet reads as zeros through the internal mapping).
   // Waited for before the stop: a task waiting for a page is not at a
@@ -600,6 +609,8 @@ absl::StatusOr<state::SaveResult> Sandbox::Checkpoint(
                                  rootfs_.get(), so, clock);
   // Queued while every task is parked: the kill acts as they go on.
   if (saved.ok() && !leave_running) KillAll();
+  checkpoints_->Ended(saved.ok());
+  ended = true;
   kernel_->ResumeTheWorld();
   clock->Mark(Stage::kCheckpointResume);
   return saved;

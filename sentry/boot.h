@@ -238,6 +238,10 @@ class Sandbox {
   const std::shared_ptr<fs::tty::HostTerminal>& console() const {
     return console_;
   }
+  // /proc/sandbox/checkpoint's side (sentry/proc/checkpoint.h): every
+  // Checkpoint reports its end there; self_checkpoint.h installs the
+  // requester.
+  fs::proc::CheckpointControl& checkpoints() { return *checkpoints_; }
 
  private:
   Sandbox() = default;
@@ -276,6 +280,7 @@ class Sandbox {
   std::unique_ptr<fs::OverlayFs> overlay_;
   std::unique_ptr<fs::TmpFs> shm_;
   std::unique_ptr<fs::proc::ProcFs> procfs_;
+  std::shared_ptr<fs::proc::CheckpointControl> checkpoints_;
   std::shared_ptr<fs::Vfs> vfs_;
   std::shared_ptr<fs::FsContext> init_fs_;
   // The hostfs root under the overlay: what a checkpoint names as the

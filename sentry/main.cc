@@ -12,6 +12,10 @@
 //     kills it (exit status 0 when the image was written) or, with
 //     --leave-running, lets it run on.
 //
+//     With --checkpoint-dir=DIR the program may checkpoint itself
+//     (sentry/self_checkpoint.h): a write to /proc/sandbox/checkpoint
+//     saves an image into DIR/HOSTNAME.N and the sandbox runs on.
+//
 //   sentry restore --image=DIR [--rootfs=DIR] [FLAGS]
 //     Runs a checkpointed sandbox on from its image, with the Sentry's own
 //     stdio, to its init's exit; exit status as `sentry run`'s.
@@ -48,6 +52,7 @@
 #include "platforms/registry.h"
 #include "proto/platform_stats.pb.h"
 #include "sentry/boot.h"
+#include "sentry/self_checkpoint.h"
 #include "sentry/fs/rootfs.h"
 #include "sentry/fs/tty/host_tty.h"
 #include "sentry/kernel/kernel.h"
@@ -201,6 +206,9 @@ struct Options {
   mm::AsyncLoadOptions page_loading;
   // restore --restore-stats: the page loader's counters at the end.
   bool restore_stats = false;
+  // --checkpoint-dir=DIR: where self-checkpoints go; --checkpoint-limit.
+  std::string checkpoint_dir;
+  uint32_t checkpoint_limit = 0;
 };
 
 // "131000000", "131M", "1.5G" (powers of ten): bytes per second.
@@ -321,6 +329,19 @@ Options ParseArgs(int argc, char** argv) {
     fs.Bool("leave-running", &o.leave_running,
             "after --checkpoint-after's checkpoint the sandbox runs on");
   }
+  fs.String("checkpoint-dir", &o.checkpoint_dir, "DIR",
+            "the program may checkpoint itself (a write to "
+            "/proc/sandbox/checkpoint) into DIR/HOSTNAME.N");
+  fs.Func("checkpoint-limit", "N",
+          "the most self-checkpoints (default 16; more: EDQUOT)",
+          [&o](absl::string_view v) {
+            if (!absl::SimpleAtoi(v, &o.checkpoint_limit) ||
+                o.checkpoint_limit == 0) {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "--checkpoint-limit wants a positive number, got: ", v));
+            }
+            return absl::OkStatus();
+          });
   fs.String("rootfs", &o.rootfs, "DIR", "the host directory that is the sandbox's root");
   fs.String("cwd", &o.cwd, "DIR", "the program's working directory");
   fs.Func("env", "K=V", "an environment variable of the program (repeatable)",
@@ -559,6 +580,37 @@ int Run(const Options& o) {
   }
   forwarder->detach();
 
+  if (!o.checkpoint_dir.empty()) {
+    boot::SelfCheckpointConfig sc;
+    sc.dir = UniqueFd(open(o.checkpoint_dir.c_str(),
+                           O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!sc.dir.valid()) {
+      Die(kExitUsage, absl::StrCat("--checkpoint-dir: ", o.checkpoint_dir,
+                                   ": ", strerror(errno)));
+    }
+    sc.dir_name = o.checkpoint_dir;
+    sc.prefix = o.hostname;
+    sc.limit = o.checkpoint_limit;
+    const bool timings = o.timings;
+    sc.done = [timings](const boot::SelfCheckpointReport& r) {
+      if (!r.status.ok()) {
+        fprintf(stderr, "sentry: self-checkpoint: %s\n",
+                std::string(r.status.message()).c_str());
+        return;
+      }
+      const off_t at = lseek(STDOUT_FILENO, 0, SEEK_CUR);
+      fprintf(stderr,
+              "sentry: self-checkpoint: %s: %lu bytes of state, %lu pages, "
+              "stdout at %ld\n",
+              r.path.c_str(), static_cast<unsigned long>(r.saved.state_bytes),
+              static_cast<unsigned long>(r.saved.pages), static_cast<long>(at));
+      if (timings) PrintStages("self-checkpoint", r.clock);
+    };
+    if (absl::Status s = boot::EnableSelfCheckpoint(sandbox, std::move(sc));
+        !s.ok()) {
+      Die(kExitUsage, std::string(s.message()));
+    }
+  }
   UniqueFd stats_fd;
   if (!o.stats_json.empty()) {
     stats_fd = UniqueFd(open(o.stats_json.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));

@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <deque>
 #include <memory>
 #include <optional>
 #include <string>
@@ -29,6 +30,7 @@
 #include "proto/control_channel.h"
 #include "sentry/boot.h"
 #include "sentry/isolation.h"
+#include "sentry/self_checkpoint.h"
 #include "sentry/state/image_dir.h"
 
 namespace sandboxd::serve {
@@ -169,6 +171,17 @@ class Server {
   void OnWaitPid(uint64_t id, pid_t pid);
   [[noreturn]] void OnDestroy(uint64_t id);
   void OnPersist(uint64_t id, std::vector<UniqueFd> fds);
+  // Self-checkpoints (self_checkpoint.h): the spec's checkpoint directory,
+  // the last descriptor of Start or Restore when spec.checkpoint_dir is
+  // set, is taken off `fds`; EnableSelfCheckpoints then lets the sandbox
+  // use it. Their reports answer WatchCheckpoints.
+  absl::StatusOr<UniqueFd> TakeCheckpointDir(const v1::SandboxSpec& spec,
+                                             std::vector<UniqueFd>& fds);
+  absl::Status EnableSelfCheckpoints(boot::Sandbox* sb, UniqueFd dir,
+                                     const v1::SandboxSpec& spec,
+                                     const std::string& sandbox_id);
+  void OnWatchCheckpoints(uint64_t id);
+  void OnSelfCheckpoint(const boot::SelfCheckpointReport& r);
   void OnReattach(uint64_t id);
   // After the channel's end: true with the next daemon's channel in ch_,
   // false when the sandbox does not outlive its daemon.
@@ -187,7 +200,88 @@ class Server {
   const std::string platform_;          // what Prewarm made (registry.h)
   // Lives until the process exits (boot.h); pending waits point into it.
   boot::Sandbox* sandbox_ = nullptr;
+
+  // WatchCheckpoints: the pending request (id, channel generation) or the
+  // reports nobody has asked for yet. watch_mu_ > ch_mu_.
+  absl::Mutex watch_mu_ ABSL_ACQUIRED_BEFORE(ch_mu_);
+  bool watching_ ABSL_GUARDED_BY(watch_mu_) = false;
+  uint64_t watch_id_ ABSL_GUARDED_BY(watch_mu_) = 0;
+  uint64_t watch_generation_ ABSL_GUARDED_BY(watch_mu_) = 0;
+  std::deque<Response> reports_ ABSL_GUARDED_BY(watch_mu_);
 };
+
+absl::StatusOr<UniqueFd> Server::TakeCheckpointDir(const v1::SandboxSpec& spec,
+                                                   std::vector<UniqueFd>& fds) {
+  if (spec.checkpoint_dir().empty()) return UniqueFd();
+  struct stat st;
+  if (fds.empty() || fstat(fds.back().get(), &st) != 0 || !S_ISDIR(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        "spec.checkpoint_dir is set but the last descriptor is not a directory");
+  }
+  UniqueFd dir = std::move(fds.back());
+  fds.pop_back();
+  return dir;
+}
+
+absl::Status Server::EnableSelfCheckpoints(boot::Sandbox* sb, UniqueFd dir,
+                                           const v1::SandboxSpec& spec,
+                                           const std::string& sandbox_id) {
+  if (!dir.valid()) return absl::OkStatus();
+  boot::SelfCheckpointConfig c;
+  c.dir = std::move(dir);
+  c.dir_name = spec.checkpoint_dir();
+  c.prefix = sandbox_id.empty() ? "sandbox" : sandbox_id;
+  c.limit = spec.checkpoint_limit();
+  if (!spec.SerializeToString(&c.spec)) {
+    return absl::InvalidArgumentError("the spec cannot be serialized");
+  }
+  c.done = [this](const boot::SelfCheckpointReport& r) { OnSelfCheckpoint(r); };
+  return boot::EnableSelfCheckpoint(sb, std::move(c));
+}
+
+void Server::OnSelfCheckpoint(const boot::SelfCheckpointReport& rep) {
+  Response r;
+  control::SelfCheckpointed* sc = r.mutable_self_checkpointed();
+  sc->set_image_name(rep.name);
+  if (!rep.status.ok()) {
+    sc->set_error(std::string(rep.status.message()));
+  } else {
+    control::Checkpointed* c = sc->mutable_image();
+    c->set_state_bytes(rep.saved.state_bytes);
+    c->set_pages(rep.saved.pages);
+    c->set_pages_bytes(rep.saved.pages_bytes);
+    c->set_memory_bytes(rep.saved.memory_bytes);
+  }
+  AddTimings(rep.clock, &r);
+  Log(rep.status.ok() ? absl::StrCat("self-checkpoint: ", rep.path)
+                      : absl::StrCat("self-checkpoint: ", rep.status.message()));
+  absl::MutexLock l(&watch_mu_);
+  if (watching_ && watch_generation_ == generation()) {
+    watching_ = false;
+    r.set_id(watch_id_);
+    absl::MutexLock cl(&ch_mu_);
+    if (ch_->Send(r).ok()) return;
+    // The daemon went away meanwhile: the next one gets it.
+    r.set_id(0);
+  }
+  watching_ = false;  // an earlier daemon's: it is gone
+  reports_.push_back(std::move(r));
+  while (reports_.size() > 64) reports_.pop_front();
+}
+
+void Server::OnWatchCheckpoints(uint64_t id) {
+  absl::MutexLock l(&watch_mu_);
+  if (!reports_.empty()) {
+    Response r = std::move(reports_.front());
+    reports_.pop_front();
+    r.set_id(id);
+    Send(r);
+    return;
+  }
+  watching_ = true;
+  watch_id_ = id;
+  watch_generation_ = generation();
+}
 
 void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
   const Request::Start& start = req.start();
@@ -212,6 +306,7 @@ void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
           "namespace");
     }
     ASSIGN_OR_RETURN(boot::ProcessConfig init, ProcessFromSpec(spec.process()));
+    ASSIGN_OR_RETURN(UniqueFd checkpoint_dir, TakeCheckpointDir(spec, fds));
     if (fds.empty()) {
       return absl::InvalidArgumentError("Start came without a rootfs descriptor");
     }
@@ -241,6 +336,8 @@ void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
     ASSIGN_OR_RETURN(std::unique_ptr<boot::Sandbox> sb,
                      boot::Sandbox::Create(std::move(pw), std::move(config),
                                            std::move(stdio), &clock));
+    RETURN_IF_ERROR(EnableSelfCheckpoints(sb.get(), std::move(checkpoint_dir),
+                                          spec, start.sandbox_id()));
     return sb.release();
   };
   auto sb = build();
@@ -319,6 +416,7 @@ void Server::OnRestore(const Request& req, std::vector<UniqueFd> fds) {
   }
   StageClock clock;
   auto build = [&]() -> absl::StatusOr<boot::Sandbox*> {
+    ASSIGN_OR_RETURN(UniqueFd checkpoint_dir, TakeCheckpointDir(spec, fds));
     RETURN_IF_ERROR(CheckDirFd(fds, 0, "image directory"));
     RETURN_IF_ERROR(CheckDirFd(fds, 1, "rootfs"));
     ASSIGN_OR_RETURN(boot::Stdio stdio,
@@ -344,6 +442,8 @@ void Server::OnRestore(const Request& req, std::vector<UniqueFd> fds) {
     ASSIGN_OR_RETURN(std::unique_ptr<boot::Sandbox> sb,
                      boot::Sandbox::Restore(std::move(pw), std::move(config),
                                             std::move(stdio), &clock));
+    RETURN_IF_ERROR(EnableSelfCheckpoints(sb.get(), std::move(checkpoint_dir),
+                                          spec, restore.sandbox_id()));
     return sb.release();
   };
   auto sb = build();
@@ -485,6 +585,11 @@ void Server::Loop() {
     }
     absl::Status s = ch->Receive(&req, &fds);
     if (absl::IsUnavailable(s)) {
+      {
+        // Its pending WatchCheckpoints will never be read.
+        absl::MutexLock l(&watch_mu_);
+        watching_ = false;
+      }
       if (AwaitNextDaemon()) continue;
       // The daemon is gone: nobody will ever wait for this sandbox.
       if (sandbox_ != nullptr) sandbox_->KillAll();
@@ -534,6 +639,9 @@ void Server::Loop() {
         break;
       case Request::kReattach:
         OnReattach(req.id());
+        break;
+      case Request::kWatchCheckpoints:
+        OnWatchCheckpoints(req.id());
         break;
       case Request::kStats: {
         if (absl::Status st = CheckRunning(); !st.ok()) {

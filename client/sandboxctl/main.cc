@@ -50,7 +50,8 @@ const char kCommands[] =
     "\n"
     "`sandboxctl COMMAND --help` lists a command's flags (run's and create's\n"
     "spec flags: --name --rootfs --env --cwd --platform --hostname --network\n"
-    "--label --memory --cpus --pids --user --systrap-patch).\n";
+    "--label --memory --cpus --pids --user --systrap-patch --checkpoint-dir\n"
+    "--checkpoint-limit).\n";
 
 using Command = int (*)(Client&, std::vector<std::string>);
 

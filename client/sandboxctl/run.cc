@@ -1,6 +1,8 @@
 // sandboxctl run: create + start + attach + wait, in one Exec call
 // (Start.create); exits as the program did. Also the spec flags that run
 // and create share.
+#include <unistd.h>
+
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -157,6 +159,33 @@ void SpecFlags(flags::FlagSet& fs, v1::CreateRequest* req) {
         return absl::OkStatus();
       },
       "the daemon's");
+  fs.Func("checkpoint-dir", "DIR",
+          "the program may checkpoint itself (a write to "
+          "/proc/sandbox/checkpoint) into DIR/ID.N",
+          [spec](absl::string_view v) {
+            std::string dir(v);
+            // The daemon wants an absolute path; a relative one is ours.
+            if (!dir.empty() && dir[0] != '/') {
+              char* cwd = getcwd(nullptr, 0);
+              if (cwd != nullptr) {
+                dir = absl::StrCat(cwd, "/", dir);
+                free(cwd);
+              }
+            }
+            spec->set_checkpoint_dir(dir);
+            return absl::OkStatus();
+          });
+  fs.Func("checkpoint-limit", "N", "the most self-checkpoints (more: EDQUOT)",
+          [spec](absl::string_view v) {
+            uint32_t n;
+            if (!absl::SimpleAtoi(v, &n) || n == 0) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("want a positive number, got ", v));
+            }
+            spec->set_checkpoint_limit(n);
+            return absl::OkStatus();
+          },
+          "16");
   fs.Func("hostname", "NAME", "the sandbox's host name",
           set([spec](const std::string& v) { spec->set_hostname(v); }));
   fs.Func("network", "none|host", "the sandbox's network",

@@ -7,11 +7,13 @@
 #ifndef SANDBOXD_SENTRY_FS_FILE_H_
 #define SANDBOXD_SENTRY_FS_FILE_H_
 
+#include <errno.h>
 #include <sys/stat.h>
 
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -99,6 +101,15 @@ class InodeFile : public File {
   int64_t GetDents(uint8_t* buf, uint64_t size) override;
   std::shared_ptr<Inode> inode() override { return inode_; }
   Location location() override { return loc_; }
+
+  // A pseudo-filesystem file's state beyond its offset, saved with it and
+  // handed to the file opened again at load (procfs's
+  // /proc/sandbox/checkpoint: the checkpoint it waits for); "" for none.
+  virtual std::string SavedState() { return ""; }
+  // 0, or -EINVAL for a state this kind of file does not take.
+  virtual int LoadSavedState(const std::string& state) {
+    return state.empty() ? 0 : -EINVAL;
+  }
 
  private:
   friend struct ::sandboxd::state::FsState;

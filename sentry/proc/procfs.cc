@@ -206,6 +206,9 @@ ProcFs::ProcFs(Kernel* k, ProcFsOptions opts) {
                  "overlay\nnodev\tpipefs\nnodev\tsockfs\n")},
       {"sys", SysDir(fs)},
   };
+  if (o.checkpoint != nullptr) {
+    fixed.emplace_back("sandbox", SandboxDir(fs, o.checkpoint));
+  }
   auto fixed_map =
       std::make_shared<std::map<std::string, std::shared_ptr<Inode>>>(
           fixed.begin(), fixed.end());

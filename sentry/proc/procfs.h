@@ -9,6 +9,7 @@
 //         mounts}
 //   /proc/sys/kernel/{hostname,ostype,osrelease,pid_max},
 //   /proc/sys/vm/overcommit_memory
+//   /proc/sandbox/{checkpoint,restored}  self-checkpoints (checkpoint.h)
 //
 // Files are generated at open (a seq_file-style snapshot), so that reads in
 // small chunks see one consistent text. Directories of processes, threads
@@ -32,6 +33,7 @@
 
 #include "sentry/fs/inode.h"
 #include "sentry/kernel/kernel.h"
+#include "sentry/proc/checkpoint.h"
 
 namespace sandboxd::fs::proc {
 
@@ -51,6 +53,8 @@ struct ProcFsOptions {
   HostInfo host;
   // The sandbox's memory limit in bytes; 0: none, MemTotal is the host's.
   uint64_t memory_limit = 0;
+  // /proc/sandbox (checkpoint.h); null: no such directory.
+  std::shared_ptr<CheckpointControl> checkpoint;
 };
 
 class ProcFs {

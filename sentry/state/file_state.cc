@@ -71,6 +71,7 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
             // Their files keep their own offsets (a procfs snapshot's).
             int64_t off = f->Seek(0, SEEK_CUR);
             r->set_offset(off > 0 ? off : 0);
+            r->set_pseudo_state(in->SavedState());
           }
           const fs::Location& loc = in->loc_;
           if (loc.valid()) {
@@ -154,6 +155,13 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadPseudoFile(
   // Devices ignore offsets; a procfs file reads on from where it was, in
   // the text generated now (the process's state at load).
   if (r.offset() > 0) f->Seek(r.offset(), SEEK_SET);
+  if (!r.pseudo_state().empty()) {
+    auto* in = dynamic_cast<fs::InodeFile*>(f.get());
+    if (in == nullptr || in->LoadSavedState(r.pseudo_state()) < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "\"", r.location().path(), "\": a state this file does not take"));
+    }
+  }
   return f;
 }
 

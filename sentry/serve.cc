@@ -446,7 +446,7 @@ void Server::OnWaitRestored(uint64_t id) {
   const uint64_t gen = generation();
   absl::StatusOr<std::thread> waiter =
       StartThread("a WaitRestored thread", [this, al, id, gen] {
-    absl::Status st = al->WaitAll();
+    absl::Status st = al->WaitAllOrError();
     if (!st.ok()) {
       SendOn(gen, ErrorResponse(id, st));
       return;

@@ -234,6 +234,49 @@ TEST_F(AsyncLoaderTest, ReadErrorsAreSticky) {
   EXPECT_TRUE(l->settled());
 }
 
+TEST_F(AsyncLoaderTest, WaitAllOrErrorEndsAtTheFirstError) {
+  AsyncLoadOptions o;
+  o.threads = 2;
+  o.chunk_bytes = 4 * kPage;
+  AsyncLoader* l = Install(o);
+  const uint64_t a = AddRange(l, 16);
+  // Pages 12-15 are held back; pages 0-3 fail.
+  source_->fail_start_ = a + kSrcBias;
+  source_->fail_end_ = a + kSrcBias + kPage;
+  source_->Hold(a + kSrcBias + 12 * kPage, a + kSrcBias + 16 * kPage);
+  ASSERT_TRUE(l->Start().ok());
+  absl::Status st = l->WaitAllOrError();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("injected"), std::string::npos) << st;
+  EXPECT_FALSE(l->Stats().done);  // the held read is still to come
+  source_->Release();
+  EXPECT_EQ(l->WaitAll().message(), st.message());
+  EXPECT_TRUE(Holds(a + 12 * kPage, 4 * kPage));
+}
+
+TEST_F(AsyncLoaderTest, WaitAllOrErrorWithoutErrorWaitsForAll) {
+  AsyncLoadOptions o;
+  o.threads = 1;
+  o.chunk_bytes = 4 * kPage;
+  AsyncLoader* l = Install(o);
+  const uint64_t a = AddRange(l, 16);
+  source_->Hold(a + kSrcBias + 12 * kPage, a + kSrcBias + 16 * kPage);
+  ASSERT_TRUE(l->Start().ok());
+  std::atomic<bool> returned{false};
+  std::thread t([&] {
+    EXPECT_TRUE(l->WaitAllOrError().ok());
+    returned = true;
+  });
+  while (!source_->Holding()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(returned.load());  // not before the last page
+  source_->Release();
+  t.join();
+  EXPECT_TRUE(returned.load());
+  EXPECT_TRUE(l->Stats().done);
+  EXPECT_TRUE(Holds(a, 16 * kPage));
+}
+
 TEST_F(AsyncLoaderTest, CancelledRangesAreNeverWritten) {
   AsyncLoadOptions o;
   o.threads = 1;

@@ -645,9 +645,10 @@ absl::StatusOr<v1::RestoreProgress> Sandbox::AwaitRestored(
       return ToProgress(r->restore_pages());
     }
     if (absl::IsDeadlineExceeded(r.status())) continue;
-    // The load's error, or the Sentry's end (the check above says so
-    // once the sandbox has left RUNNING).
-    RETURN_IF_ERROR(check());
+    // The load's error (the Sentry's answer, even when the program has
+    // died of it since), or the Sentry's end (the check says so once the
+    // sandbox has left RUNNING).
+    if (sentry_->process().exited()) RETURN_IF_ERROR(check());
     return absl::Status(r.status().code(), absl::StrCat("sandbox ", id_, ": ",
                                                         r.status().message()));
   }

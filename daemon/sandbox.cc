@@ -557,6 +557,7 @@ absl::Status Sandbox::Checkpoint(int image, const std::string& path,
   if (!r.ok()) {
     absl::MutexLock l(&mu_);
     checkpoint_path_.clear();
+    checkpoint_.Clear();  // an end meanwhile was not this checkpoint's
     return absl::Status(r.status().code(), absl::StrCat("sandbox ", id_, ": checkpoint: ",
                                                         r.status().message()));
   }
@@ -603,9 +604,19 @@ v1::RestoreProgress ToProgress(const control::RestorePageStats& st) {
 
 void Sandbox::NoteRestorePages(const control::RestorePageStats& st) {
   absl::MutexLock l(&mu_);
+  NoteRestorePagesLocked(st);
+}
+
+void Sandbox::NoteRestorePagesLocked(const control::RestorePageStats& st) {
   if (destroyed_) return;
-  restore_ = ToProgress(st);
-  have_restore_ = true;
+  // Reports can cross (a Get's and the poll's): keep the latest figures.
+  const bool stale = have_restore_ && (st.bytes_loaded() + st.bytes_failed() <
+                                           restore_.bytes_loaded() + restore_.bytes_failed() ||
+                                       (restore_.done() && !st.done()));
+  if (!stale) {
+    restore_ = ToProgress(st);
+    have_restore_ = true;
+  }
   if (metrics_ != nullptr) metrics_->SetRestorePages(id_, st);
 }
 
@@ -786,11 +797,7 @@ void Sandbox::CollectMetrics() {
   if (destroyed_) return;
   metrics_->SetSandboxUsage(id_, mem, cpu);
   if (r.ok()) metrics_->SetPlatformStats(id_, r->stats().platform());
-  if (r.ok() && r->stats().has_restore_pages()) {
-    restore_ = ToProgress(r->stats().restore_pages());
-    have_restore_ = true;
-    metrics_->SetRestorePages(id_, r->stats().restore_pages());
-  }
+  if (r.ok() && r->stats().has_restore_pages()) NoteRestorePagesLocked(r->stats().restore_pages());
 }
 
 }  // namespace daemon

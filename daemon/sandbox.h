@@ -175,7 +175,9 @@ class Sandbox {
   void SaveRecord();
   // A report of the Sentry's page loader: kept for Info, given to the
   // metrics.
-  void NoteRestorePages(const control::RestorePageStats& st);
+  void NoteRestorePages(const control::RestorePageStats& st) ABSL_LOCKS_EXCLUDED(mu_);
+  void NoteRestorePagesLocked(const control::RestorePageStats& st)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   bool RestoredLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !image_path_.empty() || timings_.has_restore_latency();
   }

@@ -8,7 +8,7 @@ namespace sandboxd::client::ctl {
 
 int Wait(Client& c, std::vector<std::string> args) {
   bool restored = false;
-  flags::FlagSet fs("sandboxctl wait", "ID",
+  flags::FlagSet fs("sandboxctl wait", "[--restored] ID",
                     "exits as the init program did; with --restored, returns\n"
                     "once a restored sandbox's memory is all loaded");
   fs.Bool("restored", &restored,

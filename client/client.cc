@@ -184,6 +184,20 @@ absl::StatusOr<v1::ExitStatus> Client::Wait(const std::string& id, absl::Duratio
   return resp.exit();
 }
 
+absl::StatusOr<v1::RestoreProgress> Client::WaitRestored(const std::string& id,
+                                                         absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  if (timeout != absl::InfiniteDuration()) {
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  }
+  v1::WaitRequest req;
+  req.set_id(id);
+  req.set_restored(true);
+  v1::WaitResponse resp;
+  RETURN_IF_ERROR(Convert(stub_->Wait(&ctx, req, &resp)));
+  return resp.restore();
+}
+
 absl::Status Client::Signal(const std::string& id, int signal, bool all, int pid) {
   grpc::ClientContext ctx;
   v1::SignalRequest req;

@@ -99,6 +99,10 @@ class Client {
   absl::Status Start(const std::string& id);
   absl::StatusOr<v1::ExitStatus> Wait(const std::string& id,
                                       absl::Duration timeout = absl::InfiniteDuration());
+  // Until every page of restored sandbox `id` is loaded (WaitRequest.restored):
+  // the loader's figures, or the load's error.
+  absl::StatusOr<v1::RestoreProgress> WaitRestored(
+      const std::string& id, absl::Duration timeout = absl::InfiniteDuration());
   // To the init, to process `pid` of the sandbox (when not 0), or to all.
   absl::Status Signal(const std::string& id, int signal, bool all = false, int pid = 0);
   absl::StatusOr<v1::ExitStatus> Destroy(const std::string& id);

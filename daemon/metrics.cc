@@ -15,6 +15,7 @@
 #include "prometheus/histogram.h"
 #include "prometheus/registry.h"
 #include "prometheus/text_serializer.h"
+#include "proto/control.pb.h"
 #include "proto/platform_stats.pb.h"
 
 namespace sandboxd {
@@ -53,6 +54,29 @@ const prometheus::Histogram::BucketBoundaries& HandOverBuckets() {
     for (int k = kFirstEdgeLog2; k <= kLastEdgeLog2; k++) v->push_back(std::ldexp(1.0, k) / 1e9);
     return v;
   }();
+  return *b;
+}
+
+// A restore's page waits come as log2 µs buckets (mm::AsyncLoadStats:
+// [0] < 2 µs, [i] in [2^i, 2^(i+1)) µs). The exported buckets are their
+// upper edges, le = 2^k µs for k in [1, kLastWaitEdgeLog2] (2 µs .. 16.8 s);
+// the buckets above fold into +Inf. Cumulative counts are exact.
+constexpr int kLastWaitEdgeLog2 = 24;
+
+const prometheus::Histogram::BucketBoundaries& PageWaitBuckets() {
+  static const auto* b = [] {
+    auto* v = new prometheus::Histogram::BucketBoundaries;
+    for (int k = 1; k <= kLastWaitEdgeLog2; k++) v->push_back(std::ldexp(1.0, k) / 1e6);
+    return v;
+  }();
+  return *b;
+}
+
+// A restore's whole page load: an idle image (ms) to gigabytes read at a
+// network disk's rate (minutes).
+const prometheus::Histogram::BucketBoundaries& LoadBuckets() {
+  static const auto* b = new prometheus::Histogram::BucketBoundaries{
+      0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600};
   return *b;
 }
 
@@ -264,7 +288,55 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                         .Name("sandboxd_kvm_vcpu_pool_free")
                         .Help("vCPUs idle in a sandbox's pool, ready for a new task.")
                         .Register(r);
+
+  // Restored sandboxes' page loading, as each one's Sentry reports it.
+  restore_bytes_loaded_ = &prometheus::BuildCounter()
+                               .Name("sandboxd_restore_bytes_loaded_total")
+                               .Help("Bytes of memory read from restore images while "
+                                     "the restored programs ran.")
+                               .Register(r)
+                               .Add({});
+  restore_pages_loaded_ = &prometheus::BuildCounter()
+                               .Name("sandboxd_restore_pages_loaded_total")
+                               .Help("Memory pages read from restore images.")
+                               .Register(r)
+                               .Add({});
+  restore_bytes_failed_ = &prometheus::BuildCounter()
+                               .Name("sandboxd_restore_bytes_failed_total")
+                               .Help("Bytes of restored memory whose read failed (the "
+                                     "program gets EIO or SIGBUS there).")
+                               .Register(r)
+                               .Add({});
+  restore_waits_ = &prometheus::BuildCounter()
+                        .Name("sandboxd_restore_page_waits_total")
+                        .Help("Accesses of restored programs (faults, copies, file "
+                              "reads) that waited for their pages to arrive.")
+                        .Register(r)
+                        .Add({});
+  restore_wait_seconds_ = &prometheus::BuildHistogram()
+                               .Name("sandboxd_restore_page_wait_seconds")
+                               .Help("How long an access waited for its restored pages. "
+                                     "Buckets are exact (the loader's power-of-two "
+                                     "microsecond buckets).")
+                               .Register(r)
+                               .Add({}, PageWaitBuckets());
+  restore_waiters_ = &prometheus::BuildGauge()
+                          .Name("sandboxd_restore_page_waiters")
+                          .Help("Accesses of a restored sandbox waiting for their pages now.")
+                          .Register(r);
+  restore_in_progress_ = &prometheus::BuildGauge()
+                              .Name("sandboxd_restore_loads_in_progress")
+                              .Help("Restored sandboxes whose memory is still loading.")
+                              .Register(r)
+                              .Add({});
+  restore_load_seconds_ = &prometheus::BuildHistogram()
+                               .Name("sandboxd_restore_load_seconds")
+                               .Help("A restore's page load, from the loader's start to "
+                                     "its last read, by outcome (\"error\": some pages "
+                                     "failed to load).")
+                               .Register(r);
 }
+
 
 Metrics::~Metrics() {
   // Stop serving before the registry goes.
@@ -433,8 +505,51 @@ void Metrics::SetPlatformStats(absl::string_view id, const control::PlatformStat
   }
 }
 
+void Metrics::SetRestorePages(absl::string_view id, const control::RestorePageStats& st) {
+  absl::MutexLock lock(&mu_);
+  RestoreSeries& rs = restore_by_id_[id];
+  Differences d(&rs.last);
+  AddTo(restore_bytes_loaded_, d.Next(st.bytes_loaded()));
+  AddTo(restore_pages_loaded_, d.Next(st.pages_loaded()));
+  AddTo(restore_bytes_failed_, d.Next(st.bytes_failed()));
+  AddTo(restore_waits_, d.Next(st.waits()));
+  // The histogram: new waits per loader bucket, and their exact total.
+  const uint64_t wait_ns = d.Next(st.wait_nanos_total());
+  std::vector<double> increments(PageWaitBuckets().size() + 1, 0);
+  bool any = false;
+  for (int i = 0; i < st.wait_hist_size(); i++) {
+    const uint64_t n = d.Next(st.wait_hist(i));
+    if (n == 0) continue;
+    any = true;
+    // Loader bucket i ends at 2^(i+1) µs: exported edge index i.
+    increments[std::min<size_t>(i, PageWaitBuckets().size())] += static_cast<double>(n);
+  }
+  if (any) restore_wait_seconds_->ObserveMultiple(increments, static_cast<double>(wait_ns) / 1e9);
+  if (rs.waiters == nullptr) rs.waiters = &restore_waiters_->Add({{"id", std::string(id)}});
+  // A report can come late (a Get's and the poll's cross): once the load
+  // is done nobody waits.
+  rs.waiters->Set(rs.done_seen || st.done() ? 0 : static_cast<double>(st.waiting()));
+  if (!st.done() && !rs.in_progress && !rs.done_seen) {
+    rs.in_progress = true;
+    restore_in_progress_->Increment();
+  }
+  if (st.done() && !rs.done_seen) {
+    rs.done_seen = true;
+    if (rs.in_progress) restore_in_progress_->Decrement();
+    rs.in_progress = false;
+    restore_load_seconds_
+        ->Add({{"outcome", st.bytes_failed() > 0 ? "error" : "ok"}}, LoadBuckets())
+        .Observe(static_cast<double>(st.load_nanos()) / 1e9);
+  }
+}
+
 void Metrics::RemoveSandbox(absl::string_view id) {
   absl::MutexLock lock(&mu_);
+  if (auto r = restore_by_id_.find(id); r != restore_by_id_.end()) {
+    if (r->second.waiters != nullptr) restore_waiters_->Remove(r->second.waiters);
+    if (r->second.in_progress) restore_in_progress_->Decrement();
+    restore_by_id_.erase(r);
+  }
   if (auto p = platform_by_id_.find(id); p != platform_by_id_.end()) {
     for (const auto& [family, gauge] : p->second.gauges) family->Remove(gauge);
     platform_by_id_.erase(p);

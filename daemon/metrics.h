@@ -15,6 +15,14 @@
 //   sandboxd_unimplemented_syscalls_total{nr}        counter
 //   sandboxd_sandbox_memory_bytes{id}                gauge
 //   sandboxd_sandbox_cpu_seconds_total{id}           counter
+//   sandboxd_restore_bytes_loaded_total              counter
+//   sandboxd_restore_pages_loaded_total              counter
+//   sandboxd_restore_bytes_failed_total              counter
+//   sandboxd_restore_page_waits_total                counter
+//   sandboxd_restore_page_wait_seconds               histogram
+//   sandboxd_restore_page_waiters{id}                gauge
+//   sandboxd_restore_loads_in_progress               gauge
+//   sandboxd_restore_load_seconds{outcome="ok|error"} histogram
 //
 // and the platforms' counters (SetPlatformStats; daemon/README.md has the
 // table): sandboxd_sandbox_platform_info, sandboxd_systrap_*, sandboxd_kvm_*.
@@ -49,7 +57,8 @@ class Family;
 
 namespace sandboxd {
 namespace control {
-class PlatformStats;  // proto/platform_stats.proto
+class PlatformStats;     // proto/platform_stats.proto
+class RestorePageStats;  // proto/control.proto
 }  // namespace control
 
 namespace daemon {
@@ -108,6 +117,14 @@ class Metrics {
   // nothing); per-sandbox gauges are set; the one-off creation times
   // (kvm) are observed the first time they are reported.
   void SetPlatformStats(absl::string_view id, const control::PlatformStats& st);
+  // A report of restored sandbox `id`'s page loader (cumulative since its
+  // restore): the daemon-wide counters and the wait histogram advance by
+  // what is new since the last report of `id`; its waiters gauge is set;
+  // the load's duration is observed once, in the first report that says
+  // it is done (outcome "error" when pages failed to load); a load that
+  // is not done counts in sandboxd_restore_loads_in_progress until it is,
+  // or until RemoveSandbox.
+  void SetRestorePages(absl::string_view id, const control::RestorePageStats& st);
   // Drops the per-sandbox series of `id` (at Destroy).
   void RemoveSandbox(absl::string_view id);
 
@@ -156,6 +173,16 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* kvm_vcpus_;
   prometheus::Family<prometheus::Gauge>* kvm_pool_free_;
 
+  // Restore page loading (SetRestorePages).
+  prometheus::Counter* restore_bytes_loaded_;
+  prometheus::Counter* restore_pages_loaded_;
+  prometheus::Counter* restore_bytes_failed_;
+  prometheus::Counter* restore_waits_;
+  prometheus::Histogram* restore_wait_seconds_;
+  prometheus::Family<prometheus::Gauge>* restore_waiters_;
+  prometheus::Gauge* restore_in_progress_;
+  prometheus::Family<prometheus::Histogram>* restore_load_seconds_;
+
   // Per-sandbox series, so that RemoveSandbox can drop them.
   struct SandboxSeries {
     prometheus::Gauge* memory;
@@ -173,10 +200,18 @@ class Metrics {
   };
   void SetPlatformGauge(PlatformSeries& ps, prometheus::Family<prometheus::Gauge>* family,
                         const std::map<std::string, std::string>& labels, double value);
+  // What SetRestorePages keeps per sandbox.
+  struct RestoreSeries {
+    std::vector<uint64_t> last;
+    bool in_progress = false;  // counted in restore_in_progress_
+    bool done_seen = false;    // the load's duration observed
+    prometheus::Gauge* waiters = nullptr;
+  };
   mutable absl::Mutex mu_;
   absl::flat_hash_map<std::string, SandboxSeries> sandboxes_by_id_
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, PlatformSeries> platform_by_id_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, RestoreSeries> restore_by_id_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace daemon

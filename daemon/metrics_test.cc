@@ -17,6 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
+#include "proto/control.pb.h"
 #include "proto/platform_stats.pb.h"
 
 namespace sandboxd {
@@ -312,6 +313,68 @@ TEST(MetricsTest, KvmPlatformStats) {
   EXPECT_EQ(s.count("sandboxd_kvm_vcpus{id=\"k\"}"), 0u);
   EXPECT_EQ(s.count("sandboxd_kvm_vcpu_pool_free{id=\"k\"}"), 0u);
   EXPECT_EQ(s["sandboxd_kvm_exits_total{reason=\"syscall\"}"], 300);
+}
+
+// A page loader's cumulative counters after `waits` waits in bucket 3
+// ([8, 16) µs) and one in bucket 12 ([4, 8) ms).
+control::RestorePageStats RestoreReport(uint64_t mib_loaded, uint64_t waits, bool done,
+                                        uint64_t failed = 0) {
+  control::RestorePageStats st;
+  st.set_bytes_total(64ull << 20);
+  st.set_bytes_loaded(mib_loaded << 20);
+  st.set_pages_loaded((mib_loaded << 20) / 4096);
+  st.set_bytes_failed(failed);
+  st.set_waits(waits + 1);
+  st.set_waiting(done ? 0 : 2);
+  st.set_wait_nanos_total(waits * 10000 + 5000000);
+  st.set_load_nanos(1500000000);
+  st.set_done(done);
+  for (int i = 0; i < 32; i++) st.add_wait_hist(i == 3 ? waits : i == 12 ? 1 : 0);
+  return st;
+}
+
+TEST(MetricsTest, RestorePageLoading) {
+  auto m = Metrics::Create("");
+  ASSERT_TRUE(m.ok()) << m.status();
+  (*m)->SetRestorePages("r1", RestoreReport(16, 2, false));
+  (*m)->SetRestorePages("r2", RestoreReport(8, 0, false));
+  std::map<std::string, double> s = ParseSamples((*m)->Scrape());
+  EXPECT_EQ(s["sandboxd_restore_loads_in_progress"], 2);
+  EXPECT_EQ(s["sandboxd_restore_page_waiters{id=\"r1\"}"], 2);
+  EXPECT_EQ(s.count("sandboxd_restore_load_seconds_count{outcome=\"ok\"}"), 0u);
+
+  (*m)->SetRestorePages("r1", RestoreReport(64, 5, true));
+  (*m)->SetRestorePages("r1", RestoreReport(64, 5, true));  // again: nothing new
+  (*m)->SetRestorePages("r1", RestoreReport(32, 2, false));  // stale: nothing
+  s = ParseSamples((*m)->Scrape());
+  // Counters: r1's highest report plus r2's.
+  EXPECT_EQ(s["sandboxd_restore_bytes_loaded_total"], (64 + 8) << 20);
+  EXPECT_EQ(s["sandboxd_restore_pages_loaded_total"], ((64 + 8) << 20) / 4096);
+  EXPECT_EQ(s["sandboxd_restore_page_waits_total"], 6 + 1);
+  // The histogram: exact at the loader's bucket edges.
+  const std::string b = "sandboxd_restore_page_wait_seconds_bucket{";
+  EXPECT_EQ(s["sandboxd_restore_page_wait_seconds_count"], 7);
+  EXPECT_EQ(Bucket(s, b, 8e-6), 0);
+  EXPECT_EQ(Bucket(s, b, 16e-6), 5);
+  EXPECT_EQ(Bucket(s, b, 4096e-6), 5);
+  EXPECT_EQ(Bucket(s, b, 8192e-6), 7);
+  EXPECT_EQ(s[b + "le=\"+Inf\"}"], 7);
+  EXPECT_NEAR(s["sandboxd_restore_page_wait_seconds_sum"], 0.01005, 1e-9);
+  // r1 is done: observed once, no longer in progress, no waiters.
+  EXPECT_EQ(s["sandboxd_restore_loads_in_progress"], 1);
+  EXPECT_EQ(s["sandboxd_restore_load_seconds_count{outcome=\"ok\"}"], 1);
+  EXPECT_DOUBLE_EQ(s["sandboxd_restore_load_seconds_sum{outcome=\"ok\"}"], 1.5);
+  EXPECT_EQ(s["sandboxd_restore_page_waiters{id=\"r1\"}"], 0);
+
+  // A load with failed pages; a removed sandbox leaves the gauges.
+  (*m)->SetRestorePages("r3", RestoreReport(60, 0, true, 4 << 20));
+  (*m)->RemoveSandbox("r2");
+  s = ParseSamples((*m)->Scrape());
+  EXPECT_EQ(s["sandboxd_restore_load_seconds_count{outcome=\"error\"}"], 1);
+  EXPECT_EQ(s["sandboxd_restore_bytes_failed_total"], 4 << 20);
+  EXPECT_EQ(s["sandboxd_restore_loads_in_progress"], 0);
+  EXPECT_EQ(s.count("sandboxd_restore_page_waiters{id=\"r2\"}"), 0u);
+  EXPECT_EQ(s["sandboxd_restore_bytes_loaded_total"], (64 + 8 + 60) << 20);
 }
 
 TEST(MetricsTest, NotServedWithEmptyAddress) {

@@ -113,6 +113,7 @@ Sandbox::Sandbox(Options o)
       checkpoint_dir_(std::move(o.checkpoint_dir)),
       image_(std::move(o.image)),
       image_path_(std::move(o.image_path)),
+      restore_rate_(o.restore_rate),
       sentry_(std::move(o.sentry)) {
   *timings_.mutable_created() = ToProto(o.created);
   timings_.set_pool_hit(o.pool_hit);
@@ -176,6 +177,7 @@ void Sandbox::SaveRecord() {
     *info.mutable_timings() = timings_;
     *info.mutable_exit() = exit_;
     for (const v1::SelfCheckpoint& c : self_checkpoints_) *info.add_self_checkpoints() = c;
+    if (checkpoint_.has_time()) *info.mutable_checkpoint() = checkpoint_;
   }
   info.add_sentry_pids(sentry_->process().pid());
   if (absl::Status s = state_dir_->SaveSandbox(info); !s.ok()) {
@@ -251,6 +253,7 @@ std::shared_ptr<Sandbox> Sandbox::Adopt(Options o, const v1::SandboxInfo& record
     if (ended) {
       s->state_ = record.state();
       s->exit_ = record.exit();
+      s->checkpoint_ = record.checkpoint();
     } else if (running) {
       s->state_ = v1::SANDBOX_STATE_RUNNING;
     } else {
@@ -330,6 +333,7 @@ absl::Status Sandbox::StartLocked() {
     // is, since it is what the sandbox's self-checkpoints record.
     *r->mutable_spec() = spec_;
     r->set_image_path(image_path_);
+    r->set_page_rate(restore_rate_);
     fds.push_back(image_.get());
   } else {
     control::Request::Start* start = req.mutable_start();
@@ -439,7 +443,10 @@ void Sandbox::WaitLoop() {
     v1::ExitStatus exit = r->exit();
     {
       absl::MutexLock l(&mu_);
-      if (!checkpoint_reason_.empty()) exit.set_error(checkpoint_reason_);
+      if (!checkpoint_path_.empty()) {
+        checkpoint_.set_image_dir(checkpoint_path_);
+        *checkpoint_.mutable_time() = ToProto(absl::Now());
+      }
     }
     Finish(std::move(exit), v1::SANDBOX_STATE_STOPPED);
     return;
@@ -584,7 +591,7 @@ absl::Status Sandbox::Checkpoint(int image, const std::string& path,
     }
     spec = spec_;
     // Before the call: the Sentry may answer the init's Wait first.
-    if (!leave_running) checkpoint_reason_ = absl::StrCat("checkpointed to ", path);
+    if (!leave_running) checkpoint_path_ = path;
   }
   control::Request req;
   control::Request::Checkpoint* c = req.mutable_checkpoint();
@@ -603,7 +610,8 @@ absl::Status Sandbox::Checkpoint(int image, const std::string& path,
   stage("checkpoint.sentry_call", absl::Now() - begin);
   if (!r.ok()) {
     absl::MutexLock l(&mu_);
-    checkpoint_reason_.clear();
+    checkpoint_path_.clear();
+    checkpoint_.Clear();  // an end meanwhile was not this checkpoint's
     return absl::Status(r.status().code(), absl::StrCat("sandbox ", id_, ": checkpoint: ",
                                                         r.status().message()));
   }
@@ -618,9 +626,97 @@ absl::Status Sandbox::Checkpoint(int image, const std::string& path,
   resp->set_memory_bytes(done.memory_bytes());
   resp->set_image_bytes(resp->image_bytes() + done.state_bytes() + done.pages_bytes());
   // In the sandbox's Timings too, after its create's steps.
-  absl::MutexLock l(&mu_);
-  for (const v1::Stage& st : resp->stages()) *timings_.add_stages() = st;
+  {
+    absl::MutexLock l(&mu_);
+    for (const v1::Stage& st : resp->stages()) *timings_.add_stages() = st;
+    if (leave_running) return absl::OkStatus();
+    checkpoint_.set_image_dir(path);
+    checkpoint_.set_image_bytes(resp->image_bytes());
+    if (!checkpoint_.has_time()) *checkpoint_.mutable_time() = ToProto(absl::Now());
+  }
+  SaveRecord();
   return absl::OkStatus();
+}
+
+namespace {
+
+v1::RestoreProgress ToProgress(const control::RestorePageStats& st) {
+  v1::RestoreProgress p;
+  p.set_bytes_total(st.bytes_total());
+  p.set_bytes_loaded(st.bytes_loaded());
+  p.set_pages_loaded(st.pages_loaded());
+  p.set_bytes_failed(st.bytes_failed());
+  p.set_waits(st.waits());
+  p.set_waiting(static_cast<uint32_t>(st.waiting()));
+  *p.mutable_wait_total() = ToProto(absl::Nanoseconds(st.wait_nanos_total()));
+  *p.mutable_load() = ToProto(absl::Nanoseconds(st.load_nanos()));
+  p.set_done(st.done());
+  return p;
+}
+
+}  // namespace
+
+void Sandbox::NoteRestorePages(const control::RestorePageStats& st) {
+  absl::MutexLock l(&mu_);
+  NoteRestorePagesLocked(st);
+}
+
+void Sandbox::NoteRestorePagesLocked(const control::RestorePageStats& st) {
+  if (destroyed_) return;
+  // Reports can cross (a Get's and the poll's): keep the latest figures.
+  const bool stale = have_restore_ && (st.bytes_loaded() + st.bytes_failed() <
+                                           restore_.bytes_loaded() + restore_.bytes_failed() ||
+                                       (restore_.done() && !st.done()));
+  if (!stale) {
+    restore_ = ToProgress(st);
+    have_restore_ = true;
+  }
+  if (metrics_ != nullptr) metrics_->SetRestorePages(id_, st);
+}
+
+absl::StatusOr<v1::RestoreProgress> Sandbox::AwaitRestored(
+    absl::Time deadline, const std::function<bool()>& cancelled) {
+  auto check = [this]() -> absl::Status {
+    absl::MutexLock l(&mu_);
+    if (!RestoredLocked()) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("sandbox ", id_, " was not restored from an image"));
+    }
+    if (state_ != v1::SANDBOX_STATE_RUNNING || destroyed_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sandbox ", id_, " is ", v1::SandboxState_Name(state_), ", not RUNNING",
+          have_restore_ && restore_.done() ? "" : " (it ended before its pages were loaded)"));
+    }
+    return absl::OkStatus();
+  };
+  // The Sentry answers when the load is done; the call is asked again
+  // every few seconds so that a caller that went away, a deadline and the
+  // sandbox's end are noticed (an unanswered call's reply is dropped).
+  for (;;) {
+    RETURN_IF_ERROR(check());
+    const absl::Time now = absl::Now();
+    if (now >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("sandbox ", id_, ": its pages are still loading"));
+    }
+    if (cancelled && cancelled()) return absl::CancelledError("wait cancelled");
+    control::Request req;
+    req.mutable_wait_restored();
+    absl::StatusOr<control::Response> r = sentry_->process().Call(
+        req, {}, std::min(deadline - now, absl::Seconds(5)));
+    if (r.ok()) {
+      if (!r->has_restore_pages()) return v1::RestoreProgress();
+      NoteRestorePages(r->restore_pages());
+      return ToProgress(r->restore_pages());
+    }
+    if (absl::IsDeadlineExceeded(r.status())) continue;
+    // The load's error (the Sentry's answer, even when the program has
+    // died of it since), or the Sentry's end (the check says so once the
+    // sandbox has left RUNNING).
+    if (sentry_->process().exited()) RETURN_IF_ERROR(check());
+    return absl::Status(r.status().code(), absl::StrCat("sandbox ", id_, ": ",
+                                                        r.status().message()));
+  }
 }
 
 v1::ExitStatus Sandbox::WaitPid(int pid) {
@@ -688,6 +784,8 @@ v1::SandboxInfo Sandbox::Info(bool live) {
     if (state_ == v1::SANDBOX_STATE_STOPPED || state_ == v1::SANDBOX_STATE_FAILED) {
       *info.mutable_exit() = exit_;
     }
+    if (checkpoint_.has_time()) *info.mutable_checkpoint() = checkpoint_;
+    if (have_restore_) *info.mutable_restore() = restore_;
     running = state_ == v1::SANDBOX_STATE_RUNNING && !destroyed_;
   }
   v1::ResourceUsage* u = info.mutable_usage();
@@ -715,6 +813,10 @@ v1::SandboxInfo Sandbox::Info(bool live) {
         *u->mutable_cpu_user() = ToProto(absl::Nanoseconds(st.cpu_user_nanos()));
         *u->mutable_cpu_system() = ToProto(absl::Nanoseconds(st.cpu_system_nanos()));
         u->set_pids(st.tasks());
+      }
+      if (st.has_restore_pages()) {
+        NoteRestorePages(st.restore_pages());
+        *info.mutable_restore() = ToProgress(st.restore_pages());
       }
     }
   }
@@ -751,6 +853,7 @@ void Sandbox::CollectMetrics() {
   if (destroyed_) return;
   metrics_->SetSandboxUsage(id_, mem, cpu);
   if (r.ok()) metrics_->SetPlatformStats(id_, r->stats().platform());
+  if (r.ok() && r->stats().has_restore_pages()) NoteRestorePagesLocked(r->stats().restore_pages());
 }
 
 }  // namespace daemon

@@ -2,7 +2,7 @@
 // stdio and output log, and its state machine:
 //
 //   CREATED --Start/attach--> RUNNING --init exits--> STOPPED
-//      |                         |   --Checkpoint--> STOPPED ("checkpointed")
+//      |                         |   --Checkpoint--> STOPPED (checkpoint set)
 //      +------ Sentry dies ------+--> FAILED (exit.error says why)
 //
 // A sandbox restored from an image is created the same way with the image
@@ -65,6 +65,8 @@ class Sandbox {
     // path (errors only).
     UniqueFd image;
     std::string image_path;
+    // The restore's page loader's rate limit (bytes/s; 0: none).
+    uint64_t restore_rate = 0;
     bool pool_hit = false;
     absl::Time created;
     // The daemon's steps of Create so far (Timings.stages): a Restore's
@@ -117,6 +119,16 @@ class Sandbox {
   absl::StatusOr<v1::ExitStatus> AwaitExit(absl::Time deadline,
                                            const std::function<bool()>& cancelled);
 
+  // A restored sandbox: waits until every page of its image is loaded
+  // (control.proto WaitRestored), or `deadline` passes
+  // (DEADLINE_EXCEEDED), or `cancelled` returns true (CANCELLED). The
+  // loader's figures at the end (empty for an eager restore); the load's
+  // error if a read failed; FAILED_PRECONDITION when the sandbox was not
+  // restored, is not running, or ended before the load was done. The
+  // figures go to the metrics too.
+  absl::StatusOr<v1::RestoreProgress> AwaitRestored(absl::Time deadline,
+                                                    const std::function<bool()>& cancelled);
+
   // To init, to process `pid` of the sandbox (when not 0), or to all.
   absl::Status Signal(int signal, bool all, int pid = 0);
 
@@ -133,8 +145,8 @@ class Sandbox {
 
   // Saves the RUNNING sandbox into the image directory `image`
   // (O_PATH|O_DIRECTORY, empty; `path` names it), then lets it run on or,
-  // without `leave_running`, kills it: STOPPED with exit.error
-  // "checkpointed to PATH". The steps go to `resp`'s stages and are
+  // without `leave_running`, kills it: STOPPED (by SIGKILL) with
+  // SandboxInfo.checkpoint naming PATH. The steps go to `resp`'s stages and are
   // appended to the sandbox's Timings.stages.
   absl::Status Checkpoint(int image, const std::string& path, bool leave_running,
                           v1::CheckpointResponse* resp);
@@ -167,6 +179,14 @@ class Sandbox {
   void Changed();
   // Rewrites the state directory's record (not once destroyed).
   void SaveRecord();
+  // A report of the Sentry's page loader: kept for Info, given to the
+  // metrics.
+  void NoteRestorePages(const control::RestorePageStats& st) ABSL_LOCKS_EXCLUDED(mu_);
+  void NoteRestorePagesLocked(const control::RestorePageStats& st)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool RestoredLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return !image_path_.empty() || timings_.has_restore_latency();
+  }
   // Control.proto Persist: the Sentry keeps a socket and the output fds.
   absl::Status PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
@@ -193,9 +213,16 @@ class Sandbox {
   std::vector<v1::SelfCheckpoint> self_checkpoints_ ABSL_GUARDED_BY(mu_);
   UniqueFd image_ ABSL_GUARDED_BY(mu_);  // a restore's, until its start
   std::string image_path_ ABSL_GUARDED_BY(mu_);
+  const uint64_t restore_rate_;
   // Set while a Checkpoint that kills the sandbox is in flight, and after
-  // it: the reason its end gets.
-  std::string checkpoint_reason_ ABSL_GUARDED_BY(mu_);
+  // it: the image its end is recorded with.
+  std::string checkpoint_path_ ABSL_GUARDED_BY(mu_);
+  // Set when the init's end was that checkpoint's (SandboxInfo.checkpoint).
+  v1::CheckpointInfo checkpoint_ ABSL_GUARDED_BY(mu_);
+  // The page loader's last report (SandboxInfo.restore); unset while
+  // there is none.
+  v1::RestoreProgress restore_ ABSL_GUARDED_BY(mu_);
+  bool have_restore_ ABSL_GUARDED_BY(mu_) = false;
   StdioPair init_stdio_ ABSL_GUARDED_BY(mu_);  // only `theirs` until Start
   // Last unimplemented-syscall counts reported, by number.
   std::map<uint32_t, uint64_t> unimplemented_seen_ ABSL_GUARDED_BY(mu_);

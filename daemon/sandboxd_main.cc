@@ -74,6 +74,7 @@ struct Flags {
   int max_connections = 1024;
   int max_connections_per_client = 128;
   int connection_idle_seconds = 300;
+  uint64_t restore_rate = 0;  // --restore-rate: bytes/s, 0: none
 };
 
 [[noreturn]] void Die(int code, const std::string& msg) {
@@ -251,6 +252,16 @@ Flags ParseFlags(int argc, char** argv) {
             return absl::OkStatus();
           },
           "none");
+  fs.Func("restore-rate", "BYTES[k|m|g]",
+          "the page loader's rate limit of every restore, per second (a "
+          "network disk, for tests and benchmarks)",
+          [&f](absl::string_view v) {
+            absl::StatusOr<uint64_t> n = ParseByteSize(std::string(v));
+            if (!n.ok()) return n.status();
+            f.restore_rate = *n;
+            return absl::OkStatus();
+          },
+          "none");
   fs.Int("max-connections", &f.max_connections,
          "unix socket connections at once, in all (also bounded by the "
          "descriptors left beside the sandboxes' own)");
@@ -390,6 +401,7 @@ int Main(int argc, char** argv) {
     Log("no cgroups: the default limits are not applied");
   }
   so.state_dir = state_dir->get();
+  so.restore_rate = flags.restore_rate;
   auto service = std::make_unique<Service>(so, pool.get(), metrics->get(), cgroups != nullptr);
   service->Readopt(&factory, cgroups.get());
 

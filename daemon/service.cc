@@ -370,6 +370,7 @@ absl::Status Service::CreateSandbox(
   o.stages = std::move(stages);
   o.image = std::move(image);
   o.image_path = image_path;
+  o.restore_rate = options_.restore_rate;
   o.restore_stages = std::move(restore_stages);
   o.metrics = metrics_;
   o.state_dir = options_.state_dir;
@@ -570,6 +571,13 @@ grpc::Status Service::Wait(grpc::ServerContext* ctx, const v1::WaitRequest* req,
   absl::Time until = absl::InfiniteFuture();
   if (deadline != std::chrono::system_clock::time_point::max()) {
     until = absl::FromChrono(deadline);
+  }
+  if (req->restored()) {
+    absl::StatusOr<v1::RestoreProgress> p =
+        (*s)->AwaitRestored(until, [ctx] { return ctx->IsCancelled(); });
+    if (!p.ok()) return ToGrpc(p.status());
+    *resp->mutable_restore() = *p;
+    return grpc::Status::OK;
   }
   absl::StatusOr<v1::ExitStatus> e =
       (*s)->AwaitExit(until, [ctx] { return ctx->IsCancelled(); });

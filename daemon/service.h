@@ -40,6 +40,9 @@ struct ServiceOptions {
   // Where sandboxes are recorded so that a restarted daemon re-adopts
   // them (may be null: they die with the daemon).
   StateDir* state_dir = nullptr;
+  // sandboxd --restore-rate: the page loader's rate limit of every restore
+  // (bytes/s, 0: none), for tests and benchmarks that model a network disk.
+  uint64_t restore_rate = 0;
 };
 
 class Service final : public v1::Sandboxes::Service {

@@ -63,6 +63,22 @@ void SetExit(const kernel::ExitStatus& st, v1::ExitStatus* out) {
   }
 }
 
+// The page loader's counters as SentryStats and WaitRestored carry them.
+void SetRestorePages(const mm::AsyncLoadStats& ls,
+                     control::RestorePageStats* rp) {
+  rp->set_bytes_total(ls.bytes_total);
+  rp->set_bytes_loaded(ls.bytes_loaded);
+  rp->set_pages_loaded(ls.pages_loaded);
+  rp->set_bytes_failed(ls.bytes_failed);
+  rp->set_reads(ls.reads);
+  rp->set_waits(ls.waits);
+  rp->set_waiting(ls.waiting);
+  rp->set_wait_nanos_total(ls.wait_ns_total);
+  rp->set_load_nanos(ls.load_ns);
+  rp->set_done(ls.done);
+  for (uint64_t n : ls.wait_hist) rp->add_wait_hist(n);
+}
+
 absl::StatusOr<boot::ProcessConfig> ProcessFromSpec(const v1::ProcessSpec& p) {
   if (p.argv_size() == 0 || p.argv(0).empty()) {
     return absl::InvalidArgumentError("process.argv is empty");
@@ -169,6 +185,7 @@ class Server {
   void OnCheckpoint(const Request& req, std::vector<UniqueFd> fds);
   void OnRestore(const Request& req, std::vector<UniqueFd> fds);
   void OnWaitPid(uint64_t id, pid_t pid);
+  void OnWaitRestored(uint64_t id);
   [[noreturn]] void OnDestroy(uint64_t id);
   void OnPersist(uint64_t id, std::vector<UniqueFd> fds);
   // Self-checkpoints (self_checkpoint.h): the spec's checkpoint directory,
@@ -432,6 +449,7 @@ void Server::OnRestore(const Request& req, std::vector<UniqueFd> fds) {
     config.limits.memory_bytes = spec.limits().memory_bytes();
     config.limits.cpu_millis = spec.limits().cpu_millis();
     config.limits.pids = spec.limits().pids();
+    config.page_loading.rate_limit = restore.page_rate();
     if (isolated_) {
       RETURN_IF_ERROR(Annotate(isolation::SetHostname(config.hostname),
                                "uts namespace"));
@@ -502,6 +520,40 @@ void Server::OnWaitPid(uint64_t id, pid_t pid) {
     Response r;
     r.set_id(id);
     SetExit(*st, r.mutable_exit());
+    SendOn(gen, r);
+  });
+  if (!waiter.ok()) {
+    SendError(id, waiter.status());
+    return;
+  }
+  waiter->detach();
+}
+
+// From a thread of its own, as WaitPid: a rate-limited load of a large
+// image takes minutes.
+void Server::OnWaitRestored(uint64_t id) {
+  if (absl::Status s = CheckRunning(); !s.ok()) {
+    SendError(id, s);
+    return;
+  }
+  mm::AsyncLoader* al = sandbox_->kernel().memory_file().async_loader();
+  if (al == nullptr) {  // nothing loads after the start
+    Response r;
+    r.set_id(id);
+    Send(r);
+    return;
+  }
+  const uint64_t gen = generation();
+  absl::StatusOr<std::thread> waiter =
+      StartThread("a WaitRestored thread", [this, al, id, gen] {
+    absl::Status st = al->WaitAllOrError();
+    if (!st.ok()) {
+      SendOn(gen, ErrorResponse(id, st));
+      return;
+    }
+    Response r;
+    r.set_id(id);
+    SetRestorePages(al->Stats(), r.mutable_restore_pages());
     SendOn(gen, r);
   });
   if (!waiter.ok()) {
@@ -623,6 +675,9 @@ void Server::Loop() {
       case Request::kWaitPid:
         OnWaitPid(req.id(), req.wait_pid().pid());
         break;
+      case Request::kWaitRestored:
+        OnWaitRestored(req.id());
+        break;
       case Request::kDestroy:
         OnDestroy(req.id());
       case Request::kExec:
@@ -663,19 +718,7 @@ void Server::Loop() {
         sandbox_->kernel().platform().ExportStats(out->mutable_platform());
         if (const mm::AsyncLoader* al =
                 sandbox_->kernel().memory_file().async_loader()) {
-          const mm::AsyncLoadStats ls = al->Stats();
-          control::RestorePageStats* rp = out->mutable_restore_pages();
-          rp->set_bytes_total(ls.bytes_total);
-          rp->set_bytes_loaded(ls.bytes_loaded);
-          rp->set_pages_loaded(ls.pages_loaded);
-          rp->set_bytes_failed(ls.bytes_failed);
-          rp->set_reads(ls.reads);
-          rp->set_waits(ls.waits);
-          rp->set_waiting(ls.waiting);
-          rp->set_wait_nanos_total(ls.wait_ns_total);
-          rp->set_load_nanos(ls.load_ns);
-          rp->set_done(ls.done);
-          for (uint64_t n : ls.wait_hist) rp->add_wait_hist(n);
+          SetRestorePages(al->Stats(), out->mutable_restore_pages());
         }
         Send(r);
         break;

@@ -7,8 +7,9 @@
 #     each counting on from the checkpoint; killing one leaves the other
 #   - restore attached (no -d): the restored init's output on stdout, its
 #     exit status as sandboxctl's
-#   - checkpoint without --leave-running: the sandbox is STOPPED,
-#     "checkpointed"; into a directory that is not empty: refused
+#   - checkpoint without --leave-running: the sandbox is STOPPED with its
+#     checkpoint record (ps: "checkpointed"), not failed; into a directory
+#     that is not empty: refused
 #   - a damaged image: an error naming the file, the daemon serves the next
 #     request, `ps` lists no half-restored sandbox
 #   - a restored sandbox outlives a restart of sandboxd
@@ -144,9 +145,12 @@ check "restore attached: the output" eq "$(cat "$tmp/out")" after
 checkpoint counter --image="$tmp/img-final"
 check "checkpoint (not left running): exit 0" eq "$status" 0
 sleep 0.3
-check "checkpointed: STOPPED" eq "$(state counter)" stopped
+for _ in $(seq 1 100); do [ "$(state counter)" = checkpointed ] && break; sleep 0.1; done
+check "checkpointed: ps says so" eq "$(state counter)" checkpointed
 ctl inspect counter
-check "checkpointed: the reason" contains "$tmp/out" "checkpointed to $tmp/img-final"
+check "checkpointed: STOPPED" contains "$tmp/out" '"state": "SANDBOX_STATE_STOPPED"'
+check "checkpointed: the image" contains "$tmp/out" "\"image_dir\": \"$tmp/img-final\""
+check "checkpointed: not a failure" not_contains "$tmp/out" '"error"'
 ctl checkpoint "$r2" --leave-running --image="$tmp/img-final"
 check "checkpoint into a non-empty directory: refused" eq "$status" 125
 check "checkpoint into a non-empty directory: says so" contains "$tmp/err" "not empty"
@@ -205,6 +209,7 @@ kill -9 "$daemon_pid"
 wait "$daemon_pid" 2>/dev/null
 daemon
 check "after a daemon restart: r3 RUNNING" eq "$(state r3)" running
+check "after a daemon restart: still checkpointed" eq "$(state counter)" checkpointed
 v=$(last r3)
 check "after a daemon restart: r3 counts on" until_gt 10 r3 "$((v + 3))"
 

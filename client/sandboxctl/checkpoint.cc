@@ -5,10 +5,13 @@
 // printed, like `run -d`).
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/sandboxctl/sandboxctl.h"
 #include "client/sandboxctl/terminal.h"
@@ -53,6 +56,54 @@ std::vector<std::string> ParseAnywhere(flags::FlagSet& fs, std::vector<std::stri
     args.assign(rest.begin() + 1, rest.end());
   }
   return positional;
+}
+
+// One line of a restore's page loading: "12.0/64.0 MiB (18%), 131.0 MB/s".
+std::string ProgressText(const v1::RestoreProgress& p) {
+  const double mib = 1024.0 * 1024.0;
+  const double secs = TimeUtil::DurationToNanoseconds(p.load()) / 1e9;
+  const double rate = secs > 0 ? p.bytes_loaded() / secs / 1e6 : 0;
+  const int pct = p.bytes_total() > 0
+                      ? static_cast<int>(100.0 * p.bytes_loaded() / p.bytes_total())
+                      : 100;
+  std::string t = absl::StrFormat("%.1f/%.1f MiB (%d%%), %.1f MB/s", p.bytes_loaded() / mib,
+                                  p.bytes_total() / mib, pct, rate);
+  if (p.bytes_failed() > 0) absl::StrAppend(&t, absl::StrFormat(", %.1f MiB failed",
+                                                                p.bytes_failed() / mib));
+  return t;
+}
+
+// On a terminal (stderr), a line that says how far the restored sandbox's
+// memory has loaded, redrawn a few times a second from Get until the load
+// is done, the sandbox is no longer RUNNING or `*stop` is set; then the
+// last figures on a line of their own. Nothing when stderr is not a
+// terminal, or when the sandbox's pages were all there at its start.
+void ShowRestoreProgress(Client& c, const std::string& id, const std::atomic<bool>* stop) {
+  if (!isatty(STDERR_FILENO)) return;
+  bool shown = false;
+  v1::RestoreProgress last;
+  for (;;) {
+    absl::StatusOr<v1::SandboxInfo> info = c.Get(id);
+    if (!info.ok() || info->state() == v1::SANDBOX_STATE_STOPPED ||
+        info->state() == v1::SANDBOX_STATE_FAILED) {
+      break;
+    }
+    if (info->state() == v1::SANDBOX_STATE_RUNNING) {
+      if (!info->has_restore()) break;  // nothing loads after the start
+      last = info->restore();
+      fprintf(stderr, "\r\033[Ksandboxctl: %s: loading memory: %s", id.c_str(),
+              ProgressText(last).c_str());
+      fflush(stderr);
+      shown = true;
+      if (last.done()) break;
+    }
+    for (int i = 0; i < 5 && !(stop && stop->load()); i++) absl::SleepFor(absl::Milliseconds(50));
+    if (stop && stop->load()) break;
+  }
+  if (shown) {
+    fprintf(stderr, "\r\033[Ksandboxctl: %s: memory %s: %s\n", id.c_str(),
+            last.done() ? "loaded" : "still loading", ProgressText(last).c_str());
+  }
 }
 
 }  // namespace
@@ -149,6 +200,8 @@ int Restore(Client& c, std::vector<std::string> args) {
   if (detach) {
     print_timings(r->info().timings());
     printf("%s\n", id.c_str());
+    fflush(stdout);
+    ShowRestoreProgress(c, id, nullptr);
     return 0;
   }
   const bool tty = r->info().spec().process().tty();
@@ -158,7 +211,15 @@ int Restore(Client& c, std::vector<std::string> args) {
   io.trace = &trace;
   if (!tty) ProxySignals(&c, id);
   fprintf(stderr, "sandboxctl: restored %s from %s\n", id.c_str(), image.c_str());
+  // Not over a terminal the program owns (-t: raw mode, its own screen).
+  std::atomic<bool> attach_done{false};
+  std::thread progress;
+  if (!tty) progress = std::thread([&c, &id, &attach_done] {
+    ShowRestoreProgress(c, id, &attach_done);
+  });
   absl::StatusOr<v1::ExitStatus> exit = c.Exec(id, /*attach=*/true, {}, std::move(io));
+  attach_done = true;
+  if (progress.joinable()) progress.join();
   RestoreTerminal();
   if (timings) {
     v1::Timings t = trace.timings;

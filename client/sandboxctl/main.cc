@@ -43,6 +43,7 @@ const char kCommands[] =
     "  rm [-f] ID...        destroy (-f: also running ones)\n"
     "  inspect ID           the sandbox as JSON\n"
     "  wait ID              exits as the init program did\n"
+    "  wait --restored ID   returns once a restored sandbox's memory is loaded\n"
     "  checkpoint [--leave-running] ID --image=DIR\n"
     "  restore --image=DIR [--name=ID] [-d] [-i] [--memory=BYTES]\n"
     "                       a new sandbox from a checkpoint image\n"

@@ -45,19 +45,29 @@ int Ps(Client& c, std::vector<std::string> args) {
     for (auto& s : *list) printf("%s\n", s.id().c_str());
     return 0;
   }
-  printf("%-14s %-8s %-8s %-10s %-12s %s\n", "ID", "STATE", "PLATFORM", "CREATED", "STATUS",
+  printf("%-14s %-12s %-8s %-10s %-12s %s\n", "ID", "STATE", "PLATFORM", "CREATED", "STATUS",
          "COMMAND");
   const int64_t now = absl::ToUnixSeconds(absl::Now());
   for (auto& s : *list) {
     absl::string_view state_name = v1::SandboxState_Name(s.state());
     absl::ConsumePrefix(&state_name, "SANDBOX_STATE_");
-    const std::string state(state_name);
+    // A sandbox a checkpoint ended is STOPPED with its image to restore
+    // from: shown as such, as podman's Checkpointed state does.
+    const std::string state = s.has_checkpoint() ? "checkpointed" : std::string(state_name);
     const int64_t age = now - s.timings().created().seconds();
     std::string created = age < 120 ? absl::StrCat(age, "s ago")
                           : age < 7200 ? absl::StrCat(age / 60, "m ago")
                                        : absl::StrCat(age / 3600, "h ago");
-    std::string status = s.has_exit() ? ExitText(s.exit()) : "";
-    printf("%-14s %-8s %-8s %-10s %-12s %s\n", s.id().c_str(),
+    std::string status = s.has_checkpoint() ? absl::StrCat("image ", s.checkpoint().image_dir())
+                         : s.has_exit()     ? ExitText(s.exit())
+                                            : "";
+    if (s.has_restore() && !s.restore().done() && s.state() == v1::SANDBOX_STATE_RUNNING) {
+      status = s.restore().bytes_total() > 0
+                   ? absl::StrCat("loading ", 100 * s.restore().bytes_loaded() /
+                                                  s.restore().bytes_total(), "%")
+                   : "loading";
+    }
+    printf("%-14s %-12s %-8s %-10s %-12s %s\n", s.id().c_str(),
            absl::AsciiStrToLower(state).c_str(), s.spec().platform().c_str(), created.c_str(),
            status.c_str(), absl::StrJoin(s.spec().process().argv(), " ").c_str());
   }

@@ -350,6 +350,14 @@ absl::Status AsyncLoader::WaitAll() {
   return error_;
 }
 
+absl::Status AsyncLoader::WaitAllOrError() {
+  absl::MutexLock l(&mu_);
+  while (error_.ok() && (!pending_.empty() || !in_flight_.empty())) {
+    done_cv_.Wait(&mu_);
+  }
+  return error_;
+}
+
 absl::Status AsyncLoader::error() const {
   absl::MutexLock l(&mu_);
   return error_;

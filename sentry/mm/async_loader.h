@@ -137,9 +137,13 @@ class AsyncLoader {
   // [off, off + len) is being freed: nothing will be read into it (a read
   // under way is waited for) and it no longer counts as failed.
   void Cancel(uint64_t off, uint64_t len) ABSL_LOCKS_EXCLUDED(mu_);
-  // Waits until nothing is pending (a checkpoint of a restored sandbox, or
-  // `wait --restored`): OK, or the first read error.
+  // Waits until nothing is pending (a checkpoint of a restored sandbox):
+  // OK, or the first read error.
   absl::Status WaitAll() ABSL_LOCKS_EXCLUDED(mu_);
+  // Waits until nothing is pending or a read has failed (`wait
+  // --restored`: a failed load is its answer, whatever is left to read):
+  // OK, or the first read error.
+  absl::Status WaitAllOrError() ABSL_LOCKS_EXCLUDED(mu_);
   // The first read error (OK if none).
   absl::Status error() const ABSL_LOCKS_EXCLUDED(mu_);
 

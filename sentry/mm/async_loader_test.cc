@@ -15,6 +15,7 @@
 #include "absl/synchronization/mutex.h"
 #include "gtest/gtest.h"
 #include "sentry/mm/memory_file.h"
+#include "sentry/mm/testing/read_gate.h"
 
 namespace sandboxd::mm {
 namespace {
@@ -25,64 +26,19 @@ uint8_t Pattern(uint64_t src_off) {
   return static_cast<uint8_t>(1 + (src_off / kPage) % 251);
 }
 
-// Saved data: every page of the source holds Pattern(its offset). Reads of
-// [hold_start, hold_end) block until Release; reads meeting
-// [fail_start, fail_end) fail; each read sleeps `delay_us`.
-class FakeSource : public PageSource {
+// Saved data: every page of the source holds Pattern(its offset); the
+// gate holds back, slows down or fails chosen reads (testing/read_gate.h).
+class FakeSource : public PageSource, public testing::ReadGate {
  public:
   absl::Status ReadPages(uint64_t src_off, uint64_t len,
                          uint8_t* dst) override {
-    {
-      absl::MutexLock l(&mu_);
-      log_.push_back(src_off);
-      if (src_off < hold_end_ && src_off + len > hold_start_) {
-        holding_++;
-        mu_.Await(absl::Condition(&released_));
-        holding_--;
-      }
-    }
-    if (delay_us_ > 0) {
-      std::this_thread::sleep_for(std::chrono::microseconds(delay_us_));
-    }
-    if (src_off < fail_end_ && src_off + len > fail_start_) {
-      return absl::DataLossError("injected read error");
-    }
+    if (absl::Status s = Pass(src_off, len); !s.ok()) return s;
     for (uint64_t o = 0; o < len; o += kPage) {
       memset(dst + o, Pattern(src_off + o), kPage);
     }
     return absl::OkStatus();
   }
   std::string Name() const override { return "fake pages.img"; }
-
-  void Hold(uint64_t start, uint64_t end) {
-    absl::MutexLock l(&mu_);
-    hold_start_ = start;
-    hold_end_ = end;
-    released_ = false;
-  }
-  void Release() {
-    absl::MutexLock l(&mu_);
-    released_ = true;
-  }
-  bool HoldingNow() {
-    absl::MutexLock l(&mu_);
-    return holding_ > 0;
-  }
-  std::vector<uint64_t> Log() {
-    absl::MutexLock l(&mu_);
-    return log_;
-  }
-
-  std::atomic<int> delay_us_{0};
-  uint64_t fail_start_ = 0, fail_end_ = 0;
-
- private:
-  absl::Mutex mu_;
-  uint64_t hold_start_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t hold_end_ ABSL_GUARDED_BY(mu_) = 0;
-  bool released_ ABSL_GUARDED_BY(mu_) = true;
-  int holding_ ABSL_GUARDED_BY(mu_) = 0;
-  std::vector<uint64_t> log_ ABSL_GUARDED_BY(mu_);
 };
 
 class AsyncLoaderTest : public ::testing::Test {
@@ -231,7 +187,7 @@ TEST_F(AsyncLoaderTest, AWaiterDoesNotHoldUpOthers) {
     EXPECT_EQ(l->Wait(a, kPage), 0);
     a_done = true;
   });
-  while (!source_->HoldingNow()) std::this_thread::yield();
+  while (!source_->Holding()) std::this_thread::yield();
   // a's read is stuck; b loads and its waiter returns meanwhile (a wait
   // for one page of b returns once that page is in: the rest of b may
   // still be on its way, so the wait is for all of b).
@@ -276,6 +232,49 @@ TEST_F(AsyncLoaderTest, ReadErrorsAreSticky) {
   // Freeing the failed pages forgets them: reuse reads zeros.
   mf_->Free(a + 4 * kPage, 4 * kPage);
   EXPECT_TRUE(l->settled());
+}
+
+TEST_F(AsyncLoaderTest, WaitAllOrErrorEndsAtTheFirstError) {
+  AsyncLoadOptions o;
+  o.threads = 2;
+  o.chunk_bytes = 4 * kPage;
+  AsyncLoader* l = Install(o);
+  const uint64_t a = AddRange(l, 16);
+  // Pages 12-15 are held back; pages 0-3 fail.
+  source_->fail_start_ = a + kSrcBias;
+  source_->fail_end_ = a + kSrcBias + kPage;
+  source_->Hold(a + kSrcBias + 12 * kPage, a + kSrcBias + 16 * kPage);
+  ASSERT_TRUE(l->Start().ok());
+  absl::Status st = l->WaitAllOrError();
+  EXPECT_FALSE(st.ok());
+  EXPECT_NE(st.message().find("injected"), std::string::npos) << st;
+  EXPECT_FALSE(l->Stats().done);  // the held read is still to come
+  source_->Release();
+  EXPECT_EQ(l->WaitAll().message(), st.message());
+  EXPECT_TRUE(Holds(a + 12 * kPage, 4 * kPage));
+}
+
+TEST_F(AsyncLoaderTest, WaitAllOrErrorWithoutErrorWaitsForAll) {
+  AsyncLoadOptions o;
+  o.threads = 1;
+  o.chunk_bytes = 4 * kPage;
+  AsyncLoader* l = Install(o);
+  const uint64_t a = AddRange(l, 16);
+  source_->Hold(a + kSrcBias + 12 * kPage, a + kSrcBias + 16 * kPage);
+  ASSERT_TRUE(l->Start().ok());
+  std::atomic<bool> returned{false};
+  std::thread t([&] {
+    EXPECT_TRUE(l->WaitAllOrError().ok());
+    returned = true;
+  });
+  while (!source_->Holding()) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  EXPECT_FALSE(returned.load());  // not before the last page
+  source_->Release();
+  t.join();
+  EXPECT_TRUE(returned.load());
+  EXPECT_TRUE(l->Stats().done);
+  EXPECT_TRUE(Holds(a, 16 * kPage));
 }
 
 TEST_F(AsyncLoaderTest, CancelledRangesAreNeverWritten) {

@@ -29,6 +29,7 @@
 #include "sentry/kernel/testing/fakes.h"
 #include "sentry/mm/memory_file.h"
 #include "sentry/mm/mm.h"
+#include "sentry/mm/testing/read_gate.h"
 #include "sentry/state/mm_state.h"
 #include "sentry/state/pages.h"
 
@@ -64,10 +65,9 @@ class CheckingAddressSpace : public platform::AddressSpace {
   mm::MemoryFile* const mf_;
 };
 
-// A PageReader over another that holds back reads of saved offsets in
-// [hold_start, hold_end) until Release, and fails those meeting
-// [fail_start, fail_end).
-class GatedReader : public PageReader {
+// A PageReader over another whose reads pass a gate first
+// (mm/testing/read_gate.h: held back, or failed, by saved offset).
+class GatedReader : public PageReader, public mm::testing::ReadGate {
  public:
   explicit GatedReader(std::unique_ptr<PageReader> inner)
       : inner_(std::move(inner)) {}
@@ -76,43 +76,13 @@ class GatedReader : public PageReader {
   }
   absl::Status LoadPagesZeroed(uint64_t off, uint64_t len,
                                uint8_t* dst) override {
-    {
-      absl::MutexLock l(&mu_);
-      if (off < hold_end_ && off + len > hold_start_) {
-        holding_++;
-        mu_.Await(absl::Condition(&released_));
-        holding_--;
-      }
-    }
-    if (off < fail_end_ && off + len > fail_start_) {
-      return absl::DataLossError("injected");
-    }
+    if (absl::Status s = Pass(off, len); !s.ok()) return s;
     return inner_->LoadPagesZeroed(off, len, dst);
   }
   std::string Name() const override { return inner_->Name(); }
-  void Hold(uint64_t s, uint64_t e) {
-    absl::MutexLock l(&mu_);
-    hold_start_ = s;
-    hold_end_ = e;
-    released_ = false;
-  }
-  void Release() {
-    absl::MutexLock l(&mu_);
-    released_ = true;
-  }
-  bool Holding() {
-    absl::MutexLock l(&mu_);
-    return holding_ > 0;
-  }
-  uint64_t fail_start_ = 0, fail_end_ = 0;
 
  private:
   const std::unique_ptr<PageReader> inner_;
-  absl::Mutex mu_;
-  uint64_t hold_start_ ABSL_GUARDED_BY(mu_) = 0;
-  uint64_t hold_end_ ABSL_GUARDED_BY(mu_) = 0;
-  bool released_ ABSL_GUARDED_BY(mu_) = true;
-  int holding_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 std::string TempDir() {

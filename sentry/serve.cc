@@ -18,6 +18,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
@@ -162,6 +163,16 @@ class Server {
     return absl::OkStatus();
   }
 
+  // Start and Restore: the Sentry's one sandbox. `prepare` checks the
+  // request and fills what `create` needs; then the hostname is set,
+  // `create` builds the sandbox from the prewarmed state, its init starts
+  // and the reply carries init_pid and the steps (`started` last). Errors
+  // are prefixed with `what`.
+  void LoadSandbox(uint64_t id, const char* what, const std::string& hostname,
+                   Stage started, absl::FunctionRef<absl::Status()> prepare,
+                   absl::FunctionRef<absl::StatusOr<std::unique_ptr<boot::Sandbox>>(
+                       boot::Prewarmed, StageClock*)>
+                       create);
   void OnStart(const Request& req, std::vector<UniqueFd> fds);
   void OnExec(const Request& req, std::vector<UniqueFd> fds);
   void OnCheckpoint(const Request& req, std::vector<UniqueFd> fds);
@@ -189,78 +200,6 @@ class Server {
   boot::Sandbox* sandbox_ = nullptr;
 };
 
-void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
-  const Request::Start& start = req.start();
-  const v1::SandboxSpec& spec = start.spec();
-  if (!pw_.has_value()) {
-    SendError(req.id(), absl::FailedPreconditionError(
-                            "this Sentry has already been given a sandbox"));
-    return;
-  }
-  StageClock clock;
-  auto build = [&]() -> absl::StatusOr<boot::Sandbox*> {
-    const std::string& want = spec.platform().empty()
-                                  ? platform::Registry::Get().DefaultName()
-                                  : spec.platform();
-    if (want != platform_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "platform ", want, " is not this Sentry's (", platform_, ")"));
-    }
-    if (spec.network() == v1::NETWORK_MODE_HOST) {
-      return absl::InvalidArgumentError(
-          "network=host is not available: a warm Sentry has its own network "
-          "namespace");
-    }
-    ASSIGN_OR_RETURN(boot::ProcessConfig init, ProcessFromSpec(spec.process()));
-    if (fds.empty()) {
-      return absl::InvalidArgumentError("Start came without a rootfs descriptor");
-    }
-    struct stat st;
-    if (fstat(fds[0].get(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-      return absl::InvalidArgumentError(
-          "the rootfs descriptor is not a directory");
-    }
-    ASSIGN_OR_RETURN(boot::Stdio stdio,
-                     StdioFromFds(fds, 1, spec.process().tty()));
-    boot::SandboxConfig config;
-    config.rootfs = std::move(fds[0]);
-    config.init = std::move(init);
-    config.hostname = !spec.hostname().empty()      ? spec.hostname()
-                      : !start.sandbox_id().empty() ? start.sandbox_id()
-                                                    : "sandbox";
-    config.limits.memory_bytes = spec.limits().memory_bytes();
-    config.limits.cpu_millis = spec.limits().cpu_millis();
-    config.limits.pids = spec.limits().pids();
-    if (isolated_) {
-      RETURN_IF_ERROR(Annotate(isolation::SetHostname(config.hostname),
-                               "uts namespace"));
-      clock.Mark(Stage::kHostname);
-    }
-    boot::Prewarmed pw = std::move(*pw_);
-    pw_.reset();
-    ASSIGN_OR_RETURN(std::unique_ptr<boot::Sandbox> sb,
-                     boot::Sandbox::Create(std::move(pw), std::move(config),
-                                           std::move(stdio), &clock));
-    return sb.release();
-  };
-  auto sb = build();
-  if (!sb.ok()) {
-    SendError(req.id(), Annotate(sb.status(), "Start"));
-    return;
-  }
-  if (absl::Status s = (*sb)->Start(); !s.ok()) {
-    SendError(req.id(), Annotate(s, "Start"));
-    return;
-  }
-  sandbox_ = *sb;
-  clock.Mark(Stage::kStart);
-  Response r;
-  r.set_id(req.id());
-  r.set_init_pid(1);
-  AddTimings(clock, &r);
-  Send(r);
-}
-
 // A directory descriptor that came with a request, or an error naming it.
 absl::Status CheckDirFd(const std::vector<UniqueFd>& fds, size_t i,
                         const char* what) {
@@ -274,6 +213,97 @@ absl::Status CheckDirFd(const std::vector<UniqueFd>& fds, size_t i,
         absl::StrCat("the ", what, " descriptor is not a directory"));
   }
   return absl::OkStatus();
+}
+
+// The hostname a sandbox gets: the spec's, else its id.
+std::string HostnameFor(const v1::SandboxSpec& spec, const std::string& sandbox_id) {
+  return !spec.hostname().empty()   ? spec.hostname()
+         : !sandbox_id.empty()      ? sandbox_id
+                                    : "sandbox";
+}
+
+boot::Limits LimitsFrom(const v1::SandboxSpec& spec) {
+  boot::Limits l;
+  l.memory_bytes = spec.limits().memory_bytes();
+  l.cpu_millis = spec.limits().cpu_millis();
+  l.pids = spec.limits().pids();
+  return l;
+}
+
+void Server::LoadSandbox(uint64_t id, const char* what, const std::string& hostname,
+                         Stage started, absl::FunctionRef<absl::Status()> prepare,
+                         absl::FunctionRef<absl::StatusOr<std::unique_ptr<boot::Sandbox>>(
+                             boot::Prewarmed, StageClock*)>
+                             create) {
+  if (!pw_.has_value()) {
+    SendError(id, absl::FailedPreconditionError(
+                      "this Sentry has already been given a sandbox"));
+    return;
+  }
+  StageClock clock;
+  auto build = [&]() -> absl::StatusOr<boot::Sandbox*> {
+    RETURN_IF_ERROR(prepare());
+    if (isolated_) {
+      RETURN_IF_ERROR(Annotate(isolation::SetHostname(hostname), "uts namespace"));
+      clock.Mark(Stage::kHostname);
+    }
+    boot::Prewarmed pw = std::move(*pw_);
+    pw_.reset();
+    ASSIGN_OR_RETURN(std::unique_ptr<boot::Sandbox> sb, create(std::move(pw), &clock));
+    return sb.release();
+  };
+  auto sb = build();
+  if (!sb.ok()) {
+    SendError(id, Annotate(sb.status(), what));
+    return;
+  }
+  if (absl::Status s = (*sb)->Start(); !s.ok()) {
+    SendError(id, Annotate(s, what));
+    return;
+  }
+  sandbox_ = *sb;
+  clock.Mark(started);
+  Response r;
+  r.set_id(id);
+  r.set_init_pid(1);
+  AddTimings(clock, &r);
+  Send(r);
+}
+
+void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
+  const Request::Start& start = req.start();
+  const v1::SandboxSpec& spec = start.spec();
+  boot::SandboxConfig config;
+  boot::Stdio stdio;
+  config.hostname = HostnameFor(spec, start.sandbox_id());
+  config.limits = LimitsFrom(spec);
+  auto prepare = [&]() -> absl::Status {
+    const std::string& want = spec.platform().empty()
+                                  ? platform::Registry::Get().DefaultName()
+                                  : spec.platform();
+    if (want != platform_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "platform ", want, " is not this Sentry's (", platform_, ")"));
+    }
+    if (spec.network() == v1::NETWORK_MODE_HOST) {
+      return absl::InvalidArgumentError(
+          "network=host is not available: a warm Sentry has its own network "
+          "namespace");
+    }
+    ASSIGN_OR_RETURN(config.init, ProcessFromSpec(spec.process()));
+    if (fds.empty()) {
+      return absl::InvalidArgumentError("Start came without a rootfs descriptor");
+    }
+    RETURN_IF_ERROR(CheckDirFd(fds, 0, "rootfs"));
+    ASSIGN_OR_RETURN(stdio, StdioFromFds(fds, 1, spec.process().tty()));
+    config.rootfs = std::move(fds[0]);
+    return absl::OkStatus();
+  };
+  LoadSandbox(req.id(), "Start", config.hostname, Stage::kStart, prepare,
+              [&](boot::Prewarmed pw, StageClock* clock) {
+                return boot::Sandbox::Create(std::move(pw), std::move(config),
+                                             std::move(stdio), clock);
+              });
 }
 
 // The Loop's thread waits for the save: the daemon sends nothing else
@@ -312,56 +342,24 @@ void Server::OnCheckpoint(const Request& req, std::vector<UniqueFd> fds) {
 void Server::OnRestore(const Request& req, std::vector<UniqueFd> fds) {
   const Request::Restore& restore = req.restore();
   const v1::SandboxSpec& spec = restore.spec();
-  if (!pw_.has_value()) {
-    SendError(req.id(), absl::FailedPreconditionError(
-                            "this Sentry has already been given a sandbox"));
-    return;
-  }
-  StageClock clock;
-  auto build = [&]() -> absl::StatusOr<boot::Sandbox*> {
+  boot::RestoreConfig config;
+  boot::Stdio stdio;
+  config.hostname = HostnameFor(spec, restore.sandbox_id());
+  config.limits = LimitsFrom(spec);
+  auto prepare = [&]() -> absl::Status {
     RETURN_IF_ERROR(CheckDirFd(fds, 0, "image directory"));
     RETURN_IF_ERROR(CheckDirFd(fds, 1, "rootfs"));
-    ASSIGN_OR_RETURN(boot::Stdio stdio,
-                     StdioFromFds(fds, 2, spec.process().tty()));
-    boot::RestoreConfig config;
-    config.image =
-        restore.image_path().empty() ? "image" : restore.image_path();
+    ASSIGN_OR_RETURN(stdio, StdioFromFds(fds, 2, spec.process().tty()));
+    config.image = restore.image_path().empty() ? "image" : restore.image_path();
     config.image_dir = std::move(fds[0]);
     config.rootfs = std::move(fds[1]);
-    config.hostname = !spec.hostname().empty()        ? spec.hostname()
-                      : !restore.sandbox_id().empty() ? restore.sandbox_id()
-                                                      : "sandbox";
-    config.limits.memory_bytes = spec.limits().memory_bytes();
-    config.limits.cpu_millis = spec.limits().cpu_millis();
-    config.limits.pids = spec.limits().pids();
-    if (isolated_) {
-      RETURN_IF_ERROR(Annotate(isolation::SetHostname(config.hostname),
-                               "uts namespace"));
-      clock.Mark(Stage::kHostname);
-    }
-    boot::Prewarmed pw = std::move(*pw_);
-    pw_.reset();
-    ASSIGN_OR_RETURN(std::unique_ptr<boot::Sandbox> sb,
-                     boot::Sandbox::Restore(std::move(pw), std::move(config),
-                                            std::move(stdio), &clock));
-    return sb.release();
+    return absl::OkStatus();
   };
-  auto sb = build();
-  if (!sb.ok()) {
-    SendError(req.id(), Annotate(sb.status(), "Restore"));
-    return;
-  }
-  if (absl::Status s = (*sb)->Start(); !s.ok()) {
-    SendError(req.id(), Annotate(s, "Restore"));
-    return;
-  }
-  sandbox_ = *sb;
-  clock.Mark(Stage::kRestoreStart);
-  Response r;
-  r.set_id(req.id());
-  r.set_init_pid(1);
-  AddTimings(clock, &r);
-  Send(r);
+  LoadSandbox(req.id(), "Restore", config.hostname, Stage::kRestoreStart, prepare,
+              [&](boot::Prewarmed pw, StageClock* clock) {
+                return boot::Sandbox::Restore(std::move(pw), std::move(config),
+                                              std::move(stdio), clock);
+              });
 }
 
 void Server::OnExec(const Request& req, std::vector<UniqueFd> fds) {

@@ -18,6 +18,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 
@@ -190,6 +191,37 @@ std::string StateDir::SandboxDir(const std::string& id) const {
 
 std::string StateDir::OutputLogPath(const std::string& id) const {
   return SandboxDir(id) + "/output.log";
+}
+
+absl::Status StateDir::SaveExec(const std::string& id, const v1::ExecInfo& info) {
+  return WriteAtomically(absl::StrCat(SandboxDir(id), "/exec-", info.pid(), ".pb"),
+                         info.SerializeAsString());
+}
+
+std::vector<v1::ExecInfo> StateDir::LoadExecs(const std::string& id) const {
+  std::vector<v1::ExecInfo> out;
+  const std::string dir = SandboxDir(id);
+  for (const std::string& name : ListDir(dir)) {
+    int pid;
+    if (!absl::StartsWith(name, "exec-") || !absl::EndsWith(name, ".pb") ||
+        !absl::SimpleAtoi(name.substr(5, name.size() - 8), &pid)) {
+      continue;
+    }
+    std::ifstream f(dir + "/" + name, std::ios::binary);
+    std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    v1::ExecInfo info;
+    if (info.ParseFromString(data) && info.pid() == pid) out.push_back(std::move(info));
+  }
+  return out;
+}
+
+void StateDir::RemoveExec(const std::string& id, int pid) {
+  unlink(absl::StrCat(SandboxDir(id), "/exec-", pid, ".pb").c_str());
+  unlink(ExecLogPath(id, pid).c_str());
+}
+
+std::string StateDir::ExecLogPath(const std::string& id, int pid) const {
+  return absl::StrCat(SandboxDir(id), "/exec-", pid, ".log");
 }
 
 absl::Status StateDir::SaveSandbox(const v1::SandboxInfo& info) {

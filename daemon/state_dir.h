@@ -14,6 +14,8 @@
 //   sandboxes/<id>/control.sock  the socket its Sentry accepts the next
 //                             daemon's control channel on (control.proto
 //                             Persist)
+//   sandboxes/<id>/exec-<pid>.pb   an Exec'd process (v1::ExecInfo),
+//   sandboxes/<id>/exec-<pid>.log  and its output (OutputLog's file)
 //
 // Thread safety: every method may be called from any thread.
 #ifndef SANDBOXD_DAEMON_STATE_DIR_H_
@@ -73,6 +75,11 @@ class StateDir {
   // Removes sandboxes/<id> and everything in it.
   void RemoveSandbox(const std::string& id);
   std::string OutputLogPath(const std::string& id) const;
+  // Exec'd process `pid` of sandbox `id`: its record and output log.
+  absl::Status SaveExec(const std::string& id, const v1::ExecInfo& info);
+  std::vector<v1::ExecInfo> LoadExecs(const std::string& id) const;
+  void RemoveExec(const std::string& id, int pid);
+  std::string ExecLogPath(const std::string& id, int pid) const;
   // A listening SOCK_SEQPACKET socket at sandboxes/<id>/control.sock
   // (replacing a stale one), and a connection to it.
   absl::StatusOr<UniqueFd> Listen(const std::string& id);

@@ -9,6 +9,7 @@
 
 #include <cstdio>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -135,16 +136,19 @@ class Server {
     absl::MutexLock l(&ch_mu_);
     SendLocked(r, fds);
   }
-  void SendOn(uint64_t generation, const Response& r) {
+  // Whether `r` went out (on the channel of `generation`, still up).
+  bool SendOn(uint64_t generation, const Response& r) {
     absl::MutexLock l(&ch_mu_);
-    if (generation == generation_) SendLocked(r, {});
+    return generation == generation_ && SendLocked(r, {});
   }
-  void SendLocked(const Response& r, absl::Span<const int> fds)
+  bool SendLocked(const Response& r, absl::Span<const int> fds)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(ch_mu_) {
     if (absl::Status s = ch_->Send(r, fds); !s.ok()) {
       Log(absl::StrCat("sending the response to request ", r.id(), ": ",
                        s.message()));
+      return false;
     }
+    return true;
   }
   static Response ErrorResponse(uint64_t id, const absl::Status& s) {
     Response r;
@@ -179,7 +183,7 @@ class Server {
   void OnRestore(const Request& req, std::vector<UniqueFd> fds);
   void OnWaitPid(uint64_t id, pid_t pid);
   [[noreturn]] void OnDestroy(uint64_t id);
-  void OnPersist(uint64_t id, std::vector<UniqueFd> fds);
+  void OnPersist(uint64_t id, const Request::Persist& p, std::vector<UniqueFd> fds);
   void OnReattach(uint64_t id);
   // After the channel's end: true with the next daemon's channel in ch_,
   // false when the sandbox does not outlive its daemon.
@@ -193,6 +197,10 @@ class Server {
   // Sentry keeps for it. Loop's thread only.
   UniqueFd listener_;
   std::vector<UniqueFd> kept_;
+  bool stdin_kept_ = false;  // kept_.back() is the init's stdin
+  // Exec'd processes' output descriptors (Exec.keep_fds), by pid, until
+  // their WaitPid has been answered.
+  std::map<pid_t, std::vector<UniqueFd>> kept_execs_ ABSL_GUARDED_BY(ch_mu_);
   std::optional<boot::Prewarmed> pw_;  // consumed by Start
   const bool isolated_;                 // in namespaces of its own
   const std::string platform_;          // what Prewarm made (registry.h)
@@ -363,8 +371,16 @@ void Server::OnRestore(const Request& req, std::vector<UniqueFd> fds) {
 }
 
 void Server::OnExec(const Request& req, std::vector<UniqueFd> fds) {
+  std::vector<UniqueFd> keep;
   auto run = [&]() -> absl::StatusOr<pid_t> {
     RETURN_IF_ERROR(CheckRunning());
+    const size_t n = req.exec().keep_fds();
+    if (n > fds.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "keep_fds is ", n, " but only ", fds.size(), " descriptors came"));
+    }
+    for (size_t i = fds.size() - n; i < fds.size(); i++) keep.push_back(std::move(fds[i]));
+    fds.resize(fds.size() - n);
     ASSIGN_OR_RETURN(boot::ProcessConfig p, ProcessFromSpec(req.exec().process()));
     ASSIGN_OR_RETURN(boot::Stdio stdio,
                      StdioFromFds(fds, 0, req.exec().process().tty()));
@@ -374,6 +390,10 @@ void Server::OnExec(const Request& req, std::vector<UniqueFd> fds) {
   if (!pid.ok()) {
     SendError(req.id(), Annotate(pid.status(), "Exec"));
     return;
+  }
+  if (!keep.empty()) {
+    absl::MutexLock l(&ch_mu_);
+    kept_execs_[*pid] = std::move(keep);
   }
   Response r;
   r.set_id(req.id());
@@ -400,7 +420,11 @@ void Server::OnWaitPid(uint64_t id, pid_t pid) {
     Response r;
     r.set_id(id);
     SetExit(*st, r.mutable_exit());
-    SendOn(gen, r);
+    if (SendOn(gen, r) && pid != 1) {
+      // A daemon has the exit: it needs the kept output ends no more.
+      absl::MutexLock l(&ch_mu_);
+      kept_execs_.erase(pid);
+    }
   });
   if (!waiter.ok()) {
     SendError(id, waiter.status());
@@ -409,7 +433,16 @@ void Server::OnWaitPid(uint64_t id, pid_t pid) {
   waiter->detach();
 }
 
-void Server::OnPersist(uint64_t id, std::vector<UniqueFd> fds) {
+void Server::OnPersist(uint64_t id, const Request::Persist& p,
+                       std::vector<UniqueFd> fds) {
+  if (p.drop_stdin()) {
+    if (stdin_kept_) kept_.pop_back();
+    stdin_kept_ = false;
+    Response r;
+    r.set_id(id);
+    Send(r);
+    return;
+  }
   int type = 0, listening = 0;
   socklen_t len = sizeof(type);
   if (fds.empty() ||
@@ -426,6 +459,7 @@ void Server::OnPersist(uint64_t id, std::vector<UniqueFd> fds) {
   listener_ = std::move(fds[0]);
   kept_.clear();
   for (size_t i = 1; i < fds.size(); i++) kept_.push_back(std::move(fds[i]));
+  stdin_kept_ = p.with_stdin() && kept_.size() > 0;
   Response r;
   r.set_id(id);
   Send(r);
@@ -434,10 +468,21 @@ void Server::OnPersist(uint64_t id, std::vector<UniqueFd> fds) {
 void Server::OnReattach(uint64_t id) {
   Response r;
   r.set_id(id);
-  r.mutable_reattached()->set_started(sandbox_ != nullptr);
+  control::Reattached* ra = r.mutable_reattached();
+  ra->set_started(sandbox_ != nullptr);
+  ra->set_stdin_kept(stdin_kept_);
   std::vector<int> fds;
   for (const UniqueFd& f : kept_) fds.push_back(f.get());
-  Send(r, fds);
+  absl::MutexLock l(&ch_mu_);
+  for (const auto& [pid, kept] : kept_execs_) {
+    // What does not fit in one message stays kept (and unused).
+    if (fds.size() + kept.size() > control::kMaxFds) break;
+    control::KeptProcess* k = ra->add_processes();
+    k->set_pid(pid);
+    k->set_fds(static_cast<uint32_t>(kept.size()));
+    for (const UniqueFd& f : kept) fds.push_back(f.get());
+  }
+  SendLocked(r, fds);
 }
 
 bool Server::AwaitNextDaemon() {
@@ -528,7 +573,7 @@ void Server::Loop() {
         OnRestore(req, std::move(fds));
         break;
       case Request::kPersist:
-        OnPersist(req.id(), std::move(fds));
+        OnPersist(req.id(), req.persist(), std::move(fds));
         break;
       case Request::kReattach:
         OnReattach(req.id());

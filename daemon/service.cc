@@ -448,8 +448,9 @@ absl::Status Service::ExecStream(
   if (attach && !start.has_create() &&
       sandbox->state() == v1::SANDBOX_STATE_RUNNING) {
     if (start.remove()) {
-      return absl::InvalidArgumentError(
-          "start.remove: only for an attach that starts the sandbox (it is RUNNING)");
+      // Refused, and the sandbox left alone, as any refused attach.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sandbox ", id, " is RUNNING: start.remove is only for an attach that starts it"));
     }
     ASSIGN_OR_RETURN(relay, sandbox->AttachRunning(&cursor));
     pid = 1;

@@ -395,9 +395,32 @@ absl::Status Sandbox::StartLocked() {
   if (state_dir_ != nullptr) {
     // Without it the sandbox still runs, but dies with this daemon.
     const absl::Time persist = absl::Now();
-    if (absl::Status p = PersistLocked(); !p.ok()) {
-      Log("sandbox ", id_, ": it will not outlive the daemon: ", p.ToString());
+    absl::Status p;
+    if (sentry_->has_socket()) {
+      // The warm Sentry listens already: the socket moves into place and
+      // what it keeps comes with the start.
+      p = state_dir_->MoveWarmSocket(sentry_->process().pid(), id_);
+      if (p.ok()) {
+        std::vector<int> keep = init_relay_->OutputFds();
+        const int in =
+            spec_.open_stdin() && !spec_.process().tty() ? init_relay_->StdinFd() : -1;
+        if (in >= 0) keep.push_back(in);
+        fds.insert(fds.end(), keep.begin(), keep.end());
+        const uint32_t n = static_cast<uint32_t>(keep.size());
+        if (restore) {
+          req.mutable_restore()->set_keep_fds(n);
+          req.mutable_restore()->set_keep_stdin(in >= 0);
+        } else {
+          req.mutable_start()->set_keep_fds(n);
+          req.mutable_start()->set_keep_stdin(in >= 0);
+        }
+        persisted_ = true;
+        stdin_kept_ = in >= 0;
+      }
+    } else {
+      p = PersistLocked();
     }
+    if (!p.ok()) Log("sandbox ", id_, ": it will not outlive the daemon: ", p.ToString());
     AddStageLocked(StageName(Stage::kStartPersist), absl::Now() - persist);
   }
 

@@ -182,6 +182,9 @@ class Server {
   void OnCheckpoint(const Request& req, std::vector<UniqueFd> fds);
   void OnRestore(const Request& req, std::vector<UniqueFd> fds);
   void OnWaitPid(uint64_t id, pid_t pid);
+  // Start's and Restore's keep_fds: the last `n` of `fds` become what
+  // Persist keeps.
+  absl::Status TakeKept(std::vector<UniqueFd>& fds, uint32_t n, bool with_stdin);
   [[noreturn]] void OnDestroy(uint64_t id);
   void OnPersist(uint64_t id, const Request::Persist& p, std::vector<UniqueFd> fds);
   void OnReattach(uint64_t id);
@@ -278,9 +281,26 @@ void Server::LoadSandbox(uint64_t id, const char* what, const std::string& hostn
   Send(r);
 }
 
+absl::Status Server::TakeKept(std::vector<UniqueFd>& fds, uint32_t n, bool with_stdin) {
+  if (n == 0) return absl::OkStatus();
+  if (n > fds.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "keep_fds is ", n, " but only ", fds.size(), " descriptors came"));
+  }
+  kept_.clear();
+  for (size_t i = fds.size() - n; i < fds.size(); i++) kept_.push_back(std::move(fds[i]));
+  fds.resize(fds.size() - n);
+  stdin_kept_ = with_stdin;
+  return absl::OkStatus();
+}
+
 void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
   const Request::Start& start = req.start();
   const v1::SandboxSpec& spec = start.spec();
+  if (absl::Status s = TakeKept(fds, start.keep_fds(), start.keep_stdin()); !s.ok()) {
+    SendError(req.id(), Annotate(s, "Start"));
+    return;
+  }
   boot::SandboxConfig config;
   boot::Stdio stdio;
   config.hostname = HostnameFor(spec, start.sandbox_id());
@@ -350,6 +370,10 @@ void Server::OnCheckpoint(const Request& req, std::vector<UniqueFd> fds) {
 void Server::OnRestore(const Request& req, std::vector<UniqueFd> fds) {
   const Request::Restore& restore = req.restore();
   const v1::SandboxSpec& spec = restore.spec();
+  if (absl::Status s = TakeKept(fds, restore.keep_fds(), restore.keep_stdin()); !s.ok()) {
+    SendError(req.id(), Annotate(s, "Restore"));
+    return;
+  }
   boot::RestoreConfig config;
   boot::Stdio stdio;
   config.hostname = HostnameFor(spec, restore.sandbox_id());

@@ -218,6 +218,16 @@ has() { grep -q -- "$2" "$1" 2>/dev/null && echo 1; }
 stop_loop() {
   echo "echo pid \$\$; i=0; while [ ! -e /tmp/$1 ]; do echo tick \$i; i=\$((i+1)); sleep 0.1; done; exit $2"
 }
+# stop_daemon PID: SIGTERM, and SIGKILL if it has not ended within 30 s
+# (a daemon that hangs must not hang the test).
+stop_daemon() {
+  kill "$1" 2>/dev/null
+  until_eq 30 1 gone "$1" || kill -9 "$1" 2>/dev/null
+  wait "$1" 2>/dev/null
+}
+# to_fd7 TEXT: writes TEXT to descriptor 7; a reader that has gone is no
+# reason for the test to die of SIGPIPE.
+to_fd7() { (trap '' PIPE; printf "$1" >&7) 2>/dev/null; }
 # ticks FILE: its "tick N" lines, into $tmp/ticks.
 ticks() { grep '^tick ' "$1" >"$tmp/ticks"; }
 daemon d --shutdown-kill
@@ -244,9 +254,9 @@ attach_term() {
   "$SANDBOXCTL" --socket="$tmp/d.sock" attach term <"$tmp/term.in" >"$tmp/term.out" 2>"$tmp/term.err" &
   local client=$!
   exec 7>"$tmp/term.in"
-  printf '%s\n' "$1" >&7
+  to_fd7 "$1\n"
   check "attach (tty): the echo of '$1' comes back" until_eq 30 1 has "$tmp/term.out" "$1"
-  printf '\020\021' >&7
+  to_fd7 '\020\021'
   local i
   for i in $(seq 1 300); do
     alive "$client" || break
@@ -299,7 +309,7 @@ check "attach after the restart: stdin reaches the init (open stdin)" contains "
 check "... and attach exits as the init did" eq "$status" 5
 ctl d wait reader
 check "wait on it: 5" eq "$status" 5
-"$SANDBOXCTL" --socket="$tmp/d.sock" wait trapper >/dev/null 2>&1 &
+timeout 60 "$SANDBOXCTL" --socket="$tmp/d.sock" wait trapper >/dev/null 2>&1 &
 waiter=$!
 ctl d kill --signal=TERM trapper
 wait "$waiter"
@@ -309,8 +319,7 @@ attach_term hello2
 check "attach (tty) after the restart: ^P ^Q detaches" eq "$status" 0
 ctl d attach notthere
 check "attach to an unknown sandbox: an error" eq "$status" 125
-kill "$daemon_pid"
-wait "$daemon_pid" 2>/dev/null
+stop_daemon "$daemon_pid"
 
 # --- two daemons, one explicit cgroup parent ---------------------------------
 parent=sbx-restart-test-$$
@@ -320,8 +329,7 @@ daemon e --cgroup-parent="$parent" --shutdown-kill
 e_pid=$daemon_pid
 if grep -q "no cgroups" "$tmp/e.log"; then
   echo "# no cgroups here: the shared-parent checks are skipped"
-  kill "$e_pid"
-  wait "$e_pid" 2>/dev/null
+  stop_daemon "$e_pid"
   passed
   exit
 fi
@@ -332,19 +340,16 @@ daemon f --cgroup-parent="$parent" --shutdown-kill --pool-size=0
 f_pid=$daemon_pid
 ctl f run -d --name=fkeep --rootfs=/ -- /bin/sleep 100000
 check "same parent: daemon f's start left e's sandbox alone" alive "$ekeep_pid"
-kill "$f_pid"
-wait "$f_pid" 2>/dev/null
+stop_daemon "$f_pid"
 check "same parent: daemon f's stop left e's sandbox alone" alive "$ekeep_pid"
 check "... and the parent, which it did not make" test -n "$(cg_dirs)"
 daemon f --cgroup-parent="$parent" --shutdown-kill --pool-size=0
 f_pid=$daemon_pid
-kill "$e_pid"
-wait "$e_pid" 2>/dev/null
+stop_daemon "$e_pid"
 check "daemon e's stop removed the parent it made (empty)" test -z "$(cg_dirs)"
 ctl f run --rm --rootfs=/ -- /bin/echo parent again
 check "daemon f creates again: the parent is made again" eq "$(cat "$tmp/out")" "parent again"
 check "... there" test -n "$(cg_dirs)"
-kill "$f_pid"
-wait "$f_pid" 2>/dev/null
+stop_daemon "$f_pid"
 
 passed

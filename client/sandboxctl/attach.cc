@@ -29,11 +29,9 @@ int Attach(Client& c, std::vector<std::string> args) {
   }
   const bool tty = info->spec().process().tty();
   const bool interactive = !no_stdin && info->spec().open_stdin();
-  ExecIo io = StdIo(interactive, tty && isatty(STDIN_FILENO));
-  if (tty && !isatty(STDIN_FILENO)) {
-    // No local terminal to size, but the sequence still detaches.
-    io.get_size = nullptr;
-  }
+  // The local terminal goes raw only when its keys go to the init: without
+  // stdin, ^C ends this client (a detach) and the init runs on.
+  ExecIo io = StdIo(interactive, tty && interactive && isatty(STDIN_FILENO));
   // Stdin's end here is not the init's: the next attach may send more.
   io.keep_stdin_open = true;
   io.detach_keys = tty && interactive;

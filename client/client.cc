@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <thread>
@@ -32,6 +33,39 @@ namespace {
 // Data per stdin message: large enough for throughput, small enough to
 // stay far below gRPC's 4 MiB message limit.
 constexpr size_t kStdinChunk = 64 << 10;
+
+// Finds docker's detach sequence, ^P ^Q, in the stdin an attach sends.
+class DetachScanner {
+ public:
+  // Rewrites `*data` to what is to be sent now: everything before the
+  // sequence when it is complete (then true), else all but a ^P at the
+  // end, which waits for the next chunk (a ^P held from the last chunk
+  // goes first unless a ^Q completes it).
+  bool Scan(std::string* data) {
+    std::string out;
+    for (char c : *data) {
+      if (held_) {
+        held_ = false;
+        if (c == kCtrlQ) {
+          *data = std::move(out);
+          return true;
+        }
+        out.push_back(kCtrlP);
+      }
+      if (c == kCtrlP) {
+        held_ = true;
+      } else {
+        out.push_back(c);
+      }
+    }
+    *data = std::move(out);
+    return false;
+  }
+
+ private:
+  static constexpr char kCtrlP = 0x10, kCtrlQ = 0x11;
+  bool held_ = false;
+};
 
 // The channel's arguments. BDP probes (a PING sent with a burst of data,
 // to size the flow-control window for a long, fat link) only cost both
@@ -198,6 +232,19 @@ absl::StatusOr<v1::RestoreProgress> Client::WaitRestored(const std::string& id,
   return resp.restore();
 }
 
+absl::StatusOr<v1::ExitStatus> Client::WaitPid(const std::string& id, int pid,
+                                               absl::Duration timeout) {
+  grpc::ClientContext ctx;
+  if (timeout != absl::InfiniteDuration()) {
+    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  }
+  v1::WaitRequest req;
+  req.set_id(id);
+  req.set_pid(pid);
+  v1::WaitResponse resp;
+  RETURN_IF_ERROR(Convert(stub_->Wait(&ctx, req, &resp)));
+  return resp.exit();}
+
 absl::Status Client::Signal(const std::string& id, int signal, bool all, int pid) {
   grpc::ClientContext ctx;
   v1::SignalRequest req;
@@ -265,11 +312,13 @@ void Client::ConnectInBackground() {
 }
 
 absl::Status Client::Logs(const std::string& id, bool follow,
-                          const std::function<void(const v1::LogsResponse&)>& on_chunk) {
+                          const std::function<void(const v1::LogsResponse&)>& on_chunk,
+                          int pid) {
   grpc::ClientContext ctx;
   v1::LogsRequest req;
   req.set_id(id);
   req.set_follow(follow);
+  req.set_pid(pid);
   std::unique_ptr<grpc::ClientReader<v1::LogsResponse>> reader = stub_->Logs(&ctx, req);
   v1::LogsResponse m;
   while (reader->Read(&m)) on_chunk(m);
@@ -330,6 +379,8 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
   // the call with the exit status; else once the exit status is in (stop).
   UniqueFd stop;
   std::thread writer;
+  DetachScanner escape;
+  std::atomic<bool> detached{false};
   if (!start_only) {
     stop = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
     if (!stop.valid()) {
@@ -381,10 +432,22 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
         if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
         v1::ExecRequest m;
         if (n <= 0) {
-          m.set_close_stdin(true);
           in_open = false;
+          if (io.keep_stdin_open) continue;
+          m.set_close_stdin(true);
         } else {
-          m.set_stdin(buf.substr(0, static_cast<size_t>(n)));
+          std::string data = buf.substr(0, static_cast<size_t>(n));
+          if (io.detach_keys && escape.Scan(&data)) {
+            if (!data.empty()) {
+              m.set_stdin(std::move(data));
+              (void)stream->Write(m);
+            }
+            detached.store(true);
+            ctx.TryCancel();
+            break;
+          }
+          if (data.empty()) continue;  // a ^P held back
+          m.set_stdin(std::move(data));
         }
         ok = stream->Write(m);
       }
@@ -402,6 +465,10 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
       mark(Stage::kClientExecPid);
       if (!r.id().empty() && io.on_id) io.on_id(r.id());
       if (io.on_pid) io.on_pid(r.pid());
+      if (io.detach_after_pid) {
+        ctx.TryCancel();
+        break;
+      }
     }
     switch (r.msg_case()) {
       case v1::ExecResponse::kStdout:
@@ -437,6 +504,9 @@ absl::StatusOr<v1::ExitStatus> Client::Exec(const std::string& id, bool attach,
   }
   grpc::Status s = stream->Finish();
   mark(Stage::kClientExecFinish);
+  if (io.detached != nullptr) *io.detached = detached.load();
+  if (io.detach_after_pid && !first_response) return v1::ExitStatus();
+  if (detached.load()) return absl::CancelledError("detached (^P ^Q)");
   if (!s.ok()) return Convert(s);
   if (!have_exit) return absl::InternalError("Exec ended without an exit status");
   return exit;

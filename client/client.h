@@ -86,6 +86,17 @@ struct ExecIo {
   std::function<void(const std::string& id)> on_id;
   // Filled in when set.
   ExecTrace* trace = nullptr;
+  // At the end of `stdin_fd` nothing is sent (no close_stdin): an attach
+  // to a running init leaves its stdin open for the next one.
+  bool keep_stdin_open = false;
+  // The bytes ^P ^Q in `stdin_fd` end the call without an exit status
+  // (the process runs on): Exec then returns CANCELLED and sets
+  // `*detached` (may be null). A ^P not followed by ^Q is sent on.
+  bool detach_keys = false;
+  bool* detached = nullptr;
+  // The call ends once the pid is known (`sandboxctl exec -d`): Exec
+  // returns an empty status, the process runs on.
+  bool detach_after_pid = false;
 };
 
 class Client {
@@ -103,6 +114,9 @@ class Client {
   // the loader's figures, or the load's error.
   absl::StatusOr<v1::RestoreProgress> WaitRestored(
       const std::string& id, absl::Duration timeout = absl::InfiniteDuration());
+  // How Exec'd process `pid` of the sandbox ended (WaitRequest.pid).
+  absl::StatusOr<v1::ExitStatus> WaitPid(const std::string& id, int pid,
+                                         absl::Duration timeout = absl::InfiniteDuration());
   // To the init, to process `pid` of the sandbox (when not 0), or to all.
   absl::Status Signal(const std::string& id, int signal, bool all = false, int pid = 0);
   absl::StatusOr<v1::ExitStatus> Destroy(const std::string& id);
@@ -127,9 +141,11 @@ class Client {
   // the new sandbox's id.
   absl::StatusOr<v1::ExitStatus> CreateAndAttach(const v1::CreateRequest& req, ExecIo io);
 
-  // The init program's buffered output; with `follow`, until it ends.
+  // The init program's buffered output (an Exec'd process's with `pid`);
+  // with `follow`, until it ends.
   absl::Status Logs(const std::string& id, bool follow,
-                    const std::function<void(const v1::LogsResponse&)>& on_chunk);
+                    const std::function<void(const v1::LogsResponse&)>& on_chunk,
+                    int pid = 0);
 
   const std::string& target() const { return target_; }
 

@@ -351,7 +351,17 @@ absl::StatusOr<std::unique_ptr<Cgroup>> CgroupManager::New(const std::string& na
   std::vector<std::string> made;
   for (const CgroupHierarchy& h : layout_->hierarchies) {
     std::string dir = layout_->Dir(h, name);
-    if (mkdir(dir.c_str(), 0755) != 0) {
+    int made_now = mkdir(dir.c_str(), 0755);
+    if (made_now != 0 && errno == ENOENT) {
+      // The parent went while this daemon ran (removed by hand, or by
+      // another daemon that made it): made again, as at Create.
+      const std::string parent = layout_->ParentDir(h);
+      if (MakeDir(parent).ok()) {
+        if (layout_->version == CgroupVersion::kV2) EnableV2Controllers(parent);
+        made_now = mkdir(dir.c_str(), 0755);
+      }
+    }
+    if (made_now != 0) {
       int err = errno;
       for (const std::string& d : made) rmdir(d.c_str());
       if (err == EEXIST) {

@@ -511,6 +511,18 @@ TEST_F(FakeTree, OpenFindsExistingCgroupsAndCreatedParentSaysWho) {
   EXPECT_EQ((*again)->Open("../x").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
+// Removed while the daemon runs (by the daemon that made it, or by hand):
+// the next cgroup makes the parent again.
+TEST_P(CgroupTest, MissingParentIsMadeAgain) {
+  ASSERT_TRUE(manager_->RemoveParent().ok());
+  struct stat st;
+  ASSERT_NE(stat(Dir("memory", "").c_str(), &st), 0);
+  auto cg = manager_->New("after");
+  ASSERT_TRUE(cg.ok()) << cg.status();
+  EXPECT_EQ(stat(Dir("memory", "after").c_str(), &st), 0);
+  ASSERT_TRUE((*cg)->Remove().ok());
+}
+
 TEST_F(FakeTree, NoCgroupMountsIsAnError) {
   Mountinfo("22 1 0:21 / /proc rw - proc proc rw\n");
   auto m = CgroupManager::Create("sbx", Options());

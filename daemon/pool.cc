@@ -107,6 +107,24 @@ absl::StatusOr<std::unique_ptr<WarmSentry>> SentryFactory::Spawn(const std::stri
   warm->process_ = std::move(*p);
   RETURN_IF_ERROR(Annotate(warm->process_->AwaitHello(hello_timeout_),
                            absl::StrCat("starting a ", platform, " sentry")));
+  if (background && state_dir_ != nullptr) {
+    // Off the create's path: the socket the sandbox outlives the daemon
+    // with. Without it the create sends Persist itself.
+    const pid_t pid = warm->process_->pid();
+    absl::StatusOr<UniqueFd> listener = state_dir_->ListenWarm(pid);
+    absl::Status s = listener.status();
+    if (s.ok()) {
+      control::Request req;
+      req.mutable_persist();
+      const int fds[] = {listener->get()};
+      s = warm->process_->Call(req, fds, absl::Seconds(10)).status();
+    }
+    if (s.ok()) {
+      warm->has_socket_ = true;
+    } else {
+      Log("pool: sentry (pid ", pid, "): its Persist socket: ", s.ToString());
+    }
+  }
   warm->spawn_time_ = absl::Now() - begin;
   return warm;
 }

@@ -47,6 +47,10 @@ class WarmSentry {
   // Gives a Sentry spawned in the background the normal CPU weight and
   // nice value (all of its threads and stub processes).
   absl::Status Foreground();
+  // The Sentry has Persist's socket already, at the state directory's
+  // sockets/<pid> (done while prewarming, so that a create needs only a
+  // rename; control.proto Start.keep_fds brings the rest).
+  bool has_socket() const { return has_socket_; }
 
  private:
   friend class SentryFactory;
@@ -55,6 +59,7 @@ class WarmSentry {
   std::string platform_;
   absl::Duration spawn_time_;
   bool background_ = false;
+  bool has_socket_ = false;
   StateDir* state_dir_ = nullptr;
   std::unique_ptr<Cgroup> cgroup_;  // destroyed after the process
   std::unique_ptr<SentryProcess> process_;
@@ -76,7 +81,9 @@ class SentryFactory {
 
   // Spawns a Sentry for `platform` (a SentryKind key: "systrap+patch"
   // adds --systrap-patch=on) and waits for its Hello. With
-  // `background`, at the lowest CPU priority (see WarmSentry::Foreground).
+  // `background`, at the lowest CPU priority (see WarmSentry::Foreground),
+  // and with Persist's socket (WarmSentry::has_socket) when there is a
+  // state directory.
   absl::StatusOr<std::unique_ptr<WarmSentry>> Spawn(const std::string& platform,
                                                     bool background = false);
 

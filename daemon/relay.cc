@@ -93,6 +93,11 @@ std::vector<int> ProcessRelay::OutputFds() const {
   return fds;
 }
 
+int ProcessRelay::StdinFd() {
+  absl::MutexLock l(&in_mu_);
+  return in_.get();
+}
+
 void ProcessRelay::Start() {
   thread_ = std::thread([this] { RelayLoop(); });
 }

@@ -59,6 +59,9 @@ class ProcessRelay {
   // The daemon's ends of the output (stdout's and stderr's read ends, or
   // the terminal's master), for a Sentry to keep while no daemon runs.
   std::vector<int> OutputFds() const;
+  // stdin's write end (-1 once closed), for a Sentry to keep (an open
+  // stdin, SandboxSpec.open_stdin); valid until CloseStdin.
+  int StdinFd();
 
   // Writes all of `data` to the process's stdin; fails when stdin is closed
   // or the process no longer reads it (EPIPE), or the relay is stopped.

@@ -1,6 +1,9 @@
 #include "daemon/sandbox.h"
 
+#include <fcntl.h>
 #include <signal.h>
+
+#include <algorithm>
 
 #include <utility>
 
@@ -21,6 +24,9 @@ google::protobuf::Timestamp ToProto(absl::Time t) {
 google::protobuf::Duration ToProto(absl::Duration d) {
   return TimeUtil::NanosecondsToDuration(absl::ToInt64Nanoseconds(d));
 }
+absl::Time FromProto(const google::protobuf::Timestamp& t) {
+  return absl::FromUnixNanos(TimeUtil::TimestampToNanoseconds(t));
+}
 
 // How long the Sentry gets to answer a request that does not block.
 constexpr absl::Duration kCallTimeout = absl::Seconds(10);
@@ -30,6 +36,30 @@ constexpr absl::Duration kCheckpointTimeout = absl::Minutes(5);
 constexpr size_t kMaxSelfCheckpoints = 64;
 
 }  // namespace
+
+ExecProcess::~ExecProcess() {
+  if (!waiter.joinable()) return;
+  // The waiter may hold the last reference itself.
+  if (waiter.get_id() == std::this_thread::get_id()) {
+    waiter.detach();
+  } else {
+    waiter.join();
+  }
+}
+
+v1::ExecInfo ExecProcess::Info() {
+  v1::ExecInfo info;
+  info.set_pid(pid);
+  *info.mutable_process() = process;
+  *info.mutable_started() = ToProto(started);
+  absl::MutexLock l(&mu);
+  info.set_running(running);
+  if (!running) {
+    *info.mutable_exit() = exit;
+    *info.mutable_exited() = ToProto(exited);
+  }
+  return info;
+}
 
 absl::Status ValidateProcessSpec(const v1::ProcessSpec& p, const std::string& field) {
   if (p.argv().empty() || p.argv(0).empty()) {
@@ -191,7 +221,18 @@ absl::Status Sandbox::PersistLocked() {
   for (int fd : init_relay_->OutputFds()) fds.push_back(fd);
   control::Request req;
   req.mutable_persist();
-  return sentry_->process().Call(req, fds, kCallTimeout).status();
+  // An open stdin stays open while no daemon runs (a terminal's master,
+  // kept already, is its stdin too).
+  const int in =
+      spec_.open_stdin() && !spec_.process().tty() ? init_relay_->StdinFd() : -1;
+  if (in >= 0) {
+    fds.push_back(in);
+    req.mutable_persist()->set_with_stdin(true);
+  }
+  RETURN_IF_ERROR(sentry_->process().Call(req, fds, kCallTimeout).status());
+  persisted_ = true;
+  stdin_kept_ = in >= 0;
+  return absl::OkStatus();
 }
 
 std::shared_ptr<Sandbox> Sandbox::Adopt(Options o, const v1::SandboxInfo& record) {
@@ -209,6 +250,7 @@ std::shared_ptr<Sandbox> Sandbox::Adopt(Options o, const v1::SandboxInfo& record
   const bool ended = record.state() == v1::SANDBOX_STATE_STOPPED ||
                      record.state() == v1::SANDBOX_STATE_FAILED;
   StdioPair stdio;
+  std::map<int, std::vector<UniqueFd>> kept;  // Exec'd processes' output
   std::string why;
   bool running = false;
   if (p.exited()) {
@@ -218,17 +260,37 @@ std::shared_ptr<Sandbox> Sandbox::Adopt(Options o, const v1::SandboxInfo& record
     req.mutable_reattach();
     std::vector<UniqueFd> fds;
     absl::StatusOr<control::Response> r = p.Call(req, &fds, kCallTimeout);
-    const size_t want = record.spec().process().tty() ? 1 : 2;
+    const bool tty = record.spec().process().tty();
+    // The init's output (and stdin), then each Exec'd process's.
+    const size_t init_fds =
+        (tty ? 1 : 2) + (r.ok() && r->reattached().stdin_kept() ? 1 : 0);
+    size_t want = init_fds;
+    if (r.ok()) {
+      for (const control::KeptProcess& k : r->reattached().processes()) want += k.fds();
+    }
     if (!r.ok()) {
       why = absl::StrCat("reattaching its sentry: ", r.status().message());
     } else if (!r->reattached().started()) {
       why = "the sandbox had not started when the daemon stopped";
     } else if (fds.size() != want) {
-      why = absl::StrCat("its sentry kept ", fds.size(), " output descriptors, not ", want);
+      why = absl::StrCat("its sentry kept ", fds.size(), " descriptors, not ", want);
     } else {
-      stdio.tty = record.spec().process().tty();
+      stdio.tty = tty;
       stdio.out = std::move(fds[0]);
-      if (!stdio.tty) stdio.err = std::move(fds[1]);
+      if (!tty) stdio.err = std::move(fds[1]);
+      if (r->reattached().stdin_kept()) {
+        stdio.in = std::move(fds[init_fds - 1]);
+      } else if (tty && record.spec().open_stdin()) {
+        stdio.in.reset(fcntl(stdio.out.get(), F_DUPFD_CLOEXEC, 0));
+      }
+      size_t next = init_fds;
+      for (const control::KeptProcess& k : r->reattached().processes()) {
+        std::vector<UniqueFd>& mine = kept[k.pid()];
+        for (uint32_t i = 0; i < k.fds(); i++) mine.push_back(std::move(fds[next++]));
+      }
+      absl::MutexLock l(&s->mu_);
+      s->persisted_ = true;
+      s->stdin_kept_ = r->reattached().stdin_kept();
       running = true;
     }
   }
@@ -272,6 +334,7 @@ std::shared_ptr<Sandbox> Sandbox::Adopt(Options o, const v1::SandboxInfo& record
   } else {
     s->init_relay_->ProcessExited();
   }
+  s->AdoptExecs(running, std::move(kept));
   Log("sandbox ", s->id_, ": ",
       running ? "re-adopted its sentry (pid " : "could not re-adopt its sentry (pid ",
       p.pid(), ")", running ? "" : absl::StrCat(": ", why), "; ",
@@ -285,8 +348,9 @@ absl::Status Sandbox::Start() {
   {
     absl::MutexLock l(&mu_);
     s = StartLocked();
-    // Nobody attached: the program's stdin is at its end from the start.
-    if (s.ok() && !attached_) init_relay_->CloseStdin();
+    // Nobody attached: the program's stdin is at its end from the start,
+    // unless it is kept open for a later attach.
+    if (s.ok() && !attached_ && !spec_.open_stdin()) init_relay_->CloseStdin();
   }
   Changed();
   return s;
@@ -346,9 +410,32 @@ absl::Status Sandbox::StartLocked() {
   if (state_dir_ != nullptr) {
     // Without it the sandbox still runs, but dies with this daemon.
     const absl::Time persist = absl::Now();
-    if (absl::Status p = PersistLocked(); !p.ok()) {
-      Log("sandbox ", id_, ": it will not outlive the daemon: ", p.ToString());
+    absl::Status p;
+    if (sentry_->has_socket()) {
+      // The warm Sentry listens already: the socket moves into place and
+      // what it keeps comes with the start.
+      p = state_dir_->MoveWarmSocket(sentry_->process().pid(), id_);
+      if (p.ok()) {
+        std::vector<int> keep = init_relay_->OutputFds();
+        const int in =
+            spec_.open_stdin() && !spec_.process().tty() ? init_relay_->StdinFd() : -1;
+        if (in >= 0) keep.push_back(in);
+        fds.insert(fds.end(), keep.begin(), keep.end());
+        const uint32_t n = static_cast<uint32_t>(keep.size());
+        if (restore) {
+          req.mutable_restore()->set_keep_fds(n);
+          req.mutable_restore()->set_keep_stdin(in >= 0);
+        } else {
+          req.mutable_start()->set_keep_fds(n);
+          req.mutable_start()->set_keep_stdin(in >= 0);
+        }
+        persisted_ = true;
+        stdin_kept_ = in >= 0;
+      }
+    } else {
+      p = PersistLocked();
     }
+    if (!p.ok()) Log("sandbox ", id_, ": it will not outlive the daemon: ", p.ToString());
     AddStageLocked(StageName(Stage::kStartPersist), absl::Now() - persist);
   }
 
@@ -553,30 +640,236 @@ absl::Status Sandbox::Signal(int signal, bool all, int pid) {
   return r.status();
 }
 
-absl::StatusOr<Sandbox::Exec> Sandbox::StartExec(const v1::ProcessSpec& process,
-                                                 const uint64_t* cursor,
-                                                 const v1::ExecRequest::Resize& size) {
+absl::StatusOr<ProcessRelay*> Sandbox::AttachRunning(uint64_t* cursor) {
+  absl::MutexLock l(&mu_);
+  if (state_ != v1::SANDBOX_STATE_RUNNING || destroyed_) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "sandbox ", id_, " is ", v1::SandboxState_Name(state_),
+        ": an attach follows a RUNNING init (or starts a CREATED one)"));
+  }
+  *cursor = init_relay_->log().end();
+  return init_relay_.get();
+}
+
+void Sandbox::CloseInitStdin() {
+  init_relay_->CloseStdin();
+  bool kept;
   {
     absl::MutexLock l(&mu_);
-    if (state_ != v1::SANDBOX_STATE_RUNNING) {
+    kept = stdin_kept_;
+    stdin_kept_ = false;
+  }
+  if (!kept) return;
+  control::Request req;
+  req.mutable_persist()->set_drop_stdin(true);
+  absl::Status s = sentry_->process().Call(req, {}, kCallTimeout).status();
+  if (!s.ok()) Log("sandbox ", id_, ": closing the stdin its sentry keeps: ", s.ToString());
+}
+
+absl::StatusOr<std::shared_ptr<ExecProcess>> Sandbox::StartExec(
+    const v1::ProcessSpec& process, const uint64_t* cursor,
+    const v1::ExecRequest::Resize& size) {
+  bool keep;
+  {
+    absl::MutexLock l(&mu_);
+    if (state_ != v1::SANDBOX_STATE_RUNNING || destroyed_) {
       return absl::FailedPreconditionError(absl::StrCat(
           "sandbox ", id_, " is ", v1::SandboxState_Name(state_), ", not RUNNING"));
     }
+    keep = persisted_ && state_dir_ != nullptr;
   }
   ASSIGN_OR_RETURN(StdioPair stdio, StdioPair::Make(process.tty()));
+  auto e = std::make_shared<ExecProcess>();
+  e->process = process;
+  e->relay = std::make_unique<ProcessRelay>(&stdio, kInitLogBytes);
+  if (process.tty() && size.rows() > 0 && size.cols() > 0) {
+    RETURN_IF_ERROR(e->relay->Resize(size.rows(), size.cols()));
+  }
+  e->relay->log().Pin(cursor);
   control::Request req;
   *req.mutable_exec()->mutable_process() = process;
-  Exec e;
-  e.relay = std::make_unique<ProcessRelay>(&stdio, kInitLogBytes);
-  if (process.tty() && size.rows() > 0 && size.cols() > 0) {
-    RETURN_IF_ERROR(e.relay->Resize(size.rows(), size.cols()));
+  std::vector<int> fds = stdio.TheirFds();
+  if (keep) {
+    // The Sentry keeps the output open while no daemon runs.
+    const std::vector<int> out = e->relay->OutputFds();
+    fds.insert(fds.end(), out.begin(), out.end());
+    req.mutable_exec()->set_keep_fds(static_cast<uint32_t>(out.size()));
   }
-  e.relay->log().Pin(cursor);
-  e.relay->Start();
-  ASSIGN_OR_RETURN(control::Response r,
-                   sentry_->process().Call(req, stdio.TheirFds(), kCallTimeout));
-  e.pid = r.exec_pid();
+  absl::StatusOr<control::Response> r = sentry_->process().Call(req, fds, kCallTimeout);
+  if (!r.ok()) {
+    e->relay->log().Unpin();
+    return r.status();
+  }
+  e->pid = r->exec_pid();
+  e->started = absl::Now();
+  // The relay starts once the log has its file: nothing read goes only to
+  // memory (the pipes hold what the process writes meanwhile).
+  if (state_dir_ != nullptr) {
+    absl::Status p = e->relay->log().PersistTo(state_dir_->ExecLogPath(id_, e->pid));
+    if (!p.ok()) Log("sandbox ", id_, ": keeping process ", e->pid, "'s output: ", p.ToString());
+    SaveExecRecord(*e);
+  }
+  e->relay->Start();
+  {
+    absl::MutexLock l(&mu_);
+    execs_[e->pid] = e;
+    StartExecWaiter(e);
+  }
+  PruneExecs();
   return e;
+}
+
+void Sandbox::StartExecWaiter(std::shared_ptr<ExecProcess> e) {
+  ExecProcess* raw = e.get();
+  raw->waiter = std::thread([this, e = std::move(e)] { ExecWaitLoop(e); });
+}
+
+void Sandbox::ExecWaitLoop(std::shared_ptr<ExecProcess> e) {
+  control::Request req;
+  req.mutable_wait_pid()->set_pid(e->pid);
+  absl::StatusOr<control::Response> r = sentry_->process().Call(req);
+  v1::ExitStatus exit;
+  if (r.ok()) {
+    exit = r->exit();
+  } else {
+    bool killed;
+    {
+      absl::MutexLock l(&mu_);
+      killed = destroyed_ || host_killed_;
+    }
+    // The Sentry is gone: killed by the daemon (a kill of everything), or
+    // its crash, which the error names.
+    if (killed) {
+      exit.set_signal(SIGKILL);
+    } else {
+      exit.set_error(std::string(r.status().message()));
+    }
+  }
+  {
+    absl::MutexLock l(&e->mu);
+    e->running = false;
+    e->exit = exit;
+    e->exited = absl::Now();
+  }
+  e->relay->ProcessExited();
+  SaveExecRecord(*e);
+  PruneExecs();
+}
+
+void Sandbox::SaveExecRecord(ExecProcess& e) {
+  if (state_dir_ == nullptr) return;
+  absl::MutexLock save(&save_mu_);
+  {
+    absl::MutexLock l(&mu_);
+    if (destroyed_) return;
+  }
+  if (absl::Status s = state_dir_->SaveExec(id_, e.Info()); !s.ok()) {
+    Log("sandbox ", id_, ": saving process ", e.pid, "'s record: ", s.ToString());
+  }
+}
+
+void Sandbox::PruneExecs() {
+  std::vector<std::shared_ptr<ExecProcess>> gone;
+  {
+    absl::MutexLock l(&mu_);
+    std::vector<std::pair<absl::Time, int>> ended;
+    for (auto& [pid, e] : execs_) {
+      absl::MutexLock el(&e->mu);
+      if (!e->running) ended.emplace_back(e->exited, pid);
+    }
+    if (ended.size() <= kKeptEndedExecs) return;
+    std::sort(ended.begin(), ended.end());
+    for (size_t i = 0; i + kKeptEndedExecs < ended.size(); i++) {
+      auto it = execs_.find(ended[i].second);
+      gone.push_back(std::move(it->second));
+      execs_.erase(it);
+    }
+  }
+  for (std::shared_ptr<ExecProcess>& e : gone) {
+    // Its waiter has recorded the end (or is about to): after it, the
+    // record goes. Never this thread's own: it ended last.
+    if (e->waiter.joinable() && e->waiter.get_id() != std::this_thread::get_id()) {
+      e->waiter.join();
+    }
+    if (state_dir_ != nullptr) {
+      absl::MutexLock save(&save_mu_);
+      state_dir_->RemoveExec(id_, e->pid);
+    }
+  }
+}
+
+void Sandbox::AdoptExecs(bool running, std::map<int, std::vector<UniqueFd>> kept) {
+  if (state_dir_ == nullptr) return;
+  for (v1::ExecInfo& info : state_dir_->LoadExecs(id_)) {
+    auto e = std::make_shared<ExecProcess>();
+    e->pid = info.pid();
+    e->process = info.process();
+    e->started = FromProto(info.started());
+    const bool live = running && info.running();
+    StdioPair stdio;
+    stdio.tty = info.process().tty();
+    // Without kept descriptors (its Sentry answered the earlier daemon's
+    // WaitPid: the process has ended) the log has all there is.
+    if (auto k = kept.find(e->pid); live && k != kept.end()) {
+      std::vector<UniqueFd>& fds = k->second;
+      if (!fds.empty()) stdio.out = std::move(fds[0]);
+      if (!stdio.tty && fds.size() > 1) stdio.err = std::move(fds[1]);
+    }
+    e->relay = std::make_unique<ProcessRelay>(&stdio, kInitLogBytes);
+    const std::string path = state_dir_->ExecLogPath(id_, e->pid);
+    absl::Status ls = e->relay->log().LoadFrom(path);
+    if (ls.ok() && live) ls = e->relay->log().PersistTo(path);
+    if (!ls.ok()) Log("sandbox ", id_, ": process ", e->pid, "'s output log: ", ls.ToString());
+    {
+      absl::MutexLock el(&e->mu);
+      e->running = live;
+      if (!info.running()) {
+        e->exit = info.exit();
+        e->exited = FromProto(info.exited());
+      } else if (!live) {
+        e->exit.set_error(
+            "not recovered after a daemon restart: its sandbox's sentry was not");
+        e->exited = absl::Now();
+      }
+    }
+    e->relay->Start();
+    if (!live) e->relay->ProcessExited();
+    {
+      absl::MutexLock l(&mu_);
+      execs_[e->pid] = e;
+      if (live) StartExecWaiter(e);
+    }
+    if (info.running() && !live) SaveExecRecord(*e);
+  }
+  PruneExecs();
+}
+
+absl::StatusOr<std::shared_ptr<ExecProcess>> Sandbox::FindExec(int pid) {
+  absl::MutexLock l(&mu_);
+  auto it = execs_.find(pid);
+  if (it == execs_.end()) {
+    return absl::NotFoundError(absl::StrCat(
+        "sandbox ", id_, " has no process ", pid, " started by exec (the running ones and the last ",
+        kKeptEndedExecs, " that ended are kept)"));
+  }
+  return it->second;
+}
+
+absl::StatusOr<v1::ExitStatus> Sandbox::AwaitExec(int pid, absl::Time deadline,
+                                                  const std::function<bool()>& cancelled) {
+  ASSIGN_OR_RETURN(std::shared_ptr<ExecProcess> e, FindExec(pid));
+  ExecProcess* raw = e.get();
+  absl::MutexLock l(&raw->mu);
+  auto done = [raw]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(raw->mu) { return !raw->running; };
+  for (;;) {
+    const absl::Time step = std::min(deadline, absl::Now() + absl::Milliseconds(200));
+    if (raw->mu.AwaitWithDeadline(absl::Condition(&done), step)) return raw->exit;
+    if (absl::Now() >= deadline) {
+      return absl::DeadlineExceededError(
+          absl::StrCat("sandbox ", id_, ": process ", pid, " is still running"));
+    }
+    if (cancelled && cancelled()) return absl::CancelledError("wait cancelled");
+  }
 }
 
 absl::Status Sandbox::Checkpoint(int image, const std::string& path,
@@ -719,16 +1012,6 @@ absl::StatusOr<v1::RestoreProgress> Sandbox::AwaitRestored(
   }
 }
 
-v1::ExitStatus Sandbox::WaitPid(int pid) {
-  control::Request req;
-  req.mutable_wait_pid()->set_pid(pid);
-  absl::StatusOr<control::Response> r = sentry_->process().Call(req);
-  if (r.ok()) return r->exit();
-  v1::ExitStatus exit;
-  exit.set_error(std::string(r.status().message()));
-  return exit;
-}
-
 v1::ExitStatus Sandbox::Destroy() {
   bool started;
   {
@@ -749,6 +1032,15 @@ v1::ExitStatus Sandbox::Destroy() {
   if (!p.exited()) KillOnHost();
   if (waiter_.joinable()) waiter_.join();  // its Wait ends with the Sentry
   if (checkpoint_watcher_.joinable()) checkpoint_watcher_.join();  // likewise
+  std::map<int, std::shared_ptr<ExecProcess>> execs;
+  {
+    absl::MutexLock l(&mu_);
+    execs.swap(execs_);
+  }
+  for (auto& [pid, e] : execs) {
+    if (e->waiter.joinable()) e->waiter.join();  // their WaitPids too
+    e->relay->Stop();
+  }
   Finish(killed, v1::SANDBOX_STATE_STOPPED);  // unless it had ended already
   init_relay_->Stop();
   v1::ExitStatus exit;
@@ -787,6 +1079,10 @@ v1::SandboxInfo Sandbox::Info(bool live) {
     if (checkpoint_.has_time()) *info.mutable_checkpoint() = checkpoint_;
     if (have_restore_) *info.mutable_restore() = restore_;
     running = state_ == v1::SANDBOX_STATE_RUNNING && !destroyed_;
+    std::vector<std::pair<absl::Time, ExecProcess*>> execs;
+    for (auto& [pid, e] : execs_) execs.emplace_back(e->started, e.get());
+    std::sort(execs.begin(), execs.end());
+    for (auto& [t, e] : execs) *info.add_execs() = e->Info();
   }
   v1::ResourceUsage* u = info.mutable_usage();
   if (Cgroup* cg = sentry_->cgroup()) {

@@ -14,13 +14,22 @@
 // Start its Sentry is told to outlive the daemon (control.proto Persist),
 // and a restarted daemon rebuilds the sandbox from the record with Adopt.
 //
+// Processes that Exec starts belong to the sandbox, not to the call that
+// started them: they run on when their client goes, and their output log
+// and exit status are kept (the running ones and the last
+// kKeptEndedExecs that ended). With a state directory each is recorded
+// (exec-<pid>.pb, exec-<pid>.log) and its Sentry keeps the daemon's ends
+// of its output (control.proto Exec.keep_fds), so that a restarted daemon
+// re-adopts it too: its output goes on into the same log, and its exit
+// is learned.
+//
 // Destroy kills what is left and releases the Sentry; the object itself
 // lives on while a call still holds it (shared_ptr), with everything
 // released.
 //
 // Thread safety: every method may be called from any thread.
-// Lock order: Service::mu_ > Sandbox::mu_ > SentryProcess and OutputLog locks;
-// Sandbox::save_mu_ > Sandbox::mu_.
+// Lock order: Service::mu_ > Sandbox::mu_ > ExecProcess::mu, SentryProcess
+// and OutputLog locks; Sandbox::save_mu_ > Sandbox::mu_.
 #ifndef SANDBOXD_DAEMON_SANDBOX_H_
 #define SANDBOXD_DAEMON_SANDBOX_H_
 
@@ -50,6 +59,28 @@ namespace daemon {
 
 // Bytes of an init program's output kept for `logs`.
 inline constexpr size_t kInitLogBytes = 1 << 20;
+// Ended Exec'd processes a sandbox keeps (SandboxInfo.execs).
+inline constexpr size_t kKeptEndedExecs = 16;
+
+// A process Exec started in a sandbox.
+struct ExecProcess {
+  int pid = 0;  // in the sandbox
+  v1::ProcessSpec process;
+  absl::Time started;
+  std::unique_ptr<ProcessRelay> relay;  // its stdio and output log
+
+  // Waits for its end (Sandbox::ExecWaitLoop); joined by whoever takes
+  // the process out of its sandbox's table, or by the destructor.
+  std::thread waiter;
+
+  absl::Mutex mu;  // a leaf
+  bool running ABSL_GUARDED_BY(mu) = true;
+  v1::ExitStatus exit ABSL_GUARDED_BY(mu);
+  absl::Time exited ABSL_GUARDED_BY(mu);
+
+  ~ExecProcess();
+  v1::ExecInfo Info();
+};
 
 class Sandbox {
  public:
@@ -132,16 +163,24 @@ class Sandbox {
   // To init, to process `pid` of the sandbox (when not 0), or to all.
   absl::Status Signal(int signal, bool all, int pid = 0);
 
+  // Attach to the RUNNING sandbox's init (docker attach): `*cursor` is set
+  // to the end of its output log (what follows is the caller's); nothing
+  // is pinned, so a slow reader cannot hold the program up.
+  absl::StatusOr<ProcessRelay*> AttachRunning(uint64_t* cursor);
+  // The init's stdin is at its end from now on (also the copy its Sentry
+  // keeps for the next daemon).
+  void CloseInitStdin();
+
   // Runs `process` in the RUNNING sandbox, with `*cursor` pinned on its
-  // output log; the caller relays its stdio and calls WaitPid.
-  struct Exec {
-    int pid;
-    std::unique_ptr<ProcessRelay> relay;
-  };
-  absl::StatusOr<Exec> StartExec(const v1::ProcessSpec& process, const uint64_t* cursor,
-                                 const v1::ExecRequest::Resize& size = {});
-  // How process `pid` ended; blocks until it has (or the Sentry is gone).
-  v1::ExitStatus WaitPid(int pid);
+  // output log; the caller relays its stdio and calls AwaitExec.
+  absl::StatusOr<std::shared_ptr<ExecProcess>> StartExec(
+      const v1::ProcessSpec& process, const uint64_t* cursor,
+      const v1::ExecRequest::Resize& size = {});
+  // An Exec'd process the sandbox keeps; NOT_FOUND for another pid.
+  absl::StatusOr<std::shared_ptr<ExecProcess>> FindExec(int pid);
+  // How Exec'd process `pid` ended, as AwaitExit for the init.
+  absl::StatusOr<v1::ExitStatus> AwaitExec(int pid, absl::Time deadline,
+                                           const std::function<bool()>& cancelled);
 
   // Saves the RUNNING sandbox into the image directory `image`
   // (O_PATH|O_DIRECTORY, empty; `path` names it), then lets it run on or,
@@ -189,6 +228,17 @@ class Sandbox {
   }
   // Control.proto Persist: the Sentry keeps a socket and the output fds.
   absl::Status PersistLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits for Exec'd process `e` to end (a thread per process) and
+  // records how.
+  void ExecWaitLoop(std::shared_ptr<ExecProcess> e);
+  void StartExecWaiter(std::shared_ptr<ExecProcess> e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Rewrites `e`'s record (not once destroyed).
+  void SaveExecRecord(ExecProcess& e);
+  // Forgets the oldest ended processes beyond kKeptEndedExecs.
+  void PruneExecs();
+  // The execs of an earlier daemon's record, re-adopted with the output
+  // descriptors their Sentry kept (`kept`, by pid) when `running`.
+  void AdoptExecs(bool running, std::map<int, std::vector<UniqueFd>> kept);
 
   // Declared first: destroyed last (the Sentry's exit callback locks it).
   // save_mu_ keeps the record's writes in order.
@@ -226,6 +276,11 @@ class Sandbox {
   StdioPair init_stdio_ ABSL_GUARDED_BY(mu_);  // only `theirs` until Start
   // Last unimplemented-syscall counts reported, by number.
   std::map<uint32_t, uint64_t> unimplemented_seen_ ABSL_GUARDED_BY(mu_);
+  // The Sentry answered Persist: it outlives the daemon, and keeps what
+  // Exec.keep_fds hands it.
+  bool persisted_ ABSL_GUARDED_BY(mu_) = false;
+  bool stdin_kept_ ABSL_GUARDED_BY(mu_) = false;  // Persist.with_stdin
+  std::map<int, std::shared_ptr<ExecProcess>> execs_ ABSL_GUARDED_BY(mu_);
 
   std::unique_ptr<ProcessRelay> init_relay_;
   std::thread waiter_;

@@ -169,41 +169,19 @@ absl::Status SentryProcess::AwaitHello(absl::Duration timeout) {
 absl::StatusOr<control::Response> SentryProcess::Call(control::Request request,
                                                       std::vector<UniqueFd>* received,
                                                       absl::Duration timeout) {
-  Pending pending;
-  uint64_t id;
-  {
-    absl::MutexLock l(&mu_);
-    if (exited_) {
-      return absl::UnavailableError(
-          absl::StrCat("sentry (pid ", pid_, ") ", exit_reason_));
-    }
-    id = next_id_++;
-    pending_[id] = &pending;
-  }
-  request.set_id(id);
-  absl::Status sent = channel_.Send(request);
-  absl::MutexLock l(&mu_);
-  if (!sent.ok()) {
-    pending_.erase(id);
-    return Annotate(sent, absl::StrCat("sentry (pid ", pid_, ")"));
-  }
-  if (!mu_.AwaitWithTimeout(absl::Condition(&pending.done), timeout)) {
-    pending_.erase(id);
-    return absl::DeadlineExceededError(absl::StrCat(
-        "sentry (pid ", pid_, ") did not answer within ", absl::FormatDuration(timeout)));
-  }
-  RETURN_IF_ERROR(pending.status);
-  if (pending.response.code() != 0) {
-    return absl::Status(static_cast<absl::StatusCode>(pending.response.code()),
-                        pending.response.message());
-  }
-  if (received != nullptr) *received = std::move(pending.fds);
-  return std::move(pending.response);
+  return Exchange(std::move(request), {}, received, timeout);
 }
 
 absl::StatusOr<control::Response> SentryProcess::Call(control::Request request,
                                                       absl::Span<const int> fds,
                                                       absl::Duration timeout) {
+  return Exchange(std::move(request), fds, nullptr, timeout);
+}
+
+absl::StatusOr<control::Response> SentryProcess::Exchange(control::Request request,
+                                                          absl::Span<const int> fds,
+                                                          std::vector<UniqueFd>* received,
+                                                          absl::Duration timeout) {
   Pending pending;
   uint64_t id;
   {
@@ -232,6 +210,7 @@ absl::StatusOr<control::Response> SentryProcess::Call(control::Request request,
     return absl::Status(static_cast<absl::StatusCode>(pending.response.code()),
                         pending.response.message());
   }
+  if (received != nullptr) *received = std::move(pending.fds);
   return std::move(pending.response);
 }
 

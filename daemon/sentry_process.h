@@ -105,6 +105,12 @@ class SentryProcess {
 
  private:
   SentryProcess(pid_t pid, control::Channel channel, UniqueFd pidfd = UniqueFd());
+  // Both Calls: sends `request` with `fds`, waits, and hands over the
+  // response's descriptors to `received` (may be null: they are closed).
+  absl::StatusOr<control::Response> Exchange(control::Request request,
+                                             absl::Span<const int> fds,
+                                             std::vector<UniqueFd>* received,
+                                             absl::Duration timeout);
   void ReadLoop();
   void Reap(bool expected);
   // An adopted Sentry's end: waits through its pidfd, killing it if it

@@ -440,11 +440,27 @@ absl::Status Service::ExecStream(
   });
 
   ProcessRelay* relay = nullptr;
-  std::unique_ptr<ProcessRelay> exec_relay;
+  std::shared_ptr<ExecProcess> exec;  // an Exec'd process: the sandbox's
   int pid = 0;
-  // Pinned on the process's output before it starts.
+  // Pinned on the process's output before it starts (not for an attach
+  // to a running init: it reads from now on, unpinned).
   uint64_t cursor = 0;
-  if (attach) {
+  bool pinned = true;
+  // An attach to a running init (docker attach) leaves its stdin open
+  // when the call ends.
+  bool follow = false;
+  if (attach && !start.has_create() &&
+      sandbox->state() == v1::SANDBOX_STATE_RUNNING) {
+    if (start.remove()) {
+      // Refused, and the sandbox left alone, as any refused attach.
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sandbox ", id, " is RUNNING: start.remove is only for an attach that starts it"));
+    }
+    ASSIGN_OR_RETURN(relay, sandbox->AttachRunning(&cursor));
+    pid = 1;
+    pinned = false;
+    follow = true;
+  } else if (attach) {
     bool attached = false;
     absl::StatusOr<ProcessRelay*> r = sandbox->AttachAndStart(&cursor, start.size(), &attached);
     remove = attached && start.remove();
@@ -453,28 +469,19 @@ absl::Status Service::ExecStream(
     pid = 1;
   } else if (start.target_case() == v1::ExecRequest::Start::kProcess) {
     RETURN_IF_ERROR(ValidateProcessSpec(start.process(), "start.process"));
-    ASSIGN_OR_RETURN(Sandbox::Exec e, sandbox->StartExec(start.process(), &cursor, start.size()));
-    exec_relay = std::move(e.relay);
-    relay = exec_relay.get();
-    pid = e.pid;
+    ASSIGN_OR_RETURN(exec, sandbox->StartExec(start.process(), &cursor, start.size()));
+    relay = exec->relay.get();
+    pid = exec->pid;
   } else {
     return absl::InvalidArgumentError("start: want process or attach=true");
   }
   const absl::Time started = absl::Now();
 
-  // How the process ends: the init's through the sandbox; an Exec'd one's
-  // through WaitPid, on its own thread since it blocks.
+  // How the process ends: the init's through the sandbox, as an Exec'd
+  // one's (whose waiter is the sandbox's: it outlives this call).
   v1::ExitStatus exit;
-  std::thread waiter;
-  if (exec_relay != nullptr) {
-    waiter = std::thread([&] {
-      exit = sandbox->WaitPid(pid);
-      relay->ProcessExited();
-    });
-  }
   auto cleanup = absl::MakeCleanup([&] {
-    relay->log().Unpin();
-    if (waiter.joinable()) waiter.join();
+    if (pinned) relay->log().Unpin();
   });
 
   bool ok = true;
@@ -498,12 +505,21 @@ absl::Status Service::ExecStream(
       } else if (m.msg_case() == v1::ExecRequest::kStdin && !closed) {
         (void)relay->WriteStdin(m.stdin());
       } else if (m.msg_case() == v1::ExecRequest::kCloseStdin && m.close_stdin()) {
-        relay->CloseStdin();
+        if (exec != nullptr) {
+          relay->CloseStdin();
+        } else {
+          sandbox->CloseInitStdin();
+        }
         closed = true;
       }
     }
-    // A client that goes away leaves the program with stdin at its end.
-    relay->CloseStdin();
+    // A client that goes away leaves the program with stdin at its end
+    // (a followed init keeps its stdin for the next attach).
+    if (exec != nullptr) {
+      relay->CloseStdin();
+    } else if (!follow && !closed) {
+      sandbox->CloseInitStdin();
+    }
     input_done.Notify();
   });
 
@@ -514,19 +530,20 @@ absl::Status Service::ExecStream(
     if (r.eof || !ok || ctx->IsCancelled()) break;
   }
   const absl::Time output_end = absl::Now();
-  relay->log().Unpin();
-  if (exec_relay != nullptr) {
-    if (waiter.joinable()) waiter.join();
-  } else {
-    absl::StatusOr<v1::ExitStatus> e = sandbox->AwaitExit(
-        absl::InfiniteFuture(), [ctx] { return ctx->IsCancelled(); });
+  if (pinned) relay->log().Unpin();
+  pinned = false;
+  {
+    auto cancelled = [ctx] { return ctx->IsCancelled(); };
+    absl::StatusOr<v1::ExitStatus> e =
+        exec != nullptr ? sandbox->AwaitExec(pid, absl::InfiniteFuture(), cancelled)
+                        : sandbox->AwaitExit(absl::InfiniteFuture(), cancelled);
     if (e.ok()) exit = *e;
   }
   const absl::Time have_exit = absl::Now();
   if (ok && !ctx->IsCancelled()) {
     v1::ExecResponse r;
     *r.mutable_exit() = exit;
-    if (attach) {
+    if (attach && !follow) {
       // Where the call's time went besides the start and the program's
       // run (which Timings has already): the exit's way back is
       // Sentry -> daemon (the exited timestamp) -> end of output -> here.
@@ -579,8 +596,10 @@ grpc::Status Service::Wait(grpc::ServerContext* ctx, const v1::WaitRequest* req,
     *resp->mutable_restore() = *p;
     return grpc::Status::OK;
   }
-  absl::StatusOr<v1::ExitStatus> e =
-      (*s)->AwaitExit(until, [ctx] { return ctx->IsCancelled(); });
+  auto cancelled = [ctx] { return ctx->IsCancelled(); };
+  absl::StatusOr<v1::ExitStatus> e = req->pid() != 0
+                                         ? (*s)->AwaitExec(req->pid(), until, cancelled)
+                                         : (*s)->AwaitExit(until, cancelled);
   if (!e.ok()) return ToGrpc(e.status());
   *resp->mutable_exit() = *e;
   return grpc::Status::OK;
@@ -772,7 +791,13 @@ grpc::Status Service::Logs(grpc::ServerContext* ctx, const v1::LogsRequest* req,
                            grpc::ServerWriter<v1::LogsResponse>* writer) {
   absl::StatusOr<std::shared_ptr<Sandbox>> s = Find(req->id());
   if (!s.ok()) return ToGrpc(s.status());
-  OutputLog& log = (*s)->init_relay().log();
+  std::shared_ptr<ExecProcess> exec;  // holds its log
+  if (req->pid() != 0) {
+    absl::StatusOr<std::shared_ptr<ExecProcess>> e = (*s)->FindExec(req->pid());
+    if (!e.ok()) return ToGrpc(e.status());
+    exec = std::move(*e);
+  }
+  OutputLog& log = exec != nullptr ? exec->relay->log() : (*s)->init_relay().log();
   uint64_t cursor = 0;
   // Without follow: what is there now.
   const uint64_t end = log.end();

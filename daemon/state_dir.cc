@@ -18,6 +18,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 
@@ -122,6 +123,7 @@ absl::StatusOr<std::unique_ptr<StateDir>> StateDir::Open(const std::string& path
   }
   RETURN_IF_ERROR(MkdirP(path + "/sentries"));
   RETURN_IF_ERROR(MkdirP(path + "/sandboxes"));
+  RETURN_IF_ERROR(MkdirP(path + "/sockets"));
   const std::string lock_path = path + "/lock";
   UniqueFd lock(open(lock_path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600));
   if (!lock.valid()) return ErrnoStatus(absl::StrCat("opening ", lock_path), errno);
@@ -171,6 +173,10 @@ int StateDir::KillStale(const std::set<pid_t>& keep, std::vector<std::string>* c
     if (cgroups != nullptr && !r.cgroup.empty()) cgroups->push_back(r.cgroup);
     Forget(r.pid);
   }
+  // Warm sockets whose Sentry has no record (left by a crash).
+  for (const std::string& name : ListDir(path_ + "/sockets")) {
+    if (!keep.count(atoi(name.c_str()))) unlink((path_ + "/sockets/" + name).c_str());
+  }
   return killed;
 }
 
@@ -182,7 +188,10 @@ absl::Status StateDir::Record(pid_t pid, const std::string& cgroup) {
   return WriteAtomically(SentryFile(pid), absl::StrCat(start, "\n", cgroup, "\n"));
 }
 
-void StateDir::Forget(pid_t pid) { unlink(SentryFile(pid).c_str()); }
+void StateDir::Forget(pid_t pid) {
+  unlink(SentryFile(pid).c_str());
+  unlink(absl::StrCat(path_, "/sockets/", pid).c_str());
+}
 
 std::string StateDir::SandboxDir(const std::string& id) const {
   return absl::StrCat(path_, "/sandboxes/", id);
@@ -190,6 +199,37 @@ std::string StateDir::SandboxDir(const std::string& id) const {
 
 std::string StateDir::OutputLogPath(const std::string& id) const {
   return SandboxDir(id) + "/output.log";
+}
+
+absl::Status StateDir::SaveExec(const std::string& id, const v1::ExecInfo& info) {
+  return WriteAtomically(absl::StrCat(SandboxDir(id), "/exec-", info.pid(), ".pb"),
+                         info.SerializeAsString());
+}
+
+std::vector<v1::ExecInfo> StateDir::LoadExecs(const std::string& id) const {
+  std::vector<v1::ExecInfo> out;
+  const std::string dir = SandboxDir(id);
+  for (const std::string& name : ListDir(dir)) {
+    int pid;
+    if (!absl::StartsWith(name, "exec-") || !absl::EndsWith(name, ".pb") ||
+        !absl::SimpleAtoi(name.substr(5, name.size() - 8), &pid)) {
+      continue;
+    }
+    std::ifstream f(dir + "/" + name, std::ios::binary);
+    std::string data((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    v1::ExecInfo info;
+    if (info.ParseFromString(data) && info.pid() == pid) out.push_back(std::move(info));
+  }
+  return out;
+}
+
+void StateDir::RemoveExec(const std::string& id, int pid) {
+  unlink(absl::StrCat(SandboxDir(id), "/exec-", pid, ".pb").c_str());
+  unlink(ExecLogPath(id, pid).c_str());
+}
+
+std::string StateDir::ExecLogPath(const std::string& id, int pid) const {
+  return absl::StrCat(SandboxDir(id), "/exec-", pid, ".log");
 }
 
 absl::Status StateDir::SaveSandbox(const v1::SandboxInfo& info) {
@@ -223,22 +263,48 @@ void StateDir::RemoveSandbox(const std::string& id) {
   rmdir(dir.c_str());
 }
 
+namespace {
+
+// A listening SOCK_SEQPACKET socket at DIR/NAME (replacing a stale one).
+absl::StatusOr<UniqueFd> ListenAt(const std::string& dir, const std::string& name) {
+  UniqueFd d(open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!d.valid()) return ErrnoStatus(absl::StrCat("opening ", dir), errno);
+  unlinkat(d.get(), name.c_str(), 0);
+  UniqueFd s(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return ErrnoStatus("socket(AF_UNIX, SOCK_SEQPACKET)", errno);
+  sockaddr_un a = SocketAddress(d.get(), name);
+  if (bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
+    return ErrnoStatus(absl::StrCat("binding ", dir, "/", name), errno);
+  }
+  if (listen(s.get(), 4) != 0) return ErrnoStatus("listen", errno);
+  return s;
+}
+
+}  // namespace
+
 absl::StatusOr<UniqueFd> StateDir::Listen(const std::string& id) {
   const std::string dir = SandboxDir(id);
   if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
     return ErrnoStatus(absl::StrCat("creating ", dir), errno);
   }
-  UniqueFd d(open(dir.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
-  if (!d.valid()) return ErrnoStatus(absl::StrCat("opening ", dir), errno);
-  unlinkat(d.get(), kControlSocket, 0);
-  UniqueFd s(socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC, 0));
-  if (!s.valid()) return ErrnoStatus("socket(AF_UNIX, SOCK_SEQPACKET)", errno);
-  sockaddr_un a = SocketAddress(d.get(), kControlSocket);
-  if (bind(s.get(), reinterpret_cast<sockaddr*>(&a), sizeof(a)) != 0) {
-    return ErrnoStatus(absl::StrCat("binding ", dir, "/", kControlSocket), errno);
+  return ListenAt(dir, kControlSocket);
+}
+
+absl::StatusOr<UniqueFd> StateDir::ListenWarm(pid_t pid) {
+  return ListenAt(path_ + "/sockets", absl::StrCat(pid));
+}
+
+absl::Status StateDir::MoveWarmSocket(pid_t pid, const std::string& id) {
+  const std::string dir = SandboxDir(id);
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return ErrnoStatus(absl::StrCat("creating ", dir), errno);
   }
-  if (listen(s.get(), 4) != 0) return ErrnoStatus("listen", errno);
-  return s;
+  const std::string from = absl::StrCat(path_, "/sockets/", pid);
+  const std::string to = absl::StrCat(dir, "/", kControlSocket);
+  if (rename(from.c_str(), to.c_str()) != 0) {
+    return ErrnoStatus(absl::StrCat("renaming ", from, " to ", to), errno);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<UniqueFd> StateDir::Connect(const std::string& id) const {

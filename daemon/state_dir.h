@@ -7,6 +7,8 @@
 //                             directory's daemon created it
 //   sentries/<pid>            every Sentry spawned (pool ones included):
 //                             its start time and cgroup name
+//   sockets/<pid>             a warm Sentry's Persist socket, renamed to
+//                             its sandbox's control.sock at the create
 //   sandboxes/<id>/sandbox.pb the sandbox (v1::SandboxInfo: spec, state,
 //                             timings, exit, Sentry pid), replaced
 //                             atomically at each change
@@ -14,6 +16,8 @@
 //   sandboxes/<id>/control.sock  the socket its Sentry accepts the next
 //                             daemon's control channel on (control.proto
 //                             Persist)
+//   sandboxes/<id>/exec-<pid>.pb   an Exec'd process (v1::ExecInfo),
+//   sandboxes/<id>/exec-<pid>.log  and its output (OutputLog's file)
 //
 // Thread safety: every method may be called from any thread.
 #ifndef SANDBOXD_DAEMON_STATE_DIR_H_
@@ -53,6 +57,7 @@ class StateDir {
 
   // --- Sentries
   absl::Status Record(pid_t pid, const std::string& cgroup = "");
+  // Removes sentries/<pid> (and sockets/<pid>).
   void Forget(pid_t pid);
   std::vector<SentryRecord> Sentries() const;
   // Kills (SIGKILL, with their process groups) the recorded Sentries that
@@ -73,10 +78,20 @@ class StateDir {
   // Removes sandboxes/<id> and everything in it.
   void RemoveSandbox(const std::string& id);
   std::string OutputLogPath(const std::string& id) const;
+  // Exec'd process `pid` of sandbox `id`: its record and output log.
+  absl::Status SaveExec(const std::string& id, const v1::ExecInfo& info);
+  std::vector<v1::ExecInfo> LoadExecs(const std::string& id) const;
+  void RemoveExec(const std::string& id, int pid);
+  std::string ExecLogPath(const std::string& id, int pid) const;
   // A listening SOCK_SEQPACKET socket at sandboxes/<id>/control.sock
   // (replacing a stale one), and a connection to it.
   absl::StatusOr<UniqueFd> Listen(const std::string& id);
   absl::StatusOr<UniqueFd> Connect(const std::string& id) const;
+  // A listening socket at sockets/<pid>, for a warm Sentry; and its move
+  // to sandboxes/<id>/control.sock (a rename: the Sentry's listening
+  // socket is reachable at the new name).
+  absl::StatusOr<UniqueFd> ListenWarm(pid_t pid);
+  absl::Status MoveWarmSocket(pid_t pid, const std::string& id);
 
   // --- The cgroup parent this state directory's daemon created (if any).
   void RecordCgroupParent(const std::string& parent);

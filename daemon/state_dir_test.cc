@@ -128,6 +128,53 @@ TEST(StateDirTest, ControlSocketUnderALongPath) {
   EXPECT_FALSE((*sd)->Connect("other").ok());
 }
 
+TEST(StateDirTest, ExecRecordsRoundTripAndGo) {
+  const std::string dir = TempDir();
+  auto sd = StateDir::Open(dir);
+  ASSERT_TRUE(sd.ok());
+  v1::SandboxInfo box;
+  box.set_id("box");
+  ASSERT_TRUE((*sd)->SaveSandbox(box).ok());
+  for (int pid : {2, 17}) {
+    v1::ExecInfo e;
+    e.set_pid(pid);
+    e.mutable_process()->add_argv("/bin/true");
+    e.set_running(pid == 17);
+    ASSERT_TRUE((*sd)->SaveExec("box", e).ok());
+  }
+  FILE* f = fopen((*sd)->ExecLogPath("box", 2).c_str(), "w");
+  fclose(f);
+  std::vector<v1::ExecInfo> execs = (*sd)->LoadExecs("box");
+  ASSERT_EQ(execs.size(), 2u);
+  EXPECT_TRUE(execs[0].running() != execs[1].running());
+  (*sd)->RemoveExec("box", 2);
+  struct stat st;
+  EXPECT_NE(stat((*sd)->ExecLogPath("box", 2).c_str(), &st), 0);
+  execs = (*sd)->LoadExecs("box");
+  ASSERT_EQ(execs.size(), 1u);
+  EXPECT_EQ(execs[0].pid(), 17);
+  // The sandbox's own record is not an exec's.
+  EXPECT_EQ((*sd)->LoadSandboxes(nullptr).size(), 1u);
+}
+
+TEST(StateDirTest, WarmSocketMovesToItsSandbox) {
+  const std::string dir = TempDir();
+  auto sd = StateDir::Open(dir);
+  ASSERT_TRUE(sd.ok());
+  absl::StatusOr<UniqueFd> l = (*sd)->ListenWarm(4242);
+  ASSERT_TRUE(l.ok()) << l.status();
+  ASSERT_TRUE((*sd)->MoveWarmSocket(4242, "box").ok());
+  // The listening socket answers at its new name.
+  absl::StatusOr<UniqueFd> c = (*sd)->Connect("box");
+  EXPECT_TRUE(c.ok()) << c.status();
+  struct stat st;
+  EXPECT_NE(stat((dir + "/sockets/4242").c_str(), &st), 0);
+  // A warm socket nobody records goes at the next start's clean-up.
+  ASSERT_TRUE((*sd)->ListenWarm(4343).ok());
+  (*sd)->KillStale();
+  EXPECT_NE(stat((dir + "/sockets/4343").c_str(), &st), 0);
+}
+
 TEST(StateDirTest, CgroupParentOwnership) {
   const std::string dir = TempDir();
   auto sd = StateDir::Open(dir);

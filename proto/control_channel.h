@@ -27,8 +27,10 @@ inline constexpr size_t kMaxMessageBytes = 8 << 20;
 // Largest packet: one fits in a unix socket's default send buffer
 // (wmem_default, 208 KiB).
 inline constexpr size_t kMaxPacketBytes = 128 << 10;
-// Most descriptors in one message (Start: rootfs + three stdio fds).
-inline constexpr size_t kMaxFds = 16;
+// Most descriptors in one message (Start: rootfs + three stdio fds;
+// Reattach: the init's kept output and stdin, and each running Exec'd
+// process's kept output).
+inline constexpr size_t kMaxFds = 64;
 
 class Channel {
  public:

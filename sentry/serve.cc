@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -19,6 +20,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/types/span.h"
@@ -152,16 +154,19 @@ class Server {
     absl::MutexLock l(&ch_mu_);
     SendLocked(r, fds);
   }
-  void SendOn(uint64_t generation, const Response& r) {
+  // Whether `r` went out (on the channel of `generation`, still up).
+  bool SendOn(uint64_t generation, const Response& r) {
     absl::MutexLock l(&ch_mu_);
-    if (generation == generation_) SendLocked(r, {});
+    return generation == generation_ && SendLocked(r, {});
   }
-  void SendLocked(const Response& r, absl::Span<const int> fds)
+  bool SendLocked(const Response& r, absl::Span<const int> fds)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(ch_mu_) {
     if (absl::Status s = ch_->Send(r, fds); !s.ok()) {
       Log(absl::StrCat("sending the response to request ", r.id(), ": ",
                        s.message()));
+      return false;
     }
+    return true;
   }
   static Response ErrorResponse(uint64_t id, const absl::Status& s) {
     Response r;
@@ -180,18 +185,31 @@ class Server {
     return absl::OkStatus();
   }
 
+  // Start and Restore: the Sentry's one sandbox. `prepare` checks the
+  // request and fills what `create` needs; then the hostname is set,
+  // `create` builds the sandbox from the prewarmed state, its init starts
+  // and the reply carries init_pid and the steps (`started` last). Errors
+  // are prefixed with `what`.
+  void LoadSandbox(uint64_t id, const char* what, const std::string& hostname,
+                   Stage started, absl::FunctionRef<absl::Status()> prepare,
+                   absl::FunctionRef<absl::StatusOr<std::unique_ptr<boot::Sandbox>>(
+                       boot::Prewarmed, StageClock*)>
+                       create);
   void OnStart(const Request& req, std::vector<UniqueFd> fds);
   void OnExec(const Request& req, std::vector<UniqueFd> fds);
   void OnCheckpoint(const Request& req, std::vector<UniqueFd> fds);
   void OnRestore(const Request& req, std::vector<UniqueFd> fds);
   void OnWaitPid(uint64_t id, pid_t pid);
   void OnWaitRestored(uint64_t id);
+  // Start's and Restore's keep_fds: the last `n` of `fds` become what
+  // Persist keeps.
+  absl::Status TakeKept(std::vector<UniqueFd>& fds, uint32_t n, bool with_stdin);
   [[noreturn]] void OnDestroy(uint64_t id);
-  void OnPersist(uint64_t id, std::vector<UniqueFd> fds);
+  void OnPersist(uint64_t id, const Request::Persist& p, std::vector<UniqueFd> fds);
   // Self-checkpoints (self_checkpoint.h): the spec's checkpoint directory,
-  // the last descriptor of Start or Restore when spec.checkpoint_dir is
-  // set, is taken off `fds`; EnableSelfCheckpoints then lets the sandbox
-  // use it. Their reports answer WatchCheckpoints.
+  // the last descriptor of Start or Restore (before the kept ones) when
+  // spec.checkpoint_dir is set, is taken off `fds`; EnableSelfCheckpoints
+  // then lets the sandbox use it. Their reports answer WatchCheckpoints.
   absl::StatusOr<UniqueFd> TakeCheckpointDir(const v1::SandboxSpec& spec,
                                              std::vector<UniqueFd>& fds);
   absl::Status EnableSelfCheckpoints(boot::Sandbox* sb, UniqueFd dir,
@@ -212,6 +230,10 @@ class Server {
   // Sentry keeps for it. Loop's thread only.
   UniqueFd listener_;
   std::vector<UniqueFd> kept_;
+  bool stdin_kept_ = false;  // kept_.back() is the init's stdin
+  // Exec'd processes' output descriptors (Exec.keep_fds), by pid, until
+  // their WaitPid has been answered.
+  std::map<pid_t, std::vector<UniqueFd>> kept_execs_ ABSL_GUARDED_BY(ch_mu_);
   std::optional<boot::Prewarmed> pw_;  // consumed by Start
   const bool isolated_;                 // in namespaces of its own
   const std::string platform_;          // what Prewarm made (registry.h)
@@ -300,81 +322,6 @@ void Server::OnWatchCheckpoints(uint64_t id) {
   watch_generation_ = generation();
 }
 
-void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
-  const Request::Start& start = req.start();
-  const v1::SandboxSpec& spec = start.spec();
-  if (!pw_.has_value()) {
-    SendError(req.id(), absl::FailedPreconditionError(
-                            "this Sentry has already been given a sandbox"));
-    return;
-  }
-  StageClock clock;
-  auto build = [&]() -> absl::StatusOr<boot::Sandbox*> {
-    const std::string& want = spec.platform().empty()
-                                  ? platform::Registry::Get().DefaultName()
-                                  : spec.platform();
-    if (want != platform_) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "platform ", want, " is not this Sentry's (", platform_, ")"));
-    }
-    if (spec.network() == v1::NETWORK_MODE_HOST) {
-      return absl::InvalidArgumentError(
-          "network=host is not available: a warm Sentry has its own network "
-          "namespace");
-    }
-    ASSIGN_OR_RETURN(boot::ProcessConfig init, ProcessFromSpec(spec.process()));
-    ASSIGN_OR_RETURN(UniqueFd checkpoint_dir, TakeCheckpointDir(spec, fds));
-    if (fds.empty()) {
-      return absl::InvalidArgumentError("Start came without a rootfs descriptor");
-    }
-    struct stat st;
-    if (fstat(fds[0].get(), &st) != 0 || !S_ISDIR(st.st_mode)) {
-      return absl::InvalidArgumentError(
-          "the rootfs descriptor is not a directory");
-    }
-    ASSIGN_OR_RETURN(boot::Stdio stdio,
-                     StdioFromFds(fds, 1, spec.process().tty()));
-    boot::SandboxConfig config;
-    config.rootfs = std::move(fds[0]);
-    config.init = std::move(init);
-    config.hostname = !spec.hostname().empty()      ? spec.hostname()
-                      : !start.sandbox_id().empty() ? start.sandbox_id()
-                                                    : "sandbox";
-    config.limits.memory_bytes = spec.limits().memory_bytes();
-    config.limits.cpu_millis = spec.limits().cpu_millis();
-    config.limits.pids = spec.limits().pids();
-    if (isolated_) {
-      RETURN_IF_ERROR(Annotate(isolation::SetHostname(config.hostname),
-                               "uts namespace"));
-      clock.Mark(Stage::kHostname);
-    }
-    boot::Prewarmed pw = std::move(*pw_);
-    pw_.reset();
-    ASSIGN_OR_RETURN(std::unique_ptr<boot::Sandbox> sb,
-                     boot::Sandbox::Create(std::move(pw), std::move(config),
-                                           std::move(stdio), &clock));
-    RETURN_IF_ERROR(EnableSelfCheckpoints(sb.get(), std::move(checkpoint_dir),
-                                          spec, start.sandbox_id()));
-    return sb.release();
-  };
-  auto sb = build();
-  if (!sb.ok()) {
-    SendError(req.id(), Annotate(sb.status(), "Start"));
-    return;
-  }
-  if (absl::Status s = (*sb)->Start(); !s.ok()) {
-    SendError(req.id(), Annotate(s, "Start"));
-    return;
-  }
-  sandbox_ = *sb;
-  clock.Mark(Stage::kStart);
-  Response r;
-  r.set_id(req.id());
-  r.set_init_pid(1);
-  AddTimings(clock, &r);
-  Send(r);
-}
-
 // A directory descriptor that came with a request, or an error naming it.
 absl::Status CheckDirFd(const std::vector<UniqueFd>& fds, size_t i,
                         const char* what) {
@@ -388,6 +335,121 @@ absl::Status CheckDirFd(const std::vector<UniqueFd>& fds, size_t i,
         absl::StrCat("the ", what, " descriptor is not a directory"));
   }
   return absl::OkStatus();
+}
+
+// The hostname a sandbox gets: the spec's, else its id.
+std::string HostnameFor(const v1::SandboxSpec& spec, const std::string& sandbox_id) {
+  return !spec.hostname().empty()   ? spec.hostname()
+         : !sandbox_id.empty()      ? sandbox_id
+                                    : "sandbox";
+}
+
+boot::Limits LimitsFrom(const v1::SandboxSpec& spec) {
+  boot::Limits l;
+  l.memory_bytes = spec.limits().memory_bytes();
+  l.cpu_millis = spec.limits().cpu_millis();
+  l.pids = spec.limits().pids();
+  return l;
+}
+
+void Server::LoadSandbox(uint64_t id, const char* what, const std::string& hostname,
+                         Stage started, absl::FunctionRef<absl::Status()> prepare,
+                         absl::FunctionRef<absl::StatusOr<std::unique_ptr<boot::Sandbox>>(
+                             boot::Prewarmed, StageClock*)>
+                             create) {
+  if (!pw_.has_value()) {
+    SendError(id, absl::FailedPreconditionError(
+                      "this Sentry has already been given a sandbox"));
+    return;
+  }
+  StageClock clock;
+  auto build = [&]() -> absl::StatusOr<boot::Sandbox*> {
+    RETURN_IF_ERROR(prepare());
+    if (isolated_) {
+      RETURN_IF_ERROR(Annotate(isolation::SetHostname(hostname), "uts namespace"));
+      clock.Mark(Stage::kHostname);
+    }
+    boot::Prewarmed pw = std::move(*pw_);
+    pw_.reset();
+    ASSIGN_OR_RETURN(std::unique_ptr<boot::Sandbox> sb, create(std::move(pw), &clock));
+    return sb.release();
+  };
+  auto sb = build();
+  if (!sb.ok()) {
+    SendError(id, Annotate(sb.status(), what));
+    return;
+  }
+  if (absl::Status s = (*sb)->Start(); !s.ok()) {
+    SendError(id, Annotate(s, what));
+    return;
+  }
+  sandbox_ = *sb;
+  clock.Mark(started);
+  Response r;
+  r.set_id(id);
+  r.set_init_pid(1);
+  AddTimings(clock, &r);
+  Send(r);
+}
+
+absl::Status Server::TakeKept(std::vector<UniqueFd>& fds, uint32_t n, bool with_stdin) {
+  if (n == 0) return absl::OkStatus();
+  if (n > fds.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "keep_fds is ", n, " but only ", fds.size(), " descriptors came"));
+  }
+  kept_.clear();
+  for (size_t i = fds.size() - n; i < fds.size(); i++) kept_.push_back(std::move(fds[i]));
+  fds.resize(fds.size() - n);
+  stdin_kept_ = with_stdin;
+  return absl::OkStatus();
+}
+
+void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
+  const Request::Start& start = req.start();
+  const v1::SandboxSpec& spec = start.spec();
+  if (absl::Status s = TakeKept(fds, start.keep_fds(), start.keep_stdin()); !s.ok()) {
+    SendError(req.id(), Annotate(s, "Start"));
+    return;
+  }
+  boot::SandboxConfig config;
+  boot::Stdio stdio;
+  UniqueFd checkpoint_dir;
+  config.hostname = HostnameFor(spec, start.sandbox_id());
+  config.limits = LimitsFrom(spec);
+  auto prepare = [&]() -> absl::Status {
+    const std::string& want = spec.platform().empty()
+                                  ? platform::Registry::Get().DefaultName()
+                                  : spec.platform();
+    if (want != platform_) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "platform ", want, " is not this Sentry's (", platform_, ")"));
+    }
+    if (spec.network() == v1::NETWORK_MODE_HOST) {
+      return absl::InvalidArgumentError(
+          "network=host is not available: a warm Sentry has its own network "
+          "namespace");
+    }
+    ASSIGN_OR_RETURN(config.init, ProcessFromSpec(spec.process()));
+    ASSIGN_OR_RETURN(checkpoint_dir, TakeCheckpointDir(spec, fds));
+    if (fds.empty()) {
+      return absl::InvalidArgumentError("Start came without a rootfs descriptor");
+    }
+    RETURN_IF_ERROR(CheckDirFd(fds, 0, "rootfs"));
+    ASSIGN_OR_RETURN(stdio, StdioFromFds(fds, 1, spec.process().tty()));
+    config.rootfs = std::move(fds[0]);
+    return absl::OkStatus();
+  };
+  LoadSandbox(req.id(), "Start", config.hostname, Stage::kStart, prepare,
+              [&](boot::Prewarmed pw, StageClock* clock)
+                  -> absl::StatusOr<std::unique_ptr<boot::Sandbox>> {
+                ASSIGN_OR_RETURN(std::unique_ptr<boot::Sandbox> sb,
+                                 boot::Sandbox::Create(std::move(pw), std::move(config),
+                                                       std::move(stdio), clock));
+                RETURN_IF_ERROR(EnableSelfCheckpoints(sb.get(), std::move(checkpoint_dir),
+                                                      spec, start.sandbox_id()));
+                return sb;
+              });
 }
 
 // The Loop's thread waits for the save: the daemon sends nothing else
@@ -426,65 +488,49 @@ void Server::OnCheckpoint(const Request& req, std::vector<UniqueFd> fds) {
 void Server::OnRestore(const Request& req, std::vector<UniqueFd> fds) {
   const Request::Restore& restore = req.restore();
   const v1::SandboxSpec& spec = restore.spec();
-  if (!pw_.has_value()) {
-    SendError(req.id(), absl::FailedPreconditionError(
-                            "this Sentry has already been given a sandbox"));
-    return;
-  }
-  StageClock clock;
-  auto build = [&]() -> absl::StatusOr<boot::Sandbox*> {
-    ASSIGN_OR_RETURN(UniqueFd checkpoint_dir, TakeCheckpointDir(spec, fds));
-    RETURN_IF_ERROR(CheckDirFd(fds, 0, "image directory"));
-    RETURN_IF_ERROR(CheckDirFd(fds, 1, "rootfs"));
-    ASSIGN_OR_RETURN(boot::Stdio stdio,
-                     StdioFromFds(fds, 2, spec.process().tty()));
-    boot::RestoreConfig config;
-    config.image =
-        restore.image_path().empty() ? "image" : restore.image_path();
-    config.image_dir = std::move(fds[0]);
-    config.rootfs = std::move(fds[1]);
-    config.hostname = !spec.hostname().empty()        ? spec.hostname()
-                      : !restore.sandbox_id().empty() ? restore.sandbox_id()
-                                                      : "sandbox";
-    config.limits.memory_bytes = spec.limits().memory_bytes();
-    config.limits.cpu_millis = spec.limits().cpu_millis();
-    config.limits.pids = spec.limits().pids();
-    config.page_loading.rate_limit = restore.page_rate();
-    if (isolated_) {
-      RETURN_IF_ERROR(Annotate(isolation::SetHostname(config.hostname),
-                               "uts namespace"));
-      clock.Mark(Stage::kHostname);
-    }
-    boot::Prewarmed pw = std::move(*pw_);
-    pw_.reset();
-    ASSIGN_OR_RETURN(std::unique_ptr<boot::Sandbox> sb,
-                     boot::Sandbox::Restore(std::move(pw), std::move(config),
-                                            std::move(stdio), &clock));
-    RETURN_IF_ERROR(EnableSelfCheckpoints(sb.get(), std::move(checkpoint_dir),
-                                          spec, restore.sandbox_id()));
-    return sb.release();
-  };
-  auto sb = build();
-  if (!sb.ok()) {
-    SendError(req.id(), Annotate(sb.status(), "Restore"));
-    return;
-  }
-  if (absl::Status s = (*sb)->Start(); !s.ok()) {
+  if (absl::Status s = TakeKept(fds, restore.keep_fds(), restore.keep_stdin()); !s.ok()) {
     SendError(req.id(), Annotate(s, "Restore"));
     return;
   }
-  sandbox_ = *sb;
-  clock.Mark(Stage::kRestoreStart);
-  Response r;
-  r.set_id(req.id());
-  r.set_init_pid(1);
-  AddTimings(clock, &r);
-  Send(r);
+  boot::RestoreConfig config;
+  boot::Stdio stdio;
+  UniqueFd checkpoint_dir;
+  config.hostname = HostnameFor(spec, restore.sandbox_id());
+  config.limits = LimitsFrom(spec);
+  config.page_loading.rate_limit = restore.page_rate();
+  auto prepare = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(checkpoint_dir, TakeCheckpointDir(spec, fds));
+    RETURN_IF_ERROR(CheckDirFd(fds, 0, "image directory"));
+    RETURN_IF_ERROR(CheckDirFd(fds, 1, "rootfs"));
+    ASSIGN_OR_RETURN(stdio, StdioFromFds(fds, 2, spec.process().tty()));
+    config.image = restore.image_path().empty() ? "image" : restore.image_path();
+    config.image_dir = std::move(fds[0]);
+    config.rootfs = std::move(fds[1]);
+    return absl::OkStatus();
+  };
+  LoadSandbox(req.id(), "Restore", config.hostname, Stage::kRestoreStart, prepare,
+              [&](boot::Prewarmed pw, StageClock* clock)
+                  -> absl::StatusOr<std::unique_ptr<boot::Sandbox>> {
+                ASSIGN_OR_RETURN(std::unique_ptr<boot::Sandbox> sb,
+                                 boot::Sandbox::Restore(std::move(pw), std::move(config),
+                                                        std::move(stdio), clock));
+                RETURN_IF_ERROR(EnableSelfCheckpoints(sb.get(), std::move(checkpoint_dir),
+                                                      spec, restore.sandbox_id()));
+                return sb;
+              });
 }
 
 void Server::OnExec(const Request& req, std::vector<UniqueFd> fds) {
+  std::vector<UniqueFd> keep;
   auto run = [&]() -> absl::StatusOr<pid_t> {
     RETURN_IF_ERROR(CheckRunning());
+    const size_t n = req.exec().keep_fds();
+    if (n > fds.size()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "keep_fds is ", n, " but only ", fds.size(), " descriptors came"));
+    }
+    for (size_t i = fds.size() - n; i < fds.size(); i++) keep.push_back(std::move(fds[i]));
+    fds.resize(fds.size() - n);
     ASSIGN_OR_RETURN(boot::ProcessConfig p, ProcessFromSpec(req.exec().process()));
     ASSIGN_OR_RETURN(boot::Stdio stdio,
                      StdioFromFds(fds, 0, req.exec().process().tty()));
@@ -494,6 +540,10 @@ void Server::OnExec(const Request& req, std::vector<UniqueFd> fds) {
   if (!pid.ok()) {
     SendError(req.id(), Annotate(pid.status(), "Exec"));
     return;
+  }
+  if (!keep.empty()) {
+    absl::MutexLock l(&ch_mu_);
+    kept_execs_[*pid] = std::move(keep);
   }
   Response r;
   r.set_id(req.id());
@@ -520,7 +570,11 @@ void Server::OnWaitPid(uint64_t id, pid_t pid) {
     Response r;
     r.set_id(id);
     SetExit(*st, r.mutable_exit());
-    SendOn(gen, r);
+    if (SendOn(gen, r) && pid != 1) {
+      // A daemon has the exit: it needs the kept output ends no more.
+      absl::MutexLock l(&ch_mu_);
+      kept_execs_.erase(pid);
+    }
   });
   if (!waiter.ok()) {
     SendError(id, waiter.status());
@@ -563,7 +617,16 @@ void Server::OnWaitRestored(uint64_t id) {
   waiter->detach();
 }
 
-void Server::OnPersist(uint64_t id, std::vector<UniqueFd> fds) {
+void Server::OnPersist(uint64_t id, const Request::Persist& p,
+                       std::vector<UniqueFd> fds) {
+  if (p.drop_stdin()) {
+    if (stdin_kept_) kept_.pop_back();
+    stdin_kept_ = false;
+    Response r;
+    r.set_id(id);
+    Send(r);
+    return;
+  }
   int type = 0, listening = 0;
   socklen_t len = sizeof(type);
   if (fds.empty() ||
@@ -580,6 +643,7 @@ void Server::OnPersist(uint64_t id, std::vector<UniqueFd> fds) {
   listener_ = std::move(fds[0]);
   kept_.clear();
   for (size_t i = 1; i < fds.size(); i++) kept_.push_back(std::move(fds[i]));
+  stdin_kept_ = p.with_stdin() && kept_.size() > 0;
   Response r;
   r.set_id(id);
   Send(r);
@@ -588,10 +652,21 @@ void Server::OnPersist(uint64_t id, std::vector<UniqueFd> fds) {
 void Server::OnReattach(uint64_t id) {
   Response r;
   r.set_id(id);
-  r.mutable_reattached()->set_started(sandbox_ != nullptr);
+  control::Reattached* ra = r.mutable_reattached();
+  ra->set_started(sandbox_ != nullptr);
+  ra->set_stdin_kept(stdin_kept_);
   std::vector<int> fds;
   for (const UniqueFd& f : kept_) fds.push_back(f.get());
-  Send(r, fds);
+  absl::MutexLock l(&ch_mu_);
+  for (const auto& [pid, kept] : kept_execs_) {
+    // What does not fit in one message stays kept (and unused).
+    if (fds.size() + kept.size() > control::kMaxFds) break;
+    control::KeptProcess* k = ra->add_processes();
+    k->set_pid(pid);
+    k->set_fds(static_cast<uint32_t>(kept.size()));
+    for (const UniqueFd& f : kept) fds.push_back(f.get());
+  }
+  SendLocked(r, fds);
 }
 
 bool Server::AwaitNextDaemon() {
@@ -690,7 +765,7 @@ void Server::Loop() {
         OnRestore(req, std::move(fds));
         break;
       case Request::kPersist:
-        OnPersist(req.id(), std::move(fds));
+        OnPersist(req.id(), req.persist(), std::move(fds));
         break;
       case Request::kReattach:
         OnReattach(req.id());

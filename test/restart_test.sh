@@ -13,6 +13,15 @@
 #   - two daemons with their own state directories and the default cgroup
 #     parent leave each other's sandboxes and cgroups alone (start, stop,
 #     restart)
+#   - exec'd processes (exec -d, and attached) run on through kill -9 of
+#     the daemon: afterwards their output is all in `logs --pid`, and
+#     `wait --pid` gives their exit codes
+#   - attach (docker attach) before and after a restart: the init's output
+#     follows, stdin reaches an init started with -i, ^P ^Q detaches from
+#     a terminal; wait on a re-adopted sandbox whose init exits later
+#   - two daemons given the same --cgroup-parent: neither touches the
+#     other's sandboxes; the one that made the parent removes it once it
+#     is empty, and the other makes it again at its next create
 # Exits 77 (CTest: skipped) until the binaries exist.
 set -u
 # shellcheck source=test/lib.sh
@@ -199,5 +208,148 @@ check "daemon c does not see b's sandbox" not_contains "$tmp/out" keep
 kill "$c_pid" "$daemon_pid"
 wait "$c_pid" "$daemon_pid" 2>/dev/null
 check "both stopped (--shutdown-kill): keep's sentry is gone" until_eq 5 1 gone "$keep_pid"
+
+
+# --- exec'd processes, attach and wait across a restart ----------------------
+# has FILE TEXT: prints 1 once FILE holds TEXT.
+has() { grep -q -- "$2" "$1" 2>/dev/null && echo 1; }
+# stop_loop FLAG CODE: prints "pid N", then "tick N" lines until /tmp/FLAG
+# exists in the sandbox, then exits CODE.
+stop_loop() {
+  echo "echo pid \$\$; i=0; while [ ! -e /tmp/$1 ]; do echo tick \$i; i=\$((i+1)); sleep 0.1; done; exit $2"
+}
+# stop_daemon PID: SIGTERM, and SIGKILL if it has not ended within 30 s
+# (a daemon that hangs must not hang the test).
+stop_daemon() {
+  kill "$1" 2>/dev/null
+  until_eq 30 1 gone "$1" || kill -9 "$1" 2>/dev/null
+  wait "$1" 2>/dev/null
+}
+# to_fd7 TEXT: writes TEXT to descriptor 7; a reader that has gone is no
+# reason for the test to die of SIGPIPE.
+to_fd7() { (trap '' PIPE; printf "$1" >&7) 2>/dev/null; }
+# ticks FILE: its "tick N" lines, into $tmp/ticks.
+ticks() { grep '^tick ' "$1" >"$tmp/ticks"; }
+daemon d --shutdown-kill
+ctl d run -d --name=host --rootfs=/ -- /bin/sleep 100000
+ctl d exec -d host -- /bin/sh -c "$(stop_loop stop1 3)"
+dpid=$(head -1 "$tmp/out")
+check "exec -d prints the process's pid" ge "${dpid:-0}" 2
+"$SANDBOXCTL" --socket="$tmp/d.sock" exec host -- /bin/sh -c "$(stop_loop stop2 4)" \
+  >"$tmp/ax.out" 2>"$tmp/ax.err" </dev/null &
+ax_client=$!
+on_exit "stop_pid $ax_client"
+check "attached exec: running" until_eq 30 1 has "$tmp/ax.out" "^tick 2"
+apid=$(sed -n 's/^pid //p' "$tmp/ax.out" | head -1)
+ctl d run -d -i --name=reader --rootfs=/ -- /bin/sh -c 'read code; echo got $code; exit $code'
+ctl d run -d --name=trapper --rootfs=/ -- /bin/sh -c 'trap "exit 6" TERM; while :; do sleep 0.1; done'
+ctl d run -d -i -t --name=term --rootfs=/ -- /bin/cat
+check "sandboxes with open stdin started" eq "$(state d reader)$(state d term)" runningrunning
+
+# attach_term TEXT: attaches to `term` with stdin from a FIFO, sends
+# TEXT, waits for its echo, then detaches with ^P ^Q; sets $status.
+attach_term() {
+  rm -f "$tmp/term.in"
+  mkfifo "$tmp/term.in"
+  "$SANDBOXCTL" --socket="$tmp/d.sock" attach term <"$tmp/term.in" >"$tmp/term.out" 2>"$tmp/term.err" &
+  local client=$!
+  exec 7>"$tmp/term.in"
+  to_fd7 "$1\n"
+  check "attach (tty): the echo of '$1' comes back" until_eq 30 1 has "$tmp/term.out" "$1"
+  to_fd7 '\020\021'
+  local i
+  for i in $(seq 1 300); do
+    alive "$client" || break
+    sleep 0.1
+  done
+  wait "$client"
+  status=$?
+  exec 7>&-
+}
+attach_term hello1
+check "^P ^Q detaches (exit 0)" eq "$status" 0
+check "... saying so" contains "$tmp/term.err" "detached from term"
+check "detached: the sandbox runs on" eq "$(state d term)" running
+ctl d logs --pid="$dpid" host
+ticks "$tmp/out"
+before=$(last_count "$tmp/ticks")
+
+kill -9 "$daemon_pid"
+wait "$daemon_pid" 2>/dev/null
+check "kill -9: the attached exec's client ends" until_eq 20 1 gone "$ax_client"
+sleep 2
+daemon d --shutdown-kill
+ctl d exec host -- /bin/sh -c "kill -0 $dpid && kill -0 $apid && echo both alive"
+check "restarted: both exec'd processes still run" eq "$(cat "$tmp/out")" "both alive"
+ctl d inspect host
+tr -d ' \n' <"$tmp/out" >"$tmp/inspect"
+check "inspect lists the exec'd processes" contains "$tmp/inspect" "\"execs\":\[{\"pid\":$dpid,"
+check "... running" contains "$tmp/inspect" '"running":true'
+ctl d exec host -- /bin/touch /tmp/stop1 /tmp/stop2
+ctl d wait --pid="$dpid" host
+check "wait --pid after the restart: exec -d's exit code 3" eq "$status" 3
+ctl d wait --pid="$apid" host
+check "wait --pid after the restart: the attached exec's exit code 4" eq "$status" 4
+ctl d logs --pid="$dpid" host
+ticks "$tmp/out"
+check "logs --pid: exec -d's output from 0 without a gap" counted "$tmp/ticks"
+check "logs --pid: with what it printed during the outage" ge "$(last_count "$tmp/ticks")" $((before + 6))
+ctl d logs --pid="$apid" host
+ticks "$tmp/out"
+check "logs --pid: the attached exec's output from 0 without a gap" counted "$tmp/ticks"
+ctl d wait --pid=9999 host
+check "wait --pid of no exec'd process: an error" eq "$status" 125
+ctl d inspect host
+tr -d ' \n' <"$tmp/out" >"$tmp/inspect"
+check "inspect: the exec'd processes ended, with their codes" contains "$tmp/inspect" \
+  "\"pid\":$dpid,\"process\":{[^}]*},\"exit\":{\"code\":3}"
+
+IN=<(printf '5\n') ctl d attach reader
+check "attach after the restart: stdin reaches the init (open stdin)" contains "$tmp/out" "got 5"
+check "... and attach exits as the init did" eq "$status" 5
+ctl d wait reader
+check "wait on it: 5" eq "$status" 5
+timeout 60 "$SANDBOXCTL" --socket="$tmp/d.sock" wait trapper >/dev/null 2>&1 &
+waiter=$!
+ctl d kill --signal=TERM trapper
+wait "$waiter"
+check "wait on a re-adopted sandbox whose init exits after the restart: 6" eq "$?" 6
+check "... STOPPED" until_eq 10 stopped state d trapper
+attach_term hello2
+check "attach (tty) after the restart: ^P ^Q detaches" eq "$status" 0
+ctl d attach notthere
+check "attach to an unknown sandbox: an error" eq "$status" 125
+stop_daemon "$daemon_pid"
+
+# --- two daemons, one explicit cgroup parent ---------------------------------
+parent=sbx-restart-test-$$
+cg_dirs() { ls -d /sys/fs/cgroup/*/"$parent" /sys/fs/cgroup/"$parent" 2>/dev/null; }
+on_exit "rmdir $(printf '%s ' /sys/fs/cgroup/*/)$parent 2>/dev/null; true"
+daemon e --cgroup-parent="$parent" --shutdown-kill
+e_pid=$daemon_pid
+if grep -q "no cgroups" "$tmp/e.log"; then
+  echo "# no cgroups here: the shared-parent checks are skipped"
+  stop_daemon "$e_pid"
+  passed
+  exit
+fi
+check "daemon e made the parent" test -n "$(cg_dirs)"
+ctl e run -d --name=ekeep --rootfs=/ -- /bin/sleep 100000
+ekeep_pid=$(sentry_pid e ekeep)
+daemon f --cgroup-parent="$parent" --shutdown-kill --pool-size=0
+f_pid=$daemon_pid
+ctl f run -d --name=fkeep --rootfs=/ -- /bin/sleep 100000
+check "same parent: daemon f's start left e's sandbox alone" alive "$ekeep_pid"
+stop_daemon "$f_pid"
+check "same parent: daemon f's stop left e's sandbox alone" alive "$ekeep_pid"
+check "... and the parent, which it did not make" test -n "$(cg_dirs)"
+daemon f --cgroup-parent="$parent" --shutdown-kill --pool-size=0
+f_pid=$daemon_pid
+stop_daemon "$e_pid"
+check "daemon e's stop removed the parent it made (empty)" test -z "$(cg_dirs)"
+ctl f run --rm --rootfs=/ -- /bin/echo parent again
+check "daemon f creates again: the parent is made again" eq "$(cat "$tmp/out")" "parent again"
+check "... there" test -n "$(cg_dirs)"
+stop_daemon "$f_pid"
 
 passed

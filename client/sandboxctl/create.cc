@@ -7,15 +7,18 @@ namespace sandboxd::client::ctl {
 
 int Create(Client& c, std::vector<std::string> args) {
   v1::CreateRequest req;
-  bool tty = false;
+  bool tty = false, interactive = false;
   flags::FlagSet fs("sandboxctl create", "[FLAGS] [--] PROGRAM [ARGS...]",
                     "creates a sandbox and prints its id; start runs it");
   fs.Bool("tty", &tty, "give the program a terminal");
   fs.Alias("-t", "tty");
+  fs.Bool("interactive", &interactive, "keep the init's stdin open for attach");
+  fs.Alias("-i", "interactive");
   SpecFlags(fs, &req);
   // Parsed first: FinishSpec reads the flags' values.
   std::vector<std::string> program = Program(ParseFlags(fs, std::move(args)), 0, "create");
   FinishSpec(&req, std::move(program), tty);
+  req.mutable_spec()->set_open_stdin(interactive);
   call_started = absl::Now();
   absl::StatusOr<v1::CreateResponse> created = c.Create(req);
   FailOn(created.status());

@@ -1,5 +1,7 @@
 // sandboxctl exec ID -- PROGRAM: another process in a running sandbox;
 // exits as it did.
+#include <cstdio>
+
 #include "absl/strings/str_cat.h"
 #include "client/sandboxctl/sandboxctl.h"
 #include "client/sandboxctl/terminal.h"
@@ -8,13 +10,15 @@ namespace sandboxd::client::ctl {
 
 int Exec(Client& c, std::vector<std::string> args) {
   v1::ProcessSpec p;
-  bool interactive = false, tty = false;
+  bool interactive = false, tty = false, detach = false;
   flags::FlagSet fs("sandboxctl exec", "[FLAGS] ID [--] PROGRAM [ARGS...]",
                     "runs another process in a running sandbox");
   fs.Bool("interactive", &interactive, "send stdin to the program");
   fs.Alias("-i", "interactive");
   fs.Bool("tty", &tty, "give the program a terminal");
   fs.Alias("-t", "tty");
+  fs.Bool("detach", &detach, "print the process's pid and leave it running (wait/logs --pid)");
+  fs.Alias("-d", "detach");
   fs.Func("env", "K=V", "an environment variable (repeatable)", [&p](absl::string_view v) {
     p.add_env(std::string(v));
     return absl::OkStatus();
@@ -31,8 +35,14 @@ int Exec(Client& c, std::vector<std::string> args) {
   for (std::string& s : Program(rest, 1, "exec")) p.add_argv(std::move(s));
   p.set_tty(tty);
   DefaultEnv(&p, tty);
+  if (detach && (interactive || tty)) Fail(kExitError, "exec: -d goes without -i and -t");
   ExecIo io = StdIo(interactive, tty);
+  if (detach) {
+    io.detach_after_pid = true;
+    io.on_pid = [](int pid) { printf("%d\n", pid); };
+  }
   absl::StatusOr<v1::ExitStatus> exit = c.Exec(id, /*attach=*/false, p, std::move(io));
+  if (detach && exit.ok()) return 0;
   RestoreTerminal();
   if (!exit.ok()) Fail(StartFailureCode(exit.status()), std::string(exit.status().message()));
   if (!exit->error().empty()) Fail(kExitError, absl::StrCat("sandbox ", id, ": ", exit->error()));

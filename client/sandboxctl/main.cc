@@ -3,8 +3,8 @@
 //   sandboxctl [--socket=PATH | --tcp=HOST:PORT --ca-cert=FILE --token-file=FILE]
 //              COMMAND [ARGS...]
 //
-// Commands: run, create, start, exec, ps (list), logs, kill, rm, inspect,
-// wait, checkpoint and restore (one file each beside this one; restore
+// Commands: run, create, start, exec, attach, ps (list), logs, kill, rm,
+// inspect, wait, checkpoint and restore (one file each beside this one; restore
 // beside checkpoint). `sandboxctl help`
 // lists them, `sandboxctl COMMAND --help` a command's flags. The socket is
 // --socket, else $SANDBOXD_SOCKET, else /run/sandboxd/sandboxd.sock.
@@ -36,13 +36,15 @@ const char kCommands[] =
     "                       create + start + attach + wait; exits as the program\n"
     "  create [SPEC FLAGS] -- PROGRAM [ARGS...]   prints the new sandbox's id\n"
     "  start ID\n"
-    "  exec [-i] [-t] [--env=K=V] [--cwd=DIR] ID -- PROGRAM [ARGS...]\n"
+    "  exec [-d] [-i] [-t] [--env=K=V] [--cwd=DIR] ID -- PROGRAM [ARGS...]\n"
+    "                       (-d: print its pid, do not wait; wait/logs --pid=N)\n"
+    "  attach [--no-stdin] ID   follow a running init (^P ^Q detaches with -t)\n"
     "  ps | list [--json] [-q] [--label=K=V]\n"
-    "  logs [-f] ID         output of the init program (kept by the daemon, 1 MiB)\n"
+    "  logs [-f] [--pid=N] ID   output of the init (or of exec'd process N), 1 MiB\n"
     "  kill [-s SIGNAL] [--all | --pid=N] ID   (N: a pid inside the sandbox)\n"
     "  rm [-f] ID...        destroy (-f: also running ones)\n"
     "  inspect ID           the sandbox as JSON\n"
-    "  wait ID              exits as the init program did\n"
+    "  wait [--pid=N] ID    exits as the init program (or exec'd process N) did\n"
     "  wait --restored ID   returns once a restored sandbox's memory is loaded\n"
     "  checkpoint [--leave-running] ID --image=DIR\n"
     "  restore --image=DIR [--name=ID] [-d] [-i] [--memory=BYTES]\n"
@@ -62,7 +64,8 @@ const std::map<std::string, Command>& Commands() {
       {"exec", Exec},       {"ps", Ps},           {"list", Ps},
       {"ls", Ps},           {"logs", Logs},       {"kill", Kill},
       {"rm", Rm},           {"inspect", Inspect}, {"wait", Wait},
-      {"checkpoint", Checkpoint}, {"restore", Restore}, {"version", Version},
+      {"checkpoint", Checkpoint}, {"restore", Restore}, {"attach", Attach},
+      {"version", Version},
   };
   return *commands;
 }

@@ -281,6 +281,8 @@ int Run(Client& c, std::vector<std::string> args) {
     if (rm && !id.empty()) (void)c.Destroy(id);
   };
   if (detach) {
+    // -d -i: the init's stdin stays open for `attach`.
+    req.mutable_spec()->set_open_stdin(interactive);
     absl::StatusOr<v1::CreateResponse> created = c.Create(req);
     FailOn(created.status());
     id = created->id();

@@ -1,6 +1,6 @@
 // sandboxctl's pieces (client/sandboxctl/): what every command shares, and
 // the commands, one file each (run.cc, create.cc, exec.cc, ps.cc, logs.cc,
-// kill.cc, rm.cc, inspect.cc, wait.cc, checkpoint.cc with restore); main.cc reads the
+// kill.cc, rm.cc, inspect.cc, wait.cc, attach.cc, checkpoint.cc with restore); main.cc reads the
 // global flags and picks the command; terminal.h is -t's raw mode and
 // resizes.
 //
@@ -83,6 +83,7 @@ int Kill(Client& c, std::vector<std::string> args);
 int Rm(Client& c, std::vector<std::string> args);
 int Inspect(Client& c, std::vector<std::string> args);
 int Wait(Client& c, std::vector<std::string> args);
+int Attach(Client& c, std::vector<std::string> args);
 int Checkpoint(Client& c, std::vector<std::string> args);
 
 int Restore(Client& c, std::vector<std::string> args);

@@ -65,8 +65,15 @@ std::string StatusText(const TaskStat& t) {
   absl::StrAppendFormat(&s, "State:\t%s\n", StateName(t.state));
   absl::StrAppendFormat(&s, "Tgid:\t%d\nNgid:\t0\nPid:\t%d\nPPid:\t%d\n",
                         t.tgid, t.pid, t.ppid);
-  s += "TracerPid:\t0\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\n";
-  absl::StrAppendFormat(&s, "FDSize:\t%u\nGroups:\t \n", t.fd_size);
+  const fs::Credentials& c =
+      t.creds != nullptr ? *t.creds : *fs::Credentials::Root();
+  absl::StrAppendFormat(&s, "TracerPid:\t0\nUid:\t%u\t%u\t%u\t%u\n", c.ruid,
+                        c.euid, c.suid, c.fsuid);
+  absl::StrAppendFormat(&s, "Gid:\t%u\t%u\t%u\t%u\n", c.rgid, c.egid, c.sgid,
+                        c.fsgid);
+  absl::StrAppendFormat(&s, "FDSize:\t%u\nGroups:\t", t.fd_size);
+  for (uint32_t g : c.groups) absl::StrAppendFormat(&s, "%u ", g);
+  s += c.groups.empty() ? " \n" : "\n";
   absl::StrAppendFormat(&s,
                         "NStgid:\t%d\nNSpid:\t%d\nNSpgid:\t%d\nNSsid:\t%d\n",
                         t.tgid, t.pid, t.pgid, t.sid);
@@ -100,11 +107,13 @@ std::string StatusText(const TaskStat& t) {
                         t.shared_pending);
   absl::StrAppendFormat(&s, "SigBlk:\t%016x\nSigIgn:\t%016x\nSigCgt:\t%016x\n",
                         t.sig_blocked, t.sig_ignored, t.sig_caught);
-  // The sandbox's root holds every capability, within the sandbox.
-  s += "CapInh:\t0000000000000000\nCapPrm:\t000001ffffffffff\n"
-       "CapEff:\t000001ffffffffff\nCapBnd:\t000001ffffffffff\n"
-       "CapAmb:\t0000000000000000\n";
-  s += "NoNewPrivs:\t0\nSeccomp:\t0\nSeccomp_filters:\t0\n";
+  absl::StrAppendFormat(&s,
+                        "CapInh:\t%016x\nCapPrm:\t%016x\nCapEff:\t%016x\n"
+                        "CapBnd:\t%016x\nCapAmb:\t%016x\n",
+                        c.cap_inheritable, c.cap_permitted, c.cap_effective,
+                        c.cap_bounding, c.cap_ambient);
+  absl::StrAppendFormat(&s, "NoNewPrivs:\t%d\nSeccomp:\t0\nSeccomp_filters:\t0\n",
+                        t.no_new_privs ? 1 : 0);
   s += "voluntary_ctxt_switches:\t0\nnonvoluntary_ctxt_switches:\t0\n";
   return s;
 }

@@ -38,6 +38,15 @@ struct cap_data {
   uint32_t effective, permitted, inheritable;
 };
 
+/* Raw calls: musl's sched_setscheduler & co. are ENOSYS by design. */
+static int set_sched(pid_t pid, int policy, const struct sched_param *p) {
+  return (int)syscall(SYS_sched_setscheduler, pid, policy, p);
+}
+static int get_sched(pid_t pid) { return (int)syscall(SYS_sched_getscheduler, pid); }
+static int get_param(pid_t pid, struct sched_param *p) {
+  return (int)syscall(SYS_sched_getparam, pid, p);
+}
+
 static int child(void (*fn)(void)) {
   fflush(stdout);
   pid_t pid = fork();
@@ -94,11 +103,11 @@ static void nice_as_user(void) {
   CHECK_ERRNO("user ioprio of root", syscall(SYS_ioprio_set, 1, getppid(), IOPRIO(2, 6)),
               EPERM);
   struct sched_param p = {0};
-  CHECK("user SCHED_BATCH", sched_setscheduler(0, SCHED_BATCH, &p) == 0);
+  CHECK("user SCHED_BATCH", set_sched(0, SCHED_BATCH, &p) == 0);
   p.sched_priority = 1;
-  CHECK_ERRNO("user SCHED_FIFO", sched_setscheduler(0, SCHED_FIFO, &p), EPERM);
+  CHECK_ERRNO("user SCHED_FIFO", set_sched(0, SCHED_FIFO, &p), EPERM);
   p.sched_priority = 0;
-  CHECK_ERRNO("user sets root's policy", sched_setscheduler(getppid(), SCHED_BATCH, &p),
+  CHECK_ERRNO("user sets root's policy", set_sched(getppid(), SCHED_BATCH, &p),
               EPERM);
 }
 
@@ -124,30 +133,30 @@ static void ioprio_as_root(void) {
 
 static void sched_calls(void) {
   struct sched_param p = {0};
-  CHECK("getscheduler OTHER", sched_getscheduler(0) == SCHED_OTHER);
+  CHECK("getscheduler OTHER", get_sched(0) == SCHED_OTHER);
   CHECK("max FIFO", sched_get_priority_max(SCHED_FIFO) == 99);
   CHECK("min RR", sched_get_priority_min(SCHED_RR) == 1);
   CHECK("max OTHER", sched_get_priority_max(SCHED_OTHER) == 0);
   CHECK_ERRNO("max bad policy", sched_get_priority_max(42), EINVAL);
-  CHECK("setscheduler BATCH", sched_setscheduler(0, SCHED_BATCH, &p) == 0);
-  CHECK("getscheduler BATCH", sched_getscheduler(0) == SCHED_BATCH);
+  CHECK("setscheduler BATCH", set_sched(0, SCHED_BATCH, &p) == 0);
+  CHECK("getscheduler BATCH", get_sched(0) == SCHED_BATCH);
   CHECK("setscheduler IDLE|RESET_ON_FORK",
-        sched_setscheduler(0, SCHED_IDLE | SCHED_RESET_ON_FORK, &p) == 0);
+        set_sched(0, SCHED_IDLE | SCHED_RESET_ON_FORK, &p) == 0);
   CHECK("getscheduler shows RESET_ON_FORK",
-        sched_getscheduler(0) == (SCHED_IDLE | SCHED_RESET_ON_FORK));
-  CHECK("setscheduler OTHER", sched_setscheduler(0, SCHED_OTHER, &p) == 0);
-  CHECK("getparam 0", sched_getparam(0, &p) == 0 && p.sched_priority == 0);
+        get_sched(0) == (SCHED_IDLE | SCHED_RESET_ON_FORK));
+  CHECK("setscheduler OTHER", set_sched(0, SCHED_OTHER, &p) == 0);
+  CHECK("getparam 0", get_param(0, &p) == 0 && p.sched_priority == 0);
   p.sched_priority = 5;
-  CHECK_ERRNO("OTHER with priority 5", sched_setscheduler(0, SCHED_OTHER, &p), EINVAL);
+  CHECK_ERRNO("OTHER with priority 5", set_sched(0, SCHED_OTHER, &p), EINVAL);
   p.sched_priority = 0;
-  CHECK_ERRNO("FIFO with priority 0", sched_setscheduler(0, SCHED_FIFO, &p), EINVAL);
+  CHECK_ERRNO("FIFO with priority 0", set_sched(0, SCHED_FIFO, &p), EINVAL);
   p.sched_priority = 100;
-  CHECK_ERRNO("FIFO with priority 100", sched_setscheduler(0, SCHED_FIFO, &p), EINVAL);
+  CHECK_ERRNO("FIFO with priority 100", set_sched(0, SCHED_FIFO, &p), EINVAL);
   p.sched_priority = 0;
-  CHECK_ERRNO("policy 42", sched_setscheduler(0, 42, &p), EINVAL);
-  CHECK_ERRNO("pid -1", sched_setscheduler(-1, SCHED_OTHER, &p), EINVAL);
-  CHECK_ERRNO("no such pid", sched_setscheduler(999999, SCHED_OTHER, &p), ESRCH);
-  CHECK_ERRNO("getscheduler no such pid", sched_getscheduler(999999), ESRCH);
+  CHECK_ERRNO("policy 42", set_sched(0, 42, &p), EINVAL);
+  CHECK_ERRNO("pid -1", set_sched(-1, SCHED_OTHER, &p), EINVAL);
+  CHECK_ERRNO("no such pid", set_sched(999999, SCHED_OTHER, &p), ESRCH);
+  CHECK_ERRNO("getscheduler no such pid", get_sched(999999), ESRCH);
   CHECK_ERRNO("setparam null", syscall(SYS_sched_setparam, 0, NULL), EINVAL);
   CHECK_ERRNO("getparam null", syscall(SYS_sched_getparam, 0, NULL), EINVAL);
 

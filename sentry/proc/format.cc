@@ -36,20 +36,22 @@ std::string StatLine(const TaskStat& t) {
   // fs/proc/array.c do_task_stat. The flags are PF_RANDOMIZE, which every
   // user process has; tty_nr 0 and tpgid -1: no controlling terminal.
   std::string s = absl::StrFormat(
-      "%d (%s) %c %d %d %d %u %d 4194304 0 0 0 0 %u %u 0 0 20 0 %d 0 %d %u "
+      "%d (%s) %c %d %d %d %u %d 4194304 0 0 0 0 %u %u 0 0 %d %d %d 0 %d %u "
       "%u %u",
       t.pid, t.comm, t.state, t.ppid, t.pgid, t.sid, t.tty_nr, t.tpgid,
-      t.utime_ticks,
-      t.stime_ticks, t.num_threads, t.start_ticks, mm ? m.vm_size : 0,
+      t.utime_ticks, t.stime_ticks,
+      // task_prio: 20 + nice for the fair policies, -1 - rt_priority for RT.
+      t.sched.rt_priority > 0 ? -1 - t.sched.rt_priority : 20 + t.sched.nice,
+      t.sched.nice, t.num_threads, t.start_ticks, mm ? m.vm_size : 0,
       mm ? Pages(m.rss) : 0, t.rss_limit);
   // startcode endcode startstack kstkesp kstkeip signal blocked sigignore
   // sigcatch wchan nswap cnswap exit_signal processor rt_priority policy
   // delayacct_blkio_ticks guest_time cguest_time.
-  absl::StrAppendFormat(&s, " %u %u %u 0 0 %u %u %u %u %d 0 0 %d 0 0 0 0 0 0",
+  absl::StrAppendFormat(&s, " %u %u %u 0 0 %u %u %u %u %d 0 0 %d 0 %d %d 0 0 0",
                         mm ? t.start_code : 0, mm ? t.end_code : 0,
                         mm ? t.start_stack : 0, t.sig_pending, t.sig_blocked,
                         t.sig_ignored, t.sig_caught, t.state == 'S' ? 1 : 0,
-                        t.exit_signal);
+                        t.exit_signal, t.sched.rt_priority, t.sched.policy);
   absl::StrAppendFormat(&s, " %u %u %u %u %u %u %u %d\n", mm ? t.start_data : 0,
                         mm ? t.end_data : 0, mm ? t.start_brk : 0,
                         mm ? t.arg_start : 0, mm ? t.arg_end : 0,

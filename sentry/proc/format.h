@@ -67,6 +67,12 @@ struct TaskStat {
   // Uid, Gid, Groups and Cap* (null: a zombie's, shown as root's).
   std::shared_ptr<const fs::Credentials> creds;
   bool no_new_privs = false;
+  // stat's priority, nice, rt_priority and policy fields.
+  struct Sched {
+    int nice = 0;
+    int policy = 0;
+    int rt_priority = 0;
+  } sched;
 };
 
 // /proc/[pid]/stat: one line of 52 fields.

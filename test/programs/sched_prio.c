@@ -66,6 +66,24 @@ static void nice_as_root(void) {
   CHECK("raw getpriority is 20-nice", syscall(SYS_getpriority, PRIO_PROCESS, 0) == 20);
   CHECK("setpriority 5", setpriority(PRIO_PROCESS, 0, 5) == 0);
   CHECK("getpriority 5", getpriority(PRIO_PROCESS, 0) == 5);
+  {
+    /* /proc/self/stat: priority (20 + nice) and nice, fields 18 and 19. */
+    FILE *f = fopen("/proc/self/stat", "r");
+    char buf[1024] = {0};
+    if (f != NULL) {
+      if (fgets(buf, sizeof(buf), f) == NULL) buf[0] = 0;
+      fclose(f);
+    }
+    const char *p = strrchr(buf, ')');
+    int field = 2, prio = -100, ni = -100;
+    for (; p != NULL && *p; p++) {
+      if (*p != ' ') continue;
+      field++;
+      if (field == 18) prio = atoi(p + 1);
+      if (field == 19) ni = atoi(p + 1);
+    }
+    CHECK("/proc/self/stat priority and nice", prio == 25 && ni == 5);
+  }
   CHECK("nice(2) adds", nice(2) == 7);
   CHECK("setpriority clamps 100", setpriority(PRIO_PROCESS, 0, 100) == 0 &&
                                       getpriority(PRIO_PROCESS, 0) == 19);

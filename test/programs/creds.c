@@ -353,6 +353,13 @@ static void t_files_as_user(void) {
   struct stat st;
   CHECK("new file owner", stat(in_dir("mine/made"), &st) == 0 && st.st_uid == 1000 &&
                               st.st_gid == 1000);
+  /* A write by someone without CAP_FSETID drops set-user-ID. */
+  CHECK("chmod 4755 own file", chmod(in_dir("mine/made"), 04755) == 0);
+  fd = open(in_dir("mine/made"), O_WRONLY);
+  CHECK("write own set-user-ID file", fd >= 0 && write(fd, "x", 1) == 1);
+  if (fd >= 0) close(fd);
+  CHECK("write dropped S_ISUID", stat(in_dir("mine/made"), &st) == 0 &&
+                                     (st.st_mode & 07777) == 0755);
   CHECK("chgrp to non-member", chown(in_dir("mine/made"), -1, 4242) == -1 && errno == EPERM);
   /* Set-group-ID directory: group inherited, subdirectories set-gid too. */
   fd = open(in_dir("sgid/f"), O_CREAT | O_WRONLY, 0644);

@@ -757,12 +757,24 @@ int64_t SysFchown(Task& t, const SyscallArgs& a) {
   return SetAttrFd(t, a.a[0], OwnerRequest(a.a[1], a.a[2]));
 }
 
+// vfs_utimes: the owner (or CAP_FOWNER) may set any times; others may set
+// them to now if they may write the file.
+int64_t MayChangeTimes(Task& t, const Location& l, bool explicit_time) {
+  if (ReadOnly(l)) return -EROFS;
+  fs::Attr a;
+  RETURN_IF_ERRNO(l.inode().GetAttr(&a));
+  if (fs::OwnerOrCapable(t.own_creds(), a.uid)) return 0;
+  if (explicit_time) return -EPERM;
+  return MayAccess(t, l.inode(), fs::kMayWrite);
+}
+
 int64_t SysUtimensat(Task& t, const SyscallArgs& a) {
   int flags = static_cast<int>(a.a[3]);
   if (flags & ~(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH)) return -EINVAL;
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
   fs::SetAttrRequest req;
+  bool explicit_time = false;  // a time other than "now"
   if (a.a[2] == 0) {
     req.set_atime = req.set_mtime = true;
     req.atime = req.mtime = now;
@@ -775,6 +787,7 @@ int64_t SysUtimensat(Task& t, const SyscallArgs& a) {
           (ts[i].tv_nsec < 0 || ts[i].tv_nsec >= 1000000000)) {
         return -EINVAL;
       }
+      if (ts[i].tv_nsec != UTIME_NOW) explicit_time = true;
       struct timespec v = ts[i].tv_nsec == UTIME_NOW ? now : ts[i];
       if (i == 0) {
         req.set_atime = true;
@@ -790,12 +803,17 @@ int64_t SysUtimensat(Task& t, const SyscallArgs& a) {
     // utimensat(fd, NULL, ...) is futimens.
     if (static_cast<int>(a.a[0]) == AT_FDCWD) return -EFAULT;
     if (!req.set_atime && !req.set_mtime) return 0;
+    ASSIGN_OR_RETURN_ERRNO(auto f, FileFor(t, static_cast<uint32_t>(a.a[0])));
+    if (f->location().valid()) {
+      RETURN_IF_ERRNO(MayChangeTimes(t, f->location(), explicit_time));
+    }
     return SetAttrFd(t, a.a[0], req);
   }
   ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, a.a[1]));
   RETURN_IF_ERRNO(ResolveAt(t, a.a[0], path, !(flags & AT_SYMLINK_NOFOLLOW),
                             (flags & AT_EMPTY_PATH) != 0, &l));
   if (!req.set_atime && !req.set_mtime) return 0;
+  RETURN_IF_ERRNO(MayChangeTimes(t, l, explicit_time));
   return SetAttrAt(t, l, req);
 }
 

@@ -345,6 +345,10 @@ static void t_files_as_user(void) {
   CHECK_ERRNO("unlink in root dir", unlink(in_dir("public")), EACCES);
   CHECK_ERRNO("exec 0644", execl(in_dir("public"), "x", (char *)NULL), EACCES);
   CHECK_ERRNO("chmod not owner", chmod(in_dir("public"), 0777), EPERM);
+  struct timespec times[2] = {{1000, 0}, {1000, 0}};
+  CHECK_ERRNO("utimensat not owner", utimensat(AT_FDCWD, in_dir("public"), times, 0), EPERM);
+  CHECK_ERRNO("touch without write", utimensat(AT_FDCWD, in_dir("public"), NULL, 0), EACCES);
+  CHECK("touch own file", utimensat(AT_FDCWD, in_dir("mine/f"), times, 0) == 0);
   CHECK_ERRNO("chown not root", chown(in_dir("mine/f"), 0, 0), EPERM);
   /* Files made here belong to the fsuid/fsgid. */
   fd = open(in_dir("mine/made"), O_CREAT | O_WRONLY, 0640);

@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
 #include "base/thread.h"
+#include "sentry/fs/credentials.h"
 #include "sentry/fs/devfs.h"
 #include "sentry/fs/file.h"
 #include "sentry/fs/hostfs.h"
@@ -39,6 +40,11 @@
 
 namespace sandboxd::boot {
 namespace {
+
+std::shared_ptr<const fs::Credentials> CredentialsOf(const ProcessConfig& p) {
+  if (p.uid == 0 && p.gid == 0 && p.groups.empty()) return fs::Credentials::Root();
+  return fs::Credentials::ForUser(p.uid, p.gid, p.groups);
+}
 
 // st_dev of the sandbox's filesystems (the host's are not shown).
 constexpr uint64_t kRootfsDev = 0x801;
@@ -311,6 +317,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(Prewarmed pw,
   auto init = k.CreateInit(l.mm, fds, sb->init_fs_, l.cpu);
   if (!init.ok()) return Annotate(init.status(), "creating init");
   sb->init_ = *init;
+  sb->init_->SetCredentials(CredentialsOf(config.init));
   sb->init_->group().image = std::move(l.image);
   if (sb->console_ != nullptr) k.SetInitTerminal(sb->console_);
   clock->Mark(Stage::kInit);
@@ -340,6 +347,16 @@ absl::StatusOr<Sandbox::Loaded> Sandbox::Load(
   Loaded l;
   std::string path;  // as found (AT_EXECFN)
   ASSIGN_OR_RETURN(fs::Location prog, FindProgram(*vfs_, *fsctx, p, &path));
+  {
+    // The user must be allowed to execute it, as execve would check.
+    fs::Attr attr;
+    int r = prog.inode().GetAttr(&attr);
+    if (r == 0) r = fs::CheckPermission(*CredentialsOf(p), attr, fs::kMayExec);
+    if (r < 0) {
+      return absl::FailedPreconditionError(
+          absl::StrCat(p.argv[0], ": ", strerror(-r)));
+    }
+  }
   kernel::Kernel& k = *kernel_;
   auto as = k.platform().NewAddressSpace();
   if (!as.ok()) return Annotate(as.status(), "address space");
@@ -367,6 +384,8 @@ absl::StatusOr<Sandbox::Loaded> Sandbox::Load(
   if (!vdso_base.ok()) return Annotate(vdso_base.status(), "mapping the vDSO");
   image->vdso = *vdso_base;
   loader::StackSpec stack;
+  stack.uid = stack.euid = p.uid;
+  stack.gid = stack.egid = p.gid;
   stack.argv = p.argv;
   stack.envp = p.env;
   stack.execfn = path;
@@ -686,6 +705,7 @@ absl::StatusOr<pid_t> Sandbox::Exec(const ProcessConfig& p, Stdio stdio) {
   auto created = kernel_->CreateInit(l.mm, fds, fsctx, l.cpu);
   if (!created.ok()) return Annotate(created.status(), "creating the process");
   kernel::Task* t = *created;
+  t->SetCredentials(CredentialsOf(p));
   std::shared_ptr<kernel::ThreadGroup> g = t->group_ptr();
   g->image = std::move(l.image);
   pid_t pid = g->tgid();

@@ -120,6 +120,12 @@ struct ProcessConfig {
   std::vector<std::string> argv;  // argv[0]: a path, or a name found in PATH
   std::vector<std::string> env;   // "K=V"
   std::string cwd = "/";
+  // Who the process runs as (spec.process.user, `sentry run --user`):
+  // real, effective, saved and filesystem ids, supplementary groups, and
+  // the capabilities Linux gives that uid (every one for 0, none else).
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::vector<uint32_t> groups;
 };
 
 struct Limits {

@@ -39,6 +39,7 @@
 #include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -173,6 +174,11 @@ struct Options {
   std::string rootfs = "/";
   std::string cwd = "/";
   std::string hostname = "sandbox";
+  // --user=UID[:GID[,GID...]]: the program's uid, gid and supplementary
+  // groups inside the sandbox.
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+  std::vector<uint32_t> groups;
   std::vector<std::string> env;
   std::vector<std::string> argv;
   bool log_unimplemented = false;
@@ -354,6 +360,36 @@ Options ParseArgs(int argc, char** argv) {
             return absl::OkStatus();
           });
   fs.String("hostname", &o.hostname, "NAME", "the sandbox's host name");
+  fs.Func("user", "UID[:GID[,GID...]]",
+          "the program's user, group (default: UID) and supplementary groups",
+          [&o](absl::string_view v) {
+            std::vector<std::string> parts = absl::StrSplit(v, absl::MaxSplits(':', 1));
+            auto id = [](absl::string_view s, uint32_t* out) {
+              return absl::SimpleAtoi(s, out) && *out != 0xffffffffu;
+            };
+            if (!id(parts[0], &o.uid)) {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("--user wants UID[:GID[,GID...]], got: ", v));
+            }
+            o.gid = o.uid;
+            o.groups.clear();
+            if (parts.size() == 2) {
+              std::vector<std::string> gids = absl::StrSplit(parts[1], ',');
+              for (size_t i = 0; i < gids.size(); i++) {
+                uint32_t g = 0;
+                if (!id(gids[i], &g)) {
+                  return absl::InvalidArgumentError(
+                      absl::StrCat("--user wants UID[:GID[,GID...]], got: ", v));
+                }
+                if (i == 0) {
+                  o.gid = g;
+                } else {
+                  o.groups.push_back(g);
+                }
+              }
+            }
+            return absl::OkStatus();
+          });
   fs.Bool("log-unimplemented", &o.log_unimplemented,
           "count the unimplemented syscalls and print them at the end");
   fs.Bool("strace", &o.strace,
@@ -537,6 +573,9 @@ int Run(const Options& o) {
     config.init.argv = o.argv;
     config.init.env = o.env;
     config.init.cwd = o.cwd;
+    config.init.uid = o.uid;
+    config.init.gid = o.gid;
+    config.init.groups = o.groups;
     config.hostname = o.hostname;
     config.strace = o.strace;
     config.limits = o.limits;

@@ -31,6 +31,7 @@
 #include "proto/control.pb.h"
 #include "proto/control_channel.h"
 #include "sentry/boot.h"
+#include "sentry/fs/credentials.h"
 #include "sentry/isolation.h"
 #include "sentry/self_checkpoint.h"
 #include "sentry/state/image_dir.h"
@@ -85,15 +86,18 @@ absl::StatusOr<boot::ProcessConfig> ProcessFromSpec(const v1::ProcessSpec& p) {
   if (p.argv_size() == 0 || p.argv(0).empty()) {
     return absl::InvalidArgumentError("process.argv is empty");
   }
-  // The Sentry's tasks are root (getuid() is 0); another identity would be
-  // a lie until credentials exist.
-  if (p.user().uid() != 0 || p.user().gid() != 0 ||
-      p.user().additional_gids_size() != 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "process.user ", p.user().uid(), ":", p.user().gid(),
-        " is not supported: processes in the sandbox run as uid 0"));
-  }
   boot::ProcessConfig c;
+  // The process's identity inside the sandbox's user namespace.
+  c.uid = p.user().uid();
+  c.gid = p.user().gid();
+  c.groups.assign(p.user().additional_gids().begin(),
+                  p.user().additional_gids().end());
+  if (c.uid == 0xffffffffu || c.gid == 0xffffffffu) {
+    return absl::InvalidArgumentError("process.user: 4294967295 is not a valid id");
+  }
+  if (c.groups.size() > fs::kNgroupsMax) {
+    return absl::InvalidArgumentError("process.user.additional_gids: more than 65536");
+  }
   c.argv.assign(p.argv().begin(), p.argv().end());
   c.env.assign(p.env().begin(), p.env().end());
   c.cwd = p.cwd().empty() ? "/" : p.cwd();

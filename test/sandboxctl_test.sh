@@ -68,6 +68,12 @@ ctl run --rm -- /bin/echo hello world
 check "run --rm echo: exit 0" eq "$status" 0
 check "run --rm echo: output" eq "$(cat "$tmp/out")" "hello world"
 
+# --user: the program runs as that user of the sandbox, with Linux's checks.
+ctl run --rm --user 33:33 -- /bin/sh -c 'id -u; id -g; cat /etc/shadow >/dev/null 2>&1; echo $?'
+check "run --user 33:33: ids and a root-only file" eq "$(cat "$tmp/out")" "33
+33
+1"
+
 ctl run --rm -- /bin/sh -c 'echo out; echo err >&2; exit 42'
 check "run --rm: exit status 42" eq "$status" 42
 check "run --rm: stdout" eq "$(cat "$tmp/out")" "out"

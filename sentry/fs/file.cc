@@ -1,5 +1,7 @@
 #include "sentry/fs/file.h"
 
+#include "sentry/fs/credentials.h"
+
 #include "sentry/fs/lock.h"
 
 #include <errno.h>
@@ -264,6 +266,23 @@ int64_t InodeFile::WriteLocked(const void* buf, uint64_t n, int64_t offset) {
     int r = inode_->GetAttr(&a);
     if (r < 0) return r;
     off = static_cast<int64_t>(a.size);
+  }
+  // file_remove_privs: a write by someone without CAP_FSETID drops
+  // set-user-ID, and set-group-ID with group execute. (Callers that are no
+  // task's act with every capability.)
+  if (const Credentials* c = CurrentCredentials();
+      c != nullptr && !c->HasCap(CAP_FSETID) && inode_->Type() == S_IFREG) {
+    Attr a;
+    if (inode_->GetAttr(&a) == 0) {
+      uint32_t kill = a.mode & S_ISUID;
+      if ((a.mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP)) kill |= S_ISGID;
+      if (kill != 0) {
+        SetAttrRequest req;
+        req.set_mode = true;
+        req.mode = a.mode & 07777 & ~kill;
+        inode_->SetAttr(req);
+      }
+    }
   }
   int64_t r = inode_->Write(buf, n, static_cast<uint64_t>(off));
   if (r > 0 && offset < 0) offset_ = off + r;

@@ -1,5 +1,7 @@
 #include "sentry/fs/vfs.h"
 
+#include "sentry/fs/credentials.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <linux/fs.h>
@@ -212,6 +214,11 @@ int Vfs::Walk(const FsContext& ctx, Location cur, const std::string& path,
   for (size_t i = 0; i < parts.size(); i++) {
     const std::string& name = parts[i];
     if (cur.inode().Type() != S_IFDIR) return -ENOTDIR;
+    // may_lookup: search permission on every directory walked through.
+    if (const Credentials* c = CurrentCredentials(); c != nullptr) {
+      int r = CheckInodePermission(*c, cur.inode(), kMayExec);
+      if (r < 0) return r;
+    }
     if (name == ".") continue;
     Location next;
     int r = Step(root, cur, name, &next);

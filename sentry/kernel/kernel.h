@@ -127,8 +127,12 @@ class Kernel {
   // Sends `signo` to every process of group `pgid` (-ESRCH if none);
   // pgid -1: every process but init and the sender.
   int64_t SignalProcessGroup(Task& sender, pid_t pgid, int signo);
-  // Sends a process-directed signal to `g`.
-  void SignalGroup(ThreadGroup& g, int signo, pid_t sender);
+  // Sends a process-directed signal to `g` (si_uid: the sender's real uid).
+  void SignalGroup(ThreadGroup& g, int signo, pid_t sender, uid_t uid = 0);
+  // check_kill_permission: whether `sender` may send `signo` to `target`
+  // (the uid rule of fs::MaySignal; SIGCONT within the sender's session
+  // always).
+  bool MaySignal(Task& sender, Task& target, int signo);
   // Returns false if it was not queued (Task::SendSignalInfo).
   bool SignalGroupInfo(ThreadGroup& g, const siginfo_t& info,
                        std::shared_ptr<SignalSource> source = nullptr);

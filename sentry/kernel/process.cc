@@ -39,8 +39,6 @@ void ThreadGroup::InheritFrom(ThreadGroup& parent) {
   limits_ = limits;
   dumpable.store(parent.dumpable.load());
   no_new_privs.store(parent.no_new_privs.load());
-  keepcaps.store(parent.keepcaps.load());
-  cap_bset.store(parent.cap_bset.load());
 }
 
 void ThreadGroup::ResetHandlersForExec() {
@@ -106,11 +104,12 @@ siginfo_t ChildExitInfo(ThreadGroup& c, int signo) {
 
 }  // namespace
 
-void Kernel::SignalGroup(ThreadGroup& g, int signo, pid_t sender) {
+void Kernel::SignalGroup(ThreadGroup& g, int signo, pid_t sender, uid_t uid) {
   siginfo_t info{};
   info.si_signo = signo;
   info.si_code = SI_USER;
   info.si_pid = sender;
+  info.si_uid = uid;
   SignalGroupInfo(g, info);
 }
 
@@ -254,6 +253,18 @@ absl::StatusOr<Task*> Kernel::CreateProcess(Task& parent,
   task->mask_.store(parent.signal_mask());
   task->altstack_ = parent.altstack_;
   task->mempolicy = parent.mempolicy;
+  task->SetCredentials(parent.creds());
+  task->sched = parent.sched;
+  if (task->sched.reset_on_fork) {
+    // SCHED_RESET_ON_FORK: the child starts as SCHED_OTHER, nice >= 0.
+    task->sched.reset_on_fork = false;
+    if (task->sched.policy != 0 && task->sched.policy != 3 &&
+        task->sched.policy != 5) {  // not SCHED_OTHER, BATCH, IDLE
+      task->sched.policy = 0;
+      task->sched.rt_priority = 0;
+    }
+    if (task->sched.nice < 0) task->sched.nice = 0;
+  }
   Task* t = task.get();
   g->AddTask(t);
   groups_[tid] = g;
@@ -393,9 +404,20 @@ int64_t Kernel::SetSid(Task& t) {
   return me.sid;
 }
 
+bool Kernel::MaySignal(Task& sender, Task& target, int signo) {
+  if (fs::MaySignal(sender.own_creds(), *target.creds())) return true;
+  if (signo != SIGCONT) return false;
+  absl::MutexLock l(&mu_);
+  return sender.group().sid == target.group().sid;
+}
+
+// kill_pgrp_info and kill(-1): 0 if any process got the signal; for a
+// process group the last refusal otherwise; kill(-1) ignores refusals
+// (Linux returns 0 when every candidate refused).
 int64_t Kernel::SignalProcessGroup(Task& sender, pid_t pgid, int signo) {
   absl::MutexLock l(&mu_);
-  bool found = false;
+  bool found = false, sent = false;
+  const uid_t uid = sender.own_creds().ruid;
   for (const auto& [id, g] : groups_) {
     if (g->zombie) continue;
     if (pgid == -1) {
@@ -404,9 +426,17 @@ int64_t Kernel::SignalProcessGroup(Task& sender, pid_t pgid, int signo) {
       continue;
     }
     found = true;
-    if (signo != 0) SignalGroup(*g, signo, sender.group().tgid());
+    std::vector<std::shared_ptr<Task>> tasks = g->Tasks();
+    if (tasks.empty()) continue;
+    if (!fs::MaySignal(sender.own_creds(), *tasks.front()->creds()) &&
+        !(signo == SIGCONT && sender.group().sid == g->sid)) {
+      continue;
+    }
+    sent = true;
+    if (signo != 0) SignalGroup(*g, signo, sender.group().tgid(), uid);
   }
-  return found ? 0 : -ESRCH;
+  if (!found) return -ESRCH;
+  return sent || pgid == -1 ? 0 : -EPERM;
 }
 
 }  // namespace sandboxd::kernel

@@ -49,6 +49,16 @@ thread_local Task* current_task = nullptr;
 
 Task* Task::Current() { return current_task; }
 
+void Task::SetCredentials(std::shared_ptr<const fs::Credentials> c) {
+  std::shared_ptr<const fs::Credentials> old;
+  {
+    absl::MutexLock l(&creds_mu_);
+    old = std::move(creds_);
+    creds_ = std::move(c);
+    if (current_task == this) fs::SetCurrentCredentials(creds_.get());
+  }
+}
+
 absl::Status Task::Start() {
   // The interrupt eventfd is what blocking host waits poll: without it a
   // signal could not interrupt them.
@@ -234,6 +244,10 @@ bool Task::SendSignalInfo(const siginfo_t& info, bool group_directed,
 
 void Task::Run() {
   current_task = this;
+  {
+    absl::MutexLock l(&creds_mu_);
+    fs::SetCurrentCredentials(creds_.get());
+  }
   cputime_.Start(MonotonicNowNs());
   while (!exit_thread_ && !killed_ && !tg_->exiting()) {
     DeliverPendingSignals();

@@ -25,6 +25,7 @@
 #include "absl/time/time.h"
 #include "base/unique_fd.h"
 #include "platforms/platform.h"
+#include "sentry/fs/credentials.h"
 #include "sentry/fs/file.h"
 #include "sentry/kernel/cputime.h"
 #include "sentry/kernel/futex.h"
@@ -95,6 +96,35 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
     uint64_t nodes = 0;
   };
   MemPolicy mempolicy;
+
+  // This thread's credentials (sentry/fs/credentials.h). Any thread may
+  // read them; only the task's own thread replaces them (set*id, capset,
+  // prctl, execve), except before the task first runs (clone, restore).
+  std::shared_ptr<const fs::Credentials> creds() const {
+    absl::MutexLock l(&creds_mu_);
+    return creds_;
+  }
+  // The calling task's own credentials, without a copy of the pointer.
+  // Preconditions: called on this task's thread.
+  const fs::Credentials& own_creds() const ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    return *creds_;
+  }
+  void SetCredentials(std::shared_ptr<const fs::Credentials> c);
+
+  // Scheduling as the task sees it (no effect on the host): the nice value
+  // (-20..19), the I/O priority (ioprio_set's encoding), the policy
+  // (SCHED_*, with SCHED_RESET_ON_FORK kept apart) and its priority, and
+  // SCHED_DEADLINE's parameters. Read and written under Kernel::mu_ (the
+  // calls that name other tasks walk the task table).
+  struct SchedState {
+    int nice = 0;
+    int ioprio = 0;
+    int policy = 0;  // SCHED_OTHER
+    int rt_priority = 0;
+    bool reset_on_fork = false;
+    uint64_t dl_runtime = 0, dl_deadline = 0, dl_period = 0;
+  };
+  SchedState sched;
   ThreadGroup& group() { return *tg_; }
   const std::shared_ptr<ThreadGroup>& group_ptr() const { return tg_; }
   Kernel& kernel() { return *kernel_; }
@@ -308,6 +338,10 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
   bool vfork_done_ ABSL_GUARDED_BY(vfork_mu_) = false;
   int exit_code_ = 0;
   TaskCpuTime cputime_;
+  // A leaf lock: readers copy the pointer and drop it.
+  mutable absl::Mutex creds_mu_;
+  std::shared_ptr<const fs::Credentials> creds_ ABSL_GUARDED_BY(creds_mu_) =
+      fs::Credentials::Root();
 
   struct PendingInfo {
     bool queued = false;

@@ -101,13 +101,11 @@ class ThreadGroup {
   // PR_SET_CHILD_SUBREAPER (orphans below go here rather than to init).
   int pdeath_signal = 0;
   bool child_subreaper = false;
-  // Inherited by fork: PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS (sticky),
-  // PR_SET_KEEPCAPS, the capability bounding set (PR_CAPBSET_DROP; the
-  // sandbox's root starts with every capability, as in a user namespace).
+  // Inherited by fork: PR_SET_DUMPABLE, PR_SET_NO_NEW_PRIVS (sticky).
+  // (PR_SET_KEEPCAPS and the bounding set are per thread, in its
+  // credentials: Task::creds.)
   std::atomic<int> dumpable{1};
   std::atomic<bool> no_new_privs{false};
-  std::atomic<bool> keepcaps{false};
-  std::atomic<uint64_t> cap_bset{(1ull << 41) - 1};  // CAP_LAST_CAP = 40
   // When the process was created (MonotonicNanos). Set again only by a
   // checkpoint load, before the group is shared.
   int64_t start_ns = MonotonicNanos();

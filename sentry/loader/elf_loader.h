@@ -60,6 +60,11 @@ struct StackSpec {
   std::vector<std::string> envp;
   std::string execfn;     // AT_EXECFN: the path as given to exec
   uint8_t random[16];     // AT_RANDOM
+  // AT_UID, AT_EUID, AT_GID, AT_EGID: the credentials the program runs
+  // with; AT_SECURE: it was exec'd set-user-ID or set-group-ID (or gained
+  // capabilities), so its libc ignores LD_* variables.
+  uint32_t uid = 0, euid = 0, gid = 0, egid = 0;
+  bool secure = false;
   // SetupStack fills in its argv/envp ranges and auxv; comm and exe are
   // the caller's to set.
   ExecImage image;

@@ -36,20 +36,22 @@ std::string StatLine(const TaskStat& t) {
   // fs/proc/array.c do_task_stat. The flags are PF_RANDOMIZE, which every
   // user process has; tty_nr 0 and tpgid -1: no controlling terminal.
   std::string s = absl::StrFormat(
-      "%d (%s) %c %d %d %d %u %d 4194304 0 0 0 0 %u %u 0 0 20 0 %d 0 %d %u "
+      "%d (%s) %c %d %d %d %u %d 4194304 0 0 0 0 %u %u 0 0 %d %d %d 0 %d %u "
       "%u %u",
       t.pid, t.comm, t.state, t.ppid, t.pgid, t.sid, t.tty_nr, t.tpgid,
-      t.utime_ticks,
-      t.stime_ticks, t.num_threads, t.start_ticks, mm ? m.vm_size : 0,
+      t.utime_ticks, t.stime_ticks,
+      // task_prio: 20 + nice for the fair policies, -1 - rt_priority for RT.
+      t.sched.rt_priority > 0 ? -1 - t.sched.rt_priority : 20 + t.sched.nice,
+      t.sched.nice, t.num_threads, t.start_ticks, mm ? m.vm_size : 0,
       mm ? Pages(m.rss) : 0, t.rss_limit);
   // startcode endcode startstack kstkesp kstkeip signal blocked sigignore
   // sigcatch wchan nswap cnswap exit_signal processor rt_priority policy
   // delayacct_blkio_ticks guest_time cguest_time.
-  absl::StrAppendFormat(&s, " %u %u %u 0 0 %u %u %u %u %d 0 0 %d 0 0 0 0 0 0",
+  absl::StrAppendFormat(&s, " %u %u %u 0 0 %u %u %u %u %d 0 0 %d 0 %d %d 0 0 0",
                         mm ? t.start_code : 0, mm ? t.end_code : 0,
                         mm ? t.start_stack : 0, t.sig_pending, t.sig_blocked,
                         t.sig_ignored, t.sig_caught, t.state == 'S' ? 1 : 0,
-                        t.exit_signal);
+                        t.exit_signal, t.sched.rt_priority, t.sched.policy);
   absl::StrAppendFormat(&s, " %u %u %u %u %u %u %u %d\n", mm ? t.start_data : 0,
                         mm ? t.end_data : 0, mm ? t.start_brk : 0,
                         mm ? t.arg_start : 0, mm ? t.arg_end : 0,
@@ -65,8 +67,15 @@ std::string StatusText(const TaskStat& t) {
   absl::StrAppendFormat(&s, "State:\t%s\n", StateName(t.state));
   absl::StrAppendFormat(&s, "Tgid:\t%d\nNgid:\t0\nPid:\t%d\nPPid:\t%d\n",
                         t.tgid, t.pid, t.ppid);
-  s += "TracerPid:\t0\nUid:\t0\t0\t0\t0\nGid:\t0\t0\t0\t0\n";
-  absl::StrAppendFormat(&s, "FDSize:\t%u\nGroups:\t \n", t.fd_size);
+  const fs::Credentials& c =
+      t.creds != nullptr ? *t.creds : *fs::Credentials::Root();
+  absl::StrAppendFormat(&s, "TracerPid:\t0\nUid:\t%u\t%u\t%u\t%u\n", c.ruid,
+                        c.euid, c.suid, c.fsuid);
+  absl::StrAppendFormat(&s, "Gid:\t%u\t%u\t%u\t%u\n", c.rgid, c.egid, c.sgid,
+                        c.fsgid);
+  absl::StrAppendFormat(&s, "FDSize:\t%u\nGroups:\t", t.fd_size);
+  for (uint32_t g : c.groups) absl::StrAppendFormat(&s, "%u ", g);
+  s += c.groups.empty() ? " \n" : "\n";
   absl::StrAppendFormat(&s,
                         "NStgid:\t%d\nNSpid:\t%d\nNSpgid:\t%d\nNSsid:\t%d\n",
                         t.tgid, t.pid, t.pgid, t.sid);
@@ -100,11 +109,13 @@ std::string StatusText(const TaskStat& t) {
                         t.shared_pending);
   absl::StrAppendFormat(&s, "SigBlk:\t%016x\nSigIgn:\t%016x\nSigCgt:\t%016x\n",
                         t.sig_blocked, t.sig_ignored, t.sig_caught);
-  // The sandbox's root holds every capability, within the sandbox.
-  s += "CapInh:\t0000000000000000\nCapPrm:\t000001ffffffffff\n"
-       "CapEff:\t000001ffffffffff\nCapBnd:\t000001ffffffffff\n"
-       "CapAmb:\t0000000000000000\n";
-  s += "NoNewPrivs:\t0\nSeccomp:\t0\nSeccomp_filters:\t0\n";
+  absl::StrAppendFormat(&s,
+                        "CapInh:\t%016x\nCapPrm:\t%016x\nCapEff:\t%016x\n"
+                        "CapBnd:\t%016x\nCapAmb:\t%016x\n",
+                        c.cap_inheritable, c.cap_permitted, c.cap_effective,
+                        c.cap_bounding, c.cap_ambient);
+  absl::StrAppendFormat(&s, "NoNewPrivs:\t%d\nSeccomp:\t0\nSeccomp_filters:\t0\n",
+                        t.no_new_privs ? 1 : 0);
   s += "voluntary_ctxt_switches:\t0\nnonvoluntary_ctxt_switches:\t0\n";
   return s;
 }

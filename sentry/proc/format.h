@@ -14,6 +14,8 @@
 #include <string>
 #include <vector>
 
+#include "sentry/fs/credentials.h"
+
 namespace sandboxd::fs::proc {
 
 // USER_HZ: the unit of times in /proc/[pid]/stat and /proc/stat.
@@ -62,6 +64,15 @@ struct TaskStat {
   uint32_t umask = 022;
   uint64_t fd_size = 64;
   uint64_t max_signals = 0;  // RLIMIT_SIGPENDING, for SigQ
+  // Uid, Gid, Groups and Cap* (null: a zombie's, shown as root's).
+  std::shared_ptr<const fs::Credentials> creds;
+  bool no_new_privs = false;
+  // stat's priority, nice, rt_priority and policy fields.
+  struct Sched {
+    int nice = 0;
+    int policy = 0;
+    int rt_priority = 0;
+  } sched;
 };
 
 // /proc/[pid]/stat: one line of 52 fields.

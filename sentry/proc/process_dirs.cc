@@ -47,6 +47,8 @@ struct ThreadInfo {
   int64_t start_ns = 0;
   uint64_t mask = 0;
   uint64_t pending = 0;
+  std::shared_ptr<const fs::Credentials> creds;
+  kernel::Task::SchedState sched;
 };
 
 // One thread group, copied under the tasklist lock.
@@ -96,7 +98,8 @@ int Snapshot(Kernel& k, const std::weak_ptr<ThreadGroup>& weak, ProcInfo* out) {
     for (const auto& t : g->Tasks()) {
       out->threads.push_back(ThreadInfo{t->tid(), t->sleeping(), t->start_ns(),
                                         t->signal_mask(),
-                                        t->pending_signals()});
+                                        t->pending_signals(), t->creds(),
+                                        t->sched});
     }
   });
   if (gone) return -ESRCH;
@@ -134,6 +137,8 @@ TaskStat MakeTaskStat(Kernel& k, ThreadGroup& g, const ProcInfo& p, pid_t tid) {
         start = t.start_ns;
         s.sig_blocked = t.mask;
         s.sig_pending = t.pending;
+        s.creds = t.creds;
+        s.sched = {t.sched.nice, t.sched.policy, t.sched.rt_priority};
       }
     }
     s.state = all_sleeping ? 'S' : 'R';
@@ -141,6 +146,9 @@ TaskStat MakeTaskStat(Kernel& k, ThreadGroup& g, const ProcInfo& p, pid_t tid) {
     if (tid == 0 && !p.threads.empty()) {
       s.sig_blocked = p.threads.front().mask;
       s.sig_pending = p.threads.front().pending;
+      s.creds = p.threads.front().creds;
+      const kernel::Task::SchedState& sc = p.threads.front().sched;
+      s.sched = {sc.nice, sc.policy, sc.rt_priority};
     }
   }
   s.start_ticks = Ticks(start - k.boot_ns());
@@ -152,6 +160,7 @@ TaskStat MakeTaskStat(Kernel& k, ThreadGroup& g, const ProcInfo& p, pid_t tid) {
   rlimit rss = g.GetLimit(RLIMIT_RSS);
   s.rss_limit = rss.rlim_cur;
   s.max_signals = g.GetLimit(RLIMIT_SIGPENDING).rlim_cur;
+  s.no_new_privs = g.no_new_privs.load();
   if (p.fs != nullptr) s.umask = p.fs->umask();
   if (p.fds != nullptr) {
     std::vector<int> fds = p.fds->Fds();

@@ -61,6 +61,83 @@ kernel::Usage LoadUsage(const pb::Usage& r) {
   return u;
 }
 
+void SaveCredentials(const fs::Credentials& c, pb::Credentials* r) {
+  SBX_SAVED_SIZE(fs::Credentials, 104);
+  r->set_ruid(c.ruid);
+  r->set_euid(c.euid);
+  r->set_suid(c.suid);
+  r->set_fsuid(c.fsuid);
+  r->set_rgid(c.rgid);
+  r->set_egid(c.egid);
+  r->set_sgid(c.sgid);
+  r->set_fsgid(c.fsgid);
+  for (uint32_t g : c.groups) r->add_groups(g);
+  r->set_cap_inheritable(c.cap_inheritable);
+  r->set_cap_permitted(c.cap_permitted);
+  r->set_cap_effective(c.cap_effective);
+  r->set_cap_bounding(c.cap_bounding);
+  r->set_cap_ambient(c.cap_ambient);
+  r->set_securebits(c.securebits);
+}
+
+std::shared_ptr<const fs::Credentials> LoadCredentials(const pb::Credentials& r) {
+  auto c = std::make_shared<fs::Credentials>();
+  c->ruid = r.ruid();
+  c->euid = r.euid();
+  c->suid = r.suid();
+  c->fsuid = r.fsuid();
+  c->rgid = r.rgid();
+  c->egid = r.egid();
+  c->sgid = r.sgid();
+  c->fsgid = r.fsgid();
+  c->groups.assign(r.groups().begin(), r.groups().end());
+  std::sort(c->groups.begin(), c->groups.end());
+  c->groups.erase(std::unique(c->groups.begin(), c->groups.end()),
+                  c->groups.end());
+  c->cap_inheritable = r.cap_inheritable() & fs::kAllCaps;
+  c->cap_permitted = r.cap_permitted() & fs::kAllCaps;
+  c->cap_effective = r.cap_effective() & fs::kAllCaps;
+  c->cap_bounding = r.cap_bounding() & fs::kAllCaps;
+  c->cap_ambient = r.cap_ambient() & fs::kAllCaps;
+  c->securebits = r.securebits();
+  return c;
+}
+
+// An image from before per-task credentials: every task was root; the
+// group kept PR_SET_KEEPCAPS and the bounding set.
+std::shared_ptr<const fs::Credentials> OldImageCredentials(
+    const pb::ThreadGroup& g) {
+  auto c = std::make_shared<fs::Credentials>();
+  if (g.cap_bset() != 0) c->cap_bounding = g.cap_bset() & fs::kAllCaps;
+  if (g.keepcaps()) c->securebits |= fs::kSecbitKeepCaps;
+  return c;
+}
+
+void SaveSched(const kernel::Task::SchedState& s, pb::Sched* r) {
+  SBX_SAVED_SIZE(kernel::Task::SchedState, 48);
+  r->set_nice(s.nice);
+  r->set_ioprio(s.ioprio);
+  r->set_policy(s.policy);
+  r->set_rt_priority(s.rt_priority);
+  r->set_reset_on_fork(s.reset_on_fork);
+  r->set_dl_runtime(s.dl_runtime);
+  r->set_dl_deadline(s.dl_deadline);
+  r->set_dl_period(s.dl_period);
+}
+
+kernel::Task::SchedState LoadSched(const pb::Sched& r) {
+  kernel::Task::SchedState s;
+  s.nice = std::clamp(r.nice(), -20, 19);
+  s.ioprio = r.ioprio();
+  s.policy = r.policy();
+  s.rt_priority = r.rt_priority();
+  s.reset_on_fork = r.reset_on_fork();
+  s.dl_runtime = r.dl_runtime();
+  s.dl_deadline = r.dl_deadline();
+  s.dl_period = r.dl_period();
+  return s;
+}
+
 void SaveExecImage(const loader::ExecImage& image, pb::ExecImage* r) {
   r->set_comm(image.comm);
   r->set_exe(image.exe);
@@ -133,7 +210,7 @@ absl::StatusOr<uint64_t> KernelState::SaveTimer(Saver& s, IntervalTimer& timer) 
 absl::StatusOr<uint64_t> KernelState::SaveGroup(Saver& s, ThreadGroup& g,
                                                 const fs::Vfs& vfs,
                                                 MmCheckpointer& mms) {
-  SBX_SAVED_SIZE(kernel::ThreadGroup, 2968);
+  SBX_SAVED_SIZE(kernel::ThreadGroup, 2960);
   SBX_SAVED_SIZE(loader::ExecImage, 120);
   SBX_SAVED_SIZE(kernel::ProcessTimers, 112);
   SBX_SAVED_SIZE(kernel::SigAction, 32);
@@ -166,8 +243,6 @@ absl::StatusOr<uint64_t> KernelState::SaveGroup(Saver& s, ThreadGroup& g,
         r->set_oom_score_adj(g.oom_score_adj.load());
         r->set_dumpable(g.dumpable.load());
         r->set_no_new_privs(g.no_new_privs.load());
-        r->set_keepcaps(g.keepcaps.load());
-        r->set_cap_bset(g.cap_bset.load());
         r->set_exiting(g.exiting());
         r->set_leader_exit_code(g.leader_exit_code());
         r->set_stop_requested(g.stop_requested());
@@ -263,7 +338,7 @@ absl::StatusOr<uint64_t> KernelState::SaveGroup(Saver& s, ThreadGroup& g,
 absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
                                                const fs::Vfs& vfs,
                                                MmCheckpointer& mms) {
-  SBX_SAVED_SIZE(kernel::Task, 14464);
+  SBX_SAVED_SIZE(kernel::Task, 14592);
   SBX_SAVED_SIZE(kernel::Task::PendingInfo, 152);
   SBX_SAVED_SIZE(kernel::RestartBlock, 24);
   SBX_SAVED_SIZE(kernel::TaskCpuTime, 64);
@@ -289,7 +364,9 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
           r->set_mempolicy_mode(t.mempolicy.mode);
           r->set_mempolicy_flags(t.mempolicy.flags);
           r->set_mempolicy_nodes(t.mempolicy.nodes);
+          SaveSched(t.sched, r->mutable_sched());
         }
+        SaveCredentials(*t.creds(), r->mutable_creds());
 
         t.SyncFp();  // the task is stopped: its vCPU holds no newer state
         platform::CpuState cpu = t.cpu_;
@@ -547,8 +624,6 @@ absl::Status KernelState::LoadGroup(Loader& l, Kernel& k, fs::Vfs& vfs,
   g->oom_score_adj.store(r.oom_score_adj());
   g->dumpable.store(r.dumpable());
   g->no_new_privs.store(r.no_new_privs());
-  g->keepcaps.store(r.keepcaps());
-  g->cap_bset.store(r.cap_bset());
   g->exiting_.store(r.exiting());
   g->leader_exit_code_.store(r.leader_exit_code());
   g->stop_requested_.store(r.stop_requested());
@@ -661,6 +736,11 @@ absl::StatusOr<std::shared_ptr<Task>> KernelState::LoadTask(Loader& l,
         t->thread_comm = r.thread_comm();
         t->mempolicy = {r.mempolicy_mode(), r.mempolicy_flags(),
                         r.mempolicy_nodes()};
+        t->sched = LoadSched(r.sched());
+        t->SetCredentials(
+            r.has_creds() ? LoadCredentials(r.creds())
+                          : OldImageCredentials(
+                                l.state().thread_groups(r.group() - 1)));
         if (!k.tasks_.emplace(r.tid(), t).second) {
           return absl::InvalidArgumentError(
               absl::StrCat("tid ", r.tid(), " twice"));

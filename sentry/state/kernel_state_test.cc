@@ -232,7 +232,23 @@ TEST_F(KernelStateTest, TasksGroupsSignalsTimersRoundTrip) {
   });
   thread->mempolicy = {2, 1 << 15, 3};  // MPOL_BIND|MPOL_F_STATIC_NODES, {0,1}
   g.no_new_privs.store(true);
-  g.cap_bset.store(0x1234);
+  {
+    // A thread that dropped to www-data keeping some capabilities.
+    auto c = std::make_shared<fs::Credentials>();
+    c->ruid = 33, c->euid = 34, c->suid = 35, c->fsuid = 36;
+    c->rgid = 43, c->egid = 44, c->sgid = 45, c->fsgid = 46;
+    c->groups = {4, 24, 33};
+    c->cap_inheritable = 0x2000, c->cap_permitted = 0x3000;
+    c->cap_effective = 0x1000, c->cap_bounding = 0x1234, c->cap_ambient = 0x2000;
+    c->securebits = fs::kSecbitKeepCaps;
+    thread->SetCredentials(std::move(c));
+  }
+  a->WithTasklistLock([&] {
+    thread->sched.nice = 7;
+    thread->sched.ioprio = (2 << 13) | 3;
+    thread->sched.policy = 3;  // SCHED_BATCH
+    thread->sched.reset_on_fork = true;
+  });
   kernel::SigAction act{0x401000, SA_RESTART | 0x04000000, 0x401100,
                         kernel::SigBit(SIGINT)};
   g.SetAction(SIGUSR1, act);
@@ -293,7 +309,6 @@ TEST_F(KernelStateTest, TasksGroupsSignalsTimersRoundTrip) {
   EXPECT_EQ(g2.image.auxv, (std::vector<uint64_t>{6, 4096, 0, 0}));
   EXPECT_TRUE(g2.child_subreaper);
   EXPECT_TRUE(g2.no_new_privs.load());
-  EXPECT_EQ(g2.cap_bset.load(), 0x1234u);
   EXPECT_EQ(g2.pgid, init->tid());
   EXPECT_EQ(g2.sid, init->tid());
   kernel::SigAction act2 = g2.GetAction(SIGUSR1);
@@ -307,6 +322,33 @@ TEST_F(KernelStateTest, TasksGroupsSignalsTimersRoundTrip) {
   EXPECT_EQ(thread2->mempolicy.mode, 2);
   EXPECT_EQ(thread2->mempolicy.flags, 1 << 15);
   EXPECT_EQ(thread2->mempolicy.nodes, 3u);
+  {
+    std::shared_ptr<const fs::Credentials> c = thread2->creds();
+    EXPECT_EQ(c->ruid, 33u);
+    EXPECT_EQ(c->euid, 34u);
+    EXPECT_EQ(c->suid, 35u);
+    EXPECT_EQ(c->fsuid, 36u);
+    EXPECT_EQ(c->rgid, 43u);
+    EXPECT_EQ(c->egid, 44u);
+    EXPECT_EQ(c->sgid, 45u);
+    EXPECT_EQ(c->fsgid, 46u);
+    EXPECT_EQ(c->groups, (std::vector<uint32_t>{4, 24, 33}));
+    EXPECT_EQ(c->cap_inheritable, 0x2000u);
+    EXPECT_EQ(c->cap_permitted, 0x3000u);
+    EXPECT_EQ(c->cap_effective, 0x1000u);
+    EXPECT_EQ(c->cap_bounding, 0x1234u);
+    EXPECT_EQ(c->cap_ambient, 0x2000u);
+    EXPECT_EQ(c->securebits, fs::kSecbitKeepCaps);
+    // The other threads stayed root.
+    EXPECT_EQ(init2->creds()->euid, 0u);
+    EXPECT_EQ(init2->creds()->cap_effective, fs::kAllCaps);
+  }
+  b->WithTasklistLock([&] {
+    EXPECT_EQ(thread2->sched.nice, 7);
+    EXPECT_EQ(thread2->sched.ioprio, (2 << 13) | 3);
+    EXPECT_EQ(thread2->sched.policy, 3);
+    EXPECT_TRUE(thread2->sched.reset_on_fork);
+  });
   EXPECT_EQ(thread2->signal_mask(), kernel::SigBit(SIGUSR2));
   EXPECT_EQ(thread2->signal_stack().sp, 0x500000u);
   EXPECT_EQ(thread2->signal_stack().size, 8192u);

@@ -23,35 +23,6 @@ namespace {
 int64_t SysGetpid(Task& t, const SyscallArgs&) { return t.group().tgid(); }
 int64_t SysGettid(Task& t, const SyscallArgs&) { return t.tid(); }
 
-// Credentials: the sandbox runs as root of its own user namespace.
-int64_t SysZeroId(Task&, const SyscallArgs&) { return 0; }
-
-int64_t SysGetresid(Task& t, const SyscallArgs& a) {
-  uint32_t zero = 0;
-  for (int i = 0; i < 3; i++) {
-    RETURN_IF_ERRNO(CopyOutObj(t, a.a[i], zero));
-  }
-  return 0;
-}
-
-int64_t SysGetgroups(Task& t, const SyscallArgs& a) {
-  if (static_cast<int32_t>(a.a[0]) < 0) return -EINVAL;
-  return 0;  // no supplementary groups
-}
-
-// setuid and friends to the ids the task already has succeed; changing
-// identity comes with credentials in the process model.
-int64_t SysSetid1(Task& t, const SyscallArgs& a) {
-  return static_cast<uint32_t>(a.a[0]) == 0 ? 0 : -EPERM;
-}
-int64_t SysSetresid(Task& t, const SyscallArgs& a) {
-  for (int i = 0; i < 3; i++) {
-    uint32_t id = static_cast<uint32_t>(a.a[i]);
-    if (id != 0 && id != 0xffffffffu) return -EPERM;
-  }
-  return 0;
-}
-
 int64_t SysUname(Task& t, const SyscallArgs& a) {
   struct utsname u;
   std::memset(&u, 0, sizeof(u));
@@ -241,17 +212,6 @@ int64_t SysArchPrctl(Task& t, const SyscallArgs& a) {
 void RegisterInfo(Entry* table) {
   table[SYS_getpid] = {SysGetpid, "getpid"};
   table[SYS_gettid] = {SysGettid, "gettid"};
-  table[SYS_getuid] = {SysZeroId, "getuid"};
-  table[SYS_geteuid] = {SysZeroId, "geteuid"};
-  table[SYS_getgid] = {SysZeroId, "getgid"};
-  table[SYS_getegid] = {SysZeroId, "getegid"};
-  table[SYS_getresuid] = {SysGetresid, "getresuid"};
-  table[SYS_getresgid] = {SysGetresid, "getresgid"};
-  table[SYS_getgroups] = {SysGetgroups, "getgroups"};
-  table[SYS_setuid] = {SysSetid1, "setuid"};
-  table[SYS_setgid] = {SysSetid1, "setgid"};
-  table[SYS_setresuid] = {SysSetresid, "setresuid"};
-  table[SYS_setresgid] = {SysSetresid, "setresgid"};
   table[SYS_uname] = {SysUname, "uname"};
   table[SYS_prlimit64] = {SysPrlimit64, "prlimit64"};
   table[SYS_getrlimit] = {SysGetrlimit, "getrlimit"};

@@ -14,6 +14,7 @@
 #include <cstring>
 #include <vector>
 
+#include "sentry/fs/credentials.h"
 #include "sentry/fs/vfs.h"
 #include "sentry/fs/inotify.h"
 #include "sentry/syscalls/args.h"
@@ -85,6 +86,57 @@ bool ReadOnly(const Location& l) {
   return l.mount->read_only || l.inode().ReadOnly();
 }
 
+// Permission checks with the calling task's credentials
+// (sentry/fs/credentials.h; Linux's fs/namei.c and fs/attr.c).
+int64_t MayAccess(Task& t, fs::Inode& inode, int mask) {
+  return fs::CheckInodePermission(t.own_creds(), inode, mask);
+}
+
+// may_create: write and search permission on the directory.
+int64_t MayCreateIn(Task& t, const Location& dir) {
+  return MayAccess(t, dir.inode(), fs::kMayWrite | fs::kMayExec);
+}
+
+// may_delete (and a rename's source and target): write and search on the
+// directory, and in a sticky directory ownership of the file or the
+// directory (or CAP_FOWNER).
+int64_t MayDeleteFrom(Task& t, const Location& dir, const std::string& name) {
+  RETURN_IF_ERRNO(MayCreateIn(t, dir));
+  const fs::Credentials& c = t.own_creds();
+  if (c.HasCap(CAP_FOWNER)) return 0;
+  fs::Attr da;
+  RETURN_IF_ERRNO(dir.inode().GetAttr(&da));
+  if (!(da.mode & S_ISVTX)) return 0;
+  Location victim;
+  if (t.kernel().vfs().Lookup(dir, name, &victim) < 0) return 0;  // the call says
+  fs::Attr va;
+  RETURN_IF_ERRNO(victim.inode().GetAttr(&va));
+  if (c.fsuid == va.uid || c.fsuid == da.uid) return 0;
+  return -EPERM;
+}
+
+// inode_init_owner: a new file belongs to the fsuid, and to the fsgid or,
+// in a set-group-ID directory, to the directory's group (a new directory
+// there is set-group-ID too; a set-group-ID file made by a non-member
+// loses the bit).
+int64_t InitOwner(Task& t, const Location& dir, fs::CreateRequest* req) {
+  const fs::Credentials& c = t.own_creds();
+  req->uid = c.fsuid;
+  req->gid = c.fsgid;
+  fs::Attr da;
+  RETURN_IF_ERRNO(dir.inode().GetAttr(&da));
+  if (da.mode & S_ISGID) {
+    req->gid = da.gid;
+    if (req->type == S_IFDIR) {
+      req->mode |= S_ISGID;
+    } else if ((req->mode & (S_ISGID | S_IXGRP)) == (S_ISGID | S_IXGRP) &&
+               !c.InGroup(req->gid) && !c.HasCap(CAP_FSETID)) {
+      req->mode &= ~S_ISGID;
+    }
+  }
+  return 0;
+}
+
 int64_t DoOpen(Task& t, int64_t dirfd, const std::string& path, int flags,
                uint32_t mode, int depth) {
   if (depth > fs::kMaxSymlinks) return -ELOOP;
@@ -103,6 +155,7 @@ int64_t DoOpen(Task& t, int64_t dirfd, const std::string& path, int flags,
     bool trailing;
     RETURN_IF_ERRNO(ResolveParentAt(t, dirfd, path, &parent, &name, &trailing));
     if (name.empty() || name == "." || name == "..") return -EISDIR;
+    RETURN_IF_ERRNO(MayAccess(t, parent.inode(), fs::kMayExec));
     int64_t r = vfs.Lookup(parent, name, &loc);
     if (r == 0) {
       if (flags & O_EXCL) return -EEXIST;
@@ -125,9 +178,11 @@ int64_t DoOpen(Task& t, int64_t dirfd, const std::string& path, int flags,
               vfs.ResolveParent(tmp, parent, target, &p2, &n2, &tr2));
           if (n2.empty() || n2 == "." || n2 == "..") return -EISDIR;
           if (ReadOnly(p2)) return -EROFS;
+          RETURN_IF_ERRNO(MayCreateIn(t, p2));
           fs::CreateRequest req;
           req.type = S_IFREG;
           req.mode = mode & ~t.group().fs().umask() & 07777;
+          RETURN_IF_ERRNO(InitOwner(t, p2, &req));
           RETURN_IF_ERRNO(vfs.Create(p2, n2, req, &loc));
           created = true;
         } else if (r < 0) {
@@ -141,9 +196,11 @@ int64_t DoOpen(Task& t, int64_t dirfd, const std::string& path, int flags,
     } else if (r == -ENOENT) {
       if (trailing) return -EISDIR;
       if (ReadOnly(parent)) return -EROFS;
+      RETURN_IF_ERRNO(MayCreateIn(t, parent));
       fs::CreateRequest req;
       req.type = S_IFREG;
       req.mode = mode & ~t.group().fs().umask() & 07777;
+      RETURN_IF_ERRNO(InitOwner(t, parent, &req));
       RETURN_IF_ERRNO(vfs.Create(parent, name, req, &loc));
       created = true;
     } else {
@@ -161,6 +218,14 @@ int64_t DoOpen(Task& t, int64_t dirfd, const std::string& path, int flags,
   if (!(flags & O_PATH)) {
     if (type == S_IFDIR && (writes || (flags & O_TRUNC))) return -EISDIR;
     if ((writes || (flags & O_TRUNC)) && ReadOnly(loc)) return -EROFS;
+    if (!created) {
+      // may_open: what the access mode asks for (O_TRUNC writes).
+      int mask = 0;
+      if (acc == O_RDONLY || acc == O_RDWR) mask |= fs::kMayRead;
+      if (writes || (flags & O_TRUNC)) mask |= fs::kMayWrite;
+      if (acc == 3) mask |= fs::kMayRead | fs::kMayWrite;  // ioctl-only mode
+      if (type != S_IFLNK) RETURN_IF_ERRNO(MayAccess(t, loc.inode(), mask));
+    }
     if ((flags & O_TRUNC) && type == S_IFREG && !created) {
       fs::SetAttrRequest req;
       req.set_size = true;
@@ -314,14 +379,23 @@ int64_t DoAccess(Task& t, int64_t dirfd, uint64_t path_addr, int mode,
   RETURN_IF_ERRNO(ResolveAt(t, dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW),
                             (flags & AT_EMPTY_PATH) != 0, &l));
   if ((mode & W_OK) && ReadOnly(l) && l.inode().Type() != S_IFCHR) return -EROFS;
-  if (mode & X_OK) {
-    // The sandbox runs as root: execute needs one x bit, except on
-    // directories.
-    fs::Attr attr;
-    RETURN_IF_ERRNO(l.inode().GetAttr(&attr));
-    if (l.inode().Type() != S_IFDIR && (attr.mode & 0111) == 0) return -EACCES;
+  if (mode == F_OK) return 0;
+  // access_override_creds: the real ids unless AT_EACCESS, and for a
+  // non-root real uid no capabilities (SECBIT_NO_SETUID_FIXUP aside).
+  const fs::Credentials& own = t.own_creds();
+  fs::Credentials c = own;
+  if (!(flags & AT_EACCESS)) {
+    c.fsuid = own.ruid;
+    c.fsgid = own.rgid;
+    if (!own.Secure(fs::kSecbitNoSetuidFixup)) {
+      c.cap_effective = own.ruid != 0 ? 0 : own.cap_permitted;
+    }
   }
-  return 0;
+  int mask = 0;
+  if (mode & R_OK) mask |= fs::kMayRead;
+  if (mode & W_OK) mask |= fs::kMayWrite;
+  if (mode & X_OK) mask |= fs::kMayExec;
+  return fs::CheckInodePermission(c, l.inode(), mask);
 }
 
 int64_t SysAccess(Task& t, const SyscallArgs& a) {
@@ -417,6 +491,8 @@ int64_t MakeNode(Task& t, int64_t dirfd, uint64_t path_addr,
     return -EEXIST;
   }
   if (ReadOnly(parent)) return -EROFS;
+  RETURN_IF_ERRNO(MayCreateIn(t, parent));
+  RETURN_IF_ERRNO(InitOwner(t, parent, &req));
   return t.kernel().vfs().Create(parent, name, req, nullptr);
 }
 
@@ -485,6 +561,7 @@ int64_t DoUnlink(Task& t, int64_t dirfd, uint64_t path_addr, bool dir) {
     return c.inode().Type() == S_IFDIR ? -EISDIR : -ENOTDIR;
   }
   if (ReadOnly(parent)) return -EROFS;
+  RETURN_IF_ERRNO(MayDeleteFrom(t, parent, name));
   return t.kernel().vfs().Unlink(parent, name, dir);
 }
 
@@ -520,6 +597,8 @@ int64_t DoRename(Task& t, int64_t olddir, uint64_t oldp, int64_t newdir,
     if (src.inode().Type() != S_IFDIR) return -ENOTDIR;
   }
   if (ReadOnly(od) || ReadOnly(nd)) return -EROFS;
+  RETURN_IF_ERRNO(MayDeleteFrom(t, od, on));
+  RETURN_IF_ERRNO(MayDeleteFrom(t, nd, nn));
   return t.kernel().vfs().Rename(od, on, nd, nn, flags);
 }
 
@@ -550,6 +629,7 @@ int64_t DoLink(Task& t, int64_t olddir, uint64_t oldp, int64_t newdir,
   Location existing;
   if (t.kernel().vfs().Lookup(nd, nn, &existing) == 0) return -EEXIST;
   if (ReadOnly(nd)) return -EROFS;
+  RETURN_IF_ERRNO(MayCreateIn(t, nd));
   return t.kernel().vfs().Link(target, nd, nn);
 }
 
@@ -560,8 +640,47 @@ int64_t SysLinkat(Task& t, const SyscallArgs& a) {
   return DoLink(t, a.a[0], a.a[1], a.a[2], a.a[3], static_cast<int>(a.a[4]));
 }
 
-int64_t SetAttrAt(Task& t, const Location& l, const fs::SetAttrRequest& req) {
+// setattr_prepare and chown_common: who may change the mode and the owner,
+// and the set-user-ID and set-group-ID bits such changes clear.
+int64_t CheckSetAttr(Task& t, const Location& l, fs::SetAttrRequest* req) {
+  if (!req->set_mode && !req->set_uid && !req->set_gid) return 0;
+  const fs::Credentials& c = t.own_creds();
+  fs::Attr a;
+  RETURN_IF_ERRNO(l.inode().GetAttr(&a));
+  if (req->set_uid) {
+    if (!((c.fsuid == a.uid && req->uid == a.uid) || c.HasCap(CAP_CHOWN))) {
+      return -EPERM;
+    }
+  }
+  if (req->set_gid) {
+    if (!((c.fsuid == a.uid && (req->gid == a.gid || c.InGroup(req->gid))) ||
+          c.HasCap(CAP_CHOWN))) {
+      return -EPERM;
+    }
+  }
+  if (req->set_mode) {
+    if (!fs::OwnerOrCapable(c, a.uid)) return -EPERM;
+    const uint32_t gid = req->set_gid ? req->gid : a.gid;
+    if (!c.InGroup(gid) && !c.HasCap(CAP_FSETID)) req->mode &= ~S_ISGID;
+  }
+  if ((req->set_uid || req->set_gid) && !req->set_mode && !S_ISDIR(a.mode)) {
+    // A chown of a non-directory drops set-user-ID, and set-group-ID where
+    // it means "run as the group" (with group execute), even for root.
+    uint32_t mode = a.mode & 07777;
+    uint32_t kill = S_ISUID;
+    if (mode & S_IXGRP) kill |= S_ISGID;
+    if (mode & kill) {
+      req->set_mode = true;
+      req->mode = mode & ~kill;
+    }
+  }
+  return 0;
+}
+
+int64_t SetAttrAt(Task& t, const Location& l, const fs::SetAttrRequest& request) {
   if (ReadOnly(l)) return -EROFS;
+  fs::SetAttrRequest req = request;
+  RETURN_IF_ERRNO(CheckSetAttr(t, l, &req));
   int r = l.inode().SetAttr(req);
   if (r == 0) {
     fs::inotify::NotifyFile(&t.kernel().vfs(), l, fs::inotify::SetAttrMask(req));
@@ -638,12 +757,24 @@ int64_t SysFchown(Task& t, const SyscallArgs& a) {
   return SetAttrFd(t, a.a[0], OwnerRequest(a.a[1], a.a[2]));
 }
 
+// vfs_utimes: the owner (or CAP_FOWNER) may set any times; others may set
+// them to now if they may write the file.
+int64_t MayChangeTimes(Task& t, const Location& l, bool explicit_time) {
+  if (ReadOnly(l)) return -EROFS;
+  fs::Attr a;
+  RETURN_IF_ERRNO(l.inode().GetAttr(&a));
+  if (fs::OwnerOrCapable(t.own_creds(), a.uid)) return 0;
+  if (explicit_time) return -EPERM;
+  return MayAccess(t, l.inode(), fs::kMayWrite);
+}
+
 int64_t SysUtimensat(Task& t, const SyscallArgs& a) {
   int flags = static_cast<int>(a.a[3]);
   if (flags & ~(AT_SYMLINK_NOFOLLOW | AT_EMPTY_PATH)) return -EINVAL;
   struct timespec now;
   clock_gettime(CLOCK_REALTIME, &now);
   fs::SetAttrRequest req;
+  bool explicit_time = false;  // a time other than "now"
   if (a.a[2] == 0) {
     req.set_atime = req.set_mtime = true;
     req.atime = req.mtime = now;
@@ -656,6 +787,7 @@ int64_t SysUtimensat(Task& t, const SyscallArgs& a) {
           (ts[i].tv_nsec < 0 || ts[i].tv_nsec >= 1000000000)) {
         return -EINVAL;
       }
+      if (ts[i].tv_nsec != UTIME_NOW) explicit_time = true;
       struct timespec v = ts[i].tv_nsec == UTIME_NOW ? now : ts[i];
       if (i == 0) {
         req.set_atime = true;
@@ -671,12 +803,17 @@ int64_t SysUtimensat(Task& t, const SyscallArgs& a) {
     // utimensat(fd, NULL, ...) is futimens.
     if (static_cast<int>(a.a[0]) == AT_FDCWD) return -EFAULT;
     if (!req.set_atime && !req.set_mtime) return 0;
+    ASSIGN_OR_RETURN_ERRNO(auto f, FileFor(t, static_cast<uint32_t>(a.a[0])));
+    if (f->location().valid()) {
+      RETURN_IF_ERRNO(MayChangeTimes(t, f->location(), explicit_time));
+    }
     return SetAttrFd(t, a.a[0], req);
   }
   ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, a.a[1]));
   RETURN_IF_ERRNO(ResolveAt(t, a.a[0], path, !(flags & AT_SYMLINK_NOFOLLOW),
                             (flags & AT_EMPTY_PATH) != 0, &l));
   if (!req.set_atime && !req.set_mtime) return 0;
+  RETURN_IF_ERRNO(MayChangeTimes(t, l, explicit_time));
   return SetAttrAt(t, l, req);
 }
 

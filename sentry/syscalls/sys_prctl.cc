@@ -1,4 +1,4 @@
-// prctl(2), capget(2), and fadvise64(2), advice that changes nothing a
+// prctl(2) (the capability options: sys_creds.cc) and fadvise64(2), advice that changes nothing a
 // program can observe here.
 //
 // prctl options that Linux has and the Sentry does not implement return
@@ -17,12 +17,12 @@
 
 #include "sentry/fs/file.h"
 #include "sentry/syscalls/args.h"
+#include "sentry/syscalls/creds.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
 namespace {
 
-constexpr int kCapLastCap = 40;       // CAP_CHECKPOINT_RESTORE (Linux 6.1)
 constexpr uint64_t kTimerSlackNs = 50000;  // Linux's default
 
 int64_t GetName(Task& t, uint64_t addr) {
@@ -82,11 +82,13 @@ int64_t SysPrctl(Task& t, const SyscallArgs& a) {
       g.dumpable.store(static_cast<int>(arg2));
       return 0;
     case PR_GET_KEEPCAPS:
-      return g.keepcaps.load() ? 1 : 0;
     case PR_SET_KEEPCAPS:
-      if (arg2 > 1) return -EINVAL;
-      g.keepcaps.store(arg2 == 1);
-      return 0;
+    case PR_CAPBSET_READ:
+    case PR_CAPBSET_DROP:
+    case PR_GET_SECUREBITS:
+    case PR_SET_SECUREBITS:
+    case PR_CAP_AMBIENT:
+      return CapabilityPrctl(t, option, arg2, a.a[2], a.a[3], a.a[4]);
     case PR_SET_NO_NEW_PRIVS:
       if (arg2 != 1 || a.a[2] || a.a[3] || a.a[4]) return -EINVAL;
       g.no_new_privs.store(true);
@@ -94,13 +96,6 @@ int64_t SysPrctl(Task& t, const SyscallArgs& a) {
     case PR_GET_NO_NEW_PRIVS:
       if (arg2 || a.a[2] || a.a[3] || a.a[4]) return -EINVAL;
       return g.no_new_privs.load() ? 1 : 0;
-    case PR_CAPBSET_READ:
-      if (arg2 > static_cast<uint64_t>(kCapLastCap)) return -EINVAL;
-      return (g.cap_bset.load() >> arg2) & 1;
-    case PR_CAPBSET_DROP:
-      if (arg2 > static_cast<uint64_t>(kCapLastCap)) return -EINVAL;
-      g.cap_bset.fetch_and(~(1ull << arg2));
-      return 0;
     case PR_SET_CHILD_SUBREAPER:
       t.kernel().WithTasklistLock([&] { g.child_subreaper = arg2 != 0; });
       return 0;
@@ -125,39 +120,6 @@ int64_t SysPrctl(Task& t, const SyscallArgs& a) {
   }
 }
 
-// capget: the sandbox's processes are root in their user namespace and
-// hold every capability (effective and permitted; none inheritable), as
-// their getuid() of 0 says. (capset is not implemented: dropping
-// capabilities would have to be enforced, which the Sentry does not do
-// yet, so it stays ENOSYS rather than pretend.)
-int64_t SysCapget(Task& t, const SyscallArgs& a) {
-  struct Header {
-    uint32_t version;
-    int pid;
-  } h;
-  constexpr uint32_t kV1 = 0x19980330, kV2 = 0x20071026, kV3 = 0x20080522;
-  RETURN_IF_ERRNO(CopyInObj(t, a.a[0], &h));
-  if (h.version != kV1 && h.version != kV2 && h.version != kV3) {
-    h.version = kV3;  // tells the caller which version to use
-    RETURN_IF_ERRNO(CopyOutObj(t, a.a[0], h));
-    return a.a[1] == 0 ? 0 : -EINVAL;
-  }
-  if (h.pid < 0) return -EINVAL;
-  if (h.pid != 0 && t.kernel().FindGroup(h.pid) == nullptr &&
-      t.kernel().FindTask(h.pid) == nullptr) {
-    return -ESRCH;
-  }
-  if (a.a[1] == 0) return 0;
-  struct Data {
-    uint32_t effective, permitted, inheritable;
-  } d[2] = {};
-  const uint64_t all = (1ull << (kCapLastCap + 1)) - 1;
-  d[0].effective = d[0].permitted = static_cast<uint32_t>(all);
-  d[1].effective = d[1].permitted = static_cast<uint32_t>(all >> 32);
-  const size_t n = h.version == kV1 ? 1 : 2;
-  return CopyOutBytes(t, a.a[1], d, n * sizeof(Data));
-}
-
 // posix_fadvise: advice on a file's caching. Errors as Linux; the advice
 // itself changes nothing the program can see (no page cache to tune).
 int64_t SysFadvise64(Task& t, const SyscallArgs& a) {
@@ -174,7 +136,6 @@ int64_t SysFadvise64(Task& t, const SyscallArgs& a) {
 
 void RegisterPrctl(Entry* table) {
   table[SYS_prctl] = {SysPrctl, "prctl"};
-  table[SYS_capget] = {SysCapget, "capget"};
   table[SYS_fadvise64] = {SysFadvise64, "fadvise64"};
 }
 

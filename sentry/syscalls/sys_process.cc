@@ -20,6 +20,7 @@
 #include "sentry/fs/mappable.h"
 #include "sentry/loader/elf_loader.h"
 #include "sentry/syscalls/args.h"
+#include "sentry/syscalls/creds.h"
 #include "sentry/syscalls/paths.h"
 #include "sentry/syscalls/process.h"
 #include "sentry/syscalls/syscalls.h"
@@ -154,14 +155,16 @@ int64_t DoExecve(Task& t, int64_t dirfd, uint64_t path_addr, uint64_t argv_addr,
   fs::Location loc;
   RETURN_IF_ERRNO(ResolveAt(t, dirfd, path, !(flags & AT_SYMLINK_NOFOLLOW),
                             (flags & AT_EMPTY_PATH) != 0, &loc));
-  // Scripts: up to 4 levels of interpreters, as Linux allows.
+  // Scripts: up to 4 levels of interpreters, as Linux allows. The file
+  // that is finally loaded decides set-user-ID and set-group-ID (a
+  // script's own bits are ignored, as on Linux).
+  fs::Attr attr;
   for (int depth = 0;; depth++) {
     if (loc.inode().Type() == S_IFLNK) return -ELOOP;
     if (loc.inode().Type() == S_IFDIR) return -EACCES;
     if (loc.inode().Type() != S_IFREG) return -EACCES;
-    fs::Attr attr;
     RETURN_IF_ERRNO(loc.inode().GetAttr(&attr));
-    if ((attr.mode & 0111) == 0) return -EACCES;
+    RETURN_IF_ERRNO(fs::CheckPermission(t.own_creds(), attr, fs::kMayExec));
     char head[256];
     int64_t n = loc.inode().Read(head, sizeof(head), 0);
     if (n < 0) return n;
@@ -212,7 +215,16 @@ int64_t DoExecve(Task& t, int64_t dirfd, uint64_t path_addr, uint64_t argv_addr,
     if (!base.ok()) return -ENOMEM;
     image->vdso = *base;
   }
+  const fs::Credentials& old_creds = t.own_creds();
+  std::shared_ptr<const fs::Credentials> creds = ExecCredentials(
+      old_creds, attr, /*nosuid=*/false, t.group().no_new_privs.load());
   loader::StackSpec spec;
+  spec.uid = creds->ruid;
+  spec.euid = creds->euid;
+  spec.gid = creds->rgid;
+  spec.egid = creds->egid;
+  spec.secure = creds->euid != creds->ruid || creds->egid != creds->rgid ||
+                (creds->cap_permitted & ~old_creds.cap_permitted) != 0;
   spec.argv = argv;
   spec.envp = envp;
   spec.execfn = path;
@@ -235,6 +247,7 @@ int64_t DoExecve(Task& t, int64_t dirfd, uint64_t path_addr, uint64_t argv_addr,
   g.timers().DeletePosixTimers();
   g.NoteMaxRss();
   t.ExecImage(*cpu);
+  t.SetCredentials(std::move(creds));
   spec.image.comm = loader::CommOfPath(exec_path);
   spec.image.exe = vfs.PathOf(ctx.root(), loc);
   // The old address space goes when this reference does, after the

@@ -145,11 +145,13 @@ int64_t SysRtSigtimedwait(Task& t, const SyscallArgs& a) {
 int64_t SendTo(Task& t, kernel::Task* target, uint64_t signo) {
   if (signo > kernel::kNumSignals) return -EINVAL;
   if (target == nullptr) return -ESRCH;
+  if (!t.kernel().MaySignal(t, *target, static_cast<int>(signo))) return -EPERM;
   if (signo == 0) return 0;
   siginfo_t info{};
   info.si_signo = static_cast<int>(signo);
   info.si_code = SI_TKILL;
   info.si_pid = t.group().tgid();
+  info.si_uid = t.own_creds().ruid;
   target->SendSignalInfo(info);
   return 0;
 }
@@ -187,8 +189,14 @@ int64_t SysKill(Task& t, const SyscallArgs& a) {
   }
   auto group = t.kernel().FindGroup(pid);
   if (group == nullptr || group->reaped) return -ESRCH;
-  if (signo == 0 || group->Tasks().empty()) return 0;  // a zombie: no effect
-  t.kernel().SignalGroup(*group, static_cast<int>(signo), t.group().tgid());
+  std::vector<std::shared_ptr<kernel::Task>> tasks = group->Tasks();
+  if (tasks.empty()) return 0;  // a zombie: no effect
+  if (!t.kernel().MaySignal(t, *tasks.front(), static_cast<int>(signo))) {
+    return -EPERM;
+  }
+  if (signo == 0) return 0;
+  t.kernel().SignalGroup(*group, static_cast<int>(signo), t.group().tgid(),
+                         t.own_creds().ruid);
   return 0;
 }
 

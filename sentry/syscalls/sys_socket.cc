@@ -44,9 +44,10 @@ constexpr int kSockTypeMask = 0xf;
 constexpr int kSockMax = 11;                 // SOCK_MAX
 
 
+// SO_PEERCRED and SCM_CREDENTIALS carry the effective ids (cred_to_ucred).
 socket::Credentials CallerCredentials(Task& t) {
-  // Sandbox tasks run as root (getuid is 0).
-  return socket::Credentials{t.group().tgid(), 0, 0};
+  const fs::Credentials& c = t.own_creds();
+  return socket::Credentials{t.group().tgid(), c.euid, c.egid};
 }
 
 socket::SocketContext Context(Task& t) {
@@ -375,7 +376,18 @@ int64_t ParseControl(Task& t, const std::vector<uint8_t>& control,
           if (h.cmsg_len != CMSG_LEN(sizeof(struct ucred))) return -EINVAL;
           struct ucred uc;
           std::memcpy(&uc, data, sizeof(uc));
-          // Root may claim any credentials, but the pid must exist.
+          // scm_check_creds: one's own pid, uids and gids, unless
+          // CAP_SYS_ADMIN (pid), CAP_SETUID, CAP_SETGID; a pid that does
+          // not exist is ESRCH.
+          const fs::Credentials& c = t.own_creds();
+          const uint32_t uid = uc.uid, gid = uc.gid;
+          if (!((uc.pid == t.group().tgid() || c.HasCap(CAP_SYS_ADMIN)) &&
+                (uid == c.ruid || uid == c.euid || uid == c.suid ||
+                 c.HasCap(CAP_SETUID)) &&
+                (gid == c.rgid || gid == c.egid || gid == c.sgid ||
+                 c.HasCap(CAP_SETGID)))) {
+            return -EPERM;
+          }
           if (uc.pid != t.group().tgid() &&
               t.kernel().FindGroup(uc.pid) == nullptr) {
             return -ESRCH;

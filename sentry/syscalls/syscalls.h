@@ -54,6 +54,8 @@ void RegisterMemory(Entry* table);
 void RegisterThread(Entry* table);
 void RegisterSignal(Entry* table);
 void RegisterInfo(Entry* table);
+void RegisterCreds(Entry* table);
+void RegisterSched(Entry* table);
 void RegisterMount(Entry* table);
 void RegisterPrctl(Entry* table);
 void RegisterMempolicy(Entry* table);

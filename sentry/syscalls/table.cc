@@ -18,6 +18,8 @@ Table::Table() {
   RegisterThread(table_);
   RegisterSignal(table_);
   RegisterInfo(table_);
+  RegisterCreds(table_);
+  RegisterSched(table_);
   RegisterMount(table_);
   RegisterPrctl(table_);
   RegisterMempolicy(table_);

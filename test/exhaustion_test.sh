@@ -72,12 +72,12 @@ fi
 
 # The Sentry's OOM killer (--memory: the application's share of it is the
 # limit less the Sentry's reserve; no cgroup here, the accounting alone).
-capture 180 "$SENTRY" run --rootfs=/ --memory=96m -- "$BIN/mem_bomb.glibc" 1024
+capture 180 "$SENTRY" run --rootfs=/ --memory=$((96 << 20)) -- "$BIN/mem_bomb.glibc" 1024
 check "sentry run --memory=96m mem_bomb (init): exit 137" eq "$status" 137
 check "sentry run --memory=96m mem_bomb (init): the reason" \
   contains "$tmp/err" "out of memory: init was killed"
 check "sentry run --memory=96m mem_bomb (init): no abort" no_abort "$tmp/err"
-capture 180 "$SENTRY" run --rootfs=/ --memory=96m -- "$BIN/mem_bomb.glibc" 1024 child
+capture 180 "$SENTRY" run --rootfs=/ --memory=$((96 << 20)) -- "$BIN/mem_bomb.glibc" 1024 child
 check "sentry run --memory=96m mem_bomb child: exit 0" eq "$status" 0
 check "sentry run --memory=96m mem_bomb child: killed by SIGKILL" \
   contains "$tmp/out" "child killed by signal 9"

@@ -155,7 +155,12 @@ int64_t MM::MmapInternal(uintptr_t addr, uint64_t len, int prot, int flags,
   // Allocate before replacing anything, so that failure changes nothing.
   if (shared && vma.mappable == nullptr) {
     auto off = mf_->Allocate(len);
-    if (!off.ok()) return -ENOMEM;
+    if (!off.ok()) {
+      // The whole object is allocated here, not at its faults: its
+      // refusal is this call's ENOMEM, not a reason to kill anyone.
+      MemoryFile::TakeRefusedOnThisThread();
+      return -ENOMEM;
+    }
     vma.shared_anon = std::make_shared<SharedAnon>(mf_, *off, len);
     vma.name = "/dev/zero (deleted)";  // what Linux shows for shared anon
   }

@@ -161,6 +161,16 @@ class Context {
   // Makes a running or future Switch return kInterrupted soon.
   // Safe to call from any thread.
   virtual void Interrupt() = 0;
+  // Takes the host resources this context needs to run in `as` (systrap:
+  // a context slot, and a stub worker when the host has refused one;
+  // kvm: a vCPU) before its task starts, so that a host refusal fails the
+  // clone or fork with EAGAIN instead of killing the thread at its first
+  // Switch. Called once, by the thread that starts the task; Switch takes
+  // whatever is still missing itself.
+  virtual absl::Status Prepare(AddressSpace& as) {
+    (void)as;
+    return absl::OkStatus();
+  }
   // Frees the host resources (stub thread) bound to this context.
   virtual void Release() {}
   // Brings cpu.fp up to date when this context left the live FPU state in

@@ -255,6 +255,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::NewKernel(
   sb->kernel_ = std::make_unique<kernel::Kernel>(
       std::move(pw.memfile), std::move(pw.platform), &sb->table_, kopts);
   kernel::Kernel& k = *sb->kernel_;
+  k.memory_file().SetLimit(mm::ApplicationMemoryLimit(lim.memory_bytes));
   sb->job_control_ = kernel::NewJobControl(&k);
   // The terminal of init's stdio: the sandbox's console and init's
   // controlling terminal.
@@ -792,6 +793,9 @@ Stats Sandbox::GetStats() {
     total += reaped_usage_;
   }
   s.memory_bytes = kernel_->memory_file().AllocatedBytes();
+  s.oom_kills = kernel_->oom_kills();
+  s.memory_limit_refusals = kernel_->memory_file().limit_refusals();
+  s.memory_limit_bytes = kernel_->memory_file().limit();
   s.cpu_user_nanos = static_cast<uint64_t>(total.user_ns);
   s.cpu_system_nanos = static_cast<uint64_t>(total.sys_ns);
   s.unimplemented = kernel_->UnimplementedCounts();

@@ -174,6 +174,9 @@ struct Stats {
   uint64_t cpu_user_nanos = 0;
   uint64_t cpu_system_nanos = 0;
   std::map<uint64_t, uint64_t> unimplemented;
+  uint64_t oom_kills = 0;              // kernel::Kernel::OutOfMemory
+  uint64_t memory_limit_refusals = 0;  // mm::MemoryFile::limit_refusals
+  uint64_t memory_limit_bytes = 0;     // the application's share
 };
 
 // One sandbox: its kernel and filesystems, the init program, the processes

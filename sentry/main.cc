@@ -713,6 +713,13 @@ int Run(const Options& o) {
   // Killed after its checkpoint: the image is the result.
   if (checkpointed.load()) return 0;
   if (checkpoint_failed.load()) return kExitUsage;
+  if (st.signo == SIGKILL && k.init_oom_killed()) {
+    fprintf(stderr,
+            "sentry: out of memory: init was killed by the OOM killer (%llu "
+            "bytes of memory for the application, %llu processes killed)\n",
+            static_cast<unsigned long long>(k.memory_file().limit()),
+            static_cast<unsigned long long>(k.oom_kills()));
+  }
   if (stats_fd.valid()) WriteStatsJson(k.platform(), stats_fd.get());
   if (o.restore_stats) {
     if (const mm::AsyncLoader* l = k.memory_file().async_loader()) {

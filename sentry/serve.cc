@@ -82,6 +82,15 @@ void SetRestorePages(const mm::AsyncLoadStats& ls,
   for (uint64_t n : ls.wait_hist) rp->add_wait_hist(n);
 }
 
+// The exit reason of a sandbox whose init the OOM killer ended.
+std::string OutOfMemoryReason(kernel::Kernel& k) {
+  return absl::StrCat("out of memory: the sandbox's init was killed by the "
+                      "OOM killer (",
+                      k.memory_file().limit(),
+                      " bytes of memory for the application, ",
+                      k.oom_kills(), " processes killed)");
+}
+
 absl::StatusOr<boot::ProcessConfig> ProcessFromSpec(const v1::ProcessSpec& p) {
   if (p.argv_size() == 0 || p.argv(0).empty()) {
     return absl::InvalidArgumentError("process.argv is empty");
@@ -574,6 +583,9 @@ void Server::OnWaitPid(uint64_t id, pid_t pid) {
     Response r;
     r.set_id(id);
     SetExit(*st, r.mutable_exit());
+    if (pid == 1 && st->signo == SIGKILL && sb->kernel().init_oom_killed()) {
+      r.mutable_exit()->set_reason(OutOfMemoryReason(sb->kernel()));
+    }
     if (SendOn(gen, r) && pid != 1) {
       // A daemon has the exit: it needs the kept output ends no more.
       absl::MutexLock l(&ch_mu_);
@@ -791,6 +803,9 @@ void Server::Loop() {
         out->set_memory_bytes(st.memory_bytes);
         out->set_cpu_user_nanos(st.cpu_user_nanos);
         out->set_cpu_system_nanos(st.cpu_system_nanos);
+        out->set_oom_kills(st.oom_kills);
+        out->set_memory_limit_refusals(st.memory_limit_refusals);
+        out->set_memory_limit_bytes(st.memory_limit_bytes);
         for (const auto& [nr, n] : st.unimplemented) {
           (*out->mutable_unimplemented_syscalls())[static_cast<uint32_t>(nr)] = n;
         }

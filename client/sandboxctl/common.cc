@@ -102,7 +102,8 @@ int StartFailureCode(const absl::Status& s) {
 std::string ExitText(const v1::ExitStatus& e) {
   if (!e.error().empty()) return absl::StrCat("failed: ", e.error());
   if (e.status_case() == v1::ExitStatus::kSignal) {
-    return absl::StrCat("killed by signal ", e.signal());
+    return absl::StrCat("killed by signal ", e.signal(),
+                        e.reason().empty() ? "" : absl::StrCat(" (", e.reason(), ")"));
   }
   return absl::StrCat("exited ", e.code());
 }

@@ -319,6 +319,9 @@ int Run(Client& c, std::vector<std::string> args) {
   }
   if (!exit.ok()) Fail(StartFailureCode(exit.status()), std::string(exit.status().message()));
   if (!exit->error().empty()) Fail(kExitError, absl::StrCat("sandbox ", id, ": ", exit->error()));
+  if (!exit->reason().empty()) {
+    fprintf(stderr, "sandboxctl: sandbox %s: %s\n", id.c_str(), exit->reason().c_str());
+  }
   return ExitCode(*exit);
 }
 

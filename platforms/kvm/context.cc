@@ -137,6 +137,15 @@ absl::Status KvmContext::Acquire() {
   return absl::OkStatus();
 }
 
+absl::Status KvmContext::Prepare(platform::AddressSpace& as) {
+  (void)as;
+  // Before FinishSetup made the pool, the first Switch takes it.
+  if (vcpu_ != nullptr || platform_->pool() == nullptr) {
+    return absl::OkStatus();
+  }
+  return Acquire();
+}
+
 void KvmContext::Release() {
   if (vcpu_ == nullptr) return;
   // The state the vCPU kept goes back to its task before the vCPU goes to

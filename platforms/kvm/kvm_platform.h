@@ -120,6 +120,10 @@ class KvmContext : public platform::Context {
   platform::Event Switch(platform::AddressSpace& as,
                          platform::CpuState& cpu) override;
   void Interrupt() override;
+  // Takes the context's vCPU from the pool ahead of its first Switch: a
+  // vCPU the host refuses (KVM_CREATE_VCPU, its run mapping) fails the
+  // clone with EAGAIN.
+  absl::Status Prepare(platform::AddressSpace& as) override;
   void Release() override;
   void SyncFp(platform::CpuState& cpu) override;
   // Makes a KVM_RUN in progress return (for the shadow flush), without

@@ -10,6 +10,7 @@
 
 #include <cstring>
 
+#include "base/status_macros.h"
 #include "platforms/systrap/shared_words.h"
 #include "platforms/systrap/systrap.h"
 
@@ -91,15 +92,14 @@ Event SystrapContext::SwitchOnce(StubProcess& as, CpuState& cpu) {
   Event ev;
   last_patched_ = false;
   if (stub_ != &as) {
-    Release();
-    absl::StatusOr<int> slot = as.NewThread();
-    if (!slot.ok()) {
+    if (absl::Status st = Prepare(as); !st.ok()) {
       ev.kind = Event::Kind::kDead;
-      ev.detail = std::string(slot.status().message());
+      ev.detail = std::string(st.message());
       return ev;
     }
-    stub_ = &as;
-    slot_ = *slot;
+  }
+  if (fresh_) {
+    fresh_ = false;
     if (cpu.fp_size == 0) {
       // The first worker's FPU image gives the layout; reset its values.
       uint32_t n = as.shared()->fp_init_size;
@@ -151,9 +151,10 @@ Event SystrapContext::SwitchOnce(StubProcess& as, CpuState& cpu) {
   // hand-back ends our wait (it sets dead before it hands back).
   bool alive = !as.dead();
   if (alive) {
-    as.Submit(slot_);  // if it fails, the process is killed: as above
+    int64_t unmatched_pos;
+    as.Submit(slot_, &unmatched_pos);  // if it fails, the process is killed
     alive = as.WaitForContext(s, spin ? platform_->spin_cycles() : 0,
-                              interrupt_);
+                              interrupt_, unmatched_pos);
   }
   const uint64_t take = __rdtsc();
   running_.store(false, std::memory_order_seq_cst);
@@ -270,6 +271,16 @@ void SystrapContext::Interrupt() {
     const pid_t tid = __atomic_load_n(&s->running_tid, __ATOMIC_SEQ_CST);
     if (tid > 0) syscall(SYS_tgkill, stub->pid(), tid, kInterruptSignal);
   }
+}
+
+absl::Status SystrapContext::Prepare(platform::AddressSpace& as_base) {
+  auto& as = static_cast<StubProcess&>(as_base);
+  if (stub_ == &as) return absl::OkStatus();
+  Release();
+  ASSIGN_OR_RETURN(slot_, as.NewThread());
+  stub_ = &as;
+  fresh_ = true;
+  return absl::OkStatus();
 }
 
 void SystrapContext::Release() {

@@ -288,5 +288,67 @@ TEST_F(RingTest, AnEntryNamingNoSlotKillsTheStub) {
   (*ctx)->Release();
 }
 
+// A worker the host refuses (README.md, "A worker the host refuses"):
+// with every worker busy in a context that never traps, a third context
+// gets no worker made for it; it runs anyway (the busy ones are preempted
+// in turn), the stub lives, and a fourth context cannot be prepared
+// (clone's EAGAIN) until the host gives workers again.
+TEST_F(RingTest, ARefusedWorkerMakesNoDeadProcess) {
+  std::vector<uint8_t> code = kSpin;
+  code.resize(16, 0x90);
+  code.insert(code.end(), {0xb8, 39, 0, 0, 0, 0x0f, 0x05, 0xeb, 0xf7});
+  auto as = NewSpace(code);
+  auto* stub = static_cast<StubProcess*>(as.get());
+  std::atomic<bool> stop{false};
+  std::atomic<int> spins_dead{0};
+  std::vector<std::unique_ptr<platform::Context>> spinners;
+  for (int i = 0; i < 2; i++) {
+    spinners.push_back(std::move(*platform_->NewContext()));
+  }
+  std::vector<std::thread> threads;
+  for (int i = 0; i < 2; i++) {
+    threads.emplace_back([&, i] {
+      CpuState cpu = StartAt(kCode);
+      while (!stop.load()) {
+        Event ev = spinners[i]->Switch(*as, cpu);
+        if (ev.kind == Event::Kind::kDead) {
+          spins_dead++;
+          return;
+        }
+      }
+    });
+  }
+  // Both spinners hold a worker.
+  for (int i = 0; i < 5000 && stub->workers() < 2; i++) usleep(1000);
+  usleep(20000);
+  const uint32_t before = stub->workers();
+  stub->RefuseWorkersForTesting(1 << 20);
+  auto ctx = platform_->NewContext();
+  ASSERT_TRUE((*ctx)->Prepare(*as).ok());
+  CpuState cpu = StartAt(kCode + 16);
+  for (int j = 0; j < 20; j++) {
+    Event ev = (*ctx)->Switch(*as, cpu);
+    ASSERT_EQ(ev.kind, Event::Kind::kSyscall) << j << ": " << ev.detail;
+  }
+  EXPECT_FALSE(stub->dead()) << stub->DeathReason();
+  EXPECT_GE(stub->workers_refused(), 1u);
+  EXPECT_LE(stub->workers(), before + 1);
+  // Refused: a new thread's clone would fail with EAGAIN.
+  auto another = platform_->NewContext();
+  absl::Status st = (*another)->Prepare(*as);
+  EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << st;
+  // The host gives workers again: so does Prepare.
+  stub->RefuseWorkersForTesting(0);
+  EXPECT_TRUE((*another)->Prepare(*as).ok());
+  (*another)->Release();
+  stop = true;
+  for (auto& s : spinners) s->Interrupt();
+  for (auto& t : threads) t.join();
+  EXPECT_EQ(spins_dead.load(), 0);
+  EXPECT_FALSE(stub->dead()) << stub->DeathReason();
+  (*ctx)->Release();
+  for (auto& s : spinners) s->Release();
+}
+
 }  // namespace
 }  // namespace sandboxd::systrap

@@ -30,6 +30,7 @@ void ToProto(const Stats& s, control::SystrapStats* out) {
       s.patch_unserialized.load(std::memory_order_relaxed));
   out->set_compat_syscalls_refused(
       s.compat_syscalls_refused.load(std::memory_order_relaxed));
+  out->set_workers_refused(s.workers_refused.load(std::memory_order_relaxed));
 }
 
 }  // namespace sandboxd::systrap

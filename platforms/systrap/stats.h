@@ -54,6 +54,10 @@ struct Stats {
   // Syscalls of another ABI (`int $0x80` from 64-bit code: the i386
   // table) refused with ENOSYS (context.cc).
   std::atomic<uint64_t> compat_syscalls_refused{0};
+  // Stub workers the host refused (clone failed: its pids, threads or
+  // memory limits); the context waited for a worker, or its clone got
+  // EAGAIN (README.md, "A worker the host refuses").
+  std::atomic<uint64_t> workers_refused{0};
 };
 
 }  // namespace sandboxd::systrap

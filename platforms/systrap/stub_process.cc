@@ -133,7 +133,8 @@ bool StubProcess::WaitForSentry(uint32_t* owner, uint32_t* sentry_sleeping,
 }
 
 bool StubProcess::WaitForContext(ThreadSlot* s, uint64_t spin_cycles,
-                                 const std::atomic<bool>& interrupted) {
+                                 const std::atomic<bool>& interrupted,
+                                 int64_t unmatched_pos) {
   uint32_t* owner = &s->owner;
   if (spin_cycles != 0) {
     const uint64_t start = __rdtsc();
@@ -151,10 +152,23 @@ bool StubProcess::WaitForContext(ThreadSlot* s, uint64_t spin_cycles,
     if (v != kOwnerStub && !corrupt_.exchange(true)) kill(pid_, SIGKILL);
     // Timed, so that an interrupt the worker does not take is noticed
     // without anything to wake us (Interrupt does not).
-    timespec ts{0, kInterruptRetryNs};
+    timespec ts{0, unmatched_pos >= 0 ? kStarvedRetryNs : kInterruptRetryNs};
     if (syscall(SYS_futex, owner, FUTEX_WAIT, v, &ts, nullptr, 0) == 0 ||
-        errno != ETIMEDOUT || !interrupted.load(std::memory_order_seq_cst) ||
-        dead()) {
+        errno != ETIMEDOUT || dead()) {
+      continue;
+    }
+    if (unmatched_pos >= 0) {
+      // No worker was made for our entry. Once `head` is past it a worker
+      // took it (head is the stub's: a wrong value only costs a preempt).
+      const uint32_t head = LoadAcquire(&shared_->ring.head);
+      if (static_cast<int32_t>(head - static_cast<uint32_t>(unmatched_pos)) > 0) {
+        unmatched_pos = -1;
+      } else {
+        PreemptOne(static_cast<int>(s - shared_->slots));
+      }
+    }
+    // While no worker has our entry, the one that takes it sees the flag.
+    if (!interrupted.load(std::memory_order_seq_cst) || unmatched_pos >= 0) {
       continue;
     }
     // The worker has not trapped since the interrupt: send it again (a
@@ -388,8 +402,10 @@ absl::Status StubProcess::StartFirstWorker() {
   // Submit finds it.
   absl::MutexLock l(&start_mu_);
   if (started_) return absl::OkStatus();
-  const uint32_t index = workers_.fetch_add(1) + 1;
-  AddWorker(index, /*matched=*/false);
+  if (AddWorker(/*matched=*/false) != AddResult::kMade) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "systrap: the host refused stub ", pid_, " its first worker"));
+  }
   if (!WaitForSentry(&shared_->ready, &shared_->ready_sleeping,
                      platform_->spin_cycles())) {
     return absl::UnavailableError(
@@ -401,6 +417,18 @@ absl::Status StubProcess::StartFirstWorker() {
 
 absl::StatusOr<int> StubProcess::NewThread() {
   RETURN_IF_ERROR(StartFirstWorker());
+  // A host that refused a worker since the last one was made may refuse
+  // the one this context will need: make it now, idle, so that the
+  // refusal is the clone's EAGAIN and not a context nobody can run.
+  if (worker_refused_.load(std::memory_order_acquire) &&
+      workers_.load(std::memory_order_acquire) <
+          static_cast<uint32_t>(contexts_.load(std::memory_order_acquire)) + 1) {
+    if (AddWorker(/*matched=*/false) == AddResult::kRefused) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "systrap: the host refused stub ", pid_,
+          " a worker for a new thread"));
+    }
+  }
   int slot = -1;
   uint32_t generation = 0;
   {
@@ -447,7 +475,12 @@ void StubProcess::ReleaseThread(int slot) {
   contexts_.fetch_sub(1, std::memory_order_acq_rel);
 }
 
-void StubProcess::AddWorker(uint32_t index, bool matched) {
+StubProcess::AddResult StubProcess::AddWorker(bool matched) {
+  absl::MutexLock l(&add_mu_);
+  const uint32_t n = workers_.load(std::memory_order_acquire);
+  if (n >= kMaxThreads - 1) return AddResult::kAtBound;
+  const uint32_t index = n + 1;
+  workers_.store(index, std::memory_order_release);
   StubWorker* w = &shared_->workers[index];
   w->self = WorkerInStub(index);
   w->stack_top = kStubStacks + (index + 1) * kStackSize - 64;
@@ -457,11 +490,46 @@ void StubProcess::AddWorker(uint32_t index, bool matched) {
   w->sleeping = 0;
   __atomic_store_n(&w->matched, matched ? 1u : 0u, __ATOMIC_RELEASE);
   __atomic_store_n(&shared_->ring.workers, index, __ATOMIC_RELAXED);
-  const int64_t r = Control(kOpClone, index);
-  if (r < 0 && !dead()) {
-    // Host limits (threads, memory): an entry matched to this worker would
-    // never be taken. End the sandbox's process rather than hang it.
-    KillCorrupt("the host refused a new stub worker (clone failed)");
+  int64_t r;
+  if (int t = refuse_for_testing_.load(); t > 0) {
+    refuse_for_testing_.store(t - 1);
+    r = -EAGAIN;
+  } else {
+    r = Control(kOpClone, index);
+  }
+  if (r < 0) {
+    // Host limits (threads, pids, memory): the index is free again, and
+    // the caller decides (README.md, "A worker the host refuses").
+    workers_.store(n, std::memory_order_release);
+    __atomic_store_n(&shared_->ring.workers, n, __ATOMIC_RELAXED);
+    if (!dead()) {
+      worker_refused_.store(true, std::memory_order_release);
+      workers_refused_.fetch_add(1, std::memory_order_relaxed);
+      platform_->fastpath().mutable_counters().workers_refused.fetch_add(
+          1, std::memory_order_relaxed);
+    }
+    return AddResult::kRefused;
+  }
+  worker_refused_.store(false, std::memory_order_release);
+  return AddResult::kMade;
+}
+
+void StubProcess::PreemptOne(int except) {
+  absl::MutexLock l(&slots_mu_);
+  const uint32_t start = preempt_cursor_.fetch_add(1, std::memory_order_relaxed);
+  for (uint32_t k = 0; k < kMaxThreads; k++) {
+    const uint32_t i = 1 + (start + k) % (kMaxThreads - 1);
+    if (static_cast<int>(i) == except || !used_slots_.test(i)) continue;
+    ThreadSlot* s = &shared_->slots[i];
+    if (LoadAcquire(&s->owner) != kOwnerStub) continue;
+    const pid_t tid = __atomic_load_n(&s->running_tid, __ATOMIC_SEQ_CST);
+    if (tid <= 0) continue;
+    // As Interrupt() does: the worker hands it back as an interrupt, its
+    // Sentry thread queues it again, behind the entry that waits.
+    StoreSeqCst(&s->interrupt, 1);
+    syscall(SYS_tgkill, pid_, tid, kInterruptSignal);
+    preempt_cursor_.store(start + k + 1, std::memory_order_relaxed);
+    return;
   }
 }
 
@@ -493,13 +561,15 @@ bool StubProcess::WaitForLappedCell(ContextRing* ring, RingCell* c,
   }
 }
 
-bool StubProcess::Submit(int slot) {
+bool StubProcess::Submit(int slot, int64_t* unmatched_pos) {
+  if (unmatched_pos != nullptr) *unmatched_pos = -1;
   AttachMaps(slot);
   const uint32_t generation = generation_[slot].load(std::memory_order_relaxed);
   ContextRing* ring = &shared_->ring;
+  uint32_t pos;
   {
     absl::MutexLock l(&ring_mu_);
-    const uint32_t pos = tail_;
+    pos = tail_;
     RingCell* c = &ring->cells[pos & (kRingSize - 1)];
     // Free for this lap, or still held by the worker that took the
     // previous lap's entry (WaitForLappedCell); anything else is memory
@@ -519,6 +589,22 @@ bool StubProcess::Submit(int slot) {
   // published and before we look for sleepers (README.md, "The context
   // queue": no lost wakeup).
   __atomic_fetch_add(&ring->futex, 1, __ATOMIC_SEQ_CST);
+  // Entries that no worker was matched to were taken by workers that
+  // counted themselves idle: those counts are not idle workers.
+  for (uint32_t owed = owed_idle_.load(std::memory_order_acquire); owed > 0;) {
+    if (!owed_idle_.compare_exchange_weak(owed, owed - 1)) continue;
+    uint32_t w = LoadSeqCst(&ring->waiting);
+    bool paid = false;
+    while (w > 0 && !paid) {
+      paid = __atomic_compare_exchange_n(&ring->waiting, &w, w - 1, false,
+                                         __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
+    }
+    if (!paid) {
+      owed_idle_.fetch_add(1, std::memory_order_acq_rel);
+      break;
+    }
+    owed = owed_idle_.load(std::memory_order_acquire);
+  }
   uint32_t idle = LoadSeqCst(&ring->waiting);
   while (idle > 0) {
     if (__atomic_compare_exchange_n(&ring->waiting, &idle, idle - 1, false,
@@ -536,15 +622,23 @@ bool StubProcess::Submit(int slot) {
   }
   // Every worker is busy: add one for this entry (without waiting for it;
   // any worker may take the entry first). Bounded by the slots.
-  uint32_t n = workers_.load(std::memory_order_acquire);
-  do {
-    if (n >= kMaxThreads - 1) {
+  switch (AddWorker(/*matched=*/true)) {
+    case AddResult::kMade:
+      break;
+    case AddResult::kAtBound:
       // As many workers as contexts: one of them will be free.
       if (LoadSeqCst(&ring->sleepers) != 0) Futex(&ring->futex, FUTEX_WAKE, 1);
-      return true;
-    }
-  } while (!workers_.compare_exchange_weak(n, n + 1));
-  AddWorker(n + 1, /*matched=*/true);
+      break;
+    case AddResult::kRefused:
+      // The host gives no thread: the entry waits for the next worker that
+      // hands a context back (the ring is FIFO), which counts itself idle
+      // first: one count owed. A sleeper that looked before we published
+      // would miss it.
+      owed_idle_.fetch_add(1, std::memory_order_acq_rel);
+      if (LoadSeqCst(&ring->sleepers) != 0) Futex(&ring->futex, FUTEX_WAKE, 1);
+      if (unmatched_pos != nullptr) *unmatched_pos = pos;
+      break;
+  }
   return true;
 }
 

@@ -13,7 +13,8 @@
 // ring; the stub's workers, threads made by the control thread as load
 // requires, take and run them (README.md, "The context queue").
 //
-// Lock order: StubProcess::start_mu_ > StubProcess::defer_mu_ >
+// Lock order: StubProcess::start_mu_ > StubProcess::add_mu_ >
+// StubProcess::control_mu_; StubProcess::defer_mu_ >
 // StubProcess::control_mu_ >
 // StubProcess::slots_mu_; StubProcess::ring_mu_ is a leaf;
 // Systrap::pool_mu_ > Systrap::live_mu_ > StubProcess::slots_mu_;
@@ -98,6 +99,10 @@ class StubProcess : public platform::AddressSpace,
 
   // Takes a free context slot (the first one of a process also starts the
   // first worker and waits for it). Returns the slot index.
+  // ResourceExhausted when the host refused this process a worker since
+  // its last one was made and refuses the one made here for the new
+  // context too (clone then fails with EAGAIN: README.md, "A worker the
+  // host refuses").
   absl::StatusOr<int> NewThread();
   // Starts the process's first worker (the first NewThread does it when
   // nobody did before): a clone and its FPU image, ~0.1-0.3 ms that a
@@ -109,8 +114,11 @@ class StubProcess : public platform::AddressSpace,
   void ReleaseThread(int slot);
   // Queues the context in `slot` (written, owner kOwnerStub) for a worker:
   // wakes an idle one or adds one. False if the ring was found corrupted
-  // (the process is then killed; its reaper hands the slot back).
-  bool Submit(int slot);
+  // (the process is then killed; its reaper hands the slot back). If the
+  // host refused the worker it needed, *unmatched_pos (when given) is the
+  // entry's ring position, else -1: the entry waits for the next worker
+  // that hands a context back (WaitForContext preempts one if none does).
+  bool Submit(int slot, int64_t* unmatched_pos = nullptr);
 
   // Waits until *owner == kOwnerSentry or the process died: spins for
   // spin_cycles (TSC; 0: not at all), then sleeps on the futex. Returns
@@ -124,9 +132,22 @@ class StubProcess : public platform::AddressSpace,
   // after kInterruptRetries of them the process is killed (a worker that
   // does not take it has its host signals blocked: README.md, "What the
   // filter allows").
+  // `unmatched_pos` (>= 0): Submit found no worker for the entry at that
+  // ring position; while it is not taken, every kStarvedRetryNs another
+  // context of the process running in the stub is interrupted, so that
+  // its worker comes back and takes the entry (time-slicing among the
+  // workers the host gave).
   bool WaitForContext(ThreadSlot* s, uint64_t spin_cycles,
-                      const std::atomic<bool>& interrupted);
+                      const std::atomic<bool>& interrupted,
+                      int64_t unmatched_pos = -1);
   static constexpr long kInterruptRetryNs = 50 * 1000 * 1000;
+  static constexpr long kStarvedRetryNs = 10 * 1000 * 1000;
+  // Tests: the next `n` worker clones are taken as refused by the host.
+  void RefuseWorkersForTesting(int n) { refuse_for_testing_.store(n); }
+  // Workers the host refused this process (clone failed).
+  uint64_t workers_refused() const {
+    return workers_refused_.load(std::memory_order_relaxed);
+  }
   static constexpr int kInterruptRetries = 40;
   // Hands *owner to the stub and wakes it if it sleeps.
   static void HandToStub(uint32_t* owner, uint32_t* stub_sleeping);
@@ -141,10 +162,13 @@ class StubProcess : public platform::AddressSpace,
   // refused it) the process is not used and the destructor reaps it.
   absl::Status StartReaper();
   void Reap();
-  // Makes worker `index` (Control(kOpClone)); matched: made for a queued
-  // entry. Kills the process if the host refuses (an entry would wait
-  // forever).
-  void AddWorker(uint32_t index, bool matched);
+  // Makes the next worker (Control(kOpClone)); matched: made for a queued
+  // entry. kRefused: the host refused it (the worker count is as before).
+  enum class AddResult { kMade, kAtBound, kRefused };
+  AddResult AddWorker(bool matched);
+  // Interrupts one context other than `except` that runs in the stub
+  // (round robin), so that its worker comes back to the ring.
+  void PreemptOne(int except);
   // Kills the process for a corrupted shared structure; `why` is kept for
   // DeathReason.
   void KillCorrupt(const char* why);
@@ -209,6 +233,19 @@ class StubProcess : public platform::AddressSpace,
   absl::Mutex ring_mu_;
   uint32_t tail_ ABSL_GUARDED_BY(ring_mu_) = 0;
   std::atomic<uint32_t> workers_{0};  // made (or being made)
+  // Serializes the making of workers: an index the host refused is given
+  // back (workers_ goes down again) before the next one is tried.
+  absl::Mutex add_mu_ ABSL_ACQUIRED_BEFORE(control_mu_);
+  // A worker clone failed and no worker was made since: a new context
+  // then needs one made for it first (NewThread).
+  std::atomic<bool> worker_refused_{false};
+  // Entries published without a worker matched to them, whose taker
+  // counted itself idle (`waiting`) for nothing: Submit takes that many
+  // off `waiting` before it matches.
+  std::atomic<uint32_t> owed_idle_{0};
+  std::atomic<uint64_t> workers_refused_{0};
+  std::atomic<int> refuse_for_testing_{0};
+  std::atomic<uint32_t> preempt_cursor_{0};
   absl::Mutex slots_mu_;
   // Each slot's generation, the Sentry's own copy (the shared one is what
   // workers check ring entries against). Written under slots_mu_, read by
@@ -236,6 +273,9 @@ class SystrapContext : public platform::Context {
 
   platform::Event Switch(platform::AddressSpace& as,
                          platform::CpuState& cpu) override;
+  // Takes the context slot in `as` (and a worker, if the host refused the
+  // process one before): a refusal fails the clone with EAGAIN.
+  absl::Status Prepare(platform::AddressSpace& as) override;
   void Interrupt() override;
   void Release() override;
 
@@ -253,6 +293,7 @@ class SystrapContext : public platform::Context {
   // stub_ and slot_ only while running_ is set.
   StubProcess* stub_ = nullptr;
   int slot_ = -1;
+  bool fresh_ = false;  // slot_ taken, not run yet: FPU layout to set
   std::atomic<bool> running_{false};
   std::atomic<bool> interrupt_{false};
   bool last_patched_ = false;  // the last syscall came by a patched site

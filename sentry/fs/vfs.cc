@@ -8,6 +8,7 @@
 #include <sys/sysmacros.h>
 
 #include <atomic>
+#include <functional>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -157,6 +158,16 @@ int Vfs::Step(const Location& root, const Location& cur,
   }
   std::shared_ptr<Inode> child;
   int r = cur.inode().Lookup(name, &child);
+  if ((r == -EMFILE || r == -ENFILE) && !dynamic) {
+    // The host's descriptors: the cache of files looked up before holds
+    // them (README.md, "Host descriptors").
+    size_t pruned;
+    {
+      absl::MutexLock l(&mu_);
+      pruned = PruneUnusedLocked();
+    }
+    if (pruned != 0) r = cur.inode().Lookup(name, &child);
+  }
   if (r < 0) {
     if (dynamic) {
       absl::MutexLock l(&mu_);
@@ -176,6 +187,30 @@ int Vfs::Step(const Location& root, const Location& cur,
   }
   *out = MountedOn(Location{cur.mount, slot});
   return 0;
+}
+
+size_t Vfs::PruneUnusedLocked() {
+  size_t n = 0;
+  std::function<void(Dentry&)> prune = [&](Dentry& d) {
+    for (auto it = d.children_.begin(); it != d.children_.end();) {
+      Dentry& c = *it->second;
+      prune(c);
+      if (it->second.use_count() == 1 && c.children_.empty() &&
+          c.mounts_here_ == 0 && c.inode_.use_count() == 1) {
+        it = d.children_.erase(it);
+        n++;
+      } else {
+        ++it;
+      }
+    }
+  };
+  if (root_mount_ != nullptr && root_mount_->root != nullptr) {
+    prune(*root_mount_->root);
+  }
+  for (const auto& [key, m] : mounts_) {
+    if (m->root != nullptr) prune(*m->root);
+  }
+  return n;
 }
 
 int Vfs::Lookup(const Location& dir, const std::string& name, Location* out) {

@@ -195,6 +195,12 @@ class Vfs {
   int Step(const Location& root, const Location& cur, const std::string& name,
            Location* out);
   Location MountedOn(const Location& loc) const ABSL_SHARED_LOCKS_REQUIRED(mu_);
+  // Drops the cached dentries nobody uses: held by the cache alone, their
+  // inode by nothing else, without children or mounts. A host file's
+  // descriptors go with its inode (hostfs keeps one per file looked up),
+  // so a lookup that meets the host's descriptor limit calls this and
+  // tries again. Returns how many went.
+  size_t PruneUnusedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   int Walk(const FsContext& ctx, Location cur, const std::string& path,
            bool follow_last, int* symlinks, Location* out);
 

@@ -238,6 +238,70 @@ void Kernel::AbandonTask(Task* t) {
   gone.reset();
 }
 
+bool Kernel::OutOfMemory() {
+  const uint64_t limit = mf_->limit();
+  struct Candidate {
+    std::shared_ptr<ThreadGroup> g;
+    std::shared_ptr<mm::MM> mm;
+    int adj;
+  };
+  std::vector<Candidate> candidates;
+  {
+    absl::MutexLock l(&mu_);
+    if (!oom_victim_.expired() &&
+        MonotonicNanos() - oom_victim_ns_ < kOomVictimGrace) {
+      return true;  // its memory is on its way back
+    }
+    for (const auto& [tgid, g] : groups_) {
+      if (g->zombie || g->exiting() || g->mm_ptr() == nullptr) continue;
+      const int adj = g->oom_score_adj.load();
+      if (adj <= -1000) continue;
+      candidates.push_back({g, g->mm_ptr(), adj});
+    }
+  }
+  // The sizes without Kernel::mu_ (each takes its MM's lock).
+  std::shared_ptr<ThreadGroup> victim;
+  uint64_t rss = 0;
+  int64_t best = 0;
+  for (const Candidate& c : candidates) {
+    const uint64_t bytes = c.mm->BackedBytes();
+    // Linux's oom_badness: pages, plus adj thousandths of the limit.
+    int64_t points = static_cast<int64_t>(bytes / mm::kPageSize) +
+                     static_cast<int64_t>(c.adj) *
+                         static_cast<int64_t>(limit / mm::kPageSize) / 1000;
+    if (points < 1) points = 1;
+    if (points > best) {
+      best = points;
+      victim = c.g;
+      rss = bytes;
+    }
+  }
+  if (victim == nullptr) return false;
+  std::string comm;
+  {
+    absl::MutexLock l(&mu_);
+    if (!oom_victim_.expired() &&
+        MonotonicNanos() - oom_victim_ns_ < kOomVictimGrace) {
+      return true;  // another task's call chose one meanwhile
+    }
+    if (victim->zombie || victim->exiting()) return true;
+    oom_victim_ = victim->mm_ptr();
+    oom_victim_ns_ = MonotonicNanos();
+    comm = victim->image.comm;
+    oom_kills_.fetch_add(1, std::memory_order_relaxed);
+    if (victim->tgid() == 1) {
+      init_oom_killed_.store(true, std::memory_order_release);
+    }
+  }
+  fprintf(stderr,
+          "sentry: out of memory: the sandbox's memory limit (%llu bytes "
+          "for the application): killed process %d (%s), %llu KiB resident\n",
+          static_cast<unsigned long long>(limit), victim->tgid(), comm.c_str(),
+          static_cast<unsigned long long>(rss >> 10));
+  SignalGroup(*victim, SIGKILL, 0);
+  return true;
+}
+
 std::shared_ptr<Task> Kernel::FindTask(pid_t tid) {
   absl::MutexLock l(&mu_);
   auto it = tasks_.find(tid);

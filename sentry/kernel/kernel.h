@@ -223,6 +223,21 @@ class Kernel {
   // clone can fail with EAGAIN as if they had never been.
   void AbandonTask(Task* t);
 
+  // The memory cgroup's OOM killer for the sandbox's memory limit
+  // (README.md, "Out of memory"): called by a task whose allocation the
+  // memory file refused, holding no lock. Unless a process it killed
+  // before still holds its address space (for at most kOomVictimGrace),
+  // SIGKILLs the live process with the most memory (its RSS in pages plus
+  // oom_score_adj thousandths of the limit; -1000 is never chosen).
+  // False if nobody was killed and nobody is dying.
+  bool OutOfMemory();
+  static constexpr int64_t kOomVictimGrace = 5'000'000'000;  // ns
+  uint64_t oom_kills() const { return oom_kills_.load(std::memory_order_relaxed); }
+  // init was killed by OutOfMemory: the sandbox's exit reason.
+  bool init_oom_killed() const {
+    return init_oom_killed_.load(std::memory_order_acquire);
+  }
+
   // Unimplemented syscalls, counted by number.
   void CountUnimplemented(uint64_t nr);
   std::map<uint64_t, uint64_t> UnimplementedCounts();
@@ -263,6 +278,13 @@ class Kernel {
 
   // Not state (world_stop.h).
   WorldStop world_stop_;
+
+  // OutOfMemory's last victim, until its address space is gone. Not
+  // state: a restored sandbox starts with none.
+  std::weak_ptr<mm::MM> oom_victim_ ABSL_GUARDED_BY(mu_);
+  int64_t oom_victim_ns_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> oom_kills_{0};
+  std::atomic<bool> init_oom_killed_{false};
 
   absl::Mutex unimpl_mu_;
   std::map<uint64_t, uint64_t> unimplemented_ ABSL_GUARDED_BY(unimpl_mu_);

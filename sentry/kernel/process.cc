@@ -37,6 +37,7 @@ void ThreadGroup::InheritFrom(ThreadGroup& parent) {
   absl::MutexLock l(&mu_);
   actions_ = actions;
   limits_ = limits;
+  ApplyMemoryLimitsLocked();
   dumpable.store(parent.dumpable.load());
   no_new_privs.store(parent.no_new_privs.load());
 }

@@ -66,6 +66,9 @@ absl::Status Task::Start() {
     return ErrnoStatus(absl::StrCat("the interrupt eventfd of task ", tid_),
                        EAGAIN);
   }
+  // What the platform needs to run it (systrap: a context slot and its
+  // stub worker; kvm: a vCPU): a host refusal is the clone's EAGAIN.
+  RETURN_IF_ERROR(ctx_->Prepare(mm().address_space()));
   // The new thread waits until thread_ is assigned: a task that exits at
   // once is joined by another task's TaskExited, which must see it
   // joinable (else the Task is destroyed with a joinable thread_).
@@ -272,6 +275,15 @@ void Task::Run() {
         int signo = SIGSEGV, si_code = 0;
         if (mm().HandleFault(ev.addr, ev.write, ev.exec, &signo, &si_code)) {
           cputime_.CountMinorFault();
+        } else if (signo == 0) {
+          // The sandbox's memory limit: as in a memory cgroup, the OOM
+          // killer frees memory and the access is made again (unless this
+          // task is the one killed). Nothing killable: SIGBUS.
+          if (!kernel_->OutOfMemory()) {
+            ForceSignal(SIGBUS, BUS_ADRERR, ev.addr);
+          } else {
+            Block(absl::Now() + absl::Milliseconds(1));
+          }
         } else {
           ForceSignal(signo, si_code, ev.addr);
         }
@@ -345,6 +357,9 @@ void Task::HandleSyscall() {
   in_syscall_.store(true, std::memory_order_release);
   int64_t ret = kernel_->syscalls().Invoke(*this, args);
   in_syscall_.store(false, std::memory_order_release);
+  // An allocation the sandbox's memory limit refused (the call returned
+  // its error): the OOM killer frees memory for what comes next.
+  if (mm::MemoryFile::TakeRefusedOnThisThread()) kernel_->OutOfMemory();
   if (ret != kNoReturnValue) r.rax = static_cast<uint64_t>(ret);
   // An interrupted restartable call is re-run if the handler that
   // interrupted it has SA_RESTART (decided at delivery).

@@ -27,6 +27,19 @@ ThreadGroup::ThreadGroup(Kernel* k, pid_t tgid, std::shared_ptr<mm::MM> mm,
   for (int r = 0; r < RLIM_NLIMITS; r++) {
     getrlimit(static_cast<__rlimit_resource>(r), &limits_[r]);
   }
+  ApplyMemoryLimitsLocked();
+}
+
+void ThreadGroup::ApplyMemoryLimitsLocked() {
+  if (mm_ != nullptr) {
+    mm_->SetRlimits(limits_[RLIMIT_AS].rlim_cur, limits_[RLIMIT_DATA].rlim_cur);
+  }
+}
+
+void ThreadGroup::set_mm(std::shared_ptr<mm::MM> mm) {
+  mm_ = std::move(mm);
+  absl::MutexLock l(&mu_);
+  ApplyMemoryLimitsLocked();
 }
 
 SigAction ThreadGroup::GetAction(int signo) {
@@ -48,6 +61,9 @@ void ThreadGroup::SetLimit(int resource, const rlimit& r) {
   {
     absl::MutexLock l(&mu_);
     limits_[resource] = r;
+    if (resource == RLIMIT_AS || resource == RLIMIT_DATA) {
+      ApplyMemoryLimitsLocked();
+    }
   }
   if (resource == RLIMIT_NOFILE) fds_->set_max_fds(r.rlim_cur);
 }

@@ -77,7 +77,8 @@ class ThreadGroup {
   const std::shared_ptr<fs::FsContext>& fs_ptr() const { return fs_; }
   // execve: the new image. Preconditions: the caller is the group's only
   // task.
-  void set_mm(std::shared_ptr<mm::MM> mm) { mm_ = std::move(mm); }
+  // Also hands the group's RLIMIT_AS and RLIMIT_DATA to the new mm.
+  void set_mm(std::shared_ptr<mm::MM> mm);
   void set_fds(std::shared_ptr<fs::FdTable> fds) { fds_ = std::move(fds); }
 
   // The process tree; guarded by Kernel::mu_ (the tasklist lock).
@@ -214,6 +215,8 @@ class ThreadGroup {
   absl::Mutex mu_ ABSL_ACQUIRED_AFTER(IntervalTimer::mu_);
   std::array<SigAction, kNumSignals> actions_ ABSL_GUARDED_BY(mu_);
   std::array<rlimit, RLIM_NLIMITS> limits_ ABSL_GUARDED_BY(mu_);
+  // RLIMIT_AS and RLIMIT_DATA to mm_ (mm::MM::SetRlimits).
+  void ApplyMemoryLimitsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   ExitStatus status_ ABSL_GUARDED_BY(mu_);
   std::vector<Task*> tasks_ ABSL_GUARDED_BY(mu_);
   Usage dead_usage_ ABSL_GUARDED_BY(mu_);

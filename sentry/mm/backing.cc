@@ -18,6 +18,12 @@ namespace sandboxd::mm {
 // memory left in the memory file, a host read error, the platform refusing
 // a mapping), not because the program touched memory it has no right to:
 // say so on the Sentry's stderr, at most a few times per address space.
+void MM::LogBackingFailure(uintptr_t addr, const absl::Status& why) {
+  // The memory limit's refusals are the OOM killer's to report.
+  if (absl::IsResourceExhausted(why)) return;
+  LogBackingFailure(addr, why.ToString());
+}
+
 void MM::LogBackingFailure(uintptr_t addr, const std::string& why) {
   if (backing_failures_logged_.fetch_add(1, std::memory_order_relaxed) >= 8) {
     return;
@@ -91,7 +97,7 @@ uintptr_t MM::EnsureBacked(VmaMap::const_iterator vit, uintptr_t start,
       len = std::min(len, file_end - obj_off);
       auto off = mf_->Allocate(len);
       if (!off.ok()) {
-        LogBackingFailure(cur, off.status().ToString());
+        LogBackingFailure(cur, off.status());
         *bus = true;
         return cur;
       }
@@ -113,7 +119,7 @@ uintptr_t MM::EnsureBacked(VmaMap::const_iterator vit, uintptr_t start,
     } else {
       auto off = mf_->Allocate(len);
       if (!off.ok()) {
-        LogBackingFailure(cur, off.status().ToString());
+        LogBackingFailure(cur, off.status());
         *bus = true;
         return cur;
       }
@@ -153,7 +159,7 @@ bool MM::BreakCow(uintptr_t start, uintptr_t end, bool unmap_copied,
       }
       auto off = mf_->Allocate(len);
       if (!off.ok()) {
-        LogBackingFailure(s, off.status().ToString());
+        LogBackingFailure(s, off.status());
         return false;
       }
       // No one writes pages with several references (every owner maps them

@@ -29,6 +29,18 @@ void MM::FaultBlock(VmaMap::const_iterator vit, uintptr_t addr,
 
 bool MM::HandleFault(uintptr_t addr, bool write, bool exec, int* signo,
                      int* si_code) {
+  MemoryFile::TakeRefusedOnThisThread();
+  const bool ok = HandleFaultOnce(addr, write, exec, signo, si_code);
+  // A backing the limit refused (a fault-around block that then fitted
+  // as one page is no failure).
+  if (MemoryFile::TakeRefusedOnThisThread() && !ok && *signo == SIGBUS) {
+    *signo = 0;
+  }
+  return ok;
+}
+
+bool MM::HandleFaultOnce(uintptr_t addr, bool write, bool exec, int* signo,
+                         int* si_code) {
   *signo = SIGSEGV;
   *si_code = SEGV_MAPERR;
   if (addr < min_addr_ || addr >= max_addr_) return false;

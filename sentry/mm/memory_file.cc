@@ -68,6 +68,18 @@ void MemoryFile::SetAsyncLoader(std::unique_ptr<AsyncLoader> loader) {
   loader_ = std::move(loader);
 }
 
+namespace {
+// An Allocate of this thread was refused (the limit, a full file): the
+// caller's kernel runs the OOM killer once it holds no lock.
+thread_local bool refused_here = false;
+}  // namespace
+
+bool MemoryFile::TakeRefusedOnThisThread() {
+  const bool r = refused_here;
+  refused_here = false;
+  return r;
+}
+
 absl::StatusOr<uint64_t> MemoryFile::Allocate(uint64_t len) {
   if (len == 0 || !IsPageAligned(len)) {
     return absl::InvalidArgumentError(
@@ -75,6 +87,15 @@ absl::StatusOr<uint64_t> MemoryFile::Allocate(uint64_t len) {
                      " is not a positive page multiple"));
   }
   absl::MutexLock l(&mu_);
+  if (const uint64_t limit = limit_.load(std::memory_order_relaxed);
+      limit != 0 && (len > limit || allocated_ > limit - len)) {
+    refused_here = true;
+    refusals_.fetch_add(1, std::memory_order_relaxed);
+    return absl::ResourceExhaustedError(
+        absl::StrCat("memory file: cannot allocate ", len, " bytes: ",
+                     allocated_, " of the sandbox's limit of ", limit,
+                     " in use"));
+  }
   // First fit among freed ranges keeps the file compact (low offsets are
   // reused first), which keeps FileSize and page tables small.
   for (auto it = free_.begin(); it != free_.end(); ++it) {
@@ -87,6 +108,8 @@ absl::StatusOr<uint64_t> MemoryFile::Allocate(uint64_t len) {
     return off;
   }
   if (len > max_size_ - end_) {
+    refused_here = true;
+    refusals_.fetch_add(1, std::memory_order_relaxed);
     return absl::ResourceExhaustedError(
         absl::StrCat("memory file: cannot allocate ", len, " bytes: ",
                      allocated_, " of ", max_size_, " in use"));

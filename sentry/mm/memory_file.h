@@ -10,6 +10,7 @@
 #ifndef SANDBOXD_SENTRY_MM_MEMORY_FILE_H_
 #define SANDBOXD_SENTRY_MM_MEMORY_FILE_H_
 
+#include <atomic>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -36,6 +37,26 @@ inline constexpr bool IsPageAligned(uint64_t x) {
   return (x & (kPageSize - 1)) == 0;
 }
 
+// The part of a sandbox's memory limit (spec.limits.memory_bytes, the
+// memory cgroup's limit the daemon sets) kept for the Sentry itself: its
+// heap, thread stacks, the populated pages of the memory file not handed
+// out, stub processes and page tables. The application's memory (what the
+// memory file hands out: anonymous, tmpfs/shm, private copies of file
+// pages) is limited to the rest, so that the application's OOM comes from
+// the Sentry's OOM killer before the host's kills the Sentry. A quarter
+// of the limit, at least kMinSentryReserve and at most kMaxSentryReserve;
+// never more than half of it.
+inline constexpr uint64_t kMinSentryReserve = 24ull << 20;
+inline constexpr uint64_t kMaxSentryReserve = 128ull << 20;
+inline constexpr uint64_t ApplicationMemoryLimit(uint64_t sandbox_limit) {
+  if (sandbox_limit == 0) return 0;
+  uint64_t reserve = sandbox_limit / 4;
+  if (reserve < kMinSentryReserve) reserve = kMinSentryReserve;
+  if (reserve > kMaxSentryReserve) reserve = kMaxSentryReserve;
+  if (reserve > sandbox_limit / 2) reserve = sandbox_limit / 2;
+  return PageRoundDown(sandbox_limit - reserve);
+}
+
 class MemoryFile {
  public:
   // The file is grown in steps of this size so that most Allocate calls need
@@ -57,8 +78,26 @@ class MemoryFile {
   uint64_t max_size() const { return max_size_; }
 
   // Returns the file offset of `len` bytes (a positive page multiple) of
-  // zero-filled pages, or ResourceExhausted when the file is full.
+  // zero-filled pages, or ResourceExhausted when the file is full or the
+  // allocation would take AllocatedBytes() past limit(). Such a refusal is
+  // remembered for the calling thread (TakeRefusedOnThisThread): the
+  // kernel then runs its OOM killer with no lock of the caller held.
   absl::StatusOr<uint64_t> Allocate(uint64_t len);
+
+  // The application's share of the sandbox's memory limit, in bytes (0:
+  // none): what a memory cgroup's limit is to Linux's programs
+  // (README.md, "The memory limit"). Set before the application runs.
+  void SetLimit(uint64_t bytes) {
+    limit_.store(bytes, std::memory_order_relaxed);
+  }
+  uint64_t limit() const { return limit_.load(std::memory_order_relaxed); }
+  // Allocations refused for the limit (or a full file), since creation.
+  uint64_t limit_refusals() const {
+    return refusals_.load(std::memory_order_relaxed);
+  }
+  // True once per refusal of an Allocate made by this thread since the
+  // last call (clears it).
+  static bool TakeRefusedOnThisThread();
 
   // Returns [off, off+len) (page-aligned, any subrange of earlier
   // allocations that is not already free) to the allocator. The pages are
@@ -131,6 +170,8 @@ class MemoryFile {
   const UniqueFd fd_;
   const Mapping mapping_;
   const uint64_t max_size_;
+  std::atomic<uint64_t> limit_{0};
+  std::atomic<uint64_t> refusals_{0};
   // Set before the file is shared (SetAsyncLoader), then read only.
   std::unique_ptr<AsyncLoader> loader_;
 

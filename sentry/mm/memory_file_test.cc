@@ -26,6 +26,38 @@ bool AllZero(const uint8_t* p, size_t n) {
   return std::all_of(p, p + n, [](uint8_t b) { return b == 0; });
 }
 
+// The application's memory limit: an allocation past it is refused and
+// remembered for the thread that asked (the kernel's OOM killer runs
+// then), once; freed memory makes room again.
+TEST(MemoryFileTest, TheLimitRefusesAndIsRememberedOnce) {
+  auto mf = NewFile();
+  mf->SetLimit(16 * kPageSize);
+  MemoryFile::TakeRefusedOnThisThread();
+  auto a = mf->Allocate(12 * kPageSize);
+  ASSERT_TRUE(a.ok()) << a.status();
+  EXPECT_FALSE(MemoryFile::TakeRefusedOnThisThread());
+  auto b = mf->Allocate(8 * kPageSize);
+  EXPECT_EQ(b.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_TRUE(MemoryFile::TakeRefusedOnThisThread());
+  EXPECT_FALSE(MemoryFile::TakeRefusedOnThisThread());
+  // Another thread's refusal is not this one's.
+  std::thread([&] { EXPECT_FALSE(mf->Allocate(8 * kPageSize).ok()); }).join();
+  EXPECT_FALSE(MemoryFile::TakeRefusedOnThisThread());
+  EXPECT_EQ(mf->limit_refusals(), 2u);
+  auto c = mf->Allocate(4 * kPageSize);  // exactly to the limit
+  EXPECT_TRUE(c.ok()) << c.status();
+  mf->Free(*a, 12 * kPageSize);
+  EXPECT_TRUE(mf->Allocate(8 * kPageSize).ok());
+}
+
+TEST(MemoryFileTest, ApplicationMemoryLimitKeepsTheSentrysReserve) {
+  EXPECT_EQ(ApplicationMemoryLimit(0), 0u);
+  EXPECT_EQ(ApplicationMemoryLimit(64ull << 20), 40ull << 20);    // 24 MiB
+  EXPECT_EQ(ApplicationMemoryLimit(256ull << 20), 192ull << 20);  // a quarter
+  EXPECT_EQ(ApplicationMemoryLimit(8ull << 30), (8ull << 30) - (128ull << 20));
+  EXPECT_EQ(ApplicationMemoryLimit(16ull << 20), 8ull << 20);     // half at most
+}
+
 TEST(MemoryFileTest, CreateRejectsBadSizes) {
   EXPECT_FALSE(MemoryFile::Create(0).ok());
   EXPECT_FALSE(MemoryFile::Create(kPageSize + 1).ok());

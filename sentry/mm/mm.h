@@ -168,6 +168,15 @@ class MM : public platform::CodePatcher {
   // Only anonymous mappings for now: a request without MAP_ANONYMOUS
   // returns -ENODEV.
   int64_t Mmap(uintptr_t addr, uint64_t len, int prot, int flags);
+  // RLIMIT_AS and RLIMIT_DATA (soft, bytes; RLIM_INFINITY: none), set by
+  // the thread group that owns this MM. mmap, mremap and brk that would
+  // take the mapped total (AS) or the private writable, non-stack total
+  // (DATA, Linux's data_vm) past them fail with ENOMEM (brk: the old
+  // break), as Linux's may_expand_vm.
+  void SetRlimits(uint64_t as_bytes, uint64_t data_bytes) {
+    as_limit_.store(as_bytes, std::memory_order_relaxed);
+    data_limit_.store(data_bytes, std::memory_order_relaxed);
+  }
   // mmap of a file: `max_prot` is what the file's open mode allows
   // (write only if opened for writing or the mapping is private).
   int64_t MmapFile(uintptr_t addr, uint64_t len, int prot, int flags,
@@ -212,6 +221,9 @@ class MM : public platform::CodePatcher {
   // or when the memory file is exhausted.
   bool HandleFault(uintptr_t addr, bool write, bool exec, int* signo,
                    int* si_code);
+  // *signo == 0 on failure: the memory needed is beyond the sandbox's
+  // memory limit (MemoryFile::limit): no signal for the program; the
+  // kernel runs its OOM killer and the access is retried.
 
   // Maps ahead what a new program touches first, as read faults would:
   // every mapping of a file (or of the vDSO) of at most `max_file_bytes`,
@@ -366,6 +378,7 @@ class MM : public platform::CodePatcher {
   // the pieces done so far stay done.
   bool BreakCow(uintptr_t start, uintptr_t end, bool unmap_copied,
                 bool reclaim_only = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void LogBackingFailure(uintptr_t addr, const absl::Status& why);
   void LogBackingFailure(uintptr_t addr, const std::string& why)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Maps the PMAs intersecting [start, end) into the AddressSpace with the
@@ -398,6 +411,8 @@ class MM : public platform::CodePatcher {
   // fault-around block and, if the block is backed and needs no copy for
   // this access, maps it under the reader lock.
   enum class SharedFault { kMapped, kSignal, kContinue };
+  bool HandleFaultOnce(uintptr_t addr, bool write, bool exec, int* signo,
+                       int* si_code);
   SharedFault HandleFaultShared(uintptr_t addr, bool write, bool exec,
                                 int* signo, int* si_code)
       ABSL_LOCKS_EXCLUDED(mu_);
@@ -478,6 +493,14 @@ class MM : public platform::CodePatcher {
   // brk_start_ <= brk_; the heap VMA covers [brk_start_, PageRoundUp(brk_)).
   uintptr_t brk_start_ ABSL_GUARDED_BY(mu_) = 0;
   uintptr_t brk_ ABSL_GUARDED_BY(mu_) = 0;
+  std::atomic<uint64_t> as_limit_{~uint64_t{0}};
+  std::atomic<uint64_t> data_limit_{~uint64_t{0}};
+  // may_expand_vm: false if `bytes` more of mapping (`data`: private
+  // writable, not a stack) would pass RLIMIT_AS or RLIMIT_DATA, counting
+  // [replace_start, replace_end) (what a MAP_FIXED replaces) as gone.
+  bool MayExpandLocked(uint64_t bytes, bool data, uintptr_t replace_start = 0,
+                       uintptr_t replace_end = 0) const
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   std::atomic<uint32_t> membarrier_{0};  // see membarrier_registrations()
   // Syscall patching: the table's range (0 when not mapped), and each
   // patched site with the bytes it had and what restores it while threads

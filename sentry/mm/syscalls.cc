@@ -38,6 +38,33 @@ bool RoundLen(uint64_t len, uint64_t* out) {
 
 }  // namespace
 
+bool MM::MayExpandLocked(uint64_t bytes, bool data, uintptr_t replace_start,
+                         uintptr_t replace_end) const {
+  const uint64_t as_limit = as_limit_.load(std::memory_order_relaxed);
+  const uint64_t data_limit = data_limit_.load(std::memory_order_relaxed);
+  constexpr uint64_t kNone = ~uint64_t{0};
+  if (as_limit == kNone && (!data || data_limit == kNone)) return true;
+  uint64_t total = 0, data_total = 0;
+  for (const auto& [start, v] : vmas_) {
+    // The part a MAP_FIXED replaces is not counted twice.
+    const uintptr_t s = std::max(start, replace_start);
+    const uintptr_t e = std::min(v.end, replace_end);
+    const uint64_t len = (v.end - start) - (s < e ? e - s : 0);
+    total += len;
+    if (v.is_private && v.prot.write && !v.growsdown && v.name != "[stack]") {
+      data_total += len;
+    }
+  }
+  if (as_limit != kNone && (bytes > as_limit || total > as_limit - bytes)) {
+    return false;
+  }
+  if (data && data_limit != kNone &&
+      (bytes > data_limit || data_total > data_limit - bytes)) {
+    return false;
+  }
+  return true;
+}
+
 int64_t MM::Mmap(uintptr_t addr, uint64_t len, int prot, int flags) {
   if (!(flags & MAP_ANONYMOUS)) return -ENODEV;  // files: MmapFile
   return MmapInternal(addr, len, prot, flags, nullptr, 0,
@@ -120,11 +147,20 @@ int64_t MM::MmapInternal(uintptr_t addr, uint64_t len, int prot, int flags,
     addr = FindPlacement(addr, len, (flags & MAP_32BIT) != 0);
     if (addr == 0) return -ENOMEM;
   }
+  if (!MayExpandLocked(len, !shared && want.write && !vma.growsdown,
+                       fixed ? addr : 0, fixed ? addr + len : 0)) {
+    return -ENOMEM;
+  }
 
   // Allocate before replacing anything, so that failure changes nothing.
   if (shared && vma.mappable == nullptr) {
     auto off = mf_->Allocate(len);
-    if (!off.ok()) return -ENOMEM;
+    if (!off.ok()) {
+      // The whole object is allocated here, not at its faults: its
+      // refusal is this call's ENOMEM, not a reason to kill anyone.
+      MemoryFile::TakeRefusedOnThisThread();
+      return -ENOMEM;
+    }
     vma.shared_anon = std::make_shared<SharedAnon>(mf_, *off, len);
     vma.name = "/dev/zero (deleted)";  // what Linux shows for shared anon
   }
@@ -322,6 +358,13 @@ int64_t MM::Mremap(uintptr_t old_addr, uint64_t old_len, uint64_t new_len,
   // Grow in place if the range ends the VMA and the space after it is free.
   const uintptr_t old_end = old_addr + old_len;
   const uint64_t delta = new_len - old_len;
+  {
+    const Vma& v = vit->second;
+    if (!MayExpandLocked(old_len == 0 ? new_len : delta,
+                         v.is_private && v.prot.write && !v.growsdown)) {
+      return -ENOMEM;
+    }
+  }
   if (old_len != 0 && old_end == vit->second.end && old_end <= max_addr_ &&
       delta <= max_addr_ - old_end && IsFree(old_end, old_end + delta)) {
     vit->second.end = old_end + delta;
@@ -350,7 +393,8 @@ int64_t MM::Brk(uintptr_t addr) {
     // failure brk returns the old break, not an error.
     uintptr_t check_end = std::min<uintptr_t>(max_addr_, new_end + kPageSize);
     if (new_end > max_addr_ || new_end - old_end > OvercommitLimit() ||
-        !IsFree(old_end, check_end)) {
+        !IsFree(old_end, check_end) ||
+        !MayExpandLocked(new_end - old_end, /*data=*/true)) {
       return static_cast<int64_t>(brk_);
     }
     Vma heap;

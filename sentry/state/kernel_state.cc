@@ -467,8 +467,9 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
 absl::Status KernelState::SaveKernel(Saver& s, Kernel& k, const fs::Vfs& vfs,
                                      MmCheckpointer& mms) {
   // world_stop_ is not state: a save runs inside a stop, a load starts
-  // without one.
-  SBX_SAVED_SIZE(kernel::Kernel, 504);
+  // without one. Nor is the OOM killer's last victim and its counts (a
+  // restored sandbox starts with none killed).
+  SBX_SAVED_SIZE(kernel::Kernel, 544);
   std::vector<std::shared_ptr<ThreadGroup>> groups;
   std::vector<std::shared_ptr<Task>> tasks;
   pid_t next_tid;
@@ -639,6 +640,7 @@ absl::Status KernelState::LoadGroup(Loader& l, Kernel& k, fs::Vfs& vfs,
       g->limits_[i].rlim_cur = r.rlimits(i).cur();
       g->limits_[i].rlim_max = r.rlimits(i).max();
     }
+    g->ApplyMemoryLimitsLocked();  // RLIMIT_AS and RLIMIT_DATA to its mm
     g->status_ = kernel::ExitStatus{r.exit_code(), r.exit_signo(), r.exit_core()};
     g->stop_signo_ = r.stop_signo();
     // The tasks reach their stop point again after the start; the stop is

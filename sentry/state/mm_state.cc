@@ -128,7 +128,9 @@ absl::StatusOr<uint64_t> MmState::SaveMappable(
 }
 
 absl::Status MmState::SaveMm(Saver& s, mm::MM& mm, pb::Mm* r) {
-  SBX_SAVED_SIZE(mm::MM, 256);
+  // as_limit_ and data_limit_ are the thread group's RLIMIT_AS/DATA,
+  // handed to the MM again when the group is loaded.
+  SBX_SAVED_SIZE(mm::MM, 272);
   SBX_SAVED_SIZE(mm::Vma, 96);
   SBX_SAVED_SIZE(mm::Pma, 24);
   // Copied out under the MM's lock; what the VMAs refer to is saved without

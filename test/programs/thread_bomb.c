@@ -3,7 +3,10 @@
  * failure, then releases and joins them all. Run only inside a sandbox
  * with a task limit (test/exhaustion_test.sh): the failure must be EAGAIN.
  * Prints "thread_bomb: first failure EAGAIN", "thread_bomb: joined all"
- * and exits 0 when both hold. */
+ * and exits 0 when both hold.
+ * `thread_bomb SECONDS spin`: the threads spin (no syscalls) instead of
+ * waiting, so that each one keeps a stub worker (systrap) busy: the host
+ * refusing a worker must then be the clone's EAGAIN too. */
 #include <errno.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -15,8 +18,13 @@
 
 static pthread_mutex_t mu = PTHREAD_MUTEX_INITIALIZER;
 static pthread_cond_t cv = PTHREAD_COND_INITIALIZER;
-static int released;
+static volatile int released;
 static pthread_t threads[MAX_THREADS];
+
+static void* Spin(void* arg) {
+  while (!released) __builtin_ia32_pause();
+  return arg;
+}
 
 static void* Wait(void* arg) {
   pthread_mutex_lock(&mu);
@@ -33,6 +41,7 @@ static double Now(void) {
 
 int main(int argc, char** argv) {
   double hammer_s = argc > 1 ? atof(argv[1]) : 1.0;
+  void* (*fn)(void*) = argc > 2 && strcmp(argv[2], "spin") == 0 ? Spin : Wait;
   pthread_attr_t attr;
   pthread_attr_init(&attr);
   pthread_attr_setstacksize(&attr, 64 * 1024);
@@ -40,7 +49,7 @@ int main(int argc, char** argv) {
   double until = 0;
   while (n < MAX_THREADS) {
     if (first_err != 0 && Now() > until) break;
-    int r = pthread_create(&threads[n], &attr, Wait, NULL);
+    int r = pthread_create(&threads[n], &attr, fn, NULL);
     if (r != 0) {
       if (first_err == 0) {
         first_err = r;

@@ -82,6 +82,11 @@ void Kernel::ResumeTheWorld() {
   world_stop_.held = false;
   world_stop_.requested.store(false, std::memory_order_release);
   world_stop_.generation++;
+  // Emptied here, not by each task as it leaves: a task that has not run
+  // since this resume is not parked in the next stop, and must not count
+  // as parked there (it still goes through signal delivery before it
+  // parks again).
+  world_stop_.parked.clear();
   world_stop_.resume_cv.SignalAll();
 }
 
@@ -94,7 +99,6 @@ void Kernel::ParkForWorldStop(Task& t) {
   while (world_stop_.generation == generation) {
     world_stop_.resume_cv.Wait(&world_stop_.mu);
   }
-  world_stop_.parked.erase(t.tid());
 }
 
 }  // namespace sandboxd::kernel

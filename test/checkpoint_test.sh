@@ -9,7 +9,8 @@
 #     the rest of that run's (the checkpoint prints where stdout stood);
 #     programs: test/checkpoint/objects.py (timer, large dict, pipe, unix
 #     socket pair with queued data and a passed fd, epoll, pty, threads in
-#     futex waits) and test/checkpoint/pipeline.sh (a pipeline mid-flight);
+#     futex waits), test/checkpoint/pipeline.sh (a pipeline mid-flight)
+#     and test/checkpoint/vfork.py (saved between a vfork and its exec);
 #   - one image restored three times gives equal, independent runs: pages
 #     loaded while the program runs (the default), eagerly
 #     (--restore-pages=eager), and with exclusive waits under a rate limit;
@@ -68,6 +69,10 @@ run_case() {
 
 run_case objects 400ms "$PY" "$here/checkpoint/objects.py"
 run_case pipeline 250ms /bin/sh "$here/checkpoint/pipeline.sh"
+# Saved while a vfork child has not exec'd yet (its parent waits in
+# posix_spawn): restored, the child carries on and the parent's call
+# returns its pid once it execs.
+run_case vfork 1500ms "$PY" "$here/checkpoint/vfork.py"
 
 # A 256 MiB dirtied heap restored at 64 MB/s: the program runs before its
 # memory has arrived (its digest of the heap waits for the pages, ~4 s)

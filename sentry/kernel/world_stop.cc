@@ -11,7 +11,9 @@
 //
 // The stop is complete when every live task is parked: live_tasks_ (under
 // Kernel::mu_) equals the parked set (under WorldStop::mu), read with
-// both locks held. A parked task neither creates nor ends tasks; a task
+// both locks held. The set holds the tasks parked in this stop only: the
+// end of a stop empties it, so a task that has not run since the last
+// resume has to park again before the next stop counts it. A parked task neither creates nor ends tasks; a task
 // that is not parked yet either parks, or exits (TaskExited lowers
 // live_tasks_ and tells the stopper), or creates a task, which parks at
 // the top of its loop before its first instruction.

@@ -69,7 +69,7 @@ args_of() {
 }
 
 # in_dir DIR OUT CMD...: CMD in DIR, stdin /dev/null, stdout to OUT.out,
-# stderr to OUT.err; $status.
+# stderr to OUT.err; $status, and the function's own status (for `wait`).
 in_dir() {
   local dir=$1 out=$2
   shift 2
@@ -78,6 +78,7 @@ in_dir() {
     (cd "$dir" && exec timeout -k 5 60 "$@") </dev/null >"$out.out" 2>"$out.err"
     status=$?
   } 2>/dev/null
+  return "$status"
 }
 
 # The conformance programs: those named, or in BINDIR those of
@@ -111,11 +112,37 @@ for v in $VARIANTS; do
     ms=$((1 + RANDOM % MAX_MS))
     for try in 1 2 3; do
       rm -rf "$d/img"
+      rm -f "$d/rest.out" "$d/rest.err"
       in_dir "$d/run$try" "$d/orig" "$SENTRY" run "${ENV_FLAGS[@]}" \
         --checkpoint-after="${ms}ms" --image="$d/img" --leave-running -- \
-        "$bin" "${ARGS[@]}"
-      orig_status=$status
+        "$bin" "${ARGS[@]}" &
+      orig_pid=$!
+      # The restore starts as soon as the image is there, while the
+      # original runs on: CLOCK_MONOTONIC passes between a save and its
+      # restore (sentry/state/README.md), and programs that time their
+      # own sleeps (jobctl, itimers) see that gap as a late wakeup.
+      rest_pid=
+      while kill -0 "$orig_pid" 2>/dev/null; do
+        if grep -q '^sentry: checkpoint: .*stdout at' "$d/orig.err" 2>/dev/null; then
+          in_dir "$d/restored" "$d/rest" "$SENTRY" restore --image="$d/img" &
+          rest_pid=$!
+          break
+        fi
+        grep -q '^sentry: checkpoint: ' "$d/orig.err" 2>/dev/null && break
+        sleep 0.01
+      done
+      wait "$orig_pid"
+      orig_status=$?
       at=$(sed -n 's/^sentry: checkpoint: .*stdout at \([0-9]*\)$/\1/p' "$d/orig.err")
+      if [ -n "$at" ] && [ -z "$rest_pid" ]; then
+        in_dir "$d/restored" "$d/rest" "$SENTRY" restore --image="$d/img" &
+        rest_pid=$!
+      fi
+      rest_status=
+      if [ -n "$rest_pid" ]; then
+        wait "$rest_pid"
+        rest_status=$?
+      fi
       [ -n "$at" ] && break
       # A checkpoint that failed is a finding, not a reason to try again.
       grep -q '^sentry: checkpoint: ' "$d/orig.err" && break
@@ -137,7 +164,7 @@ for v in $VARIANTS; do
       fi
       continue
     fi
-    in_dir "$d/restored" "$d/rest" "$SENTRY" restore --image="$d/img"
+    status=$rest_status
     check "$name: restored from ${ms}ms (stdout at $at): status $native_status ($(head -c 200 "$d/rest.err"))" \
       eq "$status" "$native_status"
     head -c "$at" "$d/orig.out" >"$d/joined"

@@ -242,7 +242,9 @@ absl::StatusOr<uint64_t> KernelState::SaveGroup(Saver& s, ThreadGroup& g,
           r->set_ctty(pty);
           r->set_ctty_console(console);
         }
-        ASSIGN_OR_RETURN(uint64_t fds, FsState::SaveFdTable(s, vfs, g.fds_));
+        ASSIGN_OR_RETURN(uint64_t fds,
+                         Annotate(FsState::SaveFdTable(s, vfs, g.fds_),
+                                  absl::StrCat("process ", g.tgid())));
         r->set_fd_table(fds);
         ASSIGN_OR_RETURN(uint64_t fsc, FsState::SaveFsContext(s, vfs, g.fs_));
         r->set_fs_context(fsc);

@@ -6,7 +6,7 @@ import os
 import sys
 
 ACTIONS = [(os.POSIX_SPAWN_DUP2, 1, 100 + i % 50) for i in range(4000)]
-for i in range(12):
+for i in range(24):
     pid = os.posix_spawn("/bin/echo", ["echo", "spawned", str(i)], {},
                          file_actions=ACTIONS)
     _, status = os.waitpid(pid, 0)

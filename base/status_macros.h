@@ -34,6 +34,13 @@ inline absl::Status Annotate(const absl::Status& s, absl::string_view what) {
   return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
 }
 
+// The same for a value or its error.
+template <typename T>
+absl::StatusOr<T> Annotate(absl::StatusOr<T> s, absl::string_view what) {
+  if (s.ok()) return s;
+  return Annotate(s.status(), what);
+}
+
 // An absl::Status for a failed host call, with errno's text.
 absl::Status ErrnoStatus(absl::string_view what, int err);
 

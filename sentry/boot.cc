@@ -599,7 +599,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Restore(Prewarmed pw,
 
 absl::StatusOr<state::SaveResult> Sandbox::Checkpoint(
     const state::ImageDir& dir, bool leave_running, const std::string& spec,
-    StageClock* clock) {
+    StageClock* clock, const std::function<void()>& while_stopped) {
   if (!started()) return absl::FailedPreconditionError("not started");
   if (done()) return absl::FailedPreconditionError("the sandbox has exited");
   absl::MutexLock cl(&checkpoint_mu_);
@@ -627,6 +627,7 @@ absl::StatusOr<state::SaveResult> Sandbox::Checkpoint(
                              clock)
           : state::SaveImageInto(dir.fd, dir.name, *kernel_, *vfs_,
                                  rootfs_.get(), so, clock);
+  if (saved.ok() && while_stopped) while_stopped();
   // Queued while every task is parked: the kill acts as they go on.
   if (saved.ok() && !leave_running) KillAll();
   checkpoints_->Ended(saved.ok());

@@ -211,10 +211,12 @@ class Sandbox {
   // pages are all loaded first), then the sandbox goes on
   // (`leave_running`) or is killed. A failed save (an object that cannot
   // be saved: the error names it) leaves the sandbox running and no image.
-  absl::StatusOr<state::SaveResult> Checkpoint(const state::ImageDir& dir,
-                                               bool leave_running,
-                                               const std::string& spec,
-                                               StageClock* clock);
+  // `while_stopped`, when given, runs after a successful save and before
+  // the sandbox goes on (what stood where at the save: sentry run's
+  // stdout offset).
+  absl::StatusOr<state::SaveResult> Checkpoint(
+      const state::ImageDir& dir, bool leave_running, const std::string& spec,
+      StageClock* clock, const std::function<void()>& while_stopped = nullptr);
   // Loads the Sentry's seccomp filter (when Prewarm built one), then runs
   // init on a thread of its own: returns at once.
   absl::Status Start();

@@ -677,7 +677,13 @@ int Run(const Options& o) {
       absl::SleepFor(o.checkpoint_after);
       StageClock cc;
       checkpoint_started.store(true);
-      auto r = sandbox->Checkpoint(o.image, o.leave_running, "", &cc);
+      // Where the saved run's stdout stood (a file: what a test splits
+      // the uninterrupted run's output at), read before the sandbox goes
+      // on and writes more.
+      off_t at = -1;
+      auto r = sandbox->Checkpoint(o.image, o.leave_running, "", &cc, [&at] {
+        at = lseek(STDOUT_FILENO, 0, SEEK_CUR);
+      });
       if (!r.ok()) {
         fprintf(stderr, "sentry: checkpoint: %s\n",
                 std::string(r.status().message()).c_str());
@@ -687,9 +693,6 @@ int Run(const Options& o) {
         }
         return;
       }
-      // Where the saved run's stdout stood (a file: what a test splits
-      // the uninterrupted run's output at).
-      const off_t at = lseek(STDOUT_FILENO, 0, SEEK_CUR);
       fprintf(stderr,
               "sentry: checkpoint: %s: %lu bytes of state, %lu pages, "
               "stdout at %ld\n",

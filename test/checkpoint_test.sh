@@ -9,7 +9,12 @@
 #     the rest of that run's (the checkpoint prints where stdout stood);
 #     programs: test/checkpoint/objects.py (timer, large dict, pipe, unix
 #     socket pair with queued data and a passed fd, epoll, pty, threads in
-#     futex waits) and test/checkpoint/pipeline.sh (a pipeline mid-flight);
+#     futex waits), test/checkpoint/pipeline.sh (a pipeline mid-flight)
+#     test/checkpoint/vfork.py (saved between a vfork and its exec),
+#     test/checkpoint/sqlite.sh (sqlite3 with a database open in /tmp),
+#     test/checkpoint/inotify.py (an inotify watch across the restore);
+#   - a host descriptor other than stdio: the checkpoint fails naming it;
+#   - with --systrap-patch=on: the restored run's output goes on;
 #   - one image restored three times gives equal, independent runs: pages
 #     loaded while the program runs (the default), eagerly
 #     (--restore-pages=eager), and with exclusive waits under a rate limit;
@@ -68,6 +73,48 @@ run_case() {
 
 run_case objects 400ms "$PY" "$here/checkpoint/objects.py"
 run_case pipeline 250ms /bin/sh "$here/checkpoint/pipeline.sh"
+# Saved while a vfork child has not exec'd yet (its parent waits in
+# posix_spawn): restored, the child carries on and the parent's call
+# returns its pid once it execs.
+run_case vfork 600ms "$PY" "$here/checkpoint/vfork.py"
+# sqlite3 with its database open in /tmp, fed from a pipe mid-flight.
+if [ -x /usr/bin/sqlite3 ]; then
+  run_case sqlite 500ms /bin/sh "$here/checkpoint/sqlite.sh"
+else
+  echo "# SKIP sqlite: /usr/bin/sqlite3 not installed (tools/install_deps.sh)"
+fi
+# An inotify watch on a /tmp directory: events keep coming after a restore.
+run_case inotify 400ms "$PY" "$here/checkpoint/inotify.py"
+
+# A host descriptor other than stdio (a reopen of stdout through
+# /proc/self/fd) cannot be saved: the checkpoint fails naming the process,
+# the descriptor and the host file, and the sandbox goes on.
+capture 60 "$SENTRY" run --rootfs=/ --checkpoint-after=300ms \
+  --image="$tmp/hostfd.img" --leave-running -- \
+  /bin/sh -c 'exec 3</proc/self/fd/1; sleep 1; echo goes on'
+check "host fd: the sandbox goes on" eq "$(cat "$tmp/out")" "goes on"
+check "host fd: the checkpoint names the process and descriptor 3" \
+  contains "$tmp/err" "process 1: descriptor 3: a host file"
+check "host fd: ... and what the host file is" contains "$tmp/err" "a host regular file"
+check "host fd: no image" test ! -e "$tmp/hostfd.img"
+
+# Syscall patching: the sites patched before the save are written back in
+# the image and patched again as the restored program runs.
+if sentry_probe "$SENTRY" --systrap-patch=on; then
+  capture 60 "$SENTRY" run --rootfs=/ --systrap-patch=on --checkpoint-after=300ms \
+    --image="$tmp/patch.img" --leave-running -- /bin/sh "$here/checkpoint/pipeline.sh"
+  cp "$tmp/out" "$tmp/patch.orig"
+  at=$(sed -n 's/.*stdout at \([0-9]*\)$/\1/p' "$tmp/err")
+  check "patched: checkpointed ($(head -c 200 "$tmp/err"))" ge "${at:-0}" 1
+  capture 60 "$SENTRY" restore --rootfs=/ --systrap-patch=on --image="$tmp/patch.img"
+  check "patched: the restore exits 0 ($(head -c 200 "$tmp/err"))" eq "$status" 0
+  head -c "${at:-0}" "$tmp/patch.orig" >"$tmp/patch.joined"
+  cat "$tmp/out" >>"$tmp/patch.joined"
+  check "patched: output before the checkpoint + restored = the whole run" \
+    cmp -s "$tmp/patch.joined" "$tmp/patch.orig"
+else
+  echo "# SKIP patched sites: $probe_why"
+fi
 
 # A 256 MiB dirtied heap restored at 64 MB/s: the program runs before its
 # memory has arrived (its digest of the heap waits for the pages, ~4 s)

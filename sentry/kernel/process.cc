@@ -62,14 +62,17 @@ void Task::VforkDone() {
 void Task::WaitVforkDone(Task& parent) {
   // `parent` is the calling task; it sleeps here, using no CPU.
   parent.cputime().StartBlocking(MonotonicNowNs());
+  parent.vfork_waiting_for_ = this;
   {
     absl::MutexLock l(&vfork_mu_);
     // Like Linux's killable wait: signals do not end it, the parent's exit
     // does (checked a few times a second).
     while (!vfork_done_ && !parent.group().exiting()) {
       if (kernel_->world_stop_requested()) {
-        // A safe point for a checkpoint's stop (which then fails to save
-        // the vfork: sentry/state/README.md); seen within the timeout.
+        // A safe point for a checkpoint's stop: the parent is saved as
+        // returned from its vfork and waiting for this child
+        // (vfork_waiting_for_, sentry/state/README.md); seen within the
+        // timeout.
         vfork_mu_.Unlock();
         kernel_->ParkForWorldStop(parent);
         vfork_mu_.Lock();
@@ -79,6 +82,7 @@ void Task::WaitVforkDone(Task& parent) {
                                  absl::Milliseconds(200));
     }
   }
+  parent.vfork_waiting_for_ = nullptr;
   parent.cputime().StopBlocking(MonotonicNowNs());
 }
 

@@ -252,6 +252,12 @@ void Task::Run() {
     fs::SetCurrentCredentials(creds_.get());
   }
   cputime_.Start(MonotonicNowNs());
+  if (restored_vfork_child_ != nullptr) {
+    // Saved inside its vfork: the call returned (rax is the child's tid)
+    // once the child execs or exits, as it does here.
+    std::shared_ptr<Task> child = std::move(restored_vfork_child_);
+    child->WaitVforkDone(*this);
+  }
   while (!exit_thread_ && !killed_ && !tg_->exiting()) {
     DeliverPendingSignals();
     if (exit_thread_ || killed_ || tg_->exiting()) break;

@@ -336,6 +336,13 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
   bool vforked_ = false;
   absl::Mutex vfork_mu_;
   bool vfork_done_ ABSL_GUARDED_BY(vfork_mu_) = false;
+  // The vfork child this task (its parent) waits for in WaitVforkDone:
+  // set and cleared by this task's own thread around the wait, read by a
+  // checkpoint while the task is parked in it (the park orders the two).
+  Task* vfork_waiting_for_ = nullptr;
+  // A restored parent's vfork child, waited for before the task's first
+  // instruction (Run): the load's counterpart of vfork_waiting_for_.
+  std::shared_ptr<Task> restored_vfork_child_;
   int exit_code_ = 0;
   TaskCpuTime cputime_;
   // A leaf lock: readers copy the pointer and drop it.

@@ -662,6 +662,38 @@ TEST_F(TaskTest, WorldStopIsRaceFreeWithCloneAndExit) {
   EXPECT_EQ(st.signo, 0);
 }
 
+// A stop taken right after another ended does not count the tasks parked
+// in the first one as parked: each has to park again. A task woken by a
+// signal sent during the first stop would otherwise act on it (here: end
+// its group) while the second stop is held.
+TEST_F(TaskTest, WorldStopRightAfterAResumeWaitsForEveryTaskToParkAgain) {
+  platform_->AddScript({
+      [](CpuState& cpu) { return Syscall(cpu, kNrBlock); },
+  });
+  Task* init = CreateInit();
+  // A signal's sender holds the task (it may exit before Send returns).
+  std::shared_ptr<Task> hold = kernel_->FindTask(1);
+  auto run = std::async(std::launch::async,
+                        [&] { return kernel_->RunUntilInitExits(init); });
+  ASSERT_TRUE(Eventually([] { return blocked_calls.load() == 1; }));
+  ASSERT_TRUE(kernel_->StopTheWorld(absl::Seconds(5)).ok());
+  init->SendSignal(SIGTERM, 0);
+  kernel_->ResumeTheWorld();
+  absl::Status again = kernel_->StopTheWorld(absl::Seconds(5));
+  // Either the task parked again (the signal waits) or it went on and
+  // the group ended before the stop completed: never both a completed
+  // stop and a group that acts during it.
+  if (again.ok()) {
+    const bool exiting_at_stop = init->group().exiting();
+    absl::SleepFor(absl::Milliseconds(50));
+    EXPECT_EQ(init->group().exiting(), exiting_at_stop)
+        << "the task ran during the stop";
+    kernel_->ResumeTheWorld();
+  }
+  ASSERT_EQ(run.wait_for(std::chrono::seconds(20)), std::future_status::ready);
+  EXPECT_EQ(run.get().signo, SIGTERM);
+}
+
 // A task of a stopped group (SIGSTOP) is at a safe point too.
 TEST_F(TaskTest, WorldStopIncludesAGroupStoppedTask) {
   Task* init = CreateInit();

@@ -11,7 +11,9 @@
 //
 // The stop is complete when every live task is parked: live_tasks_ (under
 // Kernel::mu_) equals the parked set (under WorldStop::mu), read with
-// both locks held. A parked task neither creates nor ends tasks; a task
+// both locks held. The set holds the tasks parked in this stop only: the
+// end of a stop empties it, so a task that has not run since the last
+// resume has to park again before the next stop counts it. A parked task neither creates nor ends tasks; a task
 // that is not parked yet either parks, or exits (TaskExited lowers
 // live_tasks_ and tells the stopper), or creates a task, which parks at
 // the top of its loop before its first instruction.
@@ -82,6 +84,11 @@ void Kernel::ResumeTheWorld() {
   world_stop_.held = false;
   world_stop_.requested.store(false, std::memory_order_release);
   world_stop_.generation++;
+  // Emptied here, not by each task as it leaves: a task that has not run
+  // since this resume is not parked in the next stop, and must not count
+  // as parked there (it still goes through signal delivery before it
+  // parks again).
+  world_stop_.parked.clear();
   world_stop_.resume_cv.SignalAll();
 }
 
@@ -94,7 +101,6 @@ void Kernel::ParkForWorldStop(Task& t) {
   while (world_stop_.generation == generation) {
     world_stop_.resume_cv.Wait(&world_stop_.mu);
   }
-  world_stop_.parked.erase(t.tid());
 }
 
 }  // namespace sandboxd::kernel

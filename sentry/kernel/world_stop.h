@@ -27,7 +27,8 @@ struct WorldStop {
   absl::CondVar stopped_cv;
   // Signalled when the stop ends: parked tasks go on.
   absl::CondVar resume_cv;
-  // Tids of the tasks parked at a safe point.
+  // Tids of the tasks parked at a safe point in the current stop
+  // (emptied by its end: ResumeTheWorld).
   std::set<pid_t> parked ABSL_GUARDED_BY(mu);
   // Bumped by every end of a stop, so that a task parked in one stop
   // does not stay parked in the next one.

@@ -24,7 +24,9 @@ absl::StatusOr<uint64_t> FsState::SaveFdTable(
           }
         }
         for (const auto& [fd, e] : open) {
-          ASSIGN_OR_RETURN(uint64_t file, SaveFile(s, vfs, e.file));
+          ASSIGN_OR_RETURN(uint64_t file,
+                           Annotate(SaveFile(s, vfs, e.file),
+                                    absl::StrCat("descriptor ", fd)));
           pb::FdEntry* fe = r->add_fds();
           fe->set_fd(fd);
           fe->set_file(file);

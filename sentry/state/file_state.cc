@@ -3,6 +3,8 @@
 // event_file_state.cc, epoll and inotify in their own files, ttys in
 // tty_state.cc, Unix sockets in socket_state.cc.
 #include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -29,6 +31,28 @@
 #include "sentry/state/tty_state.h"
 
 namespace sandboxd::state {
+
+namespace {
+
+// What a host descriptor is, for an error that names it: its type, device
+// and inode (the Sentry's own filter leaves it no /proc to read a path in).
+std::string DescribeHostFd(int fd) {
+  struct stat st;
+  if (fstat(fd, &st) != 0) return "a host descriptor fstat refuses";
+  const char* type = "file";
+  switch (st.st_mode & S_IFMT) {
+    case S_IFIFO: type = "pipe"; break;
+    case S_IFSOCK: type = "socket"; break;
+    case S_IFCHR: type = "character device"; break;
+    case S_IFBLK: type = "block device"; break;
+    case S_IFDIR: type = "directory"; break;
+    case S_IFREG: type = "regular file"; break;
+  }
+  return absl::StrCat("a host ", type, ", device ", major(st.st_dev), ":",
+                      minor(st.st_dev), " inode ", st.st_ino);
+}
+
+}  // namespace
 
 absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
                                            const std::shared_ptr<fs::File>& f) {
@@ -122,9 +146,11 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
         }
         if (auto* h = dynamic_cast<fs::HostFile*>(f.get())) {
           if (h->inherited_fd() < 0) {
-            return absl::UnimplementedError(
-                "save: a host file that is not inherited stdio (console, "
-                "procfs)");
+            return absl::UnimplementedError(absl::StrCat(
+                "a host file that is not the sandbox's inherited stdio (",
+                DescribeHostFd(h->host_fd()),
+                ", reached through /dev/console, /dev/tty or "
+                "/proc/PID/fd) cannot be saved"));
           }
           pb::HostFile* r = rec->mutable_host_file();
           r->set_host_fd(h->inherited_fd());

@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/file_util.h"
 #include "base/status_macros.h"
 #include "base/unique_fd.h"
 #include "sentry/state/crc32c.h"
@@ -96,16 +97,7 @@ absl::StatusOr<std::string> ReadFileIn(const ImageDir& dir,
   const std::string path = dir.Path(file);
   UniqueFd fd(OpenIn(dir, file, O_RDONLY));
   if (!fd.valid()) return ErrnoStatus(absl::StrCat("opening ", path), errno);
-  std::string out;
-  char buf[65536];
-  for (;;) {
-    ssize_t n = read(fd.get(), buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return ErrnoStatus(absl::StrCat("reading ", path), errno);
-    if (n == 0) break;
-    out.append(buf, static_cast<size_t>(n));
-  }
-  return out;
+  return ReadAll(fd.get(), path);
 }
 
 absl::Status WriteFileAtomically(const std::string& path,

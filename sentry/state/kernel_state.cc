@@ -317,7 +317,9 @@ absl::StatusOr<uint64_t> KernelState::SaveGroup(Saver& s, ThreadGroup& g,
           r->set_ctty(pty);
           r->set_ctty_console(console);
         }
-        ASSIGN_OR_RETURN(uint64_t fds, FsState::SaveFdTable(s, vfs, g.fds_));
+        ASSIGN_OR_RETURN(uint64_t fds,
+                         Annotate(FsState::SaveFdTable(s, vfs, g.fds_),
+                                  absl::StrCat("process ", g.tgid())));
         r->set_fd_table(fds);
         ASSIGN_OR_RETURN(uint64_t fsc, FsState::SaveFsContext(s, vfs, g.fs_));
         r->set_fs_context(fsc);
@@ -348,12 +350,7 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
       &t, s.state().mutable_tasks(), [&](pb::Task* r) -> absl::Status {
         {
           absl::MutexLock l(&t.vfork_mu_);
-          if (t.vforked_ && !t.vfork_done_) {
-            return absl::UnimplementedError(absl::StrCat(
-                "task ", t.tid(),
-                ": a vfork child whose parent waits for its exec or exit "
-                "is not saveable yet"));
-          }
+          r->set_vfork_child(t.vforked_ && !t.vfork_done_);
         }
         r->set_tid(t.tid());
         ASSIGN_OR_RETURN(uint64_t gid, SaveGroup(s, *t.tg_, vfs, mms));
@@ -374,7 +371,21 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
         bool restore_mask = t.restore_mask_;
         bool restart_pending = t.restart_pending_;
         bool restart_if_no_handler = t.restart_if_no_handler_;
-        const bool in_syscall = t.in_syscall_.load(std::memory_order_acquire);
+        bool in_syscall = t.in_syscall_.load(std::memory_order_acquire);
+        if (Task* child = t.vfork_waiting_for_) {
+          // Parked in its vfork's wait for the child: the call is over
+          // but for that wait, and is not executed again (that would
+          // make a second child). Saved as returned with the child's
+          // tid, and waiting for it still unless it has exec'd or exited.
+          cpu.regs.rax = static_cast<uint64_t>(child->tid());
+          in_syscall = false;
+          restart_pending = false;
+          restart_if_no_handler = false;
+          absl::MutexLock l(&child->vfork_mu_);
+          if (child->vforked_ && !child->vfork_done_) {
+            r->set_vfork_wait_tid(child->tid());
+          }
+        }
         if (in_syscall) {
           // Blocked in a syscall: after the load it executes the syscall
           // instruction again with the same arguments (the argument
@@ -726,6 +737,7 @@ absl::StatusOr<std::shared_ptr<Task>> KernelState::LoadTask(Loader& l,
         t->start_ns_ = kernel::MonotonicNanos() - std::max<int64_t>(0, r.age_ns());
         t->exit_thread_ = r.exit_thread();
         t->exit_code_ = r.exit_code();
+        t->vforked_ = r.vfork_child();
         // CPU time goes on from the saved totals (the task is idle until
         // it starts).
         kernel::TaskCpuTime& cpu = t->cputime_;
@@ -805,6 +817,22 @@ absl::Status KernelState::LinkGroup(Loader& l, Kernel& k, uint64_t id) {
 absl::Status KernelState::LinkTask(Loader& l, Kernel& k, uint64_t id) {
   ASSIGN_OR_RETURN(std::shared_ptr<Task> t, LoadTask(l, k, id));
   const pb::Task& r = l.state().tasks(id - 1);
+  if (r.vfork_wait_tid() != 0) {
+    // The child is waited for before this task runs (Task::Run).
+    std::shared_ptr<Task> child;
+    {
+      absl::MutexLock lock(&k.mu_);
+      auto it = k.tasks_.find(r.vfork_wait_tid());
+      if (it != k.tasks_.end()) child = it->second;
+    }
+    if (child == nullptr || !child->vforked_ ||
+        child->group_ptr() == t->group_ptr()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "task ", r.tid(), ": waits for vfork child ", r.vfork_wait_tid(),
+          ", which is not a vfork child of another process"));
+    }
+    t->restored_vfork_child_ = std::move(child);
+  }
   for (const pb::PendingSignal& p : r.pending()) {
     if (p.signo() < 1 || p.signo() > kernel::kNumSignals ||
         p.siginfo().size() != sizeof(siginfo_t)) {

@@ -154,6 +154,7 @@ absl::Status MmState::SaveMm(Saver& s, mm::MM& mm, pb::Mm* r) {
     }
   }
   r->set_mmap_base(mm.mmap_base_);
+  r->set_membarrier_registrations(mm.membarrier_.load());
   for (const auto& [start, vma] : vmas) {
     pb::Vma* v = r->add_vmas();
     v->set_start(start);
@@ -410,9 +411,16 @@ absl::StatusOr<std::shared_ptr<mm::MM>> MmState::LoadMmInto(
           absl::StrCat("bad patched site at ", p.site()));
     }
   }
+  // The registrations membarrier(2) takes (sentry/syscalls/sys_membarrier.cc).
+  constexpr uint32_t kMembarrierRegistrations = (1u << 2) | (1u << 4);
+  if ((r.membarrier_registrations() & ~kMembarrierRegistrations) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "bad membarrier registrations 0x", absl::Hex(r.membarrier_registrations())));
+  }
   auto m = std::make_shared<mm::MM>(mf, std::move(as), min_addr, max_addr);
   // Set before anyone else can see the MM.
   m->mmap_base_ = r.mmap_base();
+  m->membarrier_.store(r.membarrier_registrations());
   absl::MutexLock lock(&m->mu_);
   m->vmas_ = std::move(vmas);
   m->pmas_ = std::move(pmas);

@@ -380,6 +380,23 @@ TEST_F(MmStateTest, UnknownSourcesAndBadImagesFail) {
   EXPECT_EQ(Read(*(*ok)[0], kA), "x");
 }
 
+// membarrier(2) registrations are the address space's: a restored program
+// that registered before the save may still use PRIVATE_EXPEDITED.
+TEST_F(MmStateTest, MembarrierRegistrationsComeBack) {
+  mm::MemoryFile* mf = File();
+  auto m = NewMm(mf);
+  m->membarrier_registrations().store((1u << 2) | (1u << 4));
+  ASSERT_TRUE(Save(mf, {m}).ok());
+  const pb::State saved = state_;
+  auto loaded = Load(File());
+  ASSERT_TRUE(loaded.ok()) << loaded.status();
+  EXPECT_EQ((*loaded)[0]->membarrier_registrations().load(),
+            (1u << 2) | (1u << 4));
+  state_ = saved;
+  state_.mutable_mms(0)->set_membarrier_registrations(1u << 3);
+  EXPECT_EQ(Load(File()).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
 
 // Through the kernel, as a checkpoint runs it: init and its fork'ed child
 // come back with their address spaces, still sharing untouched pages.

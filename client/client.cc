@@ -206,44 +206,41 @@ absl::Status Client::Start(const std::string& id) {
   return Convert(stub_->Start(&ctx, req, &resp));
 }
 
-absl::StatusOr<v1::ExitStatus> Client::Wait(const std::string& id, absl::Duration timeout) {
+absl::StatusOr<v1::WaitResponse> Client::CallWait(const v1::WaitRequest& req,
+                                                  absl::Duration timeout) {
   grpc::ClientContext ctx;
   if (timeout != absl::InfiniteDuration()) {
     ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
   }
-  v1::WaitRequest req;
-  req.set_id(id);
   v1::WaitResponse resp;
   RETURN_IF_ERROR(Convert(stub_->Wait(&ctx, req, &resp)));
+  return resp;
+}
+
+absl::StatusOr<v1::ExitStatus> Client::Wait(const std::string& id, absl::Duration timeout) {
+  v1::WaitRequest req;
+  req.set_id(id);
+  ASSIGN_OR_RETURN(v1::WaitResponse resp, CallWait(req, timeout));
   return resp.exit();
 }
 
 absl::StatusOr<v1::RestoreProgress> Client::WaitRestored(const std::string& id,
                                                          absl::Duration timeout) {
-  grpc::ClientContext ctx;
-  if (timeout != absl::InfiniteDuration()) {
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  }
   v1::WaitRequest req;
   req.set_id(id);
   req.set_restored(true);
-  v1::WaitResponse resp;
-  RETURN_IF_ERROR(Convert(stub_->Wait(&ctx, req, &resp)));
+  ASSIGN_OR_RETURN(v1::WaitResponse resp, CallWait(req, timeout));
   return resp.restore();
 }
 
 absl::StatusOr<v1::ExitStatus> Client::WaitPid(const std::string& id, int pid,
                                                absl::Duration timeout) {
-  grpc::ClientContext ctx;
-  if (timeout != absl::InfiniteDuration()) {
-    ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
-  }
   v1::WaitRequest req;
   req.set_id(id);
   req.set_pid(pid);
-  v1::WaitResponse resp;
-  RETURN_IF_ERROR(Convert(stub_->Wait(&ctx, req, &resp)));
-  return resp.exit();}
+  ASSIGN_OR_RETURN(v1::WaitResponse resp, CallWait(req, timeout));
+  return resp.exit();
+}
 
 absl::Status Client::Signal(const std::string& id, int signal, bool all, int pid) {
   grpc::ClientContext ctx;

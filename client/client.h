@@ -152,6 +152,8 @@ class Client {
  private:
   Client(std::string target, std::shared_ptr<grpc::Channel> channel, bool direct);
   absl::Status Convert(const grpc::Status& s) const;
+  // The Wait call that Wait, WaitRestored and WaitPid make.
+  absl::StatusOr<v1::WaitResponse> CallWait(const v1::WaitRequest& req, absl::Duration timeout);
 
   const std::string target_;
   std::shared_ptr<grpc::Channel> channel_;

@@ -115,17 +115,7 @@ absl::StatusOr<Task*> Kernel::CreateThread(Task& parent,
   task->mask_.store(parent.signal_mask());
   task->mempolicy = parent.mempolicy;
   task->SetCredentials(parent.creds());
-  task->sched = parent.sched;
-  if (task->sched.reset_on_fork) {
-    // SCHED_RESET_ON_FORK: the child starts as SCHED_OTHER, nice >= 0.
-    task->sched.reset_on_fork = false;
-    if (task->sched.policy != 0 && task->sched.policy != 3 &&
-        task->sched.policy != 5) {  // not SCHED_OTHER, BATCH, IDLE
-      task->sched.policy = 0;
-      task->sched.rt_priority = 0;
-    }
-    if (task->sched.nice < 0) task->sched.nice = 0;
-  }
+  task->sched = parent.sched.ForChild();
   Task* t = task.get();
   parent.group().AddTask(t);
   tasks_[tid] = std::move(task);

@@ -123,6 +123,21 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
     int rt_priority = 0;
     bool reset_on_fork = false;
     uint64_t dl_runtime = 0, dl_deadline = 0, dl_period = 0;
+
+    // What a new thread or process inherits (clone, fork): the same, but
+    // with SCHED_RESET_ON_FORK SCHED_OTHER and a nice value of at least 0.
+    SchedState ForChild() const {
+      SchedState c = *this;
+      if (c.reset_on_fork) {
+        c.reset_on_fork = false;
+        if (c.policy != 0 && c.policy != 3 && c.policy != 5) {  // not OTHER, BATCH, IDLE
+          c.policy = 0;
+          c.rt_priority = 0;
+        }
+        if (c.nice < 0) c.nice = 0;
+      }
+      return c;
+    }
   };
   SchedState sched;
   ThreadGroup& group() { return *tg_; }

@@ -231,6 +231,7 @@ __asm__(
     "mov " G(14) "(%rbx), %rcx\n\t"
     "mov " G(11) "(%rbx), %rbx\n\t"
     ".globl sbx_stub_patch_tail\n"
+    ".hidden sbx_stub_patch_tail\n"
     "sbx_stub_patch_tail:\n\t"
     // Nothing after popfq changes the flags.
     "popfq\n\t"
@@ -238,6 +239,7 @@ __asm__(
     "mov %gs:" STR(W_RET_RSP) ", %rsp\n\t"
     "jmp *%gs:" STR(W_RET_RIP) "\n"
     ".globl sbx_stub_patch_tail_end\n"
+    ".hidden sbx_stub_patch_tail_end\n"
     "sbx_stub_patch_tail_end:\n"
     "8:\n\t"
     "int3\n\t"

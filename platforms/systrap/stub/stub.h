@@ -24,8 +24,14 @@ void sbx_stub_restorer();
 // The common entry of patched syscall sites (patch_entry_amd64.cc), and
 // the last instructions of its way back to the application.
 void sbx_stub_patch_entry();
-extern const char sbx_stub_patch_tail[];
-extern const char sbx_stub_patch_tail_end[];
+// Hidden, so that the stub takes their addresses relative to its own code
+// (lea sym(%rip)): with default visibility a -fPIC compile reads them from
+// the GOT, which is outside the section, and in a stub process that
+// address holds the application's memory. tools/check_stub_section.py
+// checks the built binaries for any such reference.
+__attribute__((visibility("hidden"))) extern const char sbx_stub_patch_tail[];
+__attribute__((visibility("hidden"))) extern const char
+    sbx_stub_patch_tail_end[];
 }
 
 namespace sandboxd::systrap {

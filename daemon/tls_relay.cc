@@ -1,6 +1,8 @@
 #include "daemon/tls_relay.h"
 
 #include <errno.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/socket.h>
@@ -315,6 +317,11 @@ void TlsRelay::Loop() {
       incoming.swap(incoming_);
     }
     for (UniqueFd& fd : incoming) {
+      // As gRPC does with its own sockets: a small HTTP/2 frame (a call's
+      // headers, a WINDOW_UPDATE) goes out at once, not after the peer's
+      // delayed ACK.
+      int one = 1;
+      setsockopt(fd.get(), IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       auto c = std::make_unique<Conn>();
       c->tcp = std::move(fd);
       c->started_ms = NowMs();

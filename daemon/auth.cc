@@ -17,7 +17,6 @@
 
 #include <grpc/grpc.h>
 #include <grpcpp/security/credentials.h>
-#include <grpcpp/security/server_credentials.h>
 #include <grpcpp/server.h>
 #include <grpcpp/server_builder.h>
 #include <grpcpp/server_posix.h>

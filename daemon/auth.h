@@ -13,6 +13,20 @@
 //   TCP          only with TLS (certificate and key files) and a bearer token
 //                (a token file): every call must carry
 //                `authorization: Bearer <token>`, or it fails UNAUTHENTICATED.
+//                The same accept loop takes TCP connections (the same limits,
+//                per peer address), and the daemon terminates their TLS
+//                itself (tls_relay.h), handing gRPC the plaintext through a
+//                socketpair.
+//
+// Both kinds reach gRPC as insecure channels from a descriptor, so the
+// token is checked here, not by gRPC's credentials: CheckCall is true
+// without a token only for a call whose connection is one the unix
+// socket's loop handed over (its descriptor and inode in the table);
+// everything else must carry the token. Prepare installs an interceptor
+// that fails such calls with UNAUTHENTICATED before any handler runs for
+// every service (health, reflection), and the sandboxd service also asks
+// CheckCall itself, because an interceptor cannot keep a handler from
+// running.
 //
 // Server side: Listener::Prepare before grpc::ServerBuilder::BuildAndStart,
 // Listener::AfterStart(server) right after it, Listener::Stop before
@@ -28,16 +42,20 @@
 #include <string>
 #include <thread>
 
+#include <grpcpp/support/string_ref.h>
+
 #include "absl/base/thread_annotations.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "base/unique_fd.h"
+#include "daemon/tls_relay.h"
 
 namespace grpc {
 class ChannelCredentials;
 class Server;
 class ServerBuilder;
+class Status;
 }  // namespace grpc
 
 namespace sandboxd {
@@ -54,14 +72,18 @@ struct ListenOptions {
   std::string tls_cert_file;  // PEM certificate chain
   std::string tls_key_file;   // PEM private key
   std::string token_file;     // the bearer token (surrounding whitespace ignored)
-  // Unix socket connections held at once, in all and per peer uid.
+  // Connections held at once, in all and per client: a peer uid on the
+  // unix socket, a peer address on TCP.
   int max_connections = 1024;
   int max_connections_per_client = 128;
+  // A TCP connection whose TLS handshake is not done by then is closed.
+  int handshake_timeout_ms = 10000;
 };
 
-// What the unix socket's accept loop has done (for tests and logs).
+// What the accept loop has done (for tests and logs).
 struct ListenerStats {
   int connections = 0;       // held now (as of the last count)
+  int tcp_connections = 0;   // of which TCP (handshaking or relayed)
   uint64_t accepted = 0;     // handed to gRPC
   uint64_t refused = 0;      // closed at once: over a limit
   uint64_t dropped_no_fd = 0;  // closed at once: EMFILE/ENFILE
@@ -91,33 +113,48 @@ class Listener {
 
   ListenerStats stats();
 
+  // OK when a call may go on: it came on a unix socket connection, or it
+  // carries the bearer token. `peer` is grpc::ServerContext::peer()
+  // ("fd:N" for connections handed over from a descriptor).
+  grpc::Status CheckCall(
+      const std::string& peer,
+      const std::multimap<grpc::string_ref, grpc::string_ref>& metadata);
+
   // The bound TCP port (the real one when 0 was asked for); 0 before
   // AfterStart or without TCP.
   int tcp_port() const { return tcp_port_; }
   const std::string& unix_socket() const { return options_.unix_socket; }
 
  private:
-  // One connection handed to gRPC: its descriptor (gRPC closes it), the
-  // socket's inode (to tell whether that descriptor is still it) and
-  // the peer's uid.
+  // One connection held: its descriptor (a unix one's is gRPC's, which
+  // closes it; a TCP one's is the relay's), the socket's inode (to tell
+  // whether that descriptor is still it), the client ("uid N" or the
+  // peer address) and whether it came over TCP.
   struct Conn {
     ino_t ino;
-    uid_t uid;
+    std::string client;
+    bool tcp;
   };
 
   explicit Listener(ListenOptions options);
-  absl::Status AddTcpPort(grpc::ServerBuilder* builder);
+  absl::Status PrepareTcp();
+  absl::Status OpenWake();
   absl::Status BindUnix();
   void AcceptLoop(grpc::Server* server);
-  // Whether a connection of `uid` fits; forgets the closed ones first
+  // Accepts one pending connection on `lfd` (the unix or the TCP socket).
+  void AcceptOn(int lfd, bool tcp, grpc::Server* server);
+  // Whether a connection of `client` fits; forgets the closed ones first
   // when it would not.
-  bool Admit(uid_t uid) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  bool Admit(const std::string& client) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void Sweep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits up to `ms` unless Stop is called; false once stopping.
   bool Pause(int ms);
 
   ListenOptions options_;
-  UniqueFd listen_fd_;
+  UniqueFd listen_fd_;  // the unix socket
+  UniqueFd tcp_fd_;
+  std::unique_ptr<TlsRelay> relay_;
+  std::string token_;  // the bearer token; "" without TCP
   // Written by Stop to wake the accept loop.
   UniqueFd wake_read_, wake_write_;
   // Kept open to be closed when the descriptors run out (EMFILE), so that
@@ -126,11 +163,9 @@ class Listener {
   std::thread accept_thread_;
   absl::Mutex mu_;
   std::map<int, Conn> conns_ ABSL_GUARDED_BY(mu_);
-  std::map<uid_t, int> per_uid_ ABSL_GUARDED_BY(mu_);
+  std::map<std::string, int> per_client_ ABSL_GUARDED_BY(mu_);
   ListenerStats stats_ ABSL_GUARDED_BY(mu_);
   uint64_t last_log_ ABSL_GUARDED_BY(mu_) = 0;
-  // Written by grpc::ServerBuilder at BuildAndStart (hence heap-stable).
-  int tcp_selected_port_ = 0;
   int tcp_port_ = 0;
 };
 

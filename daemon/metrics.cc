@@ -162,6 +162,19 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                          .Help("Sentries that exited without being asked to.")
                          .Register(r)
                          .Add({});
+  oom_kills_ = &prometheus::BuildCounter()
+                    .Name("sandboxd_oom_kills_total")
+                    .Help("Processes the Sentries' OOM killers ended for their "
+                          "sandbox's memory limit (SentryStats.oom_kills).")
+                    .Register(r)
+                    .Add({});
+  memory_limit_refusals_ =
+      &prometheus::BuildCounter()
+           .Name("sandboxd_memory_limit_refusals_total")
+           .Help("Memory-file allocations a sandbox's memory limit refused "
+                 "(SentryStats.memory_limit_refusals).")
+           .Register(r)
+           .Add({});
   unimplemented_ = &prometheus::BuildCounter()
                         .Name("sandboxd_unimplemented_syscalls_total")
                         .Help("System calls that returned ENOSYS because the Sentry "
@@ -231,6 +244,19 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                  "between the steps (the host refused it).")
            .Register(r)
            .Add({});
+  systrap_workers_refused_ =
+      &prometheus::BuildCounter()
+           .Name("sandboxd_systrap_workers_refused_total")
+           .Help("Stub workers the host refused (clone failed); the context "
+                 "waited for another, or the application's clone got EAGAIN.")
+           .Register(r)
+           .Add({});
+  kvm_vcpus_refused_ = &prometheus::BuildCounter()
+                            .Name("sandboxd_kvm_vcpus_refused_total")
+                            .Help("vCPUs the host refused a task; the application's "
+                                  "clone or fork got EAGAIN.")
+                            .Register(r)
+                            .Add({});
   systrap_patched_sites_ = &prometheus::BuildCounter()
                                 .Name("sandboxd_systrap_patched_sites_total")
                                 .Help("Syscall sites patched to enter the stub without a "
@@ -472,6 +498,7 @@ void Metrics::SetPlatformStats(absl::string_view id, const control::PlatformStat
     AddTo(systrap_idle_resets_, d.Next(s.idle_resets()));
     AddTo(systrap_patched_sites_, d.Next(s.patched_sites()));
     AddTo(systrap_patch_unserialized_, d.Next(s.patch_unserialized()));
+    AddTo(systrap_workers_refused_, d.Next(s.workers_refused()));
     SetPlatformGauge(ps, systrap_awake_, {{"id", sid}},
                      static_cast<double>(s.stub_threads_awake()));
     SetPlatformGauge(ps, systrap_queued_, {{"id", sid}},
@@ -490,6 +517,7 @@ void Metrics::SetPlatformStats(absl::string_view id, const control::PlatformStat
     AddTo(kvm_memslot_add_seconds_, d.Next(k.memslot_add_nanos()), 1e-9);
     AddTo(kvm_shadow_flushes_, d.Next(k.shadow_flushes()));
     AddTo(kvm_shadow_flush_seconds_, d.Next(k.shadow_flush_nanos()), 1e-9);
+    AddTo(kvm_vcpus_refused_, d.Next(k.vcpus_refused()));
     // Once per VM, the first time each is known.
     const std::tuple<uint64_t, bool*, prometheus::Histogram*> once[] = {
         {k.vm_create_nanos(), &ps.vm_create_seen, kvm_vm_create_},
@@ -503,6 +531,14 @@ void Metrics::SetPlatformStats(absl::string_view id, const control::PlatformStat
     SetPlatformGauge(ps, kvm_vcpus_, {{"id", sid}}, k.vcpus());
     SetPlatformGauge(ps, kvm_pool_free_, {{"id", sid}}, k.vcpu_pool_free());
   }
+}
+
+void Metrics::SetSentryStats(absl::string_view id, const control::SentryStats& st) {
+  SetPlatformStats(id, st.platform());
+  absl::MutexLock lock(&mu_);
+  Differences d(&sentry_last_by_id_[id]);
+  AddTo(oom_kills_, d.Next(st.oom_kills()));
+  AddTo(memory_limit_refusals_, d.Next(st.memory_limit_refusals()));
 }
 
 void Metrics::SetRestorePages(absl::string_view id, const control::RestorePageStats& st) {
@@ -550,6 +586,7 @@ void Metrics::RemoveSandbox(absl::string_view id) {
     if (r->second.in_progress) restore_in_progress_->Decrement();
     restore_by_id_.erase(r);
   }
+  sentry_last_by_id_.erase(id);
   if (auto p = platform_by_id_.find(id); p != platform_by_id_.end()) {
     for (const auto& [family, gauge] : p->second.gauges) family->Remove(gauge);
     platform_by_id_.erase(p);

@@ -59,6 +59,7 @@ namespace sandboxd {
 namespace control {
 class PlatformStats;     // proto/platform_stats.proto
 class RestorePageStats;  // proto/control.proto
+class SentryStats;       // proto/control.proto
 }  // namespace control
 
 namespace daemon {
@@ -117,6 +118,11 @@ class Metrics {
   // nothing); per-sandbox gauges are set; the one-off creation times
   // (kvm) are observed the first time they are reported.
   void SetPlatformStats(absl::string_view id, const control::PlatformStats& st);
+  // A whole Stats report of sandbox `id`: its platform's counters as
+  // SetPlatformStats, and the Sentry's own (sandboxd_oom_kills_total,
+  // sandboxd_memory_limit_refusals_total), moved the same way by what is
+  // new since the last report of `id`.
+  void SetSentryStats(absl::string_view id, const control::SentryStats& st);
   // A report of restored sandbox `id`'s page loader (cumulative since its
   // restore): the daemon-wide counters and the wait histogram advance by
   // what is new since the last report of `id`; its waiters gauge is set;
@@ -170,6 +176,10 @@ class Metrics {
   prometheus::Counter* kvm_memslot_add_seconds_;
   prometheus::Counter* kvm_shadow_flushes_;
   prometheus::Counter* kvm_shadow_flush_seconds_;
+  prometheus::Counter* kvm_vcpus_refused_;
+  prometheus::Counter* systrap_workers_refused_;
+  prometheus::Counter* oom_kills_;
+  prometheus::Counter* memory_limit_refusals_;
   prometheus::Family<prometheus::Gauge>* kvm_vcpus_;
   prometheus::Family<prometheus::Gauge>* kvm_pool_free_;
 
@@ -212,6 +222,9 @@ class Metrics {
       ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, PlatformSeries> platform_by_id_ ABSL_GUARDED_BY(mu_);
   absl::flat_hash_map<std::string, RestoreSeries> restore_by_id_ ABSL_GUARDED_BY(mu_);
+  // SetSentryStats's last cumulative values per sandbox.
+  absl::flat_hash_map<std::string, std::vector<uint64_t>> sentry_last_by_id_
+      ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace daemon

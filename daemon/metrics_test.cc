@@ -377,6 +377,47 @@ TEST(MetricsTest, RestorePageLoading) {
   EXPECT_EQ(s["sandboxd_restore_bytes_loaded_total"], (64 + 8 + 60) << 20);
 }
 
+// The refusals a Stats report carries: the Sentry's OOM kills and memory
+// limit refusals, systrap's refused stub workers, kvm's refused vCPUs.
+TEST(MetricsTest, SentryStatsRefusalsAndOomKills) {
+  auto m = Metrics::Create("");
+  ASSERT_TRUE(m.ok()) << m.status();
+  auto report = [](const char* platform, uint64_t n) {
+    control::SentryStats st;
+    st.set_oom_kills(n);
+    st.set_memory_limit_refusals(10 * n);
+    st.mutable_platform()->set_platform(platform);
+    if (std::string(platform) == "kvm") {
+      st.mutable_platform()->mutable_kvm()->set_vcpus_refused(3 * n);
+    } else {
+      st.mutable_platform()->mutable_systrap()->set_workers_refused(2 * n);
+    }
+    return st;
+  };
+  (*m)->SetSentryStats("s", report("systrap", 1));
+  (*m)->SetSentryStats("s", report("systrap", 4));
+  (*m)->SetSentryStats("s", report("systrap", 2));  // stale: moves nothing
+  (*m)->SetSentryStats("k", report("kvm", 5));
+  const std::string text = (*m)->Scrape();
+  EXPECT_TRUE(absl::StrContains(text, "# TYPE sandboxd_oom_kills_total counter\n"));
+  EXPECT_TRUE(absl::StrContains(text, "# TYPE sandboxd_memory_limit_refusals_total counter\n"));
+  EXPECT_TRUE(absl::StrContains(text, "# TYPE sandboxd_systrap_workers_refused_total counter\n"));
+  EXPECT_TRUE(absl::StrContains(text, "# TYPE sandboxd_kvm_vcpus_refused_total counter\n"));
+  std::map<std::string, double> s = ParseSamples(text);
+  EXPECT_EQ(s["sandboxd_oom_kills_total"], 4 + 5);
+  EXPECT_EQ(s["sandboxd_memory_limit_refusals_total"], 40 + 50);
+  EXPECT_EQ(s["sandboxd_systrap_workers_refused_total"], 8);
+  EXPECT_EQ(s["sandboxd_kvm_vcpus_refused_total"], 15);
+  // The platform's own series come with it.
+  EXPECT_EQ(s["sandboxd_sandbox_platform_info{flavour=\"\",id=\"s\",platform=\"systrap\"}"], 1);
+  // A destroyed sandbox's share stays; its id used again starts from zero.
+  (*m)->RemoveSandbox("s");
+  (*m)->SetSentryStats("s", report("systrap", 1));
+  s = ParseSamples((*m)->Scrape());
+  EXPECT_EQ(s["sandboxd_oom_kills_total"], 4 + 5 + 1);
+  EXPECT_EQ(s["sandboxd_systrap_workers_refused_total"], 10);
+}
+
 TEST(MetricsTest, NotServedWithEmptyAddress) {
   auto m = Metrics::Create("");
   ASSERT_TRUE(m.ok()) << m.status();

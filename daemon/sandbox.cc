@@ -1148,7 +1148,7 @@ void Sandbox::CollectMetrics() {
   absl::MutexLock l(&mu_);
   if (destroyed_) return;
   metrics_->SetSandboxUsage(id_, mem, cpu);
-  if (r.ok()) metrics_->SetPlatformStats(id_, r->stats().platform());
+  if (r.ok()) metrics_->SetSentryStats(id_, r->stats());
   if (r.ok() && r->stats().has_restore_pages()) NoteRestorePagesLocked(r->stats().restore_pages());
 }
 

@@ -263,10 +263,11 @@ Flags ParseFlags(int argc, char** argv) {
           },
           "none");
   fs.Int("max-connections", &f.max_connections,
-         "unix socket connections at once, in all (also bounded by the "
-         "descriptors left beside the sandboxes' own)");
+         "connections at once (unix socket and TCP), in all (also bounded "
+         "by the descriptors left beside the sandboxes' own)");
   fs.Int("max-connections-per-client", &f.max_connections_per_client,
-         "unix socket connections at once per peer uid");
+         "connections at once per client: peer uid (unix socket), peer "
+         "address (TCP)");
   fs.Int("connection-idle-timeout", &f.connection_idle_seconds,
          "seconds after which a connection with no call in flight is closed "
          "(clients reconnect); 0 for never");
@@ -426,10 +427,17 @@ int Main(int argc, char** argv) {
   lo.tls_cert_file = flags.tls_cert;
   lo.tls_key_file = flags.tls_key;
   lo.token_file = flags.token_file;
+  // A TLS handshake gets 10 s, or the idle timeout when that is shorter.
+  if (flags.connection_idle_seconds > 0) {
+    lo.handshake_timeout_ms = std::min(10, flags.connection_idle_seconds) * 1000;
+  }
   // The connections get what the sandboxes' own descriptors leave.
   const int64_t reserve =
       kFdReserveBase + int64_t{kFdReservePerSandbox} * flags.max_sandboxes;
-  const int64_t room = static_cast<int64_t>(nofile) - reserve;
+  // A TCP connection takes three descriptors (the TCP socket, both ends of
+  // the socketpair to gRPC), a unix one one.
+  const int64_t room =
+      (static_cast<int64_t>(nofile) - reserve) / (flags.tcp.empty() ? 1 : 3);
   lo.max_connections = static_cast<int>(
       std::max<int64_t>(16, std::min<int64_t>(flags.max_connections, room)));
   lo.max_connections_per_client =
@@ -440,6 +448,9 @@ int Main(int argc, char** argv) {
   }
   absl::StatusOr<std::unique_ptr<Listener>> listener = Listener::Prepare(lo, &builder);
   if (!listener.ok()) Die(1, listener.status().ToString());
+  service->SetCallCheck([l = listener->get()](const grpc::ServerContext& ctx) {
+    return l->CheckCall(ctx.peer(), ctx.client_metadata());
+  });
   builder.RegisterService(service.get());
   std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
   if (server == nullptr) Die(1, absl::StrCat("cannot listen on ", flags.socket));

@@ -393,13 +393,15 @@ absl::Status Service::CreateSandbox(
   return absl::OkStatus();
 }
 
-grpc::Status Service::Create(grpc::ServerContext*, const v1::CreateRequest* req,
+grpc::Status Service::Create(grpc::ServerContext* ctx, const v1::CreateRequest* req,
                              v1::CreateResponse* resp) {
+  if (grpc::Status a = CheckCall(*ctx); !a.ok()) return a;
   return ToGrpc(CreateSandbox(*req, resp));
 }
 
-grpc::Status Service::Start(grpc::ServerContext*, const v1::StartRequest* req,
+grpc::Status Service::Start(grpc::ServerContext* ctx, const v1::StartRequest* req,
                             v1::StartResponse*) {
+  if (grpc::Status a = CheckCall(*ctx); !a.ok()) return a;
   absl::StatusOr<std::shared_ptr<Sandbox>> s = Find(req->id());
   if (!s.ok()) return ToGrpc(s.status());
   return ToGrpc((*s)->Start());
@@ -407,6 +409,7 @@ grpc::Status Service::Start(grpc::ServerContext*, const v1::StartRequest* req,
 
 grpc::Status Service::Exec(grpc::ServerContext* ctx,
                            grpc::ServerReaderWriter<v1::ExecResponse, v1::ExecRequest>* stream) {
+  if (grpc::Status a = CheckCall(*ctx); !a.ok()) return a;
   return ToGrpc(ExecStream(ctx, stream));
 }
 
@@ -582,6 +585,7 @@ absl::Status Service::ExecStream(
 
 grpc::Status Service::Wait(grpc::ServerContext* ctx, const v1::WaitRequest* req,
                            v1::WaitResponse* resp) {
+  if (grpc::Status a = CheckCall(*ctx); !a.ok()) return a;
   absl::StatusOr<std::shared_ptr<Sandbox>> s = Find(req->id());
   if (!s.ok()) return ToGrpc(s.status());
   const auto deadline = ctx->deadline();
@@ -605,8 +609,9 @@ grpc::Status Service::Wait(grpc::ServerContext* ctx, const v1::WaitRequest* req,
   return grpc::Status::OK;
 }
 
-grpc::Status Service::Signal(grpc::ServerContext*, const v1::SignalRequest* req,
+grpc::Status Service::Signal(grpc::ServerContext* ctx, const v1::SignalRequest* req,
                              v1::SignalResponse*) {
+  if (grpc::Status a = CheckCall(*ctx); !a.ok()) return a;
   if (req->signal() < 1 || req->signal() > 64) {
     return ToGrpc(absl::InvalidArgumentError(
         absl::StrCat("signal: want a Linux signal number (1-64), got ", req->signal())));
@@ -620,8 +625,9 @@ grpc::Status Service::Signal(grpc::ServerContext*, const v1::SignalRequest* req,
   return ToGrpc((*s)->Signal(req->signal(), req->all(), req->pid()));
 }
 
-grpc::Status Service::Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest* req,
+grpc::Status Service::Checkpoint(grpc::ServerContext* ctx, const v1::CheckpointRequest* req,
                                  v1::CheckpointResponse* resp) {
+  if (grpc::Status a = CheckCall(*ctx); !a.ok()) return a;
   return ToGrpc(CheckpointSandbox(*req, resp));
 }
 
@@ -655,8 +661,9 @@ absl::Status Service::CheckpointSandbox(const v1::CheckpointRequest& req,
   return absl::OkStatus();
 }
 
-grpc::Status Service::Restore(grpc::ServerContext*, const v1::RestoreRequest* req,
+grpc::Status Service::Restore(grpc::ServerContext* ctx, const v1::RestoreRequest* req,
                               v1::RestoreResponse* resp) {
+  if (grpc::Status a = CheckCall(*ctx); !a.ok()) return a;
   return ToGrpc(RestoreSandbox(*req, resp));
 }
 
@@ -730,8 +737,9 @@ absl::Status Service::RestoreSandbox(const v1::RestoreRequest& req,
   return absl::OkStatus();
 }
 
-grpc::Status Service::Destroy(grpc::ServerContext*, const v1::DestroyRequest* req,
+grpc::Status Service::Destroy(grpc::ServerContext* ctx, const v1::DestroyRequest* req,
                               v1::DestroyResponse* resp) {
+  if (grpc::Status a = CheckCall(*ctx); !a.ok()) return a;
   if (absl::Status s = CheckId(req->id()); !s.ok()) return ToGrpc(s);
   std::shared_ptr<Sandbox> sandbox;
   {
@@ -749,8 +757,9 @@ grpc::Status Service::Destroy(grpc::ServerContext*, const v1::DestroyRequest* re
   return grpc::Status::OK;
 }
 
-grpc::Status Service::List(grpc::ServerContext*, const v1::ListRequest* req,
+grpc::Status Service::List(grpc::ServerContext* ctx, const v1::ListRequest* req,
                            v1::ListResponse* resp) {
+  if (grpc::Status a = CheckCall(*ctx); !a.ok()) return a;
   std::vector<std::shared_ptr<Sandbox>> all;
   {
     absl::MutexLock l(&mu_);
@@ -770,16 +779,18 @@ grpc::Status Service::List(grpc::ServerContext*, const v1::ListRequest* req,
   return grpc::Status::OK;
 }
 
-grpc::Status Service::Get(grpc::ServerContext*, const v1::GetRequest* req,
+grpc::Status Service::Get(grpc::ServerContext* ctx, const v1::GetRequest* req,
                           v1::GetResponse* resp) {
+  if (grpc::Status a = CheckCall(*ctx); !a.ok()) return a;
   absl::StatusOr<std::shared_ptr<Sandbox>> s = Find(req->id());
   if (!s.ok()) return ToGrpc(s.status());
   *resp->mutable_info() = (*s)->Info(true);
   return grpc::Status::OK;
 }
 
-grpc::Status Service::Capabilities(grpc::ServerContext*, const v1::CapabilitiesRequest*,
+grpc::Status Service::Capabilities(grpc::ServerContext* ctx, const v1::CapabilitiesRequest*,
                                    v1::CapabilitiesResponse* resp) {
+  if (grpc::Status a = CheckCall(*ctx); !a.ok()) return a;
   resp->set_exec_create(true);
   resp->set_exec_remove(true);
   resp->set_version(kVersion);
@@ -789,6 +800,7 @@ grpc::Status Service::Capabilities(grpc::ServerContext*, const v1::CapabilitiesR
 
 grpc::Status Service::Logs(grpc::ServerContext* ctx, const v1::LogsRequest* req,
                            grpc::ServerWriter<v1::LogsResponse>* writer) {
+  if (grpc::Status a = CheckCall(*ctx); !a.ok()) return a;
   absl::StatusOr<std::shared_ptr<Sandbox>> s = Find(req->id());
   if (!s.ok()) return ToGrpc(s.status());
   std::shared_ptr<ExecProcess> exec;  // holds its log

@@ -6,6 +6,7 @@
 #ifndef SANDBOXD_DAEMON_SERVICE_H_
 #define SANDBOXD_DAEMON_SERVICE_H_
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <set>
@@ -53,6 +54,11 @@ class Service final : public v1::Sandboxes::Service {
 
   // Destroys every sandbox (at shutdown).
   void DestroyAll();
+  // Asked first by every method: a call it refuses fails with its status
+  // and does nothing (auth.h, Listener::CheckCall: calls that came over
+  // TCP must carry the bearer token). Set before the server starts.
+  using CallCheck = std::function<grpc::Status(const grpc::ServerContext&)>;
+  void SetCallCheck(CallCheck check) { call_check_ = std::move(check); }
   // Puts back the sandboxes an earlier daemon recorded (adopt.h); before
   // the service takes calls.
   void Readopt(SentryFactory* factory, CgroupManager* cgroups);
@@ -80,6 +86,10 @@ class Service final : public v1::Sandboxes::Service {
                             v1::CapabilitiesResponse*) override;
 
  private:
+  grpc::Status CheckCall(const grpc::ServerContext& ctx) const {
+    return call_check_ ? call_check_(ctx) : grpc::Status::OK;
+  }
+
   absl::StatusOr<std::shared_ptr<Sandbox>> Find(const std::string& id);
   // Create's work. With `image` (a Restore's image directory, which the
   // sandbox's start restores instead of starting `req.spec`'s program),
@@ -103,6 +113,7 @@ class Service final : public v1::Sandboxes::Service {
   void ReapLoop();
 
   const ServiceOptions options_;
+  CallCheck call_check_;
   Pool* const pool_;
   Metrics* const metrics_;
   const bool have_cgroups_;

@@ -98,11 +98,32 @@ check "RLIMIT_NOFILE 160: fd_bomb works after" contains "$tmp/out" "works after"
 check "RLIMIT_NOFILE 160: no abort" no_abort "$tmp/err"
 grep 'fd_bomb:' "$tmp/err" | sed 's/^/# /'
 
+# kvm: the host refuses a vCPU (KVM_CREATE_VCPU past KVM_CAP_MAX_VCPUS,
+# 1024 on most hosts): each task holds one, so a thread bomb meets the
+# refusal, which must be the clone's EAGAIN, counted in
+# KvmStats.vcpus_refused, with every thread joined.
+if sentry_probe "$SENTRY" --platform=kvm; then
+  max_vcpus=$(/usr/bin/python3 -c 'import fcntl, os
+print(fcntl.ioctl(os.open("/dev/kvm", os.O_RDWR), 0xAE03, 66))' 2>/dev/null || echo "?")
+  capture 300 "$SENTRY" run --platform=kvm --rootfs=/ --pids=8192 \
+    --stats-json="$tmp/kvm.json" -- "$BIN/thread_bomb.glibc" 0.5
+  check "kvm thread_bomb (KVM_CAP_MAX_VCPUS $max_vcpus): exit 0" eq "$status" 0
+  check "kvm thread_bomb: EAGAIN" contains "$tmp/out" "first failure EAGAIN"
+  check "kvm thread_bomb: all joined" contains "$tmp/out" "joined all"
+  check "kvm thread_bomb: no abort" no_abort "$tmp/err"
+  refused=$(/usr/bin/python3 -c 'import json, sys
+print(int(json.load(open(sys.argv[1]))["kvm"].get("vcpus_refused", 0)))' "$tmp/kvm.json" 2>/dev/null || echo 0)
+  check "kvm thread_bomb: the host's vCPU refusals counted ($refused)" ge "$refused" 1
+  grep 'thread_bomb:' "$tmp/out" | sed 's/^/# /'
+else
+  echo "SKIP kvm vCPU refusal: $probe_why"
+fi
+
 # Through the daemon, with a bystander beside every bomb.
 ctl() { capture 120 "$SANDBOXCTL" --socket="$SOCK" "$@"; }
 start_bg "$tmp/daemon.log" "$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" \
   --state-dir="$tmp/state" --pool-size=1 --platforms=systrap \
-  --cgroup-parent="exhaustion-test-$$" \
+  --cgroup-parent="exhaustion-test-$$" --metrics-address=127.0.0.1:0 \
   --default-rootfs=/ --shutdown-kill
 wait_for_daemon "$SANDBOXCTL" "$SOCK"
 bystander() { # bystander WHEN
@@ -162,6 +183,14 @@ if [ $cgroups = 1 ]; then
   check "sandboxd --memory=64m mem_bomb child: killed by SIGKILL" \
     contains "$tmp/out" "child killed by signal 9"
   bystander "after a mem_bomb"
+  # The Sentries' OOM kills reach /metrics (SentryStats.oom_kills, asked
+  # for when each sandbox is destroyed).
+  metrics=$(sed -n 's|.*metrics at \(http://[^ ]*/metrics\).*|\1|p' "$tmp/daemon.log" | head -1)
+  oom_kills=$(/usr/bin/python3 -c 'import sys, urllib.request
+for l in urllib.request.urlopen(sys.argv[1], timeout=10).read().decode().splitlines():
+    if l.startswith("sandboxd_oom_kills_total "): print(int(float(l.split()[1])))' \
+    "$metrics" 2>/dev/null)
+  check "/metrics: sandboxd_oom_kills_total ${oom_kills:-absent} >= 2" ge "${oom_kills:-0}" 2
 fi
 check "the daemon lives" kill -0 "$bg_pid"
 check "no Sentry aborted" no_abort "$tmp/daemon.log"

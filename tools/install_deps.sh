@@ -9,6 +9,7 @@ DEBS=(
   libabsl-dev libseccomp-dev libgtest-dev libgmock-dev
   protobuf-compiler protobuf-compiler-grpc libprotobuf-dev libgrpc++-dev
   prometheus-cpp-dev openssl   # the daemon's /metrics; test certificates
+  libssl-dev   # the daemon's TLS on its TCP port (daemon/tls_relay.cc)
   musl-tools
   bazel-bootstrap default-jdk-headless
   runsc util-linux iproute2   # setpriv, ss: the daemon's connection test

@@ -106,6 +106,14 @@ void KvmContext::Kick() {
 }
 
 absl::Status KvmContext::Acquire() {
+  absl::Status st = AcquireVcpu();
+  if (!st.ok()) {
+    platform_->vm()->stats().vcpus_refused.fetch_add(1, std::memory_order_relaxed);
+  }
+  return st;
+}
+
+absl::Status KvmContext::AcquireVcpu() {
   if (platform_->pool() == nullptr) {
     return absl::FailedPreconditionError(
         "kvm: a vCPU before FinishSetup made the pool (eager mode)");

@@ -134,7 +134,10 @@ class KvmContext : public platform::Context {
   uint64_t xsave_saves() const { return xsave_saves_; }
 
  private:
+  // Takes a vCPU from the pool (or a new one) and sets it up; a failure
+  // is counted in Stats::vcpus_refused.
   absl::Status Acquire();
+  absl::Status AcquireVcpu();
   absl::Status LoadFp(const platform::CpuState& cpu);
   absl::Status SaveFp(platform::CpuState& cpu);
   platform::Event Decode(uint32_t reason, platform::CpuState& cpu);

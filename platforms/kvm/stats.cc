@@ -39,6 +39,7 @@ void ToProto(const Stats& s, control::KvmStats* out) {
   out->set_vcpus(s.vcpus.load(std::memory_order_relaxed));
   out->set_compat_syscalls_refused(
       s.compat_syscalls_refused.load(std::memory_order_relaxed));
+  out->set_vcpus_refused(s.vcpus_refused.load(std::memory_order_relaxed));
 }
 
 }  // namespace sandboxd::kvm

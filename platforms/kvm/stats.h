@@ -49,6 +49,9 @@ struct Stats {
   std::atomic<uint32_t> vcpus{0};  // vCPUs created
   // `int $0x80` from 64-bit code refused with ENOSYS (context.cc).
   std::atomic<uint64_t> compat_syscalls_refused{0};
+  // vCPUs a context could not get (context.cc, Acquire): the host refused
+  // KVM_CREATE_VCPU or its setup (KVM's vCPU limit, descriptors, memory).
+  std::atomic<uint64_t> vcpus_refused{0};
 
   void CountExit(ExitKind k) {
     exits[static_cast<int>(k)].fetch_add(1, std::memory_order_relaxed);

@@ -162,6 +162,15 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                          .Help("Sentries that exited without being asked to.")
                          .Register(r)
                          .Add({});
+  sandbox_exits_ = &prometheus::BuildCounter()
+                        .Name("sandboxd_sandbox_exits_total")
+                        .Help("Sandboxes whose init program ended, by how: exited (a "
+                              "code), signal, oom (killed by the Sentry's out-of-memory "
+                              "kill at the memory limit), failed (its Sentry failed).")
+                        .Register(r);
+  for (const char* reason : {"exited", "signal", "oom", "failed"}) {
+    sandbox_exits_->Add({{"reason", reason}});
+  }
   unimplemented_ = &prometheus::BuildCounter()
                         .Name("sandboxd_unimplemented_syscalls_total")
                         .Help("System calls that returned ENOSYS because the Sentry "
@@ -414,6 +423,10 @@ void Metrics::ObservePoolRefill(absl::string_view platform, absl::Duration d) {
 }
 
 void Metrics::IncSentryCrashes() { sentry_crashes_->Increment(); }
+
+void Metrics::IncSandboxExit(absl::string_view reason) {
+  sandbox_exits_->Add({{"reason", std::string(reason)}}).Increment();
+}
 
 void Metrics::AddUnimplemented(int nr, uint64_t n) {
   unimplemented_->Add({{"nr", absl::StrCat(nr)}}).Increment(static_cast<double>(n));

@@ -12,6 +12,7 @@
 //   sandboxd_pool_size{platform}                     gauge
 //   sandboxd_pool_refill_seconds{platform}           histogram
 //   sandboxd_sentry_crashes_total                    counter
+//   sandboxd_sandbox_exits_total{reason}             counter
 //   sandboxd_unimplemented_syscalls_total{nr}        counter
 //   sandboxd_sandbox_memory_bytes{id}                gauge
 //   sandboxd_sandbox_cpu_seconds_total{id}           counter
@@ -103,6 +104,9 @@ class Metrics {
   void ObservePoolRefill(absl::string_view platform, absl::Duration d);
   // sandboxd_sentry_crashes_total: Sentries that died without being asked to.
   void IncSentryCrashes();
+  // sandboxd_sandbox_exits_total{reason}: a sandbox's init ended, by how
+  // (Sandbox's ExitReasonLabel: exited, signal, oom, failed).
+  void IncSandboxExit(absl::string_view reason);
   // sandboxd_unimplemented_syscalls_total{nr}: ENOSYS returns, as reported by
   // the Sentries.
   void AddUnimplemented(int nr, uint64_t n);
@@ -145,6 +149,7 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* pool_size_;
   prometheus::Family<prometheus::Histogram>* pool_refill_seconds_;
   prometheus::Counter* sentry_crashes_;
+  prometheus::Family<prometheus::Counter>* sandbox_exits_;
   prometheus::Family<prometheus::Counter>* unimplemented_;
   prometheus::Family<prometheus::Gauge>* sandbox_memory_;
   prometheus::Family<prometheus::Counter>* sandbox_cpu_;

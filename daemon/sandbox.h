@@ -62,6 +62,14 @@ inline constexpr size_t kInitLogBytes = 1 << 20;
 // Ended Exec'd processes a sandbox keeps (SandboxInfo.execs).
 inline constexpr size_t kKeptEndedExecs = 16;
 
+// A state as messages and `ps` name it: "created", "running", "paused",
+// "stopped", "failed" (never the enum's own name).
+std::string StateWord(v1::SandboxState s);
+// How an init ended, as sandboxd_sandbox_exits_total{reason} counts it:
+// "exited" (a code), "signal", "oom" (killed by the Sentry's out-of-memory
+// kill: ExitStatus.reason), "failed" (ExitStatus.error).
+std::string ExitReasonLabel(const v1::ExitStatus& e);
+
 // A process Exec started in a sandbox.
 struct ExecProcess {
   int pid = 0;  // in the sandbox
@@ -172,7 +180,9 @@ class Sandbox {
   void CloseInitStdin();
 
   // Runs `process` in the RUNNING sandbox, with `*cursor` pinned on its
-  // output log; the caller relays its stdio and calls AwaitExec.
+  // output log; the caller relays its stdio and calls AwaitExec. The
+  // process gets the sandbox's env, cwd and user where it names none
+  // (ExecDefaults).
   absl::StatusOr<std::shared_ptr<ExecProcess>> StartExec(
       const v1::ProcessSpec& process, const uint64_t* cursor,
       const v1::ExecRequest::Resize& size = {});
@@ -209,6 +219,14 @@ class Sandbox {
   void AddStageLocked(absl::string_view name, absl::Duration d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WaitLoop();
+  // `exec` completed from the init's spec, as docker exec does: the init's
+  // env with the exec's names replacing it, the init's cwd and user unless
+  // the exec gives its own.
+  v1::ProcessSpec ExecDefaults(const v1::ProcessSpec& exec) const;
+  // After the init's end: the last stats, the exec'd processes' ends,
+  // then the Sentry is ended. An exited sandbox holds no process; its
+  // state, exit, logs and cgroup stay until Destroy.
+  void ReleaseSentry();
   // Records the Sentry's self-checkpoint reports (control.proto
   // WatchCheckpoints) until the Sentry is gone.
   void WatchCheckpointsLoop();

@@ -78,13 +78,15 @@ bool KeyValue(const std::string& kv, std::string* k, std::string* v) {
   return true;
 }
 
-void DefaultEnv(v1::ProcessSpec* p, bool tty) {
+void DefaultEnv(v1::ProcessSpec* p, bool tty, bool path) {
   bool has_path = false, has_term = false;
   for (const std::string& e : p->env()) {
     has_path |= absl::StartsWith(e, "PATH=");
     has_term |= absl::StartsWith(e, "TERM=");
   }
-  if (!has_path) p->add_env("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+  if (path && !has_path) {
+    p->add_env("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+  }
   if (tty && !has_term) {
     const char* term = getenv("TERM");
     p->add_env(absl::StrCat("TERM=", term != nullptr ? term : "xterm"));
@@ -92,10 +94,15 @@ void DefaultEnv(v1::ProcessSpec* p, bool tty) {
 }
 
 int StartFailureCode(const absl::Status& s) {
-  // Only the start of the program itself, not an unknown sandbox id.
-  if (!absl::StrContains(s.message(), ": start: ")) return kExitError;
+  // Only the program itself: its start (run's), its exec, or the create's
+  // check of it (the field named); never an unknown sandbox id.
+  const bool program = absl::StrContains(s.message(), ": start: ") ||
+                       absl::StrContains(s.message(), ": exec: ") ||
+                       absl::StrContains(s.message(), "process.argv[0]: ");
+  if (!program) return kExitError;
   if (absl::IsNotFound(s)) return kExitNotFound;
-  if (absl::IsPermissionDenied(s)) return kExitCannotRun;
+  // The Sentry's word for a program it cannot run (boot.h ShellExitCodeFor).
+  if (absl::IsPermissionDenied(s) || absl::IsFailedPrecondition(s)) return kExitCannotRun;
   return kExitError;
 }
 

@@ -34,7 +34,9 @@ int Exec(Client& c, std::vector<std::string> args) {
   const std::string id = rest[0];
   for (std::string& s : Program(rest, 1, "exec")) p.add_argv(std::move(s));
   p.set_tty(tty);
-  DefaultEnv(&p, tty);
+  // The sandbox's env, cwd and user hold where these flags name none
+  // (the daemon fills them in, as docker exec does); only TERM is ours.
+  DefaultEnv(&p, tty, /*path=*/false);
   if (detach && (interactive || tty)) Fail(kExitError, "exec: -d goes without -i and -t");
   ExecIo io = StdIo(interactive, tty);
   if (detach) {

@@ -49,7 +49,7 @@ daemon() {
 }
 ctl() { capture 60 "$SANDBOXCTL" --socket="$SOCK" "$@"; }
 state() {
-  "$SANDBOXCTL" --socket="$SOCK" ps 2>/dev/null | awk -v id="$1" '$1 == id { print $2 }'
+  "$SANDBOXCTL" --socket="$SOCK" ps -a 2>/dev/null | awk -v id="$1" '$1 == id { print $2 }'
 }
 # last ID: the last number the sandbox printed so far.
 last() {
@@ -175,7 +175,7 @@ ctl checkpoint "$r2" --leave-running --image="$tmp/img-final"
 check "checkpoint into a non-empty directory: refused" eq "$status" 125
 check "checkpoint into a non-empty directory: says so" contains "$tmp/err" "not empty"
 ctl checkpoint counter --image="$tmp/img-x"
-check "checkpoint of a STOPPED sandbox: refused" contains "$tmp/err" "not RUNNING"
+check "checkpoint of a STOPPED sandbox: refused" contains "$tmp/err" "not running"
 
 # --- a damaged image -----------------------------------------------------------
 cp -r "$tmp/img" "$tmp/bad"
@@ -196,7 +196,7 @@ check "the daemon serves the next request" eq "$(cat "$tmp/out")" "still serving
 ctl restore -d --name=r3 --image="$tmp/img"
 check "restore after the bad ones: exit 0" eq "$status" 0
 check "r3 counts" until_gt 10 r3 "$((before + 3))"
-ctl ps
+ctl ps -a
 check "ps after: r3 listed" contains "$tmp/out" r3
 check "ps after: no bad sandbox" not_contains "$tmp/out" bad
 
@@ -246,7 +246,7 @@ echo "# idle restore:"
 sed 's/^/#   /' "$tmp/err"
 
 for id in counter "$r2" r1 r3 idle idle-r finite big; do ctl rm -f "$id"; done
-ctl ps -q
+ctl ps -aq
 check "nothing left at the end" eq "$(lines "$tmp/out")" 0
 
 echo "1..$n"

@@ -35,7 +35,7 @@ wait_for_daemon "$SANDBOXCTL" "$SOCK"
 metrics=$(sed -n 's|.*metrics at http://\([^/]*\)/metrics.*|\1|p' "$tmp/daemon.log" | head -1)
 ctl() { capture 120 "$SANDBOXCTL" --socket="$SOCK" "$@"; }
 state() {
-  "$SANDBOXCTL" --socket="$SOCK" ps 2>/dev/null | awk -v id="$1" '$1 == id { print $2 }'
+  "$SANDBOXCTL" --socket="$SOCK" ps -a 2>/dev/null | awk -v id="$1" '$1 == id { print $2 }'
 }
 last() { "$SANDBOXCTL" --socket="$SOCK" logs "$1" 2>/dev/null | tail -1; }
 # json ID FIELD: FIELD's value in `inspect ID` (its first occurrence).
@@ -75,7 +75,7 @@ check "big wrote its memory" until_true 60 eval '[ "$(last big)" = ready ]'
 checkpoint big --image="$tmp/img"
 check "checkpoint (not left running): exit 0" eq "$status" 0
 check "checkpointed: ps says so" until_true 30 is_state big checkpointed
-ctl ps
+ctl ps -a
 check "checkpointed: ps names the image" contains "$tmp/out" "image $tmp/img"
 check "checkpointed: ps says no failure" not_contains "$tmp/out" "failed"
 ctl inspect big
@@ -159,7 +159,7 @@ check "wait --restored of a failed load: names pages.img" contains "$tmp/err" "p
 echo "# failed load: $(cat "$tmp/err")"
 
 for id in big r1 r2 r3; do ctl rm -f "$id"; done
-ctl ps -q
+ctl ps -aq
 check "nothing left at the end" eq "$(lines "$tmp/out")" 0
 
 echo "1..$n"

@@ -165,7 +165,7 @@ g1=$(logs_field c1 getrandom)
 g2=$(logs_field c2 getrandom)
 check "daemon: c1 and c2 read different getrandom bytes ($g1, $g2)" differ "$g1" "$g2"
 check "daemon: c1 differs from the saved sandbox" differ "$g1" "$orig"
-ctl ps
+ctl ps -a
 check "daemon: three sandboxes" eq "$(grep -c -E '^(fn|c1|c2) ' "$tmp/out")" 3
 
 ctl run --rm --checkpoint-dir=relative -- /bin/true

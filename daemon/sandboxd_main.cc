@@ -352,9 +352,6 @@ int Main(int argc, char** argv) {
     }
   }
 
-  absl::StatusOr<std::unique_ptr<Metrics>> metrics = Metrics::Create(flags.metrics_address);
-  if (!metrics.ok()) Die(1, absl::StrCat("metrics: ", metrics.status().ToString()));
-
   // A platform is offered only when its back-end's probe passes on this
   // host (kvm: a real guest round trip, not the presence of /dev/kvm);
   // requests naming one that is not offered get the daemon's list.
@@ -369,6 +366,11 @@ int Main(int argc, char** argv) {
     it = flags.platforms.erase(it);
   }
   if (flags.platforms.empty()) Die(1, "--platforms: none of them is usable on this host");
+
+  // Only the offered platforms' metrics are exported.
+  absl::StatusOr<std::unique_ptr<Metrics>> metrics =
+      Metrics::Create(flags.metrics_address, flags.platforms);
+  if (!metrics.ok()) Die(1, absl::StrCat("metrics: ", metrics.status().ToString()));
 
   std::map<std::string, int> targets;
   // Warm Sentries per kind: systrap's with the daemon's --systrap-patch.

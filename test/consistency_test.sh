@@ -2,7 +2,8 @@
 # consistency_test.sh SANDBOXD SANDBOXCTL SENTRY
 #
 # What behaves alike through sandboxd, as docker's run and exec do:
-#   - exec inherits the sandbox's env (exec's -e on top) and cwd (unless -w)
+#   - exec inherits the sandbox's env (exec's -e on top), cwd (unless -w)
+#     and user (unless -u)
 #   - exit codes, run and exec alike: 127 missing program, 126 not
 #     executable, 125 the request failed
 #   - a spec that cannot start (missing cwd, cwd not a directory, missing
@@ -82,6 +83,15 @@ check "exec: the sandbox's env, cwd and PATH" eq "$(cat "$tmp/out")" "spec keep
 ctl exec -e FOO=exec -w /etc envbox -- /bin/sh -c 'echo "$FOO $BAR"; pwd'
 check "exec -e and -w: on top of the sandbox's" eq "$(cat "$tmp/out")" "exec keep
 /etc"
+
+ctl run -d --name=userbox --user 33:33 -- /bin/sleep 600
+check "userbox started" eq "$status" 0
+ctl exec userbox -- /usr/bin/id -u
+check "exec: the sandbox's user" eq "$(cat "$tmp/out")" "33"
+ctl exec -u 0 userbox -- /bin/sh -c 'id -u; echo "$HOME"'
+check "exec -u 0: its own user, and that user's HOME" eq "$(cat "$tmp/out")" "0
+/root"
+ctl rm -f userbox
 
 # --- exit codes: run and exec alike ---------------------------------------
 ctl run --rm -- /nonexistent/program

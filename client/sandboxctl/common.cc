@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/sandboxctl/sandboxctl.h"
 #include "client/sandboxctl/terminal.h"
@@ -91,6 +92,24 @@ void DefaultEnv(v1::ProcessSpec* p, bool tty, bool path) {
     const char* term = getenv("TERM");
     p->add_env(absl::StrCat("TERM=", term != nullptr ? term : "xterm"));
   }
+}
+
+void UserFlag(flags::FlagSet& fs, v1::ProcessSpec* p) {
+  fs.Func("user", "UID[:GID]", "the program's user", [p](absl::string_view v) {
+    uint32_t uid = 0, gid = 0;
+    absl::string_view u = v, g;
+    if (size_t c = v.find(':'); c != absl::string_view::npos) {
+      u = v.substr(0, c);
+      g = v.substr(c + 1);
+    }
+    if (!absl::SimpleAtoi(u, &uid) || (!g.empty() && !absl::SimpleAtoi(g, &gid))) {
+      return absl::InvalidArgumentError(absl::StrCat("want UID[:GID], got ", v));
+    }
+    p->mutable_user()->set_uid(uid);
+    p->mutable_user()->set_gid(g.empty() ? uid : gid);
+    return absl::OkStatus();
+  });
+  fs.Alias("-u", "user");
 }
 
 int StartFailureCode(const absl::Status& s) {

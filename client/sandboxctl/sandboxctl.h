@@ -53,6 +53,8 @@ bool KeyValue(const std::string& kv, std::string* k, std::string* v);
 // With `path`, PATH (and with a tty, TERM) when the process's env lacks
 // them. exec passes no PATH: the sandbox's (or the Sentry's default) holds.
 void DefaultEnv(v1::ProcessSpec* p, bool tty, bool path = true);
+// --user/-u UID[:GID] into p's user (the gid defaults to the uid).
+void UserFlag(flags::FlagSet& fs, v1::ProcessSpec* p);
 // The exit code for a start, exec or create that failed on the program:
 // it is missing (127) or cannot be run (126), in run and exec alike;
 // anything else is an error (125).

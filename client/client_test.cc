@@ -255,7 +255,8 @@ TEST(SandboxdTest, BadRequestsNameTheField) {
   ASSERT_TRUE(d.c().Create(req).ok());
   code_and_message(d.c().Create(req).status(), absl::StatusCode::kAlreadyExists, "twice");
   code_and_message(d.c().Signal("twice", 0), absl::StatusCode::kInvalidArgument, "signal");
-  code_and_message(d.c().Signal("twice", 15), absl::StatusCode::kFailedPrecondition, "CREATED");
+  code_and_message(d.c().Signal("twice", 15), absl::StatusCode::kFailedPrecondition,
+                   "is created, not running");
   ASSERT_TRUE(d.c().Start("twice").ok());
   code_and_message(d.c().Start("twice"), absl::StatusCode::kFailedPrecondition, "twice");
   ASSERT_TRUE(d.c().Wait("twice").ok());

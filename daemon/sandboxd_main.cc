@@ -371,6 +371,9 @@ int Main(int argc, char** argv) {
   absl::StatusOr<std::unique_ptr<Metrics>> metrics =
       Metrics::Create(flags.metrics_address, flags.platforms);
   if (!metrics.ok()) Die(1, absl::StrCat("metrics: ", metrics.status().ToString()));
+  // Said before the socket answers: whoever waits for the socket finds
+  // the address in the log.
+  if ((*metrics)->port() != 0) Log("metrics at http://", (*metrics)->address(), "/metrics");
 
   std::map<std::string, int> targets;
   // Warm Sentries per kind: systrap's with the daemon's --systrap-patch.
@@ -452,8 +455,6 @@ int Main(int argc, char** argv) {
   pool->Start();
   Log("listening on unix:", flags.socket,
       (*listener)->tcp_port() ? absl::StrCat(" and tcp port ", (*listener)->tcp_port()) : "",
-      (*metrics)->port() ? absl::StrCat("; metrics at http://", (*metrics)->address(), "/metrics")
-                         : "",
       "; pool ", flags.pool_size, " per platform; default rootfs ",
       flags.default_rootfs);
 

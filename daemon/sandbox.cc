@@ -7,6 +7,7 @@
 
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
@@ -587,6 +588,31 @@ void Sandbox::ReleaseSentry() {
     if (destroyed_) return;  // Destroy ends it
   }
   CollectMetrics();
+  bool load_unfinished;
+  {
+    absl::MutexLock l(&mu_);
+    // A checkpoint that ended the sandbox may be answered after the
+    // init's Wait: its reply (the image's figures) comes first.
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !checkpoint_in_flight_; };
+    mu_.AwaitWithDeadline(absl::Condition(&idle), absl::Now() + kCheckpointTimeout);
+    load_unfinished = RestoredLocked() && !(have_restore_ && restore_.done() &&
+                                            restore_.bytes_failed() == 0);
+  }
+  if (load_unfinished) {
+    // Why a restore's page load failed is known only to the Sentry: asked
+    // now, for wait --restored after the end.
+    control::Request req;
+    req.mutable_wait_restored();
+    absl::StatusOr<control::Response> r =
+        sentry_->process().Call(req, {}, kReleaseExecWait);
+    if (r.ok() && r->has_restore_pages()) {
+      NoteRestorePages(r->restore_pages());
+    } else if (!r.ok() && !absl::IsDeadlineExceeded(r.status())) {
+      absl::MutexLock l(&mu_);
+      restore_error_ = absl::Status(r.status().code(), absl::StrCat("sandbox ", id_, ": ",
+                                                                    r.status().message()));
+    }
+  }
   std::vector<std::shared_ptr<ExecProcess>> execs;
   {
     absl::MutexLock l(&mu_);
@@ -975,6 +1001,7 @@ absl::Status Sandbox::Checkpoint(int image, const std::string& path,
     spec = spec_;
     // Before the call: the Sentry may answer the init's Wait first.
     if (!leave_running) checkpoint_path_ = path;
+    checkpoint_in_flight_ = true;
   }
   control::Request req;
   control::Request::Checkpoint* c = req.mutable_checkpoint();
@@ -985,6 +1012,10 @@ absl::Status Sandbox::Checkpoint(int image, const std::string& path,
   const absl::Time begin = absl::Now();
   absl::StatusOr<control::Response> r =
       sentry_->process().Call(req, fds, kCheckpointTimeout);
+  absl::Cleanup answered = [this] {
+    absl::MutexLock l(&mu_);
+    checkpoint_in_flight_ = false;
+  };
   auto stage = [resp](const std::string& name, absl::Duration d) {
     v1::Stage* st = resp->add_stages();
     st->set_name(name);
@@ -1066,6 +1097,7 @@ absl::StatusOr<v1::RestoreProgress> Sandbox::AwaitRestored(
           absl::StrCat("sandbox ", id_, " was not restored from an image"));
     }
     if (state_ != v1::SANDBOX_STATE_RUNNING || destroyed_) {
+      if (!restore_error_.ok()) return restore_error_;  // the Sentry's word, kept
       return absl::FailedPreconditionError(absl::StrCat(
           "sandbox ", id_, " is ", StateWord(state_), ", not running",
           have_restore_ && restore_.done() ? "" : " (it ended before its pages were loaded)"));

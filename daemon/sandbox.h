@@ -223,7 +223,8 @@ class Sandbox {
   // env with the exec's names replacing it, the init's cwd and user unless
   // the exec gives its own.
   v1::ProcessSpec ExecDefaults(const v1::ProcessSpec& exec) const;
-  // After the init's end: the last stats, the exec'd processes' ends,
+  // After the init's end: the last stats, the reply of a checkpoint in
+  // flight, a restored sandbox's load error, the exec'd processes' ends,
   // then the Sentry is ended. An exited sandbox holds no process; its
   // state, exit, logs and cgroup stay until Destroy.
   void ReleaseSentry();
@@ -285,12 +286,19 @@ class Sandbox {
   // Set while a Checkpoint that kills the sandbox is in flight, and after
   // it: the image its end is recorded with.
   std::string checkpoint_path_ ABSL_GUARDED_BY(mu_);
+  // A Checkpoint's call to the Sentry is in flight: ReleaseSentry waits
+  // for its reply (the Sentry may answer the init's Wait first).
+  bool checkpoint_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   // Set when the init's end was that checkpoint's (SandboxInfo.checkpoint).
   v1::CheckpointInfo checkpoint_ ABSL_GUARDED_BY(mu_);
   // The page loader's last report (SandboxInfo.restore); unset while
   // there is none.
   v1::RestoreProgress restore_ ABSL_GUARDED_BY(mu_);
   bool have_restore_ ABSL_GUARDED_BY(mu_) = false;
+  // Why the page load failed, as the Sentry said before ReleaseSentry
+  // ended it (AwaitRestored's answer once the sandbox has ended); OK when
+  // it did not fail or nobody asked in time.
+  absl::Status restore_error_ ABSL_GUARDED_BY(mu_);
   StdioPair init_stdio_ ABSL_GUARDED_BY(mu_);  // only `theirs` until Start
   // Last unimplemented-syscall counts reported, by number.
   std::map<uint32_t, uint64_t> unimplemented_seen_ ABSL_GUARDED_BY(mu_);

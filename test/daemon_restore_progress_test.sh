@@ -13,6 +13,7 @@
 #     a progress line when it is (script(1)'s pty)
 #   - `wait --restored` of a sandbox that was not restored: refused
 #   - a load whose pages.img goes short under it: `wait --restored` fails
+#     naming pages.img, also once the sandbox has ended (its Sentry gone)
 # Exits 77 (CTest: skipped) until the binaries exist.
 set -u
 # shellcheck source=test/lib.sh
@@ -157,6 +158,12 @@ ctl wait --restored r3
 check "wait --restored of a failed load: 125" eq "$status" 125
 check "wait --restored of a failed load: names pages.img" contains "$tmp/err" "pages.img"
 echo "# failed load: $(cat "$tmp/err")"
+# Once the sandbox has ended (its Sentry with it), the load's error stays.
+ctl kill -s TERM r3
+ctl wait r3
+ctl wait --restored r3
+check "wait --restored after the end of a failed load: 125" eq "$status" 125
+check "wait --restored after the end of a failed load: names pages.img" contains "$tmp/err" "pages.img"
 
 for id in big r1 r2 r3; do ctl rm -f "$id"; done
 ctl ps -aq

@@ -33,12 +33,16 @@ command -v curl >/dev/null || skip "no curl"
 IN=/dev/null
 ctl() { capture 120 "$SANDBOXCTL" --socket="$SOCK" "$@"; }
 
-# Every Sentry the state directory records is killed at exit, whatever
-# happened to the daemons.
+# Every Sentry the state directory records that still runs is killed at
+# exit, whatever happened to the daemons.
 kill_recorded() {
-  local f
+  local f pid
   for f in "$tmp"/state/sentries/*; do
-    [ -e "$f" ] && kill -9 "$(basename "$f")" 2>/dev/null
+    [ -e "$f" ] || continue
+    pid=$(basename "$f")
+    # Only a Sentry: an ended sandbox's recorded pid may be another
+    # process's by now.
+    [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$SENTRY" ] && kill -9 "$pid" 2>/dev/null
   done
   return 0
 }

@@ -30,9 +30,13 @@ SOCK=$tmp/sandboxd.sock
 CHECK_OUT_BYTES=400
 
 kill_recorded() {
-  local f
+  local f pid
   for f in "$tmp"/state/sentries/*; do
-    [ -e "$f" ] && kill -9 "$(basename "$f")" 2>/dev/null
+    [ -e "$f" ] || continue
+    pid=$(basename "$f")
+    # Only a Sentry: an ended sandbox's recorded pid may be another
+    # process's by now.
+    [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$SENTRY" ] && kill -9 "$pid" 2>/dev/null
   done
   return 0
 }

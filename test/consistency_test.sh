@@ -16,6 +16,7 @@
 #     whose columns stay aligned; messages name states in words
 #   - a memory-limit kill: 137, the reason in run's message, ps and
 #     inspect, and sandboxd_sandbox_exits_total{reason="oom"} (with cgroups)
+#   - /metrics has no sandboxd_kvm_* family when kvm is not offered
 # Exits 77 (CTest: skipped) until the binaries exist.
 set -u
 # shellcheck source=test/lib.sh
@@ -200,6 +201,12 @@ while True:
     contains "$tmp/metrics" '^sandboxd_sandbox_exits_total{reason="oom"} 1$'
   ctl rm oom1
 fi
+
+# --- metrics of a platform that is not enabled --------------------------------
+# The daemon runs with its default --platforms (systrap alone).
+curl -s "http://$metrics/metrics" >"$tmp/metrics"
+check "metrics: the families of systrap, offered" contains "$tmp/metrics" "^# TYPE sandboxd_systrap_"
+check "metrics: no family of kvm, not offered" not_contains "$tmp/metrics" "sandboxd_kvm_"
 
 ctl rm -f envbox
 ctl ps -aq

@@ -255,7 +255,8 @@ TEST(SandboxdTest, BadRequestsNameTheField) {
   ASSERT_TRUE(d.c().Create(req).ok());
   code_and_message(d.c().Create(req).status(), absl::StatusCode::kAlreadyExists, "twice");
   code_and_message(d.c().Signal("twice", 0), absl::StatusCode::kInvalidArgument, "signal");
-  code_and_message(d.c().Signal("twice", 15), absl::StatusCode::kFailedPrecondition, "CREATED");
+  code_and_message(d.c().Signal("twice", 15), absl::StatusCode::kFailedPrecondition,
+                   "is created, not running");
   ASSERT_TRUE(d.c().Start("twice").ok());
   code_and_message(d.c().Start("twice"), absl::StatusCode::kFailedPrecondition, "twice");
   ASSERT_TRUE(d.c().Wait("twice").ok());
@@ -285,10 +286,24 @@ TEST(SandboxdTest, MaxSandboxesIsResourceExhausted) {
   EXPECT_TRUE(absl::StrContains(s.message(), "--max-sandboxes=2")) << s;
 }
 
+// A program the rootfs does not have is refused at create, naming the
+// field; one under what the Sentry mounts itself (/proc) is judged at the
+// start, which fails the sandbox.
+TEST(SandboxdTest, MissingProgramIsRefusedAtCreate) {
+  SKIP_WITHOUT_BINARIES();
+  Daemon d;
+  absl::Status s = d.c().Create(Spec({"/nonexistent/program"})).status();
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "spec.process.argv[0]")) << s;
+  absl::StatusOr<std::vector<v1::SandboxInfo>> list = d.c().List();
+  ASSERT_TRUE(list.ok());
+  EXPECT_TRUE(list->empty());
+}
+
 TEST(SandboxdTest, MissingProgramFailsTheSandbox) {
   SKIP_WITHOUT_BINARIES();
   Daemon d;
-  absl::StatusOr<v1::CreateResponse> created = d.c().Create(Spec({"/nonexistent/program"}));
+  absl::StatusOr<v1::CreateResponse> created = d.c().Create(Spec({"/proc/nonexistent/program"}));
   ASSERT_TRUE(created.ok()) << created.status();
   RunResult r = Attach(d.c(), created->id());
   EXPECT_FALSE(r.status.ok());
@@ -349,7 +364,7 @@ TEST(SandboxdTest, AttachWithRemoveDestroysTheSandbox) {
 TEST(SandboxdTest, AttachWithRemoveOfAMissingProgram) {
   SKIP_WITHOUT_BINARIES();
   Daemon d;
-  absl::StatusOr<v1::CreateResponse> created = d.c().Create(Spec({"/nonexistent/program"}));
+  absl::StatusOr<v1::CreateResponse> created = d.c().Create(Spec({"/proc/nonexistent/program"}));
   ASSERT_TRUE(created.ok()) << created.status();
   ExecIo io;
   io.remove = true;

@@ -125,7 +125,8 @@ void AddLog2Histogram(const google::protobuf::RepeatedField<uint64_t>& log2_ns,
 
 }  // namespace
 
-Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
+Metrics::Metrics(const std::set<std::string>& platforms)
+    : registry_(std::make_shared<prometheus::Registry>()) {
   // Every instrument of the daemon, in one place.
   prometheus::Registry& r = *registry_;
   sandboxes_ = &prometheus::BuildGauge()
@@ -162,6 +163,15 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                          .Help("Sentries that exited without being asked to.")
                          .Register(r)
                          .Add({});
+  sandbox_exits_ = &prometheus::BuildCounter()
+                        .Name("sandboxd_sandbox_exits_total")
+                        .Help("Sandboxes whose init program ended, by how: exited (a "
+                              "code), signal, oom (killed by the Sentry's out-of-memory "
+                              "kill at the memory limit), failed (its Sentry failed).")
+                        .Register(r);
+  for (const char* reason : {"exited", "signal", "oom", "failed"}) {
+    sandbox_exits_->Add({{"reason", reason}});
+  }
   oom_kills_ = &prometheus::BuildCounter()
                     .Name("sandboxd_oom_kills_total")
                     .Help("Processes the Sentries' OOM killers ended for their "
@@ -195,125 +205,131 @@ Metrics::Metrics() : registry_(std::make_shared<prometheus::Registry>()) {
                         .Help("1 for each sandbox, labelled with its platform and, for "
                               "kvm, the flavour (pvm or hardware).")
                         .Register(r);
-  systrap_spinning_ = &prometheus::BuildGauge()
-                           .Name("sandboxd_systrap_fastpath_spinning")
-                           .Help("1 while the hand-over fast path of a side is on (its "
-                                 "waiters spin before they sleep): side=\"sentry\" waits "
-                                 "for the stub's trap, side=\"stub\" for the Sentry's reply.")
-                           .Register(r);
-  systrap_enabled_ = &prometheus::BuildCounter()
-                          .Name("sandboxd_systrap_fastpath_enabled_total")
-                          .Help("Times the fast path of a side was turned on.")
-                          .Register(r);
-  systrap_disabled_ = &prometheus::BuildCounter()
-                           .Name("sandboxd_systrap_fastpath_disabled_total")
-                           .Help("Times the fast path of a side was turned off.")
-                           .Register(r);
-  systrap_evaluations_ = &prometheus::BuildCounter()
-                              .Name("sandboxd_systrap_fastpath_evaluations_total")
-                              .Help("Fast-path recording periods evaluated.")
-                              .Register(r)
-                              .Add({});
-  systrap_idle_resets_ = &prometheus::BuildCounter()
-                              .Name("sandboxd_systrap_fastpath_idle_resets_total")
-                              .Help("Fast paths reset to off after two idle periods.")
-                              .Register(r)
-                              .Add({});
-  systrap_handover_ = &prometheus::BuildHistogram()
-                           .Name("sandboxd_systrap_handover_seconds")
-                           .Help("Hand-over latency through the shared-memory context queue: "
-                                 "to=\"sentry\" from a stub publishing a trap to the Sentry "
-                                 "seeing it, to=\"stub\" from the Sentry's reply to the stub "
-                                 "seeing it. Buckets are exact; _sum counts each hand-over "
-                                 "at its log2 bucket's midpoint.")
-                           .Register(r);
-  systrap_awake_ = &prometheus::BuildGauge()
-                        .Name("sandboxd_systrap_stub_threads_awake")
-                        .Help("Application (stub) threads not asleep on their futex: "
-                              "running application code or spinning for the Sentry.")
-                        .Register(r);
-  systrap_queued_ = &prometheus::BuildGauge()
-                         .Name("sandboxd_systrap_contexts_queued")
-                         .Help("Contexts handed to the Sentry whose Sentry thread is "
-                               "still asleep.")
-                         .Register(r);
-  systrap_patch_unserialized_ =
-      &prometheus::BuildCounter()
-           .Name("sandboxd_systrap_patch_unserialized_total")
-           .Help("Patched syscall sites written without membarrier SYNC_CORE "
-                 "between the steps (the host refused it).")
-           .Register(r)
-           .Add({});
-  systrap_workers_refused_ =
-      &prometheus::BuildCounter()
-           .Name("sandboxd_systrap_workers_refused_total")
-           .Help("Stub workers the host refused (clone failed); the context "
-                 "waited for another, or the application's clone got EAGAIN.")
-           .Register(r)
-           .Add({});
-  kvm_vcpus_refused_ = &prometheus::BuildCounter()
-                            .Name("sandboxd_kvm_vcpus_refused_total")
-                            .Help("vCPUs the host refused a task; the application's "
-                                  "clone or fork got EAGAIN.")
-                            .Register(r)
-                            .Add({});
-  systrap_patched_sites_ = &prometheus::BuildCounter()
-                                .Name("sandboxd_systrap_patched_sites_total")
-                                .Help("Syscall sites patched to enter the stub without a "
-                                      "signal.")
+  // A platform's families only when the daemon offers it: a scrape shows
+  // no series of a platform that cannot run here.
+  if (platforms.count("systrap") != 0) {
+    systrap_spinning_ = &prometheus::BuildGauge()
+                             .Name("sandboxd_systrap_fastpath_spinning")
+                             .Help("1 while the hand-over fast path of a side is on (its "
+                                   "waiters spin before they sleep): side=\"sentry\" waits "
+                                   "for the stub's trap, side=\"stub\" for the Sentry's reply.")
+                             .Register(r);
+    systrap_enabled_ = &prometheus::BuildCounter()
+                            .Name("sandboxd_systrap_fastpath_enabled_total")
+                            .Help("Times the fast path of a side was turned on.")
+                            .Register(r);
+    systrap_disabled_ = &prometheus::BuildCounter()
+                             .Name("sandboxd_systrap_fastpath_disabled_total")
+                             .Help("Times the fast path of a side was turned off.")
+                             .Register(r);
+    systrap_evaluations_ = &prometheus::BuildCounter()
+                                .Name("sandboxd_systrap_fastpath_evaluations_total")
+                                .Help("Fast-path recording periods evaluated.")
                                 .Register(r)
                                 .Add({});
-  kvm_exits_ = &prometheus::BuildCounter()
-                    .Name("sandboxd_kvm_exits_total")
-                    .Help("Exits from KVM_RUN, by reason: syscall, page_fault, exception, "
-                          "interrupted, shadow_flush (a kick for a shadow-page-table "
-                          "flush), other.")
-                    .Register(r);
-  kvm_vm_create_ = &prometheus::BuildHistogram()
-                        .Name("sandboxd_kvm_vm_create_seconds")
-                        .Help("Creating a Sentry's VM: /dev/kvm, KVM_CREATE_VM, the "
-                              "supported CPUID.")
-                        .Register(r)
-                        .Add({}, CreationBuckets());
-  kvm_vcpu0_create_ = &prometheus::BuildHistogram()
-                           .Name("sandboxd_kvm_vcpu0_create_seconds")
-                           .Help("Creating a VM's vCPU 0 (on the start path).")
-                           .Register(r)
-                           .Add({}, CreationBuckets());
-  kvm_pool_fill_ = &prometheus::BuildHistogram()
-                        .Name("sandboxd_kvm_vcpu_pool_fill_seconds")
-                        .Help("Filling a VM's vCPU pool in the background, after vCPU 0.")
-                        .Register(r)
-                        .Add({}, CreationBuckets());
-  kvm_memslot_adds_ = &prometheus::BuildCounter()
-                           .Name("sandboxd_kvm_memslot_adds_total")
-                           .Help("KVM memory slots added (private memory, memory-file "
-                                 "chunks).")
-                           .Register(r)
-                           .Add({});
-  kvm_memslot_add_seconds_ = &prometheus::BuildCounter()
-                                  .Name("sandboxd_kvm_memslot_add_seconds_total")
-                                  .Help("Time spent adding KVM memory slots.")
+    systrap_idle_resets_ = &prometheus::BuildCounter()
+                                .Name("sandboxd_systrap_fastpath_idle_resets_total")
+                                .Help("Fast paths reset to off after two idle periods.")
+                                .Register(r)
+                                .Add({});
+    systrap_handover_ = &prometheus::BuildHistogram()
+                             .Name("sandboxd_systrap_handover_seconds")
+                             .Help("Hand-over latency through the shared-memory context queue: "
+                                   "to=\"sentry\" from a stub publishing a trap to the Sentry "
+                                   "seeing it, to=\"stub\" from the Sentry's reply to the stub "
+                                   "seeing it. Buckets are exact; _sum counts each hand-over "
+                                   "at its log2 bucket's midpoint.")
+                             .Register(r);
+    systrap_awake_ = &prometheus::BuildGauge()
+                          .Name("sandboxd_systrap_stub_threads_awake")
+                          .Help("Application (stub) threads not asleep on their futex: "
+                                "running application code or spinning for the Sentry.")
+                          .Register(r);
+    systrap_queued_ = &prometheus::BuildGauge()
+                           .Name("sandboxd_systrap_contexts_queued")
+                           .Help("Contexts handed to the Sentry whose Sentry thread is "
+                                 "still asleep.")
+                           .Register(r);
+    systrap_patch_unserialized_ =
+        &prometheus::BuildCounter()
+             .Name("sandboxd_systrap_patch_unserialized_total")
+             .Help("Patched syscall sites written without membarrier SYNC_CORE "
+                   "between the steps (the host refused it).")
+             .Register(r)
+             .Add({});
+    systrap_workers_refused_ =
+        &prometheus::BuildCounter()
+             .Name("sandboxd_systrap_workers_refused_total")
+             .Help("Stub workers the host refused (clone failed); the context "
+                   "waited for another, or the application's clone got EAGAIN.")
+             .Register(r)
+             .Add({});
+    systrap_patched_sites_ = &prometheus::BuildCounter()
+                                  .Name("sandboxd_systrap_patched_sites_total")
+                                  .Help("Syscall sites patched to enter the stub without a "
+                                        "signal.")
                                   .Register(r)
                                   .Add({});
-  kvm_shadow_flushes_ = &prometheus::BuildCounter()
-                             .Name("sandboxd_kvm_shadow_flushes_total")
-                             .Help("Shadow page-table flushes (private slot re-created).")
+  }
+  if (platforms.count("kvm") != 0) {
+    kvm_exits_ = &prometheus::BuildCounter()
+                      .Name("sandboxd_kvm_exits_total")
+                      .Help("Exits from KVM_RUN, by reason: syscall, page_fault, exception, "
+                            "interrupted, shadow_flush (a kick for a shadow-page-table "
+                            "flush), other.")
+                      .Register(r);
+    kvm_vm_create_ = &prometheus::BuildHistogram()
+                          .Name("sandboxd_kvm_vm_create_seconds")
+                          .Help("Creating a Sentry's VM: /dev/kvm, KVM_CREATE_VM, the "
+                                "supported CPUID.")
+                          .Register(r)
+                          .Add({}, CreationBuckets());
+    kvm_vcpu0_create_ = &prometheus::BuildHistogram()
+                             .Name("sandboxd_kvm_vcpu0_create_seconds")
+                             .Help("Creating a VM's vCPU 0 (on the start path).")
+                             .Register(r)
+                             .Add({}, CreationBuckets());
+    kvm_pool_fill_ = &prometheus::BuildHistogram()
+                          .Name("sandboxd_kvm_vcpu_pool_fill_seconds")
+                          .Help("Filling a VM's vCPU pool in the background, after vCPU 0.")
+                          .Register(r)
+                          .Add({}, CreationBuckets());
+    kvm_memslot_adds_ = &prometheus::BuildCounter()
+                             .Name("sandboxd_kvm_memslot_adds_total")
+                             .Help("KVM memory slots added (private memory, memory-file "
+                                   "chunks).")
                              .Register(r)
                              .Add({});
-  kvm_shadow_flush_seconds_ = &prometheus::BuildCounter()
-                                   .Name("sandboxd_kvm_shadow_flush_seconds_total")
-                                   .Help("Time spent in shadow page-table flushes.")
-                                   .Register(r)
-                                   .Add({});
-  kvm_vcpus_ = &prometheus::BuildGauge()
-                    .Name("sandboxd_kvm_vcpus")
-                    .Help("vCPUs a sandbox's VM has created.")
-                    .Register(r);
-  kvm_pool_free_ = &prometheus::BuildGauge()
-                        .Name("sandboxd_kvm_vcpu_pool_free")
-                        .Help("vCPUs idle in a sandbox's pool, ready for a new task.")
-                        .Register(r);
+    kvm_memslot_add_seconds_ = &prometheus::BuildCounter()
+                                    .Name("sandboxd_kvm_memslot_add_seconds_total")
+                                    .Help("Time spent adding KVM memory slots.")
+                                    .Register(r)
+                                    .Add({});
+    kvm_shadow_flushes_ = &prometheus::BuildCounter()
+                               .Name("sandboxd_kvm_shadow_flushes_total")
+                               .Help("Shadow page-table flushes (private slot re-created).")
+                               .Register(r)
+                               .Add({});
+    kvm_shadow_flush_seconds_ = &prometheus::BuildCounter()
+                                     .Name("sandboxd_kvm_shadow_flush_seconds_total")
+                                     .Help("Time spent in shadow page-table flushes.")
+                                     .Register(r)
+                                     .Add({});
+    kvm_vcpus_refused_ = &prometheus::BuildCounter()
+                              .Name("sandboxd_kvm_vcpus_refused_total")
+                              .Help("vCPUs the host refused a task; the application's "
+                                    "clone or fork got EAGAIN.")
+                              .Register(r)
+                              .Add({});
+    kvm_vcpus_ = &prometheus::BuildGauge()
+                      .Name("sandboxd_kvm_vcpus")
+                      .Help("vCPUs a sandbox's VM has created.")
+                      .Register(r);
+    kvm_pool_free_ = &prometheus::BuildGauge()
+                          .Name("sandboxd_kvm_vcpu_pool_free")
+                          .Help("vCPUs idle in a sandbox's pool, ready for a new task.")
+                          .Register(r);
+  }
 
   // Restored sandboxes' page loading, as each one's Sentry reports it.
   restore_bytes_loaded_ = &prometheus::BuildCounter()
@@ -370,8 +386,8 @@ Metrics::~Metrics() {
 }
 
 absl::StatusOr<std::unique_ptr<Metrics>> Metrics::Create(
-    const std::string& listen_address) {
-  std::unique_ptr<Metrics> m(new Metrics());
+    const std::string& listen_address, const std::set<std::string>& platforms) {
+  std::unique_ptr<Metrics> m(new Metrics(platforms));
   if (!listen_address.empty()) {
     absl::Status s = m->Serve(listen_address);
     if (!s.ok()) return s;
@@ -441,6 +457,10 @@ void Metrics::ObservePoolRefill(absl::string_view platform, absl::Duration d) {
 
 void Metrics::IncSentryCrashes() { sentry_crashes_->Increment(); }
 
+void Metrics::IncSandboxExit(absl::string_view reason) {
+  sandbox_exits_->Add({{"reason", std::string(reason)}}).Increment();
+}
+
 void Metrics::AddUnimplemented(int nr, uint64_t n) {
   unimplemented_->Add({{"nr", absl::StrCat(nr)}}).Increment(static_cast<double>(n));
 }
@@ -482,7 +502,7 @@ void Metrics::SetPlatformStats(absl::string_view id, const control::PlatformStat
   SetPlatformGauge(ps, platform_info_,
                    {{"id", sid}, {"platform", st.platform()}, {"flavour", flavour}}, 1);
   Differences d(&ps.last);
-  if (st.has_systrap()) {
+  if (st.has_systrap() && systrap_spinning_ != nullptr) {
     const control::SystrapStats& s = st.systrap();
     const std::pair<const char*, const control::SystrapStats::Side*> sides[] = {
         {"sentry", &s.sentry()}, {"stub", &s.stub()}};
@@ -504,7 +524,7 @@ void Metrics::SetPlatformStats(absl::string_view id, const control::PlatformStat
     SetPlatformGauge(ps, systrap_queued_, {{"id", sid}},
                      static_cast<double>(s.contexts_queued()));
   }
-  if (st.has_kvm()) {
+  if (st.has_kvm() && kvm_exits_ != nullptr) {
     const control::KvmStats& k = st.kvm();
     const std::pair<const char*, uint64_t> exits[] = {
         {"syscall", k.exits().syscall()},         {"page_fault", k.exits().page_fault()},

@@ -12,6 +12,7 @@
 //   sandboxd_pool_size{platform}                     gauge
 //   sandboxd_pool_refill_seconds{platform}           histogram
 //   sandboxd_sentry_crashes_total                    counter
+//   sandboxd_sandbox_exits_total{reason}             counter
 //   sandboxd_unimplemented_syscalls_total{nr}        counter
 //   sandboxd_sandbox_memory_bytes{id}                gauge
 //   sandboxd_sandbox_cpu_seconds_total{id}           counter
@@ -34,6 +35,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,9 +70,13 @@ class Metrics {
  public:
   // `listen_address` is "host:port" for the HTTP server ("127.0.0.1:0" picks
   // a free port), or "" to keep the metrics in memory only (Scrape still
-  // works). Fails when the address cannot be bound.
+  // works). Fails when the address cannot be bound. `platforms`: those the
+  // daemon offers; only their families (sandboxd_systrap_*,
+  // sandboxd_kvm_*) are registered, so a platform that is not enabled
+  // exports nothing.
   static absl::StatusOr<std::unique_ptr<Metrics>> Create(
-      const std::string& listen_address);
+      const std::string& listen_address,
+      const std::set<std::string>& platforms = {"systrap", "kvm"});
   ~Metrics();
   Metrics(const Metrics&) = delete;
   Metrics& operator=(const Metrics&) = delete;
@@ -104,6 +110,9 @@ class Metrics {
   void ObservePoolRefill(absl::string_view platform, absl::Duration d);
   // sandboxd_sentry_crashes_total: Sentries that died without being asked to.
   void IncSentryCrashes();
+  // sandboxd_sandbox_exits_total{reason}: a sandbox's init ended, by how
+  // (Sandbox's ExitReasonLabel: exited, signal, oom, failed).
+  void IncSandboxExit(absl::string_view reason);
   // sandboxd_unimplemented_syscalls_total{nr}: ENOSYS returns, as reported by
   // the Sentries.
   void AddUnimplemented(int nr, uint64_t n);
@@ -135,7 +144,7 @@ class Metrics {
   void RemoveSandbox(absl::string_view id);
 
  private:
-  Metrics();
+  explicit Metrics(const std::set<std::string>& platforms);
   absl::Status Serve(const std::string& listen_address);
 
   std::shared_ptr<prometheus::Registry> registry_;
@@ -151,37 +160,39 @@ class Metrics {
   prometheus::Family<prometheus::Gauge>* pool_size_;
   prometheus::Family<prometheus::Histogram>* pool_refill_seconds_;
   prometheus::Counter* sentry_crashes_;
+  prometheus::Family<prometheus::Counter>* sandbox_exits_;
   prometheus::Family<prometheus::Counter>* unimplemented_;
   prometheus::Family<prometheus::Gauge>* sandbox_memory_;
   prometheus::Family<prometheus::Counter>* sandbox_cpu_;
 
   // Platform metrics (SetPlatformStats). Daemon-wide counters and
-  // histograms: a destroyed sandbox's share stays in them.
+  // histograms: a destroyed sandbox's share stays in them. A platform's
+  // are null when the daemon does not offer it (Create's `platforms`).
   prometheus::Family<prometheus::Gauge>* platform_info_;
-  prometheus::Family<prometheus::Gauge>* systrap_spinning_;
-  prometheus::Family<prometheus::Counter>* systrap_enabled_;
-  prometheus::Family<prometheus::Counter>* systrap_disabled_;
-  prometheus::Counter* systrap_evaluations_;
-  prometheus::Counter* systrap_idle_resets_;
-  prometheus::Family<prometheus::Histogram>* systrap_handover_;
-  prometheus::Family<prometheus::Gauge>* systrap_awake_;
-  prometheus::Family<prometheus::Gauge>* systrap_queued_;
-  prometheus::Counter* systrap_patched_sites_;
-  prometheus::Counter* systrap_patch_unserialized_;
-  prometheus::Family<prometheus::Counter>* kvm_exits_;
-  prometheus::Histogram* kvm_vm_create_;
-  prometheus::Histogram* kvm_vcpu0_create_;
-  prometheus::Histogram* kvm_pool_fill_;
-  prometheus::Counter* kvm_memslot_adds_;
-  prometheus::Counter* kvm_memslot_add_seconds_;
-  prometheus::Counter* kvm_shadow_flushes_;
-  prometheus::Counter* kvm_shadow_flush_seconds_;
-  prometheus::Counter* kvm_vcpus_refused_;
-  prometheus::Counter* systrap_workers_refused_;
-  prometheus::Counter* oom_kills_;
-  prometheus::Counter* memory_limit_refusals_;
-  prometheus::Family<prometheus::Gauge>* kvm_vcpus_;
-  prometheus::Family<prometheus::Gauge>* kvm_pool_free_;
+  prometheus::Family<prometheus::Gauge>* systrap_spinning_ = nullptr;
+  prometheus::Family<prometheus::Counter>* systrap_enabled_ = nullptr;
+  prometheus::Family<prometheus::Counter>* systrap_disabled_ = nullptr;
+  prometheus::Counter* systrap_evaluations_ = nullptr;
+  prometheus::Counter* systrap_idle_resets_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* systrap_handover_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* systrap_awake_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* systrap_queued_ = nullptr;
+  prometheus::Counter* systrap_patched_sites_ = nullptr;
+  prometheus::Counter* systrap_patch_unserialized_ = nullptr;
+  prometheus::Family<prometheus::Counter>* kvm_exits_ = nullptr;
+  prometheus::Histogram* kvm_vm_create_ = nullptr;
+  prometheus::Histogram* kvm_vcpu0_create_ = nullptr;
+  prometheus::Histogram* kvm_pool_fill_ = nullptr;
+  prometheus::Counter* kvm_memslot_adds_ = nullptr;
+  prometheus::Counter* kvm_memslot_add_seconds_ = nullptr;
+  prometheus::Counter* kvm_shadow_flushes_ = nullptr;
+  prometheus::Counter* kvm_shadow_flush_seconds_ = nullptr;
+  prometheus::Counter* kvm_vcpus_refused_ = nullptr;
+  prometheus::Counter* systrap_workers_refused_ = nullptr;
+  prometheus::Counter* oom_kills_ = nullptr;
+  prometheus::Counter* memory_limit_refusals_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* kvm_vcpus_ = nullptr;
+  prometheus::Family<prometheus::Gauge>* kvm_pool_free_ = nullptr;
 
   // Restore page loading (SetRestorePages).
   prometheus::Counter* restore_bytes_loaded_;

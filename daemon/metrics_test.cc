@@ -333,6 +333,24 @@ control::RestorePageStats RestoreReport(uint64_t mib_loaded, uint64_t waits, boo
   return st;
 }
 
+// A platform the daemon does not offer exports no family, and a report
+// of it (which such a daemon never gets) moves nothing.
+TEST(MetricsTest, OnlyOfferedPlatformsAreExported) {
+  auto systrap_only = Metrics::Create("", {"systrap"});
+  ASSERT_TRUE(systrap_only.ok()) << systrap_only.status();
+  (*systrap_only)->SetPlatformStats("k", KvmReport(1, false));
+  std::string text = (*systrap_only)->Scrape();
+  EXPECT_TRUE(absl::StrContains(text, "sandboxd_systrap_patched_sites_total 0\n")) << text;
+  EXPECT_FALSE(absl::StrContains(text, "sandboxd_kvm_")) << text;
+
+  auto kvm_only = Metrics::Create("", {"kvm"});
+  ASSERT_TRUE(kvm_only.ok()) << kvm_only.status();
+  (*kvm_only)->SetPlatformStats("s", SystrapReport(1, true));
+  text = (*kvm_only)->Scrape();
+  EXPECT_TRUE(absl::StrContains(text, "sandboxd_kvm_memslot_adds_total 0\n")) << text;
+  EXPECT_FALSE(absl::StrContains(text, "sandboxd_systrap_")) << text;
+}
+
 TEST(MetricsTest, RestorePageLoading) {
   auto m = Metrics::Create("");
   ASSERT_TRUE(m.ok()) << m.status();

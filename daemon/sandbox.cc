@@ -7,7 +7,10 @@
 
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "base/status_macros.h"
 #include "daemon/log.h"
 #include "google/protobuf/util/time_util.h"
@@ -34,8 +37,30 @@ constexpr absl::Duration kCallTimeout = absl::Seconds(10);
 constexpr absl::Duration kCheckpointTimeout = absl::Minutes(5);
 // SandboxInfo.self_checkpoints keeps the last this many.
 constexpr size_t kMaxSelfCheckpoints = 64;
+// How long a released Sentry's exec waiters get to hear their processes'
+// ends (the init's exit has killed them; the answers are on their way).
+constexpr absl::Duration kReleaseExecWait = absl::Seconds(2);
 
 }  // namespace
+
+std::string StateWord(v1::SandboxState s) {
+  switch (s) {
+    case v1::SANDBOX_STATE_CREATED: return "created";
+    case v1::SANDBOX_STATE_RUNNING: return "running";
+    case v1::SANDBOX_STATE_PAUSED: return "paused";
+    case v1::SANDBOX_STATE_STOPPED: return "stopped";
+    case v1::SANDBOX_STATE_FAILED: return "failed";
+    default: return "unknown";
+  }
+}
+
+std::string ExitReasonLabel(const v1::ExitStatus& e) {
+  if (!e.error().empty()) return "failed";
+  if (e.status_case() == v1::ExitStatus::kSignal) {
+    return absl::StartsWith(e.reason(), "out of memory") ? "oom" : "signal";
+  }
+  return "exited";
+}
 
 ExecProcess::~ExecProcess() {
   if (!waiter.joinable()) return;
@@ -338,7 +363,7 @@ std::shared_ptr<Sandbox> Sandbox::Adopt(Options o, const v1::SandboxInfo& record
   Log("sandbox ", s->id_, ": ",
       running ? "re-adopted its sentry (pid " : "could not re-adopt its sentry (pid ",
       p.pid(), ")", running ? "" : absl::StrCat(": ", why), "; ",
-      v1::SandboxState_Name(s->state()));
+      StateWord(s->state()));
   s->SaveRecord();
   return s;
 }
@@ -365,8 +390,8 @@ absl::StatusOr<ProcessRelay*> Sandbox::AttachAndStart(const uint64_t* cursor,
     absl::MutexLock l(&mu_);
     if (attached_ || state_ != v1::SANDBOX_STATE_CREATED) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "sandbox ", id_, ": attach needs a CREATED sandbox nobody has attached to (it is ",
-          v1::SandboxState_Name(state_), attached_ ? ", attached" : "", ")"));
+          "sandbox ", id_, ": attach needs a created sandbox nobody has attached to (it is ",
+          StateWord(state_), attached_ ? ", attached" : "", ")"));
     }
     attached_ = true;
     if (attached != nullptr) *attached = true;
@@ -385,7 +410,7 @@ absl::StatusOr<ProcessRelay*> Sandbox::AttachAndStart(const uint64_t* cursor,
 absl::Status Sandbox::StartLocked() {
   if (state_ != v1::SANDBOX_STATE_CREATED || destroyed_) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "sandbox ", id_, " is ", v1::SandboxState_Name(state_), ", not CREATED"));
+        "sandbox ", id_, " is ", StateWord(state_), ", not created"));
   }
   control::Request req;
   std::vector<int> fds;
@@ -536,6 +561,7 @@ void Sandbox::WaitLoop() {
       }
     }
     Finish(std::move(exit), v1::SANDBOX_STATE_STOPPED);
+    ReleaseSentry();
     return;
   }
   // The Sentry is gone. OnSentryExit has the reason (a crash) or Destroy
@@ -556,10 +582,69 @@ void Sandbox::WaitLoop() {
   Finish(exit, v1::SANDBOX_STATE_FAILED);
 }
 
+void Sandbox::ReleaseSentry() {
+  {
+    absl::MutexLock l(&mu_);
+    if (destroyed_) return;  // Destroy ends it
+  }
+  CollectMetrics();
+  bool load_unfinished;
+  {
+    absl::MutexLock l(&mu_);
+    // A checkpoint that ended the sandbox may be answered after the
+    // init's Wait: its reply (the image's figures) comes first.
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !checkpoint_in_flight_; };
+    mu_.AwaitWithDeadline(absl::Condition(&idle), absl::Now() + kCheckpointTimeout);
+    load_unfinished = RestoredLocked() && !(have_restore_ && restore_.done() &&
+                                            restore_.bytes_failed() == 0);
+  }
+  if (load_unfinished) {
+    // Why a restore's page load failed is known only to the Sentry: asked
+    // now, for wait --restored after the end.
+    control::Request req;
+    req.mutable_wait_restored();
+    absl::StatusOr<control::Response> r =
+        sentry_->process().Call(req, {}, kReleaseExecWait);
+    if (r.ok() && r->has_restore_pages()) {
+      NoteRestorePages(r->restore_pages());
+    } else if (!r.ok() && !absl::IsDeadlineExceeded(r.status())) {
+      absl::MutexLock l(&mu_);
+      restore_error_ = absl::Status(r.status().code(), absl::StrCat("sandbox ", id_, ": ",
+                                                                    r.status().message()));
+    }
+  }
+  std::vector<std::shared_ptr<ExecProcess>> execs;
+  {
+    absl::MutexLock l(&mu_);
+    for (auto& [pid, e] : execs_) execs.push_back(e);
+  }
+  const absl::Time deadline = absl::Now() + kReleaseExecWait;
+  for (const std::shared_ptr<ExecProcess>& e : execs) {
+    ExecProcess* raw = e.get();
+    absl::MutexLock el(&raw->mu);
+    auto done = [raw]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(raw->mu) { return !raw->running; };
+    raw->mu.AwaitWithDeadline(absl::Condition(&done), deadline);
+  }
+  {
+    absl::MutexLock l(&mu_);
+    if (destroyed_) return;
+  }
+  Log("sandbox ", id_, ": its init has ended; ending its sentry (pid ",
+      sentry_->process().pid(), ")");
+  // A kill on the host: the Sentry has nothing left to say, and its
+  // process namespace takes any stub with it.
+  KillOnHost();
+}
+
 void Sandbox::Finish(v1::ExitStatus exit, v1::SandboxState state) {
   {
     absl::MutexLock l(&mu_);
     if (state_ == v1::SANDBOX_STATE_STOPPED || state_ == v1::SANDBOX_STATE_FAILED) return;
+    // An init that ran and ended (not a start that failed, nor a
+    // sandbox destroyed before its start).
+    if (metrics_ != nullptr && state_ == v1::SANDBOX_STATE_RUNNING) {
+      metrics_->IncSandboxExit(ExitReasonLabel(exit));
+    }
     exit_ = std::move(exit);
     state_ = state;
     *timings_.mutable_exited() = ToProto(absl::Now());
@@ -622,7 +707,7 @@ absl::Status Sandbox::Signal(int signal, bool all, int pid) {
     absl::MutexLock l(&mu_);
     if (state_ != v1::SANDBOX_STATE_RUNNING) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "sandbox ", id_, " is ", v1::SandboxState_Name(state_), ", not RUNNING"));
+          "sandbox ", id_, " is ", StateWord(state_), ", not running"));
     }
   }
   // SIGKILL of the init (or of everything) ends the sandbox: a host
@@ -644,8 +729,8 @@ absl::StatusOr<ProcessRelay*> Sandbox::AttachRunning(uint64_t* cursor) {
   absl::MutexLock l(&mu_);
   if (state_ != v1::SANDBOX_STATE_RUNNING || destroyed_) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "sandbox ", id_, " is ", v1::SandboxState_Name(state_),
-        ": an attach follows a RUNNING init (or starts a CREATED one)"));
+        "sandbox ", id_, " is ", StateWord(state_),
+        ": an attach follows a running init (or starts a created one)"));
   }
   *cursor = init_relay_->log().end();
   return init_relay_.get();
@@ -666,15 +751,42 @@ void Sandbox::CloseInitStdin() {
   if (!s.ok()) Log("sandbox ", id_, ": closing the stdin its sentry keeps: ", s.ToString());
 }
 
+v1::ProcessSpec Sandbox::ExecDefaults(const v1::ProcessSpec& exec) const {
+  const v1::ProcessSpec& init = spec_.process();
+  v1::ProcessSpec p = exec;
+  // As docker exec: the sandbox's environment with the exec's on top (a
+  // name the exec sets replaces the sandbox's), its working directory and
+  // its user unless the exec names its own.
+  p.clear_env();
+  std::vector<std::string> env(init.env().begin(), init.env().end());
+  for (const std::string& e : exec.env()) {
+    const std::string name = e.substr(0, e.find('='));
+    env.erase(std::remove_if(env.begin(), env.end(),
+                             [&](const std::string& have) {
+                               return have.compare(0, have.find('='), name) == 0 &&
+                                      have.find('=') == name.size();
+                             }),
+              env.end());
+    env.push_back(e);
+  }
+  for (std::string& e : env) p.add_env(std::move(e));
+  if (p.cwd().empty()) p.set_cwd(init.cwd());
+  if (!exec.has_user()) {
+    if (init.has_user()) *p.mutable_user() = init.user();
+  }
+  return p;
+}
+
 absl::StatusOr<std::shared_ptr<ExecProcess>> Sandbox::StartExec(
-    const v1::ProcessSpec& process, const uint64_t* cursor,
+    const v1::ProcessSpec& exec_process, const uint64_t* cursor,
     const v1::ExecRequest::Resize& size) {
+  const v1::ProcessSpec process = ExecDefaults(exec_process);
   bool keep;
   {
     absl::MutexLock l(&mu_);
     if (state_ != v1::SANDBOX_STATE_RUNNING || destroyed_) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "sandbox ", id_, " is ", v1::SandboxState_Name(state_), ", not RUNNING"));
+          "sandbox ", id_, " is ", StateWord(state_), ", not running"));
     }
     keep = persisted_ && state_dir_ != nullptr;
   }
@@ -698,7 +810,11 @@ absl::StatusOr<std::shared_ptr<ExecProcess>> Sandbox::StartExec(
   absl::StatusOr<control::Response> r = sentry_->process().Call(req, fds, kCallTimeout);
   if (!r.ok()) {
     e->relay->log().Unpin();
-    return r.status();
+    // The code stays the Sentry's: NOT_FOUND for a missing program,
+    // FAILED_PRECONDITION for one that cannot run (clients' 127 and 126).
+    absl::string_view why = r.status().message();
+    absl::ConsumePrefix(&why, "Exec: ");
+    return absl::Status(r.status().code(), absl::StrCat("sandbox ", id_, ": exec: ", why));
   }
   e->pid = r->exec_pid();
   e->started = absl::Now();
@@ -880,11 +996,12 @@ absl::Status Sandbox::Checkpoint(int image, const std::string& path,
     absl::MutexLock l(&mu_);
     if (state_ != v1::SANDBOX_STATE_RUNNING || destroyed_) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "sandbox ", id_, " is ", v1::SandboxState_Name(state_), ", not RUNNING"));
+          "sandbox ", id_, " is ", StateWord(state_), ", not running"));
     }
     spec = spec_;
     // Before the call: the Sentry may answer the init's Wait first.
     if (!leave_running) checkpoint_path_ = path;
+    checkpoint_in_flight_ = true;
   }
   control::Request req;
   control::Request::Checkpoint* c = req.mutable_checkpoint();
@@ -895,6 +1012,10 @@ absl::Status Sandbox::Checkpoint(int image, const std::string& path,
   const absl::Time begin = absl::Now();
   absl::StatusOr<control::Response> r =
       sentry_->process().Call(req, fds, kCheckpointTimeout);
+  absl::Cleanup answered = [this] {
+    absl::MutexLock l(&mu_);
+    checkpoint_in_flight_ = false;
+  };
   auto stage = [resp](const std::string& name, absl::Duration d) {
     v1::Stage* st = resp->add_stages();
     st->set_name(name);
@@ -976,8 +1097,9 @@ absl::StatusOr<v1::RestoreProgress> Sandbox::AwaitRestored(
           absl::StrCat("sandbox ", id_, " was not restored from an image"));
     }
     if (state_ != v1::SANDBOX_STATE_RUNNING || destroyed_) {
+      if (!restore_error_.ok()) return restore_error_;  // the Sentry's word, kept
       return absl::FailedPreconditionError(absl::StrCat(
-          "sandbox ", id_, " is ", v1::SandboxState_Name(state_), ", not RUNNING",
+          "sandbox ", id_, " is ", StateWord(state_), ", not running",
           have_restore_ && restore_.done() ? "" : " (it ended before its pages were loaded)"));
     }
     return absl::OkStatus();

@@ -62,6 +62,14 @@ inline constexpr size_t kInitLogBytes = 1 << 20;
 // Ended Exec'd processes a sandbox keeps (SandboxInfo.execs).
 inline constexpr size_t kKeptEndedExecs = 16;
 
+// A state as messages and `ps` name it: "created", "running", "paused",
+// "stopped", "failed" (never the enum's own name).
+std::string StateWord(v1::SandboxState s);
+// How an init ended, as sandboxd_sandbox_exits_total{reason} counts it:
+// "exited" (a code), "signal", "oom" (killed by the Sentry's out-of-memory
+// kill: ExitStatus.reason), "failed" (ExitStatus.error).
+std::string ExitReasonLabel(const v1::ExitStatus& e);
+
 // A process Exec started in a sandbox.
 struct ExecProcess {
   int pid = 0;  // in the sandbox
@@ -172,7 +180,9 @@ class Sandbox {
   void CloseInitStdin();
 
   // Runs `process` in the RUNNING sandbox, with `*cursor` pinned on its
-  // output log; the caller relays its stdio and calls AwaitExec.
+  // output log; the caller relays its stdio and calls AwaitExec. The
+  // process gets the sandbox's env, cwd and user where it names none
+  // (ExecDefaults).
   absl::StatusOr<std::shared_ptr<ExecProcess>> StartExec(
       const v1::ProcessSpec& process, const uint64_t* cursor,
       const v1::ExecRequest::Resize& size = {});
@@ -209,6 +219,15 @@ class Sandbox {
   void AddStageLocked(absl::string_view name, absl::Duration d)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void WaitLoop();
+  // `exec` completed from the init's spec, as docker exec does: the init's
+  // env with the exec's names replacing it, the init's cwd and user unless
+  // the exec gives its own.
+  v1::ProcessSpec ExecDefaults(const v1::ProcessSpec& exec) const;
+  // After the init's end: the last stats, the reply of a checkpoint in
+  // flight, a restored sandbox's load error, the exec'd processes' ends,
+  // then the Sentry is ended. An exited sandbox holds no process; its
+  // state, exit, logs and cgroup stay until Destroy.
+  void ReleaseSentry();
   // Records the Sentry's self-checkpoint reports (control.proto
   // WatchCheckpoints) until the Sentry is gone.
   void WatchCheckpointsLoop();
@@ -267,12 +286,19 @@ class Sandbox {
   // Set while a Checkpoint that kills the sandbox is in flight, and after
   // it: the image its end is recorded with.
   std::string checkpoint_path_ ABSL_GUARDED_BY(mu_);
+  // A Checkpoint's call to the Sentry is in flight: ReleaseSentry waits
+  // for its reply (the Sentry may answer the init's Wait first).
+  bool checkpoint_in_flight_ ABSL_GUARDED_BY(mu_) = false;
   // Set when the init's end was that checkpoint's (SandboxInfo.checkpoint).
   v1::CheckpointInfo checkpoint_ ABSL_GUARDED_BY(mu_);
   // The page loader's last report (SandboxInfo.restore); unset while
   // there is none.
   v1::RestoreProgress restore_ ABSL_GUARDED_BY(mu_);
   bool have_restore_ ABSL_GUARDED_BY(mu_) = false;
+  // Why the page load failed, as the Sentry said before ReleaseSentry
+  // ended it (AwaitRestored's answer once the sandbox has ended); OK when
+  // it did not fail or nobody asked in time.
+  absl::Status restore_error_ ABSL_GUARDED_BY(mu_);
   StdioPair init_stdio_ ABSL_GUARDED_BY(mu_);  // only `theirs` until Start
   // Last unimplemented-syscall counts reported, by number.
   std::map<uint32_t, uint64_t> unimplemented_seen_ ABSL_GUARDED_BY(mu_);

@@ -353,9 +353,6 @@ int Main(int argc, char** argv) {
     }
   }
 
-  absl::StatusOr<std::unique_ptr<Metrics>> metrics = Metrics::Create(flags.metrics_address);
-  if (!metrics.ok()) Die(1, absl::StrCat("metrics: ", metrics.status().ToString()));
-
   // A platform is offered only when its back-end's probe passes on this
   // host (kvm: a real guest round trip, not the presence of /dev/kvm);
   // requests naming one that is not offered get the daemon's list.
@@ -370,6 +367,14 @@ int Main(int argc, char** argv) {
     it = flags.platforms.erase(it);
   }
   if (flags.platforms.empty()) Die(1, "--platforms: none of them is usable on this host");
+
+  // Only the offered platforms' metrics are exported.
+  absl::StatusOr<std::unique_ptr<Metrics>> metrics =
+      Metrics::Create(flags.metrics_address, flags.platforms);
+  if (!metrics.ok()) Die(1, absl::StrCat("metrics: ", metrics.status().ToString()));
+  // Said before the socket answers: whoever waits for the socket finds
+  // the address in the log.
+  if ((*metrics)->port() != 0) Log("metrics at http://", (*metrics)->address(), "/metrics");
 
   std::map<std::string, int> targets;
   // Warm Sentries per kind: systrap's with the daemon's --systrap-patch.
@@ -461,8 +466,6 @@ int Main(int argc, char** argv) {
   pool->Start();
   Log("listening on unix:", flags.socket,
       (*listener)->tcp_port() ? absl::StrCat(" and tcp port ", (*listener)->tcp_port()) : "",
-      (*metrics)->port() ? absl::StrCat("; metrics at http://", (*metrics)->address(), "/metrics")
-                         : "",
       "; pool ", flags.pool_size, " per platform; default rootfs ",
       flags.default_rootfs);
 

@@ -317,6 +317,11 @@ absl::Status Service::CreateSandbox(
   stage(Stage::kCreateValidate);
   // The daemon's image unless the spec names a (permitted) host directory.
   ASSIGN_OR_RETURN(UniqueFd rootfs, OpenRootfs(options_.policy, &spec));
+  // A fresh sandbox's overlay is empty: what its init needs of the rootfs
+  // is known now (a restore's processes are in its image).
+  if (!image.valid()) {
+    RETURN_IF_ERROR(CheckProcessInRootfs(rootfs.get(), spec.process(), "spec.process"));
+  }
   ASSIGN_OR_RETURN(UniqueFd checkpoint_dir, OpenCheckpointDir(options_.policy, spec));
   stage(Stage::kCreateOpenRootfs);
 
@@ -457,7 +462,7 @@ absl::Status Service::ExecStream(
     if (start.remove()) {
       // Refused, and the sandbox left alone, as any refused attach.
       return absl::FailedPreconditionError(absl::StrCat(
-          "sandbox ", id, " is RUNNING: start.remove is only for an attach that starts it"));
+          "sandbox ", id, " is running: start.remove is only for an attach that starts it"));
     }
     ASSIGN_OR_RETURN(relay, sandbox->AttachRunning(&cursor));
     pid = 1;

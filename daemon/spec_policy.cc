@@ -2,6 +2,8 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/openat2.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -9,6 +11,7 @@
 #include <cstring>
 
 #include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -259,6 +262,87 @@ absl::StatusOr<UniqueFd> OpenCheckpointDir(const SpecPolicy& p,
   }
   RETURN_IF_ERROR(CheckCheckpointRoot(p, fd.get(), "spec.checkpoint_dir", dir));
   return fd;
+}
+
+namespace {
+
+// `path` looked up inside the rootfs `root` as the sandbox would see it:
+// absolute symlinks and ".." stay inside. 0 or an errno.
+int StatInRoot(int root, const std::string& path, struct stat* st) {
+  std::string rel = path;
+  while (!rel.empty() && rel[0] == '/') rel.erase(0, 1);
+  if (rel.empty()) rel = ".";
+  struct open_how how = {};
+  how.flags = O_PATH | O_CLOEXEC;
+  how.resolve = RESOLVE_IN_ROOT | RESOLVE_NO_MAGICLINKS;
+  int fd;
+  do {
+    fd = static_cast<int>(syscall(SYS_openat2, root, rel.c_str(), &how, sizeof(how)));
+  } while (fd < 0 && errno == EAGAIN);
+  if (fd < 0) return errno;
+  const int r = fstat(fd, st) == 0 ? 0 : errno;
+  close(fd);
+  return r;
+}
+
+// What the Sentry mounts over the rootfs: a path there is not judged here.
+bool SentryMounted(const std::string& path) {
+  for (const char* m : {"/proc", "/dev", "/sys"}) {
+    if (path == m || absl::StartsWith(path, absl::StrCat(m, "/"))) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+absl::Status CheckProcessInRootfs(int rootfs, const v1::ProcessSpec& process,
+                                  const std::string& field) {
+  const std::string cwd = process.cwd().empty() ? "/" : process.cwd();
+  struct stat st;
+  if (!SentryMounted(cwd)) {
+    const int r = StatInRoot(rootfs, cwd, &st);
+    if (r == ENOENT) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          field, ".cwd: \"", cwd, "\" does not exist in the sandbox's rootfs"));
+    }
+    if (r == ENOTDIR || (r == 0 && !S_ISDIR(st.st_mode))) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          field, ".cwd: \"", cwd, "\" is not a directory in the sandbox's rootfs"));
+    }
+  }
+  if (process.argv_size() == 0) return absl::OkStatus();
+  const std::string& prog = process.argv(0);
+  std::vector<std::string> candidates;
+  std::string search;
+  if (prog.find('/') != std::string::npos) {
+    candidates.push_back(prog[0] == '/' ? prog : absl::StrCat(cwd, "/", prog));
+  } else {
+    for (const std::string& e : process.env()) {
+      if (absl::StartsWith(e, "PATH=")) search = e.substr(5);
+    }
+    if (search.empty()) search = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+    for (absl::string_view dir : absl::StrSplit(search, ':', absl::SkipEmpty())) {
+      // A relative PATH entry is the cwd's.
+      candidates.push_back(dir[0] == '/' ? absl::StrCat(dir, "/", prog)
+                                         : absl::StrCat(cwd, "/", dir, "/", prog));
+    }
+  }
+  bool not_executable = false;
+  for (const std::string& c : candidates) {
+    if (SentryMounted(c)) return absl::OkStatus();
+    const int r = StatInRoot(rootfs, c, &st);
+    if (r == ENOENT || r == ENOTDIR) continue;
+    if (r != 0) return absl::OkStatus();  // the start says what it is
+    if (S_ISREG(st.st_mode) && (st.st_mode & 0111) != 0) return absl::OkStatus();
+    not_executable = true;
+  }
+  if (not_executable) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        field, ".argv[0]: \"", prog, "\" is not an executable file in the sandbox's rootfs"));
+  }
+  return absl::NotFoundError(absl::StrCat(
+      field, ".argv[0]: \"", prog, "\" not found in the sandbox's rootfs",
+      search.empty() ? "" : absl::StrCat(" (searched PATH=", search, ")")));
 }
 
 absl::StatusOr<uint64_t> ParseByteSize(const std::string& s) {

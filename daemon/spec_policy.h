@@ -99,6 +99,20 @@ absl::Status CheckCheckpointRoot(const SpecPolicy& policy, int fd,
 absl::Status CheckCheckpointTarget(const SpecPolicy& policy, const std::string& field,
                                    const std::string& path);
 
+// Whether `process` can start in the rootfs `rootfs` (OpenRootfs's
+// descriptor), as far as that is known at create, when the sandbox's
+// overlay is still empty: its cwd exists there and is a directory
+// (FAILED_PRECONDITION naming `field`.cwd), and argv[0] (a path, or a
+// name searched in the process's PATH, else the default PATH, as the
+// Sentry does) is there: NOT_FOUND when it is nowhere, FAILED_PRECONDITION
+// when it is not an executable file, both naming `field`.argv[0] (clients
+// exit 127 and 126 for them, as for a start that fails so). Paths resolve
+// inside the rootfs (openat2 RESOLVE_IN_ROOT, no magic links). What the
+// Sentry mounts itself (/proc, /dev, /sys) and a failure other than a
+// missing file are left for the start to judge.
+absl::Status CheckProcessInRootfs(int rootfs, const v1::ProcessSpec& process,
+                                  const std::string& field);
+
 // "4k", "256m", "2g", "1048576" -> bytes.
 absl::StatusOr<uint64_t> ParseByteSize(const std::string& s);
 

@@ -1,5 +1,6 @@
 #include "daemon/spec_policy.h"
 
+#include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -163,6 +164,50 @@ TEST_F(RootfsTest, AllowedRootsRestrict) {
             absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(Open(dir_ + "/allowedx").code(),
             absl::StatusCode::kInvalidArgument);
+}
+
+// What an init needs of the rootfs, judged inside it: an absolute symlink
+// is the rootfs's, not the host's.
+TEST_F(RootfsTest, ProcessInRootfs) {
+  const std::string root = dir_ + "/image";
+  ASSERT_EQ(mkdir((root + "/bin").c_str(), 0755), 0);
+  ASSERT_EQ(mkdir((root + "/etc").c_str(), 0755), 0);
+  ASSERT_EQ(system(absl::StrCat("printf '#!/bin/sh\\n' >", root, "/bin/sbxprog && chmod 755 ",
+                                root, "/bin/sbxprog && touch ", root, "/etc/file")
+                       .c_str()),
+            0);
+  ASSERT_EQ(symlink("/bin", (root + "/lnk").c_str()), 0);
+  UniqueFd fd(open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid());
+  auto check = [&](const std::string& cwd, const std::string& prog,
+                   const std::string& path_env = "") {
+    v1::ProcessSpec p;
+    p.set_cwd(cwd);
+    p.add_argv(prog);
+    if (!path_env.empty()) p.add_env(path_env);
+    return CheckProcessInRootfs(fd.get(), p, "spec.process");
+  };
+  EXPECT_TRUE(check("/", "/bin/sbxprog").ok());
+  EXPECT_TRUE(check("", "sbxprog").ok()) << "the default PATH has /bin";
+  EXPECT_TRUE(check("/bin", "./sbxprog").ok());
+  EXPECT_TRUE(check("/", "/lnk/sbxprog").ok()) << "/lnk is the rootfs's /bin";
+  EXPECT_TRUE(check("/", "/proc/self/exe").ok()) << "the Sentry's /proc is not judged";
+
+  absl::Status s = check("/nope", "/bin/sbxprog");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "spec.process.cwd: \"/nope\" does not exist")) << s;
+  s = check("/etc/file", "/bin/sbxprog");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "is not a directory")) << s;
+  s = check("/", "sbxprog", "PATH=/usr/bin");
+  EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "spec.process.argv[0]")) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "searched PATH=/usr/bin")) << s;
+  s = check("/", "/etc/file");
+  EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << s;
+  EXPECT_TRUE(absl::StrContains(s.message(), "not an executable file")) << s;
+  // The host's /bin/sh is not the rootfs's.
+  EXPECT_EQ(check("/", "/bin/sh").code(), absl::StatusCode::kNotFound);
 }
 
 TEST(SpecPolicyTest, ParseByteSize) {

@@ -8,11 +8,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
@@ -108,6 +110,33 @@ absl::StatusOr<fs::Location> FindProgram(fs::Vfs& vfs, const fs::FsContext& ctx,
   std::string msg = absl::StrCat(prog, ": ", strerror(last_err));
   if (last_err == ENOENT) return absl::NotFoundError(msg);
   return absl::FailedPreconditionError(msg);
+}
+
+// The home directory of `uid` in the sandbox's /etc/passwd; "/" when
+// there is none (no file, no such user), as docker does.
+std::string HomeOf(fs::Vfs& vfs, const fs::FsContext& ctx, uint32_t uid) {
+  fs::Location loc;
+  if (vfs.Resolve(ctx, vfs.Root(), "/etc/passwd", true, &loc) != 0 ||
+      loc.inode().Type() != S_IFREG) {
+    return "/";
+  }
+  std::string text;
+  char buf[16384];
+  for (uint64_t off = 0; text.size() < (4u << 20);) {
+    int64_t n = loc.inode().Read(buf, sizeof(buf), off);
+    if (n <= 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    off += static_cast<uint64_t>(n);
+  }
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    // name:password:uid:gid:gecos:home:shell
+    std::vector<absl::string_view> f = absl::StrSplit(line, ':');
+    uint32_t u;
+    if (f.size() >= 7 && absl::SimpleAtoi(f[2], &u) && u == uid && !f[5].empty()) {
+      return std::string(f[5]);
+    }
+  }
+  return "/";
 }
 
 // What the sandbox is shown of the host's CPUs under a quota of `cpus`
@@ -307,6 +336,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(Prewarmed pw,
       sb->MountProc(LimitCpus(std::move(pw.host), cpus), lim.memory_bytes));
   clock->Mark(Stage::kFilesystems);
 
+  if (config.etc_hostname) RETURN_IF_ERROR(sb->WriteEtcHostname(config.hostname));
   ASSIGN_OR_RETURN(sb->init_fs_, sb->NewFsContext(config.init.cwd));
   ASSIGN_OR_RETURN(Loaded l, sb->Load(config.init, sb->init_fs_));
   clock->Mark(Stage::kLoad);
@@ -323,6 +353,34 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(Prewarmed pw,
   if (sb->console_ != nullptr) k.SetInitTerminal(sb->console_);
   clock->Mark(Stage::kInit);
   return sb;
+}
+
+absl::Status Sandbox::WriteEtcHostname(const std::string& hostname) {
+  fs::FsContext ctx(vfs_->Root(), vfs_->Root());
+  fs::Location etc;
+  if (vfs_->Resolve(ctx, vfs_->Root(), "/etc", true, &etc) != 0 ||
+      etc.inode().Type() != S_IFDIR) {
+    return absl::OkStatus();  // a rootfs without /etc gets none
+  }
+  // Replaced in the overlay's upper layer; the rootfs is never written.
+  fs::Location old;
+  if (vfs_->Lookup(etc, "hostname", &old) == 0) {
+    if (old.inode().Type() == S_IFDIR) return absl::OkStatus();
+    if (int r = vfs_->Unlink(etc, "hostname", false); r < 0) {
+      return SetupError("/etc/hostname: removing the rootfs's", -r);
+    }
+  }
+  fs::CreateRequest req;
+  req.mode = 0644;
+  fs::Location file;
+  if (int r = vfs_->Create(etc, "hostname", req, &file); r < 0) {
+    return SetupError("/etc/hostname: creating it", -r);
+  }
+  const std::string text = hostname + "\n";
+  if (file.inode().Write(text.data(), text.size(), 0) != static_cast<int64_t>(text.size())) {
+    return SetupError("/etc/hostname: writing it", EIO);
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<std::shared_ptr<fs::FsContext>> Sandbox::NewFsContext(
@@ -389,6 +447,20 @@ absl::StatusOr<Sandbox::Loaded> Sandbox::Load(
   stack.gid = stack.egid = p.gid;
   stack.argv = p.argv;
   stack.envp = p.env;
+  if (p.default_env) {
+    auto lacks = [&](absl::string_view name) {
+      return std::none_of(p.env.begin(), p.env.end(), [&](const std::string& e) {
+        return absl::StartsWith(e, absl::StrCat(name, "="));
+      });
+    };
+    if (lacks("PATH")) {
+      stack.envp.push_back("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+    }
+    if (lacks("HOSTNAME")) {
+      stack.envp.push_back(absl::StrCat("HOSTNAME=", kernel_->options().hostname));
+    }
+    if (lacks("HOME")) stack.envp.push_back(absl::StrCat("HOME=", HomeOf(*vfs_, *fsctx, p.uid)));
+  }
   stack.execfn = path;
   if (getrandom(stack.random, sizeof(stack.random), 0) !=
       sizeof(stack.random)) {

@@ -126,6 +126,11 @@ struct ProcessConfig {
   uint32_t uid = 0;
   uint32_t gid = 0;
   std::vector<uint32_t> groups;
+  // Docker's defaults for what `env` lacks (a sandbox's processes, from
+  // `sentry serve`; `sentry run` passes only --env): PATH (the usual
+  // search path), HOSTNAME (the sandbox's host name) and HOME (the user's
+  // in the rootfs's /etc/passwd, else "/").
+  bool default_env = false;
 };
 
 struct Limits {
@@ -140,6 +145,9 @@ struct SandboxConfig {
   std::string hostname = "sandbox";
   Limits limits;
   bool strace = false;  // print every syscall to stderr
+  // /etc/hostname in the overlay says `hostname` (as docker's does), when
+  // the rootfs has an /etc.
+  bool etc_hostname = false;
 };
 
 // A restore: the image, and what the caller gives anew (the rootfs
@@ -257,6 +265,8 @@ class Sandbox {
  private:
   Sandbox() = default;
 
+  // SandboxConfig::etc_hostname: /etc/hostname in the overlay.
+  absl::Status WriteEtcHostname(const std::string& hostname);
   // A program loaded into a fresh address space, ready for a task.
   struct Loaded;
   absl::StatusOr<Loaded> Load(const ProcessConfig& p,

@@ -110,6 +110,9 @@ absl::StatusOr<boot::ProcessConfig> ProcessFromSpec(const v1::ProcessSpec& p) {
   c.argv.assign(p.argv().begin(), p.argv().end());
   c.env.assign(p.env().begin(), p.env().end());
   c.cwd = p.cwd().empty() ? "/" : p.cwd();
+  // A sandbox's processes get docker's PATH, HOSTNAME and HOME when the
+  // spec names none.
+  c.default_env = true;
   return c;
 }
 
@@ -429,6 +432,7 @@ void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
   boot::Stdio stdio;
   UniqueFd checkpoint_dir;
   config.hostname = HostnameFor(spec, start.sandbox_id());
+  config.etc_hostname = true;
   config.limits = LimitsFrom(spec);
   auto prepare = [&]() -> absl::Status {
     const std::string& want = spec.platform().empty()

@@ -30,9 +30,13 @@ SOCK=$tmp/sandboxd.sock
 CHECK_OUT_BYTES=400
 
 kill_recorded() {
-  local f
+  local f pid
   for f in "$tmp"/state/sentries/*; do
-    [ -e "$f" ] && kill -9 "$(basename "$f")" 2>/dev/null
+    [ -e "$f" ] || continue
+    pid=$(basename "$f")
+    # Only a Sentry: an ended sandbox's recorded pid may be another
+    # process's by now.
+    [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$SENTRY" ] && kill -9 "$pid" 2>/dev/null
   done
   return 0
 }
@@ -49,7 +53,7 @@ daemon() {
 }
 ctl() { capture 60 "$SANDBOXCTL" --socket="$SOCK" "$@"; }
 state() {
-  "$SANDBOXCTL" --socket="$SOCK" ps 2>/dev/null | awk -v id="$1" '$1 == id { print $2 }'
+  "$SANDBOXCTL" --socket="$SOCK" ps -a 2>/dev/null | awk -v id="$1" '$1 == id { print $2 }'
 }
 # last ID: the last number the sandbox printed so far.
 last() {
@@ -175,7 +179,7 @@ ctl checkpoint "$r2" --leave-running --image="$tmp/img-final"
 check "checkpoint into a non-empty directory: refused" eq "$status" 125
 check "checkpoint into a non-empty directory: says so" contains "$tmp/err" "not empty"
 ctl checkpoint counter --image="$tmp/img-x"
-check "checkpoint of a STOPPED sandbox: refused" contains "$tmp/err" "not RUNNING"
+check "checkpoint of a STOPPED sandbox: refused" contains "$tmp/err" "not running"
 
 # --- a damaged image -----------------------------------------------------------
 cp -r "$tmp/img" "$tmp/bad"
@@ -196,7 +200,7 @@ check "the daemon serves the next request" eq "$(cat "$tmp/out")" "still serving
 ctl restore -d --name=r3 --image="$tmp/img"
 check "restore after the bad ones: exit 0" eq "$status" 0
 check "r3 counts" until_gt 10 r3 "$((before + 3))"
-ctl ps
+ctl ps -a
 check "ps after: r3 listed" contains "$tmp/out" r3
 check "ps after: no bad sandbox" not_contains "$tmp/out" bad
 
@@ -246,7 +250,7 @@ echo "# idle restore:"
 sed 's/^/#   /' "$tmp/err"
 
 for id in counter "$r2" r1 r3 idle idle-r finite big; do ctl rm -f "$id"; done
-ctl ps -q
+ctl ps -aq
 check "nothing left at the end" eq "$(lines "$tmp/out")" 0
 
 echo "1..$n"

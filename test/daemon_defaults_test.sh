@@ -124,7 +124,7 @@ ctl run --rm --label="$(head -c 5000 /dev/zero | tr '\0' k)=v" -- /bin/true
 check "a 5000-byte label key: refused naming spec.labels" contains "$tmp/err" "spec.labels: a key must be 1 to 128 bytes"
 ctl run --rm --label="k=$(head -c 100000 /dev/zero | tr '\0' v)" -- /bin/true
 check "a 100 000-byte label value: refused" contains "$tmp/err" "at most 1024 bytes"
-ctl ps -q
+ctl ps -aq
 check "nothing left" eq "$(lines "$tmp/out")" 0
 
 # Bad daemon-wide defaults: a usage error at start.

@@ -13,6 +13,7 @@
 #     a progress line when it is (script(1)'s pty)
 #   - `wait --restored` of a sandbox that was not restored: refused
 #   - a load whose pages.img goes short under it: `wait --restored` fails
+#     naming pages.img, also once the sandbox has ended (its Sentry gone)
 # Exits 77 (CTest: skipped) until the binaries exist.
 set -u
 # shellcheck source=test/lib.sh
@@ -35,7 +36,7 @@ wait_for_daemon "$SANDBOXCTL" "$SOCK"
 metrics=$(sed -n 's|.*metrics at http://\([^/]*\)/metrics.*|\1|p' "$tmp/daemon.log" | head -1)
 ctl() { capture 120 "$SANDBOXCTL" --socket="$SOCK" "$@"; }
 state() {
-  "$SANDBOXCTL" --socket="$SOCK" ps 2>/dev/null | awk -v id="$1" '$1 == id { print $2 }'
+  "$SANDBOXCTL" --socket="$SOCK" ps -a 2>/dev/null | awk -v id="$1" '$1 == id { print $2 }'
 }
 last() { "$SANDBOXCTL" --socket="$SOCK" logs "$1" 2>/dev/null | tail -1; }
 # json ID FIELD: FIELD's value in `inspect ID` (its first occurrence).
@@ -75,7 +76,7 @@ check "big wrote its memory" until_true 60 eval '[ "$(last big)" = ready ]'
 checkpoint big --image="$tmp/img"
 check "checkpoint (not left running): exit 0" eq "$status" 0
 check "checkpointed: ps says so" until_true 30 is_state big checkpointed
-ctl ps
+ctl ps -a
 check "checkpointed: ps names the image" contains "$tmp/out" "image $tmp/img"
 check "checkpointed: ps says no failure" not_contains "$tmp/out" "failed"
 ctl inspect big
@@ -157,9 +158,15 @@ ctl wait --restored r3
 check "wait --restored of a failed load: 125" eq "$status" 125
 check "wait --restored of a failed load: names pages.img" contains "$tmp/err" "pages.img"
 echo "# failed load: $(cat "$tmp/err")"
+# Once the sandbox has ended (its Sentry with it), the load's error stays.
+ctl kill -s TERM r3
+ctl wait r3
+ctl wait --restored r3
+check "wait --restored after the end of a failed load: 125" eq "$status" 125
+check "wait --restored after the end of a failed load: names pages.img" contains "$tmp/err" "pages.img"
 
 for id in big r1 r2 r3; do ctl rm -f "$id"; done
-ctl ps -q
+ctl ps -aq
 check "nothing left at the end" eq "$(lines "$tmp/out")" 0
 
 echo "1..$n"

@@ -10,7 +10,8 @@
 #     its gauges (id-labelled) after the daemon's stats poll, and they are
 #     gone after rm while the counters stay
 #   - kvm, where its probe passes: exits by reason (syscall >= N), the VM
-#     and vCPU 0 creation times observed, the flavour
+#     and vCPU 0 creation times observed, the flavour; where it does not,
+#     no sandboxd_kvm_* family at all
 # Exits 77 (CTest: skipped) until the binaries exist.
 set -u
 # shellcheck source=test/lib.sh
@@ -105,6 +106,10 @@ if [ "$platforms" = systrap,kvm ]; then
   check "kvm: VM creation observed" ge "$(value sandboxd_kvm_vm_create_seconds_count)" 1
   check "kvm: vCPU 0 creation observed" ge "$(value sandboxd_kvm_vcpu0_create_seconds_count)" 1
   check "kvm: memory slots added" ge "$(value sandboxd_kvm_memslot_adds_total)" 2
+else
+  scrape
+  check "kvm not offered: no sandboxd_kvm_ family exported" \
+    eq "$(grep -c '^\(# [A-Z]* \)\?sandboxd_kvm_' "$tmp/metrics")" 0
 fi
 
 passed

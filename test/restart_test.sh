@@ -65,7 +65,7 @@ ctl() {
 }
 # state NAME ID: the sandbox's state as ps prints it ("running", ...).
 state() {
-  "$SANDBOXCTL" --socket="$tmp/$1.sock" ps 2>/dev/null | awk -v id="$2" '$1 == id { print $2 }'
+  "$SANDBOXCTL" --socket="$tmp/$1.sock" ps -a 2>/dev/null | awk -v id="$2" '$1 == id { print $2 }'
 }
 # sentry_pid NAME ID: the host pid of the sandbox's Sentry.
 sentry_pid() {
@@ -203,7 +203,7 @@ kill -9 "$b_pid"
 wait "$b_pid" 2>/dev/null
 daemon b --shutdown-kill
 check "daemon b restarted: keep RUNNING" eq "$(state b keep)" running
-ctl c ps -q
+ctl c ps -aq
 check "daemon c does not see b's sandbox" not_contains "$tmp/out" keep
 kill "$c_pid" "$daemon_pid"
 wait "$c_pid" "$daemon_pid" 2>/dev/null

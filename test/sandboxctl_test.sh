@@ -103,7 +103,7 @@ SANDBOXD_SOCKET=$SOCK timeout 60 "$SANDBOXCTL" run --rm -- /bin/echo via-env >"$
 status=$?
 check "SANDBOXD_SOCKET names the socket" eq "$(cat "$tmp/out")" "via-env"
 
-ctl ps -q
+ctl ps -aq
 check "run --rm leaves no sandbox" eq "$(lines "$tmp/out")" 0
 
 if [ ${#tcp_args[@]} -gt 0 ]; then
@@ -123,7 +123,7 @@ fi
 # Detached: create, start, wait, logs, ps, inspect, rm.
 ctl create --name=job1 --label=team=a -- /bin/sh -c 'echo logged; echo logged-err >&2; exit 3'
 check "create prints the id" eq "$(cat "$tmp/out")" "job1"
-ctl ps --json
+ctl ps -a --json
 check "ps --json lists it as CREATED" contains "$tmp/out" '"state": "SANDBOX_STATE_CREATED"'
 ctl start job1
 check "start: exit 0" eq "$status" 0
@@ -134,7 +134,7 @@ check "logs: stdout kept" eq "$(cat "$tmp/out")" "logged"
 check "logs: stderr kept" eq "$(cat "$tmp/err")" "logged-err"
 ctl inspect job1
 check "inspect: JSON with the exit code" contains "$tmp/out" '"code": 3'
-ctl ps
+ctl ps -a
 check "ps: a header and one sandbox" eq "$(lines "$tmp/out")" 2
 check "ps: state stopped" contains "$tmp/out" "stopped"
 ctl rm job1
@@ -256,7 +256,7 @@ PY
   check "run -t: stdin is a tty" contains "$tmp/out" "is-a-tty"
 fi
 
-ctl ps -q
+ctl ps -aq
 check "nothing left at the end" eq "$(lines "$tmp/out")" 0
 
 echo "1..$n"

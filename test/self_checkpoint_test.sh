@@ -104,9 +104,13 @@ SANDBOXD=$(readlink -f "$2")
 SANDBOXCTL=$(readlink -f "$3")
 SOCK=$tmp/sandboxd.sock
 kill_recorded() {
-  local f
+  local f pid
   for f in "$tmp"/state/sentries/*; do
-    [ -e "$f" ] && kill -9 "$(basename "$f")" 2>/dev/null
+    [ -e "$f" ] || continue
+    pid=$(basename "$f")
+    # Only a Sentry: an ended sandbox's recorded pid may be another
+    # process's by now.
+    [ "$(readlink "/proc/$pid/exe" 2>/dev/null)" = "$SENTRY" ] && kill -9 "$pid" 2>/dev/null
   done
   return 0
 }
@@ -165,7 +169,7 @@ g1=$(logs_field c1 getrandom)
 g2=$(logs_field c2 getrandom)
 check "daemon: c1 and c2 read different getrandom bytes ($g1, $g2)" differ "$g1" "$g2"
 check "daemon: c1 differs from the saved sandbox" differ "$g1" "$orig"
-ctl ps
+ctl ps -a
 check "daemon: three sandboxes" eq "$(grep -c -E '^(fn|c1|c2) ' "$tmp/out")" 3
 
 ctl run --rm --checkpoint-dir=relative -- /bin/true

@@ -6,7 +6,9 @@
 
 #include <cstdio>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "client/sandboxctl/sandboxctl.h"
 #include "client/sandboxctl/terminal.h"
 
@@ -24,8 +26,10 @@ int Attach(Client& c, std::vector<std::string> args) {
   absl::StatusOr<v1::SandboxInfo> info = c.Get(id);
   FailOn(info.status());
   if (info->state() != v1::SANDBOX_STATE_RUNNING) {
-    Fail(kExitError, absl::StrCat("sandbox ", id, " is not running (",
-                                  v1::SandboxState_Name(info->state()), ")"));
+    Fail(kExitError, absl::StrCat("sandbox ", id, " is not running (it is ",
+                                  absl::AsciiStrToLower(absl::StripPrefix(
+                                      v1::SandboxState_Name(info->state()), "SANDBOX_STATE_")),
+                                  ")"));
   }
   const bool tty = info->spec().process().tty();
   const bool interactive = !no_stdin && info->spec().open_stdin();

@@ -9,6 +9,7 @@
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/sandboxctl/sandboxctl.h"
 #include "client/sandboxctl/terminal.h"
@@ -78,24 +79,49 @@ bool KeyValue(const std::string& kv, std::string* k, std::string* v) {
   return true;
 }
 
-void DefaultEnv(v1::ProcessSpec* p, bool tty) {
+void DefaultEnv(v1::ProcessSpec* p, bool tty, bool path) {
   bool has_path = false, has_term = false;
   for (const std::string& e : p->env()) {
     has_path |= absl::StartsWith(e, "PATH=");
     has_term |= absl::StartsWith(e, "TERM=");
   }
-  if (!has_path) p->add_env("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+  if (path && !has_path) {
+    p->add_env("PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin");
+  }
   if (tty && !has_term) {
     const char* term = getenv("TERM");
     p->add_env(absl::StrCat("TERM=", term != nullptr ? term : "xterm"));
   }
 }
 
+void UserFlag(flags::FlagSet& fs, v1::ProcessSpec* p) {
+  fs.Func("user", "UID[:GID]", "the program's user", [p](absl::string_view v) {
+    uint32_t uid = 0, gid = 0;
+    absl::string_view u = v, g;
+    if (size_t c = v.find(':'); c != absl::string_view::npos) {
+      u = v.substr(0, c);
+      g = v.substr(c + 1);
+    }
+    if (!absl::SimpleAtoi(u, &uid) || (!g.empty() && !absl::SimpleAtoi(g, &gid))) {
+      return absl::InvalidArgumentError(absl::StrCat("want UID[:GID], got ", v));
+    }
+    p->mutable_user()->set_uid(uid);
+    p->mutable_user()->set_gid(g.empty() ? uid : gid);
+    return absl::OkStatus();
+  });
+  fs.Alias("-u", "user");
+}
+
 int StartFailureCode(const absl::Status& s) {
-  // Only the start of the program itself, not an unknown sandbox id.
-  if (!absl::StrContains(s.message(), ": start: ")) return kExitError;
+  // Only the program itself: its start (run's), its exec, or the create's
+  // check of it (the field named); never an unknown sandbox id.
+  const bool program = absl::StrContains(s.message(), ": start: ") ||
+                       absl::StrContains(s.message(), ": exec: ") ||
+                       absl::StrContains(s.message(), "process.argv[0]: ");
+  if (!program) return kExitError;
   if (absl::IsNotFound(s)) return kExitNotFound;
-  if (absl::IsPermissionDenied(s)) return kExitCannotRun;
+  // The Sentry's word for a program it cannot run (boot.h ShellExitCodeFor).
+  if (absl::IsPermissionDenied(s) || absl::IsFailedPrecondition(s)) return kExitCannotRun;
   return kExitError;
 }
 

@@ -29,12 +29,15 @@ int Exec(Client& c, std::vector<std::string> args) {
     return absl::OkStatus();
   });
   fs.Alias("-w", "cwd");
+  UserFlag(fs, &p);
   std::vector<std::string> rest = ParseFlags(fs, std::move(args));
   if (rest.empty()) Fail(kExitError, "exec: which sandbox? (exec ID -- PROGRAM [ARGS...])");
   const std::string id = rest[0];
   for (std::string& s : Program(rest, 1, "exec")) p.add_argv(std::move(s));
   p.set_tty(tty);
-  DefaultEnv(&p, tty);
+  // The sandbox's env, cwd and user hold where -e, -w and -u name none
+  // (the daemon fills them in, as docker exec does); only TERM is ours.
+  DefaultEnv(&p, tty, /*path=*/false);
   if (detach && (interactive || tty)) Fail(kExitError, "exec: -d goes without -i and -t");
   ExecIo io = StdIo(interactive, tty);
   if (detach) {

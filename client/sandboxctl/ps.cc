@@ -1,4 +1,6 @@
-// sandboxctl ps (list, ls): the sandboxes, as a table, ids or JSON.
+// sandboxctl ps (list, ls): the running sandboxes (-a: all), as a table
+// whose columns are as wide as their widest value, ids or JSON.
+#include <algorithm>
 #include <cstdio>
 #include <map>
 
@@ -12,12 +14,14 @@
 namespace sandboxd::client::ctl {
 
 int Ps(Client& c, std::vector<std::string> args) {
-  bool json = false, quiet = false;
+  bool json = false, quiet = false, all = false;
   std::map<std::string, std::string> labels;
   flags::FlagSet fs("sandboxctl ps", "[FLAGS]", "lists the sandboxes");
   fs.Bool("json", &json, "as JSON (sandboxd.v1.ListResponse)");
   fs.Bool("quiet", &quiet, "ids only");
   fs.Alias("-q", "quiet");
+  fs.Bool("all", &all, "every sandbox, not only the running ones");
+  fs.Alias("-a", "all");
   fs.Func("label", "K=V", "only sandboxes with this label (repeatable)",
           [&labels](absl::string_view v) {
             std::string k, val;
@@ -32,6 +36,14 @@ int Ps(Client& c, std::vector<std::string> args) {
   if (!rest.empty()) Fail(kExitError, absl::StrCat("ps: unknown argument: ", rest[0]));
   absl::StatusOr<std::vector<v1::SandboxInfo>> list = c.List(labels);
   FailOn(list.status());
+  // As docker ps: the running ones unless -a.
+  if (!all) {
+    list->erase(std::remove_if(list->begin(), list->end(),
+                               [](const v1::SandboxInfo& s) {
+                                 return s.state() != v1::SANDBOX_STATE_RUNNING;
+                               }),
+                list->end());
+  }
   if (json) {
     v1::ListResponse r;
     for (auto& s : *list) *r.add_sandboxes() = s;
@@ -45,8 +57,8 @@ int Ps(Client& c, std::vector<std::string> args) {
     for (auto& s : *list) printf("%s\n", s.id().c_str());
     return 0;
   }
-  printf("%-14s %-12s %-8s %-10s %-12s %s\n", "ID", "STATE", "PLATFORM", "CREATED", "STATUS",
-         "COMMAND");
+  std::vector<std::vector<std::string>> rows = {
+      {"ID", "STATE", "PLATFORM", "CREATED", "STATUS", "COMMAND"}};
   const int64_t now = absl::ToUnixSeconds(absl::Now());
   for (auto& s : *list) {
     absl::string_view state_name = v1::SandboxState_Name(s.state());
@@ -67,9 +79,22 @@ int Ps(Client& c, std::vector<std::string> args) {
                                                   s.restore().bytes_total(), "%")
                    : "loading";
     }
-    printf("%-14s %-12s %-8s %-10s %-12s %s\n", s.id().c_str(),
-           absl::AsciiStrToLower(state).c_str(), s.spec().platform().c_str(), created.c_str(),
-           status.c_str(), absl::StrJoin(s.spec().process().argv(), " ").c_str());
+    rows.push_back({s.id(), absl::AsciiStrToLower(state), s.spec().platform(), created,
+                    status, absl::StrJoin(s.spec().process().argv(), " ")});
+  }
+  // Each column as wide as its widest cell: a long id or status never
+  // pushes the columns after it out of line.
+  std::vector<size_t> width(rows[0].size(), 0);
+  for (const auto& row : rows) {
+    for (size_t i = 0; i < row.size(); i++) width[i] = std::max(width[i], row[i].size());
+  }
+  for (const auto& row : rows) {
+    std::string line;
+    for (size_t i = 0; i < row.size(); i++) {
+      line += row[i];
+      if (i + 1 < row.size()) line.append(width[i] - row[i].size() + 2, ' ');
+    }
+    printf("%s\n", line.c_str());
   }
   return 0;
 }

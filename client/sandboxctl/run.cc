@@ -231,21 +231,7 @@ void SpecFlags(flags::FlagSet& fs, v1::CreateRequest* req) {
     spec->mutable_limits()->set_pids(n);
     return absl::OkStatus();
   });
-  fs.Func("user", "UID[:GID]", "the program's user", [p](absl::string_view v) {
-    uint32_t uid = 0, gid = 0;
-    absl::string_view u = v, g;
-    if (size_t c = v.find(':'); c != absl::string_view::npos) {
-      u = v.substr(0, c);
-      g = v.substr(c + 1);
-    }
-    if (!absl::SimpleAtoi(u, &uid) || (!g.empty() && !absl::SimpleAtoi(g, &gid))) {
-      return absl::InvalidArgumentError(absl::StrCat("want UID[:GID], got ", v));
-    }
-    p->mutable_user()->set_uid(uid);
-    p->mutable_user()->set_gid(g.empty() ? uid : gid);
-    return absl::OkStatus();
-  });
-  fs.Alias("-u", "user");
+  UserFlag(fs, p);
 }
 
 void FinishSpec(v1::CreateRequest* req, std::vector<std::string> program,

@@ -50,10 +50,14 @@ std::vector<std::string> Program(std::vector<std::string> rest, size_t first,
                                  const char* cmd);
 // "K=V" into k and v; false without a key.
 bool KeyValue(const std::string& kv, std::string* k, std::string* v);
-// PATH (and with a tty, TERM) when the process's env lacks them.
-void DefaultEnv(v1::ProcessSpec* p, bool tty);
-// The exit code for a start that failed: the program is missing (127) or
-// cannot be run (126); anything else is an error (125).
+// With `path`, PATH (and with a tty, TERM) when the process's env lacks
+// them. exec passes no PATH: the sandbox's (or the Sentry's default) holds.
+void DefaultEnv(v1::ProcessSpec* p, bool tty, bool path = true);
+// --user/-u UID[:GID] into p's user (the gid defaults to the uid).
+void UserFlag(flags::FlagSet& fs, v1::ProcessSpec* p);
+// The exit code for a start, exec or create that failed on the program:
+// it is missing (127) or cannot be run (126), in run and exec alike;
+// anything else is an error (125).
 int StartFailureCode(const absl::Status& s);
 std::string ExitText(const v1::ExitStatus& e);
 std::string ToJson(const google::protobuf::Message& m);

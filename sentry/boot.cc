@@ -609,6 +609,20 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Restore(Prewarmed pw,
     return absl::InvalidArgumentError(
         absl::StrCat(config.image, "/state.pb: no init (pid 1)"));
   }
+  if (std::shared_ptr<fs::tty::Pty> pty = sb->devpts_->FindRelayed()) {
+    // The saved init's terminal of sandboxd's: relayed to this sandbox's.
+    if (!stdio.terminal || !stdio.fds[0].valid()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          config.image, ": its init's terminal was sandboxd's (run -t): restore it "
+          "with process.tty"));
+    }
+    int d = fcntl(stdio.fds[0].get(), F_DUPFD_CLOEXEC, 3);
+    if (d < 0) return SetupError("duplicating the terminal", errno);
+    ASSIGN_OR_RETURN(std::unique_ptr<fs::tty::PtyRelay> relay,
+                     sb->RelayPty(std::move(pty), UniqueFd(d)));
+    absl::MutexLock l(&sb->mu_);
+    sb->relays_[1] = std::move(relay);
+  }
   if (loader != nullptr) {
     RETURN_IF_ERROR(Annotate(loader->Start(), "starting the page loader"));
   }
@@ -630,14 +644,15 @@ absl::StatusOr<state::SaveResult> Sandbox::Checkpoint(
     if (!ended) checkpoints_->Ended(false);
   };
   {
-    // The relay's host side and its thread are not kernel state a restore
-    // could rebuild yet: refused rather than restored without a reader.
+    // The init's relayed terminal is saved (Pty::relayed) and relayed
+    // again by Restore to the restored sandbox's terminal; an Exec'd
+    // process's would come back with nobody to relay it: refused.
     absl::MutexLock l(&mu_);
     for (const auto& [pid, relay] : relays_) {
-      if (!relay->done()) {
+      if (pid != 1 && !relay->done()) {
         return absl::FailedPreconditionError(absl::StrCat(
-            "process ", pid, " has a terminal relayed to sandboxd (run -t, exec -t), "
-            "which cannot be checkpointed yet"));
+            "process ", pid, " has a terminal of its exec -t, relayed to sandboxd, "
+            "which a restore could not relay again: end it before the checkpoint"));
       }
     }
   }
@@ -806,6 +821,18 @@ absl::Status Sandbox::ResizeTerminal(pid_t pid, uint16_t rows, uint16_t cols) {
   }
   it->second->Resize(rows, cols);
   return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<fs::tty::PtyRelay>> Sandbox::RelayPty(
+    std::shared_ptr<fs::tty::Pty> pty, UniqueFd host) {
+  fs::Location root = vfs_->Root();
+  fs::FsContext ctx(root, root);
+  fs::Location ptmx;
+  int r = vfs_->Resolve(ctx, root, "/dev/ptmx", true, &ptmx);
+  if (r < 0) return SetupError("terminal: looking up /dev/ptmx", -r);
+  auto master = std::make_shared<fs::tty::PtyMasterFile>(ptmx.dentry->inode(), O_RDWR,
+                                                         std::move(pty));
+  return fs::tty::PtyRelay::Start(std::move(master), std::move(host));
 }
 
 absl::StatusOr<std::unique_ptr<fs::tty::PtyRelay>> Sandbox::RelayTerminal(

@@ -291,6 +291,10 @@ class Sandbox {
   absl::StatusOr<std::unique_ptr<fs::tty::PtyRelay>> RelayTerminal(
       Stdio& stdio, uint32_t uid, fs::FdTable& fds,
       std::shared_ptr<fs::tty::Terminal>* term);
+  // A restored pair that was relayed (Pty::relayed), relayed to `host`
+  // through a new master file.
+  absl::StatusOr<std::unique_ptr<fs::tty::PtyRelay>> RelayPty(
+      std::shared_ptr<fs::tty::Pty> pty, UniqueFd host);
   absl::Status MountDev();
   absl::Status MountProc(fs::proc::HostInfo host, uint64_t memory_limit);
   // devfs with devpts in it; procfs over the kernel (unmounted).

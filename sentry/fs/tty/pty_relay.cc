@@ -54,6 +54,7 @@ absl::StatusOr<std::unique_ptr<PtyRelay>> PtyRelay::Start(
   }
   std::unique_ptr<PtyRelay> r(new PtyRelay(std::move(master), std::move(pty),
                                            std::move(host), std::move(wake)));
+  r->pty_->set_relayed(true);
   r->pty_->master_queue()->Add(r->waker_.get(), POLLIN | POLLOUT);
   r->thread_ = std::thread([p = r.get()] { p->Loop(); });
   return r;
@@ -144,6 +145,7 @@ void PtyRelay::Loop() {
     }
   }
   pty_->master_queue()->Remove(waker_.get());
+  pty_->set_relayed(false);
   done_.store(true);
   // As a terminal emulator that goes away: the replica hangs up.
   master_.reset();

@@ -14,6 +14,7 @@
 #     `exec`) reach the program's traps and it runs on (docker's signal
 #     proxy); --sig-proxy=false leaves them to sandboxctl
 #   - stop -t 1 of an init that ignores TERM: killed after ~1 s (137)
+#   - checkpoint of a run -d -it sandbox, restore: ^C reaches the program
 # Exits 77 (CTest: skipped) until the binaries exist.
 set -u
 # shellcheck source=test/lib.sh
@@ -138,7 +139,7 @@ check "run -it: exit status 4 (^C)" eq "$status" 4
 
 # --- run -it sh -i: job control -----------------------------------------------
 term 24 80 'expect:# ' 'send:sleep 30\r' 'sleep:1' 'send:\x1a' 'expect:Stopped' \
-  'send:kill -9 %1\r' 'sleep:0.5' 'send:exit 7\r' -- \
+  'send:kill -9 %1; wait; exit 7\r' -- \
   "${CTL[@]}" run --rm -it -- /bin/sh -i
 check "run -it sh -i: ^Z stops the foreground job" contains "$tmp/out" "Stopped.*sleep 30"
 check "run -it sh -i: the shell goes on (exit 7)" eq "$status" 7
@@ -180,7 +181,8 @@ check "run: so do TERM and HUP" eq "$(grep -c '^got ' "$tmp/out")" 3
 check "run: the program runs on to its end" contains "$tmp/out" "finished"
 check "run: exit status 5" eq "$status" 5
 
-"${CTL[@]}" exec box -- /bin/sh -c 'trap "echo got INT; exit 8" INT; echo ready; while :; do sleep 0.1; done' \
+"${CTL[@]}" exec box -- /bin/sh -c \
+  'trap "echo got INT; exit 8" INT; echo ready; i=0; while [ $i -lt 100 ]; do sleep 0.1; i=$((i+1)); done; exit 1' \
   >"$tmp/proxy.out" 2>"$tmp/proxy.err" &
 client=$!
 proxied "$tmp/proxy.out" INT
@@ -221,7 +223,7 @@ check "stop -t 1: exit 0" eq "$status" 0
 check "stop -t 1: prints the id" eq "$(cat "$tmp/out")" stubborn
 check "stop -t 1 of an init that ignores TERM: about 1 s ($elapsed s)" \
   awk -v e="$elapsed" 'BEGIN { exit !(e >= 0.9 && e < 6) }'
-ctl wait stubborn
+capture 20 "${CTL[@]}" wait stubborn
 check "stop -t 1: killed (137)" eq "$status" 137
 ctl run -d --name=polite -- /bin/sh -c 'trap "exit 6" TERM; echo trapping; while :; do sleep 0.1; done'
 check "polite: traps TERM" started polite trapping
@@ -230,14 +232,26 @@ ctl stop polite
 elapsed=$(awk -v a="$start" -v b="$(date +%s.%N)" 'BEGIN { printf "%.2f", b - a }')
 check "stop of an init that exits on TERM: at once ($elapsed s)" \
   awk -v e="$elapsed" 'BEGIN { exit !(e < 5) }'
-ctl wait polite
+capture 20 "${CTL[@]}" wait polite
 check "stop: the init's own exit status (6)" eq "$status" 6
 ctl stop polite
 check "stop of a stopped sandbox: exit 0" eq "$status" 0
 ctl stop nosuch
 check "stop of an unknown sandbox: 125" eq "$status" 125
 
-ctl rm -f box stubborn polite
+# --- checkpoint and restore of a sandbox whose init has a terminal -----------
+# The pts is saved with the sandbox and relayed to the restored one's.
+ctl run -d -i -t --name=termck -- /bin/sh -c \
+  'trap "echo got INT" INT; trap "exit 5" QUIT; echo ready; while :; do sleep 0.1; done'
+check "run -d -it: its trap is set" started termck ready
+ctl checkpoint termck --image="$tmp/img"
+check "checkpoint of a sandbox with a terminal: exit 0" eq "$status" 0
+term 24 80 'sleep:2' 'send:\x03' 'expect:got INT' 'send:\x1c' -- \
+  "${CTL[@]}" restore -i --rm --image="$tmp/img"
+check "restored: ^C reaches the restored program's trap" contains "$tmp/out" "got INT"
+check "restored: ^\\ ends it (exit 5)" eq "$status" 5
+
+ctl rm -f box stubborn polite termck
 echo "1..$n"
 if [ "$fails" -ne 0 ]; then
   echo "$fails of $n checks failed; daemon log:"

@@ -725,6 +725,21 @@ absl::Status Sandbox::Signal(int signal, bool all, int pid) {
   return r.status();
 }
 
+absl::Status Sandbox::ResizeTerminal(int pid, uint32_t rows, uint32_t cols) {
+  {
+    absl::MutexLock l(&mu_);
+    if (state_ != v1::SANDBOX_STATE_RUNNING || destroyed_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sandbox ", id_, " is ", v1::SandboxState_Name(state_), ", not RUNNING"));
+    }
+  }
+  control::Request req;
+  req.mutable_resize()->set_pid(pid);
+  req.mutable_resize()->set_rows(rows);
+  req.mutable_resize()->set_cols(cols);
+  return sentry_->process().Call(req, {}, kCallTimeout).status();
+}
+
 absl::StatusOr<ProcessRelay*> Sandbox::AttachRunning(uint64_t* cursor) {
   absl::MutexLock l(&mu_);
   if (state_ != v1::SANDBOX_STATE_RUNNING || destroyed_) {

@@ -171,6 +171,12 @@ class Sandbox {
   // To init, to process `pid` of the sandbox (when not 0), or to all.
   absl::Status Signal(int signal, bool all, int pid = 0);
 
+  // A terminal's new size, for process `pid` (1: the init): the daemon's
+  // pty has it already (ProcessRelay::Resize); the process's terminal is a
+  // pts of the sandbox's devpts, which only the Sentry can size
+  // (control.proto Resize).
+  absl::Status ResizeTerminal(int pid, uint32_t rows, uint32_t cols);
+
   // Attach to the RUNNING sandbox's init (docker attach): `*cursor` is set
   // to the end of its output log (what follows is the caller's); nothing
   // is pinned, so a slow reader cannot hold the program up.

@@ -509,7 +509,11 @@ absl::Status Service::ExecStream(
     bool closed = false;
     while (stream->Read(&m)) {
       if (m.has_resize()) {
-        (void)relay->Resize(m.resize().rows(), m.resize().cols());
+        if (relay->Resize(m.resize().rows(), m.resize().cols()).ok()) {
+          // The process's terminal is inside the sandbox (a restored
+          // sandbox's console reads the size from the daemon's pty itself).
+          (void)sandbox->ResizeTerminal(pid, m.resize().rows(), m.resize().cols());
+        }
       } else if (m.msg_case() == v1::ExecRequest::kStdin && !closed) {
         (void)relay->WriteStdin(m.stdin());
       } else if (m.msg_case() == v1::ExecRequest::kCloseStdin && m.close_stdin()) {

@@ -256,6 +256,12 @@ Sandbox::~Sandbox() {
     KillAll();
     runner_.join();
   }
+  std::map<pid_t, std::unique_ptr<fs::tty::PtyRelay>> relays;
+  {
+    absl::MutexLock l(&mu_);
+    relays.swap(relays_);
+  }
+  relays.clear();  // their masters close while the kernel exists
   // Stop the Timekeeper while the memory file it writes into (the
   // kernel's) still exists.
   vdso_.reset();
@@ -288,7 +294,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::NewKernel(
   sb->job_control_ = kernel::NewJobControl(&k);
   // The terminal of init's stdio: the sandbox's console and init's
   // controlling terminal.
-  if (stdio.terminal && stdio.fds[0].valid()) {
+  if (stdio.terminal && !stdio.relay_terminal && stdio.fds[0].valid()) {
     int d = fcntl(stdio.fds[0].get(), F_DUPFD_CLOEXEC, 3);
     if (d < 0) return SetupError("duplicating the terminal", errno);
     sb->console_ = std::make_shared<fs::tty::HostTerminal>(
@@ -341,7 +347,16 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(Prewarmed pw,
   ASSIGN_OR_RETURN(Loaded l, sb->Load(config.init, sb->init_fs_));
   clock->Mark(Stage::kLoad);
 
-  std::shared_ptr<fs::FdTable> fds = sb->NewFdTable(stdio, sb->console_);
+  std::unique_ptr<fs::tty::PtyRelay> relay;
+  std::shared_ptr<fs::tty::Terminal> relayed;
+  std::shared_ptr<fs::FdTable> fds;
+  if (stdio.relay_terminal) {
+    Stdio none;
+    fds = sb->NewFdTable(none, nullptr);
+    ASSIGN_OR_RETURN(relay, sb->RelayTerminal(stdio, config.init.uid, *fds, &relayed));
+  } else {
+    fds = sb->NewFdTable(stdio, sb->console_);
+  }
   // The program's first clock_gettime should not trap: the rate is known
   // 1 ms after the Vdso's creation, usually long before this point.
   sb->vdso_->timekeeper().WaitCalibrated();
@@ -351,6 +366,11 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(Prewarmed pw,
   sb->init_->SetCredentials(CredentialsOf(config.init));
   sb->init_->group().image = std::move(l.image);
   if (sb->console_ != nullptr) k.SetInitTerminal(sb->console_);
+  if (relayed != nullptr) {
+    k.SetInitTerminal(relayed);
+    absl::MutexLock l(&sb->mu_);
+    sb->relays_[1] = std::move(relay);
+  }
   clock->Mark(Stage::kInit);
   return sb;
 }
@@ -661,6 +681,20 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Restore(Prewarmed pw,
     return absl::InvalidArgumentError(
         absl::StrCat(config.image, "/state.pb: no init (pid 1)"));
   }
+  if (std::shared_ptr<fs::tty::Pty> pty = sb->devpts_->FindRelayed()) {
+    // The saved init's terminal of sandboxd's: relayed to this sandbox's.
+    if (!stdio.terminal || !stdio.fds[0].valid()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          config.image, ": its init's terminal was sandboxd's (run -t): restore it "
+          "with process.tty"));
+    }
+    int d = fcntl(stdio.fds[0].get(), F_DUPFD_CLOEXEC, 3);
+    if (d < 0) return SetupError("duplicating the terminal", errno);
+    ASSIGN_OR_RETURN(std::unique_ptr<fs::tty::PtyRelay> relay,
+                     sb->RelayPty(std::move(pty), UniqueFd(d)));
+    absl::MutexLock l(&sb->mu_);
+    sb->relays_[1] = std::move(relay);
+  }
   if (loader != nullptr) {
     RETURN_IF_ERROR(Annotate(loader->Start(), "starting the page loader"));
   }
@@ -681,6 +715,19 @@ absl::StatusOr<state::SaveResult> Sandbox::Checkpoint(
   absl::Cleanup end_on_error = [&] {
     if (!ended) checkpoints_->Ended(false);
   };
+  {
+    // The init's relayed terminal is saved (Pty::relayed) and relayed
+    // again by Restore to the restored sandbox's terminal; an Exec'd
+    // process's would come back with nobody to relay it: refused.
+    absl::MutexLock l(&mu_);
+    for (const auto& [pid, relay] : relays_) {
+      if (pid != 1 && !relay->done()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "process ", pid, " has a terminal of its exec -t, relayed to sandboxd, "
+            "which a restore could not relay again: end it before the checkpoint"));
+      }
+    }
+  }
   // A restored sandbox's memory is saved only once all of it has arrived
   // (what is not loaded yet reads as zeros through the internal mapping).
   // Waited for before the stop: a task waiting for a page is not at a
@@ -767,13 +814,22 @@ absl::StatusOr<pid_t> Sandbox::Exec(const ProcessConfig& p, Stdio stdio) {
   ASSIGN_OR_RETURN(std::shared_ptr<fs::FsContext> fsctx, NewFsContext(p.cwd));
   ASSIGN_OR_RETURN(Loaded l, Load(p, fsctx));
   std::shared_ptr<fs::tty::HostTerminal> term;
-  if (stdio.terminal && stdio.fds[0].valid()) {
+  if (stdio.terminal && !stdio.relay_terminal && stdio.fds[0].valid()) {
     int d = fcntl(stdio.fds[0].get(), F_DUPFD_CLOEXEC, 3);
     if (d < 0) return SetupError("duplicating the terminal", errno);
     term = std::make_shared<fs::tty::HostTerminal>(UniqueFd(d),
                                                    job_control_.get());
   }
-  std::shared_ptr<fs::FdTable> fds = NewFdTable(stdio, term);
+  std::unique_ptr<fs::tty::PtyRelay> relay;
+  std::shared_ptr<fs::tty::Terminal> relayed;
+  std::shared_ptr<fs::FdTable> fds;
+  if (stdio.relay_terminal) {
+    Stdio none;
+    fds = NewFdTable(none, nullptr);
+    ASSIGN_OR_RETURN(relay, RelayTerminal(stdio, p.uid, *fds, &relayed));
+  } else {
+    fds = NewFdTable(stdio, term);
+  }
   // A process without a parent, in a session of its own: what CreateInit
   // makes. Init's exit kills it with everything else.
   auto created = kernel_->CreateInit(l.mm, fds, fsctx, l.cpu);
@@ -786,6 +842,15 @@ absl::StatusOr<pid_t> Sandbox::Exec(const ProcessConfig& p, Stdio stdio) {
   {
     absl::MutexLock lock(&mu_);
     execs_[pid] = g;
+    if (relay != nullptr) relays_[pid] = std::move(relay);
+  }
+  if (relayed != nullptr) {
+    // As runc exec with a console: the new session's controlling terminal.
+    if (int64_t r = kernel_->SetControllingTerminal(*t, relayed, false); r < 0) {
+      t->ExitUnstarted();  // a zombie that WaitPid reports as killed
+      return SetupError("making the terminal the process's controlling terminal",
+                        static_cast<int>(-r));
+    }
   }
   if (absl::Status s = t->Start(); !s.ok()) {
     t->ExitUnstarted();  // a zombie that WaitPid reports as killed
@@ -818,6 +883,62 @@ absl::StatusOr<kernel::ExitStatus> Sandbox::WaitPid(pid_t pid) {
     reaped_usage_ += u;
   }
   return st;
+}
+
+absl::Status Sandbox::ResizeTerminal(pid_t pid, uint16_t rows, uint16_t cols) {
+  absl::MutexLock l(&mu_);
+  auto it = relays_.find(pid);
+  if (it == relays_.end()) {
+    return absl::NotFoundError(absl::StrCat("process ", pid, " has no terminal of the daemon's"));
+  }
+  it->second->Resize(rows, cols);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::unique_ptr<fs::tty::PtyRelay>> Sandbox::RelayPty(
+    std::shared_ptr<fs::tty::Pty> pty, UniqueFd host) {
+  fs::Location root = vfs_->Root();
+  fs::FsContext ctx(root, root);
+  fs::Location ptmx;
+  int r = vfs_->Resolve(ctx, root, "/dev/ptmx", true, &ptmx);
+  if (r < 0) return SetupError("terminal: looking up /dev/ptmx", -r);
+  auto master = std::make_shared<fs::tty::PtyMasterFile>(ptmx.dentry->inode(), O_RDWR,
+                                                         std::move(pty));
+  return fs::tty::PtyRelay::Start(std::move(master), std::move(host));
+}
+
+absl::StatusOr<std::unique_ptr<fs::tty::PtyRelay>> Sandbox::RelayTerminal(
+    Stdio& stdio, uint32_t uid, fs::FdTable& fds,
+    std::shared_ptr<fs::tty::Terminal>* term) {
+  UniqueFd host = std::move(stdio.fds[0]);
+  stdio.fds[1].reset();
+  stdio.fds[2].reset();
+  if (!host.valid()) return absl::InvalidArgumentError("no terminal descriptor");
+  // What a program's open("/dev/ptmx"), unlockpt and open of the replica do.
+  fs::Location root = vfs_->Root();
+  fs::FsContext ctx(root, root);
+  fs::Location ptmx;
+  int r = vfs_->Resolve(ctx, root, "/dev/ptmx", true, &ptmx);
+  if (r < 0) return SetupError("terminal: looking up /dev/ptmx", -r);
+  std::shared_ptr<fs::File> master;
+  r = ptmx.inode().Open(O_RDWR | O_NOCTTY, &master);
+  if (r < 0) return SetupError("terminal: opening /dev/ptmx", -r);
+  auto* mf = dynamic_cast<fs::tty::PtyMasterFile*>(master.get());
+  if (mf == nullptr) return absl::InternalError("terminal: /dev/ptmx is not a pty master");
+  fs::tty::Pty& pty = mf->pty();
+  pty.SetLocked(false);
+  std::shared_ptr<fs::tty::PtsInode> node = pty.pts_inode();
+  if (node == nullptr) return absl::InternalError("terminal: the new pair has no /dev/pts node");
+  fs::SetAttrRequest own;
+  own.set_uid = true;
+  own.uid = uid;
+  node->SetAttr(own);
+  std::shared_ptr<fs::File> replica;
+  r = node->Open(O_RDWR, &replica);
+  if (r < 0) return SetupError("terminal: opening the replica", -r);
+  for (int fd = 0; fd < 3; fd++) fds.InstallAt(fd, replica, false);
+  *term = mf->terminal();
+  return fs::tty::PtyRelay::Start(std::move(master), std::move(host));
 }
 
 absl::Status Sandbox::Signal(int signo, bool all, pid_t pid) {

@@ -44,6 +44,7 @@
 #include "sentry/proc/procfs.h"
 #include "sentry/state/image_dir.h"
 #include "sentry/fs/tty/host_tty.h"
+#include "sentry/fs/tty/pty_relay.h"
 #include "sentry/fs/vfs.h"
 #include "sentry/host_filter.h"
 #include "sentry/kernel/kernel.h"
@@ -111,9 +112,15 @@ absl::StatusOr<Prewarmed> Prewarm(const PrewarmOptions& o, StageClock* clock);
 // descriptor closed in the sandbox. With `terminal` set, fds[0] is a
 // terminal (the host's, or a pty replica the daemon made) and every fd on
 // that same terminal becomes a terminal file of the sandbox.
+//
+// With `relay_terminal` too (sentry serve: the daemon's pty), the process's
+// terminal is instead a new pair of the sandbox's own devpts (/dev/pts/N,
+// its controlling terminal), and fds[0] is only the host side that a
+// fs::tty::PtyRelay connects to that pair's master.
 struct Stdio {
   std::array<UniqueFd, 3> fds;
   bool terminal = false;
+  bool relay_terminal = false;
 };
 
 struct ProcessConfig {
@@ -243,6 +250,11 @@ class Sandbox {
   // NotFound for any other pid.
   absl::StatusOr<kernel::ExitStatus> WaitPid(pid_t pid);
 
+  // The window size of the relayed terminal (Stdio::relay_terminal) of
+  // `pid` (1: init's): SIGWINCH to its foreground process group.
+  // NotFound when that process was not given one.
+  absl::Status ResizeTerminal(pid_t pid, uint16_t rows, uint16_t cols);
+
   // Sends `signo` to init (process-directed), to process `pid` (when not
   // 0), or to every process. NotFound when there is no such process left.
   absl::Status Signal(int signo, bool all, pid_t pid = 0);
@@ -282,6 +294,17 @@ class Sandbox {
   static absl::StatusOr<std::unique_ptr<Sandbox>> NewKernel(
       Prewarmed& pw, const std::string& hostname, const Limits& lim,
       bool strace, Stdio& stdio);
+  // A new pair of the sandbox's devpts relayed to stdio.fds[0] (taken),
+  // its replica owned by `uid` and installed as descriptors 0-2 of `fds`;
+  // `*term` is the pair, for the caller to make the process's
+  // controlling terminal.
+  absl::StatusOr<std::unique_ptr<fs::tty::PtyRelay>> RelayTerminal(
+      Stdio& stdio, uint32_t uid, fs::FdTable& fds,
+      std::shared_ptr<fs::tty::Terminal>* term);
+  // A restored pair that was relayed (Pty::relayed), relayed to `host`
+  // through a new master file.
+  absl::StatusOr<std::unique_ptr<fs::tty::PtyRelay>> RelayPty(
+      std::shared_ptr<fs::tty::Pty> pty, UniqueFd host);
   absl::Status MountDev();
   absl::Status MountProc(fs::proc::HostInfo host, uint64_t memory_limit);
   // devfs with devpts in it; procfs over the kernel (unmounted).
@@ -321,6 +344,11 @@ class Sandbox {
   // Processes Exec started (pid -> group), kept after they are reaped so
   // that a late WaitPid still gets the status.
   std::map<pid_t, std::shared_ptr<kernel::ThreadGroup>> execs_
+      ABSL_GUARDED_BY(mu_);
+  // Relayed terminals (Stdio::relay_terminal) by the pid they were made
+  // for (1: init). Stopped first at the destruction, while the kernel
+  // their hang-ups reach still exists.
+  std::map<pid_t, std::unique_ptr<fs::tty::PtyRelay>> relays_
       ABSL_GUARDED_BY(mu_);
   // CPU time of reaped Exec'd processes (nobody's children).
   kernel::Usage reaped_usage_ ABSL_GUARDED_BY(mu_);

@@ -118,8 +118,11 @@ absl::StatusOr<boot::ProcessConfig> ProcessFromSpec(const v1::ProcessSpec& p) {
 
 // The stdio descriptors that came with Start or Exec, from `first` on:
 // stdin, stdout, stderr, or one pty replica for all three with `tty`.
+// With `relay`, that replica is only the host side of a terminal of the
+// sandbox's own devpts (boot::Stdio::relay_terminal).
 absl::StatusOr<boot::Stdio> StdioFromFds(std::vector<UniqueFd>& fds,
-                                         size_t first, bool tty) {
+                                         size_t first, bool tty,
+                                         bool relay = false) {
   boot::Stdio stdio;
   const size_t want = first + (tty ? 1 : 3);
   if (fds.size() != want) {
@@ -140,6 +143,7 @@ absl::StatusOr<boot::Stdio> StdioFromFds(std::vector<UniqueFd>& fds,
       stdio.fds[i] = UniqueFd(d);
     }
     stdio.terminal = true;
+    stdio.relay_terminal = relay;
     return stdio;
   }
   for (int i = 0; i < 3; i++) stdio.fds[i] = std::move(fds[first + i]);
@@ -453,7 +457,7 @@ void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
       return absl::InvalidArgumentError("Start came without a rootfs descriptor");
     }
     RETURN_IF_ERROR(CheckDirFd(fds, 0, "rootfs"));
-    ASSIGN_OR_RETURN(stdio, StdioFromFds(fds, 1, spec.process().tty()));
+    ASSIGN_OR_RETURN(stdio, StdioFromFds(fds, 1, spec.process().tty(), /*relay=*/true));
     config.rootfs = std::move(fds[0]);
     return absl::OkStatus();
   };
@@ -550,7 +554,7 @@ void Server::OnExec(const Request& req, std::vector<UniqueFd> fds) {
     fds.resize(fds.size() - n);
     ASSIGN_OR_RETURN(boot::ProcessConfig p, ProcessFromSpec(req.exec().process()));
     ASSIGN_OR_RETURN(boot::Stdio stdio,
-                     StdioFromFds(fds, 0, req.exec().process().tty()));
+                     StdioFromFds(fds, 0, req.exec().process().tty(), /*relay=*/true));
     return sandbox_->Exec(p, std::move(stdio));
   };
   auto pid = run();
@@ -757,6 +761,27 @@ void Server::Loop() {
         }
         if (!st.ok()) {
           SendError(req.id(), Annotate(st, "Signal"));
+        } else {
+          Response r;
+          r.set_id(req.id());
+          Send(r);
+        }
+        break;
+      }
+      case Request::kResize: {
+        absl::Status st = CheckRunning();
+        const Request::Resize& rz = req.resize();
+        if (st.ok() && (rz.rows() == 0 || rz.cols() == 0 || rz.rows() > 0xffff ||
+                        rz.cols() > 0xffff)) {
+          st = absl::InvalidArgumentError("rows and cols must be 1..65535");
+        }
+        if (st.ok()) {
+          st = sandbox_->ResizeTerminal(rz.pid() == 0 ? 1 : rz.pid(),
+                                        static_cast<uint16_t>(rz.rows()),
+                                        static_cast<uint16_t>(rz.cols()));
+        }
+        if (!st.ok()) {
+          SendError(req.id(), Annotate(st, "Resize"));
         } else {
           Response r;
           r.set_id(req.id());

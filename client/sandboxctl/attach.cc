@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 #include "client/sandboxctl/sandboxctl.h"
+#include "client/sandboxctl/sig_proxy.h"
 #include "client/sandboxctl/terminal.h"
 
 namespace sandboxd::client::ctl {
@@ -20,6 +21,8 @@ int Attach(Client& c, std::vector<std::string> args) {
                     "follows a running sandbox's init: its output, and stdin when the sandbox "
                     "was created with -i; ^P ^Q detaches (with a terminal)");
   fs.Bool("no-stdin", &no_stdin, "do not send stdin");
+  bool sig_proxy = true;
+  SigProxyFlag(fs, &sig_proxy);
   std::vector<std::string> rest = ParseFlags(fs, std::move(args));
   if (rest.empty()) Fail(kExitError, "attach: which sandbox? (attach ID)");
   const std::string id = rest[0];
@@ -41,7 +44,10 @@ int Attach(Client& c, std::vector<std::string> args) {
   io.detach_keys = tty && interactive;
   bool detached = false;
   io.detached = &detached;
-  if (!tty) ProxySignals(&c, id);
+  if (sig_proxy && !tty) {
+    CatchSignalsForProxy();
+    ProxySignalsTo(&c, id);
+  }
   absl::StatusOr<v1::ExitStatus> exit = c.Exec(id, /*attach=*/true, {}, std::move(io));
   RestoreTerminal();
   if (detached) {

@@ -14,6 +14,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
 #include "client/sandboxctl/sandboxctl.h"
+#include "client/sandboxctl/sig_proxy.h"
 #include "client/sandboxctl/terminal.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -209,7 +210,10 @@ int Restore(Client& c, std::vector<std::string> args) {
   io.remove = rm;
   ExecTrace trace;
   io.trace = &trace;
-  if (!tty) ProxySignals(&c, id);
+  if (!tty) {
+    CatchSignalsForProxy();
+    ProxySignalsTo(&c, id);
+  }
   fprintf(stderr, "sandboxctl: restored %s from %s\n", id.c_str(), image.c_str());
   // Not over a terminal the program owns (-t: raw mode, its own screen).
   std::atomic<bool> attach_done{false};

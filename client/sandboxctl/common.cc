@@ -161,20 +161,20 @@ ExecIo StdIo(bool interactive, bool tty) {
   return io;
 }
 
-void ProxySignals(Client* c, const std::string& id) {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGINT);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGHUP);
-  pthread_sigmask(SIG_BLOCK, &set, nullptr);
-  std::thread([c, id, set] {
-    for (;;) {
-      int sig = 0;
-      if (sigwait(&set, &sig) != 0) return;
-      (void)c->Signal(id, sig);
-    }
-  }).detach();
+void SigProxyFlag(flags::FlagSet& fs, bool* on) {
+  fs.Func("sig-proxy", "true|false",
+          "pass the signals sandboxctl gets (INT TERM HUP QUIT USR1 USR2) to the program",
+          [on](absl::string_view v) {
+            if (v == "true" || v == "1") {
+              *on = true;
+            } else if (v == "false" || v == "0") {
+              *on = false;
+            } else {
+              return absl::InvalidArgumentError(absl::StrCat("want true or false, got ", v));
+            }
+            return absl::OkStatus();
+          },
+          "true");
 }
 
 }  // namespace sandboxd::client::ctl

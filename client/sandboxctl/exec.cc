@@ -4,6 +4,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/sandboxctl/sandboxctl.h"
+#include "client/sandboxctl/sig_proxy.h"
 #include "client/sandboxctl/terminal.h"
 
 namespace sandboxd::client::ctl {
@@ -30,6 +31,8 @@ int Exec(Client& c, std::vector<std::string> args) {
   });
   fs.Alias("-w", "cwd");
   UserFlag(fs, &p);
+  bool sig_proxy = true;
+  SigProxyFlag(fs, &sig_proxy);
   std::vector<std::string> rest = ParseFlags(fs, std::move(args));
   if (rest.empty()) Fail(kExitError, "exec: which sandbox? (exec ID -- PROGRAM [ARGS...])");
   const std::string id = rest[0];
@@ -40,9 +43,13 @@ int Exec(Client& c, std::vector<std::string> args) {
   DefaultEnv(&p, tty, /*path=*/false);
   if (detach && (interactive || tty)) Fail(kExitError, "exec: -d goes without -i and -t");
   ExecIo io = StdIo(interactive, tty);
+  if (tty && !interactive) RestoreTerminal();  // as run: ^C is a signal here
   if (detach) {
     io.detach_after_pid = true;
     io.on_pid = [](int pid) { printf("%d\n", pid); };
+  } else if (sig_proxy && !(tty && interactive)) {
+    CatchSignalsForProxy();
+    io.on_pid = [&c, id](int pid) { ProxySignalsTo(&c, id, pid); };
   }
   absl::StatusOr<v1::ExitStatus> exit = c.Exec(id, /*attach=*/false, p, std::move(io));
   if (detach && exit.ok()) return 0;

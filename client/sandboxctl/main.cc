@@ -3,7 +3,7 @@
 //   sandboxctl [--socket=PATH | --tcp=HOST:PORT --ca-cert=FILE --token-file=FILE]
 //              COMMAND [ARGS...]
 //
-// Commands: run, create, start, exec, attach, ps (list), logs, kill, rm,
+// Commands: run, create, start, exec, attach, ps (list), logs, kill, stop, rm,
 // inspect, wait, checkpoint and restore (one file each beside this one; restore
 // beside checkpoint). `sandboxctl help`
 // lists them, `sandboxctl COMMAND --help` a command's flags. The socket is
@@ -42,6 +42,7 @@ const char kCommands[] =
     "  ps | list [--json] [-q] [--label=K=V]\n"
     "  logs [-f] [--pid=N] ID   output of the init (or of exec'd process N), 1 MiB\n"
     "  kill [-s SIGNAL] [--all | --pid=N] ID   (N: a pid inside the sandbox)\n"
+    "  stop [-t SECS] ID... SIGTERM to the init, SIGKILL after SECS (10)\n"
     "  rm [-f] ID...        destroy (-f: also running ones)\n"
     "  inspect ID           the sandbox as JSON\n"
     "  wait [--pid=N] ID    exits as the init program (or exec'd process N) did\n"
@@ -64,6 +65,7 @@ const std::map<std::string, Command>& Commands() {
       {"exec", Exec},       {"ps", Ps},           {"list", Ps},
       {"ls", Ps},           {"logs", Logs},       {"kill", Kill},
       {"rm", Rm},           {"inspect", Inspect}, {"wait", Wait},
+      {"stop", Stop},
       {"checkpoint", Checkpoint}, {"restore", Restore}, {"attach", Attach},
       {"version", Version},
   };

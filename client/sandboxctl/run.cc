@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "base/stage_clock.h"
 #include "client/sandboxctl/sandboxctl.h"
+#include "client/sandboxctl/sig_proxy.h"
 #include "client/sandboxctl/terminal.h"
 #include "google/protobuf/util/time_util.h"
 
@@ -255,6 +256,8 @@ int Run(Client& c, std::vector<std::string> args) {
   fs.Bool("detach", &detach, "create and start, print the id, do not wait");
   fs.Alias("-d", "detach");
   fs.Bool("timings", &timings, "print where the time went, on stderr");
+  bool sig_proxy = true;
+  SigProxyFlag(fs, &sig_proxy);
   SpecFlags(fs, &req);
   // Parsed first: FinishSpec reads the flags' values.
   std::vector<std::string> program = Program(ParseFlags(fs, std::move(args)), 0, "run");
@@ -280,7 +283,14 @@ int Run(Client& c, std::vector<std::string> args) {
     printf("%s\n", id.c_str());
     return 0;
   }
+  // Keys reach the sandbox's terminal only with -i; -t alone leaves the
+  // local terminal as it is, so that ^C is a signal here, proxied.
+  const bool proxy = sig_proxy && !(tty && interactive);
+  // Caught from before the create: a ^C that comes before the id goes to
+  // the program as soon as it exists, never ends this client alone.
+  if (proxy) CatchSignalsForProxy();
   ExecIo io = StdIo(interactive, tty);
+  if (tty && !interactive) RestoreTerminal();  // resizes still followed
   // With --rm the daemon destroys the sandbox once the call ends, off our
   // path, and says so (ExecTrace.removed); when it could not, we do.
   io.remove = rm;
@@ -288,7 +298,7 @@ int Run(Client& c, std::vector<std::string> args) {
   io.trace = &trace;
   io.on_id = [&](const std::string& new_id) {
     id = new_id;
-    if (!tty) ProxySignals(&c, id);
+    if (proxy) ProxySignalsTo(&c, id);
   };
   absl::StatusOr<v1::ExitStatus> exit = c.CreateAndAttach(req, std::move(io));
   RestoreTerminal();

@@ -1,6 +1,6 @@
 // sandboxctl's pieces (client/sandboxctl/): what every command shares, and
 // the commands, one file each (run.cc, create.cc, exec.cc, ps.cc, logs.cc,
-// kill.cc, rm.cc, inspect.cc, wait.cc, attach.cc, checkpoint.cc with restore); main.cc reads the
+// kill.cc, stop.cc, rm.cc, inspect.cc, wait.cc, attach.cc, checkpoint.cc with restore); main.cc reads the
 // global flags and picks the command; terminal.h is -t's raw mode and
 // resizes.
 //
@@ -65,9 +65,8 @@ void WriteAll(int fd, absl::string_view data);
 // The local stdio as an ExecIo: stdin with `interactive`, the terminal's
 // raw mode and resizes with `tty` (terminal.h).
 ExecIo StdIo(bool interactive, bool tty);
-// Forwards SIGINT, SIGTERM and SIGHUP to the sandbox's init (not with -t:
-// the terminal sends ^C as input), as `docker run` does.
-void ProxySignals(Client* c, const std::string& id);
+// --sig-proxy=true|false (docker's; default true) for run, exec, attach.
+void SigProxyFlag(flags::FlagSet& fs, bool* on);
 
 // For --timings: when main() was entered and when the command's first call
 // began.
@@ -84,6 +83,7 @@ int Exec(Client& c, std::vector<std::string> args);
 int Ps(Client& c, std::vector<std::string> args);
 int Logs(Client& c, std::vector<std::string> args);
 int Kill(Client& c, std::vector<std::string> args);
+int Stop(Client& c, std::vector<std::string> args);
 int Rm(Client& c, std::vector<std::string> args);
 int Inspect(Client& c, std::vector<std::string> args);
 int Wait(Client& c, std::vector<std::string> args);

@@ -65,6 +65,7 @@ absl::StatusOr<uint64_t> TtyState::SavePty(Saver& s,
           r->set_packet_status(pty->packet_status_);
           r->set_master_open(pty->master_open_);
           r->set_replica_seen(pty->replica_seen_);
+          r->set_relayed(pty->relayed_);
         }
         r->set_sid(pty->session());
         r->set_fg_pgid(pty->foreground());
@@ -221,6 +222,7 @@ absl::StatusOr<std::shared_ptr<Pty>> TtyState::LoadPty(Loader& l, uint64_t id) {
           pty->master_open_ = r.master_open();
           pty->replicas_ = 0;  // counted by the loaded replica files
           pty->replica_seen_ = r.replica_seen();
+          pty->relayed_ = r.relayed();
         }
         if (r.master_open()) {
           // Inode numbers as DevPts::OpenMaster gives them.

@@ -581,6 +581,30 @@ int64_t DevPts::OpenMaster(std::shared_ptr<Inode> ptmx, int flags,
   return 0;
 }
 
+std::shared_ptr<Pty> DevPts::FindRelayed() {
+  std::vector<std::shared_ptr<Pty>> ptys;
+  {
+    absl::MutexLock l(&mu_);
+    for (const auto& [index, node] : nodes_) {
+      if (std::shared_ptr<Pty> pty = node->pty()) ptys.push_back(std::move(pty));
+    }
+  }
+  for (const std::shared_ptr<Pty>& pty : ptys) {
+    if (pty->relayed()) return pty;
+  }
+  return nullptr;
+}
+
+void Pty::set_relayed(bool on) {
+  absl::MutexLock l(&mu_);
+  relayed_ = on;
+}
+
+bool Pty::relayed() {
+  absl::MutexLock l(&mu_);
+  return relayed_;
+}
+
 int DevPts::Lookup(const std::string& name, std::shared_ptr<Inode>* out) {
   if (name == "ptmx") {
     *out = ptmx_node_;

@@ -104,6 +104,12 @@ class Pty final : public Terminal {
   // The replica's inode in devpts (null once the master closed).
   std::shared_ptr<PtsInode> pts_inode();
 
+  // Whether a PtyRelay holds the master (a terminal of sandboxd's, whose
+  // master no file of the sandbox has): saved, so that a restore relays
+  // the pair again (boot.cc).
+  void set_relayed(bool on);
+  bool relayed();
+
  private:
   friend struct ::sandboxd::state::TtyState;  // checkpoint save and load
   friend class DevPts;  // names mu_ in its lock order annotation
@@ -126,6 +132,7 @@ class Pty final : public Terminal {
   bool master_open_ ABSL_GUARDED_BY(mu_) = true;
   int replicas_ ABSL_GUARDED_BY(mu_) = 0;     // open replica descriptions
   bool replica_seen_ ABSL_GUARDED_BY(mu_) = false;
+  bool relayed_ ABSL_GUARDED_BY(mu_) = false;
 };
 
 // The master side: what opening /dev/ptmx returns. Its inode is /dev/ptmx.
@@ -190,6 +197,7 @@ class PtsInode final : public Inode {
   int SetAttr(const SetAttrRequest& req) override;
   int Open(int flags, std::shared_ptr<File>* out) override;
   uint64_t ino() const { return ino_; }
+  std::shared_ptr<Pty> pty() const { return pty_.lock(); }
 
  private:
   friend struct ::sandboxd::state::TtyState;  // checkpoint save and load
@@ -214,6 +222,10 @@ class DevPts : public std::enable_shared_from_this<DevPts> {
   // Opening /dev/ptmx (`ptmx` is its inode): a new pair, its master file.
   int64_t OpenMaster(std::shared_ptr<Inode> ptmx, int flags,
                      std::shared_ptr<File>* out);
+
+  // The pair a PtyRelay held when the sandbox was saved (Pty::relayed),
+  // or null.
+  std::shared_ptr<Pty> FindRelayed();
 
   // For the root directory.
   int Lookup(const std::string& name, std::shared_ptr<Inode>* out);

@@ -96,13 +96,9 @@ fi
 # disagreement, as they would a SIGSTOP there on Linux: not swept unless
 # named in SBX_SWEEP_PROGRAMS.
 PAIRED_CLOCK_READS=" vdso "
-# Known broken, not swept unless named: unix_sockets checkpointed during
-# its 1 MiB transfer through an 8 KiB send buffer (a writer thread blocked
-# in write, the reader in read) restores into a run that prints nothing
-# more and exits 0 (about 1 in 3 points between 60 and 120 ms). Open bug.
-# procfs checkpointed while it holds a pipe reopened through /proc/PID/fd:
-# "PipeReadWrite files cannot be saved yet" (an honest refusal, a gap).
-KNOWN_BROKEN=" unix_sockets procfs "
+# Known broken, not swept unless named: none now (a program listed here
+# is skipped with its reason printed).
+KNOWN_BROKEN=" "
 
 not_checkpointed=""
 swept=0

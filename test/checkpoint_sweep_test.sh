@@ -96,9 +96,14 @@ fi
 # disagreement, as they would a SIGSTOP there on Linux: not swept unless
 # named in SBX_SWEEP_PROGRAMS.
 PAIRED_CLOCK_READS=" vdso "
-# Known broken, not swept unless named: none now (a program listed here
-# is skipped with its reason printed).
-KNOWN_BROKEN=" "
+# Known broken, not swept unless named: procfs checkpointed at about
+# 10-20 ms (around its read of /proc/self/maps; about 1 in 12 points up to
+# 30 ms, main alike) restores into a run whose maps has no [stack]. Likely
+# cause, not confirmed: an open procfs file's text is generated again
+# during the load, before its process's address space is loaded. Open bug.
+# (Its other failure, a pipe reopened through /proc/PID/fd that could not
+# be saved, is fixed: checkpoint_resume_test's procfs_pipe.)
+KNOWN_BROKEN=" procfs "
 
 not_checkpointed=""
 swept=0

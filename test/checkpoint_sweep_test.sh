@@ -96,13 +96,16 @@ fi
 # disagreement, as they would a SIGSTOP there on Linux: not swept unless
 # named in SBX_SWEEP_PROGRAMS.
 PAIRED_CLOCK_READS=" vdso "
-# Known broken, not swept unless named: procfs checkpointed at about
-# 10-20 ms (around its read of /proc/self/maps; about 1 in 12 points up to
-# 30 ms, main alike) restores into a run whose maps has no [stack]. Likely
-# cause, not confirmed: an open procfs file's text is generated again
-# during the load, before its process's address space is loaded. Open bug.
-# (Its other failure, a pipe reopened through /proc/PID/fd that could not
-# be saved, is fixed: checkpoint_resume_test's procfs_pipe.)
+# Known broken, not swept unless named: procfs checkpointed in its first
+# ~20 ms, while it holds procfs files open, sometimes restores into a
+# failing run: "restoring the kernel: fd table 1: file 7: inode 10: proc
+# path "/1/fdinfo/5": errno 2" (a /proc/PID/fdinfo/N file is looked up
+# again while PID's descriptor table is being loaded, before N is in it),
+# and once a restored run that failed otherwise (not reproduced). About 1 in 16
+# points up to 30 ms. Open bugs. (Fixed: a pipe reopened through
+# /proc/PID/fd could not be saved, checkpoint_resume_test's procfs_pipe;
+# /proc/self/maps open across the checkpoint read without [stack], the
+# address space now being loaded before the descriptors.)
 KNOWN_BROKEN=" procfs "
 
 not_checkpointed=""

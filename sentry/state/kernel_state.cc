@@ -632,6 +632,10 @@ absl::Status KernelState::LoadGroup(Loader& l, Kernel& k, fs::Vfs& vfs,
                                return mms.LoadMm(l, k, m);
                              })));
   }
+  // Before the descriptors: a procfs file among them (/proc/self/maps
+  // open across the checkpoint) generates its text at load, from the
+  // process's address space.
+  g->mm_ = mm;
   ASSIGN_OR_RETURN(auto fds, FsState::LoadFdTable(l, vfs, r.fd_table()));
   ASSIGN_OR_RETURN(auto fsc, FsState::LoadFsContext(l, vfs, r.fs_context()));
   std::shared_ptr<fs::tty::Terminal> ctty;

@@ -11,7 +11,8 @@
                       what they moved: nothing may arrive twice or be lost.
   resume.py procfs_pipe  a pipe reopened O_RDWR through /proc/self/fd
                       (its other descriptors closed), with data queued,
-                      across the checkpoint.
+                      and /proc/self/maps partly read, across the
+                      checkpoint.
   resume.py timeouts  threads in nanosleep, poll, select, epoll_wait and
                       FUTEX_WAIT with 3 s relative timeouts, checkpointed
                       1 s in: each ends about 2 s after the checkpoint,
@@ -142,7 +143,18 @@ def procfs_pipe():
     rw = os.open("/proc/self/fd/%d" % qr, os.O_RDWR)
     os.close(qr)
     os.close(qw)
+    # /proc/self/maps open across the checkpoint, partly read.
+    maps = os.open("/proc/self/maps", os.O_RDONLY)
+    head = os.read(maps, 16)
     checkpoint()
+    text = head
+    while True:
+        more = os.read(maps, 65536)
+        if not more:
+            break
+        text += more
+    report("/proc/self/maps read across it", b"[stack]" in text,
+           "no [stack] in %d bytes" % len(text))
     os.write(rw, b", written after")
     got = os.read(rw, 100)
     report("pipe reopened O_RDWR", got == b"queued before, written after",

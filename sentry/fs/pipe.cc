@@ -105,6 +105,9 @@ int64_t Pipe::Write(const void* buf, uint64_t n, bool nonblock,
     if (nonblock || io.blocker == nullptr) {
       return done > 0 ? static_cast<int64_t>(done) : -EAGAIN;
     }
+    // Part of the write is in the pipe: a stop ends the wait with a short
+    // write, never a second copy of that part.
+    if (done > 0) io.blocker->MarkProgress();
     int r = io.blocker->Wait(*queue_, kOut, [this, need] {
       absl::MutexLock l(&mu_);
       return readers_ == 0 || capacity_ - std::min(capacity_, size_) >= need;
@@ -307,5 +310,53 @@ void PipeEnd::EventRegister(waiter::Waiter* w, waiter::EventMask mask) {
 }
 
 void PipeEnd::EventUnregister(waiter::Waiter* w) { pipe_->queue()->Remove(w); }
+
+// ---------------------------------------------------------------------------
+// PipeReadWrite
+
+PipeReadWrite::PipeReadWrite(const std::shared_ptr<Pipe>& pipe, int flags)
+    : read_(std::make_shared<PipeEnd>(pipe, false, flags)),
+      write_(std::make_shared<PipeEnd>(pipe, true, flags)) {}
+
+int64_t PipeReadWrite::Read(void* buf, uint64_t n, int64_t offset,
+                            const IoContext& io) {
+  return read_->Read(buf, n, offset, io);
+}
+
+int64_t PipeReadWrite::Write(const void* buf, uint64_t n, int64_t offset,
+                             const IoContext& io) {
+  return write_->Write(buf, n, offset, io);
+}
+
+int64_t PipeReadWrite::Stat(struct stat* st) { return read_->Stat(st); }
+
+int64_t PipeReadWrite::Ioctl(uint64_t request, void* buf) {
+  return read_->Ioctl(request, buf);
+}
+
+int PipeReadWrite::StatusFlags() const {
+  return (read_->StatusFlags() & ~O_ACCMODE) | O_RDWR;
+}
+
+int64_t PipeReadWrite::SetStatusFlags(int flags) {
+  int64_t r = read_->SetStatusFlags(flags);
+  return r < 0 ? r : write_->SetStatusFlags(flags);
+}
+
+waiter::EventMask PipeReadWrite::Readiness(waiter::EventMask mask) {
+  return read_->Readiness(mask) | write_->Readiness(mask);
+}
+
+void PipeReadWrite::EventRegister(waiter::Waiter* w, waiter::EventMask mask) {
+  read_->EventRegister(w, mask);
+}
+
+void PipeReadWrite::EventUnregister(waiter::Waiter* w) {
+  read_->EventUnregister(w);
+}
+
+std::shared_ptr<waiter::WaitQueue> PipeReadWrite::event_queue() {
+  return read_->event_queue();
+}
 
 }  // namespace sandboxd::fs

@@ -130,6 +130,36 @@ class PipeEnd : public File, public waiter::EventSource {
   std::atomic<int> flags_;  // O_NONBLOCK | O_DIRECT
 };
 
+// A pipe opened for reading and writing at once (a FIFO's O_RDWR, a pipe
+// reopened O_RDWR through /proc/PID/fd): one description that is both a
+// reader and a writer, so it never sees EOF or EPIPE from itself.
+class PipeReadWrite final : public File, public waiter::EventSource {
+ public:
+  // `flags`: O_NONBLOCK, O_DIRECT, as PipeEnd's.
+  PipeReadWrite(const std::shared_ptr<Pipe>& pipe, int flags);
+
+  int64_t Read(void* buf, uint64_t n, int64_t offset,
+               const IoContext& io) override;
+  int64_t Write(const void* buf, uint64_t n, int64_t offset,
+                const IoContext& io) override;
+  int64_t Seek(int64_t, int) override { return -ESPIPE; }
+  int64_t Stat(struct stat* st) override;
+  int64_t Ioctl(uint64_t request, void* buf) override;
+  int StatusFlags() const override;
+  int64_t SetStatusFlags(int flags) override;
+  waiter::EventMask Readiness(waiter::EventMask mask) override;
+  // Both ends notify the pipe's one queue: register once.
+  void EventRegister(waiter::Waiter* w, waiter::EventMask mask) override;
+  void EventUnregister(waiter::Waiter* w) override;
+  std::shared_ptr<waiter::WaitQueue> event_queue() override;
+
+  const std::shared_ptr<Pipe>& pipe_ptr() const { return read_->pipe_ptr(); }
+
+ private:
+  const std::shared_ptr<PipeEnd> read_;
+  const std::shared_ptr<PipeEnd> write_;
+};
+
 }  // namespace sandboxd::fs
 
 #endif  // SANDBOXD_SENTRY_FS_PIPE_H_

@@ -7,11 +7,13 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
 #include "base/status_macros.h"
 #include "base/thread.h"
 #include "sentry/kernel/kernel.h"
@@ -45,6 +47,7 @@ Task::~Task() = default;
 
 namespace {
 thread_local Task* current_task = nullptr;
+constexpr uint64_t kSyscallInsnLen = 2;  // x86-64 `syscall`
 }  // namespace
 
 Task* Task::Current() { return current_task; }
@@ -99,10 +102,18 @@ Task::WakeReason Task::Block(absl::Time deadline) {
   WakeReason why;
   bool park = false;
   // A checkpoint's stop parks the task inside its wait (a safe point: the
-  // syscall is saved to run again) and the wait goes on after it.
+  // syscall is saved to run again) and the wait goes on after it; unless
+  // the call has moved data already (MarkProgress): the wait ends as a
+  // signal would end it, the call returns what it moved, and the task
+  // parks at the top of its loop, set to go on with the rest of the call
+  // (HandleSyscall) or, for calls that cannot, with the short count.
   while ((why = WaitUntilReady(deadline, &park)) ==
              WakeReason::kInterrupted &&
          park) {
+    if (syscall_progress_) {
+      stopped_with_progress_ = true;
+      break;
+    }
     kernel_->ParkForWorldStop(*this);
   }
   sleeping_.store(false, std::memory_order_relaxed);
@@ -355,14 +366,64 @@ bool RestartsWithoutHandler(uint64_t nr) {
   }
 }
 
+// Calls that a checkpoint's stop may split after they moved data: their
+// handlers go on from what was moved (Task::TakeResumedMoved). Others
+// (sendmsg, recvmsg, preadv...) return the short count, as Linux's do
+// when a stop interrupts them.
+bool ResumesAfterStop(uint64_t nr) {
+  switch (nr) {
+    case SYS_read: case SYS_write: case SYS_readv: case SYS_writev:
+    case SYS_sendto: case SYS_recvfrom:
+      return true;
+    default:
+      return false;
+  }
+}
+
 }  // namespace
 
 void Task::HandleSyscall() {
   platform::Regs& r = cpu_.regs;
   SyscallArgs args{r.orig_rax, {r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9}};
+  syscall_progress_ = false;
+  syscall_deadline_ = absl::InfiniteFuture();
+  // The first call of a loaded task, if it is the one saved waiting with a
+  // timeout (a signal handler may run first and make calls of its own).
+  resumed_timeout_now_ = resumed_timeout_pending_ &&
+                         r.rip - kSyscallInsnLen == resumed_timeout_rip_;
+  if (resumed_timeout_now_) resumed_timeout_pending_ = false;
+  // The rest of a call that a stop split (below).
+  resumed_moved_now_ =
+      r.rip - kSyscallInsnLen == resume_moved_rip_ ? resume_moved_ : 0;
+  resume_moved_ = 0;
+  // Data moved already: never park in this call to run it again.
+  if (resumed_moved_now_ > 0) syscall_progress_ = true;
+  stopped_with_progress_ = false;
   in_syscall_.store(true, std::memory_order_release);
   int64_t ret = kernel_->syscalls().Invoke(*this, args);
   in_syscall_.store(false, std::memory_order_release);
+  syscall_progress_ = false;
+  syscall_deadline_ = absl::InfiniteFuture();
+  resumed_timeout_now_ = false;
+  resumed_moved_now_ = 0;
+  if (stopped_with_progress_ && ret > 0 && ResumesAfterStop(args.nr)) {
+    // A checkpoint's stop ended the call after it moved `ret` bytes: the
+    // program does not see the short count. The call is executed again
+    // after the stop and goes on from there (TakeResumedMoved), as a
+    // call that a stop signal interrupts goes on in Linux, and the task
+    // parks now with nothing in progress, which a checkpoint saves as it
+    // is (regs before the syscall instruction, resume_moved_).
+    stopped_with_progress_ = false;
+    resume_moved_ = static_cast<uint64_t>(ret);
+    r.rip -= kSyscallInsnLen;
+    resume_moved_rip_ = r.rip;
+    r.rax = r.orig_rax;
+    restart_pending_ = false;
+    restart_if_no_handler_ = false;
+    restart_with_block_ = false;
+    return;
+  }
+  stopped_with_progress_ = false;
   // An allocation the sandbox's memory limit refused (the call returned
   // its error): the OOM killer frees memory for what comes next.
   if (mm::MemoryFile::TakeRefusedOnThisThread()) kernel_->OutOfMemory();
@@ -380,6 +441,15 @@ void Task::HandleSyscall() {
                          args.nr == SYS_clock_nanosleep ||
                          args.nr == SYS_restart_syscall);
   if (restart_with_block_) restart_if_no_handler_ = true;
+}
+
+absl::Duration Task::SyscallTimeout(absl::Duration timeout) {
+  if (resumed_timeout_now_) {
+    timeout = std::min(timeout, resumed_timeout_);
+    resumed_timeout_now_ = false;
+  }
+  syscall_deadline_ = absl::Now() + timeout;
+  return timeout;
 }
 
 int Task::TakePendingSignal(SigSet set, siginfo_t* out) {

@@ -71,6 +71,14 @@ struct RestartBlock {
   uint64_t rem_addr = 0;              // where the time left goes (0: nowhere)
 };
 
+// The result of a call that went on after a stop split it (Task::
+// TakeResumedMoved): what it had moved, plus what the rest moved, or only
+// the former if the rest failed.
+inline int64_t WithResumedMoved(uint64_t moved, int64_t r) {
+  if (moved == 0) return r;
+  return r < 0 ? static_cast<int64_t>(moved) : static_cast<int64_t>(moved) + r;
+}
+
 class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
  public:
   Task(Kernel* k, pid_t tid, std::shared_ptr<ThreadGroup> tg,
@@ -192,6 +200,20 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
     cputime_.StopBlocking(MonotonicNowNs());
     sleeping_.store(false, std::memory_order_relaxed);
   }
+  // waiter::Blocker: the call in progress cannot be executed again.
+  // Called by the task's own thread only.
+  void MarkProgress() override { syscall_progress_ = true; }
+  // What the call in progress moved before a checkpoint's stop split it
+  // (read, write, readv, writev, sendto, recvfrom: the stop ended the
+  // call with a short count, and the task executes it again after the
+  // stop, in the saved sandbox and in every restored copy, to go on from
+  // there): the handler skips that many bytes of its buffers and adds them
+  // to its result. 0 for any other call. At most once per call.
+  uint64_t TakeResumedMoved() {
+    uint64_t n = resumed_moved_now_;
+    resumed_moved_now_ = 0;
+    return n;
+  }
 
   // Ends this thread at the next return to the task loop.
   void ExitThread(int code);
@@ -291,6 +313,14 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
   // Set by a sleep that is interrupted (sys_time.cc), read by
   // restart_syscall(2). Only the task's own thread touches it.
   RestartBlock& restart_block() { return restart_block_; }
+  // A relative timeout of the syscall in progress (poll, select,
+  // epoll_wait, nanosleep, futex, sigtimedwait): returns `timeout`, or,
+  // for the call that a restore executes again, what was left of it at
+  // the checkpoint (Linux goes on towards the same deadline: poll's and
+  // futex's restart block, nanosleep's restart_syscall, select's time
+  // left written back). Remembers the deadline, which a checkpoint taken
+  // while the call waits saves as the time left. At most once per call.
+  absl::Duration SyscallTimeout(absl::Duration timeout);
 
  private:
   void Run();
@@ -338,6 +368,31 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
   // The task is inside a syscall handler (a checkpoint taken while it
   // blocks there makes it re-execute the syscall after the load).
   std::atomic<bool> in_syscall_{false};
+  // The syscall in progress has moved data (MarkProgress): its waits end
+  // at a checkpoint's stop rather than park. Not state: a task is never
+  // saved inside such a call.
+  bool syscall_progress_ = false;
+  // The deadline of the call in progress's relative timeout
+  // (SyscallTimeout; InfiniteFuture: none), read by a checkpoint while the
+  // task is parked in the call (the park orders the two).
+  absl::Time syscall_deadline_ = absl::InfiniteFuture();
+  // A loaded task saved in a call with a relative timeout: the time that
+  // was left, for that call (the syscall instruction at
+  // resumed_timeout_rip_) when it is executed again.
+  bool resumed_timeout_pending_ = false;
+  absl::Duration resumed_timeout_;
+  uint64_t resumed_timeout_rip_ = 0;
+  // The call in progress is that one: SyscallTimeout takes the time left.
+  bool resumed_timeout_now_ = false;
+  // A wait of the call in progress ended for a checkpoint's stop after
+  // MarkProgress (Block sets it; HandleSyscall reads it).
+  bool stopped_with_progress_ = false;
+  // A call split by such a stop: what it had moved, for the same syscall
+  // instruction (resume_moved_rip_) executed again; saved with the task.
+  uint64_t resume_moved_ = 0;
+  uint64_t resume_moved_rip_ = 0;
+  // The call in progress is that one (TakeResumedMoved).
+  uint64_t resumed_moved_now_ = 0;
   // The last syscall was interrupted and may be restarted (SA_RESTART).
   bool restart_pending_ = false;
   // The last syscall returned -EINTR and Linux would restart it if no

@@ -76,52 +76,6 @@ class OpenFileInode : public Inode {
   uint32_t type_ = S_IFREG;
 };
 
-// A pipe opened for reading and writing at once (a FIFO's O_RDWR): one
-// description that is both a reader and a writer, so it never sees EOF or
-// EPIPE from itself.
-class PipeReadWrite final : public File, public waiter::EventSource {
- public:
-  PipeReadWrite(const std::shared_ptr<Pipe>& pipe, int flags)
-      : read_(std::make_shared<PipeEnd>(pipe, false, flags)),
-        write_(std::make_shared<PipeEnd>(pipe, true, flags)) {}
-
-  int64_t Read(void* buf, uint64_t n, int64_t offset,
-               const IoContext& io) override {
-    return read_->Read(buf, n, offset, io);
-  }
-  int64_t Write(const void* buf, uint64_t n, int64_t offset,
-                const IoContext& io) override {
-    return write_->Write(buf, n, offset, io);
-  }
-  int64_t Seek(int64_t, int) override { return -ESPIPE; }
-  int64_t Stat(struct stat* st) override { return read_->Stat(st); }
-  int64_t Ioctl(uint64_t request, void* buf) override {
-    return read_->Ioctl(request, buf);
-  }
-  int StatusFlags() const override {
-    return (read_->StatusFlags() & ~O_ACCMODE) | O_RDWR;
-  }
-  int64_t SetStatusFlags(int flags) override {
-    int64_t r = read_->SetStatusFlags(flags);
-    return r < 0 ? r : write_->SetStatusFlags(flags);
-  }
-  waiter::EventMask Readiness(waiter::EventMask mask) override {
-    return read_->Readiness(mask) | write_->Readiness(mask);
-  }
-  // Both ends notify the pipe's one queue: register once.
-  void EventRegister(waiter::Waiter* w, waiter::EventMask mask) override {
-    read_->EventRegister(w, mask);
-  }
-  void EventUnregister(waiter::Waiter* w) override { read_->EventUnregister(w); }
-  std::shared_ptr<waiter::WaitQueue> event_queue() override {
-    return read_->event_queue();
-  }
-
- private:
-  const std::shared_ptr<PipeEnd> read_;
-  const std::shared_ptr<PipeEnd> write_;
-};
-
 // A pipe's end: opening it opens the pipe again, as a FIFO: a new read
 // end, write end, or both.
 class PipeLinkInode final : public OpenFileInode {

@@ -712,6 +712,9 @@ int64_t UnixEndpoint::SendStream(const SocketContext& ctx, SendRequest& req,
   int64_t err = 0;
   // Linux sends nothing (not even the files) for an empty stream write.
   while (sent < total) {
+    // Part of the write is queued: a stop ends the wait with a short
+    // write, never a second copy of that part.
+    if (sent > 0 && ctx.io.blocker != nullptr) ctx.io.blocker->MarkProgress();
     err = WaitSendBuffer(ctx, nonblocking, deadline);
     if (err < 0) break;
     size_t piece = std::min<size_t>(total - sent, kMaxStreamPiece);
@@ -906,6 +909,11 @@ int64_t UnixEndpoint::RecvStream(const SocketContext& ctx, RecvRequest& req,
     }
     if (wait) {
       io_mu_.Unlock();
+      // MSG_WAITALL with part of the data consumed: a stop ends the wait
+      // with a short read, never a read that skips that part.
+      if (copied > 0 && !peek && ctx.io.blocker != nullptr) {
+        ctx.io.blocker->MarkProgress();
+      }
       const size_t seen = skip;
       int64_t r = Wait(ctx, *wq_, kReadEvents, deadline, [this, seen] {
         absl::MutexLock l(&mu_);

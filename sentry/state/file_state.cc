@@ -59,6 +59,7 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
   SBX_SAVED_SIZE(fs::File, 8);
   SBX_SAVED_SIZE(fs::InodeFile, 120);
   SBX_SAVED_SIZE(fs::PipeEnd, 40);
+  SBX_SAVED_SIZE(fs::PipeReadWrite, 48);
   SBX_SAVED_SIZE(fs::HostFile, 72);
   return s.Save<fs::File, pb::File>(
       f.get(), s.state().mutable_files(), [&](pb::File* rec) -> absl::Status {
@@ -123,6 +124,14 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
           r->set_pipe(pipe);
           r->set_write_end(pe->write_end());
           r->set_flags(pe->StatusFlags() & (O_NONBLOCK | O_DIRECT));
+          return absl::OkStatus();
+        }
+        if (auto* rw = dynamic_cast<fs::PipeReadWrite*>(f.get())) {
+          pb::PipeEnd* r = rec->mutable_pipe_end();
+          ASSIGN_OR_RETURN(uint64_t pipe, SavePipe(s, rw->pipe_ptr()));
+          r->set_pipe(pipe);
+          r->set_read_write(true);
+          r->set_flags(rw->StatusFlags() & (O_NONBLOCK | O_DIRECT));
           return absl::OkStatus();
         }
         if (auto* ev = dynamic_cast<fs::EventFd*>(f.get())) {
@@ -233,6 +242,14 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadFile(Loader& l,
             ASSIGN_OR_RETURN(std::shared_ptr<fs::Pipe> pipe,
                              LoadPipe(l, r.pipe()));
             if (pipe == nullptr) return absl::InvalidArgumentError("no pipe");
+            if (r.read_write()) {
+              if (r.write_end()) {
+                return absl::InvalidArgumentError(
+                    "a pipe end both read_write and write_end");
+              }
+              return std::static_pointer_cast<fs::File>(
+                  std::make_shared<fs::PipeReadWrite>(pipe, r.flags()));
+            }
             return std::static_pointer_cast<fs::File>(
                 std::make_shared<fs::PipeEnd>(pipe, r.write_end(), r.flags()));
           }

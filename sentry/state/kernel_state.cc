@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/status_macros.h"
 #include "sentry/state/fs_state.h"
 #include "sentry/state/saved_size.h"
@@ -340,7 +342,12 @@ absl::StatusOr<uint64_t> KernelState::SaveGroup(Saver& s, ThreadGroup& g,
 absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
                                                const fs::Vfs& vfs,
                                                MmCheckpointer& mms) {
-  SBX_SAVED_SIZE(kernel::Task, 14592);
+  // Task fields of one call in progress, not state: syscall_progress_,
+  // stopped_with_progress_ and the *_now_ ones (a task is saved parked,
+  // between calls or inside a wait that parks); syscall_deadline_ is
+  // saved as the time left (syscall_timeout_left_ns), resume_moved_ as
+  // syscall_resume_moved, and both rips are the loaded rip.
+  SBX_SAVED_SIZE(kernel::Task, 14720);
   SBX_SAVED_SIZE(kernel::Task::PendingInfo, 152);
   SBX_SAVED_SIZE(kernel::RestartBlock, 24);
   SBX_SAVED_SIZE(kernel::TaskCpuTime, 64);
@@ -400,8 +407,17 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
           }
           restart_pending = false;
           restart_if_no_handler = false;
+          // A relative timeout goes on from what is left of it, not from
+          // the whole timeout again.
+          if (t.syscall_deadline_ != absl::InfiniteFuture()) {
+            r->set_syscall_timeout_saved(true);
+            r->set_syscall_timeout_left_ns(absl::ToInt64Nanoseconds(
+                std::max(absl::ZeroDuration(),
+                         t.syscall_deadline_ - absl::Now())));
+          }
         }
         r->set_in_syscall(in_syscall);
+        if (!in_syscall) r->set_syscall_resume_moved(t.resume_moved_);
         uint64_t regs[kNumRegs];
         std::memcpy(regs, &cpu.regs, sizeof(regs));
         for (uint64_t v : regs) r->add_regs(v);
@@ -616,6 +632,10 @@ absl::Status KernelState::LoadGroup(Loader& l, Kernel& k, fs::Vfs& vfs,
                                return mms.LoadMm(l, k, m);
                              })));
   }
+  // Before the descriptors: a procfs file among them (/proc/self/maps
+  // open across the checkpoint) generates its text at load, from the
+  // process's address space.
+  g->mm_ = mm;
   ASSIGN_OR_RETURN(auto fds, FsState::LoadFdTable(l, vfs, r.fd_table()));
   ASSIGN_OR_RETURN(auto fsc, FsState::LoadFsContext(l, vfs, r.fs_context()));
   std::shared_ptr<fs::tty::Terminal> ctty;
@@ -709,6 +729,24 @@ absl::StatusOr<std::shared_ptr<Task>> KernelState::LoadTask(Loader& l,
         t->restart_pending_ = r.restart_pending();
         t->restart_if_no_handler_ = r.restart_if_no_handler();
         t->restart_with_block_ = r.restart_with_block();
+        if (r.syscall_resume_moved() > 0) {
+          if (r.in_syscall()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "task ", r.tid(), ": a split syscall inside a syscall"));
+          }
+          t->resume_moved_ = r.syscall_resume_moved();
+          t->resume_moved_rip_ = t->cpu_.regs.rip;
+        }
+        if (r.syscall_timeout_saved()) {
+          if (!r.in_syscall()) {
+            return absl::InvalidArgumentError(absl::StrCat(
+                "task ", r.tid(), ": a syscall timeout outside a syscall"));
+          }
+          t->resumed_timeout_pending_ = true;
+          t->resumed_timeout_ = absl::Nanoseconds(
+              std::max<int64_t>(r.syscall_timeout_left_ns(), 0));
+          t->resumed_timeout_rip_ = t->cpu_.regs.rip;
+        }
         if (r.has_restart_block()) {
           const pb::RestartBlock& rb = r.restart_block();
           kernel::RestartBlock b;

@@ -108,23 +108,40 @@ int64_t VectorIo(Task& t, const SyscallArgs& a, bool write, int64_t offset) {
   ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, a.a[0]));
   std::vector<iovec> iov;
   RETURN_IF_ERRNO(ReadIovecs(t, a.a[1], a.a[2], &iov));
+  // readv/writev split by a checkpoint's stop: the rest of it.
+  uint64_t skip = offset < 0 ? t.TakeResumedMoved() : 0;
   uint64_t done = 0;
   for (const iovec& v : iov) {
     if (v.iov_len == 0) continue;
     uint64_t base = reinterpret_cast<uint64_t>(v.iov_base);
+    uint64_t len = v.iov_len;
+    if (skip > 0) {
+      uint64_t k = std::min(skip, len);
+      skip -= k;
+      done += k;
+      base += k;
+      len -= k;
+      if (len == 0) continue;
+    }
     int64_t off = offset < 0 ? -1 : offset + done;
-    int64_t n = write ? WriteFrom(t, *f, base, v.iov_len, off)
-                      : ReadInto(t, *f, base, v.iov_len, off);
+    int64_t n = write ? WriteFrom(t, *f, base, len, off)
+                      : ReadInto(t, *f, base, len, off);
     if (n < 0) return done > 0 ? done : n;
     done += n;
-    if (static_cast<uint64_t>(n) < v.iov_len) break;
+    if (static_cast<uint64_t>(n) < len) break;
+    // The next vector's wait must not park for a re-execution that would
+    // move this one's data again.
+    t.MarkProgress();
   }
   return done;
 }
 
 int64_t SysRead(Task& t, const SyscallArgs& a) {
   ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, a.a[0]));
-  return ReadInto(t, *f, a.a[1], a.a[2], -1);
+  // A read split by a checkpoint's stop: the rest of it.
+  uint64_t moved = std::min<uint64_t>(t.TakeResumedMoved(), a.a[2]);
+  return kernel::WithResumedMoved(
+      moved, ReadInto(t, *f, a.a[1] + moved, a.a[2] - moved, -1));
 }
 
 // A write to a pipe or socket with no reader raises SIGPIPE as well as
@@ -137,7 +154,11 @@ int64_t WithSigpipe(Task& t, int64_t r) {
 
 int64_t SysWrite(Task& t, const SyscallArgs& a) {
   ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, a.a[0]));
-  return WithSigpipe(t, WriteFrom(t, *f, a.a[1], a.a[2], -1));
+  // A write split by a checkpoint's stop: the rest of it.
+  uint64_t moved = std::min<uint64_t>(t.TakeResumedMoved(), a.a[2]);
+  return WithSigpipe(
+      t, kernel::WithResumedMoved(
+             moved, WriteFrom(t, *f, a.a[1] + moved, a.a[2] - moved, -1)));
 }
 
 int64_t SysPread(Task& t, const SyscallArgs& a) {

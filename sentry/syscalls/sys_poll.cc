@@ -110,12 +110,13 @@ int64_t TimespecDeadline(Task& t, uint64_t addr, absl::Time* deadline) {
   if (ts.tv_sec < 0 || ts.tv_nsec < 0 || ts.tv_nsec >= 1000000000) {
     return -EINVAL;
   }
-  *deadline = absl::Now() + absl::DurationFromTimespec(ts);
+  *deadline = absl::Now() + t.SyscallTimeout(absl::DurationFromTimespec(ts));
   return 0;
 }
 
-int64_t MillisDeadline(int64_t ms, absl::Time* deadline) {
-  *deadline = ms < 0 ? absl::InfiniteFuture() : absl::Now() + absl::Milliseconds(ms);
+int64_t MillisDeadline(Task& t, int64_t ms, absl::Time* deadline) {
+  *deadline = ms < 0 ? absl::InfiniteFuture()
+                     : absl::Now() + t.SyscallTimeout(absl::Milliseconds(ms));
   return 0;
 }
 
@@ -261,7 +262,7 @@ int64_t Poll(Task& t, uint64_t addr, uint64_t nfds, absl::Time deadline) {
 
 int64_t SysPoll(Task& t, const SyscallArgs& a) {
   absl::Time deadline;
-  MillisDeadline(static_cast<int32_t>(a.a[2]), &deadline);
+  MillisDeadline(t, static_cast<int32_t>(a.a[2]), &deadline);
   return Poll(t, a.a[0], a.a[1], deadline);
 }
 
@@ -341,7 +342,8 @@ int64_t SysSelect(Task& t, const SyscallArgs& a) {
     int64_t sec = tv.tv_sec + tv.tv_usec / 1000000;
     int64_t nsec = (tv.tv_usec % 1000000) * 1000;
     if (sec < 0 || nsec < 0) return -EINVAL;
-    deadline = absl::Now() + absl::Seconds(sec) + absl::Nanoseconds(nsec);
+    deadline = absl::Now() + t.SyscallTimeout(absl::Seconds(sec) +
+                                              absl::Nanoseconds(nsec));
   }
   int64_t r = Select(t, static_cast<int32_t>(a.a[0]), a.a[1], a.a[2], a.a[3],
                      deadline);
@@ -424,13 +426,13 @@ int64_t EpollWait(Task& t, uint64_t epfd, uint64_t addr, int64_t max,
 
 int64_t SysEpollWait(Task& t, const SyscallArgs& a) {
   absl::Time deadline;
-  MillisDeadline(static_cast<int32_t>(a.a[3]), &deadline);
+  MillisDeadline(t, static_cast<int32_t>(a.a[3]), &deadline);
   return EpollWait(t, a.a[0], a.a[1], static_cast<int32_t>(a.a[2]), deadline);
 }
 
 int64_t SysEpollPwait(Task& t, const SyscallArgs& a) {
   absl::Time deadline;
-  MillisDeadline(static_cast<int32_t>(a.a[3]), &deadline);
+  MillisDeadline(t, static_cast<int32_t>(a.a[3]), &deadline);
   TemporarySigmask mask(t);
   RETURN_IF_ERRNO(mask.Install(a.a[4], a.a[5]));
   return mask.Finish(

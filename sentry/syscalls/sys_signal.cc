@@ -121,7 +121,7 @@ int64_t SysRtSigtimedwait(Task& t, const SyscallArgs& a) {
     if (ts.tv_sec < 0 || ts.tv_nsec < 0 || ts.tv_nsec >= 1000000000) {
       return -EINVAL;
     }
-    deadline = absl::Now() + absl::DurationFromTimespec(ts);
+    deadline = absl::Now() + t.SyscallTimeout(absl::DurationFromTimespec(ts));
   }
   // The signals of `set` stay blocked (they are usually blocked so that
   // they wait here): watch the group's signal queue for them instead.

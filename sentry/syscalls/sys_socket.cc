@@ -335,13 +335,15 @@ int64_t DoSend(Task& t, Socket& s, socket::SendRequest& req) {
 
 int64_t SysSendto(Task& t, const SyscallArgs& a) {
   ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
-  UserSource src(t, OneIovec(a.a[1], a.a[2]));
+  // A send split by a checkpoint's stop: the rest of it.
+  const uint64_t moved = std::min<uint64_t>(t.TakeResumedMoved(), a.a[2]);
+  UserSource src(t, OneIovec(a.a[1] + moved, a.a[2] - moved));
   socket::SendRequest req;
   req.data = &src;
   req.flags = static_cast<int>(a.a[3]);
   if (a.a[4] != 0)
     RETURN_IF_ERRNO(ReadSockaddr(t, a.a[4], a.a[5], &req.address));
-  return DoSend(t, *s, req);
+  return kernel::WithResumedMoved(moved, DoSend(t, *s, req));
 }
 
 // Control messages of a sendmsg: SCM_RIGHTS and SCM_CREDENTIALS.
@@ -432,12 +434,14 @@ int64_t SysSendmsg(Task& t, const SyscallArgs& a) {
 
 int64_t SysRecvfrom(Task& t, const SyscallArgs& a) {
   ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
-  UserSink sink(t, OneIovec(a.a[1], a.a[2]));
+  // A recv(MSG_WAITALL) split by a checkpoint's stop: the rest of it.
+  const uint64_t moved = std::min<uint64_t>(t.TakeResumedMoved(), a.a[2]);
+  UserSink sink(t, OneIovec(a.a[1] + moved, a.a[2] - moved));
   socket::RecvRequest req;
   req.data = &sink;
   req.flags = static_cast<int>(a.a[3]) & ~MSG_CMSG_CLOEXEC;
   req.want_address = a.a[4] != 0;
-  int64_t r = s->RecvMsg(Context(t), req);
+  int64_t r = kernel::WithResumedMoved(moved, s->RecvMsg(Context(t), req));
   // Files that came without a control buffer to put them in are closed.
   if (r >= 0 && a.a[4] != 0) {
     RETURN_IF_ERRNO(WriteSockaddr(t, req.address, a.a[4], a.a[5]));

@@ -146,7 +146,7 @@ int64_t FutexDeadline(Task& t, uint64_t addr, bool absolute, bool realtime,
   }
   absl::Duration d = absl::DurationFromTimespec(ts);
   if (!absolute) {
-    *deadline = absl::Now() + d;
+    *deadline = absl::Now() + t.SyscallTimeout(d);
     return 0;
   }
   struct timespec now;

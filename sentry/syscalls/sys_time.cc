@@ -126,6 +126,10 @@ int64_t Sleep(Task& t, clockid_t program_clock, const kernel::TimerClock& clock,
   int64_t ns = req.tv_sec * kNsPerSec + req.tv_nsec;
   if (absolute) rem_addr = 0;
   if (clock.kind == kernel::TimerClock::Kind::kHost) {
+    // A relative sleep that a checkpoint saved goes on for what was left.
+    if (!absolute) {
+      ns = absl::ToInt64Nanoseconds(t.SyscallTimeout(absl::Nanoseconds(ns)));
+    }
     int64_t deadline = absolute ? ns : HostClockNs(clock.host) + ns;
     return SleepUntil(t, program_clock, clock.host, deadline, rem_addr);
   }

@@ -89,6 +89,13 @@ class Blocker {
   // /proc) and its CPU accounting leaves the wait out.
   virtual void HostWaitBegin() {}
   virtual void HostWaitEnd() {}
+  // The current call has moved data the program can see (part of a write
+  // queued, part of a MSG_WAITALL read consumed) and is about to wait for
+  // more: from now on a checkpoint's stop ends its waits (-EINTR, and the
+  // call returns what it moved, as Linux's does when a stop interrupts it)
+  // instead of parking in them to execute the call again after a restore,
+  // which would move that data a second time.
+  virtual void MarkProgress() {}
 };
 
 }  // namespace sandboxd::waiter

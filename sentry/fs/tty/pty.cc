@@ -106,6 +106,7 @@ int64_t Pty::MasterWrite(const void* buf, uint64_t n, bool nonblock,
     if (nonblock || io.blocker == nullptr) {
       return done > 0 ? static_cast<int64_t>(done) : -EAGAIN;
     }
+    if (done > 0) io.blocker->MarkProgress();  // a stop: a short write
     int r = io.blocker->Wait(*master_q_, kOut, [this] {
       absl::MutexLock l(&mu_);
       return ld_.HasRoom();
@@ -239,6 +240,7 @@ int64_t Pty::ReplicaRead(void* buf, uint64_t n, bool nonblock,
     if (nonblock || io.blocker == nullptr) break;
     absl::Time deadline =
         vtime > 0 ? absl::Now() + interval : absl::InfiniteFuture();
+    if (done > 0) io.blocker->MarkProgress();  // a stop: a short read
     int w = io.blocker->Wait(*replica_q_, kIn, readable, deadline);
     if (w == -ETIMEDOUT) break;
     if (w < 0) break;  // a signal: what was read is returned
@@ -274,6 +276,7 @@ int64_t Pty::ReplicaWrite(const void* buf, uint64_t n, bool nonblock,
     if (nonblock || io.blocker == nullptr) {
       return done > 0 ? static_cast<int64_t>(done) : -EAGAIN;
     }
+    if (done > 0) io.blocker->MarkProgress();  // a stop: a short write
     int r = io.blocker->Wait(*replica_q_, kOut, [this] {
       absl::MutexLock l(&mu_);
       return !master_open_ || output_.size() < kOutputCapacity;

@@ -1,0 +1,218 @@
+#!/usr/bin/env python3
+"""Calls that a checkpoint finds half done, across a self-checkpoint.
+
+  resume.py data      a writer thread blocked in a 1 MiB write after part
+                      of it moved (a pipe; a writev whose first vector
+                      moved; a stream socket with an 8 KiB send buffer)
+                      and a reader blocked in recv(MSG_WAITALL) after part
+                      of it arrived, while the program checkpoints itself
+                      (/proc/sandbox/checkpoint); then everything is read
+                      and compared. Linux ends such calls at a stop with
+                      what they moved: nothing may arrive twice or be lost.
+  resume.py procfs_pipe  a pipe reopened O_RDWR through /proc/self/fd
+                      (its other descriptors closed), with data queued,
+                      and /proc/self/maps partly read, across the
+                      checkpoint.
+  resume.py timeouts  threads in nanosleep, poll, select, epoll_wait and
+                      FUTEX_WAIT with 3 s relative timeouts, checkpointed
+                      1 s in: each ends about 2 s after the checkpoint,
+                      in the saved sandbox and in a restored copy alike.
+
+Output: one line per check ("NAME ok", or "NAME FAIL: why"), the same on
+both sides of the checkpoint; the side ("resume" or "restore") goes to
+stderr.
+"""
+import ctypes
+import os
+import random
+import select
+import socket
+import struct
+import sys
+import threading
+import time
+
+N = 1 << 20
+# No period: a part sent twice or lost shows.
+DATA = random.Random(1).randbytes(N)
+
+
+def checkpoint():
+    fd = os.open("/proc/sandbox/checkpoint", os.O_RDWR)
+    os.write(fd, b"1")
+    side = os.read(fd, 64).decode().strip()
+    os.close(fd)
+    print("side", side, file=sys.stderr, flush=True)
+    return side
+
+
+def write_all(send, data):
+    """One big call, then the rest after each short count."""
+    done = 0
+    while done < len(data):
+        n = send(data[done:])
+        if n <= 0:
+            break
+        done += n
+    return done
+
+
+def read_exactly(recv, n):
+    got = bytearray()
+    while len(got) < n:
+        b = recv(n - len(got))
+        if not b:
+            break
+        got += b
+    return bytes(got)
+
+
+def report(name, ok, why=""):
+    print(name, "ok" if ok else "FAIL: " + why, flush=True)
+
+
+def data_case():
+    results = {}
+
+    # A pipe (64 KiB): the write blocks with 64 KiB moved.
+    pr, pw = os.pipe()
+    t1 = threading.Thread(target=lambda: results.__setitem__(
+        "pipe", write_all(lambda b: os.write(pw, b), DATA)))
+    # writev: the first vector fills a second pipe, the second one blocks.
+    vr, vw = os.pipe()
+    half = 64 * 1024
+    def writev_all():
+        n = os.writev(vw, [DATA[:half], DATA[half:2 * half]])
+        n += write_all(lambda b: os.write(vw, b), DATA[n:2 * half])
+        results["writev"] = n
+
+    t2 = threading.Thread(target=writev_all)
+    # A stream socket with an 8 KiB send buffer.
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 8192)
+    t3 = threading.Thread(target=lambda: results.__setitem__(
+        "socket", write_all(a.send, DATA)))
+    # recv(MSG_WAITALL) with half of what it waits for arrived.
+    c, d = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    waitall = bytearray()
+
+    def gather():
+        while len(waitall) < 2000:
+            got = d.recv(2000 - len(waitall), socket.MSG_WAITALL)
+            if not got:
+                break
+            waitall.extend(got)
+
+    t4 = threading.Thread(target=gather)
+    for t in (t1, t2, t3, t4):
+        t.start()
+    c.send(DATA[:1000])
+    time.sleep(0.5)  # every call above has moved its part and blocked
+    checkpoint()
+    c.send(DATA[1000:2000])
+
+    got = read_exactly(lambda n: os.read(pr, min(n, 65536)), N)
+    t1.join()
+    report("pipe write", got == DATA and results.get("pipe") == N,
+           "read %d bytes, wrote %s" % (len(got), results.get("pipe")))
+    got = read_exactly(lambda n: os.read(vr, min(n, 65536)), 2 * half)
+    t2.join()
+    os.close(vw)
+    rest = os.read(vr, 1)
+    report("pipe writev", got == DATA[:2 * half] and rest == b"" and
+           results.get("writev") == 2 * half,
+           "read %d bytes then %r, writev %s" % (len(got), rest,
+                                                 results.get("writev")))
+    got = read_exactly(lambda n: b.recv(min(n, 65536)), N)
+    t3.join()
+    a.close()
+    rest = b.recv(1)
+    report("socket send", got == DATA and rest == b"" and
+           results.get("socket") == N,
+           "read %d bytes then %r, sent %s" % (len(got), rest,
+                                               results.get("socket")))
+    t4.join()
+    report("recv MSG_WAITALL", bytes(waitall) == DATA[:2000],
+           "got %d bytes" % len(waitall))
+
+
+def procfs_pipe():
+    # A pipe reopened for reading and writing through /proc/self/fd.
+    qr, qw = os.pipe()
+    os.write(qw, b"queued before")
+    rw = os.open("/proc/self/fd/%d" % qr, os.O_RDWR)
+    os.close(qr)
+    os.close(qw)
+    # /proc/self/maps open across the checkpoint, partly read.
+    maps = os.open("/proc/self/maps", os.O_RDONLY)
+    head = os.read(maps, 16)
+    checkpoint()
+    text = head
+    while True:
+        more = os.read(maps, 65536)
+        if not more:
+            break
+        text += more
+    report("/proc/self/maps read across it", b"[stack]" in text,
+           "no [stack] in %d bytes" % len(text))
+    os.write(rw, b", written after")
+    got = os.read(rw, 100)
+    report("pipe reopened O_RDWR", got == b"queued before, written after",
+           "read %r" % got)
+
+
+def timeouts():
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.syscall.restype = ctypes.c_long
+    SYS_nanosleep, SYS_futex = 35, 202
+    FUTEX_WAIT_PRIVATE = 128
+    ends = {}
+
+    def timed(name, call):
+        def run():
+            call()
+            ends[name] = time.monotonic()
+        return threading.Thread(target=run)
+
+    def nanosleep():
+        ts = struct.pack("qq", 3, 0)
+        libc.syscall(SYS_nanosleep, ctypes.c_char_p(ts), None)
+
+    word = ctypes.c_int(0)
+
+    def futex():
+        ts = struct.pack("qq", 3, 0)
+        libc.syscall(SYS_futex, ctypes.byref(word), FUTEX_WAIT_PRIVATE, 0,
+                     ctypes.c_char_p(ts), None, 0)
+
+    r, w = os.pipe()
+    ep = select.epoll()
+    ep.register(r, select.EPOLLIN)
+    p = select.poll()
+    p.register(r, select.POLLIN)
+    threads = [
+        timed("nanosleep", nanosleep),
+        timed("poll", lambda: p.poll(3000)),
+        timed("select", lambda: select.select([r], [], [], 3.0)),
+        timed("epoll_wait", lambda: ep.poll(3.0)),
+        timed("futex", futex),
+    ]
+    for t in threads:
+        t.start()
+    time.sleep(1.0)
+    before = time.monotonic()
+    side = checkpoint()
+    after = time.monotonic()
+    for t in threads:
+        t.join()
+    # In the saved sandbox the calls went on during the save; in a copy
+    # they go on from its restore, with what was left: about 2 s.
+    start = before if side == "resume" else after
+    for name in ("nanosleep", "poll", "select", "epoll_wait", "futex"):
+        left = ends[name] - start
+        report(name + " timeout goes on", 1.4 <= left <= 2.6,
+               "ended %.2f s after the checkpoint, not about 2 s" % left)
+
+
+{"data": data_case, "procfs_pipe": procfs_pipe,
+ "timeouts": timeouts}[sys.argv[1]]()

@@ -77,6 +77,14 @@ void ApplyDefaultLimits(const SpecPolicy& policy, v1::Limits* limits);
 // the named host directory, which must be absolute and, with
 // allowed_roots, be one of them or below one (checked on what was opened,
 // after symlinks and "..", not on the string).
+// Checks spec.mounts and opens each bind mount's source (proto/
+// mount_spec.h OpenBindSource: a directory O_PATH, a file O_RDONLY or
+// O_RDWR), in order: an absolute host path that exists and, with
+// allowed_roots, is one of them or below one (checked on what was opened;
+// PERMISSION_DENIED naming spec.mounts[N].source).
+absl::StatusOr<std::vector<UniqueFd>> OpenBindMounts(const SpecPolicy& policy,
+                                                     const v1::SandboxSpec& spec);
+
 absl::StatusOr<UniqueFd> OpenRootfs(const SpecPolicy& policy,
                                     v1::SandboxSpec* spec);
 

@@ -36,6 +36,16 @@ auto RetryEintr(F f) {
   return r;
 }
 
+// The permission bits a writable hostfs gives a host file of `type`:
+// never set-user-ID or set-group-ID on a regular file. Every file the
+// sandbox makes belongs to the Sentry's host uid, so such a bit would let
+// a program of the sandbox leave a set-uid binary of that uid on the host.
+mode_t HostMode(uint32_t type, uint32_t mode) {
+  mode &= 07777;
+  if (type == S_IFREG) mode &= ~static_cast<uint32_t>(S_ISUID | S_ISGID);
+  return mode;
+}
+
 int StatFd(int fd, struct stat* st) {
   if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
     return -errno;
@@ -56,6 +66,7 @@ class HostInode : public Inode {
         host_dev_(st.st_dev),
         host_ino_(st.st_ino),
         root_host_dev_(parent != nullptr ? parent->root_host_dev_ : st.st_dev),
+        fs_root_(parent != nullptr ? parent->fs_root_ : this),
         // Another host filesystem mounted inside the rootfs (/proc, /sys,
         // /dev, /run of the host...) is the host kernel's, not the
         // sandbox's: it shows as an empty directory, as an unmounted
@@ -103,7 +114,7 @@ class HostInode : public Inode {
     // fchmod, ftruncate and futimens need a descriptor that is not O_PATH.
     int fd = req.set_size ? WriteFd() : IoFd();
     if (fd < 0) return fd;
-    if (req.set_mode && fchmod(fd, req.mode & 07777) < 0) return -errno;
+    if (req.set_mode && fchmod(fd, HostMode(type_, req.mode)) < 0) return -errno;
     if (req.set_size) {
       if (type_ != S_IFREG) return -EISDIR;
       if (RetryEintr([&] { return ftruncate(fd, static_cast<off_t>(req.size)); }) < 0) {
@@ -260,21 +271,34 @@ class HostInode : public Inode {
     if (type_ != S_IFDIR) return -ENOTDIR;
     if (!writable_) return -EROFS;
     if (int r = CheckName(name); r < 0) return r;
-    const mode_t perm = req.mode & 07777;
+    const mode_t perm = HostMode(req.type, req.mode);
     int r = 0;
+    // A new regular file keeps the descriptor it was made with for its
+    // I/O (O_RDWR whatever its mode, as open(2) gives the creator): a
+    // program that unlinks what it made still reads and writes it.
+    UniqueFd io;
     switch (req.type) {
       case S_IFREG: {
-        UniqueFd f(RetryEintr([&] {
+        io = UniqueFd(RetryEintr([&] {
           return openat(fd_.get(), name.c_str(),
-                        O_CREAT | O_EXCL | O_WRONLY | O_NOFOLLOW | O_CLOEXEC |
-                            O_NONBLOCK | O_NOCTTY,
+                        O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC |
+                            O_NOCTTY,
                         perm);
         }));
-        if (!f.valid()) r = -errno;
+        if (!io.valid()) r = -errno;
         break;
       }
       case S_IFDIR:
-        if (mkdirat(fd_.get(), name.c_str(), perm) < 0) r = -errno;
+        if (mkdirat(fd_.get(), name.c_str(), perm) < 0) {
+          r = -errno;
+          break;
+        }
+        // Kept open, for the mode below.
+        io = UniqueFd(RetryEintr([&] {
+          return openat(fd_.get(), name.c_str(),
+                        O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        }));
+        if (!io.valid()) r = -errno;
         break;
       case S_IFLNK:
         // The target is stored raw; the VFS resolves it inside the sandbox.
@@ -299,7 +323,28 @@ class HostInode : public Inode {
       return openat(fd_.get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
     }));
     if (!fd.valid()) return -errno;
-    return Adopt(name, std::move(fd), out);
+    if (int a = Adopt(name, std::move(fd), out); a < 0) return a;
+    if (io.valid()) {
+      struct stat st;
+      if (fstat(io.get(), &st) < 0) return -errno;
+      // The mode asked for, exactly: the host applied the Sentry's own
+      // umask (the sandbox's was applied to the request already). A
+      // directory keeps the set-group-ID bit it inherited on the host, as
+      // mkdir(2) gives it. (Fifos and sockets keep the host's umask: they
+      // have no descriptor to fchmod without following a name again.)
+      const mode_t want =
+          req.type == S_IFDIR ? (perm & 01777) | (st.st_mode & S_ISGID) : perm;
+      if ((st.st_mode & 07777) != want && fchmod(io.get(), want) < 0) {
+        return -errno;
+      }
+      auto* child = static_cast<HostInode*>(out->get());
+      // The name may already lead elsewhere (the host raced us): then the
+      // descriptor is not this inode's.
+      if (req.type == S_IFREG && child->IsHostFile(st)) {
+        child->SetIoFd(std::move(io));
+      }
+    }
+    return 0;
   }
   int Link(const std::string& name,
            const std::shared_ptr<Inode>& target) override {
@@ -307,7 +352,7 @@ class HostInode : public Inode {
     if (!writable_) return -EROFS;
     if (int r = CheckName(name); r < 0) return r;
     auto* t = dynamic_cast<HostInode*>(target.get());
-    if (t == nullptr || t->root_host_dev_ != root_host_dev_) return -EXDEV;
+    if (t == nullptr || t->fs_root_ != fs_root_) return -EXDEV;
     // linkat of the target by its name in its directory (AT_EMPTY_PATH
     // would need CAP_DAC_READ_SEARCH on the host), then a check that the
     // new name is the file meant: if the old name was replaced on the
@@ -344,7 +389,7 @@ class HostInode : public Inode {
     if (type_ != S_IFDIR) return -ENOTDIR;
     if (!writable_) return -EROFS;
     auto* nd = dynamic_cast<HostInode*>(&new_dir);
-    if (nd == nullptr || nd->root_host_dev_ != root_host_dev_) return -EXDEV;
+    if (nd == nullptr || nd->fs_root_ != fs_root_) return -EXDEV;
     if (nd->type_ != S_IFDIR) return -ENOTDIR;
     if (int r = CheckName(old_name); r < 0) return r;
     if (int r = CheckName(new_name); r < 0) return r;
@@ -434,10 +479,24 @@ class HostInode : public Inode {
   // (stat and readdir show them) but cannot be opened for I/O yet: the
   // sandbox's /dev is devfs, and host fifos/sockets would be channels out
   // of the sandbox. O_PATH opens need no I/O and take the generic path.
+  //
+  // A regular file's host descriptors are opened with the description,
+  // not at its first read or write: a failure (the file replaced on the
+  // host: ESTALE) is open's, and a file unlinked while open stays
+  // readable and writable through them, as on Linux.
   int Open(int flags, std::shared_ptr<File>* out) override {
     if ((flags & O_PATH) == 0 && type_ != S_IFREG && type_ != S_IFDIR &&
         type_ != S_IFLNK) {
       return -ENXIO;
+    }
+    if ((flags & O_PATH) == 0 && type_ == S_IFREG) {
+      const int acc = flags & O_ACCMODE;
+      if (acc != O_WRONLY) {
+        if (int r = ReadFd(); r < 0) return r;
+      }
+      if (acc != O_RDONLY && writable_) {
+        if (int r = WriteFd(); r < 0) return r;
+      }
     }
     return Inode::Open(flags, out);
   }
@@ -476,12 +535,15 @@ class HostInode : public Inode {
 
   void set_label(std::string label) { label_ = std::move(label); }
 
-  // For the root of a single-file bind mount: `fd` is the file opened for
-  // reading (and writing when the mount is writable); its I/O uses it.
-  void SetIoFd(UniqueFd fd) {
+  // `fd` is this regular file opened for reading (and writing when the
+  // filesystem is writable): the root of a single-file bind mount, or a
+  // file just made. Its I/O uses it (where no descriptor is kept yet).
+  void SetIoFd(UniqueFd fd) ABSL_LOCKS_EXCLUDED(read_mu_) {
     absl::MutexLock lock(&read_mu_);
-    read_fd_ = std::move(fd);
-    if (writable_) write_fd_ = UniqueFd(fcntl(read_fd_.get(), F_DUPFD_CLOEXEC, 0));
+    if (writable_ && !write_fd_.valid()) {
+      write_fd_ = UniqueFd(fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
+    }
+    if (!read_fd_.valid()) read_fd_ = std::move(fd);
   }
 
  private:
@@ -636,6 +698,10 @@ class HostInode : public Inode {
   const dev_t host_dev_;
   const ino_t host_ino_;
   const dev_t root_host_dev_;  // the rootfs's own host filesystem
+  // This filesystem's root (kept alive by the parent chain): renames and
+  // links stay within one hostfs, even between two mounts of one host
+  // filesystem.
+  const HostInode* const fs_root_;
   const bool hidden_;
   // How the file was found (null and "" for the root): used to reopen it
   // for I/O; a rename in a writable hostfs moves it.

@@ -17,7 +17,8 @@
 // Writes (a writable filesystem only) are each one host call relative to
 // a directory's fd with one name (openat O_CREAT|O_EXCL|O_NOFOLLOW,
 // mkdirat, symlinkat, unlinkat, renameat2, linkat); new files are owned
-// by the Sentry's host uid and gid, as runsc's gofer makes them. Renames
+// by the Sentry's host uid and gid, as runsc's gofer makes them, and a
+// regular file never gets a set-user-ID or set-group-ID bit there. Renames
 // and links between two hostfs filesystems are EXDEV (the VFS already
 // refuses them across mounts).
 //

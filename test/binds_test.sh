@@ -14,7 +14,9 @@
 #     root, a --tmpfs /tmp still writable
 #   - /proc/self/mountinfo and /proc/self/mounts list the mounts, ro/rw
 #   - a checkpoint with a bind mount and a tmpfs restored: the program's
-#     open file on the bind mount writes on, the tmpfs keeps its file
+#     open file on the bind mount writes on, the tmpfs keeps its file; a
+#     file mapping of a bind-mounted file restored; one of a file removed
+#     on the host refused at the checkpoint
 #   - sandboxctl run -v/--tmpfs/--read-only; --allowed-roots refuses a
 #     bind source outside them (PERMISSION_DENIED naming the field)
 # Exits 77 (CTest: skipped) until the binaries exist.
@@ -24,10 +26,10 @@ set -u
 usage_unless [ $# -eq 1 -o $# -eq 3 ] -- "SENTRY [SANDBOXD SANDBOXCTL]"
 require_built "$@"
 SENTRY=$(readlink -f "$1")
-command -v python3 >/dev/null || skip "no python3 on the host"
+[ -x /usr/bin/python3 ] || skip "no /usr/bin/python3 on the host"
 make_tmp binds_test "${KEEP:-0}"
 CHECK_OUT_BYTES=400
-PY=$(command -v python3)
+PY=/usr/bin/python3   # an ELF (a pyenv shim is a script)
 
 mkdir -p "$tmp/vol/sub" "$tmp/ro"
 echo secret >"$tmp/secret"
@@ -142,6 +144,44 @@ check "restore: it went on from the checkpoint ($before lines before)" \
   eq "$(awk 'NR>1 && $1 != p+1 {print "gap"} {p=$1}' "$tmp/vol/log" | sort -u)" ""
 capture 60 "$SENTRY" restore --rootfs=/ --image="$tmp/img"
 check "restore without the bind mount: refused, naming it" err_has "bind mount on /data"
+
+# A file mapping of a bind-mounted file is saved by the file's path in
+# the mount: the restored mapping shows the page touched before the
+# checkpoint and reads the untouched one from the file.
+{ printf 'page-one'; head -c 4088 /dev/zero; printf 'page-two'; } >"$tmp/vol/m"
+MAP='import mmap, sys, time
+f = open("/data/m", "rb")
+m = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+f.close()
+first = m[0:8]
+sys.stdout.write("mapped\n"); sys.stdout.flush()
+time.sleep(4)
+print(first.decode(), m[0:8].decode(), m[4096:4104].decode())'
+rm -rf "$tmp/img"
+capture 60 "$SENTRY" run --rootfs=/ -v "$tmp/vol:/data" \
+  --checkpoint-after=2500ms --image="$tmp/img" -- "$PY" -c "$MAP"
+check "mmap of a bind-mounted file: checkpointed" test -e "$tmp/img/state.pb"
+check "mmap of a bind-mounted file: mapped before the checkpoint" out_is mapped
+capture 60 "$SENTRY" restore --rootfs=/ -v "$tmp/vol:/data" --image="$tmp/img"
+check "mmap of a bind-mounted file: restored, both pages read" \
+  out_is "page-one page-one page-two"
+# A mapping whose file is gone from the host cannot be saved: the
+# checkpoint fails, saying why, and writes no image.
+MAP_GONE='import mmap, os, sys, time
+f = open("/data/gone", "rb")
+m = mmap.mmap(f.fileno(), 0, flags=mmap.MAP_PRIVATE, prot=mmap.PROT_READ)
+f.close()
+os.unlink("/data/gone")
+sys.stdout.write("unlinked\n"); sys.stdout.flush()
+time.sleep(4)'
+echo gone >"$tmp/vol/gone"
+rm -rf "$tmp/img"
+capture 60 "$SENTRY" run --rootfs=/ -v "$tmp/vol:/data" \
+  --checkpoint-after=2500ms --image="$tmp/img" -- "$PY" -c "$MAP_GONE"
+check "mmap of a file removed on the host: the checkpoint fails" \
+  test ! -e "$tmp/img/state.pb"
+check "mmap of a file removed on the host: the error says so" \
+  err_has "removed or replaced on the host"
 
 # --- sandboxd and sandboxctl -------------------------------------------------------
 if [ $# -eq 3 ]; then

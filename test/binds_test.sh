@@ -17,8 +17,9 @@
 #     open file on the bind mount writes on, the tmpfs keeps its file; a
 #     file mapping of a bind-mounted file restored; one of a file removed
 #     on the host refused at the checkpoint
-#   - sandboxctl run -v/--tmpfs/--read-only; --allowed-roots refuses a
-#     bind source outside them (PERMISSION_DENIED naming the field)
+#   - sandboxctl run -v/--tmpfs/--read-only; a checkpoint through sandboxd
+#     restored (the daemon reopens the bind mount); --allowed-roots refuses
+#     a bind source outside them (PERMISSION_DENIED naming the field)
 # Exits 77 (CTest: skipped) until the binaries exist.
 set -u
 # shellcheck source=test/lib.sh
@@ -208,6 +209,19 @@ if [ $# -eq 3 ]; then
     'touch /x 2>&1; dd if=/dev/zero of=/scratch/f bs=4096 count=4 2>&1'
   check "sandboxctl --read-only: EROFS" out_has "Read-only file system"
   check "sandboxctl --tmpfs size: ENOSPC" out_has "No space left on device"
+  # A checkpoint through the daemon; its restore reopens the bind mount
+  # the image's spec records and hands it to the Sentry.
+  ctl run -d --name=logger -v "$tmp/allowed/vol:/data" --tmpfs /scratch -- /bin/sh -c \
+    'exec 3>>/data/dlog; echo kept > /scratch/f; i=0
+     while [ $i -lt 40 ]; do echo $i >&3; i=$((i+1)); sleep 0.05; done; cat /scratch/f >&3'
+  check "sandboxd: a sandbox with a bind mount and a tmpfs started" eq "$status" 0
+  sleep 0.7
+  ctl checkpoint logger --image="$tmp/dimg"
+  check "sandboxd: its checkpoint" eq "$status" 0
+  ctl restore --rm --image="$tmp/dimg"
+  check "sandboxd: its restore ran to the end" eq "$status" 0
+  check "sandboxd: the restored program wrote on through the reopened bind mount" \
+    eq "$(cat "$tmp/allowed/vol/dlog" 2>&1)" "$(seq 0 39; echo kept)"
   ctl run --rm -v "$tmp/vol:/data" -- /bin/true
   check "--allowed-roots: a bind source outside is refused" eq "$status" 125
   check "--allowed-roots: the message names the field" err_has "spec.mounts\[0\].source"

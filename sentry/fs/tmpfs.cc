@@ -116,12 +116,11 @@ bool ParseMemNumber(const std::string& v, uint64_t* out) {
   return true;
 }
 
-// tmpfs's options: size=, nr_inodes=, mode=, uid=, gid=. Unknown options
-// are EINVAL, as Linux's tmpfs says.
 }  // namespace
 
+// Unknown options are EINVAL, as Linux's tmpfs says.
 int ParseTmpFsOptions(const std::string& data, uint64_t total_ram,
-                          fs::TmpFsOptions* o) {
+                      TmpFsOptions* o) {
   for (absl::string_view opt : absl::StrSplit(data, ',', absl::SkipEmpty())) {
     std::string key(opt), value;
     if (size_t eq = key.find('='); eq != std::string::npos) {
@@ -158,7 +157,6 @@ int ParseTmpFsOptions(const std::string& data, uint64_t total_ram,
   }
   return 0;
 }
-
 
 TmpFsOptions DefaultTmpFsOptions(uint64_t total_ram) {
   TmpFsOptions o;

@@ -29,9 +29,8 @@
 namespace sandboxd::syscalls {
 namespace {
 
-
 // st_dev of the tmpfs mounts made by the program: after the Sentry's own
-// (sentry/main.cc uses 0x801..0x807).
+// (boot.cc uses 0x801..0x807, and 0x880 up for the spec's mounts).
 std::atomic<uint64_t> next_tmpfs_dev{0x810};
 
 bool KnownButUnsupported(const std::string& type) {

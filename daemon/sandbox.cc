@@ -166,6 +166,7 @@ Sandbox::Sandbox(Options o)
       on_state_change_(std::move(o.on_state_change)),
       rootfs_(std::move(o.rootfs)),
       checkpoint_dir_(std::move(o.checkpoint_dir)),
+      binds_(std::move(o.binds)),
       image_(std::move(o.image)),
       image_path_(std::move(o.image_path)),
       restore_rate_(o.restore_rate),
@@ -432,6 +433,7 @@ absl::Status Sandbox::StartLocked() {
   fds.push_back(rootfs_.get());
   for (int fd : init_stdio_.TheirFds()) fds.push_back(fd);
   if (checkpoint_dir_.valid()) fds.push_back(checkpoint_dir_.get());
+  for (const UniqueFd& b : binds_) fds.push_back(b.get());
   if (state_dir_ != nullptr) {
     // Without it the sandbox still runs, but dies with this daemon.
     const absl::Time persist = absl::Now();
@@ -487,6 +489,7 @@ absl::Status Sandbox::StartLocked() {
   rootfs_.reset();
   image_.reset();
   checkpoint_dir_.reset();
+  binds_.clear();
   if (!r.ok()) {
     v1::ExitStatus exit;
     exit.set_error(absl::StrCat(restore ? "restore: " : "start: ",

@@ -100,6 +100,8 @@ class Sandbox {
     // spec.checkpoint_dir, opened (O_PATH|O_DIRECTORY); invalid: none.
     // Handed to the Sentry at the start.
     UniqueFd checkpoint_dir;
+    // spec.mounts' bind sources, in order (spec_policy.h OpenBindMounts).
+    std::vector<UniqueFd> binds;
     // Set for a restore: the image directory (O_PATH|O_DIRECTORY) and its
     // path (errors only).
     UniqueFd image;
@@ -284,6 +286,7 @@ class Sandbox {
   v1::Timings timings_ ABSL_GUARDED_BY(mu_);
   UniqueFd rootfs_ ABSL_GUARDED_BY(mu_);
   UniqueFd checkpoint_dir_ ABSL_GUARDED_BY(mu_);  // until the start
+  std::vector<UniqueFd> binds_ ABSL_GUARDED_BY(mu_);  // until the start
   // SandboxInfo.self_checkpoints: the last kMaxSelfCheckpoints.
   std::vector<v1::SelfCheckpoint> self_checkpoints_ ABSL_GUARDED_BY(mu_);
   UniqueFd image_ ABSL_GUARDED_BY(mu_);  // a restore's, until its start

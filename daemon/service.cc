@@ -323,6 +323,7 @@ absl::Status Service::CreateSandbox(
     RETURN_IF_ERROR(CheckProcessInRootfs(rootfs.get(), spec.process(), "spec.process"));
   }
   ASSIGN_OR_RETURN(UniqueFd checkpoint_dir, OpenCheckpointDir(options_.policy, spec));
+  ASSIGN_OR_RETURN(std::vector<UniqueFd> binds, OpenBindMounts(options_.policy, spec));
   stage(Stage::kCreateOpenRootfs);
 
   // Reserve the id (a null entry), within the limit.
@@ -370,6 +371,7 @@ absl::Status Service::CreateSandbox(
   o.sentry = std::move(*warm);
   o.rootfs = std::move(rootfs);
   o.checkpoint_dir = std::move(checkpoint_dir);
+  o.binds = std::move(binds);
   o.pool_hit = hit;
   o.created = begin;
   o.stages = std::move(stages);

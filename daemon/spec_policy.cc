@@ -19,6 +19,7 @@
 #include "absl/strings/str_split.h"
 #include "base/file_util.h"
 #include "base/status_macros.h"
+#include "proto/mount_spec.h"
 
 namespace sandboxd {
 namespace daemon {
@@ -152,6 +153,54 @@ void ApplyDefaultLimits(const SpecPolicy& p, v1::Limits* limits) {
     limits->set_memory_bytes(p.default_memory_bytes);
   if (limits->cpu_millis() == 0) limits->set_cpu_millis(p.default_cpu_millis);
   if (limits->pids() == 0) limits->set_pids(p.default_pids);
+}
+
+absl::StatusOr<std::vector<UniqueFd>> OpenBindMounts(
+    const SpecPolicy& p, const v1::SandboxSpec& spec) {
+  std::vector<UniqueFd> out;
+  for (int i = 0; i < spec.mounts_size(); i++) {
+    const v1::Mount& m = spec.mounts(i);
+    const std::string field = absl::StrCat("spec.mounts[", i, "]");
+    if (m.target().empty() || m.target()[0] != '/' || m.target() == "/") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          field, ".target: an absolute path other than /, got \"", m.target(),
+          "\""));
+    }
+    if (m.type() == v1::Mount::TYPE_TMPFS) {
+      if (!m.source().empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ".source: a tmpfs mount has none"));
+      }
+      continue;
+    }
+    if (m.type() != v1::Mount::TYPE_BIND) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".type: TYPE_BIND or TYPE_TMPFS"));
+    }
+    if (!m.options().empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ".options: only for TYPE_TMPFS"));
+    }
+    ASSIGN_OR_RETURN(UniqueFd fd, OpenBindSource(m, field));
+    if (!p.allowed_roots.empty()) {
+      ASSIGN_OR_RETURN(std::string real, FdPath(fd.get()));
+      bool ok = false;
+      for (const std::string& root : p.allowed_roots) {
+        UniqueFd rfd(open(root.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+        if (!rfd.valid()) continue;
+        absl::StatusOr<std::string> rreal = FdPath(rfd.get());
+        if (rreal.ok() && Under(real, *rreal)) ok = true;
+      }
+      if (!ok) {
+        return absl::PermissionDeniedError(absl::StrCat(
+            field, ".source: ", m.source(),
+            " is not below a directory this daemon allows (--allowed-roots=",
+            absl::StrJoin(p.allowed_roots, ","), ")"));
+      }
+    }
+    out.push_back(std::move(fd));
+  }
+  return out;
 }
 
 absl::StatusOr<UniqueFd> OpenRootfs(const SpecPolicy& p,

@@ -72,6 +72,14 @@ absl::Status ValidateLabels(const v1::SandboxSpec& spec);
 // Fills the limits the spec leaves at 0 with the policy's defaults.
 void ApplyDefaultLimits(const SpecPolicy& policy, v1::Limits* limits);
 
+// Checks spec.mounts and opens each bind mount's source (proto/
+// mount_spec.h OpenBindSource: a directory O_PATH, a file O_RDONLY or
+// O_RDWR), in order: an absolute host path that exists and, with
+// allowed_roots, is one of them or below one (checked on what was opened;
+// PERMISSION_DENIED naming spec.mounts[N].source).
+absl::StatusOr<std::vector<UniqueFd>> OpenBindMounts(const SpecPolicy& policy,
+                                                     const v1::SandboxSpec& spec);
+
 // Opens the spec's root (O_PATH|O_DIRECTORY): the default image when
 // spec->rootfs() is empty (and then sets it, so that Get shows it), else
 // the named host directory, which must be absolute and, with

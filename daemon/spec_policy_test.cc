@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <string>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -208,6 +209,77 @@ TEST_F(RootfsTest, ProcessInRootfs) {
   EXPECT_TRUE(absl::StrContains(s.message(), "not an executable file")) << s;
   // The host's /bin/sh is not the rootfs's.
   EXPECT_EQ(check("/", "/bin/sh").code(), absl::StatusCode::kNotFound);
+}
+
+v1::Mount Bind(const std::string& source, const std::string& target,
+               bool read_only = false) {
+  v1::Mount m;
+  m.set_type(v1::Mount::TYPE_BIND);
+  m.set_source(source);
+  m.set_target(target);
+  m.set_read_only(read_only);
+  return m;
+}
+
+TEST_F(RootfsTest, BindMountsOpenTheirSources) {
+  ASSERT_EQ(system(absl::StrCat("echo x > ", dir_, "/other/file").c_str()), 0);
+  v1::SandboxSpec spec;
+  *spec.add_mounts() = Bind(dir_ + "/other", "/data");
+  *spec.add_mounts() = Bind(dir_ + "/other/file", "/etc/file");
+  *spec.add_mounts() = Bind(dir_ + "/other/file", "/etc/ro", true);
+  v1::Mount* t = spec.add_mounts();
+  t->set_type(v1::Mount::TYPE_TMPFS);
+  t->set_target("/scratch");
+  t->set_options("size=64k");
+  absl::StatusOr<std::vector<UniqueFd>> fds = OpenBindMounts(p_, spec);
+  ASSERT_TRUE(fds.ok()) << fds.status();
+  ASSERT_EQ(fds->size(), 3u) << "one per bind mount, none for the tmpfs";
+  // A directory O_PATH; a file open for its I/O, O_RDWR unless read-only.
+  EXPECT_NE(fcntl((*fds)[0].get(), F_GETFL) & O_PATH, 0);
+  EXPECT_EQ(fcntl((*fds)[1].get(), F_GETFL) & (O_ACCMODE | O_PATH), O_RDWR);
+  EXPECT_EQ(fcntl((*fds)[2].get(), F_GETFL) & (O_ACCMODE | O_PATH), O_RDONLY);
+}
+
+TEST_F(RootfsTest, BadBindMountsNameTheField) {
+  auto status = [&](v1::Mount m, bool second = false) {
+    v1::SandboxSpec spec;
+    if (second) *spec.add_mounts() = Bind(dir_ + "/other", "/ok");
+    *spec.add_mounts() = std::move(m);
+    return OpenBindMounts(p_, spec).status();
+  };
+  ExpectInvalid(status(Bind(dir_ + "/other", "/")), "spec.mounts[0].target", "/");
+  ExpectInvalid(status(Bind(dir_ + "/other", "rel")), "spec.mounts[0].target", "rel");
+  ExpectInvalid(status(Bind("relative", "/x"), true), "spec.mounts[1].source",
+                "absolute");
+  ExpectInvalid(status(Bind(dir_ + "/missing", "/x"), true),
+                "spec.mounts[1].source", "No such file");
+  // The last name is never followed.
+  ExpectInvalid(status(Bind(dir_ + "/allowed/link", "/x")),
+                "spec.mounts[0].source", "neither a directory nor a regular file");
+  v1::Mount m = Bind(dir_ + "/other", "/x");
+  m.set_options("size=1m");
+  ExpectInvalid(status(m), "spec.mounts[0].options", "TMPFS");
+  m = Bind(dir_ + "/other", "/x");
+  m.set_type(v1::Mount::TYPE_UNSPECIFIED);
+  ExpectInvalid(status(m), "spec.mounts[0].type", "TYPE_BIND");
+  m.set_type(v1::Mount::TYPE_TMPFS);
+  ExpectInvalid(status(m), "spec.mounts[0].source", "tmpfs");
+}
+
+TEST_F(RootfsTest, AllowedRootsRestrictBindSources) {
+  p_.allowed_roots = {dir_ + "/allowed"};
+  v1::SandboxSpec spec;
+  *spec.add_mounts() = Bind(dir_ + "/allowed/sub", "/data");
+  EXPECT_TRUE(OpenBindMounts(p_, spec).ok());
+  for (const std::string& src :
+       {dir_ + "/other", dir_ + "/allowed/../other", std::string("/etc")}) {
+    SCOPED_TRACE(src);
+    spec.mutable_mounts(0)->set_source(src);
+    absl::Status s = OpenBindMounts(p_, spec).status();
+    EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "spec.mounts[0].source")) << s;
+    EXPECT_TRUE(absl::StrContains(s.message(), "--allowed-roots")) << s;
+  }
 }
 
 TEST(SpecPolicyTest, ParseByteSize) {

@@ -56,6 +56,22 @@ constexpr uint64_t kDevfsDev = 0x804;
 constexpr uint64_t kShmDev = 0x805;
 constexpr uint64_t kProcDev = 0x806;
 constexpr uint64_t kDevptsDev = 0x807;
+// The spec's mounts: kMountDev + their index (mount(2)'s tmpfs start at
+// 0x810, sys_mount.cc).
+constexpr uint64_t kMountDev = 0x880;
+
+// The root of the bind mount `m`, a hostfs labelled with its target.
+absl::StatusOr<std::shared_ptr<fs::Inode>> BindRoot(MountConfig& m,
+                                                    uint64_t dev) {
+  fs::hostfs::MountOptions o;
+  o.writable = !m.read_only;
+  o.label = m.target;
+  auto root = fs::hostfs::NewMountRoot(std::move(m.host), dev, o);
+  if (!root.ok()) {
+    return Annotate(root.status(), absl::StrCat("bind mount on ", m.target));
+  }
+  return root;
+}
 
 std::string EnvValue(const std::vector<std::string>& env, const std::string& k) {
   for (const auto& kv : env) {
@@ -340,6 +356,9 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(Prewarmed pw,
   RETURN_IF_ERROR(sb->MountDev());
   RETURN_IF_ERROR(
       sb->MountProc(LimitCpus(std::move(pw.host), cpus), lim.memory_bytes));
+  RETURN_IF_ERROR(sb->MountSpec(config.mounts));
+  // Read-only once the mountpoints are made.
+  if (config.read_only_root) sb->vfs_->Root().mount->read_only = true;
   clock->Mark(Stage::kFilesystems);
 
   if (config.etc_hostname) RETURN_IF_ERROR(sb->WriteEtcHostname(config.hostname));
@@ -597,6 +616,63 @@ absl::Status Sandbox::MountProc(fs::proc::HostInfo host,
   return absl::OkStatus();
 }
 
+absl::Status Sandbox::MountSpec(std::vector<MountConfig>& mounts) {
+  fs::Vfs& vfs = *vfs_;
+  const fs::Location root = vfs.Root();
+  fs::FsContext ctx(root, root);
+  for (size_t i = 0; i < mounts.size(); i++) {
+    MountConfig& m = mounts[i];
+    const std::string what = absl::StrCat("mounting on ", m.target);
+    if (m.target.empty() || m.target[0] != '/' || m.target == "/") {
+      return absl::InvalidArgumentError(absl::StrCat(
+          what, ": the target must be an absolute path other than /"));
+    }
+    const uint64_t dev = kMountDev + i;
+    std::shared_ptr<fs::Inode> fs_root;
+    std::string fstype, source;
+    if (m.type == MountConfig::Type::kBind) {
+      ASSIGN_OR_RETURN(fs_root, BindRoot(m, dev));
+      fstype = "hostfs";
+      source = m.source;
+    } else {
+      fs::TmpFsOptions o = fs::DefaultTmpFsOptions(kernel_->options().total_ram);
+      o.root_mode = 01777;
+      if (fs::ParseTmpFsOptions(m.options, kernel_->options().total_ram, &o) <
+          0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(what, ": bad tmpfs options \"", m.options, "\""));
+      }
+      o.dev = dev;
+      // The root inode keeps the superblock (as sys_mount.cc's).
+      fs::TmpFs tmpfs(&kernel_->memory_file(), o);
+      fs_root = tmpfs.Root();
+      fstype = "tmpfs";
+      source = "tmpfs";
+    }
+    // The mountpoint: every missing directory on the way is made (in the
+    // overlay's upper layer), and the last one as the mount's kind.
+    const bool dir = fs_root->Type() == S_IFDIR;
+    std::vector<std::string> names = absl::StrSplit(m.target, '/', absl::SkipEmpty());
+    fs::Location cur = root;
+    for (size_t j = 0; j < names.size(); j++) {
+      const bool last = j + 1 == names.size();
+      fs::Location next;
+      int r = vfs.Resolve(ctx, cur, names[j], /*follow_last=*/true, &next);
+      if (r == -ENOENT) {
+        fs::CreateRequest req;
+        req.type = (last && !dir) ? S_IFREG : S_IFDIR;
+        req.mode = (last && !dir) ? 0644 : 0755;
+        r = vfs.Create(cur, names[j], req, &next);
+      }
+      if (r < 0) return SetupError(what, -r);
+      cur = next;
+    }
+    int r = vfs.MountAt(cur, std::move(fs_root), fstype, source, m.read_only);
+    if (r < 0) return SetupError(what, -r);
+  }
+  return absl::OkStatus();
+}
+
 void Sandbox::MakeProc(fs::proc::HostInfo host, uint64_t memory_limit) {
   fs::proc::ProcFsOptions popts;
   popts.dev = kProcDev;
@@ -656,6 +732,13 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Restore(Prewarmed pw,
     // (sentry/state/README.md, "Memory-file data").
     state::Loader l(&st, pages.get(), &k.memory_file());
     l.set_rootfs(sb->rootfs_);
+    for (size_t i = 0; i < config.mounts.size(); i++) {
+      MountConfig& m = config.mounts[i];
+      if (m.type != MountConfig::Type::kBind) continue;
+      ASSIGN_OR_RETURN(std::shared_ptr<fs::Inode> root,
+                       BindRoot(m, kMountDev + i));
+      l.set_host_root(m.target, std::move(root));
+    }
     l.set_pseudo_root("devtmpfs", sb->devfs_->Root());
     l.set_pseudo_root("proc", sb->procfs_->Root());
     l.set_devpts(sb->devpts_);

@@ -146,8 +146,30 @@ struct Limits {
   uint64_t pids = 0;          // 0: none; else the most tasks at once
 };
 
+// A mount of the spec (SandboxSpec.mounts, `sentry run -v/--tmpfs`), made
+// at `target` after /dev and /proc, in order. A missing mountpoint is
+// made (directories, or an empty file for a file bind) in the root's
+// overlay first, as runc does.
+struct MountConfig {
+  enum class Type { kBind, kTmpfs };
+  Type type = Type::kBind;
+  std::string target;     // absolute path in the sandbox
+  bool read_only = false;
+  // kBind: the host directory (O_PATH|O_DIRECTORY) or file (O_RDONLY, or
+  // O_RDWR when writable), served by hostfs; `source` is its host path,
+  // shown as the mount's source.
+  UniqueFd host;
+  std::string source;
+  // kTmpfs: mount(2)'s tmpfs options (size=, mode=, nr_inodes=...).
+  std::string options;
+};
+
 struct SandboxConfig {
   UniqueFd rootfs;  // the host directory, O_PATH|O_DIRECTORY
+  std::vector<MountConfig> mounts;
+  // The root mount is read-only (EROFS on writes to it; the spec's mounts
+  // are what the program may write to).
+  bool read_only_root = false;
   ProcessConfig init;
   std::string hostname = "sandbox";
   Limits limits;
@@ -161,6 +183,11 @@ struct SandboxConfig {
 // directory is reopened, never saved; the limits may be overridden).
 struct RestoreConfig {
   UniqueFd rootfs;     // the host directory, O_PATH|O_DIRECTORY
+  // The bind mounts the saved sandbox had, reopened (by target: the
+  // image records each bind mount by its target, its tmpfs mounts whole).
+  // Others are ignored; a bind mount of the image without one here fails
+  // the restore.
+  std::vector<MountConfig> mounts;
   std::string image;   // the image directory (sentry/state/image_dir.h)
   // When valid, the image's files are opened relative to it (`image`
   // only names it in errors): a warm Sentry's root is empty.
@@ -307,6 +334,8 @@ class Sandbox {
       std::shared_ptr<fs::tty::Pty> pty, UniqueFd host);
   absl::Status MountDev();
   absl::Status MountProc(fs::proc::HostInfo host, uint64_t memory_limit);
+  // The spec's mounts, in order.
+  absl::Status MountSpec(std::vector<MountConfig>& mounts);
   // devfs with devpts in it; procfs over the kernel (unmounted).
   void MakeDev();
   void MakeProc(fs::proc::HostInfo host, uint64_t memory_limit);

@@ -7,6 +7,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -43,6 +44,11 @@ constexpr int kAllowed[] = {
     // there but what a descriptor it was given leads to.
     SYS_mkdir, SYS_mkdirat, SYS_rename, SYS_renameat, SYS_unlink,
     SYS_unlinkat, SYS_rmdir,
+    // Writable bind mounts (sentry/fs/hostfs.h): each relative to a
+    // directory descriptor of the mount with one name, or on a file's own
+    // descriptor. (mknodat is allowed below for fifos and sockets only.)
+    SYS_renameat2, SYS_linkat, SYS_symlinkat, SYS_fchownat, SYS_fchmod,
+    SYS_utimensat,
     // Memory: the internal mapping of the memory file, heaps, stacks.
     SYS_mmap, SYS_munmap, SYS_mprotect, SYS_madvise, SYS_mremap, SYS_brk,
     SYS_msync, SYS_mincore, SYS_membarrier,
@@ -103,6 +109,11 @@ absl::StatusOr<Program> Build() {
   scmp_arg_cmp thread = SCMP_A0(SCMP_CMP_MASKED_EQ, kThreadFlags, kThreadFlags);
   RETURN_IF_ERROR(Rule(ctx.get(), SCMP_ACT_ALLOW, SYS_clone, 1, &thread));
   RETURN_IF_ERROR(Rule(ctx.get(), SCMP_ACT_ERRNO(ENOSYS), SYS_clone3));
+  // A writable bind mount's fifos and sockets; never a device node.
+  for (uint64_t type : {uint64_t{S_IFIFO}, uint64_t{S_IFSOCK}}) {
+    scmp_arg_cmp node = SCMP_A2(SCMP_CMP_MASKED_EQ, S_IFMT, type);
+    RETURN_IF_ERROR(Rule(ctx.get(), SCMP_ACT_ALLOW, SYS_mknodat, 1, &node));
+  }
 
   // seccomp_export_bpf writes to a descriptor (libseccomp 2.5): a memfd.
   UniqueFd mem(memfd_create("sentry-seccomp", MFD_CLOEXEC));

@@ -3,7 +3,11 @@
 #include "sentry/host_filter.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
+#include <sys/stat.h>
 #include <sys/syscall.h>
+#include <sys/sysmacros.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -61,6 +65,37 @@ TEST(HostFilterTest, AnUnlistedCallIsNamedAndAborts) {
       ::testing::KilledBySignal(SIGABRT),
       "sentry: host syscall 111 \\(getpgrp\\) not in the Sentry's seccomp "
       "allow-list");
+}
+
+// A writable bind mount makes fifos and sockets on the host, never a
+// device node: mknodat is allowed by the type in its mode.
+TEST(HostFilterTest, MknodatOnlyForFifosAndSockets) {
+  char dir[] = "/tmp/host_filter_test.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const int dfd = open(dir, O_PATH | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(dfd, 0);
+  EXPECT_EXIT(
+      {
+        Load();
+        if (mknodat(dfd, "fifo", S_IFIFO | 0600, 0) != 0) _exit(4);
+        if (mknodat(dfd, "sock", S_IFSOCK | 0600, 0) != 0) _exit(5);
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(
+      {
+        Load();
+        mknodat(dfd, "null", S_IFCHR | 0600, makedev(1, 3));
+        _exit(0);
+      },
+      ::testing::KilledBySignal(SIGABRT),
+      "sentry: host syscall 259 \\(mknodat\\) not in the Sentry's seccomp");
+  struct stat st;
+  EXPECT_NE(fstatat(dfd, "null", &st, AT_SYMLINK_NOFOLLOW), 0);
+  unlinkat(dfd, "fifo", 0);
+  unlinkat(dfd, "sock", 0);
+  close(dfd);
+  rmdir(dir);
 }
 
 TEST(HostFilterTest, ForkAndExecTrap) {

@@ -55,6 +55,7 @@
 #include "sentry/boot.h"
 #include "sentry/self_checkpoint.h"
 #include "sentry/fs/rootfs.h"
+#include "proto/mount_spec.h"
 #include "sentry/fs/tty/host_tty.h"
 #include "sentry/kernel/kernel.h"
 #include "sentry/isolation.h"
@@ -172,6 +173,9 @@ struct Options {
   // options (platforms/registry.h).
   platform::OptionValues platform_options;
   std::string rootfs = "/";
+  // -v, --mount, --tmpfs (proto/mount_spec.h), in order; --read-only.
+  std::vector<v1::Mount> mounts;
+  bool read_only = false;
   std::string cwd = "/";
   std::string hostname = "sandbox";
   // --user=UID[:GID[,GID...]]: the program's uid, gid and supplementary
@@ -349,6 +353,24 @@ Options ParseArgs(int argc, char** argv) {
             return absl::OkStatus();
           });
   fs.String("rootfs", &o.rootfs, "DIR", "the host directory that is the sandbox's root");
+  auto add_mount = [&o](absl::StatusOr<v1::Mount> m) -> absl::Status {
+    if (!m.ok()) return m.status();
+    o.mounts.push_back(*std::move(m));
+    return absl::OkStatus();
+  };
+  fs.Func("volume", "HOSTDIR:DIR[:ro|rw]",
+          "bind-mount a host directory or file at DIR (writable unless :ro; "
+          "repeatable)",
+          [add_mount](absl::string_view v) { return add_mount(ParseVolumeFlag(v)); });
+  fs.Alias("-v", "volume");
+  fs.Func("mount", "type=bind|tmpfs,source=..,target=..[,readonly]",
+          "a bind or tmpfs mount, docker's --mount syntax (repeatable)",
+          [add_mount](absl::string_view v) { return add_mount(ParseMountFlag(v)); });
+  fs.Func("tmpfs", "DIR[:size=..,mode=..]",
+          "a tmpfs at DIR (ENOSPC beyond size; repeatable)",
+          [add_mount](absl::string_view v) { return add_mount(ParseTmpfsFlag(v)); });
+  fs.Bool("read-only", &o.read_only,
+          "the root filesystem is read-only (EROFS); mounts stay writable");
   fs.String("cwd", &o.cwd, "DIR", "the program's working directory");
   fs.Func("env", "K=V", "an environment variable of the program (repeatable)",
           [&o](absl::string_view v) {
@@ -542,6 +564,24 @@ int Run(const Options& o) {
 
   auto root_fd = fs::OpenRootfs(o.rootfs);
   if (!root_fd.ok()) Die(kExitUsage, std::string(root_fd.status().message()));
+  std::vector<boot::MountConfig> mounts;
+  for (size_t i = 0; i < o.mounts.size(); i++) {
+    const v1::Mount& m = o.mounts[i];
+    boot::MountConfig c;
+    c.target = m.target();
+    c.read_only = m.read_only();
+    if (m.type() == v1::Mount::TYPE_BIND) {
+      c.type = boot::MountConfig::Type::kBind;
+      c.source = m.source();
+      auto fd = OpenBindSource(m, absl::StrCat("mount ", m.target()));
+      if (!fd.ok()) Die(kExitUsage, std::string(fd.status().message()));
+      c.host = *std::move(fd);
+    } else {
+      c.type = boot::MountConfig::Type::kTmpfs;
+      c.options = m.options();
+    }
+    mounts.push_back(std::move(c));
+  }
   // The Sentry's own stdio, shared with the sandbox; the host terminal,
   // when stdin is one, is the sandbox's console and its init's controlling
   // terminal.
@@ -556,6 +596,7 @@ int Run(const Options& o) {
   if (o.restore) {
     boot::RestoreConfig config;
     config.rootfs = std::move(*root_fd);
+    config.mounts = std::move(mounts);
     config.image = o.image;
     config.hostname = o.hostname;
     config.strace = o.strace;
@@ -570,6 +611,8 @@ int Run(const Options& o) {
   } else {
     boot::SandboxConfig config;
     config.rootfs = std::move(*root_fd);
+    config.mounts = std::move(mounts);
+    config.read_only_root = o.read_only;
     config.init.argv = o.argv;
     config.init.env = o.env;
     config.init.cwd = o.cwd;

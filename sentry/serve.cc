@@ -269,6 +269,44 @@ class Server {
   std::deque<Response> reports_ ABSL_GUARDED_BY(watch_mu_);
 };
 
+// The spec's mounts, their host descriptors taken off the end of `fds`
+// (one per bind mount, in order; Start and Restore send them after the
+// checkpoint directory and before the kept descriptors).
+absl::StatusOr<std::vector<boot::MountConfig>> TakeMounts(
+    const v1::SandboxSpec& spec, std::vector<UniqueFd>& fds) {
+  std::vector<boot::MountConfig> out;
+  size_t binds = 0;
+  for (const v1::Mount& m : spec.mounts()) {
+    if (m.type() == v1::Mount::TYPE_BIND) binds++;
+  }
+  if (binds > fds.size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.mounts has ", binds, " bind mounts but only ", fds.size(),
+        " descriptors came"));
+  }
+  size_t next = fds.size() - binds;
+  for (int i = 0; i < spec.mounts_size(); i++) {
+    const v1::Mount& m = spec.mounts(i);
+    boot::MountConfig c;
+    c.target = m.target();
+    c.read_only = m.read_only();
+    if (m.type() == v1::Mount::TYPE_BIND) {
+      c.type = boot::MountConfig::Type::kBind;
+      c.source = m.source();
+      c.host = std::move(fds[next++]);
+    } else if (m.type() == v1::Mount::TYPE_TMPFS) {
+      c.type = boot::MountConfig::Type::kTmpfs;
+      c.options = m.options();
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("spec.mounts[", i, "].type: bind or tmpfs"));
+    }
+    out.push_back(std::move(c));
+  }
+  fds.resize(fds.size() - binds);
+  return out;
+}
+
 absl::StatusOr<UniqueFd> Server::TakeCheckpointDir(const v1::SandboxSpec& spec,
                                                    std::vector<UniqueFd>& fds) {
   if (spec.checkpoint_dir().empty()) return UniqueFd();
@@ -452,6 +490,8 @@ void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
           "namespace");
     }
     ASSIGN_OR_RETURN(config.init, ProcessFromSpec(spec.process()));
+    ASSIGN_OR_RETURN(config.mounts, TakeMounts(spec, fds));
+    config.read_only_root = spec.read_only();
     ASSIGN_OR_RETURN(checkpoint_dir, TakeCheckpointDir(spec, fds));
     if (fds.empty()) {
       return absl::InvalidArgumentError("Start came without a rootfs descriptor");
@@ -520,6 +560,7 @@ void Server::OnRestore(const Request& req, std::vector<UniqueFd> fds) {
   config.limits = LimitsFrom(spec);
   config.page_loading.rate_limit = restore.page_rate();
   auto prepare = [&]() -> absl::Status {
+    ASSIGN_OR_RETURN(config.mounts, TakeMounts(spec, fds));
     ASSIGN_OR_RETURN(checkpoint_dir, TakeCheckpointDir(spec, fds));
     RETURN_IF_ERROR(CheckDirFd(fds, 0, "image directory"));
     RETURN_IF_ERROR(CheckDirFd(fds, 1, "rootfs"));

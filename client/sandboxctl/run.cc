@@ -18,6 +18,7 @@
 #include "client/sandboxctl/sandboxctl.h"
 #include "client/sandboxctl/sig_proxy.h"
 #include "client/sandboxctl/terminal.h"
+#include "proto/mount_spec.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace sandboxd::client::ctl {
@@ -122,6 +123,23 @@ void SpecFlags(flags::FlagSet& fs, v1::CreateRequest* req) {
   fs.Func("rootfs", "DIR", "the host directory that is the sandbox's root",
           set([spec](const std::string& v) { spec->set_rootfs(v); }),
           "the daemon's image, --default-rootfs");
+  auto add_mount = [spec](absl::StatusOr<v1::Mount> m) -> absl::Status {
+    if (!m.ok()) return m.status();
+    *spec->add_mounts() = *std::move(m);
+    return absl::OkStatus();
+  };
+  fs.Func("volume", "HOSTDIR:DIR[:ro|rw]",
+          "bind-mount a host directory or file (writable unless :ro; "
+          "repeatable)",
+          [add_mount](absl::string_view v) { return add_mount(ParseVolumeFlag(v)); });
+  fs.Alias("-v", "volume");
+  fs.Func("mount", "type=bind|tmpfs,source=..,target=..[,readonly]",
+          "a bind or tmpfs mount, docker's syntax (repeatable)",
+          [add_mount](absl::string_view v) { return add_mount(ParseMountFlag(v)); });
+  fs.Func("tmpfs", "DIR[:size=..,mode=..]", "a tmpfs mount (repeatable)",
+          [add_mount](absl::string_view v) { return add_mount(ParseTmpfsFlag(v)); });
+  fs.BoolFunc("read-only", "the root filesystem is read-only",
+              [spec] { spec->set_read_only(true); });
   fs.Func("env", "K=V", "an environment variable (repeatable)",
           set([p](const std::string& v) { p->add_env(v); }));
   fs.Alias("-e", "env");

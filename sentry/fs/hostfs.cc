@@ -18,6 +18,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 
@@ -35,6 +36,16 @@ auto RetryEintr(F f) {
   return r;
 }
 
+// The permission bits a writable hostfs gives a host file of `type`:
+// never set-user-ID or set-group-ID on a regular file. Every file the
+// sandbox makes belongs to the Sentry's host uid, so such a bit would let
+// a program of the sandbox leave a set-uid binary of that uid on the host.
+mode_t HostMode(uint32_t type, uint32_t mode) {
+  mode &= 07777;
+  if (type == S_IFREG) mode &= ~static_cast<uint32_t>(S_ISUID | S_ISGID);
+  return mode;
+}
+
 int StatFd(int fd, struct stat* st) {
   if (fstatat(fd, "", st, AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
     return -errno;
@@ -46,14 +57,16 @@ class HostInode : public Inode {
  public:
   // `st` is fstat of `fd`. `parent` and `name` are how the file was found
   // (null and "" for the root); they are only used to reopen it for reading.
-  HostInode(UniqueFd fd, const struct stat& st, uint64_t dev,
+  HostInode(UniqueFd fd, const struct stat& st, uint64_t dev, bool writable,
             std::shared_ptr<HostInode> parent, std::string name)
       : fd_(std::move(fd)),
         dev_(dev),
+        writable_(writable),
         type_(st.st_mode & S_IFMT),
         host_dev_(st.st_dev),
         host_ino_(st.st_ino),
         root_host_dev_(parent != nullptr ? parent->root_host_dev_ : st.st_dev),
+        fs_root_(parent != nullptr ? parent->fs_root_ : this),
         // Another host filesystem mounted inside the rootfs (/proc, /sys,
         // /dev, /run of the host...) is the host kernel's, not the
         // sandbox's: it shows as an empty directory, as an unmounted
@@ -84,7 +97,38 @@ class HostInode : public Inode {
     return 0;
   }
 
-  int SetAttr(const SetAttrRequest& req) override { return -EROFS; }
+  int SetAttr(const SetAttrRequest& req) override {
+    if (!writable_) return -EROFS;
+    if (req.set_uid || req.set_gid) {
+      // AT_EMPTY_PATH: the O_PATH fd itself, never a name.
+      if (fchownat(fd_.get(), "", req.set_uid ? req.uid : static_cast<uid_t>(-1),
+                   req.set_gid ? req.gid : static_cast<gid_t>(-1),
+                   AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
+        return -errno;
+      }
+    }
+    if (!req.set_mode && !req.set_size && !req.set_atime && !req.set_mtime) {
+      return 0;
+    }
+    if (type_ != S_IFREG && type_ != S_IFDIR) return -EPERM;
+    // fchmod, ftruncate and futimens need a descriptor that is not O_PATH.
+    int fd = req.set_size ? WriteFd() : IoFd();
+    if (fd < 0) return fd;
+    if (req.set_mode && fchmod(fd, HostMode(type_, req.mode)) < 0) return -errno;
+    if (req.set_size) {
+      if (type_ != S_IFREG) return -EISDIR;
+      if (RetryEintr([&] { return ftruncate(fd, static_cast<off_t>(req.size)); }) < 0) {
+        return -errno;
+      }
+    }
+    if (req.set_atime || req.set_mtime) {
+      struct timespec ts[2];
+      ts[0] = req.set_atime ? req.atime : timespec{0, UTIME_OMIT};
+      ts[1] = req.set_mtime ? req.mtime : timespec{0, UTIME_OMIT};
+      if (futimens(fd, ts) < 0) return -errno;
+    }
+    return 0;
+  }
 
   int StatFs(struct statfs* out) override {
     if (fstatfs(fd_.get(), out) < 0) return -errno;
@@ -92,7 +136,7 @@ class HostInode : public Inode {
     // it. ST_RDONLY because that is what this filesystem is, whatever the
     // host mount allows.
     std::memset(&out->f_fsid, 0, sizeof(out->f_fsid));
-    out->f_flags |= ST_RDONLY;
+    if (!writable_) out->f_flags |= ST_RDONLY;
     return 0;
   }
 
@@ -125,11 +169,18 @@ class HostInode : public Inode {
       return openat(fd_.get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
     }));
     if (!fd.valid()) return -errno;
+    return Adopt(name, std::move(fd), out);
+  }
+
+  // Makes (or finds in the cache) the child `name` whose O_PATH fd is `fd`.
+  int Adopt(const std::string& name, UniqueFd fd, std::shared_ptr<Inode>* out)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    struct stat st;
     // The name may have changed between fstatat and openat; what the fd
     // refers to is what counts.
     if (int r = StatFd(fd.get(), &st); r < 0) return r;
     // A file bind-mounted from another host filesystem is not part of
-    // the rootfs (directories are kept, empty: see hidden_).
+    // this one (directories are kept, empty: see hidden_).
     if (st.st_dev != root_host_dev_ && !S_ISDIR(st.st_mode)) return -ENOENT;
 
     absl::MutexLock lock(&mu_);
@@ -144,7 +195,7 @@ class HostInode : public Inode {
       }
     }
     auto child = std::make_shared<HostInode>(
-        std::move(fd), st, dev_,
+        std::move(fd), st, dev_, writable_,
         std::static_pointer_cast<HostInode>(shared_from_this()), name);
     children_[name] = child;
     SweepLocked();
@@ -207,29 +258,191 @@ class HostInode : public Inode {
     return 0;
   }
 
-  // Mutations: the overlay above hostfs takes all writes. Directory
-  // operations on a non-directory still fail with ENOTDIR, as the
-  // interface promises.
+  // Mutations. A read-only hostfs (the rootfs, under the overlay that
+  // takes its writes; a read-only bind mount) refuses them with EROFS; a
+  // writable one (a bind mount asked rw) makes them on the host, each one
+  // host call relative to the directory's own fd with a single name. New
+  // files belong to the Sentry's host uid and gid (as runsc's gofer makes
+  // them): the request's owner is the sandbox's, which the host does not
+  // know. Directory operations on a non-directory fail with ENOTDIR, as
+  // the interface promises.
   int Create(const std::string& name, const CreateRequest& req,
              std::shared_ptr<Inode>* out) override {
-    return type_ == S_IFDIR ? -EROFS : -ENOTDIR;
+    if (type_ != S_IFDIR) return -ENOTDIR;
+    if (!writable_) return -EROFS;
+    if (int r = CheckName(name); r < 0) return r;
+    const mode_t perm = HostMode(req.type, req.mode);
+    int r = 0;
+    // A new regular file keeps the descriptor it was made with for its
+    // I/O (O_RDWR whatever its mode, as open(2) gives the creator): a
+    // program that unlinks what it made still reads and writes it.
+    UniqueFd io;
+    switch (req.type) {
+      case S_IFREG: {
+        io = UniqueFd(RetryEintr([&] {
+          return openat(fd_.get(), name.c_str(),
+                        O_CREAT | O_EXCL | O_RDWR | O_NOFOLLOW | O_CLOEXEC |
+                            O_NOCTTY,
+                        perm);
+        }));
+        if (!io.valid()) r = -errno;
+        break;
+      }
+      case S_IFDIR:
+        if (mkdirat(fd_.get(), name.c_str(), perm) < 0) {
+          r = -errno;
+          break;
+        }
+        // Kept open, for the mode below.
+        io = UniqueFd(RetryEintr([&] {
+          return openat(fd_.get(), name.c_str(),
+                        O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+        }));
+        if (!io.valid()) r = -errno;
+        break;
+      case S_IFLNK:
+        // The target is stored raw; the VFS resolves it inside the sandbox.
+        if (symlinkat(req.target.c_str(), fd_.get(), name.c_str()) < 0) {
+          r = -errno;
+        }
+        break;
+      case S_IFIFO:
+      case S_IFSOCK:
+        // Host fifos and sockets are not opened for I/O (Open: ENXIO),
+        // but the node itself is an ordinary name on the host.
+        if (mknodat(fd_.get(), name.c_str(), req.type | perm, 0) < 0) {
+          r = -errno;
+        }
+        break;
+      default:
+        // Device nodes on the host would be the host's devices.
+        return -EPERM;
+    }
+    if (r < 0) return r;
+    UniqueFd fd(RetryEintr([&] {
+      return openat(fd_.get(), name.c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC);
+    }));
+    if (!fd.valid()) return -errno;
+    if (int a = Adopt(name, std::move(fd), out); a < 0) return a;
+    if (io.valid()) {
+      struct stat st;
+      if (fstat(io.get(), &st) < 0) return -errno;
+      // The mode asked for, exactly: the host applied the Sentry's own
+      // umask (the sandbox's was applied to the request already). A
+      // directory keeps the set-group-ID bit it inherited on the host, as
+      // mkdir(2) gives it. (Fifos and sockets keep the host's umask: they
+      // have no descriptor to fchmod without following a name again.)
+      const mode_t want =
+          req.type == S_IFDIR ? (perm & 01777) | (st.st_mode & S_ISGID) : perm;
+      if ((st.st_mode & 07777) != want && fchmod(io.get(), want) < 0) {
+        return -errno;
+      }
+      auto* child = static_cast<HostInode*>(out->get());
+      // The name may already lead elsewhere (the host raced us): then the
+      // descriptor is not this inode's.
+      if (req.type == S_IFREG && child->IsHostFile(st)) {
+        child->SetIoFd(std::move(io));
+      }
+    }
+    return 0;
   }
   int Link(const std::string& name,
            const std::shared_ptr<Inode>& target) override {
-    return type_ == S_IFDIR ? -EROFS : -ENOTDIR;
+    if (type_ != S_IFDIR) return -ENOTDIR;
+    if (!writable_) return -EROFS;
+    if (int r = CheckName(name); r < 0) return r;
+    auto* t = dynamic_cast<HostInode*>(target.get());
+    if (t == nullptr || t->fs_root_ != fs_root_) return -EXDEV;
+    // linkat of the target by its name in its directory (AT_EMPTY_PATH
+    // would need CAP_DAC_READ_SEARCH on the host), then a check that the
+    // new name is the file meant: if the old name was replaced on the
+    // host meanwhile, the link is undone.
+    std::shared_ptr<HostInode> tparent;
+    std::string tname;
+    t->Name(&tparent, &tname);
+    if (tparent == nullptr) return -EXDEV;  // a single-file bind mount
+    if (linkat(tparent->fd_.get(), tname.c_str(), fd_.get(), name.c_str(), 0) <
+        0) {
+      return -errno;
+    }
+    struct stat st;
+    if (fstatat(fd_.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) < 0 ||
+        !t->IsHostFile(st)) {
+      unlinkat(fd_.get(), name.c_str(), 0);
+      return -ESTALE;
+    }
+    return 0;
   }
   int Unlink(const std::string& name, bool dir) override {
-    return type_ == S_IFDIR ? -EROFS : -ENOTDIR;
+    if (type_ != S_IFDIR) return -ENOTDIR;
+    if (!writable_) return -EROFS;
+    if (int r = CheckName(name); r < 0) return r;
+    if (unlinkat(fd_.get(), name.c_str(), dir ? AT_REMOVEDIR : 0) < 0) {
+      return -errno;
+    }
+    absl::MutexLock lock(&mu_);
+    children_.erase(name);
+    return 0;
   }
   int Rename(const std::string& old_name, Inode& new_dir,
              const std::string& new_name, unsigned flags) override {
-    return type_ == S_IFDIR ? -EROFS : -ENOTDIR;
+    if (type_ != S_IFDIR) return -ENOTDIR;
+    if (!writable_) return -EROFS;
+    auto* nd = dynamic_cast<HostInode*>(&new_dir);
+    if (nd == nullptr || nd->fs_root_ != fs_root_) return -EXDEV;
+    if (nd->type_ != S_IFDIR) return -ENOTDIR;
+    if (int r = CheckName(old_name); r < 0) return r;
+    if (int r = CheckName(new_name); r < 0) return r;
+    if (syscall(SYS_renameat2, fd_.get(), old_name.c_str(), nd->fd_.get(),
+                new_name.c_str(), flags) < 0) {
+      return -errno;
+    }
+    // The cached inodes follow their names: a moved file reopens for I/O
+    // by its new name.
+    std::shared_ptr<HostInode> moved = TakeChild(old_name);
+    std::shared_ptr<HostInode> other = nd->TakeChild(new_name);
+    auto self = std::static_pointer_cast<HostInode>(shared_from_this());
+    auto target = std::static_pointer_cast<HostInode>(nd->shared_from_this());
+    if (moved != nullptr) {
+      moved->SetName(target, new_name);
+      nd->PutChild(new_name, moved);
+    }
+    if (other != nullptr && (flags & RENAME_EXCHANGE)) {
+      other->SetName(self, old_name);
+      PutChild(old_name, other);
+    }
+    return 0;
   }
   int64_t Write(const void* buf, uint64_t n, uint64_t off) override {
-    return -EROFS;
+    if (type_ == S_IFDIR) return -EISDIR;
+    if (!writable_) return -EROFS;
+    if (type_ != S_IFREG) return -EINVAL;
+    if (off > static_cast<uint64_t>(INT64_MAX)) return -EINVAL;
+    int fd = WriteFd();
+    if (fd < 0) return fd;
+    n = std::min<uint64_t>(n, SSIZE_MAX);
+    ssize_t r = RetryEintr(
+        [&] { return pwrite(fd, buf, n, static_cast<off_t>(off)); });
+    return r < 0 ? -errno : r;
   }
   int64_t Allocate(int mode, uint64_t off, uint64_t len) override {
-    return -EROFS;
+    if (!writable_) return -EROFS;
+    if (type_ != S_IFREG) return -ENODEV;
+    int fd = WriteFd();
+    if (fd < 0) return fd;
+    if (RetryEintr([&] {
+          return fallocate(fd, mode, static_cast<off_t>(off),
+                           static_cast<off_t>(len));
+        }) < 0) {
+      return -errno;
+    }
+    return 0;
+  }
+  int Sync() override {
+    if (type_ != S_IFREG || !writable_) return 0;
+    int fd = WriteFd();
+    if (fd < 0) return 0;  // nothing was written through this inode
+    return fsync(fd) < 0 ? -errno : 0;
   }
 
   int Readlink(std::string* target) override {
@@ -266,17 +479,112 @@ class HostInode : public Inode {
   // (stat and readdir show them) but cannot be opened for I/O yet: the
   // sandbox's /dev is devfs, and host fifos/sockets would be channels out
   // of the sandbox. O_PATH opens need no I/O and take the generic path.
+  //
+  // A regular file's host descriptors are opened with the description,
+  // not at its first read or write: a failure (the file replaced on the
+  // host: ESTALE) is open's, and a file unlinked while open stays
+  // readable and writable through them, as on Linux.
   int Open(int flags, std::shared_ptr<File>* out) override {
     if ((flags & O_PATH) == 0 && type_ != S_IFREG && type_ != S_IFDIR &&
         type_ != S_IFLNK) {
       return -ENXIO;
     }
+    if ((flags & O_PATH) == 0 && type_ == S_IFREG) {
+      const int acc = flags & O_ACCMODE;
+      if (acc != O_WRONLY) {
+        if (int r = ReadFd(); r < 0) return r;
+      }
+      if (acc != O_RDONLY && writable_) {
+        if (int r = WriteFd(); r < 0) return r;
+      }
+    }
     return Inode::Open(flags, out);
   }
 
-  bool ReadOnly() const override { return true; }
+  bool ReadOnly() const override { return !writable_; }
+
+  // The path of this inode from its filesystem's root ("/" for the root)
+  // and that root's label; false when a name on the way was removed.
+  bool PathFromRoot(std::string* label, std::string* path) {
+    std::vector<std::string> names;
+    std::shared_ptr<HostInode> cur =
+        std::static_pointer_cast<HostInode>(shared_from_this());
+    for (;;) {
+      std::shared_ptr<HostInode> parent;
+      std::string name;
+      cur->Name(&parent, &name);
+      if (parent == nullptr) break;
+      // Still the file that name leads to?
+      struct stat st;
+      if (fstatat(parent->fd_.get(), name.c_str(), &st, AT_SYMLINK_NOFOLLOW) <
+              0 ||
+          !cur->IsHostFile(st)) {
+        return false;
+      }
+      names.push_back(std::move(name));
+      cur = std::move(parent);
+    }
+    *label = cur->label_;
+    path->clear();
+    for (auto it = names.rbegin(); it != names.rend(); ++it) {
+      absl::StrAppend(path, "/", *it);
+    }
+    if (path->empty()) *path = "/";
+    return true;
+  }
+
+  void set_label(std::string label) { label_ = std::move(label); }
+
+  // `fd` is this regular file opened for reading (and writing when the
+  // filesystem is writable): the root of a single-file bind mount, or a
+  // file just made. Its I/O uses it (where no descriptor is kept yet).
+  void SetIoFd(UniqueFd fd) ABSL_LOCKS_EXCLUDED(read_mu_) {
+    absl::MutexLock lock(&read_mu_);
+    if (writable_ && !write_fd_.valid()) {
+      write_fd_ = UniqueFd(fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
+    }
+    if (!read_fd_.valid()) read_fd_ = std::move(fd);
+  }
 
  private:
+  static int CheckName(const std::string& name) {
+    // Single components only (the VFS guarantees it; containment rests
+    // on it, so it is checked again here).
+    if (name.empty() || name == "." || name == ".." ||
+        name.find('/') != std::string::npos ||
+        name.find('\0') != std::string::npos) {
+      return -EINVAL;
+    }
+    return 0;
+  }
+
+  void Name(std::shared_ptr<HostInode>* parent, std::string* name)
+      ABSL_LOCKS_EXCLUDED(name_mu_) {
+    absl::MutexLock lock(&name_mu_);
+    *parent = parent_;
+    *name = name_;
+  }
+  void SetName(std::shared_ptr<HostInode> parent, std::string name)
+      ABSL_LOCKS_EXCLUDED(name_mu_) {
+    absl::MutexLock lock(&name_mu_);
+    parent_ = std::move(parent);
+    name_ = std::move(name);
+  }
+  std::shared_ptr<HostInode> TakeChild(const std::string& name)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    auto it = children_.find(name);
+    if (it == children_.end()) return nullptr;
+    std::shared_ptr<HostInode> c = it->second.lock();
+    children_.erase(it);
+    return c;
+  }
+  void PutChild(const std::string& name, std::shared_ptr<HostInode> c)
+      ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock lock(&mu_);
+    children_[name] = c;
+  }
+
   // Whether `st` describes the host file this inode holds.
   bool IsHostFile(const struct stat& st) const {
     return st.st_dev == host_dev_ && st.st_ino == host_ino_;
@@ -309,21 +617,59 @@ class HostInode : public Inode {
   }
 
   // A readable fd of this regular file, opened on first use and kept.
-  // Returns the fd or -errno. An O_PATH fd cannot be read and cannot be
-  // reopened without /proc, so the file is opened again by name in its
-  // parent; fstat proves the name still leads to the same file, else the
-  // inode is stale (the host replaced the file after our lookup; a new
-  // lookup finds the new one).
+  // Returns the fd or -errno.
   int ReadFd() ABSL_LOCKS_EXCLUDED(read_mu_) {
     absl::MutexLock lock(&read_mu_);
     if (read_fd_.valid()) return read_fd_.get();
-    if (parent_ == nullptr) return -EISDIR;  // only the root has no parent
+    UniqueFd fd;
+    if (int r = Reopen(O_RDONLY, &fd); r < 0) return r;
+    read_fd_ = std::move(fd);
+    return read_fd_.get();
+  }
+
+  // A writable fd of this regular file (writable hostfs only), kept.
+  int WriteFd() ABSL_LOCKS_EXCLUDED(read_mu_) {
+    absl::MutexLock lock(&read_mu_);
+    if (write_fd_.valid()) return write_fd_.get();
+    UniqueFd fd;
+    if (int r = Reopen(O_WRONLY, &fd); r < 0) return r;
+    write_fd_ = std::move(fd);
+    return write_fd_.get();
+  }
+
+  // A descriptor that is not O_PATH, for fchmod and futimens: a
+  // directory's own "." or a regular file's read (else write) fd.
+  int IoFd() ABSL_LOCKS_EXCLUDED(read_mu_) {
+    if (type_ == S_IFDIR) {
+      absl::MutexLock lock(&read_mu_);
+      if (!read_fd_.valid()) {
+        read_fd_ = UniqueFd(RetryEintr([&] {
+          return openat(fd_.get(), ".", O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+        }));
+        if (!read_fd_.valid()) return -errno;
+      }
+      return read_fd_.get();
+    }
+    int fd = ReadFd();
+    return fd >= 0 ? fd : WriteFd();
+  }
+
+  // Opens this regular file again with `mode`. An O_PATH fd cannot be
+  // read and cannot be reopened without /proc, so the file is opened
+  // again by name in its parent; fstat proves the name still leads to
+  // the same file, else the inode is stale (the host replaced the file
+  // after our lookup; a new lookup finds the new one).
+  int Reopen(int mode, UniqueFd* out) ABSL_EXCLUSIVE_LOCKS_REQUIRED(read_mu_) {
+    std::shared_ptr<HostInode> parent;
+    std::string name;
+    Name(&parent, &name);
+    if (parent == nullptr) return -EISDIR;  // only the root has no parent
     // O_NONBLOCK and O_NOCTTY: if the name now leads to a fifo or a tty,
     // the open must neither hang nor take a controlling terminal before
     // the check below rejects it.
     UniqueFd fd(RetryEintr([&] {
-      return openat(parent_->fd_.get(), name_.c_str(),
-                    O_RDONLY | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
+      return openat(parent->fd_.get(), name.c_str(),
+                    mode | O_NOFOLLOW | O_CLOEXEC | O_NONBLOCK | O_NOCTTY);
     }));
     if (!fd.valid()) {
       // Gone, or now a symlink (O_NOFOLLOW): the file we had is no longer
@@ -335,22 +681,36 @@ class HostInode : public Inode {
     struct stat st;
     if (fstat(fd.get(), &st) < 0) return -errno;
     if (!IsHostFile(st)) return -ESTALE;
-    read_fd_ = std::move(fd);
-    return read_fd_.get();
+    // Regular files only: O_NONBLOCK means nothing for them, and writes
+    // must not see it.
+    if (fcntl(fd.get(), F_SETFL, mode) < 0) return -errno;
+    *out = std::move(fd);
+    return 0;
   }
 
   static constexpr size_t kMinSweep = 64;
 
   const UniqueFd fd_;  // O_PATH | O_NOFOLLOW
   const uint64_t dev_;
+  const bool writable_;
   const uint32_t type_;
   // Identity of the host file, to tell whether a name still leads to it.
   const dev_t host_dev_;
   const ino_t host_ino_;
   const dev_t root_host_dev_;  // the rootfs's own host filesystem
+  // This filesystem's root (kept alive by the parent chain): renames and
+  // links stay within one hostfs, even between two mounts of one host
+  // filesystem.
+  const HostInode* const fs_root_;
   const bool hidden_;
-  const std::shared_ptr<HostInode> parent_;
-  const std::string name_;
+  // How the file was found (null and "" for the root): used to reopen it
+  // for I/O; a rename in a writable hostfs moves it.
+  absl::Mutex name_mu_ ABSL_ACQUIRED_AFTER(read_mu_);
+  std::shared_ptr<HostInode> parent_ ABSL_GUARDED_BY(name_mu_);
+  std::string name_ ABSL_GUARDED_BY(name_mu_);
+  // The root's: which mount this filesystem is (a bind mount's target),
+  // what a checkpoint records a file of it by. "" for the rootfs.
+  std::string label_;
 
   absl::Mutex mu_;
   // Children by name. weak_ptr: the cache gives the same Inode for the same
@@ -361,6 +721,7 @@ class HostInode : public Inode {
 
   absl::Mutex read_mu_;
   UniqueFd read_fd_ ABSL_GUARDED_BY(read_mu_);
+  UniqueFd write_fd_ ABSL_GUARDED_BY(read_mu_);
 };
 
 }  // namespace
@@ -374,7 +735,48 @@ absl::StatusOr<std::shared_ptr<Inode>> NewRoot(UniqueFd dir_fd, uint64_t dev) {
     return absl::InvalidArgumentError(
         "hostfs: the root is not a directory");
   }
-  return std::make_shared<HostInode>(std::move(dir_fd), st, dev, nullptr, "");
+  return std::make_shared<HostInode>(std::move(dir_fd), st, dev,
+                                     /*writable=*/false, nullptr, "");
+}
+
+absl::StatusOr<std::shared_ptr<Inode>> NewMountRoot(UniqueFd fd, uint64_t dev,
+                                                    const MountOptions& o) {
+  struct stat st;
+  if (int r = StatFd(fd.get(), &st); r < 0) {
+    return ErrnoStatus("hostfs: stat of the mount's source", -r);
+  }
+  if (!S_ISDIR(st.st_mode) && !S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(
+        "hostfs: a mount's source must be a directory or a regular file");
+  }
+  UniqueFd io;
+  if (S_ISREG(st.st_mode)) {
+    // A single file has no directory to reopen it from: its I/O goes
+    // through the descriptor it came as, which must be open for it.
+    int fl = fcntl(fd.get(), F_GETFL);
+    if (fl < 0 || (fl & O_PATH) != 0 ||
+        (o.writable && (fl & O_ACCMODE) != O_RDWR)) {
+      return absl::InvalidArgumentError(
+          "hostfs: a file mount's descriptor must be open for reading (and "
+          "writing when the mount is)");
+    }
+    io = UniqueFd(fcntl(fd.get(), F_DUPFD_CLOEXEC, 0));
+    if (!io.valid()) return ErrnoStatus("hostfs: dup", errno);
+  }
+  auto root = std::make_shared<HostInode>(std::move(fd), st, dev, o.writable,
+                                          nullptr, "");
+  root->set_label(o.label);
+  if (io.valid()) root->SetIoFd(std::move(io));
+  return root;
+}
+
+bool PathOf(Inode& inode, std::string* label, std::string* path) {
+  auto* h = dynamic_cast<HostInode*>(&inode);
+  return h != nullptr && h->PathFromRoot(label, path);
+}
+
+bool IsHostInode(const Inode& inode) {
+  return dynamic_cast<const HostInode*>(&inode) != nullptr;
 }
 
 }  // namespace sandboxd::fs::hostfs

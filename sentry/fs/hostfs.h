@@ -1,5 +1,7 @@
-// hostfs: a host directory as a read-only filesystem (the sandbox's rootfs,
-// under the overlay that takes its writes).
+// hostfs: a host directory as a filesystem: read-only for the sandbox's
+// rootfs (under the overlay that takes its writes) and read-only bind
+// mounts; writable, straight to the host, for bind mounts asked rw. A bind
+// mount may also be a single host file.
 //
 // Every inode owns an O_PATH|O_NOFOLLOW fd of its host file, and a lookup
 // opens exactly one component relative to its directory's fd — never a
@@ -12,13 +14,24 @@
 // spanning several host filesystems could show two files with one inode
 // number; the rootfs is expected to be one filesystem.)
 //
-// Locks: each inode has two leaf locks (its child cache, its lazily opened
-// read fd); hostfs never holds two at once, nor one while calling out.
+// Writes (a writable filesystem only) are each one host call relative to
+// a directory's fd with one name (openat O_CREAT|O_EXCL|O_NOFOLLOW,
+// mkdirat, symlinkat, unlinkat, renameat2, linkat); new files are owned
+// by the Sentry's host uid and gid, as runsc's gofer makes them, and a
+// regular file never gets a set-user-ID or set-group-ID bit there. Renames
+// and links between two hostfs filesystems are EXDEV (the VFS already
+// refuses them across mounts).
+//
+// Locks: each inode has a child-cache lock, an I/O-descriptor lock and a
+// name lock (its parent and name, which a rename changes); the name lock
+// may be taken under the I/O one (reopening by name), otherwise hostfs
+// never holds two at once, nor one while calling out.
 #ifndef SANDBOXD_SENTRY_FS_HOSTFS_H_
 #define SANDBOXD_SENTRY_FS_HOSTFS_H_
 
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "absl/status/statusor.h"
 #include "base/unique_fd.h"
@@ -30,6 +43,28 @@ namespace sandboxd::fs::hostfs {
 // enough; OpenRootfs gives one). Every inode of this filesystem reports
 // st_dev == `dev`. Fails if `dir_fd` is not a directory.
 absl::StatusOr<std::shared_ptr<Inode>> NewRoot(UniqueFd dir_fd, uint64_t dev);
+
+struct MountOptions {
+  bool writable = false;
+  // Names the mount in a checkpoint (its target in the sandbox): a file
+  // of it is saved as (label, path from the root) and found again under
+  // the root the restore hands in with the same label.
+  std::string label;
+};
+
+// The root of a bind mount: `fd` is a host directory (O_PATH is enough)
+// or a regular file, then opened O_RDONLY, or O_RDWR for a writable mount
+// (its I/O goes through it: a lone file has no directory to reopen it
+// from).
+absl::StatusOr<std::shared_ptr<Inode>> NewMountRoot(UniqueFd fd, uint64_t dev,
+                                                    const MountOptions& o);
+
+// Whether `inode` is a hostfs inode.
+bool IsHostInode(const Inode& inode);
+// For a hostfs inode: its root's label and its path from that root ("/"
+// for the root). False for other inodes and for a file whose name on the
+// host no longer leads to it.
+bool PathOf(Inode& inode, std::string* label, std::string* path);
 
 }  // namespace sandboxd::fs::hostfs
 

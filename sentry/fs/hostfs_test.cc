@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <sys/stat.h>
 #include <sys/statvfs.h>
+#include <sys/sysmacros.h>
+#include <sys/vfs.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -407,6 +409,445 @@ TEST_F(HostFsTest, StatFs) {
   EXPECT_NE(st.f_flags & ST_RDONLY, 0u);
   EXPECT_EQ(st.f_fsid.__val[0], 0);
   EXPECT_EQ(st.f_fsid.__val[1], 0);
+}
+
+// A writable bind mount (NewMountRoot, writable) over its own host tree:
+//   file       "hello, world\n"
+//   sub/       dir
+//   sub/inner  "inner"
+// and, next to that tree (outside the mount), outside/secret: what an
+// escape would reach.
+class WritableHostFsTest : public HostFsTest {
+ protected:
+  void SetUp() override {
+    HostFsTest::SetUp();
+    ASSERT_EQ(mkdir(Host("mnt").c_str(), 0755), 0);
+    ASSERT_EQ(mkdir(Host("mnt/sub").c_str(), 0755), 0);
+    WriteHostFile("mnt/file", "hello, world\n");
+    WriteHostFile("mnt/sub/inner", "inner");
+    ASSERT_EQ(mkdir(Host("outside").c_str(), 0755), 0);
+    WriteHostFile("outside/secret", "secret");
+    mnt_ = Mount("mnt", /*writable=*/true, "/data");
+    ASSERT_NE(mnt_, nullptr);
+  }
+  void TearDown() override {
+    mnt_.reset();
+    HostFsTest::TearDown();
+  }
+
+  std::shared_ptr<Inode> Mount(const std::string& rel, bool writable,
+                               const std::string& label) {
+    UniqueFd fd(open(Host(rel).c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    EXPECT_TRUE(fd.valid());
+    MountOptions o;
+    o.writable = writable;
+    o.label = label;
+    auto root = NewMountRoot(std::move(fd), kDev + 1, o);
+    EXPECT_TRUE(root.ok()) << root.status();
+    return root.ok() ? *std::move(root) : nullptr;
+  }
+
+  std::string HostContents(const std::string& rel) {
+    FILE* f = fopen(Host(rel).c_str(), "r");
+    if (f == nullptr) return "(missing)";
+    std::string out;
+    char buf[256];
+    size_t n;
+    while ((n = fread(buf, 1, sizeof(buf), f)) > 0) out.append(buf, n);
+    fclose(f);
+    return out;
+  }
+
+  bool HostExists(const std::string& rel) {
+    struct stat st;
+    return lstat(Host(rel).c_str(), &st) == 0;
+  }
+
+  std::shared_ptr<Inode> mnt_;
+};
+
+TEST_F(WritableHostFsTest, RootIsWritable) {
+  EXPECT_FALSE(mnt_->ReadOnly());
+  struct statfs st;
+  ASSERT_EQ(mnt_->StatFs(&st), 0);
+  EXPECT_EQ(st.f_flags & ST_RDONLY, 0u);
+}
+
+TEST_F(WritableHostFsTest, ReadOnlyMountRefusesWrites) {
+  auto ro = Mount("mnt", /*writable=*/false, "/ro");
+  ASSERT_NE(ro, nullptr);
+  EXPECT_TRUE(ro->ReadOnly());
+  std::shared_ptr<Inode> out;
+  EXPECT_EQ(ro->Create("new", CreateRequest{}, &out), -EROFS);
+  EXPECT_EQ(MustLookup(*ro, "file")->Write("x", 1, 0), -EROFS);
+  struct statfs st;
+  ASSERT_EQ(ro->StatFs(&st), 0);
+  EXPECT_NE(st.f_flags & ST_RDONLY, 0u);
+  EXPECT_FALSE(HostExists("mnt/new"));
+}
+
+TEST_F(WritableHostFsTest, CreateAndWriteReachTheHost) {
+  std::shared_ptr<Inode> f;
+  CreateRequest req;
+  req.mode = 0640;
+  ASSERT_EQ(mnt_->Create("new", req, &f), 0);
+  ASSERT_NE(f, nullptr);
+  EXPECT_EQ(f->Type(), S_IFREG);
+  EXPECT_EQ(f->Write("abc", 3, 0), 3);
+  EXPECT_EQ(f->Write("de", 2, 3), 2);
+  EXPECT_EQ(HostContents("mnt/new"), "abcde");
+  EXPECT_EQ(ReadAll(*f), "abcde");
+  struct stat st;
+  ASSERT_EQ(stat(Host("mnt/new").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0640u);
+  // The Sentry's host uid, not the request's.
+  EXPECT_EQ(st.st_uid, getuid());
+  Attr a;
+  ASSERT_EQ(f->GetAttr(&a), 0);
+  EXPECT_EQ(a.size, 5u);
+  EXPECT_EQ(a.ino, st.st_ino);
+  // The same inode on lookup.
+  EXPECT_EQ(MustLookup(*mnt_, "new"), f);
+  // An existing name is EEXIST, whatever its type.
+  EXPECT_EQ(mnt_->Create("new", req, &f), -EEXIST);
+  EXPECT_EQ(mnt_->Create("sub", req, &f), -EEXIST);
+}
+
+TEST_F(WritableHostFsTest, CreateOtherTypes) {
+  std::shared_ptr<Inode> out;
+  CreateRequest req;
+  req.type = S_IFDIR;
+  req.mode = 0750;
+  ASSERT_EQ(mnt_->Create("d", req, &out), 0);
+  EXPECT_EQ(out->Type(), S_IFDIR);
+  struct stat st;
+  ASSERT_EQ(stat(Host("mnt/d").c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0750u);
+
+  req = CreateRequest{};
+  req.type = S_IFLNK;
+  req.target = "../../outside/secret";
+  ASSERT_EQ(mnt_->Create("l", req, &out), 0);
+  std::string target;
+  ASSERT_EQ(out->Readlink(&target), 0);
+  EXPECT_EQ(target, "../../outside/secret");  // raw: the VFS resolves it
+  char host_target[64] = {};
+  ASSERT_GT(readlink(Host("mnt/l").c_str(), host_target, sizeof(host_target) - 1), 0);
+  EXPECT_STREQ(host_target, "../../outside/secret");
+
+  req = CreateRequest{};
+  req.type = S_IFIFO;
+  ASSERT_EQ(mnt_->Create("p", req, &out), 0);
+  EXPECT_EQ(out->Type(), S_IFIFO);
+
+  // Host devices would be the host's.
+  req = CreateRequest{};
+  req.type = S_IFCHR;
+  req.rdev = makedev(1, 3);
+  EXPECT_EQ(mnt_->Create("null", req, &out), -EPERM);
+  req.type = S_IFBLK;
+  EXPECT_EQ(mnt_->Create("blk", req, &out), -EPERM);
+  EXPECT_FALSE(HostExists("mnt/null"));
+  EXPECT_FALSE(HostExists("mnt/blk"));
+}
+
+TEST_F(WritableHostFsTest, NoSetIdBitsOnHostFiles) {
+  std::shared_ptr<Inode> f;
+  CreateRequest req;
+  req.mode = 06755;
+  ASSERT_EQ(mnt_->Create("suid", req, &f), 0);
+  struct stat st;
+  ASSERT_EQ(stat(Host("mnt/suid").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0755u);
+  SetAttrRequest sreq;
+  sreq.set_mode = true;
+  sreq.mode = 04711;
+  ASSERT_EQ(f->SetAttr(sreq), 0);
+  ASSERT_EQ(stat(Host("mnt/suid").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0711u);
+  // A directory takes set-group-ID from its parent, as mkdir(2) does.
+  req.type = S_IFDIR;
+  req.mode = 0775;
+  ASSERT_EQ(chmod(Host("mnt/sub").c_str(), 02775), 0);
+  auto sub = MustLookup(*mnt_, "sub");
+  ASSERT_EQ(sub->Create("sgid", req, &f), 0);
+  ASSERT_EQ(stat(Host("mnt/sub/sgid").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 02775u);
+  ASSERT_EQ(mnt_->Create("plain", req, &f), 0);
+  ASSERT_EQ(stat(Host("mnt/plain").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0775u);
+}
+
+TEST_F(WritableHostFsTest, ModeIsTheRequestsNotTheHostUmask) {
+  const mode_t old = umask(077);
+  std::shared_ptr<Inode> f;
+  CreateRequest req;
+  req.mode = 0664;
+  EXPECT_EQ(mnt_->Create("f", req, &f), 0);
+  req.type = S_IFDIR;
+  req.mode = 0775;
+  EXPECT_EQ(mnt_->Create("d", req, &f), 0);
+  umask(old);
+  struct stat st;
+  ASSERT_EQ(stat(Host("mnt/f").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0664u);
+  ASSERT_EQ(stat(Host("mnt/d").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0775u);
+}
+
+TEST_F(WritableHostFsTest, SetAttrReachesTheHost) {
+  auto f = MustLookup(*mnt_, "file");
+  SetAttrRequest req;
+  req.set_size = true;
+  req.size = 5;
+  ASSERT_EQ(f->SetAttr(req), 0);
+  EXPECT_EQ(HostContents("mnt/file"), "hello");
+  req = SetAttrRequest{};
+  req.set_mode = true;
+  req.mode = 0600;
+  req.set_mtime = true;
+  req.mtime = {1234567, 0};
+  ASSERT_EQ(f->SetAttr(req), 0);
+  struct stat st;
+  ASSERT_EQ(stat(Host("mnt/file").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0600u);
+  EXPECT_EQ(st.st_mtim.tv_sec, 1234567);
+  // A directory's mode too (through its own "." descriptor).
+  auto sub = MustLookup(*mnt_, "sub");
+  req = SetAttrRequest{};
+  req.set_mode = true;
+  req.mode = 0700;
+  ASSERT_EQ(sub->SetAttr(req), 0);
+  ASSERT_EQ(stat(Host("mnt/sub").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 07777, 0700u);
+  req = SetAttrRequest{};
+  req.set_size = true;
+  EXPECT_EQ(sub->SetAttr(req), -EISDIR);
+  EXPECT_EQ(f->Allocate(0, 0, 8192), 0);
+  ASSERT_EQ(stat(Host("mnt/file").c_str(), &st), 0);
+  EXPECT_EQ(st.st_size, 8192);
+}
+
+TEST_F(WritableHostFsTest, UnlinkReachesTheHost) {
+  EXPECT_EQ(mnt_->Unlink("sub", /*dir=*/true), -ENOTEMPTY);
+  EXPECT_EQ(mnt_->Unlink("file", /*dir=*/true), -ENOTDIR);
+  EXPECT_EQ(mnt_->Unlink("sub", /*dir=*/false), -EISDIR);
+  auto sub = MustLookup(*mnt_, "sub");
+  ASSERT_EQ(sub->Unlink("inner", false), 0);
+  ASSERT_EQ(mnt_->Unlink("sub", true), 0);
+  ASSERT_EQ(mnt_->Unlink("file", false), 0);
+  EXPECT_FALSE(HostExists("mnt/sub"));
+  EXPECT_FALSE(HostExists("mnt/file"));
+  std::shared_ptr<Inode> out;
+  EXPECT_EQ(mnt_->Lookup("file", &out), -ENOENT);
+  EXPECT_EQ(mnt_->Unlink("file", false), -ENOENT);
+  // Single components only: containment rests on it.
+  EXPECT_EQ(mnt_->Unlink("../outside/secret", false), -EINVAL);
+  EXPECT_EQ(mnt_->Unlink("..", true), -EINVAL);
+  EXPECT_TRUE(HostExists("outside/secret"));
+}
+
+TEST_F(WritableHostFsTest, UnlinkedWhileOpenStaysUsable) {
+  // Made by the sandbox, then unlinked (a temporary file's life).
+  std::shared_ptr<Inode> made;
+  ASSERT_EQ(mnt_->Create("tmp", CreateRequest{}, &made), 0);
+  ASSERT_EQ(mnt_->Unlink("tmp", false), 0);
+  EXPECT_FALSE(HostExists("mnt/tmp"));
+  EXPECT_EQ(made->Write("abc", 3, 0), 3);
+  EXPECT_EQ(ReadAll(*made), "abc");
+  // Found on the host, opened, then unlinked.
+  auto f = MustLookup(*mnt_, "file");
+  std::shared_ptr<File> open_file;
+  ASSERT_EQ(f->Open(O_RDWR, &open_file), 0);
+  ASSERT_EQ(unlink(Host("mnt/file").c_str()), 0);
+  EXPECT_EQ(f->Write("J", 1, 0), 1);
+  EXPECT_EQ(ReadAll(*f), "Jello, world\n");
+  // Opening a file the host replaced meanwhile is ESTALE at open.
+  auto inner = MustLookup(*MustLookup(*mnt_, "sub"), "inner");
+  ASSERT_EQ(unlink(Host("mnt/sub/inner").c_str()), 0);
+  WriteHostFile("mnt/sub/inner", "new");
+  EXPECT_EQ(inner->Open(O_RDONLY, &open_file), -ESTALE);
+}
+
+TEST_F(WritableHostFsTest, RenameMovesTheInodeWithItsName) {
+  auto f = MustLookup(*mnt_, "file");
+  auto sub = MustLookup(*mnt_, "sub");
+  ASSERT_EQ(mnt_->Rename("file", *sub, "moved", 0), 0);
+  EXPECT_FALSE(HostExists("mnt/file"));
+  EXPECT_EQ(HostContents("mnt/sub/moved"), "hello, world\n");
+  EXPECT_EQ(MustLookup(*sub, "moved"), f);
+  // The inode reopens by its new name for I/O.
+  EXPECT_EQ(f->Write("J", 1, 0), 1);
+  EXPECT_EQ(HostContents("mnt/sub/moved"), "Jello, world\n");
+  std::string label, path;
+  ASSERT_TRUE(PathOf(*f, &label, &path));
+  EXPECT_EQ(label, "/data");
+  EXPECT_EQ(path, "/sub/moved");
+
+  // RENAME_NOREPLACE and RENAME_EXCHANGE as renameat2.
+  EXPECT_EQ(sub->Rename("moved", *sub, "inner", RENAME_NOREPLACE), -EEXIST);
+  auto inner = MustLookup(*sub, "inner");
+  ASSERT_EQ(sub->Rename("moved", *sub, "inner", RENAME_EXCHANGE), 0);
+  EXPECT_EQ(HostContents("mnt/sub/inner"), "Jello, world\n");
+  EXPECT_EQ(HostContents("mnt/sub/moved"), "inner");
+  ASSERT_TRUE(PathOf(*inner, &label, &path));
+  EXPECT_EQ(path, "/sub/moved");
+  ASSERT_TRUE(PathOf(*f, &label, &path));
+  EXPECT_EQ(path, "/sub/inner");
+  EXPECT_EQ(ReadAll(*inner), "inner");
+
+  // A directory moves with what is under it.
+  std::shared_ptr<Inode> d;
+  CreateRequest req;
+  req.type = S_IFDIR;
+  ASSERT_EQ(mnt_->Create("d", req, &d), 0);
+  ASSERT_EQ(sub->Rename("inner", *d, "f", 0), 0);
+  ASSERT_EQ(mnt_->Rename("d", *mnt_, "e", 0), 0);
+  EXPECT_EQ(f->Write("K", 1, 0), 1);
+  EXPECT_EQ(HostContents("mnt/e/f"), "Kello, world\n");
+  ASSERT_TRUE(PathOf(*f, &label, &path));
+  EXPECT_EQ(path, "/e/f");
+}
+
+TEST_F(WritableHostFsTest, LinkReachesTheHost) {
+  auto f = MustLookup(*mnt_, "file");
+  auto sub = MustLookup(*mnt_, "sub");
+  ASSERT_EQ(sub->Link("hard", f), 0);
+  struct stat a, b;
+  ASSERT_EQ(stat(Host("mnt/file").c_str(), &a), 0);
+  ASSERT_EQ(stat(Host("mnt/sub/hard").c_str(), &b), 0);
+  EXPECT_EQ(a.st_ino, b.st_ino);
+  EXPECT_EQ(a.st_nlink, 2u);
+  EXPECT_EQ(sub->Link("hard", f), -EEXIST);
+  EXPECT_EQ(sub->Link("../x", f), -EINVAL);
+}
+
+TEST_F(WritableHostFsTest, RenameAndLinkAcrossFilesystemsAreExdev) {
+  // Another writable hostfs over the same host filesystem (even the same
+  // directory): still another filesystem.
+  auto other = Mount("outside", /*writable=*/true, "/other");
+  ASSERT_NE(other, nullptr);
+  auto f = MustLookup(*mnt_, "file");
+  EXPECT_EQ(mnt_->Rename("file", *other, "stolen", 0), -EXDEV);
+  EXPECT_EQ(other->Link("stolen", f), -EXDEV);
+  auto secret = MustLookup(*other, "secret");
+  EXPECT_EQ(mnt_->Link("secret", secret), -EXDEV);
+  EXPECT_EQ(other->Rename("secret", *mnt_, "secret", 0), -EXDEV);
+  auto same = Mount("mnt", /*writable=*/true, "/again");
+  ASSERT_NE(same, nullptr);
+  EXPECT_EQ(mnt_->Rename("file", *same, "x", 0), -EXDEV);
+  // The read-only rootfs hostfs (root_) is neither a source nor a target.
+  EXPECT_EQ(mnt_->Link("file2", MustLookup(*root_, "file")), -EXDEV);
+  EXPECT_FALSE(HostExists("outside/stolen"));
+  EXPECT_FALSE(HostExists("mnt/secret"));
+  EXPECT_FALSE(HostExists("mnt/x"));
+  EXPECT_FALSE(HostExists("mnt/file2"));
+  EXPECT_EQ(HostContents("mnt/file"), "hello, world\n");
+}
+
+TEST_F(WritableHostFsTest, CreateNeverFollowsAHostSymlink) {
+  // The host (or a previous run) left a symlink pointing out: creating
+  // that name fails rather than making the file it points to.
+  ASSERT_EQ(symlink(Host("outside/new").c_str(), Host("mnt/trap").c_str()), 0);
+  std::shared_ptr<Inode> out;
+  EXPECT_EQ(mnt_->Create("trap", CreateRequest{}, &out), -EEXIST);
+  EXPECT_FALSE(HostExists("outside/new"));
+  // Writing "through" it: the link is an inode of its own, not the target.
+  auto trap = MustLookup(*mnt_, "trap");
+  EXPECT_EQ(trap->Type(), S_IFLNK);
+  EXPECT_EQ(trap->Write("x", 1, 0), -EINVAL);
+  EXPECT_FALSE(HostExists("outside/new"));
+}
+
+TEST_F(WritableHostFsTest, DirectoryReplacedBySymlinkOnTheHost) {
+  // The sandbox holds mnt/sub; the host moves it away and puts a symlink
+  // to outside/ in its place. Creations in the held directory land in the
+  // directory itself (wherever it now is), never behind the symlink.
+  auto sub = MustLookup(*mnt_, "sub");
+  ASSERT_EQ(rename(Host("mnt/sub").c_str(), Host("mnt/sub2").c_str()), 0);
+  ASSERT_EQ(symlink(Host("outside").c_str(), Host("mnt/sub").c_str()), 0);
+  std::shared_ptr<Inode> out;
+  ASSERT_EQ(sub->Create("f", CreateRequest{}, &out), 0);
+  EXPECT_TRUE(HostExists("mnt/sub2/f"));
+  EXPECT_FALSE(HostExists("outside/f"));
+  // A fresh lookup sees the symlink, as an inode of its own.
+  EXPECT_EQ(MustLookup(*mnt_, "sub")->Type(), S_IFLNK);
+}
+
+TEST_F(WritableHostFsTest, FileReplacedBySymlinkIsNotWrittenThrough) {
+  auto f = MustLookup(*mnt_, "file");
+  ASSERT_EQ(unlink(Host("mnt/file").c_str()), 0);
+  ASSERT_EQ(symlink(Host("outside/secret").c_str(), Host("mnt/file").c_str()), 0);
+  EXPECT_EQ(f->Write("pwned", 5, 0), -ESTALE);
+  SetAttrRequest req;
+  req.set_size = true;
+  req.size = 0;
+  EXPECT_EQ(f->SetAttr(req), -ESTALE);
+  EXPECT_EQ(HostContents("outside/secret"), "secret");
+  std::string label, path;
+  EXPECT_FALSE(PathOf(*f, &label, &path));
+}
+
+TEST_F(WritableHostFsTest, PathOf) {
+  std::string label, path;
+  ASSERT_TRUE(PathOf(*mnt_, &label, &path));
+  EXPECT_EQ(label, "/data");
+  EXPECT_EQ(path, "/");
+  auto inner = MustLookup(*MustLookup(*mnt_, "sub"), "inner");
+  ASSERT_TRUE(PathOf(*inner, &label, &path));
+  EXPECT_EQ(path, "/sub/inner");
+  // The rootfs's hostfs has no label.
+  ASSERT_TRUE(PathOf(*MustLookup(*root_, "file"), &label, &path));
+  EXPECT_EQ(label, "");
+  EXPECT_EQ(path, "/file");
+  EXPECT_TRUE(IsHostInode(*inner));
+}
+
+TEST_F(WritableHostFsTest, SingleFileMount) {
+  MountOptions o;
+  o.writable = true;
+  o.label = "/etc/f";
+  // A writable file mount wants a descriptor open for reading and writing.
+  UniqueFd path_fd(open(Host("mnt/file").c_str(), O_PATH | O_CLOEXEC));
+  EXPECT_FALSE(NewMountRoot(std::move(path_fd), kDev + 2, o).ok());
+  UniqueFd ro_fd(open(Host("mnt/file").c_str(), O_RDONLY | O_CLOEXEC));
+  EXPECT_FALSE(NewMountRoot(std::move(ro_fd), kDev + 2, o).ok());
+
+  UniqueFd fd(open(Host("mnt/file").c_str(), O_RDWR | O_CLOEXEC));
+  ASSERT_TRUE(fd.valid());
+  auto root = NewMountRoot(std::move(fd), kDev + 2, o);
+  ASSERT_TRUE(root.ok()) << root.status();
+  std::shared_ptr<Inode> f = *root;
+  EXPECT_EQ(f->Type(), S_IFREG);
+  EXPECT_EQ(ReadAll(*f), "hello, world\n");
+  EXPECT_EQ(f->Write("more\n", 5, 13), 5);
+  EXPECT_EQ(HostContents("mnt/file"), "hello, world\nmore\n");
+  SetAttrRequest req;
+  req.set_size = true;
+  req.size = 5;
+  ASSERT_EQ(f->SetAttr(req), 0);
+  EXPECT_EQ(HostContents("mnt/file"), "hello");
+  // Not a directory; and it cannot be linked anywhere.
+  std::shared_ptr<Inode> out;
+  EXPECT_EQ(f->Lookup("x", &out), -ENOTDIR);
+  EXPECT_EQ(mnt_->Link("again", f), -EXDEV);
+  std::string label, path;
+  ASSERT_TRUE(PathOf(*f, &label, &path));
+  EXPECT_EQ(label, "/etc/f");
+  EXPECT_EQ(path, "/");
+
+  // Read-only: O_RDONLY is enough, and writes are EROFS.
+  o.writable = false;
+  UniqueFd rfd(open(Host("mnt/file").c_str(), O_RDONLY | O_CLOEXEC));
+  auto ro = NewMountRoot(std::move(rfd), kDev + 3, o);
+  ASSERT_TRUE(ro.ok()) << ro.status();
+  EXPECT_EQ(ReadAll(**ro), "hello");
+  EXPECT_EQ((*ro)->Write("x", 1, 0), -EROFS);
+
+  // Neither a directory nor a regular file: refused.
+  UniqueFd fifo(open(Host("fifo").c_str(), O_PATH | O_CLOEXEC));
+  EXPECT_FALSE(NewMountRoot(std::move(fifo), kDev + 4, o).ok());
 }
 
 }  // namespace

@@ -6,9 +6,12 @@
 
 #include <algorithm>
 #include <cstdio>  // RENAME_NOREPLACE, RENAME_EXCHANGE
+#include <cstdlib>
 #include <cstring>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 
 namespace sandboxd::fs {
 
@@ -88,6 +91,71 @@ bool TmpFsSuperblock::ReserveInode() {
 
 void TmpFsSuperblock::ReleaseInode() {
   inodes_used_.fetch_sub(1, std::memory_order_relaxed);
+}
+
+namespace {
+
+constexpr uint64_t kOptPage = 4096;
+
+// A number as tmpfs's options take it (memparse): an optional k, m, g
+// suffix. (size=N% of memory is not supported: EINVAL.)
+bool ParseMemNumber(const std::string& v, uint64_t* out) {
+  if (v.empty()) return false;
+  uint64_t mult = 1;
+  std::string digits = v;
+  switch (v.back()) {
+    case 'k': case 'K': mult = 1ull << 10; digits.pop_back(); break;
+    case 'm': case 'M': mult = 1ull << 20; digits.pop_back(); break;
+    case 'g': case 'G': mult = 1ull << 30; digits.pop_back(); break;
+    default: break;
+  }
+  uint64_t n;
+  if (!absl::SimpleAtoi(digits, &n)) return false;
+  if (n != 0 && mult > UINT64_MAX / n) return false;
+  *out = n * mult;
+  return true;
+}
+
+}  // namespace
+
+// Unknown options are EINVAL, as Linux's tmpfs says.
+int ParseTmpFsOptions(const std::string& data, uint64_t total_ram,
+                      TmpFsOptions* o) {
+  for (absl::string_view opt : absl::StrSplit(data, ',', absl::SkipEmpty())) {
+    std::string key(opt), value;
+    if (size_t eq = key.find('='); eq != std::string::npos) {
+      value = key.substr(eq + 1);
+      key.resize(eq);
+    }
+    uint64_t n = 0;
+    if (key == "size" && !value.empty() && value.back() == '%') {
+      // A share of the memory, in pages, as Linux's shmem_parse_one().
+      uint64_t pct;
+      if (!absl::SimpleAtoi(value.substr(0, value.size() - 1), &pct) ||
+          pct > UINT64_MAX / (total_ram / kOptPage + 1)) {
+        return -EINVAL;
+      }
+      o->size_limit = (total_ram / kOptPage * pct + 99) / 100 * kOptPage;
+    } else if (key == "size") {
+      if (!ParseMemNumber(value, &n) || n > UINT64_MAX - kOptPage) return -EINVAL;
+      o->size_limit = (n + kOptPage - 1) / kOptPage * kOptPage;
+    } else if (key == "nr_inodes") {
+      if (!ParseMemNumber(value, &n)) return -EINVAL;
+      o->inode_limit = n;
+    } else if (key == "mode") {
+      char* end = nullptr;
+      unsigned long m = strtoul(value.c_str(), &end, 8);
+      if (value.empty() || *end != 0 || m > 07777) return -EINVAL;
+      o->root_mode = static_cast<uint32_t>(m);
+    } else if (key == "uid") {
+      if (!absl::SimpleAtoi(value, &o->root_uid)) return -EINVAL;
+    } else if (key == "gid") {
+      if (!absl::SimpleAtoi(value, &o->root_gid)) return -EINVAL;
+    } else {
+      return -EINVAL;
+    }
+  }
+  return 0;
 }
 
 TmpFsOptions DefaultTmpFsOptions(uint64_t total_ram) {

@@ -74,6 +74,12 @@ struct TmpFsOptions {
 // total_ram 0: unlimited.
 TmpFsOptions DefaultTmpFsOptions(uint64_t total_ram);
 
+// mount(2)'s tmpfs options onto `o`: size= (bytes with k/m/g, or N% of
+// `total_ram`), nr_inodes=, mode= (octal), uid=, gid=. 0, or -EINVAL for
+// an unknown option or a bad value, as Linux's tmpfs answers.
+int ParseTmpFsOptions(const std::string& data, uint64_t total_ram,
+                      TmpFsOptions* o);
+
 // State shared by all inodes of one tmpfs mount. Thread-safe.
 class TmpFsSuperblock {
  public:

@@ -70,8 +70,11 @@ Location Vfs::Root() const { return Location{root_mount_, root_mount_->root}; }
 
 int Vfs::MountAt(const Location& where, std::shared_ptr<Inode> fs_root,
                  std::string fstype, std::string source, bool read_only) {
-  if (where.inode().Type() != S_IFDIR || fs_root->Type() != S_IFDIR) {
-    return -ENOTDIR;
+  // A directory on a directory, or (a single-file bind mount) a
+  // non-directory on a non-directory, as Linux allows.
+  const bool dir_on = where.inode().Type() == S_IFDIR;
+  if (dir_on != (fs_root->Type() == S_IFDIR)) {
+    return dir_on ? -ENOTDIR : -EISDIR;
   }
   auto m = std::make_shared<Mount>();
   m->root = std::make_shared<Dentry>(std::move(fs_root), "", nullptr);

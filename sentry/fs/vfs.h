@@ -124,7 +124,8 @@ class Vfs {
 
   Location Root() const;
 
-  // Mounts a filesystem whose root is `fs_root` on the directory `where`.
+  // Mounts a filesystem whose root is `fs_root` on the directory `where`
+  // (or a single file on a non-directory).
   int MountAt(const Location& where, std::shared_ptr<Inode> fs_root,
               std::string fstype, std::string source, bool read_only);
 

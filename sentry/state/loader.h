@@ -76,6 +76,16 @@ class Loader {
   void set_rootfs(std::shared_ptr<fs::Inode> root) { rootfs_ = std::move(root); }
   const std::shared_ptr<fs::Inode>& rootfs() const { return rootfs_; }
 
+  // The root of a bind mount (a hostfs root) by its label, reopened by
+  // the caller from the spec: where HostInode records are looked up.
+  void set_host_root(const std::string& label, std::shared_ptr<fs::Inode> root) {
+    host_roots_[label] = std::move(root);
+  }
+  std::shared_ptr<fs::Inode> host_root(const std::string& label) const {
+    auto it = host_roots_.find(label);
+    return it == host_roots_.end() ? nullptr : it->second;
+  }
+
   // The root of a filesystem the caller built anew for the loaded tree,
   // by the fstype its mounts had ("proc", "devtmpfs"): procfs (over the
   // loading Kernel), devfs. Its saved inodes are looked up again by path.
@@ -169,6 +179,7 @@ class Loader {
   mm::MemoryFile* const memfile_;
   std::map<int, int> host_fds_;
   std::shared_ptr<fs::Inode> rootfs_;
+  std::map<std::string, std::shared_ptr<fs::Inode>> host_roots_;
   socket::UnixNamespace* unix_ns_ = nullptr;
   std::shared_ptr<fs::tty::DevPts> devpts_;
   std::shared_ptr<fs::tty::HostTerminal> console_;

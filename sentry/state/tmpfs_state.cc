@@ -1,5 +1,7 @@
 // FsState: tmpfs superblocks and inodes (data in the memory file), and the
 // pseudo-filesystem (procfs, devfs) inodes saved by path.
+#include <string.h>
+
 #include <algorithm>
 #include <string>
 #include <utility>
@@ -8,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "base/status_macros.h"
+#include "sentry/fs/hostfs.h"
 #include "sentry/fs/overlay.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/mm/memory_file.h"
@@ -60,6 +63,21 @@ absl::StatusOr<uint64_t> FsState::SaveInode(
       inode.get(), s.state().mutable_inodes(), [&](pb::Inode* rec) {
         if (auto* o = dynamic_cast<fs::OverlayInode*>(inode.get())) {
           return SaveOverlayInode(s, *o, rec->mutable_overlay());
+        }
+        if (fs::hostfs::IsHostInode(*inode)) {
+          std::string label, path;
+          if (!fs::hostfs::PathOf(*inode, &label, &path)) {
+            return absl::UnimplementedError(
+                "save: a bind-mounted file removed or replaced on the host "
+                "while in use");
+          }
+          if (label.empty()) {
+            return absl::UnimplementedError(absl::StrCat(
+                "save: a rootfs file \"", path, "\" outside its overlay"));
+          }
+          rec->mutable_host()->set_label(label);
+          rec->mutable_host()->set_path(path);
+          return absl::OkStatus();
         }
         auto* t = dynamic_cast<fs::TmpFsInode*>(inode.get());
         if (t == nullptr) {
@@ -177,6 +195,25 @@ absl::StatusOr<std::shared_ptr<fs::Inode>> FsState::LoadInode(Loader& l,
       [&](const pb::Inode& rec) -> absl::StatusOr<std::shared_ptr<fs::Inode>> {
         if (rec.has_overlay()) return LoadOverlayInode(l, rec.overlay());
         if (rec.has_pseudo()) return LoadPseudoInode(l, rec.pseudo());
+        if (rec.has_host()) {
+          const pb::HostInode& h = rec.host();
+          std::shared_ptr<fs::Inode> cur = l.host_root(h.label());
+          if (cur == nullptr) {
+            return absl::FailedPreconditionError(absl::StrCat(
+                "the bind mount on ", h.label(), " was not handed in"));
+          }
+          for (absl::string_view name :
+               absl::StrSplit(h.path(), '/', absl::SkipEmpty())) {
+            std::shared_ptr<fs::Inode> next;
+            if (int err = cur->Lookup(std::string(name), &next); err < 0) {
+              return absl::NotFoundError(absl::StrCat(
+                  "bind mount on ", h.label(), ": \"", h.path(), "\": ",
+                  strerror(-err)));
+            }
+            cur = std::move(next);
+          }
+          return cur;
+        }
         if (!rec.has_tmpfs()) {
           return absl::InvalidArgumentError("inode of unknown kind");
         }

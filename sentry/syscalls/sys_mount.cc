@@ -29,71 +29,9 @@
 namespace sandboxd::syscalls {
 namespace {
 
-constexpr uint64_t kPage = 4096;
-
 // st_dev of the tmpfs mounts made by the program: after the Sentry's own
-// (sentry/main.cc uses 0x801..0x807).
+// (boot.cc uses 0x801..0x807, and 0x880 up for the spec's mounts).
 std::atomic<uint64_t> next_tmpfs_dev{0x810};
-
-// A number as tmpfs's options take it (memparse): an optional k, m, g
-// suffix. (size=N% of memory is not supported: EINVAL.)
-bool ParseNumber(const std::string& v, uint64_t* out) {
-  if (v.empty()) return false;
-  uint64_t mult = 1;
-  std::string digits = v;
-  switch (v.back()) {
-    case 'k': case 'K': mult = 1ull << 10; digits.pop_back(); break;
-    case 'm': case 'M': mult = 1ull << 20; digits.pop_back(); break;
-    case 'g': case 'G': mult = 1ull << 30; digits.pop_back(); break;
-    default: break;
-  }
-  uint64_t n;
-  if (!absl::SimpleAtoi(digits, &n)) return false;
-  if (n != 0 && mult > UINT64_MAX / n) return false;
-  *out = n * mult;
-  return true;
-}
-
-// tmpfs's options: size=, nr_inodes=, mode=, uid=, gid=. Unknown options
-// are EINVAL, as Linux's tmpfs says.
-int64_t ParseTmpfsOptions(const std::string& data, uint64_t total_ram,
-                          fs::TmpFsOptions* o) {
-  for (absl::string_view opt : absl::StrSplit(data, ',', absl::SkipEmpty())) {
-    std::string key(opt), value;
-    if (size_t eq = key.find('='); eq != std::string::npos) {
-      value = key.substr(eq + 1);
-      key.resize(eq);
-    }
-    uint64_t n = 0;
-    if (key == "size" && !value.empty() && value.back() == '%') {
-      // A share of the memory, in pages, as Linux's shmem_parse_one().
-      uint64_t pct;
-      if (!absl::SimpleAtoi(value.substr(0, value.size() - 1), &pct) ||
-          pct > UINT64_MAX / (total_ram / kPage + 1)) {
-        return -EINVAL;
-      }
-      o->size_limit = (total_ram / kPage * pct + 99) / 100 * kPage;
-    } else if (key == "size") {
-      if (!ParseNumber(value, &n) || n > UINT64_MAX - kPage) return -EINVAL;
-      o->size_limit = (n + kPage - 1) / kPage * kPage;
-    } else if (key == "nr_inodes") {
-      if (!ParseNumber(value, &n)) return -EINVAL;
-      o->inode_limit = n;
-    } else if (key == "mode") {
-      char* end = nullptr;
-      unsigned long m = strtoul(value.c_str(), &end, 8);
-      if (value.empty() || *end != 0 || m > 07777) return -EINVAL;
-      o->root_mode = static_cast<uint32_t>(m);
-    } else if (key == "uid") {
-      if (!absl::SimpleAtoi(value, &o->root_uid)) return -EINVAL;
-    } else if (key == "gid") {
-      if (!absl::SimpleAtoi(value, &o->root_gid)) return -EINVAL;
-    } else {
-      return -EINVAL;
-    }
-  }
-  return 0;
-}
 
 bool KnownButUnsupported(const std::string& type) {
   static const char* const kTypes[] = {
@@ -141,7 +79,7 @@ int64_t SysMount(Task& t, const SyscallArgs& a) {
   if (a.a[4] != 0) {
     std::string data;
     RETURN_IF_ERRNO(ReadPath(t, a.a[4], &data));
-    RETURN_IF_ERRNO(ParseTmpfsOptions(data, total_ram, &opts));
+    RETURN_IF_ERRNO(fs::ParseTmpFsOptions(data, total_ram, &opts));
   }
   if (where.inode().Type() != S_IFDIR) return -ENOTDIR;
   opts.dev = next_tmpfs_dev.fetch_add(1);

@@ -1,0 +1,158 @@
+#include "proto/mount_spec.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+
+namespace sandboxd {
+namespace {
+
+absl::Status CheckTarget(absl::string_view flag, const std::string& t) {
+  if (t.empty() || t[0] != '/' || t == "/") {
+    return absl::InvalidArgumentError(absl::StrCat(
+        flag, ": the target must be an absolute path other than /, got \"", t,
+        "\""));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<v1::Mount> ParseVolumeFlag(absl::string_view v) {
+  std::vector<std::string> parts = absl::StrSplit(v, ':');
+  if (parts.size() < 2 || parts.size() > 3 || parts[0].empty()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("-v wants HOSTDIR:DIR[:ro|rw], got: ", v));
+  }
+  v1::Mount m;
+  m.set_type(v1::Mount::TYPE_BIND);
+  m.set_source(parts[0]);
+  m.set_target(parts[1]);
+  if (parts.size() == 3) {
+    if (parts[2] == "ro") {
+      m.set_read_only(true);
+    } else if (parts[2] != "rw") {
+      return absl::InvalidArgumentError(
+          absl::StrCat("-v: the mode must be ro or rw, got: ", parts[2]));
+    }
+  }
+  if (m.source()[0] != '/') {
+    return absl::InvalidArgumentError(
+        absl::StrCat("-v: the host path must be absolute, got: ", m.source()));
+  }
+  if (absl::Status s = CheckTarget("-v", m.target()); !s.ok()) return s;
+  return m;
+}
+
+absl::StatusOr<v1::Mount> ParseMountFlag(absl::string_view v) {
+  v1::Mount m;
+  std::vector<std::string> tmpfs_opts;
+  for (absl::string_view kv : absl::StrSplit(v, ',', absl::SkipEmpty())) {
+    std::pair<std::string, std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+    const std::string& k = p.first;
+    const std::string& val = p.second;
+    if (k == "type") {
+      if (val == "bind") {
+        m.set_type(v1::Mount::TYPE_BIND);
+      } else if (val == "tmpfs") {
+        m.set_type(v1::Mount::TYPE_TMPFS);
+      } else {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--mount: type must be bind or tmpfs, got: ", val));
+      }
+    } else if (k == "source" || k == "src") {
+      m.set_source(val);
+    } else if (k == "target" || k == "destination" || k == "dst") {
+      m.set_target(val);
+    } else if (k == "readonly" || k == "ro") {
+      if (!val.empty() && val != "true" && val != "1" && val != "false" &&
+          val != "0") {
+        return absl::InvalidArgumentError(
+            absl::StrCat("--mount: readonly wants true or false, got: ", val));
+      }
+      m.set_read_only(val.empty() || val == "true" || val == "1");
+    } else if (k == "tmpfs-size") {
+      tmpfs_opts.push_back(absl::StrCat("size=", val));
+    } else if (k == "tmpfs-mode") {
+      tmpfs_opts.push_back(absl::StrCat("mode=", val));
+    } else {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--mount: unknown key ", k));
+    }
+  }
+  if (m.type() == v1::Mount::TYPE_UNSPECIFIED) {
+    return absl::InvalidArgumentError("--mount: type=bind or type=tmpfs is needed");
+  }
+  if (m.type() == v1::Mount::TYPE_BIND &&
+      (m.source().empty() || m.source()[0] != '/')) {
+    return absl::InvalidArgumentError(
+        "--mount: a bind mount needs an absolute source=");
+  }
+  if (m.type() == v1::Mount::TYPE_TMPFS && !m.source().empty()) {
+    return absl::InvalidArgumentError("--mount: a tmpfs mount has no source");
+  }
+  if (m.type() == v1::Mount::TYPE_BIND && !tmpfs_opts.empty()) {
+    return absl::InvalidArgumentError(
+        "--mount: tmpfs-size and tmpfs-mode are for type=tmpfs");
+  }
+  m.set_options(absl::StrJoin(tmpfs_opts, ","));
+  if (absl::Status s = CheckTarget("--mount", m.target()); !s.ok()) return s;
+  return m;
+}
+
+absl::StatusOr<v1::Mount> ParseTmpfsFlag(absl::string_view v) {
+  std::pair<std::string, std::string> p = absl::StrSplit(v, absl::MaxSplits(':', 1));
+  v1::Mount m;
+  m.set_type(v1::Mount::TYPE_TMPFS);
+  m.set_target(p.first);
+  m.set_options(p.second);
+  if (absl::Status s = CheckTarget("--tmpfs", m.target()); !s.ok()) return s;
+  return m;
+}
+
+absl::StatusOr<UniqueFd> OpenBindSource(const v1::Mount& m,
+                                        absl::string_view field) {
+  if (m.source().empty() || m.source()[0] != '/') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".source: must be an absolute host path, got \"", m.source(),
+        "\""));
+  }
+  UniqueFd fd(open(m.source().c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  struct stat st;
+  if (!fd.valid() || fstat(fd.get(), &st) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".source: ", m.source(), ": ", strerror(errno)));
+  }
+  if (S_ISDIR(st.st_mode)) return fd;
+  if (!S_ISREG(st.st_mode)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".source: ", m.source(),
+        ": neither a directory nor a regular file"));
+  }
+  UniqueFd file(open(m.source().c_str(),
+                     (m.read_only() ? O_RDONLY : O_RDWR) | O_NOFOLLOW |
+                         O_NOCTTY | O_NONBLOCK | O_CLOEXEC));
+  if (!file.valid()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ".source: ", m.source(), ": ", strerror(errno)));
+  }
+  struct stat st2;
+  if (fstat(file.get(), &st2) != 0 || st2.st_ino != st.st_ino ||
+      st2.st_dev != st.st_dev) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ".source: ", m.source(), ": changed while opened"));
+  }
+  fcntl(file.get(), F_SETFL, 0);  // O_NONBLOCK was for the open only
+  return file;
+}
+
+}  // namespace sandboxd

@@ -23,6 +23,7 @@
 #include "sentry/fs/tmpfs.h"
 #include "sentry/fs/tty/terminal.h"
 #include "sentry/kernel/signalfd.h"
+#include "sentry/socket/host_socket.h"
 #include "sentry/socket/unix_socket.h"
 #include "sentry/state/fs_state.h"
 #include "sentry/state/kind_name.h"
@@ -143,6 +144,12 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
         if (auto* us = dynamic_cast<socket::UnixSocket*>(f.get())) {
           return SocketState::SaveUnixSocket(s, vfs, *us,
                                              rec->mutable_unix_socket());
+        }
+        if (auto* hs = dynamic_cast<socket::HostSocket*>(f.get())) {
+          // Its connection is the host's; what a restore makes of it
+          // (a listener bound again, a connection reset) is not done yet.
+          return absl::UnimplementedError(absl::StrCat(
+              "save: ", hs->Describe(), " (hostinet) cannot be saved yet"));
         }
         if (auto* h = dynamic_cast<fs::HostFile*>(f.get())) {
           if (h->inherited_fd() < 0) {

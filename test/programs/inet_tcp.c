@@ -200,6 +200,7 @@ struct big_arg {
 };
 static void* big_reader(void* p) {
   struct big_arg* b = p;
+  usleep(200000);  /* the writer fills the small buffers first */
   static unsigned char buf[65536];
   for (;;) {
     ssize_t r = read(b->fd, buf, sizeof(buf));
@@ -213,7 +214,13 @@ static void* big_reader(void* p) {
 static void large_transfer(void) {
   addr_t a;
   int l = listener(AF_INET6, &a);
-  int c = connect_to(&a, 0);
+  /* Small buffers on both sides (the accepted socket inherits the
+   * listener's), so that the writer meets a full socket. */
+  int small = 65536;
+  setsockopt(l, SOL_SOCKET, SO_RCVBUF, &small, sizeof(small));
+  int c = socket(AF_INET6, SOCK_STREAM, 0);
+  setsockopt(c, SOL_SOCKET, SO_SNDBUF, &small, sizeof(small));
+  if (connect(c, (struct sockaddr*)&a.ss, a.len) != 0) c = -1;
   int s = accept(l, NULL, NULL);
   CHECK("large: connected", l >= 0 && c >= 0 && s >= 0);
   if (c < 0 || s < 0) return;

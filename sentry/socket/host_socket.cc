@@ -198,6 +198,57 @@ int64_t HostSocket::New(int family, int type, int protocol, bool nonblock,
   return 0;
 }
 
+int64_t HostSocket::NewReset(int family, int protocol, bool nonblock,
+                             std::shared_ptr<HostSocket>* out) {
+  if (family != AF_INET && family != AF_INET6) return -EAFNOSUPPORT;
+  // A listener of our own on loopback, port 0.
+  sockaddr_storage ss = {};
+  socklen_t len;
+  if (family == AF_INET) {
+    auto* in = reinterpret_cast<sockaddr_in*>(&ss);
+    in->sin_family = AF_INET;
+    in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    len = sizeof(*in);
+  } else {
+    auto* in6 = reinterpret_cast<sockaddr_in6*>(&ss);
+    in6->sin6_family = AF_INET6;
+    in6->sin6_addr = in6addr_loopback;
+    len = sizeof(*in6);
+  }
+  auto* sa = reinterpret_cast<sockaddr*>(&ss);
+  UniqueFd lst(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0));
+  if (!lst.valid()) return -errno;
+  if (::bind(lst.get(), sa, len) != 0 || ::listen(lst.get(), 1) != 0 ||
+      ::getsockname(lst.get(), sa, &len) != 0) {
+    return -errno;
+  }
+  UniqueFd c(::socket(family, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC,
+                      protocol));
+  if (!c.valid()) return -errno;
+  if (::connect(c.get(), sa, len) != 0 && errno != EINPROGRESS) return -errno;
+  // Loopback completes the handshake at once; a second is generous.
+  struct pollfd p = {lst.get(), POLLIN, 0};
+  if (::poll(&p, 1, 1000) != 1) return -ETIMEDOUT;
+  UniqueFd peer(::accept4(lst.get(), nullptr, nullptr, SOCK_CLOEXEC));
+  if (!peer.valid()) return -errno;
+  // Closed with a zero linger: an RST instead of a FIN.
+  struct linger lg = {1, 0};
+  if (::setsockopt(peer.get(), SOL_SOCKET, SO_LINGER, &lg, sizeof(lg)) != 0) {
+    return -errno;
+  }
+  peer.reset();
+  p = {c.get(), POLLIN, 0};
+  for (int i = 0; i < 100; i++) {
+    if (::poll(&p, 1, 10) < 0 && errno != EINTR) return -errno;
+    if (p.revents & POLLERR) break;
+  }
+  if (!(p.revents & POLLERR)) return -ETIMEDOUT;
+  out->reset(new HostSocket(std::move(c), family, SOCK_STREAM, protocol,
+                            nonblock));
+  (*out)->connected_ = true;
+  return 0;
+}
+
 HostSocket::HostSocket(UniqueFd fd, int family, int type, int protocol,
                        bool nonblock)
     : fd_(std::move(fd)),
@@ -334,7 +385,9 @@ int64_t HostSocket::Bind(const SocketContext& ctx, const std::string& addr) {
 }
 
 int64_t HostSocket::Listen(const SocketContext& ctx, int backlog) {
-  return ::listen(fd_.get(), backlog) != 0 ? -errno : 0;
+  if (::listen(fd_.get(), backlog) != 0) return -errno;
+  backlog_ = backlog;
+  return 0;
 }
 
 int64_t HostSocket::Accept(const SocketContext& ctx, bool new_nonblocking,
@@ -352,8 +405,10 @@ int64_t HostSocket::Accept(const SocketContext& ctx, bool new_nonblocking,
     if (nfd >= 0) {
       peer->assign(reinterpret_cast<const char*>(&ss),
                    std::min<size_t>(len, sizeof(ss)));
-      out->reset(new HostSocket(UniqueFd(nfd), family_, type_, protocol_,
-                                new_nonblocking));
+      std::shared_ptr<HostSocket> conn(new HostSocket(
+          UniqueFd(nfd), family_, type_, protocol_, new_nonblocking));
+      conn->connected_ = true;
+      *out = std::move(conn);
       return 0;
     }
     if (errno == EINTR) continue;
@@ -366,9 +421,11 @@ int64_t HostSocket::Accept(const SocketContext& ctx, bool new_nonblocking,
 int64_t HostSocket::Connect(const SocketContext& ctx, const std::string& addr) {
   if (::connect(fd_.get(), reinterpret_cast<const sockaddr*>(addr.data()),
                 addr.size()) == 0) {
+    connected_ = true;
     return 0;
   }
   const int e = errno;
+  if (e == EINPROGRESS) connected_ = true;
   if (e != EINPROGRESS || nonblock_) return -e;
   absl::Duration timeout;
   {

@@ -34,6 +34,10 @@
 #include "sentry/socket/socket.h"
 #include "sentry/waiter/event_source.h"
 
+namespace sandboxd::state {
+struct SocketState;
+}  // namespace sandboxd::state
+
 namespace sandboxd::socket {
 
 // The interface ioctls every socket answers (Linux's sock_ioctl hands them
@@ -54,6 +58,14 @@ class HostSocket : public Socket, public waiter::EventSource {
                      std::shared_ptr<HostSocket>* out);
   // Whether New serves `family` at all.
   static bool Serves(int family);
+  // A TCP socket of `family` (AF_INET, AF_INET6) whose connection was
+  // reset, as a restored connection is (sentry/state/README.md): the host
+  // socket connects to a listener of its own on the namespace's loopback,
+  // whose side then closes with SO_LINGER 0. Its first read or write
+  // fails with ECONNRESET, later reads give 0 and writes EPIPE; poll sees
+  // POLLERR|POLLHUP. -errno if the namespace's loopback cannot do that.
+  static int64_t NewReset(int family, int protocol, bool nonblock,
+                          std::shared_ptr<HostSocket>* out);
 
   ~HostSocket() override;
 
@@ -99,6 +111,8 @@ class HostSocket : public Socket, public waiter::EventSource {
   std::string Describe();
 
  private:
+  friend struct ::sandboxd::state::SocketState;  // checkpoint save and load
+
   HostSocket(UniqueFd fd, int family, int type, int protocol, bool nonblock);
 
   // Waits until the host socket has one of `events` (or an error or a
@@ -120,6 +134,11 @@ class HostSocket : public Socket, public waiter::EventSource {
   const int protocol_;
   const uint64_t ino_;
   std::atomic<bool> nonblock_;
+  // Set once connect(2) started a connection (returned 0, EINPROGRESS or
+  // was interrupted) or accept(2) made the socket: a restore resets it.
+  std::atomic<bool> connected_{false};
+  // listen(2)'s backlog: a restored listener listens with it again.
+  std::atomic<int> backlog_{0};
   // SO_RCVTIMEO, SO_SNDTIMEO: kept here, since the host socket never
   // blocks. InfiniteDuration: none.
   absl::Mutex mu_;

@@ -305,6 +305,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(Prewarmed pw,
   RETURN_IF_ERROR(sb->MountDev());
   RETURN_IF_ERROR(
       sb->MountProc(LimitCpus(std::move(pw.host), cpus), lim.memory_bytes));
+  RETURN_IF_ERROR(sb->WriteEtcFiles(config.etc_files));
   clock->Mark(Stage::kFilesystems);
 
   ASSIGN_OR_RETURN(sb->init_fs_, sb->NewFsContext(config.init.cwd));
@@ -458,6 +459,40 @@ absl::Status Sandbox::MountDev() {
   shm_ = std::make_unique<fs::TmpFs>(&kernel_->memory_file(), shm_opts);
   r = vfs.MountAt(shm, shm_->Root(), "tmpfs", "shm", false);
   if (r < 0) return SetupError("mounting tmpfs on /dev/shm", -r);
+  return absl::OkStatus();
+}
+
+absl::Status Sandbox::WriteEtcFiles(
+    const std::vector<std::pair<std::string, std::string>>& files) {
+  if (files.empty()) return absl::OkStatus();
+  fs::Vfs& vfs = *vfs_;
+  fs::Location etc;
+  int r = vfs.Lookup(vfs.Root(), "etc", &etc);
+  if (r == -ENOENT) return absl::OkStatus();
+  if (r < 0) return SetupError("looking up /etc", -r);
+  for (const auto& [name, content] : files) {
+    const std::string path = absl::StrCat("/etc/", name);
+    fs::Location old;
+    r = vfs.Lookup(etc, name, &old);
+    if (r == 0) r = vfs.Unlink(etc, name, false);
+    if (r < 0 && r != -ENOENT) {
+      return SetupError(absl::StrCat("replacing ", path), -r);
+    }
+    fs::CreateRequest req;
+    req.type = S_IFREG;
+    req.mode = 0644;
+    fs::Location loc;
+    r = vfs.Create(etc, name, req, &loc);
+    if (r < 0) return SetupError(absl::StrCat("creating ", path), -r);
+    std::shared_ptr<fs::File> f;
+    r = loc.dentry->inode()->Open(O_WRONLY, &f);
+    if (r < 0) return SetupError(absl::StrCat("opening ", path), -r);
+    int64_t n = f->Write(content.data(), content.size(), -1, fs::IoContext{});
+    if (n != static_cast<int64_t>(content.size())) {
+      return SetupError(absl::StrCat("writing ", path),
+                        n < 0 ? static_cast<int>(-n) : EIO);
+    }
+  }
   return absl::OkStatus();
 }
 

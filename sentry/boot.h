@@ -31,6 +31,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -140,6 +141,11 @@ struct SandboxConfig {
   std::string hostname = "sandbox";
   Limits limits;
   bool strace = false;  // print every syscall to stderr
+  // Files of the sandbox's /etc written over the rootfs's before the
+  // program starts (name in /etc, content), in the overlay's upper layer:
+  // the network mode's hosts and resolv.conf (sentry run). Nothing is
+  // written when the rootfs has no /etc.
+  std::vector<std::pair<std::string, std::string>> etc_files;
 };
 
 // A restore: the image, and what the caller gives anew (the rootfs
@@ -273,6 +279,10 @@ class Sandbox {
       Prewarmed& pw, const std::string& hostname, const Limits& lim,
       bool strace, Stdio& stdio);
   absl::Status MountDev();
+  // SandboxConfig::etc_files into /etc (replacing what is there, a
+  // symlink included).
+  absl::Status WriteEtcFiles(
+      const std::vector<std::pair<std::string, std::string>>& files);
   absl::Status MountProc(fs::proc::HostInfo host, uint64_t memory_limit);
   // devfs with devpts in it; procfs over the kernel (unmounted).
   void MakeDev();

@@ -351,7 +351,7 @@ void RemoveRunCgroups(const RunCgroups& cg) {
 
 }  // namespace
 
-absl::Status ContainInPidNamespace() {
+absl::Status ContainInPidNamespace(bool own_network) {
   const uid_t uid = geteuid();
   const gid_t gid = getegid();
   if (uid != 0) {
@@ -368,8 +368,10 @@ absl::Status ContainInPidNamespace() {
                               absl::StrCat(gid, " ", gid, " 1\n")));
   }
   // A network namespace of its own, with loopback only (hostinet's
-  // sockets live there); the pid namespace alone where it cannot be made.
-  const bool own_net = unshare(CLONE_NEWPID | CLONE_NEWNET) == 0;
+  // sockets live there); the pid namespace alone where it cannot be made
+  // or is not wanted (--network=host).
+  const bool own_net =
+      own_network && unshare(CLONE_NEWPID | CLONE_NEWNET) == 0;
   const int net_errno = errno;
   if (!own_net && unshare(CLONE_NEWPID) != 0) {
     return ErrnoStatus("unshare of a pid namespace", errno);
@@ -379,7 +381,7 @@ absl::Status ContainInPidNamespace() {
       fprintf(stderr, "sentry: the sandbox's network namespace: %s\n",
               std::string(s.message()).c_str());
     }
-  } else {
+  } else if (own_network) {
     fprintf(stderr,
             "sentry: no network namespace of its own (errno %d): the "
             "sandbox's sockets are in the caller's\n",

@@ -76,14 +76,16 @@ absl::Status PrepareNetwork() {
 
 }  // namespace
 
-absl::Status EnterNamespaces() {
+absl::Status EnterNamespaces(bool own_network) {
   const uid_t uid = geteuid();
   const gid_t gid = getegid();
   // No pid namespace yet: see isolation.h.
-  if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
-              CLONE_NEWUTS) != 0) {
-    return ErrnoStatus("unshare of the user, mount, net, ipc and uts "
-                       "namespaces",
+  if (unshare(CLONE_NEWUSER | CLONE_NEWNS | (own_network ? CLONE_NEWNET : 0) |
+              CLONE_NEWIPC | CLONE_NEWUTS) != 0) {
+    return ErrnoStatus(own_network ? "unshare of the user, mount, net, ipc "
+                                     "and uts namespaces"
+                                   : "unshare of the user, mount, ipc and "
+                                     "uts namespaces",
                        errno);
   }
   // One id each, the Sentry's own, as uid/gid 0 inside. The Sentry never
@@ -92,7 +94,7 @@ absl::Status EnterNamespaces() {
   RETURN_IF_ERROR(WriteFile("/proc/self/uid_map", absl::StrCat("0 ", uid, " 1\n")));
   RETURN_IF_ERROR(WriteFile("/proc/self/setgroups", "deny"));
   RETURN_IF_ERROR(WriteFile("/proc/self/gid_map", absl::StrCat("0 ", gid, " 1\n")));
-  RETURN_IF_ERROR(PrepareNetwork());
+  if (own_network) RETURN_IF_ERROR(PrepareNetwork());
 
   // The holder keeps the capability to set the hostname (the Sentry drops
   // every capability before it has a thread) and nothing else.

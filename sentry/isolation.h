@@ -40,7 +40,9 @@
 
 namespace sandboxd::isolation {
 
-absl::Status EnterNamespaces();
+// own_network false: the caller's network namespace instead of a new one
+// (sentry serve --network=host).
+absl::Status EnterNamespaces(bool own_network = true);
 
 // `sentry run`'s containment: the rest of the run (the Sentry, its holder,
 // the systrap template and stubs) becomes a pid namespace of its own whose

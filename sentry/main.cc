@@ -154,6 +154,17 @@ void PlatformFlags(flags::FlagSet& fs, std::string* platform,
   fs.OnOff("isolation", &o.isolate,
            "new namespaces, an empty root, no capabilities (off: for "
            "debugging)");
+  fs.Func("network", "none|host",
+          "none (the default): a network namespace of the Sentry's own "
+          "with loopback only; host: the daemon's (NETWORK_MODE_HOST)",
+          [&o](absl::string_view v) {
+            if (v != "none" && v != "host") {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("--network wants none or host, got: ", v));
+            }
+            o.host_network = v == "host";
+            return absl::OkStatus();
+          });
   PlatformFlags(fs, &o.platform, &o.platform_options, &o.vdso_tsc,
                 &o.sentry_seccomp);
   std::vector<std::string> rest =

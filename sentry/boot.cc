@@ -470,6 +470,14 @@ absl::Status Sandbox::WriteEtcFiles(
   int r = vfs.Lookup(vfs.Root(), "etc", &etc);
   if (r == -ENOENT) return absl::OkStatus();
   if (r < 0) return SetupError("looking up /etc", -r);
+  // The files stand in for what a container runtime bind-mounts there:
+  // / and /etc keep the rootfs's times (the copy-up and the new entries
+  // would make them the boot's).
+  fs::Attr root_attr, etc_attr;
+  if (vfs.Root().dentry->inode()->GetAttr(&root_attr) < 0 ||
+      etc.dentry->inode()->GetAttr(&etc_attr) < 0) {
+    return SetupError("reading the times of / and /etc", EIO);
+  }
   for (const auto& [name, content] : files) {
     const std::string path = absl::StrCat("/etc/", name);
     fs::Location old;
@@ -492,6 +500,15 @@ absl::Status Sandbox::WriteEtcFiles(
       return SetupError(absl::StrCat("writing ", path),
                         n < 0 ? static_cast<int>(-n) : EIO);
     }
+  }
+  for (auto& [loc, attr] : {std::pair<fs::Location, fs::Attr>(vfs.Root(), root_attr),
+                            std::pair<fs::Location, fs::Attr>(etc, etc_attr)}) {
+    fs::SetAttrRequest req;
+    req.set_atime = req.set_mtime = true;
+    req.atime = attr.atime;
+    req.mtime = attr.mtime;
+    r = loc.dentry->inode()->SetAttr(req);
+    if (r < 0) return SetupError("setting the times of / and /etc back", -r);
   }
   return absl::OkStatus();
 }

@@ -9,23 +9,30 @@ namespace daemon {
 namespace {
 
 constexpr absl::string_view kPatchSuffix = "+patch";
+constexpr absl::string_view kHostNetSuffix = "+hostnet";
 
 }  // namespace
 
 std::string SentryKind::Key() const {
-  return systrap_patch ? absl::StrCat(platform, kPatchSuffix) : platform;
+  return absl::StrCat(platform, systrap_patch ? kPatchSuffix : "",
+                      host_network ? kHostNetSuffix : "");
 }
 
 SentryKind SentryKind::FromKey(absl::string_view key) {
   SentryKind k;
+  k.host_network = absl::ConsumeSuffix(&key, kHostNetSuffix);
   k.systrap_patch = absl::ConsumeSuffix(&key, kPatchSuffix);
   k.platform = std::string(key);
   return k;
 }
 
 std::vector<std::string> SentryKind::ServeFlags() const {
-  if (systrap_patch) return {absl::StrCat("--", systrap::kPatchFlag, "=on")};
-  return {};
+  std::vector<std::string> flags;
+  if (systrap_patch) {
+    flags.push_back(absl::StrCat("--", systrap::kPatchFlag, "=on"));
+  }
+  if (host_network) flags.push_back("--network=host");
+  return flags;
 }
 
 std::string SystrapPatchUnavailable() { return systrap::PatchingUnavailable(); }
@@ -34,6 +41,7 @@ absl::StatusOr<SentryKind> KindForSpec(const v1::SandboxSpec& spec,
                                        bool default_patch) {
   SentryKind k;
   k.platform = spec.platform();
+  k.host_network = spec.network() == v1::NETWORK_MODE_HOST;
   const v1::SystrapPatch patch = spec.systrap().patch();
   if (!v1::SystrapPatch_IsValid(patch)) {
     return absl::InvalidArgumentError(

@@ -1,5 +1,6 @@
-// What a Sentry is started for: its platform and the platform options that
-// are fixed when `sentry serve` starts (today systrap's syscall patching).
+// What a Sentry is started for: its platform, the platform options that
+// are fixed when `sentry serve` starts (today systrap's syscall patching)
+// and whether it runs in the daemon's network namespace (NETWORK_MODE_HOST).
 // The pool keeps warm Sentries per kind: a Create whose spec asks for
 // another kind than the pool's is a pool miss and starts one on the spot.
 #ifndef SANDBOXD_DAEMON_SENTRY_KIND_H_
@@ -19,15 +20,18 @@ namespace daemon {
 struct SentryKind {
   std::string platform = std::string(systrap::kPlatformName);  // registry.h
   bool systrap_patch = false;        // sentry serve --systrap-patch=on
+  bool host_network = false;         // sentry serve --network=host
 
-  // The pool's key: the platform, with "+patch" when patching is on
-  // ("systrap", "systrap+patch", "kvm"). FromKey(k.Key()) == k.
+  // The pool's key: the platform, with "+patch" when patching is on and
+  // "+hostnet" for the host's network ("systrap", "systrap+patch",
+  // "kvm+hostnet"). FromKey(k.Key()) == k.
   std::string Key() const;
   static SentryKind FromKey(absl::string_view key);
   // `sentry serve` flags beyond --platform.
   std::vector<std::string> ServeFlags() const;
   bool operator==(const SentryKind& o) const {
-    return platform == o.platform && systrap_patch == o.systrap_patch;
+    return platform == o.platform && systrap_patch == o.systrap_patch &&
+           host_network == o.host_network;
   }
 };
 

@@ -25,6 +25,23 @@ TEST(SentryKindTest, KeysRoundTrip) {
   EXPECT_TRUE((SentryKind{"systrap", false}).ServeFlags().empty());
 }
 
+TEST(SentryKindTest, HostNetworkIsAKindOfItsOwn) {
+  const SentryKind host{"systrap", true, true};
+  EXPECT_EQ(host.Key(), "systrap+patch+hostnet");
+  EXPECT_EQ(SentryKind::FromKey(host.Key()), host);
+  EXPECT_EQ(SentryKind::FromKey("kvm+hostnet"), (SentryKind{"kvm", false, true}));
+  EXPECT_EQ(host.ServeFlags(),
+            (std::vector<std::string>{"--systrap-patch=on", "--network=host"}));
+  v1::SandboxSpec spec = Spec("kvm", v1::SYSTRAP_PATCH_DEFAULT);
+  spec.set_network(v1::NETWORK_MODE_HOST);
+  auto k = KindForSpec(spec, false);
+  ASSERT_TRUE(k.ok()) << k.status();
+  EXPECT_TRUE(k->host_network);
+  EXPECT_EQ(k->Key(), "kvm+hostnet");
+  spec.set_network(v1::NETWORK_MODE_NONE);
+  EXPECT_FALSE(KindForSpec(spec, false)->host_network);
+}
+
 TEST(SentryKindTest, TheSpecOrTheDaemonsDefault) {
   const bool can = SystrapPatchUnavailable().empty();
   auto off = KindForSpec(Spec("systrap", v1::SYSTRAP_PATCH_OFF), true);

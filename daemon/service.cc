@@ -297,11 +297,6 @@ absl::Status Service::CreateSandbox(
     return absl::InvalidArgumentError(
         absl::StrCat("spec.network: unknown network mode ", spec.network()));
   }
-  if (spec.network() == v1::NETWORK_MODE_HOST) {
-    return absl::InvalidArgumentError(
-        "spec.network: NETWORK_MODE_HOST is refused: sandboxes have no host network by "
-        "design (each Sentry runs in a network namespace of its own); use NETWORK_MODE_NONE");
-  }
   const v1::Limits& lim = spec.limits();
   RETURN_IF_ERROR(ValidateLimits(lim, options_.policy.ranges, "spec.limits"));
   if (!have_cgroups_ && (lim.memory_bytes() || lim.cpu_millis() || lim.pids())) {

@@ -357,11 +357,12 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(Prewarmed pw,
   RETURN_IF_ERROR(
       sb->MountProc(LimitCpus(std::move(pw.host), cpus), lim.memory_bytes));
   RETURN_IF_ERROR(sb->MountSpec(config.mounts));
-  // Read-only once the mountpoints are made.
+  RETURN_IF_ERROR(sb->WriteEtcFiles(config.etc_files));
+  if (config.etc_hostname) RETURN_IF_ERROR(sb->WriteEtcHostname(config.hostname));
+  // Read-only once the mountpoints and /etc's files are made.
   if (config.read_only_root) sb->vfs_->Root().mount->read_only = true;
   clock->Mark(Stage::kFilesystems);
 
-  if (config.etc_hostname) RETURN_IF_ERROR(sb->WriteEtcHostname(config.hostname));
   ASSIGN_OR_RETURN(sb->init_fs_, sb->NewFsContext(config.init.cwd));
   ASSIGN_OR_RETURN(Loaded l, sb->Load(config.init, sb->init_fs_));
   clock->Mark(Stage::kLoad);
@@ -569,6 +570,57 @@ absl::Status Sandbox::MountDev() {
   shm_ = std::make_unique<fs::TmpFs>(&kernel_->memory_file(), shm_opts);
   r = vfs.MountAt(shm, shm_->Root(), "tmpfs", "shm", false);
   if (r < 0) return SetupError("mounting tmpfs on /dev/shm", -r);
+  return absl::OkStatus();
+}
+
+absl::Status Sandbox::WriteEtcFiles(
+    const std::vector<std::pair<std::string, std::string>>& files) {
+  if (files.empty()) return absl::OkStatus();
+  fs::Vfs& vfs = *vfs_;
+  fs::Location etc;
+  int r = vfs.Lookup(vfs.Root(), "etc", &etc);
+  if (r == -ENOENT) return absl::OkStatus();
+  if (r < 0) return SetupError("looking up /etc", -r);
+  // The files stand in for what a container runtime bind-mounts there:
+  // / and /etc keep the rootfs's times (the copy-up and the new entries
+  // would make them the boot's).
+  fs::Attr root_attr, etc_attr;
+  if (vfs.Root().dentry->inode()->GetAttr(&root_attr) < 0 ||
+      etc.dentry->inode()->GetAttr(&etc_attr) < 0) {
+    return SetupError("reading the times of / and /etc", EIO);
+  }
+  for (const auto& [name, content] : files) {
+    const std::string path = absl::StrCat("/etc/", name);
+    fs::Location old;
+    r = vfs.Lookup(etc, name, &old);
+    if (r == 0) r = vfs.Unlink(etc, name, false);
+    if (r < 0 && r != -ENOENT) {
+      return SetupError(absl::StrCat("replacing ", path), -r);
+    }
+    fs::CreateRequest req;
+    req.type = S_IFREG;
+    req.mode = 0644;
+    fs::Location loc;
+    r = vfs.Create(etc, name, req, &loc);
+    if (r < 0) return SetupError(absl::StrCat("creating ", path), -r);
+    std::shared_ptr<fs::File> f;
+    r = loc.dentry->inode()->Open(O_WRONLY, &f);
+    if (r < 0) return SetupError(absl::StrCat("opening ", path), -r);
+    int64_t n = f->Write(content.data(), content.size(), -1, fs::IoContext{});
+    if (n != static_cast<int64_t>(content.size())) {
+      return SetupError(absl::StrCat("writing ", path),
+                        n < 0 ? static_cast<int>(-n) : EIO);
+    }
+  }
+  for (auto& [loc, attr] : {std::pair<fs::Location, fs::Attr>(vfs.Root(), root_attr),
+                            std::pair<fs::Location, fs::Attr>(etc, etc_attr)}) {
+    fs::SetAttrRequest req;
+    req.set_atime = req.set_mtime = true;
+    req.atime = attr.atime;
+    req.mtime = attr.mtime;
+    r = loc.dentry->inode()->SetAttr(req);
+    if (r < 0) return SetupError("setting the times of / and /etc back", -r);
+  }
   return absl::OkStatus();
 }
 

@@ -31,6 +31,7 @@
 #include <optional>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
@@ -177,6 +178,11 @@ struct SandboxConfig {
   // /etc/hostname in the overlay says `hostname` (as docker's does), when
   // the rootfs has an /etc.
   bool etc_hostname = false;
+  // Files of the sandbox's /etc written over the rootfs's before the
+  // program starts (name in /etc, content), in the overlay's upper layer:
+  // the network mode's hosts and resolv.conf (sentry run). Nothing is
+  // written when the rootfs has no /etc.
+  std::vector<std::pair<std::string, std::string>> etc_files;
 };
 
 // A restore: the image, and what the caller gives anew (the rootfs
@@ -333,6 +339,10 @@ class Sandbox {
   absl::StatusOr<std::unique_ptr<fs::tty::PtyRelay>> RelayPty(
       std::shared_ptr<fs::tty::Pty> pty, UniqueFd host);
   absl::Status MountDev();
+  // SandboxConfig::etc_files into /etc (replacing what is there, a
+  // symlink included).
+  absl::Status WriteEtcFiles(
+      const std::vector<std::pair<std::string, std::string>>& files);
   absl::Status MountProc(fs::proc::HostInfo host, uint64_t memory_limit);
   // The spec's mounts, in order.
   absl::Status MountSpec(std::vector<MountConfig>& mounts);

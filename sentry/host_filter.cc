@@ -6,8 +6,11 @@
 #include <seccomp.h>
 #include <signal.h>
 #include <sys/mman.h>
+#include <linux/netlink.h>
+#include <netinet/in.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -76,15 +79,24 @@ constexpr int kAllowed[] = {
     // Waiting on descriptors: host sockets and pipes, the host poller.
     SYS_poll, SYS_ppoll, SYS_select, SYS_pselect6, SYS_epoll_create1,
     SYS_epoll_ctl, SYS_epoll_wait, SYS_epoll_pwait, SYS_epoll_pwait2,
-    // Sockets: hostinet (AF_INET/AF_INET6 in the Sentry's network
-    // namespace), the control channel, the stubs' sockets.
-    SYS_socket, SYS_socketpair, SYS_bind, SYS_listen, SYS_accept,
-    SYS_accept4, SYS_connect, SYS_sendto, SYS_recvfrom, SYS_sendmsg,
-    SYS_recvmsg, SYS_sendmmsg, SYS_recvmmsg, SYS_shutdown, SYS_getsockname,
-    SYS_getpeername, SYS_setsockopt, SYS_getsockopt,
+    // Sockets: hostinet (sentry/socket/host_socket.h: AF_INET, AF_INET6
+    // and NETLINK_ROUTE in the Sentry's network namespace), the control
+    // channel, the stubs' sockets. socket, socketpair, setsockopt and
+    // getsockopt are allowed below by argument.
+    SYS_bind, SYS_listen, SYS_accept, SYS_accept4, SYS_connect, SYS_sendto,
+    SYS_recvfrom, SYS_sendmsg, SYS_recvmsg, SYS_sendmmsg, SYS_recvmmsg,
+    SYS_shutdown, SYS_getsockname, SYS_getpeername,
     // Randomness: AT_RANDOM, getrandom(2) of the program.
     SYS_getrandom,
 };
+
+// The families socket(2) may create: AF_UNIX (the Sentry's own channels)
+// and hostinet's. AF_NETLINK only with NETLINK_ROUTE (the rule below).
+constexpr int kSocketFamilies[] = {AF_UNIX, AF_INET, AF_INET6};
+// The option levels hostinet passes on (its allow-list, host_socket.cc,
+// names the options within them).
+constexpr int kSockoptLevels[] = {SOL_SOCKET, IPPROTO_IP, IPPROTO_IPV6,
+                                  IPPROTO_TCP, SOL_NETLINK};
 
 // The kernel's clone flags of pthread_create; a clone without
 // CLONE_THREAD would be a new host process.
@@ -113,6 +125,25 @@ absl::StatusOr<Program> Build() {
   for (uint64_t type : {uint64_t{S_IFIFO}, uint64_t{S_IFSOCK}}) {
     scmp_arg_cmp node = SCMP_A2(SCMP_CMP_MASKED_EQ, S_IFMT, type);
     RETURN_IF_ERROR(Rule(ctx.get(), SCMP_ACT_ALLOW, SYS_mknodat, 1, &node));
+  }
+  // Sockets by argument. The int arguments are compared in their low 32
+  // bits (the kernel ignores the rest).
+  for (int family : kSocketFamilies) {
+    scmp_arg_cmp fam = SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffff,
+                               static_cast<uint32_t>(family));
+    RETURN_IF_ERROR(Rule(ctx.get(), SCMP_ACT_ALLOW, SYS_socket, 1, &fam));
+  }
+  scmp_arg_cmp netlink[] = {
+      SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffff, AF_NETLINK),
+      SCMP_A2(SCMP_CMP_MASKED_EQ, 0xffffffff, NETLINK_ROUTE)};
+  RETURN_IF_ERROR(Rule(ctx.get(), SCMP_ACT_ALLOW, SYS_socket, 2, netlink));
+  scmp_arg_cmp unix_pair = SCMP_A0(SCMP_CMP_MASKED_EQ, 0xffffffff, AF_UNIX);
+  RETURN_IF_ERROR(Rule(ctx.get(), SCMP_ACT_ALLOW, SYS_socketpair, 1, &unix_pair));
+  for (int level : kSockoptLevels) {
+    scmp_arg_cmp lv = SCMP_A1(SCMP_CMP_MASKED_EQ, 0xffffffff,
+                              static_cast<uint32_t>(level));
+    RETURN_IF_ERROR(Rule(ctx.get(), SCMP_ACT_ALLOW, SYS_setsockopt, 1, &lv));
+    RETURN_IF_ERROR(Rule(ctx.get(), SCMP_ACT_ALLOW, SYS_getsockopt, 1, &lv));
   }
 
   // seccomp_export_bpf writes to a descriptor (libseccomp 2.5): a memfd.

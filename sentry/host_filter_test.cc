@@ -6,6 +6,9 @@
 #include <fcntl.h>
 #include <stdlib.h>
 #include <sys/stat.h>
+#include <linux/netlink.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/sysmacros.h>
 #include <unistd.h>
@@ -113,6 +116,52 @@ TEST(HostFilterTest, ForkAndExecTrap) {
         _exit(0);
       },
       ::testing::KilledBySignal(SIGABRT), "host syscall 59 \\(execve\\)");
+}
+
+// hostinet's families and option levels pass; other families, netlink
+// protocols and levels trap.
+TEST(HostFilterTest, SocketsByFamilyAndLevel) {
+  EXPECT_EXIT(
+      {
+        Load();
+        int s4 = socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK, 0);
+        int s6 = socket(AF_INET6, SOCK_DGRAM, 0);
+        int nl = socket(AF_NETLINK, SOCK_RAW, NETLINK_ROUTE);
+        int one = 1;
+        if (s4 < 0 || s6 < 0 || nl < 0) _exit(4);
+        if (setsockopt(s4, IPPROTO_TCP, 1 /* TCP_NODELAY */, &one,
+                       sizeof(one)) != 0) {
+          _exit(5);
+        }
+        int sv[2];
+        if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv) != 0) _exit(6);
+        _exit(0);
+      },
+      ::testing::ExitedWithCode(0), "");
+  EXPECT_EXIT(
+      {
+        Load();
+        socket(AF_PACKET, SOCK_RAW, 0);
+        _exit(0);
+      },
+      ::testing::KilledBySignal(SIGABRT), "host syscall 41 \\(socket\\)");
+  EXPECT_EXIT(
+      {
+        Load();
+        socket(AF_NETLINK, SOCK_RAW, NETLINK_AUDIT);
+        _exit(0);
+      },
+      ::testing::KilledBySignal(SIGABRT), "host syscall 41 \\(socket\\)");
+  EXPECT_EXIT(
+      {
+        Load();
+        int s = socket(AF_INET, SOCK_DGRAM, 0);
+        int v = 0;
+        setsockopt(s, SOL_RAW, 1, &v, sizeof(v));
+        _exit(0);
+      },
+      ::testing::KilledBySignal(SIGABRT),
+      "host syscall 54 \\(setsockopt\\)");
 }
 
 }  // namespace

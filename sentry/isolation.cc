@@ -16,6 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -57,16 +58,34 @@ absl::Status LoopbackUp() {
   return absl::OkStatus();
 }
 
+// The sandbox's network namespace, made ready for hostinet: loopback up,
+// and the host checks that stand in the way of the sandbox's own lifted
+// (the Sentry keeps no capability, yet a program that is root in the
+// sandbox binds port 80: the Sentry checks CAP_NET_BIND_SERVICE itself,
+// sys_socket.cc; ping sockets are the host's to allow, here for every
+// group). Preconditions: CAP_NET_ADMIN in the namespace.
+absl::Status PrepareNetwork() {
+  RETURN_IF_ERROR(LoopbackUp());
+  RETURN_IF_ERROR(
+      WriteFile("/proc/sys/net/ipv4/ip_unprivileged_port_start", "0\n"));
+  // Not every kernel has it; nothing else depends on it.
+  WriteFile("/proc/sys/net/ipv4/ping_group_range", "0 2147483647\n")
+      .IgnoreError();
+  return absl::OkStatus();
+}
+
 }  // namespace
 
-absl::Status EnterNamespaces() {
+absl::Status EnterNamespaces(bool own_network) {
   const uid_t uid = geteuid();
   const gid_t gid = getegid();
   // No pid namespace yet: see isolation.h.
-  if (unshare(CLONE_NEWUSER | CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC |
-              CLONE_NEWUTS) != 0) {
-    return ErrnoStatus("unshare of the user, mount, net, ipc and uts "
-                       "namespaces",
+  if (unshare(CLONE_NEWUSER | CLONE_NEWNS | (own_network ? CLONE_NEWNET : 0) |
+              CLONE_NEWIPC | CLONE_NEWUTS) != 0) {
+    return ErrnoStatus(own_network ? "unshare of the user, mount, net, ipc "
+                                     "and uts namespaces"
+                                   : "unshare of the user, mount, ipc and "
+                                     "uts namespaces",
                        errno);
   }
   // One id each, the Sentry's own, as uid/gid 0 inside. The Sentry never
@@ -75,7 +94,7 @@ absl::Status EnterNamespaces() {
   RETURN_IF_ERROR(WriteFile("/proc/self/uid_map", absl::StrCat("0 ", uid, " 1\n")));
   RETURN_IF_ERROR(WriteFile("/proc/self/setgroups", "deny"));
   RETURN_IF_ERROR(WriteFile("/proc/self/gid_map", absl::StrCat("0 ", gid, " 1\n")));
-  RETURN_IF_ERROR(LoopbackUp());
+  if (own_network) RETURN_IF_ERROR(PrepareNetwork());
 
   // The holder keeps the capability to set the hostname (the Sentry drops
   // every capability before it has a thread) and nothing else.
@@ -334,7 +353,7 @@ void RemoveRunCgroups(const RunCgroups& cg) {
 
 }  // namespace
 
-absl::Status ContainInPidNamespace() {
+absl::Status ContainInPidNamespace(bool own_network) {
   const uid_t uid = geteuid();
   const gid_t gid = getegid();
   if (uid != 0) {
@@ -350,8 +369,25 @@ absl::Status ContainInPidNamespace() {
     RETURN_IF_ERROR(WriteFile("/proc/self/gid_map",
                               absl::StrCat(gid, " ", gid, " 1\n")));
   }
-  if (unshare(CLONE_NEWPID) != 0) {
+  // A network namespace of its own, with loopback only (hostinet's
+  // sockets live there); the pid namespace alone where it cannot be made
+  // or is not wanted (--network=host).
+  const bool own_net =
+      own_network && unshare(CLONE_NEWPID | CLONE_NEWNET) == 0;
+  const int net_errno = errno;
+  if (!own_net && unshare(CLONE_NEWPID) != 0) {
     return ErrnoStatus("unshare of a pid namespace", errno);
+  }
+  if (own_net) {
+    if (absl::Status s = PrepareNetwork(); !s.ok()) {
+      fprintf(stderr, "sentry: the sandbox's network namespace: %s\n",
+              std::string(s.message()).c_str());
+    }
+  } else if (own_network) {
+    fprintf(stderr,
+            "sentry: no network namespace of its own (errno %d): the "
+            "sandbox's sockets are in the caller's\n",
+            net_errno);
   }
   sigset_t set, old;
   sigemptyset(&set);

@@ -40,7 +40,9 @@
 
 namespace sandboxd::isolation {
 
-absl::Status EnterNamespaces();
+// own_network false: the caller's network namespace instead of a new one
+// (sentry serve --network=host).
+absl::Status EnterNamespaces(bool own_network = true);
 
 // `sentry run`'s containment: the rest of the run (the Sentry, its holder,
 // the systrap template and stubs) becomes a pid namespace of its own whose
@@ -55,7 +57,10 @@ absl::Status EnterNamespaces();
 // its own (v2, and v1 pids and freezer) before the Sentry makes anything,
 // and kills and removes them at the end. Returns in the Sentry only.
 // Precondition: one thread.
-absl::Status ContainInPidNamespace();
+// own_network: a network namespace of its own too, with loopback up
+// (--network=none; where it cannot be made, the caller's, said on
+// stderr); false: the caller's (--network=host).
+absl::Status ContainInPidNamespace(bool own_network);
 absl::Status PivotToEmptyRoot();
 absl::Status DropCapabilities();
 

@@ -36,6 +36,7 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -154,6 +155,17 @@ void PlatformFlags(flags::FlagSet& fs, std::string* platform,
   fs.OnOff("isolation", &o.isolate,
            "new namespaces, an empty root, no capabilities (off: for "
            "debugging)");
+  fs.Func("network", "none|host",
+          "none (the default): a network namespace of the Sentry's own "
+          "with loopback only; host: the daemon's (NETWORK_MODE_HOST)",
+          [&o](absl::string_view v) {
+            if (v != "none" && v != "host") {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("--network wants none or host, got: ", v));
+            }
+            o.host_network = v == "host";
+            return absl::OkStatus();
+          });
   PlatformFlags(fs, &o.platform, &o.platform_options, &o.vdso_tsc,
                 &o.sentry_seccomp);
   std::vector<std::string> rest =
@@ -200,6 +212,9 @@ struct Options {
   std::string stats_json;
   // --contain=off: no pid namespace of its own (debugging).
   bool contain = true;
+  // --network=host: the caller's network namespace instead of one of the
+  // sandbox's own with loopback only (--network=none, the default).
+  bool host_network = false;
   // sentry restore: the image to run on from.
   bool restore = false;
   // --image=DIR: where --checkpoint-after writes, what restore reads.
@@ -432,6 +447,19 @@ Options ParseArgs(int argc, char** argv) {
   fs.String("stats-json", &o.stats_json, "PATH",
             "write the platform's counters (proto/platform_stats.proto as "
             "JSON) to PATH when the program is done");
+  fs.Func("network", "none|host",
+          "none (the default): a network namespace of the sandbox's own, "
+          "with loopback only; host: the caller's (an explicit opt-in). "
+          "/etc/hosts and /etc/resolv.conf follow: localhost only, or the "
+          "host's",
+          [&o](absl::string_view v) {
+            if (v != "none" && v != "host") {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("--network wants none or host, got: ", v));
+            }
+            o.host_network = v == "host";
+            return absl::OkStatus();
+          });
   fs.OnOff("contain", &o.contain,
            "run the Sentry as the init of a pid namespace of its own, so "
            "that every host process of the sandbox ends with it");
@@ -517,11 +545,57 @@ void PrintStages(const char* what, const StageClock& c) {
   fputs(line.c_str(), stderr);
 }
 
+// A small host file's content (at most 1 MiB); false if it cannot be read.
+bool ReadHostFile(const std::string& path, std::string* out) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return false;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(fd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    if (n == 0) return true;
+    out->append(buf, n);
+    if (out->size() > (1 << 20)) return false;
+  }
+}
+
+// /etc/hosts and /etc/resolv.conf of the network mode. none: localhost
+// (and the sandbox's host name on 127.0.1.1, as Debian's installer
+// writes it) and no name server (the namespace reaches none); host: the
+// host's own files, whatever the rootfs holds (a file the host does not
+// have is left as the rootfs has it).
+std::vector<std::pair<std::string, std::string>> NetworkEtcFiles(
+    const Options& o) {
+  std::vector<std::pair<std::string, std::string>> files;
+  if (!o.host_network) {
+    files.emplace_back(
+        "hosts", absl::StrCat("127.0.0.1\tlocalhost\n"
+                              "::1\tlocalhost ip6-localhost ip6-loopback\n"
+                              "127.0.1.1\t", o.hostname, "\n"));
+    files.emplace_back("resolv.conf",
+                       "# sentry run --network=none: loopback only, no name "
+                       "server\n");
+    return files;
+  }
+  for (const char* name : {"hosts", "resolv.conf"}) {
+    std::string content;
+    if (ReadHostFile(absl::StrCat("/etc/", name), &content)) {
+      files.emplace_back(name, std::move(content));
+    }
+  }
+  return files;
+}
+
 int Run(const Options& o) {
   // First, while single-threaded: every host process of the sandbox in
   // one pid namespace, ended with the Sentry (isolation.h).
+  // The network mode's /etc files, read while the host's are in reach.
+  std::vector<std::pair<std::string, std::string>> etc_files =
+      NetworkEtcFiles(o);
   if (o.contain) {
-    if (absl::Status s = isolation::ContainInPidNamespace(); !s.ok()) {
+    if (absl::Status s = isolation::ContainInPidNamespace(!o.host_network);
+        !s.ok()) {
       fprintf(stderr,
               "sentry: not contained in a pid namespace of its own: %s\n",
               std::string(s.message()).c_str());
@@ -622,6 +696,7 @@ int Run(const Options& o) {
     config.hostname = o.hostname;
     config.strace = o.strace;
     config.limits = o.limits;
+    config.etc_files = std::move(etc_files);
     sb = boot::Sandbox::Create(std::move(*pw), std::move(config),
                                std::move(stdio), &clock);
     if (!sb.ok()) {

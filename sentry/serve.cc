@@ -153,11 +153,12 @@ absl::StatusOr<boot::Stdio> StdioFromFds(std::vector<UniqueFd>& fds,
 class Server {
  public:
   Server(control::Channel ch, boot::Prewarmed pw, bool isolated,
-         std::string platform)
+         std::string platform, bool host_network)
       : ch_(std::make_unique<control::Channel>(std::move(ch))),
         pw_(std::move(pw)),
         isolated_(isolated),
-        platform_(std::move(platform)) {}
+        platform_(std::move(platform)),
+        host_network_(host_network) {}
 
   // Serves requests until Destroy or the channel's end; never returns.
   [[noreturn]] void Loop();
@@ -257,6 +258,7 @@ class Server {
   std::optional<boot::Prewarmed> pw_;  // consumed by Start
   const bool isolated_;                 // in namespaces of its own
   const std::string platform_;          // what Prewarm made (registry.h)
+  const bool host_network_;             // serve --network=host
   // Lives until the process exits (boot.h); pending waits point into it.
   boot::Sandbox* sandbox_ = nullptr;
 
@@ -484,10 +486,14 @@ void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
       return absl::InvalidArgumentError(absl::StrCat(
           "platform ", want, " is not this Sentry's (", platform_, ")"));
     }
-    if (spec.network() == v1::NETWORK_MODE_HOST) {
+    if ((spec.network() == v1::NETWORK_MODE_HOST) != host_network_) {
       return absl::InvalidArgumentError(
-          "network=host is not available: a warm Sentry has its own network "
-          "namespace");
+          host_network_ ? "this Sentry is in the daemon's network namespace "
+                          "(serve --network=host): it serves only "
+                          "network=host"
+                        : "network=host needs a Sentry started with "
+                          "--network=host: this one has its own network "
+                          "namespace");
     }
     ASSIGN_OR_RETURN(config.init, ProcessFromSpec(spec.process()));
     ASSIGN_OR_RETURN(config.mounts, TakeMounts(spec, fds));
@@ -945,8 +951,10 @@ int Serve(const Options& o) {
   popts.populate_bytes = 8ull << 20;
   popts.sentry_seccomp = o.sentry_seccomp;
   if (o.isolate) {
-    popts.isolate = [](StageClock* clock) -> absl::Status {
-      RETURN_IF_ERROR(Annotate(isolation::EnterNamespaces(), "namespaces"));
+    const bool own_network = !o.host_network;
+    popts.isolate = [own_network](StageClock* clock) -> absl::Status {
+      RETURN_IF_ERROR(
+          Annotate(isolation::EnterNamespaces(own_network), "namespaces"));
       clock->Mark(Stage::kNamespaces);
       RETURN_IF_ERROR(Annotate(isolation::PivotToEmptyRoot(), "empty root"));
       clock->Mark(Stage::kPivotRoot);
@@ -972,7 +980,8 @@ int Serve(const Options& o) {
     return 125;
   }
   // Lives until _exit: request threads may outlive Loop's stack frame.
-  Server* server = new Server(std::move(ch), std::move(*pw), o.isolate, o.platform);
+  Server* server = new Server(std::move(ch), std::move(*pw), o.isolate, o.platform,
+                              o.host_network);
   server->Loop();
 }
 

@@ -31,6 +31,10 @@ struct Options {
   // New namespaces, an empty root, no capabilities (isolation.h);
   // --isolation=off for debugging.
   bool isolate = true;
+  // --network=host: the daemon's network namespace instead of one of the
+  // Sentry's own (EnterNamespaces); it then serves only specs with
+  // NETWORK_MODE_HOST, and the others only specs without.
+  bool host_network = false;
   // The Sentry's seccomp filter (host_filter.h); --sentry-seccomp=off for
   // debugging.
   bool sentry_seccomp = true;

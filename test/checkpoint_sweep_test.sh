@@ -107,6 +107,12 @@ PAIRED_CLOCK_READS=" vdso "
 # /proc/self/maps open across the checkpoint read without [stack], the
 # address space now being loaded before the descriptors.)
 KNOWN_BROKEN=" procfs "
+# Programs with hostinet sockets open: a restore resets TCP connections and
+# drops what the host had queued (datagrams, netlink replies), as gVisor
+# does (sentry/state/README.md, "hostinet sockets"), so the restored run's
+# output is not the native one's by design. test/checkpoint_test.sh checks
+# what the sockets become. Not swept unless named.
+RESET_AT_RESTORE=" inet_tcp inet_udp inet_names "
 
 not_checkpointed=""
 swept=0
@@ -122,6 +128,9 @@ for v in $VARIANTS; do
       continue
     elif [[ "$KNOWN_BROKEN" == *" $prog "* ]]; then
       echo "# $prog.$v: not swept (known broken: see KNOWN_BROKEN)"
+      continue
+    elif [[ "$RESET_AT_RESTORE" == *" $prog "* ]]; then
+      echo "# $prog.$v: not swept (hostinet: connections reset at a restore)"
       continue
     fi
     args_of "$prog"

@@ -13,6 +13,8 @@
 #     test/checkpoint/vfork.py (saved between a vfork and its exec),
 #     test/checkpoint/sqlite.sh (sqlite3 with a database open in /tmp),
 #     test/checkpoint/inotify.py (an inotify watch across the restore);
+#   - hostinet sockets (test/checkpoint/inet.py): restored, listeners
+#     listen again, a connection is reset, a UDP socket is bound again;
 #   - a host descriptor other than stdio: the checkpoint fails naming it;
 #   - with --systrap-patch=on: the restored run's output goes on;
 #   - one image restored three times gives equal, independent runs: pages
@@ -85,6 +87,29 @@ else
 fi
 # An inotify watch on a /tmp directory: events keep coming after a restore.
 run_case inotify 400ms "$PY" "$here/checkpoint/inotify.py"
+
+# hostinet sockets (test/checkpoint/inet.py): run on, the program sees its
+# connection and listeners as they were; restored, the connection is reset
+# (ECONNRESET, then EOF and EPIPE), the IPv4 and IPv6 listeners listen on
+# the same addresses with their options and accept new clients, the bound
+# UDP socket receives on its address.
+capture 60 "$SENTRY" run --rootfs=/ --checkpoint-after=500ms \
+  --image="$tmp/inet.img" --leave-running -- "$PY" "$here/checkpoint/inet.py"
+cp "$tmp/out" "$tmp/inet.orig"
+check "inet: the checkpointed run exits 0 ($(head -c 200 "$tmp/err"))" \
+  eq "$status" 0
+check "inet: the checkpoint was taken" contains "$tmp/err" "stdout at"
+check "inet: run on, the data arrives" contains "$tmp/inet.orig" \
+  "server recv first b'ping'"
+capture 60 "$SENTRY" restore --rootfs=/ --image="$tmp/inet.img"
+check "inet: the restore exits 0 ($(head -c 200 "$tmp/err"))" eq "$status" 0
+for want in "same names: True" "listener6 V6ONLY: 1" \
+  "listener REUSEADDR: True" "server recv first ECONNRESET" \
+  "server recv second b''" "client send first ECONNRESET" \
+  "client send second EPIPE" "listener accepted: b'hello listener'" \
+  "listener6 accepted: b'hello listener6'" "udp got: b'dgram'" "done"; do
+  check "inet: restored: $want" grep -qxF "$want" "$tmp/out"
+done
 
 # A host descriptor other than stdio (a reopen of stdout through
 # /proc/self/fd) cannot be saved: the checkpoint fails naming the process,

@@ -21,6 +21,7 @@ SENTRY=$(readlink -f "$3")
 make_tmp sandboxctl_test
 SOCK=$tmp/sandboxd.sock
 CHECK_OUT_BYTES=400
+PY=/usr/bin/python3
 
 # ctl ARGS...: runs sandboxctl with stdin from $IN (default /dev/null);
 # sets $status, $tmp/out, $tmp/err.
@@ -87,11 +88,43 @@ check "run --rm missing program: exit 127" eq "$status" 127
 check "run --rm missing program: one line on stderr" eq "$(lines "$tmp/err")" 1
 check "run --rm missing program: nothing on stdout" eq "$(lines "$tmp/out")" 0
 
-ctl run --rm --network=host -- /bin/true
-check "run --network=host: refused, exit 125" eq "$status" 125
-check "run --network=host: one line on stderr" eq "$(lines "$tmp/err")" 1
-check "run --network=host: names the field" contains "$tmp/err" "spec.network: NETWORK_MODE_HOST"
-check "run --network=host: says why" contains "$tmp/err" "no host network by design"
+# --network=host: the sandbox's sockets are in the daemon's network
+# namespace (a Sentry of the kind "+hostnet"); by default (none) in the
+# Sentry's own, where a server on the daemon's loopback is not reachable.
+rm -f "$tmp/port"
+"$PY" -c '
+import os, socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(8)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(s.getsockname()[1]))
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+while True:
+    c, _ = s.accept()
+    c.sendall(b"host server\n")
+    c.close()
+' "$tmp/port" 2>/dev/null &
+server_pid=$!
+on_exit "stop_pid $server_pid"
+for _ in $(seq 1 100); do [ -s "$tmp/port" ] && break; sleep 0.05; done
+client='
+import errno, socket, sys
+c = socket.socket()
+c.settimeout(10)
+try:
+    c.connect(("127.0.0.1", int(sys.argv[1])))
+    print(c.recv(64).decode().strip())
+except OSError as e:
+    print(errno.errorcode.get(e.errno, e.errno))
+'
+ctl run --rm --network=host -- "$PY" -c "$client" "$(cat "$tmp/port")"
+check "run --network=host: exit 0" eq "$status" 0
+check "run --network=host: a server on the daemon's loopback answers" \
+  eq "$(cat "$tmp/out")" "host server"
+ctl run --rm -- "$PY" -c "$client" "$(cat "$tmp/port")"
+check "run (network none): that server is not reachable" \
+  eq "$(cat "$tmp/out")" "ECONNREFUSED"
 
 seq 1 50000 >"$tmp/in"
 IN=$tmp/in ctl run --rm -i -- /usr/bin/wc -l

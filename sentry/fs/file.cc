@@ -9,6 +9,8 @@
 #include <poll.h>
 #include <sys/stat.h>
 #include <sys/ioctl.h>
+#include <net/if.h>
+#include <linux/sockios.h>
 #include <termios.h>
 #include <dirent.h>
 #include <unistd.h>
@@ -162,11 +164,22 @@ int64_t IoctlArgSize(uint64_t request, bool* copy_in, bool* copy_out) {
       *copy_out = true;
       return sizeof(struct winsize);
     case FIONREAD:
+    case TIOCOUTQ:     // SIOCOUTQ on sockets
+    case 0x8905:       // SIOCATMARK
       *copy_out = true;
       return sizeof(int);
     case TIOCGPGRP:
       *copy_out = true;
       return sizeof(pid_t);
+    // The sockets' SIOCGIF* requests (socket/host_socket.h): a struct
+    // ifreq in and out.
+    case SIOCGIFNAME: case SIOCGIFFLAGS: case SIOCGIFADDR:
+    case SIOCGIFDSTADDR: case SIOCGIFBRDADDR: case SIOCGIFNETMASK:
+    case SIOCGIFMETRIC: case SIOCGIFMTU: case SIOCGIFHWADDR:
+    case SIOCGIFINDEX: case SIOCGIFTXQLEN:
+      *copy_in = true;
+      *copy_out = true;
+      return sizeof(struct ifreq);
     default:
       return -1;
   }

@@ -1,5 +1,7 @@
 #include "sentry/socket/unix_socket.h"
 
+#include "sentry/socket/host_socket.h"
+
 #include <errno.h>
 #include <fcntl.h>
 #include <sys/ioctl.h>
@@ -152,7 +154,8 @@ int64_t UnixSocket::Ioctl(uint64_t request, void* buf) {
       return 0;
     }
     default:
-      return -ENOTTY;
+      // glibc's if_nametoindex asks an AF_UNIX socket first.
+      return InterfaceIoctl(request, buf);
   }
 }
 

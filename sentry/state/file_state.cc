@@ -1,7 +1,7 @@
 // FsState: open files, SaveFile and LoadFile by kind: inode files, pipe
 // ends and inherited host files here; eventfd, timerfd and signalfd in
 // event_file_state.cc, epoll and inotify in their own files, ttys in
-// tty_state.cc, Unix sockets in socket_state.cc.
+// tty_state.cc, Unix and hostinet sockets in socket_state.cc.
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -23,6 +23,7 @@
 #include "sentry/fs/tmpfs.h"
 #include "sentry/fs/tty/terminal.h"
 #include "sentry/kernel/signalfd.h"
+#include "sentry/socket/host_socket.h"
 #include "sentry/socket/unix_socket.h"
 #include "sentry/state/fs_state.h"
 #include "sentry/state/kind_name.h"
@@ -153,6 +154,9 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
           return SocketState::SaveUnixSocket(s, vfs, *us,
                                              rec->mutable_unix_socket());
         }
+        if (auto* hs = dynamic_cast<socket::HostSocket*>(f.get())) {
+          return SocketState::SaveHostSocket(*hs, rec->mutable_host_socket());
+        }
         if (auto* h = dynamic_cast<fs::HostFile*>(f.get())) {
           if (h->inherited_fd() < 0) {
             return absl::UnimplementedError(absl::StrCat(
@@ -274,6 +278,8 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadFile(Loader& l,
             return TtyState::LoadConsoleFile(l, rec.console_file());
           case pb::File::kUnixSocket:
             return SocketState::LoadUnixSocket(l, vfs, rec.unix_socket());
+          case pb::File::kHostSocket:
+            return SocketState::LoadHostSocket(rec.host_socket());
           case pb::File::kHostFile: {
             const pb::HostFile& r = rec.host_file();
             const int fd = l.host_fd(r.host_fd());

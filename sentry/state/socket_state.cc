@@ -1,7 +1,10 @@
 #include "sentry/state/socket_state.h"
 
+#include <netinet/in.h>
+#include <netinet/tcp.h>
 #include <sys/socket.h>
 
+#include <cstring>
 #include <deque>
 #include <limits>
 #include <string>
@@ -38,6 +41,40 @@ int64_t SaveTimeout(absl::Duration d) {
 
 absl::Duration LoadTimeout(int64_t ns) {
   return ns < 0 ? absl::InfiniteDuration() : absl::Nanoseconds(ns);
+}
+
+// The options of a hostinet socket that a restore sets again, before the
+// bind: those a program sets to shape its socket's behaviour. Not the
+// buffer sizes: reading SO_RCVBUF/SO_SNDBUF gives the kernel's choice,
+// and setting it back would lock it (no more autotuning).
+struct SavedOption {
+  int level;
+  int name;
+};
+constexpr SavedOption kSavedOptions[] = {
+    {SOL_SOCKET, SO_REUSEADDR},   {SOL_SOCKET, SO_REUSEPORT},
+    {SOL_SOCKET, SO_KEEPALIVE},   {SOL_SOCKET, SO_BROADCAST},
+    {SOL_SOCKET, SO_OOBINLINE},   {SOL_SOCKET, SO_LINGER},
+    {IPPROTO_TCP, TCP_NODELAY},   {IPPROTO_TCP, TCP_KEEPIDLE},
+    {IPPROTO_TCP, TCP_KEEPINTVL}, {IPPROTO_TCP, TCP_KEEPCNT},
+    {IPPROTO_IP, IP_TOS},         {IPPROTO_IPV6, IPV6_V6ONLY},
+    {IPPROTO_IPV6, IPV6_TCLASS},
+};
+
+bool IsAnyAddress(const std::string& sa) {
+  if (sa.size() >= sizeof(sockaddr_in) &&
+      reinterpret_cast<const sockaddr*>(sa.data())->sa_family == AF_INET) {
+    sockaddr_in in;
+    std::memcpy(&in, sa.data(), sizeof(in));
+    return in.sin_port == 0 && in.sin_addr.s_addr == htonl(INADDR_ANY);
+  }
+  if (sa.size() >= sizeof(sockaddr_in6) &&
+      reinterpret_cast<const sockaddr*>(sa.data())->sa_family == AF_INET6) {
+    sockaddr_in6 in6;
+    std::memcpy(&in6, sa.data(), sizeof(in6));
+    return in6.sin6_port == 0 && IN6_IS_ADDR_UNSPECIFIED(&in6.sin6_addr);
+  }
+  return true;
 }
 
 // What a message is, copied out under its endpoint's lock.
@@ -156,6 +193,65 @@ absl::Status SocketState::SaveUnixSocket(Saver& s, const fs::Vfs& vfs,
   r->set_nonblock(sock.nonblocking());
   SaveCreds(sock.creator_, r->mutable_creator());
   r->set_reuseaddr(sock.reuseaddr_.load());
+  return absl::OkStatus();
+}
+
+absl::Status SocketState::SaveHostSocket(socket::HostSocket& sock,
+                                         pb::HostSocketFile* r) {
+  SBX_SAVED_SIZE(socket::HostSocket, 120);
+  r->set_family(sock.family_);
+  r->set_type(sock.type_);
+  r->set_protocol(sock.protocol_);
+  r->set_nonblock(sock.nonblock_.load());
+  {
+    absl::MutexLock l(&sock.mu_);
+    r->mutable_timeouts()->set_rcvtimeo_ns(SaveTimeout(sock.rcvtimeo_));
+    r->mutable_timeouts()->set_sndtimeo_ns(SaveTimeout(sock.sndtimeo_));
+  }
+  // fd_ is the host's socket, whose state is read here through it;
+  // queue_, watch_mu_ and watch_handle_ are waiters (pollers register
+  // again); ino_ is a new number at load, as every socket file's.
+  if (sock.family_ == AF_NETLINK) {
+    r->set_restore(pb::HOST_SOCKET_FRESH);
+    return absl::OkStatus();
+  }
+  socket::SocketContext ctx;
+  for (const SavedOption& o : kSavedOptions) {
+    std::vector<uint8_t> v(sizeof(struct linger));
+    // Options the socket's family or protocol does not take are skipped.
+    if (sock.GetSockOpt(ctx, o.level, o.name, &v) != 0) continue;
+    pb::HostSocketOption* opt = r->add_options();
+    opt->set_level(o.level);
+    opt->set_name(o.name);
+    opt->set_value(std::string(v.begin(), v.end()));
+  }
+  std::string local, peer;
+  if (int64_t e = sock.GetSockName(&local); e < 0) {
+    return absl::InternalError(
+        absl::StrCat("save: getsockname of ", sock.Describe(), ": errno ", -e));
+  }
+  int listening = 0;
+  socklen_t len = sizeof(listening);
+  if (getsockopt(sock.fd_.get(), SOL_SOCKET, SO_ACCEPTCONN, &listening,
+                 &len) != 0) {
+    return absl::InternalError(absl::StrCat(
+        "save: SO_ACCEPTCONN of ", sock.Describe(), ": errno ", errno));
+  }
+  if (listening) {
+    r->set_restore(pb::HOST_SOCKET_LISTENING);
+    r->set_local(local);
+    r->set_backlog(sock.backlog_.load());
+  } else if (sock.type_ == SOCK_STREAM && sock.connected_.load()) {
+    r->set_restore(pb::HOST_SOCKET_RESET);
+  } else if (!IsAnyAddress(local)) {
+    r->set_restore(pb::HOST_SOCKET_BOUND);
+    r->set_local(local);
+    if (sock.type_ == SOCK_DGRAM && sock.GetPeerName(&peer) == 0) {
+      r->set_peer(peer);
+    }
+  } else {
+    r->set_restore(pb::HOST_SOCKET_FRESH);
+  }
   return absl::OkStatus();
 }
 
@@ -301,6 +397,73 @@ absl::StatusOr<std::shared_ptr<fs::File>> SocketState::LoadUnixSocket(
                                                    r.nonblock(),
                                                    LoadCreds(r.creator()));
   sock->reuseaddr_.store(r.reuseaddr());
+  return std::static_pointer_cast<fs::File>(sock);
+}
+
+absl::StatusOr<std::shared_ptr<fs::File>> SocketState::LoadHostSocket(
+    const pb::HostSocketFile& r) {
+  if (!socket::HostSocket::Serves(r.family()) ||
+      r.local().size() > sizeof(sockaddr_storage) ||
+      r.peer().size() > sizeof(sockaddr_storage) || r.backlog() < 0 ||
+      r.options_size() > 64) {
+    return absl::InvalidArgumentError("bad hostinet socket record");
+  }
+  std::shared_ptr<socket::HostSocket> sock;
+  int64_t err;
+  if (r.restore() == pb::HOST_SOCKET_RESET) {
+    if (r.type() != SOCK_STREAM) {
+      return absl::InvalidArgumentError("a reset socket that is not TCP");
+    }
+    err = socket::HostSocket::NewReset(r.family(), r.protocol(), r.nonblock(),
+                                       &sock);
+  } else {
+    err = socket::HostSocket::New(r.family(), r.type(), r.protocol(),
+                                  r.nonblock(), &sock);
+  }
+  if (err < 0) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "a hostinet socket (family ", r.family(), ", type ", r.type(),
+        ") cannot be made again: errno ", -err));
+  }
+  socket::SocketContext ctx;
+  for (const pb::HostSocketOption& o : r.options()) {
+    if (o.value().size() > sizeof(struct linger)) {
+      return absl::InvalidArgumentError("bad hostinet socket option");
+    }
+    std::vector<uint8_t> v(o.value().begin(), o.value().end());
+    int64_t e = sock->SetSockOpt(ctx, o.level(), o.name(), v);
+    // A reset socket is connected already: IPV6_V6ONLY is EINVAL there,
+    // and no option changes what it does any more.
+    if (e < 0 && r.restore() != pb::HOST_SOCKET_RESET) {
+      return absl::FailedPreconditionError(
+          absl::StrCat("setting option ", o.level(), "/", o.name(), " of ",
+                       sock->Describe(), " again: errno ", -e));
+    }
+  }
+  {
+    absl::MutexLock l(&sock->mu_);
+    sock->rcvtimeo_ = LoadTimeout(r.timeouts().rcvtimeo_ns());
+    sock->sndtimeo_ = LoadTimeout(r.timeouts().sndtimeo_ns());
+  }
+  if (r.restore() == pb::HOST_SOCKET_BOUND ||
+      r.restore() == pb::HOST_SOCKET_LISTENING) {
+    if (int64_t e = sock->Bind(ctx, r.local()); e < 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "binding ", sock->Describe(), " again: errno ", -e));
+    }
+  }
+  if (r.restore() == pb::HOST_SOCKET_LISTENING) {
+    if (int64_t e = sock->Listen(ctx, r.backlog()); e < 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "listening on ", sock->Describe(), " again: errno ", -e));
+    }
+  }
+  if (r.restore() == pb::HOST_SOCKET_BOUND && !r.peer().empty()) {
+    if (int64_t e = sock->Connect(ctx, r.peer()); e < 0) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "connecting ", sock->Describe(), " again: errno ", -e));
+    }
+  }
   return std::static_pointer_cast<fs::File>(sock);
 }
 

@@ -10,6 +10,9 @@
 // message holds the files it carries), so each is saved once and
 // referenced by id.
 //
+// hostinet sockets (socket::HostSocket) are saved as what they are made
+// into again at load (SaveHostSocket).
+//
 // At load, names go into the Loader's UnixNamespace (the Sentry's): an
 // abstract name is bound again, a path binding binds its loaded socket
 // inode. Not saved: waiters (a blocked call restarts; pollers register
@@ -24,6 +27,7 @@
 #include "absl/status/statusor.h"
 #include "sentry/fs/file.h"
 #include "sentry/fs/vfs.h"
+#include "sentry/socket/host_socket.h"
 #include "sentry/socket/unix_endpoint.h"
 #include "sentry/socket/unix_socket.h"
 #include "sentry/state/loader.h"
@@ -38,6 +42,16 @@ struct SocketState {
                                      pb::UnixSocketFile* r);
   static absl::StatusOr<std::shared_ptr<fs::File>> LoadUnixSocket(
       Loader& l, fs::Vfs& vfs, const pb::UnixSocketFile& r);
+  // A hostinet socket: what it is made into again at load (its connection
+  // is the host's and is not saved): a listener listens again on its
+  // address, a bound socket is bound again (a connected UDP socket
+  // connected again), a TCP socket that had a connection is reset, the
+  // rest (and every NETLINK_ROUTE socket) is a new socket. Options of
+  // kSavedOptions and the timeouts come back.
+  static absl::Status SaveHostSocket(socket::HostSocket& sock,
+                                     pb::HostSocketFile* r);
+  static absl::StatusOr<std::shared_ptr<fs::File>> LoadHostSocket(
+      const pb::HostSocketFile& r);
 
  private:
   static absl::StatusOr<uint64_t> SaveEndpoint(

@@ -2,13 +2,18 @@
 // mount tree, save them, load them into another and check that the loaded
 // ones behave as the originals would: queued data with its boundaries and
 // the files it carries, the connection between two ends, a listener's
-// pending connection, names that new connections find.
+// pending connection, names that new connections find. And hostinet
+// sockets (on the host's loopback): what a load makes of a listener, a
+// connection and a bound UDP socket.
 #include "sentry/state/socket_state.h"
 
 #include <fcntl.h>
 #include <poll.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/un.h>
+#include <unistd.h>
 
 #include <functional>
 #include <memory>
@@ -20,6 +25,7 @@
 #include "sentry/fs/eventfd.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/fs/vfs.h"
+#include "sentry/socket/host_socket.h"
 #include "sentry/mm/memory_file.h"
 #include "sentry/state/fs_state.h"
 #include "sentry/state/pages.h"
@@ -266,6 +272,140 @@ TEST_F(SocketStateTest, LoadNeedsANamespace) {
   auto loaded = RoundTrip(a, {s}, b, /*with_namespace=*/false);
   EXPECT_EQ(loaded.status().code(), absl::StatusCode::kFailedPrecondition)
       << loaded.status();
+}
+
+// hostinet: loopback of the host running the test; every socket is
+// non-blocking and waited for with a host poll.
+
+std::string Loopback4() {
+  sockaddr_in in = {};
+  in.sin_family = AF_INET;
+  in.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  return std::string(reinterpret_cast<const char*>(&in), sizeof(in));
+}
+
+std::shared_ptr<socket::HostSocket> NewHost(int type) {
+  std::shared_ptr<socket::HostSocket> s;
+  EXPECT_EQ(socket::HostSocket::New(AF_INET, type, 0, true, &s), 0);
+  return s;
+}
+
+// Saves `s`, drops it (the host socket closes) and loads the record.
+std::shared_ptr<socket::HostSocket> RoundTrip(
+    std::shared_ptr<socket::HostSocket>& s, pb::HostSocketFile* rec) {
+  EXPECT_TRUE(SocketState::SaveHostSocket(*s, rec).ok());
+  s.reset();
+  absl::StatusOr<std::shared_ptr<fs::File>> f =
+      SocketState::LoadHostSocket(*rec);
+  EXPECT_TRUE(f.ok()) << f.status();
+  if (!f.ok()) return nullptr;
+  return std::dynamic_pointer_cast<socket::HostSocket>(*f);
+}
+
+void WaitReadable(socket::HostSocket& s) {
+  for (int i = 0; i < 500 && !(s.Readiness(POLLIN | POLLERR) & (POLLIN | POLLERR)); i++) {
+    usleep(2000);
+  }
+}
+
+TEST(HostSocketStateTest, ListenerListensAgainOnItsAddress) {
+  socket::SocketContext ctx;
+  auto lst = NewHost(SOCK_STREAM);
+  ASSERT_EQ(lst->Bind(ctx, Loopback4()), 0);
+  ASSERT_EQ(lst->Listen(ctx, 7), 0);
+  std::string name;
+  ASSERT_EQ(lst->GetSockName(&name), 0);
+  pb::HostSocketFile rec;
+  auto loaded = RoundTrip(lst, &rec);
+  ASSERT_NE(loaded, nullptr);
+  EXPECT_EQ(rec.restore(), pb::HOST_SOCKET_LISTENING);
+  EXPECT_EQ(rec.backlog(), 7);
+  std::string again;
+  ASSERT_EQ(loaded->GetSockName(&again), 0);
+  EXPECT_EQ(again, name);
+  // A new client connects and is accepted.
+  int c = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(c, 0);
+  ASSERT_EQ(::connect(c, reinterpret_cast<const sockaddr*>(name.data()),
+                      name.size()), 0);
+  WaitReadable(*loaded);
+  std::shared_ptr<socket::Socket> conn;
+  std::string peer;
+  EXPECT_EQ(loaded->Accept(ctx, true, &conn, &peer), 0);
+  EXPECT_NE(conn, nullptr);
+  ::close(c);
+}
+
+TEST(HostSocketStateTest, ConnectionIsResetAtLoad) {
+  socket::SocketContext ctx;
+  auto lst = NewHost(SOCK_STREAM);
+  ASSERT_EQ(lst->Bind(ctx, Loopback4()), 0);
+  ASSERT_EQ(lst->Listen(ctx, 1), 0);
+  std::string name;
+  ASSERT_EQ(lst->GetSockName(&name), 0);
+  auto client = NewHost(SOCK_STREAM);
+  int64_t r = client->Connect(ctx, name);
+  ASSERT_TRUE(r == 0 || r == -EINPROGRESS) << r;
+  WaitReadable(*lst);
+  std::shared_ptr<socket::Socket> conn;
+  std::string peer;
+  ASSERT_EQ(lst->Accept(ctx, true, &conn, &peer), 0);
+  ASSERT_EQ(conn->Write("data", 4, -1, fs::IoContext{}), 4);
+  pb::HostSocketFile rec;
+  auto loaded = RoundTrip(client, &rec);
+  ASSERT_NE(loaded, nullptr);
+  EXPECT_EQ(rec.restore(), pb::HOST_SOCKET_RESET);
+  EXPECT_TRUE(loaded->Readiness(POLLIN) & POLLERR);
+  char buf[8];
+  EXPECT_EQ(loaded->Read(buf, sizeof(buf), -1, fs::IoContext{}), -ECONNRESET);
+  EXPECT_EQ(loaded->Read(buf, sizeof(buf), -1, fs::IoContext{}), 0);
+  std::string p;
+  EXPECT_EQ(loaded->GetPeerName(&p), -ENOTCONN);
+}
+
+TEST(HostSocketStateTest, BoundUdpSocketIsBoundAgain) {
+  socket::SocketContext ctx;
+  auto u = NewHost(SOCK_DGRAM);
+  ASSERT_EQ(u->Bind(ctx, Loopback4()), 0);
+  std::vector<uint8_t> one = {1, 0, 0, 0};
+  ASSERT_EQ(u->SetSockOpt(ctx, SOL_SOCKET, SO_BROADCAST, one), 0);
+  std::string name;
+  ASSERT_EQ(u->GetSockName(&name), 0);
+  pb::HostSocketFile rec;
+  auto loaded = RoundTrip(u, &rec);
+  ASSERT_NE(loaded, nullptr);
+  EXPECT_EQ(rec.restore(), pb::HOST_SOCKET_BOUND);
+  std::vector<uint8_t> v(4);
+  ASSERT_EQ(loaded->GetSockOpt(ctx, SOL_SOCKET, SO_BROADCAST, &v), 0);
+  EXPECT_EQ(v[0], 1);
+  int c = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  ASSERT_GE(c, 0);
+  ASSERT_EQ(::sendto(c, "dg", 2, 0, reinterpret_cast<const sockaddr*>(name.data()),
+                     name.size()), 2);
+  WaitReadable(*loaded);
+  char buf[8];
+  EXPECT_EQ(loaded->Read(buf, sizeof(buf), -1, fs::IoContext{}), 2);
+  ::close(c);
+}
+
+TEST(HostSocketStateTest, UnboundSocketIsANewOne) {
+  auto s = NewHost(SOCK_STREAM);
+  pb::HostSocketFile rec;
+  auto loaded = RoundTrip(s, &rec);
+  ASSERT_NE(loaded, nullptr);
+  EXPECT_EQ(rec.restore(), pb::HOST_SOCKET_FRESH);
+  EXPECT_EQ(loaded->type(), SOCK_STREAM);
+}
+
+TEST(HostSocketStateTest, BadRecordsAreRefused) {
+  pb::HostSocketFile rec;
+  rec.set_family(AF_PACKET);
+  rec.set_type(SOCK_RAW);
+  EXPECT_FALSE(SocketState::LoadHostSocket(rec).ok());
+  rec.set_family(AF_INET);
+  rec.set_type(SOCK_DGRAM);
+  rec.set_restore(pb::HOST_SOCKET_RESET);
+  EXPECT_FALSE(SocketState::LoadHostSocket(rec).ok());
 }
 
 }  // namespace

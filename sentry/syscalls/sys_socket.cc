@@ -1,20 +1,27 @@
 // Socket syscalls: decode sockaddrs, msghdrs, iovecs and control messages
 // from application memory, call the socket (sentry/socket/socket.h), and
-// encode the results back. AF_UNIX is the one family served; the others
-// fail with Linux's "not supported" answers and are counted.
+// encode the results back. AF_UNIX is the Sentry's own (unix_socket.h);
+// AF_INET, AF_INET6 and NETLINK_ROUTE are host sockets in the sandbox's
+// network namespace (host_socket.h); the other families fail with Linux's
+// "not supported" answers and are counted.
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <netinet/in.h>
 #include <sys/socket.h>
 #include <sys/syscall.h>
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "sentry/socket/host_socket.h"
 #include "sentry/socket/socket.h"
 #include "sentry/socket/unix_endpoint.h"
 #include "sentry/socket/unix_socket.h"
@@ -191,6 +198,18 @@ int64_t SysSocket(Task& t, const SyscallArgs& a) {
   bool nonblock, cloexec;
   RETURN_IF_ERRNO(SplitTypeFlags(a.a[1], &type, &nonblock, &cloexec));
   if (domain < 0 || domain >= AF_MAX) return -EAFNOSUPPORT;
+  if (socket::HostSocket::Serves(domain)) {
+    std::shared_ptr<socket::HostSocket> hs;
+    int64_t r = socket::HostSocket::New(domain, type, static_cast<int>(a.a[2]),
+                                        nonblock, &hs);
+    // Types and protocols Linux has that hostinet does not serve (raw
+    // sockets, netlink families other than NETLINK_ROUTE).
+    if (r == -ESOCKTNOSUPPORT || r == -EPROTONOSUPPORT) {
+      t.kernel().CountUnimplemented(SYS_socket);
+    }
+    if (r < 0) return r;
+    return t.group().fds().Install(std::move(hs), cloexec);
+  }
   if (domain != AF_UNIX) return UnsupportedFamily(t, SYS_socket, domain);
   std::shared_ptr<socket::UnixSocket> s;
   RETURN_IF_ERRNO(socket::UnixSocket::New(&SandboxUnixNamespace(), type,
@@ -219,6 +238,21 @@ int64_t SysBind(Task& t, const SyscallArgs& a) {
   ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
   std::string addr;
   RETURN_IF_ERRNO(ReadSockaddr(t, a.a[1], a.a[2], &addr));
+  // Ports below 1024 need CAP_NET_BIND_SERVICE (inet_bind): the sandbox's
+  // capabilities are the Sentry's to check, the host's namespace lets the
+  // Sentry bind them all.
+  if ((s->family() == AF_INET || s->family() == AF_INET6) &&
+      addr.size() >= sizeof(sa_family_t) + sizeof(in_port_t)) {
+    sa_family_t fam;
+    in_port_t port;
+    std::memcpy(&fam, addr.data(), sizeof(fam));
+    std::memcpy(&port, addr.data() + sizeof(fam), sizeof(port));
+    const int p = ntohs(port);
+    if ((fam == AF_INET || fam == AF_INET6) && p > 0 && p < 1024 &&
+        !t.own_creds().HasCap(CAP_NET_BIND_SERVICE)) {
+      return -EACCES;
+    }
+  }
   return s->Bind(Context(t), addr);
 }
 
@@ -274,9 +308,10 @@ int64_t SysShutdown(Task& t, const SyscallArgs& a) {
   return s->Shutdown(static_cast<int>(a.a[1]));
 }
 
-// Options Linux answers with ENOPROTOOPT too: not worth counting.
-bool LinuxRejectsToo(int level, int name, bool set) {
-  if (level != SOL_SOCKET) return true;
+// Options Linux answers with ENOPROTOOPT too: not worth counting. An
+// AF_UNIX socket has no other level; the other families have theirs.
+bool LinuxRejectsToo(int family, int level, int name, bool set) {
+  if (level != SOL_SOCKET) return family == AF_UNIX;
   if (!set) return false;
   switch (name) {
     case SO_TYPE:
@@ -300,7 +335,7 @@ int64_t SysGetsockopt(Task& t, const SyscallArgs& a) {
   if (len < 0) return -EINVAL;
   std::vector<uint8_t> val(std::min<size_t>(len, kMaxOptLen));
   int64_t r = s->GetSockOpt(Context(t), level, name, &val);
-  if (r == -ENOPROTOOPT && !LinuxRejectsToo(level, name, false)) {
+  if (r == -ENOPROTOOPT && !LinuxRejectsToo(s->family(), level, name, false)) {
     t.kernel().CountUnimplemented(SYS_getsockopt);
   }
   if (r < 0) return r;
@@ -319,7 +354,7 @@ int64_t SysSetsockopt(Task& t, const SyscallArgs& a) {
   if (!val.empty())
     RETURN_IF_ERRNO(CopyInBytes(t, a.a[3], val.data(), val.size()));
   int64_t r = s->SetSockOpt(Context(t), level, name, val);
-  if (r == -ENOPROTOOPT && !LinuxRejectsToo(level, name, true)) {
+  if (r == -ENOPROTOOPT && !LinuxRejectsToo(s->family(), level, name, true)) {
     t.kernel().CountUnimplemented(SYS_setsockopt);
   }
   return r;
@@ -406,15 +441,15 @@ int64_t ParseControl(Task& t, const std::vector<uint8_t>& control,
   return 0;
 }
 
-int64_t SysSendmsg(Task& t, const SyscallArgs& a) {
-  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
+// One sendmsg(2) of the msghdr at `msg_addr`.
+int64_t DoSendmsg(Task& t, Socket& s, uint64_t msg_addr, int flags) {
   struct msghdr m;
-  RETURN_IF_ERRNO(CopyInObj(t, a.a[1], &m));
+  RETURN_IF_ERRNO(CopyInObj(t, msg_addr, &m));
   std::vector<iovec> iov;
   RETURN_IF_ERRNO(
       ReadIovecs(t, reinterpret_cast<uint64_t>(m.msg_iov), m.msg_iovlen, &iov));
   socket::SendRequest req;
-  req.flags = static_cast<int>(a.a[2]);
+  req.flags = flags;
   if (m.msg_name != nullptr && m.msg_namelen != 0) {
     RETURN_IF_ERRNO(ReadSockaddr(
         t, reinterpret_cast<uint64_t>(m.msg_name),
@@ -429,7 +464,36 @@ int64_t SysSendmsg(Task& t, const SyscallArgs& a) {
   }
   UserSource src(t, std::move(iov));
   req.data = &src;
-  return DoSend(t, *s, req);
+  return DoSend(t, s, req);
+}
+
+int64_t SysSendmsg(Task& t, const SyscallArgs& a) {
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
+  return DoSendmsg(t, *s, a.a[1], static_cast<int>(a.a[2]));
+}
+
+// sendmmsg(2): messages are sent one by one; msg_len of each is written
+// after it. An error after the first message ends the call with the count
+// (Linux keeps the error for the next call on the socket; here it is
+// found again by that call).
+int64_t SysSendmmsg(Task& t, const SyscallArgs& a) {
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
+  const uint64_t vlen = std::min<uint64_t>(static_cast<uint32_t>(a.a[2]),
+                                           kIovMax);  // UIO_MAXIOV
+  const int flags = static_cast<int>(a.a[3]);
+  uint64_t done = 0;
+  for (; done < vlen; done++) {
+    const uint64_t m = a.a[1] + done * sizeof(struct mmsghdr);
+    int64_t r = DoSendmsg(t, *s, m, flags);
+    if (r < 0) {
+      if (done > 0) break;
+      return r;
+    }
+    int64_t w = CopyOutObj(t, m + offsetof(struct mmsghdr, msg_len),
+                           static_cast<uint32_t>(r));
+    if (w < 0) return done > 0 ? static_cast<int64_t>(done) : w;
+  }
+  return done;
 }
 
 int64_t SysRecvfrom(Task& t, const SyscallArgs& a) {
@@ -508,20 +572,19 @@ class ControlWriter {
   int flags_ = 0;
 };
 
-int64_t SysRecvmsg(Task& t, const SyscallArgs& a) {
-  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
+// One recvmsg(2) into the msghdr at `msg_addr`.
+int64_t DoRecvmsg(Task& t, Socket& s, uint64_t msg_addr, int flags) {
   struct msghdr m;
-  RETURN_IF_ERRNO(CopyInObj(t, a.a[1], &m));
+  RETURN_IF_ERRNO(CopyInObj(t, msg_addr, &m));
   std::vector<iovec> iov;
   RETURN_IF_ERRNO(
       ReadIovecs(t, reinterpret_cast<uint64_t>(m.msg_iov), m.msg_iovlen, &iov));
-  const int flags = static_cast<int>(a.a[2]);
   UserSink sink(t, std::move(iov));
   socket::RecvRequest req;
   req.data = &sink;
-  req.flags = flags & ~MSG_CMSG_CLOEXEC;
+  req.flags = flags & ~(MSG_CMSG_CLOEXEC | MSG_WAITFORONE);
   req.want_address = m.msg_name != nullptr;
-  const int64_t r = s->RecvMsg(Context(t), req);
+  const int64_t r = s.RecvMsg(Context(t), req);
   if (r < 0) return r;
 
   ControlWriter cw(t, reinterpret_cast<uint64_t>(m.msg_control),
@@ -544,8 +607,56 @@ int64_t SysRecvmsg(Task& t, const SyscallArgs& a) {
     }
     out.msg_namelen = static_cast<socklen_t>(req.address.size());
   }
-  RETURN_IF_ERRNO(CopyOutObj(t, a.a[1], out));
+  RETURN_IF_ERRNO(CopyOutObj(t, msg_addr, out));
   return r;
+}
+
+int64_t SysRecvmsg(Task& t, const SyscallArgs& a) {
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
+  return DoRecvmsg(t, *s, a.a[1], static_cast<int>(a.a[2]));
+}
+
+// recvmmsg(2): messages one by one; MSG_WAITFORONE makes every receive
+// after the first non-blocking; the timeout, as Linux's, is checked after
+// each message (it does not interrupt a wait). An error after the first
+// message ends the call with the count.
+int64_t SysRecvmmsg(Task& t, const SyscallArgs& a) {
+  ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<Socket> s, SocketFor(t, a.a[0]));
+  const uint64_t vlen = std::min<uint64_t>(static_cast<uint32_t>(a.a[2]),
+                                           kIovMax);
+  int flags = static_cast<int>(a.a[3]);
+  absl::Time deadline = absl::InfiniteFuture();
+  if (a.a[4] != 0) {
+    struct timespec ts;
+    RETURN_IF_ERRNO(CopyInObj(t, a.a[4], &ts));
+    if (ts.tv_sec < 0 || ts.tv_nsec < 0 || ts.tv_nsec >= 1000000000) {
+      return -EINVAL;
+    }
+    deadline = absl::Now() + absl::DurationFromTimespec(ts);
+  }
+  uint64_t done = 0;
+  for (; done < vlen; done++) {
+    const uint64_t m = a.a[1] + done * sizeof(struct mmsghdr);
+    int64_t r = DoRecvmsg(t, *s, m, flags);
+    if (r < 0) {
+      if (done > 0) break;
+      return r;
+    }
+    int64_t w = CopyOutObj(t, m + offsetof(struct mmsghdr, msg_len),
+                           static_cast<uint32_t>(r));
+    if (w < 0) return done > 0 ? static_cast<int64_t>(done) : w;
+    if (flags & MSG_WAITFORONE) flags |= MSG_DONTWAIT;
+    if (absl::Now() >= deadline) {
+      done++;
+      break;
+    }
+  }
+  if (a.a[4] != 0) {
+    struct timespec left = absl::ToTimespec(
+        std::max(deadline - absl::Now(), absl::ZeroDuration()));
+    RETURN_IF_ERRNO(CopyOutObj(t, a.a[4], left));
+  }
+  return done;
 }
 
 }  // namespace
@@ -567,6 +678,8 @@ void RegisterSocket(Entry* table) {
   table[SYS_sendmsg] = {SysSendmsg, "sendmsg"};
   table[SYS_recvfrom] = {SysRecvfrom, "recvfrom"};
   table[SYS_recvmsg] = {SysRecvmsg, "recvmsg"};
+  table[SYS_sendmmsg] = {SysSendmmsg, "sendmmsg"};
+  table[SYS_recvmmsg] = {SysRecvmmsg, "recvmmsg"};
 }
 
 }  // namespace sandboxd::syscalls

@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# sentry run's network modes, inside a user and network namespace this test
+# makes (unshare -Urn, loopback up), which plays the host's part:
+#   - --network=none (the default): the sandbox has a namespace of its own
+#     with loopback only: a server on the "host's" 127.0.0.1 is not
+#     reachable (ECONNREFUSED); /etc/hosts has the localhost entries and
+#     the sandbox's host name, /etc/resolv.conf no name server;
+#   - --network=host: the caller's namespace: that server answers, and a
+#     server in the sandbox is reached from outside it; /etc/hosts and
+#     /etc/resolv.conf are the host's;
+#   - where no network namespace can be made (user.max_net_namespaces=0),
+#     sentry run says so and the sandbox's sockets work in the caller's;
+#   - --network=bogus is a usage error (125).
+# Exits 77 (CTest: skipped) without the sentry or user namespaces.
+#
+# usage: network_test.sh SENTRY
+set -u
+# shellcheck source=test/lib.sh
+. "$(dirname "$0")/lib.sh"
+usage_unless [ $# -eq 1 ] -- "SENTRY"
+SENTRY=$(readlink -f "$1")
+require_sentry "$SENTRY"
+PY=/usr/bin/python3
+[ -x "$PY" ] || skip "no /usr/bin/python3"
+if [ -z "${SBX_NETWORK_TEST_NS:-}" ]; then
+  unshare -Urn true 2>/dev/null || skip "unshare -Urn is refused here"
+  exec unshare -Urn env SBX_NETWORK_TEST_NS=1 "$0" "$@"
+fi
+PATH=$PATH:/usr/sbin:/sbin
+ip link set lo up || skip "cannot bring lo up in the test's namespace"
+make_tmp network_test
+
+# A server on the "host's" loopback: says "host server" to each client.
+start_bg "$tmp/server.err" "$PY" -c '
+import socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(8)
+with open(sys.argv[1] + ".tmp", "w") as f:
+    f.write(str(s.getsockname()[1]))
+import os
+os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+while True:
+    c, _ = s.accept()
+    c.sendall(b"host server\n")
+    c.close()
+' "$tmp/port"
+for _ in $(seq 1 100); do [ -s "$tmp/port" ] && break; sleep 0.05; done
+port=$(cat "$tmp/port" 2>/dev/null)
+check "the host's server is up (port ${port:-?})" ge "${port:-0}" 1
+
+client='
+import errno, socket, sys
+c = socket.socket()
+c.settimeout(10)
+try:
+    c.connect(("127.0.0.1", int(sys.argv[1])))
+    print(c.recv(64).decode().strip())
+except OSError as e:
+    print(errno.errorcode.get(e.errno, e.errno))
+'
+
+# none
+capture 60 "$SENTRY" run --rootfs=/ -- "$PY" -c "$client" "$port"
+check "none: the host's server is not reachable ($(head -c 200 "$tmp/err"))" \
+  eq "$(cat "$tmp/out")" "ECONNREFUSED"
+capture 60 "$SENTRY" run --rootfs=/ --hostname=box1 -- /bin/cat /etc/hosts
+check "none: /etc/hosts has localhost" grep -qP '^127\.0\.0\.1\tlocalhost$' "$tmp/out"
+check "none: ... ::1" grep -qP '^::1\tlocalhost ' "$tmp/out"
+check "none: ... and the host name" grep -qP '^127\.0\.1\.1\tbox1$' "$tmp/out"
+capture 60 "$SENTRY" run --rootfs=/ -- /bin/cat /etc/resolv.conf
+check "none: /etc/resolv.conf names no name server" \
+  eval '[ "$status" = 0 ] && ! grep -q nameserver "$tmp/out"'
+
+# host
+capture 60 "$SENTRY" run --rootfs=/ --network=host -- "$PY" -c "$client" "$port"
+check "host: the host's server answers ($(head -c 200 "$tmp/err"))" \
+  eq "$(cat "$tmp/out")" "host server"
+for f in hosts resolv.conf; do
+  if [ -r "/etc/$f" ]; then
+    capture 60 "$SENTRY" run --rootfs=/ --network=host -- /bin/cat "/etc/$f"
+    check "host: /etc/$f is the host's" cmp -s "$tmp/out" "/etc/$f"
+  fi
+done
+# A server in the sandbox, reached from outside it.
+rm -f "$tmp/sport"
+"$SENTRY" run --rootfs=/ --network=host -- "$PY" -c '
+import socket, sys
+s = socket.socket()
+s.bind(("127.0.0.1", 0))
+s.listen(1)
+print(s.getsockname()[1], flush=True)
+c, _ = s.accept()
+c.sendall(b"sandbox server\n")
+c.close()
+' >"$tmp/sport" 2>"$tmp/sandbox_server.err" &
+spid=$!
+on_exit "stop_pid $spid"
+for _ in $(seq 1 200); do [ -s "$tmp/sport" ] && break; sleep 0.05; done
+sport=$(head -1 "$tmp/sport")
+capture 30 "$PY" -c "$client" "${sport:-1}"
+check "host: a server in the sandbox is reached from outside" \
+  eq "$(cat "$tmp/out")" "sandbox server"
+wait "$spid"
+check "host: the sandbox's server exits 0" eq "$?" 0
+
+# No network namespace can be made: the caller's, said on stderr.
+capture 60 sh -c 'echo 0 >/proc/sys/user/max_net_namespaces && exec "$@"' sh \
+  "$SENTRY" run --rootfs=/ -- "$PY" -c "$client" "$port"
+check "fallback: the sandbox's sockets are in the caller's namespace" \
+  eq "$(cat "$tmp/out")" "host server"
+check "fallback: sentry run says so" contains "$tmp/err" \
+  "no network namespace of its own"
+
+capture 30 "$SENTRY" run --network=bogus -- /bin/true
+check "--network=bogus: usage error" eq "$status" 125
+passed

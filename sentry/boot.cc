@@ -934,9 +934,25 @@ bool Sandbox::done() {
 }
 
 kernel::ExitStatus Sandbox::Wait() {
-  absl::MutexLock l(&mu_);
-  mu_.Await(absl::Condition(&done_));
-  return init_status_;
+  kernel::ExitStatus st;
+  {
+    absl::MutexLock l(&mu_);
+    mu_.Await(absl::Condition(&done_));
+    st = init_status_;
+  }
+  DrainTerminal(1);
+  return st;
+}
+
+void Sandbox::DrainTerminal(pid_t pid) {
+  fs::tty::PtyRelay* relay = nullptr;
+  {
+    absl::MutexLock l(&mu_);
+    auto it = relays_.find(pid);
+    if (it == relays_.end()) return;
+    relay = it->second.get();  // removed only by ~Sandbox
+  }
+  relay->Drain(absl::Milliseconds(500));
 }
 
 absl::StatusOr<pid_t> Sandbox::Exec(const ProcessConfig& p, Stdio stdio) {
@@ -996,12 +1012,14 @@ absl::StatusOr<pid_t> Sandbox::Exec(const ProcessConfig& p, Stdio stdio) {
 
 absl::StatusOr<kernel::ExitStatus> Sandbox::WaitPid(pid_t pid) {
   std::shared_ptr<kernel::ThreadGroup> g;
+  bool init = false;
   {
     absl::MutexLock l(&mu_);
-    if (pid == 1 && started_) {
-      mu_.Await(absl::Condition(&done_));
-      return init_status_;
-    }
+    init = pid == 1 && started_;
+  }
+  if (init) return Wait();
+  {
+    absl::MutexLock l(&mu_);
     auto it = execs_.find(pid);
     if (it == execs_.end()) {
       return absl::NotFoundError(absl::StrCat(
@@ -1011,6 +1029,7 @@ absl::StatusOr<kernel::ExitStatus> Sandbox::WaitPid(pid_t pid) {
   }
   bool reaped = false;
   kernel::ExitStatus st = kernel_->AwaitExit(g, &reaped);
+  DrainTerminal(pid);
   if (reaped) {
     kernel::Usage u = g->SelfUsage();
     u += g->ChildrenUsage();

@@ -272,6 +272,10 @@ class Sandbox {
   // Blocks until init and every other task have exited; init's status.
   // Preconditions: Start was called.
   kernel::ExitStatus Wait();
+  // Waits (boundedly) until what process `pid` wrote to its relayed
+  // terminal has reached the host side, so that its exit is told after its
+  // last output. Nothing when it has none.
+  void DrainTerminal(pid_t pid) ABSL_LOCKS_EXCLUDED(mu_);
   // Whether every task has exited (Wait would not block).
   bool done();
 

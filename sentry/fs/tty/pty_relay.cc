@@ -70,6 +70,17 @@ PtyRelay::PtyRelay(std::shared_ptr<File> master, std::shared_ptr<Pty> pty,
 
 PtyRelay::~PtyRelay() { Stop(); }
 
+void PtyRelay::Drain(absl::Duration max) {
+  const absl::Time deadline = absl::Now() + max;
+  while (!done_.load() && absl::Now() < deadline) {
+    int queued = 0;
+    pty_->MasterQueued(&queued);
+    if (queued == 0 && in_flight_.load() == 0) return;
+    Wake();
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+}
+
 void PtyRelay::Stop() {
   stop_.store(true);
   Wake();
@@ -101,8 +112,12 @@ void PtyRelay::Loop() {
     // The program's output to the host.
     for (;;) {
       if (to_host.empty()) {
+        in_flight_.store(1);
         int64_t n = pty_->MasterRead(buf, sizeof(buf), true, io);
-        if (n <= 0) break;  // -EAGAIN, or -EIO with no replica open
+        if (n <= 0) {  // -EAGAIN, or -EIO with no replica open
+          in_flight_.store(0);
+          break;
+        }
         to_host.assign(buf, n);
       }
       ssize_t w = write(host_.get(), to_host.data(), to_host.size());
@@ -113,6 +128,7 @@ void PtyRelay::Loop() {
         break;
       }
       to_host.erase(0, static_cast<size_t>(w));
+      in_flight_.store(to_host.size());
     }
     if (host_gone) break;
     // Input from the host.

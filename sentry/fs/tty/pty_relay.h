@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "base/unique_fd.h"
 #include "sentry/fs/file.h"
 #include "sentry/fs/tty/pty.h"
@@ -51,6 +52,11 @@ class PtyRelay {
   void Resize(uint16_t rows, uint16_t cols);
   // Whether the host side hung up (the relay has ended by itself).
   bool done() const { return done_.load(); }
+  // Waits until everything the program wrote to the pair has been written
+  // to the host side (or the relay has ended, or `max` has passed): the
+  // caller tells the process's exit only after its last output, as the
+  // daemon's pty would have had it.
+  void Drain(absl::Duration max);
   // Ends the relay and closes the master.
   void Stop();
 
@@ -68,6 +74,9 @@ class PtyRelay {
   std::unique_ptr<Waker> waker_;
   std::atomic<bool> stop_{false};
   std::atomic<bool> done_{false};
+  // Bytes taken from the pair and not yet written to the host (1 while a
+  // read is under way): Drain reads the pair's queue first, then this.
+  std::atomic<uint64_t> in_flight_{0};
   std::thread thread_;
 };
 

@@ -821,6 +821,8 @@ TEST_F(KernelStateTest, ZombieSigsuspendAndCpuTime) {
                                Fs(), CpuState{});
   ASSERT_TRUE(init_or.ok());
   Task* init = *init_or;
+  // Kept: init is freed once kernel a has run it to its exit.
+  const pid_t init_tid = init->tid();
   init->set_signal_mask(kMask);
   auto child_or = a->CreateProcess(*init, NewMm(*a),
                                    std::make_shared<fs::FdTable>(64), Fs(),
@@ -847,7 +849,7 @@ TEST_F(KernelStateTest, ZombieSigsuspendAndCpuTime) {
   {
     // Held so that Exit's wakeup cannot outlive the task (it exits as soon
     // as it is woken, and RunUntilInitExits frees it).
-    std::shared_ptr<Task> keep = a->FindTask(init->tid());
+    std::shared_ptr<Task> keep = a->FindTask(init_tid);
     init->group().Exit(kernel::ExitStatus{0, SIGKILL, false});
     run_a.get();
   }
@@ -863,7 +865,7 @@ TEST_F(KernelStateTest, ZombieSigsuspendAndCpuTime) {
   }});
   auto b = NewKernel(&sys, std::move(pb_platform));
   ASSERT_TRUE(Load(*b).ok());
-  auto init2 = b->FindTask(init->tid());
+  auto init2 = b->FindTask(init_tid);
   ASSERT_NE(init2, nullptr);
   // Its own mask, not sigsuspend's temporary one.
   EXPECT_EQ(init2->signal_mask(), kMask);

@@ -185,3 +185,4 @@ ge() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 >= b + 0) }'; }
 lines() { wc -l <"$1" | tr -d ' '; }
 contains() { grep -q -- "$2" "$1"; }
 not_contains() { ! grep -q -- "$2" "$1"; }
+not_contains_word() { ! grep -qwE -- "$2" "$1"; }

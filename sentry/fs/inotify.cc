@@ -16,8 +16,6 @@ namespace sandboxd::fs {
 namespace {
 
 constexpr uint32_t kSelfOnly = IN_DELETE_SELF | IN_MOVE_SELF;
-constexpr uint32_t kAddFlags = IN_DONT_FOLLOW | IN_EXCL_UNLINK | IN_MASK_ADD |
-                               IN_MASK_CREATE | IN_ONESHOT | IN_ONLYDIR;
 
 struct Watch {
   InotifyFile* owner;
@@ -152,7 +150,7 @@ bool InotifyFile::Enqueue(int wd, uint32_t mask, uint32_t cookie,
 }
 
 int64_t InotifyFile::AddWatch(std::shared_ptr<Inode> inode, uint32_t mask) {
-  if ((mask & IN_ALL_EVENTS) == 0) return -EINVAL;
+  if ((mask & ~kInotifyAllBits) || !(mask & kInotifyAllBits)) return -EINVAL;
   if ((mask & IN_MASK_ADD) && (mask & IN_MASK_CREATE)) return -EINVAL;
   Registry& r = registry();
   absl::MutexLock l(&r.mu);

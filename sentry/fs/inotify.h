@@ -37,6 +37,15 @@
 
 namespace sandboxd::fs {
 
+// Every bit inotify_add_watch accepts (Linux's ALL_INOTIFY_BITS): a mask
+// with any other bit, or with none of these, is EINVAL. The event-only bits
+// (IN_ISDIR, IN_IGNORED, IN_Q_OVERFLOW, IN_UNMOUNT) are accepted and watch
+// nothing.
+inline constexpr uint32_t kInotifyAllBits =
+    IN_ALL_EVENTS | IN_UNMOUNT | IN_Q_OVERFLOW | IN_IGNORED | IN_ONLYDIR |
+    IN_DONT_FOLLOW | IN_EXCL_UNLINK | IN_MASK_ADD | IN_MASK_CREATE |
+    IN_ISDIR | IN_ONESHOT;
+
 class InotifyFile : public File, public waiter::EventSource {
  public:
   // /proc/sys/fs/inotify/max_queued_events' default.

@@ -37,10 +37,12 @@ SysResult<std::shared_ptr<fs::InotifyFile>> InotifyFor(Task& t, uint64_t fd) {
 
 int64_t SysInotifyAddWatch(Task& t, const SyscallArgs& a) {
   uint32_t mask = static_cast<uint32_t>(a.a[2]);
-  if ((mask & IN_MASK_ADD) && (mask & IN_MASK_CREATE)) return -EINVAL;
-  if ((mask & IN_ALL_EVENTS) == 0) return -EINVAL;
+  if ((mask & ~fs::kInotifyAllBits) || !(mask & fs::kInotifyAllBits)) {
+    return -EINVAL;
+  }
   ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::InotifyFile> in,
                          InotifyFor(t, a.a[0]));
+  if ((mask & IN_MASK_ADD) && (mask & IN_MASK_CREATE)) return -EINVAL;
   ASSIGN_OR_RETURN_ERRNO(std::string path, ReadPath(t, a.a[1]));
   fs::Location loc;
   RETURN_IF_ERRNO(

@@ -87,6 +87,25 @@ static void write_file(const char* path, const char* data) {
   close(fd);
 }
 
+/* Which mask bits inotify_add_watch takes: Linux's ALL_INOTIFY_BITS,
+ * event-only bits included; any other bit is EINVAL. */
+static void mask_bits(void) {
+  int in = inotify_init1(IN_CLOEXEC);
+  CHECK_ERRNO("an unknown bit (0x100000)",
+              inotify_add_watch(in, dir, IN_MODIFY | 0x00100000u), EINVAL);
+  CHECK_ERRNO("an unknown bit (0x10000)",
+              inotify_add_watch(in, dir, IN_MODIFY | 0x00010000u), EINVAL);
+  CHECK_ERRNO("a bad fd with an unknown bit", inotify_add_watch(-1, dir, 0x00100000u),
+              EINVAL);
+  CHECK_ERRNO("a bad fd", inotify_add_watch(-1, dir, IN_MODIFY), EBADF);
+  CHECK("IN_ISDIR alone: a watch of no events",
+        inotify_add_watch(in, dir, IN_ISDIR) == 1);
+  CHECK("IN_IGNORED alone: the same watch", inotify_add_watch(in, dir, IN_IGNORED) == 1);
+  CHECK("IN_UNMOUNT alone: the same watch", inotify_add_watch(in, dir, IN_UNMOUNT) == 1);
+  CHECK("IN_ONESHOT alone: the same watch", inotify_add_watch(in, dir, IN_ONESHOT) == 1);
+  close(in);
+}
+
 static void basics(void) {
   CHECK_ERRNO("inotify_init1 bad flags", inotify_init1(0x1), EINVAL);
   int in = inotify_init1(IN_NONBLOCK | IN_CLOEXEC);
@@ -321,6 +340,7 @@ int main(void) {
     perror("mkdtemp");
     return 1;
   }
+  mask_bits();
   basics();
   flags();
   self_events();

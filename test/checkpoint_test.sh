@@ -52,7 +52,10 @@ run_case() {
   check "$name: the checkpointed run's output is the native run's" \
     cmp -s "$tmp/$name.orig" "$tmp/$name.native"
   at=$(sed -n 's/.*stdout at \([0-9]*\)$/\1/p' "$tmp/$name.orig.err")
-  check "$name: the checkpoint was taken (stdout at '$at')" ge "${at:-0}" 1
+  # Taken is what counts; under load a slow start can put it before the
+  # first output, which the restored run must then print whole.
+  check "$name: the checkpoint was taken (stdout at '$at')" test -n "$at"
+  [ "${at:-0}" = 0 ] && echo "# $name: checkpointed before its first output"
   capture 60 "$SENTRY" restore --rootfs=/ --image="$tmp/$name.img"
   check "$name: the restored run exits 0 ($(head -c 200 "$tmp/err"))" \
     eq "$status" 0

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -924,12 +925,20 @@ absl::Status KernelState::LoadKernel(Loader& l, Kernel& k, fs::Vfs& vfs,
   // Every group exists before anything that may name one is loaded (a
   // signalfd names the process that made it), then each is filled in.
   for (uint64_t id : r.thread_groups()) RETURN_IF_ERROR(NewGroup(l, k, id));
+  // Procfs files among the descriptors are opened again last, once what
+  // they look up is loaded (a /proc/PID/fdinfo/N, PID's table and N in
+  // it): Loader::set_defer_proc_fds.
+  l.set_defer_proc_fds(true);
+  absl::Cleanup no_defer = [&l] { l.set_defer_proc_fds(false); };
   for (uint64_t id : r.thread_groups()) {
     RETURN_IF_ERROR(LoadGroup(l, k, vfs, mms, id));
   }
   for (uint64_t id : r.tasks()) RETURN_IF_ERROR(LoadTask(l, k, id).status());
   for (uint64_t id : r.thread_groups()) RETURN_IF_ERROR(LinkGroup(l, k, id));
   for (uint64_t id : r.tasks()) RETURN_IF_ERROR(LinkTask(l, k, id));
+  l.set_defer_proc_fds(false);
+  RETURN_IF_ERROR(Annotate(FsState::LoadDeferredFds(l, vfs),
+                           "procfs files among the descriptors"));
   {
     absl::MutexLock lock(&k.mu_);
     k.next_tid_ = r.next_tid();

@@ -345,10 +345,11 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
                                                MmCheckpointer& mms) {
   // Task fields of one call in progress, not state: syscall_progress_,
   // stopped_with_progress_ and the *_now_ ones (a task is saved parked,
-  // between calls or inside a wait that parks); syscall_deadline_ is
-  // saved as the time left (syscall_timeout_left_ns), resume_moved_ as
+  // between calls or inside a wait that parks); syscall_deadline_, or
+  // syscall_cpu_clock_ and syscall_cpu_target_, are saved as the time
+  // left (syscall_timeout_left_ns), resume_moved_ as
   // syscall_resume_moved, and both rips are the loaded rip.
-  SBX_SAVED_SIZE(kernel::Task, 14720);
+  SBX_SAVED_SIZE(kernel::Task, 14784);
   SBX_SAVED_SIZE(kernel::Task::PendingInfo, 152);
   SBX_SAVED_SIZE(kernel::RestartBlock, 24);
   SBX_SAVED_SIZE(kernel::TaskCpuTime, 64);
@@ -415,6 +416,13 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
             r->set_syscall_timeout_left_ns(absl::ToInt64Nanoseconds(
                 std::max(absl::ZeroDuration(),
                          t.syscall_deadline_ - absl::Now())));
+          } else if (t.syscall_cpu_target_ >= 0) {
+            // On a CPU clock: the CPU time left (its process or thread
+            // gone: the sleep ends at once when executed again).
+            const int64_t now = t.syscall_cpu_clock_.Now();
+            r->set_syscall_timeout_saved(true);
+            r->set_syscall_timeout_left_ns(
+                now < 0 ? 0 : std::max<int64_t>(0, t.syscall_cpu_target_ - now));
           }
         }
         r->set_in_syscall(in_syscall);

@@ -17,6 +17,10 @@
                       FUTEX_WAIT with 3 s relative timeouts, checkpointed
                       1 s in: each ends about 2 s after the checkpoint,
                       in the saved sandbox and in a restored copy alike.
+  resume.py cpu_timeouts  threads in clock_nanosleep on the process's CPU
+                      clock and on the main thread's, 3 s relative, while
+                      the main thread spins; checkpointed at 1 s of its
+                      CPU time: each ends about 2 s of CPU time later.
 
 Output: one line per check ("NAME ok", or "NAME FAIL: why"), the same on
 both sides of the checkpoint; the side ("resume" or "restore") goes to
@@ -214,5 +218,50 @@ def timeouts():
                "ended %.2f s after the checkpoint, not about 2 s" % left)
 
 
+def cpu_timeouts():
+    """Relative sleeps on CPU clocks go on with the CPU time left."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    CLOCK_PROCESS_CPUTIME_ID = 2
+    main_clock = time.pthread_getcpuclockid(threading.get_ident())
+    ends = {}
+
+    def sleeper(name, clock, now):
+        def run():
+            ts = struct.pack("qq", 3, 0)
+            err = libc.clock_nanosleep(clock, 0, ctypes.c_char_p(ts), None)
+            ends[name] = now() if err == 0 else None
+        return threading.Thread(target=run)
+
+    threads = [
+        sleeper("process", CLOCK_PROCESS_CPUTIME_ID, time.process_time),
+        sleeper("thread", main_clock,
+                lambda: time.clock_gettime(main_clock)),
+    ]
+    for t in threads:
+        t.start()
+
+    def spin_until(done):
+        while not done():
+            for _ in range(20000):
+                pass
+
+    # This thread's CPU time drives both clocks: 1 s of it, then the
+    # checkpoint, then until both sleeps end (2 s more of it).
+    spin_until(lambda: time.clock_gettime(main_clock) >= 1.0)
+    before = (time.process_time(), time.clock_gettime(main_clock))
+    side = checkpoint()
+    after = (time.process_time(), time.clock_gettime(main_clock))
+    spin_until(lambda: not any(t.is_alive() for t in threads))
+    start = before if side == "resume" else after
+    for i, name in enumerate(("process", "thread")):
+        if ends.get(name) is None:
+            report(name + " CPU clock sleep goes on", False, "clock_nanosleep failed")
+            continue
+        left = ends[name] - start[i]
+        report(name + " CPU clock sleep goes on", 1.4 <= left <= 2.6,
+               "ended %.2f s of CPU time after the checkpoint, not about 2 s"
+               % left)
+
+
 {"data": data_case, "procfs_pipe": procfs_pipe,
- "timeouts": timeouts}[sys.argv[1]]()
+ "timeouts": timeouts, "cpu_timeouts": cpu_timeouts}[sys.argv[1]]()

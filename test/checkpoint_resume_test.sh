@@ -18,7 +18,8 @@
 #   - cpu_timeouts: clock_nanosleep on CLOCK_PROCESS_CPUTIME_ID and on
 #     another thread's CPU clock, 3 s relative, checkpointed at 1 s of
 #     CPU time, end about 2 s of CPU time after it, not 3 s;
-# every case without and with --systrap-patch=on (cases NAME.patch).
+# every case without and with --systrap-patch=on (cases NAME.patch; the
+# program makes each blocking call's site hot first, so that it is patched).
 # Each run prints one "NAME ok" line per check that holds.
 # Exits 77 (CTest: skipped) when SENTRY does not exist yet.
 set -u

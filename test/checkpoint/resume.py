@@ -71,12 +71,29 @@ def read_exactly(recv, n):
     return bytes(got)
 
 
+def warm(call, times=32):
+    """Makes a call's syscall site hot: with --systrap-patch=on a site is
+    patched after 16 traps (platforms/systrap/patch.h, kPatchThreshold),
+    so that the blocking call that follows enters the Sentry through the
+    patched path. Harmless without patching."""
+    for _ in range(times):
+        call()
+
+
 def report(name, ok, why=""):
     print(name, "ok" if ok else "FAIL: " + why, flush=True)
 
 
 def data_case():
     results = {}
+    null = os.open("/dev/null", os.O_WRONLY)
+    warm(lambda: os.write(null, b"x"))
+    warm(lambda: os.writev(null, [b"x", b"y"]))
+    e, f = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    warm(lambda: (e.send(b"x"), f.recv(1, socket.MSG_WAITALL)))
+    e.close()
+    f.close()
+    os.close(null)
 
     # A pipe (64 KiB): the write blocks with 64 KiB moved.
     pr, pw = os.pipe()
@@ -194,6 +211,13 @@ def timeouts():
     ep.register(r, select.EPOLLIN)
     p = select.poll()
     p.register(r, select.POLLIN)
+    warm(lambda: p.poll(0))
+    warm(lambda: select.select([r], [], [], 0))
+    warm(lambda: ep.poll(0))
+    zero = struct.pack("qq", 0, 0)
+    warm(lambda: libc.syscall(SYS_nanosleep, ctypes.c_char_p(zero), None))
+    warm(lambda: libc.syscall(SYS_futex, ctypes.byref(word), FUTEX_WAIT_PRIVATE,
+                              1, ctypes.c_char_p(zero), None, 0))
     threads = [
         timed("nanosleep", nanosleep),
         timed("poll", lambda: p.poll(3000)),
@@ -237,6 +261,9 @@ def cpu_timeouts():
         sleeper("thread", main_clock,
                 lambda: time.clock_gettime(main_clock)),
     ]
+    tiny = struct.pack("qq", 0, 1)
+    warm(lambda: libc.clock_nanosleep(CLOCK_PROCESS_CPUTIME_ID, 0,
+                                      ctypes.c_char_p(tiny), None))
     for t in threads:
         t.start()
 

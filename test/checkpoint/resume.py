@@ -17,6 +17,9 @@
                       FUTEX_WAIT with 3 s relative timeouts, checkpointed
                       1 s in: each ends about 2 s after the checkpoint,
                       in the saved sandbox and in a restored copy alike.
+  resume.py unlinked  a file made in the overlay and a rootfs file copied
+                      up by a write, both removed while open, across the
+                      checkpoint: their data is read back after it.
   resume.py cpu_timeouts  threads in clock_nanosleep on the process's CPU
                       clock and on the main thread's, 3 s relative, while
                       the main thread spins; checkpointed at 1 s of its
@@ -290,5 +293,32 @@ def cpu_timeouts():
                % left)
 
 
+def unlinked():
+    """Overlay files removed while open keep their data across it."""
+    # Made in the overlay (upper layer only).
+    made = os.open("/tmp/resume_unlinked.%d" % os.getpid(),
+                   os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o600)
+    os.write(made, b"made, then removed")
+    os.unlink("/tmp/resume_unlinked.%d" % os.getpid())
+    # A rootfs file, copied up by its open for writing, then removed.
+    path = "/etc/os-release"
+    with open(path, "rb") as f:
+        original = f.read()
+    copied = os.open(path, os.O_RDWR)
+    os.lseek(copied, 0, os.SEEK_END)
+    os.write(copied, b"appended")
+    os.unlink(path)
+    checkpoint()
+    report("a file made in the overlay, removed while open",
+           os.pread(made, 100, 0) == b"made, then removed" and
+           os.fstat(made).st_nlink == 0,
+           "read %r" % os.pread(made, 100, 0))
+    got = os.pread(copied, len(original) + 100, 0)
+    report("a copied-up file removed while open",
+           got == original + b"appended" and not os.path.exists(path),
+           "read %d bytes" % len(got))
+
+
 {"data": data_case, "procfs_pipe": procfs_pipe,
- "timeouts": timeouts, "cpu_timeouts": cpu_timeouts}[sys.argv[1]]()
+ "timeouts": timeouts, "cpu_timeouts": cpu_timeouts,
+ "unlinked": unlinked}[sys.argv[1]]()

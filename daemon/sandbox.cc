@@ -330,13 +330,17 @@ std::shared_ptr<Sandbox> Sandbox::Adopt(Options o, const v1::SandboxInfo& record
           for (uint32_t i = 0; i < k.fds(); i++) mine.push_back(std::move(fds[next++]));
         }
         if (!r->reattached().more()) break;
-        if (r->reattached().processes().empty()) {
+        // Each response must get further than the last (a Sentry is not
+        // trusted to end the exchange on its own).
+        const control::Reattached& ra = r->reattached();
+        const int32_t last =
+            ra.processes().empty() ? 0 : ra.processes(ra.processes_size() - 1).pid();
+        if (last <= req.reattach().after_pid()) {
           Log("sandbox ", s->id_, ": its sentry said more processes kept descriptors, "
-              "but sent none");
+              "but sent none after pid ", req.reattach().after_pid());
           break;
         }
-        req.mutable_reattach()->set_after_pid(
-            r->reattached().processes(r->reattached().processes_size() - 1).pid());
+        req.mutable_reattach()->set_after_pid(last);
         fds.clear();
         r = p.Call(req, &fds, kCallTimeout);
         if (!r.ok()) {

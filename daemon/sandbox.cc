@@ -41,6 +41,13 @@ constexpr size_t kMaxSelfCheckpoints = 64;
 // ends (the init's exit has killed them; the answers are on their way).
 constexpr absl::Duration kReleaseExecWait = absl::Seconds(2);
 
+// The descriptors of Exec'd processes a Reattached response says it holds.
+size_t KeptFds(const control::Reattached& ra) {
+  size_t n = 0;
+  for (const control::KeptProcess& k : ra.processes()) n += k.fds();
+  return n;
+}
+
 }  // namespace
 
 std::string StateWord(v1::SandboxState s) {
@@ -290,17 +297,15 @@ std::shared_ptr<Sandbox> Sandbox::Adopt(Options o, const v1::SandboxInfo& record
     // The init's output (and stdin), then each Exec'd process's.
     const size_t init_fds =
         (tty ? 1 : 2) + (r.ok() && r->reattached().stdin_kept() ? 1 : 0);
-    size_t want = init_fds;
-    if (r.ok()) {
-      for (const control::KeptProcess& k : r->reattached().processes()) want += k.fds();
-    }
     if (!r.ok()) {
       why = absl::StrCat("reattaching its sentry: ", r.status().message());
     } else if (!r->reattached().started()) {
       why = "the sandbox had not started when the daemon stopped";
-    } else if (fds.size() != want) {
-      why = absl::StrCat("its sentry kept ", fds.size(), " descriptors, not ", want);
+    } else if (fds.size() != init_fds + KeptFds(r->reattached())) {
+      why = absl::StrCat("its sentry kept ", fds.size(), " descriptors, not ",
+                         init_fds + KeptFds(r->reattached()));
     } else {
+      const bool stdin_kept = r->reattached().stdin_kept();
       stdio.tty = tty;
       stdio.out = std::move(fds[0]);
       if (!tty) stdio.err = std::move(fds[1]);
@@ -309,14 +314,44 @@ std::shared_ptr<Sandbox> Sandbox::Adopt(Options o, const v1::SandboxInfo& record
       } else if (tty && record.spec().open_stdin()) {
         stdio.in.reset(fcntl(stdio.out.get(), F_DUPFD_CLOEXEC, 0));
       }
-      size_t next = init_fds;
-      for (const control::KeptProcess& k : r->reattached().processes()) {
-        std::vector<UniqueFd>& mine = kept[k.pid()];
-        for (uint32_t i = 0; i < k.fds(); i++) mine.push_back(std::move(fds[next++]));
+      fds.erase(fds.begin(), fds.begin() + static_cast<std::ptrdiff_t>(init_fds));
+      // The Exec'd processes' descriptors come in as many responses as
+      // they need (control.proto, Reattach); a process whose descriptors
+      // did not come is read by no one, and ends as its log says.
+      for (;;) {
+        if (fds.size() != KeptFds(r->reattached())) {
+          Log("sandbox ", s->id_, ": its sentry sent ", fds.size(),
+              " descriptors of exec'd processes, not ", KeptFds(r->reattached()));
+          break;
+        }
+        size_t next = 0;
+        for (const control::KeptProcess& k : r->reattached().processes()) {
+          std::vector<UniqueFd>& mine = kept[k.pid()];
+          for (uint32_t i = 0; i < k.fds(); i++) mine.push_back(std::move(fds[next++]));
+        }
+        if (!r->reattached().more()) break;
+        // Each response must get further than the last (a Sentry is not
+        // trusted to end the exchange on its own).
+        const control::Reattached& ra = r->reattached();
+        const int32_t last =
+            ra.processes().empty() ? 0 : ra.processes(ra.processes_size() - 1).pid();
+        if (last <= req.reattach().after_pid()) {
+          Log("sandbox ", s->id_, ": its sentry said more processes kept descriptors, "
+              "but sent none after pid ", req.reattach().after_pid());
+          break;
+        }
+        req.mutable_reattach()->set_after_pid(last);
+        fds.clear();
+        r = p.Call(req, &fds, kCallTimeout);
+        if (!r.ok()) {
+          Log("sandbox ", s->id_, ": reattaching its sentry's exec'd processes after pid ",
+              req.reattach().after_pid(), ": ", r.status().message());
+          break;
+        }
       }
       absl::MutexLock l(&s->mu_);
       s->persisted_ = true;
-      s->stdin_kept_ = r->reattached().stdin_kept();
+      s->stdin_kept_ = stdin_kept;
       running = true;
     }
   }

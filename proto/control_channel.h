@@ -27,9 +27,10 @@ inline constexpr size_t kMaxMessageBytes = 8 << 20;
 // Largest packet: one fits in a unix socket's default send buffer
 // (wmem_default, 208 KiB).
 inline constexpr size_t kMaxPacketBytes = 128 << 10;
-// Most descriptors in one message (Start: rootfs + three stdio fds;
-// Reattach: the init's kept output and stdin, and each running Exec'd
-// process's kept output).
+// Most descriptors in one message (Start: rootfs + three stdio fds). A
+// request that can have more to hand back asks in pieces: Reattach's
+// response carries as many Exec'd processes' kept output as fit, and the
+// daemon asks again for the rest (control.proto).
 inline constexpr size_t kMaxFds = 64;
 
 class Channel {

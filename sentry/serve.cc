@@ -238,7 +238,7 @@ class Server {
                                      const std::string& sandbox_id);
   void OnWatchCheckpoints(uint64_t id);
   void OnSelfCheckpoint(const boot::SelfCheckpointReport& r);
-  void OnReattach(uint64_t id);
+  void OnReattach(uint64_t id, const Request::Reattach& req);
   // After the channel's end: true with the next daemon's channel in ch_,
   // false when the sandbox does not outlive its daemon.
   bool AwaitNextDaemon();
@@ -720,20 +720,28 @@ void Server::OnPersist(uint64_t id, const Request::Persist& p,
   Send(r);
 }
 
-void Server::OnReattach(uint64_t id) {
+void Server::OnReattach(uint64_t id, const Request::Reattach& req) {
   Response r;
   r.set_id(id);
   control::Reattached* ra = r.mutable_reattached();
   ra->set_started(sandbox_ != nullptr);
   ra->set_stdin_kept(stdin_kept_);
+  // The first response brings Persist's descriptors, then as many Exec'd
+  // processes' as fit in one message; the daemon asks for the rest after
+  // the last pid it got (`more`).
   std::vector<int> fds;
-  for (const UniqueFd& f : kept_) fds.push_back(f.get());
+  if (req.after_pid() == 0) {
+    for (const UniqueFd& f : kept_) fds.push_back(f.get());
+  }
   absl::MutexLock l(&ch_mu_);
-  for (const auto& [pid, kept] : kept_execs_) {
-    // What does not fit in one message stays kept (and unused).
-    if (fds.size() + kept.size() > control::kMaxFds) break;
+  for (auto it = kept_execs_.upper_bound(req.after_pid()); it != kept_execs_.end(); ++it) {
+    const std::vector<UniqueFd>& kept = it->second;
+    if (fds.size() + kept.size() > control::kMaxFds) {
+      ra->set_more(true);
+      break;
+    }
     control::KeptProcess* k = ra->add_processes();
-    k->set_pid(pid);
+    k->set_pid(it->first);
     k->set_fds(static_cast<uint32_t>(kept.size()));
     for (const UniqueFd& f : kept) fds.push_back(f.get());
   }
@@ -860,7 +868,7 @@ void Server::Loop() {
         OnPersist(req.id(), req.persist(), std::move(fds));
         break;
       case Request::kReattach:
-        OnReattach(req.id());
+        OnReattach(req.id(), req.reattach());
         break;
       case Request::kWatchCheckpoints:
         OnWatchCheckpoints(req.id());

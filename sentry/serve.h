@@ -6,8 +6,12 @@
 // sandbox from the spec and the fds that come with it and runs its init;
 // Wait/WaitPid stay pending on threads of their own while other requests
 // are served; Destroy kills everything, answers with init's status and
-// exits 0. When the channel closes (the daemon is gone) the Sentry kills
-// the sandbox and exits.
+// exits 0. When the channel closes (the daemon is gone), a Sentry whose
+// sandbox has started and which got Persist (a listening socket in the
+// daemon's state directory) lets the sandbox run on and serves the next
+// daemon that connects to that socket (Reattach hands it the descriptors
+// kept meanwhile); any other Sentry (a warm one, or one never made to
+// persist) kills the sandbox and exits.
 //
 // The daemon spawns it with clone(CLONE_NEWPID), so that the Sentry is the
 // init of a pid namespace of its own (isolation.h says why the Sentry

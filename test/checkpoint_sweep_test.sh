@@ -96,17 +96,9 @@ fi
 # disagreement, as they would a SIGSTOP there on Linux: not swept unless
 # named in SBX_SWEEP_PROGRAMS.
 PAIRED_CLOCK_READS=" vdso "
-# Known broken, not swept unless named: procfs checkpointed in its first
-# ~20 ms, while it holds procfs files open, sometimes restores into a
-# failing run: "restoring the kernel: fd table 1: file 7: inode 10: proc
-# path "/1/fdinfo/5": errno 2" (a /proc/PID/fdinfo/N file is looked up
-# again while PID's descriptor table is being loaded, before N is in it),
-# and once a restored run that failed otherwise (not reproduced). About 1 in 16
-# points up to 30 ms. Open bugs. (Fixed: a pipe reopened through
-# /proc/PID/fd could not be saved, checkpoint_resume_test's procfs_pipe;
-# /proc/self/maps open across the checkpoint read without [stack], the
-# address space now being loaded before the descriptors.)
-KNOWN_BROKEN=" procfs "
+# Known broken, not swept unless named: a program's name with the reason
+# beside it (none at present).
+KNOWN_BROKEN=" "
 # Programs with hostinet sockets open: a restore resets TCP connections and
 # drops what the host had queued (datagrams, netlink replies), as gVisor
 # does (sentry/state/README.md, "hostinet sockets"), so the restored run's

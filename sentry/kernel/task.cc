@@ -8,6 +8,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <limits>
 #include <cstdio>
 #include <cstring>
 
@@ -387,6 +388,7 @@ void Task::HandleSyscall() {
   SyscallArgs args{r.orig_rax, {r.rdi, r.rsi, r.rdx, r.r10, r.r8, r.r9}};
   syscall_progress_ = false;
   syscall_deadline_ = absl::InfiniteFuture();
+  syscall_cpu_target_ = -1;
   // The first call of a loaded task, if it is the one saved waiting with a
   // timeout (a signal handler may run first and make calls of its own).
   resumed_timeout_now_ = resumed_timeout_pending_ &&
@@ -404,6 +406,8 @@ void Task::HandleSyscall() {
   in_syscall_.store(false, std::memory_order_release);
   syscall_progress_ = false;
   syscall_deadline_ = absl::InfiniteFuture();
+  syscall_cpu_target_ = -1;
+  syscall_cpu_clock_ = TimerClock{};  // holds its process or thread weakly
   resumed_timeout_now_ = false;
   resumed_moved_now_ = 0;
   if (stopped_with_progress_ && ret > 0 && ResumesAfterStop(args.nr)) {
@@ -450,6 +454,18 @@ absl::Duration Task::SyscallTimeout(absl::Duration timeout) {
   }
   syscall_deadline_ = absl::Now() + timeout;
   return timeout;
+}
+
+int64_t Task::SyscallCpuTimeout(const TimerClock& clock, int64_t now, int64_t ns) {
+  if (resumed_timeout_now_) {
+    ns = std::min(ns, absl::ToInt64Nanoseconds(resumed_timeout_));
+    resumed_timeout_now_ = false;
+  }
+  syscall_cpu_clock_ = clock;
+  syscall_cpu_target_ = ns > std::numeric_limits<int64_t>::max() - now
+                            ? std::numeric_limits<int64_t>::max()
+                            : now + ns;
+  return syscall_cpu_target_;
 }
 
 int Task::TakePendingSignal(SigSet set, siginfo_t* out) {

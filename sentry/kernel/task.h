@@ -321,6 +321,13 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
   // left written back). Remembers the deadline, which a checkpoint taken
   // while the call waits saves as the time left. At most once per call.
   absl::Duration SyscallTimeout(absl::Duration timeout);
+  // SyscallTimeout for a relative sleep on a CPU clock (clock_nanosleep on
+  // CLOCK_PROCESS_CPUTIME_ID or another thread's clock): `ns` of that
+  // clock's time from `now`, or, for the call that a restore executes
+  // again, what was left of it at the checkpoint in CPU time. Remembers
+  // the clock and the target it returns, which a checkpoint saves as the
+  // CPU time left.
+  int64_t SyscallCpuTimeout(const TimerClock& clock, int64_t now, int64_t ns);
 
  private:
   void Run();
@@ -376,6 +383,10 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
   // (SyscallTimeout; InfiniteFuture: none), read by a checkpoint while the
   // task is parked in the call (the park orders the two).
   absl::Time syscall_deadline_ = absl::InfiniteFuture();
+  // The same for a relative sleep on a CPU clock (SyscallCpuTimeout): the
+  // clock and the target on it; -1: none.
+  TimerClock syscall_cpu_clock_;
+  int64_t syscall_cpu_target_ = -1;
   // A loaded task saved in a call with a relative timeout: the time that
   // was left, for that call (the syscall instruction at
   // resumed_timeout_rip_) when it is executed again.

@@ -36,6 +36,22 @@ absl::StatusOr<uint64_t> FsState::SaveFdTable(
       });
 }
 
+namespace {
+
+// Whether file `id` (unchecked) is a file on procfs, opened through a
+// procfs mount (its inode saved by path: FsState::SavePseudoInode).
+bool IsProcFile(const pb::State& st, uint64_t id) {
+  if (id == 0 || id > static_cast<uint64_t>(st.files_size())) return false;
+  const pb::File& f = st.files(static_cast<int>(id - 1));
+  if (!f.has_inode_file()) return false;
+  const uint64_t inode = f.inode_file().inode();
+  if (inode == 0 || inode > static_cast<uint64_t>(st.inodes_size())) return false;
+  const pb::Inode& in = st.inodes(static_cast<int>(inode - 1));
+  return in.has_pseudo() && in.pseudo().fstype() == "proc";
+}
+
+}  // namespace
+
 absl::StatusOr<std::shared_ptr<fs::FdTable>> FsState::LoadFdTable(
     Loader& l, fs::Vfs& vfs, uint64_t id) {
   return l.Load<fs::FdTable, pb::FdTable>(
@@ -44,6 +60,11 @@ absl::StatusOr<std::shared_ptr<fs::FdTable>> FsState::LoadFdTable(
           -> absl::StatusOr<std::shared_ptr<fs::FdTable>> {
         auto t = std::make_shared<fs::FdTable>(r.max_fds());
         for (const pb::FdEntry& e : r.fds()) {
+          if (l.defer_proc_fds() && IsProcFile(l.state(), e.file()) && e.fd() >= 0) {
+            l.deferred_fds().push_back(
+                Loader::DeferredFd{t, e.fd(), e.file(), e.cloexec()});
+            continue;
+          }
           ASSIGN_OR_RETURN(std::shared_ptr<fs::File> f,
                            LoadFile(l, vfs, e.file()));
           if (f == nullptr || e.fd() < 0) {
@@ -58,6 +79,29 @@ absl::StatusOr<std::shared_ptr<fs::FdTable>> FsState::LoadFdTable(
         }
         return t;
       });
+}
+
+absl::Status FsState::LoadDeferredFds(Loader& l, fs::Vfs& vfs) {
+  // In the order the tables listed them; a /proc/PID/fdinfo/N whose N is
+  // itself deferred finds it when N came first (a lower descriptor of an
+  // earlier table), and fails the load otherwise, naming it.
+  std::vector<Loader::DeferredFd> deferred = std::move(l.deferred_fds());
+  l.deferred_fds().clear();
+  for (Loader::DeferredFd& d : deferred) {
+    ASSIGN_OR_RETURN(std::shared_ptr<fs::File> f,
+                     Annotate(LoadFile(l, vfs, d.file),
+                              absl::StrCat("descriptor ", d.fd)));
+    if (f == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("descriptor ", d.fd, " without a file"));
+    }
+    int64_t got = d.table->InstallAt(d.fd, std::move(f), d.cloexec);
+    if (got != d.fd) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "installing descriptor ", d.fd, ": errno ", -got));
+    }
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<uint64_t> FsState::SaveFsContext(

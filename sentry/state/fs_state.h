@@ -81,8 +81,12 @@ struct FsState {
   // each shared by the threads (CLONE_FILES, CLONE_FS) that share it.
   static absl::StatusOr<uint64_t> SaveFdTable(
       Saver& s, const fs::Vfs& vfs, const std::shared_ptr<fs::FdTable>& t);
+  // With Loader::defer_proc_fds, a descriptor whose file is a procfs
+  // file is left out, for LoadDeferredFds to install once every process
+  // is loaded.
   static absl::StatusOr<std::shared_ptr<fs::FdTable>> LoadFdTable(
       Loader& l, fs::Vfs& vfs, uint64_t id);
+  static absl::Status LoadDeferredFds(Loader& l, fs::Vfs& vfs);
   static absl::StatusOr<uint64_t> SaveFsContext(
       Saver& s, const fs::Vfs& vfs, const std::shared_ptr<fs::FsContext>& c);
   static absl::StatusOr<std::shared_ptr<fs::FsContext>> LoadFsContext(

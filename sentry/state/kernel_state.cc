@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
@@ -344,10 +345,11 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
                                                MmCheckpointer& mms) {
   // Task fields of one call in progress, not state: syscall_progress_,
   // stopped_with_progress_ and the *_now_ ones (a task is saved parked,
-  // between calls or inside a wait that parks); syscall_deadline_ is
-  // saved as the time left (syscall_timeout_left_ns), resume_moved_ as
+  // between calls or inside a wait that parks); syscall_deadline_, or
+  // syscall_cpu_clock_ and syscall_cpu_target_, are saved as the time
+  // left (syscall_timeout_left_ns), resume_moved_ as
   // syscall_resume_moved, and both rips are the loaded rip.
-  SBX_SAVED_SIZE(kernel::Task, 14720);
+  SBX_SAVED_SIZE(kernel::Task, 14784);
   SBX_SAVED_SIZE(kernel::Task::PendingInfo, 152);
   SBX_SAVED_SIZE(kernel::RestartBlock, 24);
   SBX_SAVED_SIZE(kernel::TaskCpuTime, 64);
@@ -414,6 +416,13 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
             r->set_syscall_timeout_left_ns(absl::ToInt64Nanoseconds(
                 std::max(absl::ZeroDuration(),
                          t.syscall_deadline_ - absl::Now())));
+          } else if (t.syscall_cpu_target_ >= 0) {
+            // On a CPU clock: the CPU time left (its process or thread
+            // gone: the sleep ends at once when executed again).
+            const int64_t now = t.syscall_cpu_clock_.Now();
+            r->set_syscall_timeout_saved(true);
+            r->set_syscall_timeout_left_ns(
+                now < 0 ? 0 : std::max<int64_t>(0, t.syscall_cpu_target_ - now));
           }
         }
         r->set_in_syscall(in_syscall);
@@ -924,12 +933,20 @@ absl::Status KernelState::LoadKernel(Loader& l, Kernel& k, fs::Vfs& vfs,
   // Every group exists before anything that may name one is loaded (a
   // signalfd names the process that made it), then each is filled in.
   for (uint64_t id : r.thread_groups()) RETURN_IF_ERROR(NewGroup(l, k, id));
+  // Procfs files among the descriptors are opened again last, once what
+  // they look up is loaded (a /proc/PID/fdinfo/N, PID's table and N in
+  // it): Loader::set_defer_proc_fds.
+  l.set_defer_proc_fds(true);
+  absl::Cleanup no_defer = [&l] { l.set_defer_proc_fds(false); };
   for (uint64_t id : r.thread_groups()) {
     RETURN_IF_ERROR(LoadGroup(l, k, vfs, mms, id));
   }
   for (uint64_t id : r.tasks()) RETURN_IF_ERROR(LoadTask(l, k, id).status());
   for (uint64_t id : r.thread_groups()) RETURN_IF_ERROR(LinkGroup(l, k, id));
   for (uint64_t id : r.tasks()) RETURN_IF_ERROR(LinkTask(l, k, id));
+  l.set_defer_proc_fds(false);
+  RETURN_IF_ERROR(Annotate(FsState::LoadDeferredFds(l, vfs),
+                           "procfs files among the descriptors"));
   {
     absl::MutexLock lock(&k.mu_);
     k.next_tid_ = r.next_tid();

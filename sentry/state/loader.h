@@ -38,6 +38,7 @@ namespace sandboxd::mm {
 class MemoryFile;
 }
 namespace sandboxd::fs {
+class FdTable;
 class Inode;
 }
 namespace sandboxd::socket {
@@ -120,6 +121,23 @@ class Loader {
   void set_unix_namespace(socket::UnixNamespace* ns) { unix_ns_ = ns; }
   socket::UnixNamespace* unix_namespace() const { return unix_ns_; }
 
+  // Descriptors whose procfs file is opened again only once every process
+  // and thread is loaded (KernelState::LoadKernel turns this on, and
+  // FsState::LoadDeferredFds installs them): a /proc/PID/fd/N or
+  // /proc/PID/fdinfo/N looks N up in PID's descriptor table, a
+  // /proc/PID/task/TID/... needs TID, and /proc/PID/maps PID's address
+  // space, none of which need be loaded when the table that holds the file
+  // is. Off, a procfs file is opened as its table loads.
+  struct DeferredFd {
+    std::shared_ptr<fs::FdTable> table;
+    int fd;
+    uint64_t file;  // id in State.files
+    bool cloexec;
+  };
+  void set_defer_proc_fds(bool on) { defer_proc_fds_ = on; }
+  bool defer_proc_fds() const { return defer_proc_fds_; }
+  std::vector<DeferredFd>& deferred_fds() { return deferred_fds_; }
+
   // Objects that the loaded graph uses but does not own (an OverlayFs,
   // which its inodes reach by plain pointer): the caller takes them with
   // TakeKept() and keeps them as long as it keeps what it loaded.
@@ -185,6 +203,8 @@ class Loader {
   std::shared_ptr<fs::tty::HostTerminal> console_;
   std::map<std::string, std::shared_ptr<fs::Inode>> pseudo_roots_;
   std::vector<std::shared_ptr<void>> kept_;
+  bool defer_proc_fds_ = false;
+  std::vector<DeferredFd> deferred_fds_;
   // Null while the object is being built.
   std::map<Key, std::shared_ptr<void>> objects_;
 };

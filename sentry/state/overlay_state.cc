@@ -60,6 +60,7 @@ absl::Status FsState::SaveOverlayInode(Saver& s, fs::OverlayInode& o,
   std::vector<std::string> names;
   std::shared_ptr<fs::OverlayInode> cur =
       std::static_pointer_cast<fs::OverlayInode>(o.shared_from_this());
+  bool reachable = true;
   while (cur != o.fs_->root_) {
     std::shared_ptr<fs::OverlayInode> parent;
     {
@@ -68,27 +69,51 @@ absl::Status FsState::SaveOverlayInode(Saver& s, fs::OverlayInode& o,
       names.push_back(cur->name_);
     }
     if (parent == nullptr) {
-      return absl::UnimplementedError(
-          "save: an overlay file with no name (removed while open)");
+      reachable = false;
+      break;
     }
     cur = std::move(parent);
   }
   std::string path;
-  std::shared_ptr<fs::Inode> walk = o.fs_->root_;
-  for (auto it = names.rbegin(); it != names.rend(); ++it) {
-    absl::StrAppend(&path, "/", *it);
-    std::shared_ptr<fs::Inode> next;
-    if (walk->Lookup(*it, &next) < 0) {
-      walk = nullptr;
-      break;
+  if (reachable) {
+    std::shared_ptr<fs::Inode> walk = o.fs_->root_;
+    for (auto it = names.rbegin(); it != names.rend(); ++it) {
+      absl::StrAppend(&path, "/", *it);
+      std::shared_ptr<fs::Inode> next;
+      if (walk->Lookup(*it, &next) < 0) {
+        walk = nullptr;
+        break;
+      }
+      walk = std::move(next);
     }
-    walk = std::move(next);
+    reachable = walk.get() == &o;
   }
-  if (walk.get() != &o) {
+  if (reachable) {
+    r->set_path(path.empty() ? "/" : path);
+    return absl::OkStatus();
+  }
+  // Removed while open. Linux keeps such a file as long as it is open;
+  // its data is all in the upper layer when it has no lower file (made in
+  // the overlay, or copied up before the removal: a copy-up drops
+  // nothing the file still shows), so that inode is saved.
+  std::shared_ptr<fs::Inode> upper, lower;
+  std::string name;
+  {
+    absl::MutexLock lock(&o.mu_);
+    upper = o.upper_;
+    lower = o.lower_;
+    name = o.name_;
+  }
+  if (upper == nullptr) {
     return absl::UnimplementedError(absl::StrCat(
-        "save: overlay file \"", path, "\" was removed while open"));
+        "save: overlay file \"", path.empty() ? name : path,
+        "\" of the lower layer was removed while open (its data is the "
+        "rootfs's, which no path leads to any more)"));
   }
-  r->set_path(path.empty() ? "/" : path);
+  ASSIGN_OR_RETURN(uint64_t up, SaveInode(s, upper));
+  r->set_detached_upper(up);
+  r->set_detached_name(name);
+  r->set_detached_ino(o.ino_);
   return absl::OkStatus();
 }
 
@@ -140,6 +165,25 @@ absl::StatusOr<std::shared_ptr<fs::Inode>> FsState::LoadOverlayInode(
       });
   if (!ofs.ok()) return ofs.status();
   if (*ofs == nullptr) return absl::InvalidArgumentError("no overlay");
+  if (r.detached_upper() != 0) {
+    // Removed while open: an inode of its own, reached from no directory,
+    // over its upper inode alone.
+    if (!r.path().empty() || r.detached_name().empty() ||
+        r.detached_name().find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(
+          "a removed overlay file with a path, or without a name");
+    }
+    ASSIGN_OR_RETURN(std::shared_ptr<fs::Inode> upper,
+                     LoadInode(l, r.detached_upper()));
+    if (std::dynamic_pointer_cast<fs::TmpFsInode>(upper) == nullptr) {
+      return absl::InvalidArgumentError(
+          "a removed overlay file's upper inode is not a tmpfs inode");
+    }
+    auto o = std::make_shared<fs::OverlayInode>(ofs->get(), nullptr,
+                                                r.detached_name(), upper, nullptr);
+    o->ino_ = r.detached_ino();
+    return o;
+  }
   std::shared_ptr<fs::Inode> cur = (*ofs)->Root();
   for (absl::string_view name : absl::StrSplit(r.path(), '/', absl::SkipEmpty())) {
     std::shared_ptr<fs::Inode> next;

@@ -173,6 +173,21 @@ TEST(TreeStateTest, MainsTreeRoundTrips) {
   auto ptmx = Open(*vfs, "/dev/ptmx", O_RDWR);
   ASSERT_NE(ptmx, nullptr);
   ASSERT_EQ(fds->Install(ptmx, false), 3);
+  // Its own /proc/1/fdinfo/2: it names a descriptor of the table being
+  // loaded (opened again once every table is).
+  auto fdinfo = Open(*vfs, "/proc/1/fdinfo/2", O_RDONLY);
+  ASSERT_NE(fdinfo, nullptr);
+  ASSERT_EQ(fds->Install(fdinfo, false), 4);
+  // A file made in the overlay, removed while open: Linux keeps it, and
+  // so does the image.
+  fs::Location etc;
+  ASSERT_EQ(Resolve(*vfs, "/etc", &etc), 0);
+  ASSERT_EQ(vfs->Create(etc, "gone", req, &made), 0);
+  auto gone = Open(*vfs, "/etc/gone", O_RDWR);
+  ASSERT_NE(gone, nullptr);
+  ASSERT_EQ(gone->Write("kept after unlink", 17, -1, fs::IoContext{}), 17);
+  ASSERT_EQ(vfs->Unlink(etc, "gone", false), 0);
+  ASSERT_EQ(fds->Install(gone, false), 5);
   fs::Location cwd;
   ASSERT_EQ(Resolve(*vfs, "/proc/1", &cwd), 0);
   fsctx->set_cwd(cwd);
@@ -244,6 +259,17 @@ TEST(TreeStateTest, MainsTreeRoundTrips) {
   ASSERT_NE(master, nullptr);
   EXPECT_EQ(vfs2->PathOf(vfs2->Root(), master->location()), "/dev/ptmx");
   EXPECT_EQ(Resolve(*vfs2, "/dev/pts/0", &loc), 0);
+  // /proc/1/fdinfo/2, opened again after the table was loaded (its text
+  // is generated then, from descriptor 2: offset 4).
+  auto fdinfo2 = fds2.Get(4);
+  ASSERT_NE(fdinfo2, nullptr);
+  EXPECT_NE(ReadAll(*fdinfo2).find("pos:\t4"), std::string::npos);
+  // The removed overlay file, with its data, still reached by no name.
+  auto gone2 = fds2.Get(5);
+  ASSERT_NE(gone2, nullptr);
+  ASSERT_EQ(gone2->Seek(0, SEEK_SET), 0);
+  EXPECT_EQ(ReadAll(*gone2), "kept after unlink");
+  EXPECT_NE(Resolve(*vfs2, "/etc/gone", &loc), 0);
   // The cwd in /proc resolves in the new procfs.
   EXPECT_EQ(init2->group().fs().cwd().inode().Type(), static_cast<uint32_t>(S_IFDIR));
   EXPECT_EQ(vfs2->PathOf(vfs2->Root(), init2->group().fs().cwd()), "/proc/1");

@@ -135,7 +135,9 @@ int64_t Sleep(Task& t, clockid_t program_clock, const kernel::TimerClock& clock,
   }
   int64_t now = clock.Now();
   if (now < 0) return -EINVAL;
-  return CpuSleepUntil(t, program_clock, clock, absolute ? ns : now + ns,
+  // As above, on the CPU clock: what a checkpoint left of it.
+  return CpuSleepUntil(t, program_clock, clock,
+                       absolute ? ns : t.SyscallCpuTimeout(clock, now, ns),
                        rem_addr);
 }
 

@@ -17,6 +17,13 @@
                       FUTEX_WAIT with 3 s relative timeouts, checkpointed
                       1 s in: each ends about 2 s after the checkpoint,
                       in the saved sandbox and in a restored copy alike.
+  resume.py unlinked  a file made in the overlay and a rootfs file copied
+                      up by a write, both removed while open, across the
+                      checkpoint: their data is read back after it.
+  resume.py cpu_timeouts  threads in clock_nanosleep on the process's CPU
+                      clock and on the main thread's, 3 s relative, while
+                      the main thread spins; checkpointed at 1 s of its
+                      CPU time: each ends about 2 s of CPU time later.
 
 Output: one line per check ("NAME ok", or "NAME FAIL: why"), the same on
 both sides of the checkpoint; the side ("resume" or "restore") goes to
@@ -67,12 +74,29 @@ def read_exactly(recv, n):
     return bytes(got)
 
 
+def warm(call, times=32):
+    """Makes a call's syscall site hot: with --systrap-patch=on a site is
+    patched after 16 traps (platforms/systrap/patch.h, kPatchThreshold),
+    so that the blocking call that follows enters the Sentry through the
+    patched path. Harmless without patching."""
+    for _ in range(times):
+        call()
+
+
 def report(name, ok, why=""):
     print(name, "ok" if ok else "FAIL: " + why, flush=True)
 
 
 def data_case():
     results = {}
+    null = os.open("/dev/null", os.O_WRONLY)
+    warm(lambda: os.write(null, b"x"))
+    warm(lambda: os.writev(null, [b"x", b"y"]))
+    e, f = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    warm(lambda: (e.send(b"x"), f.recv(1, socket.MSG_WAITALL)))
+    e.close()
+    f.close()
+    os.close(null)
 
     # A pipe (64 KiB): the write blocks with 64 KiB moved.
     pr, pw = os.pipe()
@@ -190,6 +214,13 @@ def timeouts():
     ep.register(r, select.EPOLLIN)
     p = select.poll()
     p.register(r, select.POLLIN)
+    warm(lambda: p.poll(0))
+    warm(lambda: select.select([r], [], [], 0))
+    warm(lambda: ep.poll(0))
+    zero = struct.pack("qq", 0, 0)
+    warm(lambda: libc.syscall(SYS_nanosleep, ctypes.c_char_p(zero), None))
+    warm(lambda: libc.syscall(SYS_futex, ctypes.byref(word), FUTEX_WAIT_PRIVATE,
+                              1, ctypes.c_char_p(zero), None, 0))
     threads = [
         timed("nanosleep", nanosleep),
         timed("poll", lambda: p.poll(3000)),
@@ -214,5 +245,80 @@ def timeouts():
                "ended %.2f s after the checkpoint, not about 2 s" % left)
 
 
+def cpu_timeouts():
+    """Relative sleeps on CPU clocks go on with the CPU time left."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    CLOCK_PROCESS_CPUTIME_ID = 2
+    main_clock = time.pthread_getcpuclockid(threading.get_ident())
+    ends = {}
+
+    def sleeper(name, clock, now):
+        def run():
+            ts = struct.pack("qq", 3, 0)
+            err = libc.clock_nanosleep(clock, 0, ctypes.c_char_p(ts), None)
+            ends[name] = now() if err == 0 else None
+        return threading.Thread(target=run)
+
+    threads = [
+        sleeper("process", CLOCK_PROCESS_CPUTIME_ID, time.process_time),
+        sleeper("thread", main_clock,
+                lambda: time.clock_gettime(main_clock)),
+    ]
+    tiny = struct.pack("qq", 0, 1)
+    warm(lambda: libc.clock_nanosleep(CLOCK_PROCESS_CPUTIME_ID, 0,
+                                      ctypes.c_char_p(tiny), None))
+    for t in threads:
+        t.start()
+
+    def spin_until(done):
+        while not done():
+            for _ in range(20000):
+                pass
+
+    # This thread's CPU time drives both clocks: 1 s of it, then the
+    # checkpoint, then until both sleeps end (2 s more of it).
+    spin_until(lambda: time.clock_gettime(main_clock) >= 1.0)
+    before = (time.process_time(), time.clock_gettime(main_clock))
+    side = checkpoint()
+    after = (time.process_time(), time.clock_gettime(main_clock))
+    spin_until(lambda: not any(t.is_alive() for t in threads))
+    start = before if side == "resume" else after
+    for i, name in enumerate(("process", "thread")):
+        if ends.get(name) is None:
+            report(name + " CPU clock sleep goes on", False, "clock_nanosleep failed")
+            continue
+        left = ends[name] - start[i]
+        report(name + " CPU clock sleep goes on", 1.4 <= left <= 2.6,
+               "ended %.2f s of CPU time after the checkpoint, not about 2 s"
+               % left)
+
+
+def unlinked():
+    """Overlay files removed while open keep their data across it."""
+    # Made in the overlay (upper layer only).
+    made = os.open("/tmp/resume_unlinked.%d" % os.getpid(),
+                   os.O_CREAT | os.O_RDWR | os.O_TRUNC, 0o600)
+    os.write(made, b"made, then removed")
+    os.unlink("/tmp/resume_unlinked.%d" % os.getpid())
+    # A rootfs file, copied up by its open for writing, then removed.
+    path = "/etc/os-release"
+    with open(path, "rb") as f:
+        original = f.read()
+    copied = os.open(path, os.O_RDWR)
+    os.lseek(copied, 0, os.SEEK_END)
+    os.write(copied, b"appended")
+    os.unlink(path)
+    checkpoint()
+    report("a file made in the overlay, removed while open",
+           os.pread(made, 100, 0) == b"made, then removed" and
+           os.fstat(made).st_nlink == 0,
+           "read %r" % os.pread(made, 100, 0))
+    got = os.pread(copied, len(original) + 100, 0)
+    report("a copied-up file removed while open",
+           got == original + b"appended" and not os.path.exists(path),
+           "read %d bytes" % len(got))
+
+
 {"data": data_case, "procfs_pipe": procfs_pipe,
- "timeouts": timeouts}[sys.argv[1]]()
+ "timeouts": timeouts, "cpu_timeouts": cpu_timeouts,
+ "unlinked": unlinked}[sys.argv[1]]()

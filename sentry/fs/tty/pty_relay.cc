@@ -11,6 +11,7 @@
 #include <utility>
 
 #include "base/status_macros.h"
+#include "base/thread.h"
 #include "sentry/waiter/waiter.h"
 
 namespace sandboxd::fs::tty {
@@ -56,7 +57,15 @@ absl::StatusOr<std::unique_ptr<PtyRelay>> PtyRelay::Start(
                                            std::move(host), std::move(wake)));
   r->pty_->set_relayed(true);
   r->pty_->master_queue()->Add(r->waker_.get(), POLLIN | POLLOUT);
-  r->thread_ = std::thread([p = r.get()] { p->Loop(); });
+  absl::StatusOr<std::thread> th =
+      StartThread("the terminal relay's thread", [p = r.get()] { p->Loop(); });
+  if (!th.ok()) {
+    // As the loop's end would: the pty is the program's alone again.
+    r->pty_->master_queue()->Remove(r->waker_.get());
+    r->pty_->set_relayed(false);
+    return th.status();
+  }
+  r->thread_ = std::move(*th);
   return r;
 }
 

@@ -1,0 +1,591 @@
+// sandboxd-oci: an OCI runtime with runc's command line, for containerd's
+// io.containerd.runc.v2 shim and podman (client/oci/README.md).
+//
+//   sandboxd-oci [--root=DIR] [--log=FILE] [--log-format=text|json]
+//                [--systemd-cgroup] [--sentry=PATH] COMMAND [FLAGS] ID ...
+//
+// Exit status 0, or 1 with the error on stderr (and in --log), as runc.
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/ioctl.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "base/flags.h"
+#include "base/status_macros.h"
+#include "base/unique_fd.h"
+#include "base/version.h"
+#include "client/oci/backend.h"
+#include "client/oci/init_proxy.h"
+#include "client/oci/spec.h"
+#include "client/oci/state.h"
+
+extern char** environ;
+
+namespace sandboxd::oci {
+namespace {
+
+struct Globals {
+  std::string root = "/run/sandboxd-oci";
+  std::string log;
+  std::string log_format = "text";
+  bool systemd_cgroup = false;
+  bool debug = false;
+  std::string sentry;
+};
+
+Globals g;
+
+void LogLine(const char* level, const std::string& msg) {
+  if (g.log.empty()) return;
+  int fd = open(g.log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  std::string line =
+      g.log_format == "json"
+          ? absl::StrCat("{\"level\":\"", level, "\",\"msg\":", JsonQuote(msg),
+                         ",\"time\":\"", NowRfc3339(), "\"}\n")
+          : absl::StrCat("time=\"", NowRfc3339(), "\" level=", level,
+                         " msg=", JsonQuote(msg), "\n");
+  (void)!write(fd, line.data(), line.size());
+  close(fd);
+}
+
+[[noreturn]] void Fail(const absl::Status& s) {
+  const std::string msg(s.message());
+  LogLine("error", msg);
+  fprintf(stderr, "sandboxd-oci: %s\n", msg.c_str());
+  fflush(stderr);
+  _exit(1);
+}
+
+void Check(const absl::Status& s) {
+  if (!s.ok()) Fail(s);
+}
+
+absl::Status Errno(const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", strerror(errno)));
+}
+
+std::string SentryPath() {
+  if (!g.sentry.empty()) return g.sentry;
+  if (const char* e = getenv("SANDBOXD_OCI_SENTRY"); e != nullptr && *e) return e;
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "/usr/local/bin/sentry";
+  std::string self(buf, n);
+  return self.substr(0, self.rfind('/') + 1) + "sentry";
+}
+
+std::string OneId(const std::vector<std::string>& args, const char* verb) {
+  if (args.size() != 1) {
+    Fail(absl::InvalidArgumentError(
+        absl::StrCat(verb, " wants exactly one container id, got ", args.size(),
+                     " arguments")));
+  }
+  Check(CheckId(args[0]));
+  return args[0];
+}
+
+absl::Status WriteFileAtomic(const std::string& path, const std::string& data) {
+  const std::string tmp = path + ".tmp";
+  UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) return Errno(absl::StrCat("writing ", tmp));
+  if (write(fd.get(), data.data(), data.size()) != static_cast<ssize_t>(data.size())) {
+    return Errno(absl::StrCat("writing ", tmp));
+  }
+  fd.reset();
+  if (rename(tmp.c_str(), path.c_str()) != 0) return Errno(absl::StrCat("renaming ", tmp));
+  return absl::OkStatus();
+}
+
+absl::Status MkdirAll(const std::string& path, mode_t mode) {
+  std::string cur;
+  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    absl::StrAppend(&cur, "/", part);
+    if (mkdir(cur.c_str(), mode) != 0 && errno != EEXIST) {
+      return Errno(absl::StrCat("mkdir ", cur));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Sends the pty master over the console socket, as runc does
+// (SCM_RIGHTS, the terminal's name as the message's data).
+absl::Status SendConsole(const std::string& socket_path, int master,
+                         const std::string& name) {
+  UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return Errno("console socket");
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError("--console-socket: path too long");
+  }
+  memcpy(addr.sun_path, socket_path.data(), socket_path.size());
+  if (connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return Errno(absl::StrCat("connecting to --console-socket ", socket_path));
+  }
+  iovec iov{const_cast<char*>(name.data()), name.size()};
+  char cbuf[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = cbuf;
+  msg.msg_controllen = sizeof(cbuf);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &master, sizeof(int));
+  if (sendmsg(s.get(), &msg, MSG_NOSIGNAL) < 0) {
+    return Errno("sending the console to --console-socket");
+  }
+  return absl::OkStatus();
+}
+
+// A new pty: the master goes to the console socket, the slave is returned.
+absl::StatusOr<UniqueFd> OpenConsole(const std::string& socket_path) {
+  UniqueFd master(posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!master.valid()) return Errno("posix_openpt");
+  if (grantpt(master.get()) != 0 || unlockpt(master.get()) != 0) {
+    return Errno("unlockpt");
+  }
+  char name[128];
+  if (ptsname_r(master.get(), name, sizeof(name)) != 0) return Errno("ptsname");
+  UniqueFd slave(open(name, O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!slave.valid()) return Errno(absl::StrCat("open ", name));
+  RETURN_IF_ERROR(SendConsole(socket_path, master.get(), name));
+  return slave;
+}
+
+std::vector<char*> CArgv(std::vector<std::string>& v) {
+  std::vector<char*> out;
+  for (std::string& s : v) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+int CmdCreate(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci create", "[FLAGS] ID");
+  std::string bundle = ".", pid_file, console_socket;
+  bool no_pivot = false, no_new_keyring = false, detach = false;
+  int preserve_fds = 0;
+  fs.String("bundle", &bundle, "DIR", "the bundle: config.json and its root");
+  fs.Alias("-b", "bundle");
+  fs.String("pid-file", &pid_file, "FILE", "where the init proxy's pid goes");
+  fs.String("console-socket", &console_socket, "PATH",
+            "unix socket that gets the pty master (process.terminal)");
+  fs.Bool("no-pivot", &no_pivot, "accepted (the Sentry's root is its own)");
+  fs.Bool("no-new-keyring", &no_new_keyring, "accepted (no host keyring is reachable)");
+  fs.Bool("detach", &detach, "accepted (create always detaches)");
+  fs.Alias("-d", "detach");
+  fs.Int("preserve-fds", &preserve_fds, "extra fds for the container (only 0)");
+  std::vector<std::string> args = fs.ParseOrExit(argv_in, 1);
+  const std::string id = OneId(args, "create");
+  if (preserve_fds != 0) {
+    Fail(absl::InvalidArgumentError("--preserve-fds: only 0 is supported"));
+  }
+  char real[PATH_MAX];
+  if (realpath(bundle.c_str(), real) == nullptr) {
+    Fail(Errno(absl::StrCat("--bundle ", bundle)));
+  }
+  bundle = real;
+  std::ifstream in(bundle + "/config.json");
+  if (!in) Fail(Errno(absl::StrCat("reading ", bundle, "/config.json")));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  absl::StatusOr<LaunchSpec> spec = ParseConfig(ss.str(), bundle);
+  if (!spec.ok()) Fail(Annotate(spec.status(), "config.json"));
+  if (spec->hostname.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    spec->hostname = host;
+  }
+  if (spec->terminal && console_socket.empty()) {
+    Fail(absl::InvalidArgumentError(
+        "config.json: process.terminal is true: --console-socket is required"));
+  }
+  if (!spec->terminal && !console_socket.empty()) {
+    Fail(absl::InvalidArgumentError(
+        "--console-socket given but config.json's process.terminal is false"));
+  }
+  struct stat sb;
+  if (stat(spec->rootfs.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    Fail(absl::InvalidArgumentError(absl::StrCat(
+        "config.json: root.path: ", spec->rootfs, " is not a directory")));
+  }
+
+  Check(MkdirAll(g.root, 0711));
+  const std::string dir = ContainerDir(g.root, id);
+  if (mkdir(dir.c_str(), 0711) != 0) {
+    if (errno == EEXIST) {
+      Fail(absl::AlreadyExistsError(absl::StrCat("container with id exists: ", id)));
+    }
+    Fail(Errno(absl::StrCat("mkdir ", dir)));
+  }
+  bool done = false;
+  auto cleanup = [&] {
+    if (done) return;
+    unlink(FifoPath(g.root, id).c_str());
+    unlink((dir + "/state.json").c_str());
+    rmdir(dir.c_str());
+  };
+  auto fail = [&](const absl::Status& s) {
+    cleanup();
+    Fail(s);
+  };
+  const std::string fifo = FifoPath(g.root, id);
+  if (mkfifo(fifo.c_str(), 0600) != 0) fail(Errno(absl::StrCat("mkfifo ", fifo)));
+
+  UniqueFd console;
+  if (spec->terminal) {
+    auto c = OpenConsole(console_socket);
+    if (!c.ok()) fail(c.status());
+    console = *std::move(c);
+  }
+  UniqueFd netns;
+  if (spec->network == LaunchSpec::Network::kJoin) {
+    netns = UniqueFd(open(spec->netns_path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!netns.valid()) {
+      fail(Errno(absl::StrCat("config.json: linux.namespaces: network path ",
+                              spec->netns_path)));
+    }
+  }
+  SentryRunBackend backend(SentryPath());
+  std::vector<std::string> cmd = backend.InitCommand(id, *spec);
+  if (access(cmd[0].c_str(), X_OK) != 0) {
+    fail(Errno(absl::StrCat("the sentry ", cmd[0],
+                            " (--sentry or SANDBOXD_OCI_SENTRY)")));
+  }
+  LogLine("debug", absl::StrCat("init: ", absl::StrJoin(cmd, " ")));
+  std::vector<char*> cargv = CArgv(cmd);
+  std::vector<rlimit> limits;
+  std::vector<int> resources;
+  for (const auto& [res, lim] : spec->rlimits) {
+    resources.push_back(res);
+    limits.push_back(lim);
+  }
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) fail(Errno("pipe"));
+  InitPlan plan;
+  plan.fifo = fifo.c_str();
+  plan.exe = cargv[0];
+  plan.argv = cargv.data();
+  plan.envp = environ;
+  plan.console = console.valid() ? console.get() : -1;
+  plan.netns = netns.valid() ? netns.get() : -1;
+  plan.report = report[1];
+  plan.rlimits = limits.data();
+  plan.rlimit_resources = resources.data();
+  plan.n_rlimits = static_cast<int>(limits.size());
+  const pid_t pid = fork();
+  if (pid < 0) fail(Errno("fork"));
+  if (pid == 0) {
+    close(report[0]);
+    RunInitProxy(plan);
+  }
+  close(report[1]);
+  std::string err;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(report[0], buf, sizeof(buf))) != 0) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    err.append(buf, n);
+  }
+  close(report[0]);
+  if (!err.empty()) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    fail(absl::InternalError(absl::StrCat("starting the init proxy: ", err)));
+  }
+  ContainerState st;
+  st.id = id;
+  st.pid = pid;
+  st.pid_start = ProcessStartTime(pid);
+  st.bundle = bundle;
+  st.rootfs = spec->rootfs;
+  st.created = NowRfc3339();
+  st.annotations = spec->annotations;
+  if (absl::Status s = WriteState(g.root, st); !s.ok()) {
+    kill(pid, SIGKILL);
+    fail(s);
+  }
+  if (!pid_file.empty()) {
+    if (absl::Status s = WriteFileAtomic(pid_file, absl::StrCat(pid)); !s.ok()) {
+      kill(pid, SIGKILL);
+      fail(s);
+    }
+  }
+  done = true;
+  LogLine("info", absl::StrCat("created ", id, ": init proxy pid ", pid));
+  return 0;
+}
+
+ContainerState Load(const std::string& id) {
+  absl::StatusOr<ContainerState> st = ReadState(g.root, id);
+  if (!st.ok()) Fail(st.status());
+  return *std::move(st);
+}
+
+int CmdStart(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci start", "ID");
+  const std::string id = OneId(fs.ParseOrExit(argv_in, 1), "start");
+  ContainerState st = Load(id);
+  switch (CurrentStatus(g.root, st)) {
+    case Status::kRunning:
+      Fail(absl::FailedPreconditionError("cannot start an already running container"));
+    case Status::kStopped:
+      Fail(absl::FailedPreconditionError("cannot start a container that has stopped"));
+    case Status::kCreated:
+      break;
+  }
+  const std::string fifo = FifoPath(g.root, id);
+  UniqueFd fd(open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!fd.valid()) Fail(Errno(absl::StrCat("open ", fifo)));
+  // The init proxy's open for writing completes now; it writes one byte.
+  for (int waited_ms = 0;; waited_ms += 100) {
+    pollfd p{fd.get(), POLLIN, 0};
+    int r = poll(&p, 1, 100);
+    if (r > 0 && (p.revents & POLLIN)) {
+      char c;
+      if (read(fd.get(), &c, 1) == 1) break;
+    }
+    if (ProcessStartTime(st.pid) != st.pid_start || waited_ms > 30000) {
+      Fail(absl::FailedPreconditionError(
+          absl::StrCat("container ", id, ": its init proxy (pid ", st.pid,
+                       ") exited before start")));
+    }
+  }
+  unlink(fifo.c_str());
+  LogLine("info", absl::StrCat("started ", id));
+  return 0;
+}
+
+int CmdState(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci state", "ID");
+  const std::string id = OneId(fs.ParseOrExit(argv_in, 1), "state");
+  ContainerState st = Load(id);
+  fputs(StateJson(st, CurrentStatus(g.root, st)).c_str(), stdout);
+  return 0;
+}
+
+absl::StatusOr<int> ParseSignal(std::string s) {
+  int n = 0;
+  if (absl::SimpleAtoi(s, &n)) {
+    if (n <= 0 || n >= NSIG) return absl::InvalidArgumentError(absl::StrCat("invalid signal: ", s));
+    return n;
+  }
+  s = absl::AsciiStrToUpper(s);
+  if (absl::StartsWith(s, "SIG")) s = s.substr(3);
+  for (int i = 1; i < NSIG; i++) {
+    const char* abbrev = sigabbrev_np(i);
+    if (abbrev != nullptr && s == abbrev) return i;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("invalid signal: ", s));
+}
+
+int CmdKill(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci kill", "[--all] ID [SIGNAL]");
+  bool all = false;
+  fs.Bool("all", &all, "signal every process of the container");
+  fs.Alias("-a", "all");
+  std::vector<std::string> args = fs.ParseOrExit(argv_in, 1);
+  if (args.empty() || args.size() > 2) {
+    Fail(absl::InvalidArgumentError("kill wants ID [SIGNAL]"));
+  }
+  Check(CheckId(args[0]));
+  absl::StatusOr<int> sig = ParseSignal(args.size() == 2 ? args[1] : "SIGTERM");
+  if (!sig.ok()) Fail(sig.status());
+  ContainerState st = Load(args[0]);
+  if (CurrentStatus(g.root, st) == Status::kStopped) {
+    Fail(absl::FailedPreconditionError("container not running"));
+  }
+  // The init proxy forwards what the sandbox should see to its init;
+  // SIGKILL ends the Sentry, and every process of the sandbox with it.
+  std::vector<pid_t> pids =
+      all && *sig == SIGKILL ? ProcessTree(st.pid) : std::vector<pid_t>{st.pid};
+  for (pid_t p : pids) {
+    if (kill(p, *sig) != 0 && p == st.pid) {
+      Fail(Errno(absl::StrCat("kill ", p)));
+    }
+  }
+  return 0;
+}
+
+int CmdDelete(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci delete", "[--force] ID");
+  bool force = false;
+  fs.Bool("force", &force, "kill the container first if it runs");
+  fs.Alias("-f", "force");
+  const std::string id = OneId(fs.ParseOrExit(argv_in, 1), "delete");
+  const std::string dir = ContainerDir(g.root, id);
+  absl::StatusOr<ContainerState> st = ReadState(g.root, id);
+  if (!st.ok()) {
+    if (force && absl::IsNotFound(st.status())) {
+      unlink(FifoPath(g.root, id).c_str());
+      rmdir(dir.c_str());
+      return 0;
+    }
+    Fail(st.status());
+  }
+  Status status = CurrentStatus(g.root, *st);
+  if (status == Status::kRunning && !force) {
+    Fail(absl::FailedPreconditionError(absl::StrCat(
+        "cannot delete container ", id, " that is not stopped: running")));
+  }
+  if (status != Status::kStopped) {
+    for (pid_t p : ProcessTree(st->pid)) kill(p, SIGKILL);
+    for (int i = 0; i < 1000 && CurrentStatus(g.root, *st) != Status::kStopped; i++) {
+      usleep(10000);
+    }
+  }
+  unlink(FifoPath(g.root, id).c_str());
+  unlink((dir + "/state.json").c_str());
+  if (rmdir(dir.c_str()) != 0 && errno != ENOENT) Fail(Errno(absl::StrCat("rmdir ", dir)));
+  LogLine("info", absl::StrCat("deleted ", id));
+  return 0;
+}
+
+int CmdPs(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci ps", "[--format=table|json] ID");
+  std::string format = "table";
+  fs.String("format", &format, "FORMAT", "table or json");
+  fs.Alias("-f", "format");
+  const std::string id = OneId(fs.ParseOrExit(argv_in, 1), "ps");
+  ContainerState st = Load(id);
+  std::vector<pid_t> pids;
+  if (CurrentStatus(g.root, st) != Status::kStopped) pids = ProcessTree(st.pid);
+  if (format == "json") {
+    printf("[%s]\n", absl::StrJoin(pids, ",").c_str());
+  } else {
+    printf("PID\n");
+    for (pid_t p : pids) printf("%d\n", p);
+  }
+  return 0;
+}
+
+int CmdList(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci list", "[--format=table|json] [-q]");
+  std::string format = "table";
+  bool quiet = false;
+  fs.String("format", &format, "FORMAT", "table or json");
+  fs.Alias("-f", "format");
+  fs.Bool("quiet", &quiet, "ids only");
+  fs.Alias("-q", "quiet");
+  fs.ParseOrExit(argv_in, 1);
+  std::vector<std::string> json;
+  if (!quiet && format != "json") printf("ID\tPID\tSTATUS\tBUNDLE\tCREATED\n");
+  for (const std::string& id : ListIds(g.root)) {
+    absl::StatusOr<ContainerState> st = ReadState(g.root, id);
+    if (!st.ok()) continue;
+    Status s = CurrentStatus(g.root, *st);
+    if (quiet) {
+      printf("%s\n", id.c_str());
+    } else if (format == "json") {
+      json.push_back(StateJson(*st, s));
+    } else {
+      printf("%s\t%d\t%s\t%s\t%s\n", id.c_str(), s == Status::kStopped ? 0 : st->pid,
+             StatusName(s), st->bundle.c_str(), st->created.c_str());
+    }
+  }
+  if (format == "json" && !quiet) printf("[%s]\n", absl::StrJoin(json, ",").c_str());
+  return 0;
+}
+
+int CmdFeatures(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci features", "");
+  fs.ParseOrExit(argv_in, 1);
+  fputs(R"({
+  "ociVersionMin": "1.0.0",
+  "ociVersionMax": "1.0.2-dev",
+  "hooks": [],
+  "mountOptions": ["bind", "rbind", "ro", "rw", "size", "mode"],
+  "linux": {
+    "namespaces": ["cgroup", "ipc", "mount", "network", "pid", "uts"],
+    "capabilities": [],
+    "cgroup": {"v1": false, "v2": false, "systemd": false, "systemdUser": false},
+    "seccomp": {"enabled": false},
+    "apparmor": {"enabled": false},
+    "selinux": {"enabled": false}
+  },
+  "annotations": {
+    "org.opencontainers.runc.version": "none",
+    "io.sandboxd.oci.sandbox": "sentry"
+  }
+}
+)", stdout);
+  return 0;
+}
+
+int Main(int argc, char** argv) {
+  flags::FlagSet fs("sandboxd-oci", "[GLOBAL FLAGS] COMMAND [FLAGS] [ARGS]",
+                    "An OCI runtime with runc's command line whose containers "
+                    "run in a Sentry.");
+  fs.String("root", &g.root, "DIR", "where containers' state is kept");
+  fs.String("log", &g.log, "FILE", "where errors and notes are logged");
+  fs.String("log-format", &g.log_format, "text|json", "the log's format");
+  fs.Bool("systemd-cgroup", &g.systemd_cgroup, "accepted (no host cgroups are made)");
+  fs.Bool("debug", &g.debug, "accepted");
+  std::string unused;
+  fs.String("criu", &unused, "PATH", "accepted, unused");
+  fs.String("rootless", &unused, "true|false|auto", "accepted, unused");
+  fs.String("sentry", &g.sentry, "PATH",
+            "the sentry binary (default: SANDBOXD_OCI_SENTRY, else the "
+            "sentry beside this binary)");
+  bool version = false;
+  fs.Bool("version", &version, "print the version");
+  fs.Alias("-v", "version");
+  fs.set_footer(
+      "Commands: create, start, state, kill, delete, ps, list, features.\n");
+  std::vector<std::string> rest = fs.ParseOrExit(flags::Args(argc, argv), 1);
+  if (version) {
+    printf("sandboxd-oci version %s\nspec: 1.0.2-dev\n", kVersion);
+    return 0;
+  }
+  if (rest.empty()) Fail(absl::InvalidArgumentError("no command (sandboxd-oci --help)"));
+  if (g.log_format != "json" && g.log_format != "text") {
+    Fail(absl::InvalidArgumentError("--log-format wants text or json"));
+  }
+  const std::string verb = rest[0];
+  std::vector<std::string> args(rest.begin() + 1, rest.end());
+  if (verb == "create") return CmdCreate(args);
+  if (verb == "start") return CmdStart(args);
+  if (verb == "state") return CmdState(args);
+  if (verb == "kill") return CmdKill(args);
+  if (verb == "delete") return CmdDelete(args);
+  if (verb == "ps") return CmdPs(args);
+  if (verb == "list") return CmdList(args);
+  if (verb == "features") return CmdFeatures(args);
+  Fail(absl::UnimplementedError(absl::StrCat("command not supported: ", verb)));
+}
+
+}  // namespace
+}  // namespace sandboxd::oci
+
+int main(int argc, char** argv) {
+  signal(SIGPIPE, SIG_IGN);
+  int rc = sandboxd::oci::Main(argc, argv);
+  fflush(stdout);
+  return rc;
+}

@@ -174,7 +174,8 @@ absl::StatusOr<UniqueFd> OpenConsole(const std::string& socket_path) {
   if (ptsname_r(master.get(), name, sizeof(name)) != 0) return Errno("ptsname");
   UniqueFd slave(open(name, O_RDWR | O_NOCTTY | O_CLOEXEC));
   if (!slave.valid()) return Errno(absl::StrCat("open ", name));
-  RETURN_IF_ERROR(SendConsole(socket_path, master.get(), name));
+  // runc sends the master's own name, /dev/ptmx.
+  RETURN_IF_ERROR(SendConsole(socket_path, master.get(), "/dev/ptmx"));
   return slave;
 }
 

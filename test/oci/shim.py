@@ -1,13 +1,14 @@
 #!/usr/bin/env python3
 """Drives an OCI runtime binary as containerd's runc shim does.
 
-  shim.py RUNTIME ROOT BUNDLE ID [--kill SIG --after SECONDS] [--stdin TEXT]
-          [--console]
+  shim.py RUNTIME ROOT BUNDLE ID [--kill SIG --after SECONDS] [--stdin TEXT
+          [--when MARKER]] [--console]
 
 Becomes a child subreaper (as the shim is), runs `RUNTIME --root ROOT --log
 LOG --log-format json create --bundle BUNDLE --pid-file F ID` with its
 stdio on pipes, reads the pid file, prints the `state` status, runs
-`start`, prints the status again, optionally sends a signal with `kill`,
+`start`, prints the status again, writes TEXT to the init's stdin (once
+MARKER is in its output, with --when), optionally sends a signal with `kill`,
 waits for the pid in the pid file (it is not our child: it was reparented
 to us), prints its exit status as the shim reports it (128+N for signal N),
 the status once stopped, and runs `delete`. The container's stdout and
@@ -32,7 +33,7 @@ def main():
     args = sys.argv[1:]
     runtime, root, bundle, cid = args[:4]
     opts = args[4:]
-    kill_sig, after, stdin_text, console = None, 0.0, None, False
+    kill_sig, after, stdin_text, console, when = None, 0.0, None, False, None
     i = 0
     while i < len(opts):
         if opts[i] == "--kill":
@@ -41,6 +42,8 @@ def main():
             after = float(opts[i + 1]); i += 2
         elif opts[i] == "--stdin":
             stdin_text = opts[i + 1]; i += 2
+        elif opts[i] == "--when":
+            when = opts[i + 1].encode(); i += 2
         elif opts[i] == "--console":
             console = True; i += 1
         else:
@@ -88,7 +91,7 @@ def main():
                 if level == socket.SOL_SOCKET and typ == socket.SCM_RIGHTS:
                     fds.frombytes(data[:fds.itemsize])
             master = fds[0]
-            print(f"console: got a pty master ({'pts' in msg.decode()})")
+            print("console: got a pty master")
         except OSError as e:
             print(f"console: none ({e})")
     rc = create.wait()
@@ -123,6 +126,9 @@ def main():
         ok = False
     print("after start:", status())
     if stdin_text is not None:
+        deadline = time.time() + 20
+        while when is not None and when not in outs["out"] and time.time() < deadline:
+            time.sleep(0.02)
         os.write(master if master is not None else in_w, stdin_text.encode())
     if master is None:
         os.close(in_w)

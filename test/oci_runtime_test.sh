@@ -1,0 +1,255 @@
+#!/usr/bin/env bash
+# oci_runtime_test.sh SANDBOXD_OCI [SENTRY]
+#
+# sandboxd-oci driven exactly as containerd's runc shim drives a runtime
+# (test/oci/shim.py: a child subreaper that runs create with stdio pipes
+# and --pid-file, start, kill, waits for the pid in the pid file, delete),
+# on bundles made like `runc spec` makes them (test/oci/make_bundle.py)
+# over a busybox rootfs. Where Debian's runc is installed, every case runs
+# with runc on the same bundle too, and the two transcripts (state after
+# create and after exit, the exit status as the shim sees it, stdout,
+# stderr) must be the same:
+#   - exit status, stdout and stderr; env, cwd, user, groups, host name
+#   - stdin from the shim's pipe; a read-only root; process.rlimits
+#   - kill TERM to a trapping init (status "running" before), kill KILL
+#   - bind mounts ro and rw of a host directory, a tmpfs mount
+#   - a terminal: process.terminal with --console-socket (the pty master
+#     sent with SCM_RIGHTS)
+# and of sandboxd-oci alone: state's JSON, ps --format=json, the errors
+# runc gives (start twice, kill of a stopped container, delete of a
+# running one, an unknown id, an id in use), delete --force, a config
+# field it cannot honour refused naming it (on stderr and in the JSON
+# --log), features, --version.
+# Needs root (runc's namespaces; the bundles' uids). Exits 77 (CTest:
+# skipped) until the binaries exist.
+set -u
+# shellcheck source=test/lib.sh
+. "$(dirname "$0")/lib.sh"
+usage_unless [ $# -ge 1 ] -- "SANDBOXD_OCI [SENTRY]"
+require_built "$1"
+OCI=$(readlink -f "$1")
+if [ $# -ge 2 ]; then
+  require_built "$2"
+  export SANDBOXD_OCI_SENTRY=$(readlink -f "$2")
+fi
+[ "$(id -u)" = 0 ] || skip "needs root"
+BUSYBOX=$(command -v busybox || true)
+[ -n "$BUSYBOX" ] && file -L "$BUSYBOX" 2>/dev/null | grep -q 'statically linked' ||
+  skip "needs a static busybox (Debian's busybox-static)"
+HERE=$(cd "$(dirname "$0")" && pwd)
+SHIM="python3 $HERE/oci/shim.py"
+RUNC=$(command -v runc || true)
+[ -n "$RUNC" ] || echo "# runc not installed: sandboxd-oci's transcripts are checked alone"
+make_tmp oci_runtime_test "${KEEP:-0}"
+CHECK_OUT_BYTES=600
+
+# A busybox root: every applet, a passwd and group with a user 1000.
+ROOTFS=$tmp/rootfs
+mkdir -p "$ROOTFS"/{bin,etc,proc,dev,sys,tmp,vol,ro,scratch,home/u}
+cp "$BUSYBOX" "$ROOTFS/bin/busybox"
+for a in $("$BUSYBOX" --list); do
+  [ "$a" = busybox ] || ln -s busybox "$ROOTFS/bin/$a"
+done
+printf 'root:x:0:0:root:/root:/bin/sh\nu:x:1000:100:u:/home/u:/bin/sh\n' >"$ROOTFS/etc/passwd"
+printf 'root:x:0:\nusers:x:100:\naudio:x:29:\nvideo:x:44:\n' >"$ROOTFS/etc/group"
+mkdir -p "$tmp/vol" "$tmp/ro"
+echo from-host >"$tmp/ro/file"
+
+# bundle NAME KEY=JSON...: $tmp/NAME/config.json over the busybox root.
+bundle() {
+  local name=$1
+  shift
+  python3 "$HERE/oci/make_bundle.py" "$tmp/$name" "$ROOTFS" "$@"
+}
+
+# run_case NAME SHIM-OPTIONS...: the bundle $tmp/NAME through sandboxd-oci
+# ($tmp/NAME.sb) and runc ($tmp/NAME.runc); "after start" lines, which
+# race with a short program's exit, are left out of the comparison.
+run_case() {
+  local name=$1
+  shift
+  capture 60 $SHIM "$OCI" "$tmp/root-sb" "$tmp/$name" "$name" "$@"
+  cp "$tmp/out" "$tmp/$name.sb"
+  cp "$tmp/err" "$tmp/$name.sb.err"
+  sb_status=$status
+  if [ -n "$RUNC" ]; then
+    capture 60 $SHIM "$RUNC" "$tmp/root-runc" "$tmp/$name" "$name" "$@"
+    cp "$tmp/out" "$tmp/$name.runc"
+  fi
+  # For the checks' diagnostics: ours.
+  cp "$tmp/$name.sb" "$tmp/out"
+  cp "$tmp/$name.sb.err" "$tmp/err"
+  status=$sb_status
+}
+
+same_as_runc() {
+  local name=$1
+  [ -z "$RUNC" ] && return 0
+  diff <(grep -v '^after start' "$tmp/$name.runc") \
+       <(grep -v '^after start' "$tmp/$name.sb") >"$tmp/$name.diff" && return 0
+  sed 's/^/  # /' "$tmp/$name.diff"
+  return 1
+}
+
+# --- the program's output and exit status ------------------------------
+bundle basic 'process.args=["sh","-c","echo hello; echo oops >&2; exit 3"]'
+run_case basic
+check "basic: the shim's run succeeds" eq "$status" 0
+check "basic: created after create" contains "$tmp/basic.sb" '^after create: created$'
+check "basic: exit status 3 through the init proxy" contains "$tmp/basic.sb" '^exit: 3$'
+check "basic: stdout" contains "$tmp/basic.sb" '^out: hello$'
+check "basic: stderr" contains "$tmp/basic.sb" '^err: oops$'
+check "basic: stopped after exit" contains "$tmp/basic.sb" '^after exit: stopped$'
+check "basic: delete works, state then fails" \
+  contains "$tmp/basic.sb" '^state after delete: 1$'
+check "basic: same as runc" same_as_runc basic
+
+bundle ident 'process.args=["sh","-c","id; pwd; hostname; echo $FOO; ulimit -n"]' \
+  'process.user={"uid":1000,"gid":100,"additionalGids":[29,44]}' \
+  'process.cwd="/home/u"' 'hostname="box1"' \
+  'process.env=["PATH=/bin","FOO=bar baz"]' \
+  'process.rlimits=[{"type":"RLIMIT_NOFILE","hard":512,"soft":256}]'
+run_case ident
+check "ident: uid, gid and groups" \
+  contains "$tmp/ident.sb" '^out: uid=1000(u) gid=100(users) groups=29(audio),44(video)'
+check "ident: cwd" contains "$tmp/ident.sb" '^out: /home/u$'
+check "ident: hostname" contains "$tmp/ident.sb" '^out: box1$'
+check "ident: env" contains "$tmp/ident.sb" '^out: bar baz$'
+check "ident: RLIMIT_NOFILE soft" contains "$tmp/ident.sb" '^out: 256$'
+check "ident: same as runc" same_as_runc ident
+
+bundle stdin 'process.args=["sh","-c","read a; echo got:$a"]'
+run_case stdin --stdin $'line-from-shim\n'
+check "stdin: the shim's pipe is the init's stdin" contains "$tmp/stdin.sb" '^out: got:line-from-shim$'
+check "stdin: same as runc" same_as_runc stdin
+
+bundle rofs 'root.readonly=true' \
+  'process.args=["sh","-c","touch /x 2>/dev/null && echo wrote || echo read-only"]'
+run_case rofs
+check "rofs: root.readonly" contains "$tmp/rofs.sb" '^out: read-only$'
+check "rofs: same as runc" same_as_runc rofs
+
+# --- signals -----------------------------------------------------------
+bundle term 'process.args=["sh","-c","trap \"echo term; exit 7\" TERM; echo up; while :; do sleep 0.1; done"]'
+run_case term --kill TERM --after 1
+check "term: running after start" contains "$tmp/term.sb" '^after start: running$'
+check "term: kill succeeds" contains "$tmp/term.sb" '^kill: 0$'
+check "term: the init's trap ran" contains "$tmp/term.sb" '^out: term$'
+check "term: exit status 7" contains "$tmp/term.sb" '^exit: 7$'
+check "term: same as runc" same_as_runc term
+
+bundle killed 'process.args=["sleep","30"]'
+run_case killed --kill KILL --after 0.5
+check "killed: exit 137 (SIGKILL)" contains "$tmp/killed.sb" '^exit: 137$'
+check "killed: same as runc" same_as_runc killed
+
+# --- mounts ------------------------------------------------------------
+bundle mounts \
+  "mounts=[{\"destination\":\"/proc\",\"type\":\"proc\",\"source\":\"proc\"},
+           {\"destination\":\"/vol\",\"type\":\"bind\",\"source\":\"$tmp/vol\",\"options\":[\"rbind\",\"rw\"]},
+           {\"destination\":\"/ro\",\"type\":\"bind\",\"source\":\"$tmp/ro\",\"options\":[\"rbind\",\"ro\"]},
+           {\"destination\":\"/scratch\",\"type\":\"tmpfs\",\"source\":\"tmpfs\",\"options\":[\"size=1m\"]}]" \
+  'process.args=["sh","-c","cat /ro/file; echo x > /ro/y 2>/dev/null || echo ro-refused; echo made > /vol/new && echo rw-ok; echo t > /scratch/t && cat /scratch/t"]'
+run_case mounts
+check "mounts: ro bind readable" contains "$tmp/mounts.sb" '^out: from-host$'
+check "mounts: ro bind refuses writes" contains "$tmp/mounts.sb" '^out: ro-refused$'
+check "mounts: rw bind writes reach the host" eq "$(cat "$tmp/vol/new" 2>/dev/null)" made
+check "mounts: tmpfs" contains "$tmp/mounts.sb" '^out: t$'
+rm -f "$tmp/vol/new"
+check "mounts: same as runc" same_as_runc mounts
+
+# --- a terminal --------------------------------------------------------
+bundle tty 'process.terminal=true' \
+  'process.args=["sh","-c","test -t 0 && test -t 1 && echo is-a-tty; read a; echo got:$a"]'
+run_case tty --console --stdin $'typed\n' --when is-a-tty
+check "tty: the pty master came over --console-socket" \
+  contains "$tmp/tty.sb" '^console: got a pty master$'
+check "tty: stdin and stdout are the terminal" contains "$tmp/tty.sb" '^out: is-a-tty$'
+check "tty: input through the master" contains "$tmp/tty.sb" '^out: got:typed$'
+check "tty: exit 0" contains "$tmp/tty.sb" '^exit: 0$'
+check "tty: same as runc" same_as_runc tty
+
+# --- sandboxd-oci's own commands, as the shim calls them -----------------
+R=(--root "$tmp/root-cmd" --log "$tmp/cmd.log" --log-format json)
+bundle long 'process.args=["sleep","60"]' 'annotations={"org.example/a":"b"}'
+# create's init proxy is reparented to init (no subreaper here): reaped by it.
+capture 20 "$OCI" "${R[@]}" create --bundle "$tmp/long" --pid-file "$tmp/long.pid" long
+check "create: exit 0" eq "$status" 0
+capture 20 "$OCI" "${R[@]}" create --bundle "$tmp/long" long
+check "create: an id in use is refused" \
+  eval '[ "$status" = 1 ] && contains "$tmp/err" "container with id exists: long"'
+capture 10 "$OCI" "${R[@]}" state long
+check "state: runc's JSON, created" python3 -c '
+import json, sys
+s = json.load(open(sys.argv[1]))
+assert s["ociVersion"] and s["id"] == "long" and s["status"] == "created", s
+assert s["pid"] == int(open(sys.argv[2]).read()), s
+assert s["bundle"] == sys.argv[3] and s["rootfs"] == sys.argv[4], s
+assert s["created"].endswith("Z") and s["annotations"] == {"org.example/a": "b"}, s
+' "$tmp/out" "$tmp/long.pid" "$tmp/long" "$ROOTFS"
+capture 20 "$OCI" "${R[@]}" start long
+check "start: exit 0" eq "$status" 0
+capture 20 "$OCI" "${R[@]}" start long
+check "start: twice is refused" \
+  eval '[ "$status" = 1 ] && contains "$tmp/err" "cannot start an already running container"'
+capture 10 "$OCI" "${R[@]}" state long
+check "state: running" contains "$tmp/out" '"status": "running"'
+capture 10 "$OCI" "${R[@]}" ps --format=json long
+check "ps --format=json: the init proxy's pid first" python3 -c '
+import json, sys
+pids = json.load(open(sys.argv[1]))
+assert pids and pids[0] == int(open(sys.argv[2]).read()), pids
+' "$tmp/out" "$tmp/long.pid"
+capture 10 "$OCI" "${R[@]}" list --format=json
+check "list --format=json" contains "$tmp/out" '"id": "long"'
+capture 10 "$OCI" "${R[@]}" delete long
+check "delete: a running container is refused without --force" \
+  eval '[ "$status" = 1 ] && contains "$tmp/err" "that is not stopped: running"'
+capture 20 "$OCI" "${R[@]}" delete --force long
+check "delete --force: kills and removes" eq "$status" 0
+check "delete --force: the init proxy is gone" \
+  eval '! kill -0 "$(cat "$tmp/long.pid")" 2>/dev/null || grep -q "^State:.*Z" "/proc/$(cat "$tmp/long.pid")/status"'
+capture 10 "$OCI" "${R[@]}" state long
+check "state: an unknown id" \
+  eval '[ "$status" = 1 ] && contains "$tmp/err" "container long does not exist"'
+capture 10 "$OCI" "${R[@]}" delete --force long
+check "delete --force: an unknown id is not an error" eq "$status" 0
+
+bundle short 'process.args=["true"]'
+"$OCI" "${R[@]}" create --bundle "$tmp/short" short </dev/null >/dev/null 2>&1
+"$OCI" "${R[@]}" start short >/dev/null 2>&1
+for _ in $(seq 1 100); do
+  "$OCI" "${R[@]}" state short 2>/dev/null | grep -q '"status": "stopped"' && break
+  sleep 0.1
+done
+capture 10 "$OCI" "${R[@]}" kill short KILL
+check "kill: a stopped container is refused" \
+  eval '[ "$status" = 1 ] && contains "$tmp/err" "container not running"'
+capture 10 "$OCI" "${R[@]}" delete short
+check "delete: a stopped container" eq "$status" 0
+
+bundle hooks 'hooks={"prestart":[{"path":"/bin/true"}]}'
+capture 10 "$OCI" "${R[@]}" create --bundle "$tmp/hooks" hooks
+check "create: a field it cannot honour is refused, naming it" \
+  eval '[ "$status" = 1 ] && contains "$tmp/err" "config.json: hooks.prestart: "'
+check "create: the error is in the JSON --log" python3 -c '
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert any(l["level"] == "error" and "hooks.prestart" in l["msg"] for l in lines), lines
+' "$tmp/cmd.log"
+check "create: nothing left of a refused container" eval '[ ! -e "$tmp/root-cmd/hooks" ]'
+bundle netns 'linux.namespaces=[{"type":"pid"},{"type":"network","path":"/proc/1/ns/pid"}]'
+capture 10 "$OCI" "${R[@]}" create --bundle "$tmp/netns" netns
+check "create: a network path that is no network namespace is refused" \
+  eval '[ "$status" = 1 ] && contains "$tmp/err" "network path"'
+
+capture 10 "$OCI" features
+check "features: JSON" python3 -c '
+import json, sys
+f = json.load(open(sys.argv[1]))
+assert f["ociVersionMin"] and "pid" in f["linux"]["namespaces"], f
+' "$tmp/out"
+capture 10 "$OCI" --version
+check "--version" contains "$tmp/out" '^sandboxd-oci version [0-9]'
+check "nothing left under --root" eval '[ -z "$(ls "$tmp/root-cmd")" ] && [ -z "$(ls "$tmp/root-sb")" ]'
+passed

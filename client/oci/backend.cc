@@ -5,8 +5,23 @@
 
 namespace sandboxd::oci {
 
+std::vector<std::string> ServeBackend::InitCommand(const std::string& id,
+                                                  const LaunchSpec& spec,
+                                                  const std::string& bundle,
+                                                  int report_fd) const {
+  return {self_,
+          absl::StrCat("--root=", root_),
+          absl::StrCat("--sentry=", sentry_),
+          "init-proxy",
+          absl::StrCat("--bundle=", bundle),
+          absl::StrCat("--hostname=", spec.hostname),
+          absl::StrCat("--report-fd=", report_fd),
+          id};
+}
+
 std::vector<std::string> SentryRunBackend::InitCommand(
-    const std::string& id, const LaunchSpec& spec) const {
+    const std::string& id, const LaunchSpec& spec, const std::string& bundle,
+    int report_fd) const {
   std::vector<std::string> argv = {sentry_, "run",
                                    absl::StrCat("--rootfs=", spec.rootfs)};
   if (spec.read_only_root) argv.push_back("--read-only");

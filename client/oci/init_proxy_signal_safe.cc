@@ -33,12 +33,16 @@ void Put(int fd, const char* s) {
 
 }  // namespace
 
-void RunInitProxy(const InitPlan& p) {
+void RunInitChild(const InitPlan& p) {
   // Its own session: the shim's signals to the runtime's group do not
   // reach it, and a pty can become its controlling terminal.
   if (setsid() < 0) Fail(p, "setsid", errno);
   if (p.console >= 0) {
-    if (ioctl(p.console, TIOCSCTTY, 0) != 0) Fail(p, "TIOCSCTTY", errno);
+    // `sentry run` makes the host terminal its sandbox's console and needs
+    // it as its controlling terminal; a served Sentry relays it into a
+    // terminal of its own devpts, and as a background group of a
+    // controlling terminal its tcsetattr would stop it (SIGTTOU).
+    if (p.wait_fifo && ioctl(p.console, TIOCSCTTY, 0) != 0) Fail(p, "TIOCSCTTY", errno);
     for (int fd = 0; fd < 3; fd++) {
       if (dup2(p.console, fd) < 0) Fail(p, "dup2 of the console", errno);
     }
@@ -51,6 +55,11 @@ void RunInitProxy(const InitPlan& p) {
     if (setrlimit(p.rlimit_resources[i], &p.rlimits[i]) != 0) {
       Fail(p, "setting process.rlimits (setrlimit)", errno);
     }
+  }
+  if (!p.wait_fifo) {
+    if (fcntl(p.report, F_SETFD, 0) != 0) Fail(p, "fcntl", errno);
+    execve(p.exe, p.argv, p.envp);
+    Fail(p, "exec of the init proxy", errno);
   }
   // Everything that can fail at create has been done: EOF tells `create`.
   close(p.report);
@@ -66,6 +75,14 @@ void RunInitProxy(const InitPlan& p) {
   Put(2, strerror(errno));
   Put(2, "\n");
   _exit(127);
+}
+
+void RunExecChild(const char* exe, char* const* argv, char* const* envp,
+                  int keep) {
+  setsid();
+  if (fcntl(keep, F_SETFD, 0) != 0) _exit(125);
+  execve(exe, argv, envp);
+  _exit(125);
 }
 
 }  // namespace sandboxd::oci

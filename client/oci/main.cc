@@ -21,6 +21,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -38,6 +39,7 @@
 #include "base/version.h"
 #include "client/oci/backend.h"
 #include "client/oci/init_proxy.h"
+#include "client/oci/proxy.h"
 #include "client/oci/spec.h"
 #include "client/oci/state.h"
 
@@ -53,6 +55,7 @@ struct Globals {
   bool systemd_cgroup = false;
   bool debug = false;
   std::string sentry;
+  std::string backend = "serve";
 };
 
 Globals g;
@@ -95,6 +98,19 @@ std::string SentryPath() {
   if (n <= 0) return "/usr/local/bin/sentry";
   std::string self(buf, n);
   return self.substr(0, self.rfind('/') + 1) + "sentry";
+}
+
+std::string SelfPath() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, n) : "sandboxd-oci";
+}
+
+std::unique_ptr<Backend> MakeBackend() {
+  if (g.backend == "run") return std::make_unique<SentryRunBackend>(SentryPath());
+  char root[PATH_MAX];
+  std::string abs_root = realpath(g.root.c_str(), root) != nullptr ? root : g.root;
+  return std::make_unique<ServeBackend>(SelfPath(), abs_root, SentryPath());
 }
 
 std::string OneId(const std::vector<std::string>& args, const char* verb) {
@@ -248,6 +264,7 @@ int CmdCreate(const std::vector<std::string>& argv_in) {
   auto cleanup = [&] {
     if (done) return;
     unlink(FifoPath(g.root, id).c_str());
+    unlink((dir + "/proxy.sock").c_str());
     unlink((dir + "/state.json").c_str());
     rmdir(dir.c_str());
   };
@@ -272,10 +289,13 @@ int CmdCreate(const std::vector<std::string>& argv_in) {
                               spec->netns_path)));
     }
   }
-  SentryRunBackend backend(SentryPath());
-  std::vector<std::string> cmd = backend.InitCommand(id, *spec);
-  if (access(cmd[0].c_str(), X_OK) != 0) {
-    fail(Errno(absl::StrCat("the sentry ", cmd[0],
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) fail(Errno("pipe"));
+  std::unique_ptr<Backend> backend = MakeBackend();
+  std::vector<std::string> cmd = backend->InitCommand(id, *spec, bundle, report[1]);
+  const std::string sentry = SentryPath();
+  if (access(sentry.c_str(), X_OK) != 0) {
+    fail(Errno(absl::StrCat("the sentry ", sentry,
                             " (--sentry or SANDBOXD_OCI_SENTRY)")));
   }
   LogLine("debug", absl::StrCat("init: ", absl::StrJoin(cmd, " ")));
@@ -286,9 +306,8 @@ int CmdCreate(const std::vector<std::string>& argv_in) {
     resources.push_back(res);
     limits.push_back(lim);
   }
-  int report[2];
-  if (pipe2(report, O_CLOEXEC) != 0) fail(Errno("pipe"));
   InitPlan plan;
+  plan.wait_fifo = !backend->ReportsItself();
   plan.fifo = fifo.c_str();
   plan.exe = cargv[0];
   plan.argv = cargv.data();
@@ -303,7 +322,7 @@ int CmdCreate(const std::vector<std::string>& argv_in) {
   if (pid < 0) fail(Errno("fork"));
   if (pid == 0) {
     close(report[0]);
-    RunInitProxy(plan);
+    RunInitChild(plan);
   }
   close(report[1]);
   std::string err;
@@ -364,19 +383,31 @@ int CmdStart(const std::vector<std::string>& argv_in) {
   const std::string fifo = FifoPath(g.root, id);
   UniqueFd fd(open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
   if (!fd.valid()) Fail(Errno(absl::StrCat("open ", fifo)));
-  // The init proxy's open for writing completes now; it writes one byte.
+  // The init proxy's open for writing completes now. It writes "0" once
+  // the sandbox's init runs (or "1" and the error), then closes its end.
+  std::string got;
   for (int waited_ms = 0;; waited_ms += 100) {
     pollfd p{fd.get(), POLLIN, 0};
     int r = poll(&p, 1, 100);
-    if (r > 0 && (p.revents & POLLIN)) {
-      char c;
-      if (read(fd.get(), &c, 1) == 1) break;
+    if (r > 0 && (p.revents & (POLLIN | POLLHUP))) {
+      char buf[512];
+      ssize_t n = read(fd.get(), buf, sizeof(buf));
+      if (n > 0) {
+        got.append(buf, n);
+        continue;
+      }
+      if (n == 0 && !got.empty()) break;
     }
-    if (ProcessStartTime(st.pid) != st.pid_start || waited_ms > 30000) {
+    if (got.empty() && (ProcessStartTime(st.pid) != st.pid_start || waited_ms > 120000)) {
       Fail(absl::FailedPreconditionError(
           absl::StrCat("container ", id, ": its init proxy (pid ", st.pid,
                        ") exited before start")));
     }
+  }
+  if (got[0] != '0') {
+    unlink(fifo.c_str());
+    Fail(absl::FailedPreconditionError(
+        absl::StrCat("starting container ", id, ": ", got.substr(1))));
   }
   unlink(fifo.c_str());
   LogLine("info", absl::StrCat("started ", id));
@@ -422,6 +453,20 @@ int CmdKill(const std::vector<std::string>& argv_in) {
   if (CurrentStatus(g.root, st) == Status::kStopped) {
     Fail(absl::FailedPreconditionError("container not running"));
   }
+  // --all: every process in the sandbox (the Sentry's Signal with all),
+  // as runc signals every process of the container's cgroup.
+  if (all && *sig != SIGKILL && MakeBackend()->Serves() &&
+      CurrentStatus(g.root, st) == Status::kRunning) {
+    absl::StatusOr<UniqueFd> c = ConnectProxy(g.root, st.id);
+    if (!c.ok()) Fail(c.status());
+    control::Request req;
+    req.set_id(1);
+    req.mutable_signal()->set_signal(*sig);
+    req.mutable_signal()->set_all(true);
+    absl::StatusOr<control::Response> r = ProxyCall(c->get(), req);
+    if (!r.ok()) Fail(Annotate(r.status(), "kill --all"));
+    return 0;
+  }
   // The init proxy forwards what the sandbox should see to its init;
   // SIGKILL ends the Sentry, and every process of the sandbox with it.
   std::vector<pid_t> pids =
@@ -445,6 +490,7 @@ int CmdDelete(const std::vector<std::string>& argv_in) {
   if (!st.ok()) {
     if (force && absl::IsNotFound(st.status())) {
       unlink(FifoPath(g.root, id).c_str());
+      unlink((dir + "/proxy.sock").c_str());
       rmdir(dir.c_str());
       return 0;
     }
@@ -462,6 +508,7 @@ int CmdDelete(const std::vector<std::string>& argv_in) {
     }
   }
   unlink(FifoPath(g.root, id).c_str());
+  unlink((dir + "/proxy.sock").c_str());
   unlink((dir + "/state.json").c_str());
   if (rmdir(dir.c_str()) != 0 && errno != ENOENT) Fail(Errno(absl::StrCat("rmdir ", dir)));
   LogLine("info", absl::StrCat("deleted ", id));
@@ -539,6 +586,144 @@ int CmdFeatures(const std::vector<std::string>& argv_in) {
   return 0;
 }
 
+int CmdInitProxy(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci init-proxy", "--bundle=DIR --report-fd=N ID",
+                    "(internal) the container's init proxy, exec'd by create");
+  std::string bundle, hostname;
+  int report_fd = -1;
+  fs.String("bundle", &bundle, "DIR", "the bundle");
+  fs.String("hostname", &hostname, "NAME", "the host name create chose");
+  fs.Int("report-fd", &report_fd, "create's pipe");
+  const std::string id = OneId(fs.ParseOrExit(argv_in, 125), "init-proxy");
+  std::ifstream in(bundle + "/config.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  absl::StatusOr<LaunchSpec> spec = ParseConfig(ss.str(), bundle);
+  if (!spec.ok()) {
+    const std::string m(spec.status().message());
+    (void)!write(report_fd, m.data(), m.size());
+    _exit(125);
+  }
+  InitProxyOptions o;
+  o.root = g.root;
+  o.id = id;
+  o.sentry = SentryPath();
+  o.spec = *std::move(spec);
+  o.spec.hostname = hostname;
+  o.report_fd = report_fd;
+  RunInitProxy(o);
+}
+
+int CmdExecProxy(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci exec-proxy", "--fd=N --pid=PID",
+                    "(internal) an exec'd process's proxy, forked by exec");
+  int fd = -1, pid = 0;
+  fs.Int("fd", &fd, "the connection to the init proxy");
+  fs.Int("pid", &pid, "the process, in the sandbox");
+  fs.ParseOrExit(argv_in, 125);
+  RunExecProxy(fd, pid);
+}
+
+int CmdExec(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci exec", "[FLAGS] ID [COMMAND [ARGS...]]");
+  std::string process_file, pid_file, console_socket, cwd;
+  std::vector<std::string> env;
+  std::string user;
+  bool detach = false, tty = false, unused_bool = false;
+  std::string unused;
+  int preserve_fds = 0;
+  fs.String("process", &process_file, "FILE", "the process, as config.json's process");
+  fs.Alias("-p", "process");
+  fs.Bool("detach", &detach, "leave it running; its proxy's pid goes to --pid-file");
+  fs.Alias("-d", "detach");
+  fs.String("pid-file", &pid_file, "FILE", "where the exec proxy's pid goes");
+  fs.String("console-socket", &console_socket, "PATH", "gets the pty master (terminal)");
+  fs.Bool("tty", &tty, "a terminal (without --process)");
+  fs.Alias("-t", "tty");
+  fs.String("cwd", &cwd, "DIR", "the working directory (without --process)");
+  fs.Repeated("env", &env, "K=V", "an environment variable (without --process)");
+  fs.Alias("-e", "env");
+  fs.String("user", &user, "UID[:GID]", "the user (without --process)");
+  fs.Alias("-u", "user");
+  fs.Bool("no-new-privs", &unused_bool, "accepted (the Sentry is the boundary)");
+  fs.Repeated("cap", &env, "CAP", "refused");
+  fs.String("apparmor", &unused, "PROFILE", "accepted (the Sentry is the boundary)");
+  fs.String("process-label", &unused, "LABEL", "accepted (the Sentry is the boundary)");
+  fs.Bool("ignore-paused", &unused_bool, "accepted");
+  fs.Int("preserve-fds", &preserve_fds, "extra fds (only 0)");
+  std::vector<std::string> args = fs.ParseOrExit(argv_in, 1);
+  if (args.empty()) Fail(absl::InvalidArgumentError("exec wants a container id"));
+  const std::string id = args[0];
+  Check(CheckId(id));
+  if (preserve_fds != 0) Fail(absl::InvalidArgumentError("--preserve-fds: only 0 is supported"));
+  LaunchSpec p;
+  if (!process_file.empty()) {
+    std::ifstream in(process_file);
+    if (!in) Fail(Errno(absl::StrCat("--process ", process_file)));
+    std::stringstream ss;
+    ss << in.rdbuf();
+    absl::StatusOr<LaunchSpec> parsed = ParseProcess(ss.str());
+    if (!parsed.ok()) Fail(Annotate(parsed.status(), "--process"));
+    p = *std::move(parsed);
+  } else {
+    p.args.assign(args.begin() + 1, args.end());
+    if (p.args.empty()) Fail(absl::InvalidArgumentError("exec: no command and no --process"));
+    p.env = env;
+    p.terminal = tty;
+    if (!cwd.empty()) p.cwd = cwd;
+    if (!user.empty()) {
+      std::vector<std::string> ug = absl::StrSplit(user, ':');
+      if (!absl::SimpleAtoi(ug[0], &p.uid) ||
+          (ug.size() > 1 && !absl::SimpleAtoi(ug[1], &p.gid))) {
+        Fail(absl::InvalidArgumentError("--user wants UID[:GID]"));
+      }
+    }
+  }
+  if (p.terminal && console_socket.empty()) {
+    Fail(absl::InvalidArgumentError("a terminal (process.terminal) needs --console-socket"));
+  }
+  ContainerState st = Load(id);
+  if (CurrentStatus(g.root, st) != Status::kRunning) {
+    Fail(absl::FailedPreconditionError(absl::StrCat("cannot exec in a stopped or created container ", id)));
+  }
+  if (!MakeBackend()->Serves()) {
+    Fail(absl::UnimplementedError("exec: not with --backend=run (use --backend=serve)"));
+  }
+  absl::StatusOr<UniqueFd> conn = ConnectProxy(g.root, id);
+  if (!conn.ok()) Fail(conn.status());
+  UniqueFd slave;
+  std::vector<int> fds = {0, 1, 2};
+  if (p.terminal) {
+    absl::StatusOr<UniqueFd> c = OpenConsole(console_socket);
+    if (!c.ok()) Fail(c.status());
+    slave = *std::move(c);
+    fds = {slave.get()};
+  }
+  control::Request req;
+  req.set_id(1);
+  *req.mutable_exec()->mutable_process() = ProcessSpecOf(p);
+  absl::StatusOr<control::Response> r = ProxyCall(conn->get(), req, fds);
+  if (!r.ok()) Fail(Annotate(r.status(), "exec"));
+  slave.reset();
+  const int pid_in_sandbox = r->exec_pid();
+  std::vector<std::string> cmd = {SelfPath(), "exec-proxy",
+                                  absl::StrCat("--fd=", conn->get()),
+                                  absl::StrCat("--pid=", pid_in_sandbox)};
+  std::vector<char*> cargv = CArgv(cmd);
+  const pid_t child = fork();
+  if (child < 0) Fail(Errno("fork"));
+  if (child == 0) RunExecChild(cargv[0], cargv.data(), environ, conn->get());
+  conn->reset();
+  if (!pid_file.empty()) Check(WriteFileAtomic(pid_file, absl::StrCat(child)));
+  LogLine("info", absl::StrCat("exec in ", id, ": pid ", pid_in_sandbox,
+                               " in the sandbox, proxy ", child));
+  if (detach) return 0;
+  int ws = 0;
+  while (waitpid(child, &ws, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
 int Main(int argc, char** argv) {
   flags::FlagSet fs("sandboxd-oci", "[GLOBAL FLAGS] COMMAND [FLAGS] [ARGS]",
                     "An OCI runtime with runc's command line whose containers "
@@ -554,11 +739,21 @@ int Main(int argc, char** argv) {
   fs.String("sentry", &g.sentry, "PATH",
             "the sentry binary (default: SANDBOXD_OCI_SENTRY, else the "
             "sentry beside this binary)");
+  fs.Func("backend", "serve|run",
+          "serve (the default): a `sentry serve` driven by the init proxy "
+          "(exec, kill --all); run: `sentry run` (no exec)",
+          [](absl::string_view v) {
+            if (v != "serve" && v != "run") {
+              return absl::InvalidArgumentError("wants serve or run");
+            }
+            g.backend = std::string(v);
+            return absl::OkStatus();
+          }, "serve");
   bool version = false;
   fs.Bool("version", &version, "print the version");
   fs.Alias("-v", "version");
   fs.set_footer(
-      "Commands: create, start, state, kill, delete, ps, list, features.\n");
+      "Commands: create, start, state, kill, delete, exec, ps, list, features.\n");
   std::vector<std::string> rest = fs.ParseOrExit(flags::Args(argc, argv), 1);
   if (version) {
     printf("sandboxd-oci version %s\nspec: 1.0.2-dev\n", kVersion);
@@ -578,6 +773,9 @@ int Main(int argc, char** argv) {
   if (verb == "ps") return CmdPs(args);
   if (verb == "list") return CmdList(args);
   if (verb == "features") return CmdFeatures(args);
+  if (verb == "exec") return CmdExec(args);
+  if (verb == "init-proxy") return CmdInitProxy(args);
+  if (verb == "exec-proxy") return CmdExecProxy(args);
   Fail(absl::UnimplementedError(absl::StrCat("command not supported: ", verb)));
 }
 

@@ -46,15 +46,8 @@ RUNC=$(command -v runc || true)
 make_tmp oci_runtime_test "${KEEP:-0}"
 CHECK_OUT_BYTES=600
 
-# A busybox root: every applet, a passwd and group with a user 1000.
 ROOTFS=$tmp/rootfs
-mkdir -p "$ROOTFS"/{bin,etc,proc,dev,sys,tmp,vol,ro,scratch,home/u}
-cp "$BUSYBOX" "$ROOTFS/bin/busybox"
-for a in $("$BUSYBOX" --list); do
-  [ "$a" = busybox ] || ln -s busybox "$ROOTFS/bin/$a"
-done
-printf 'root:x:0:0:root:/root:/bin/sh\nu:x:1000:100:u:/home/u:/bin/sh\n' >"$ROOTFS/etc/passwd"
-printf 'root:x:0:\nusers:x:100:\naudio:x:29:\nvideo:x:44:\n' >"$ROOTFS/etc/group"
+"$HERE/oci/make_rootfs.sh" "$ROOTFS"
 mkdir -p "$tmp/vol" "$tmp/ro"
 echo from-host >"$tmp/ro/file"
 

@@ -19,6 +19,20 @@ std::vector<std::string> ServeBackend::InitCommand(const std::string& id,
           id};
 }
 
+std::vector<std::string> DaemonBackend::InitCommand(const std::string& id,
+                                                   const LaunchSpec& spec,
+                                                   const std::string& bundle,
+                                                   int report_fd) const {
+  return {self_,
+          absl::StrCat("--root=", root_),
+          absl::StrCat("--sandboxd-socket=", socket_),
+          "daemon-proxy",
+          absl::StrCat("--bundle=", bundle),
+          absl::StrCat("--hostname=", spec.hostname),
+          absl::StrCat("--report-fd=", report_fd),
+          id};
+}
+
 std::vector<std::string> SentryRunBackend::InitCommand(
     const std::string& id, const LaunchSpec& spec, const std::string& bundle,
     int report_fd) const {

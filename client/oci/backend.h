@@ -6,6 +6,8 @@
 // ServeBackend (--backend=serve, the default): `sandboxd-oci init-proxy`
 // (proxy.h), which drives a `sentry serve` of the container's own over the
 // control channel, so that `exec` and `kill --all` reach the sandbox.
+// DaemonBackend (--sandboxd-socket or SANDBOXD_OCI_SOCKET): `sandboxd-oci
+// daemon-proxy` (daemon_proxy.h), the sandbox from sandboxd's warm pool.
 // SentryRunBackend (--backend=run): create's child waits on exec.fifo
 // itself, then execs `sentry run`; no exec.
 // Both find the `sentry` beside this binary, or --sentry /
@@ -48,6 +50,20 @@ class ServeBackend : public Backend {
 
  private:
   std::string self_, root_, sentry_;
+};
+
+class DaemonBackend : public Backend {
+ public:
+  DaemonBackend(std::string self, std::string root, std::string socket)
+      : self_(std::move(self)), root_(std::move(root)), socket_(std::move(socket)) {}
+  std::vector<std::string> InitCommand(const std::string& id, const LaunchSpec& spec,
+                                       const std::string& bundle,
+                                       int report_fd) const override;
+  bool ReportsItself() const override { return true; }
+  bool Serves() const override { return false; }
+
+ private:
+  std::string self_, root_, socket_;
 };
 
 class SentryRunBackend : public Backend {

@@ -38,6 +38,7 @@
 #include "base/unique_fd.h"
 #include "base/version.h"
 #include "client/oci/backend.h"
+#include "client/oci/daemon_proxy.h"
 #include "client/oci/init_proxy.h"
 #include "client/oci/proxy.h"
 #include "client/oci/spec.h"
@@ -56,6 +57,7 @@ struct Globals {
   bool debug = false;
   std::string sentry;
   std::string backend = "serve";
+  std::string sandboxd_socket;
 };
 
 Globals g;
@@ -106,10 +108,19 @@ std::string SelfPath() {
   return n > 0 ? std::string(buf, n) : "sandboxd-oci";
 }
 
+std::string SandboxdSocket() {
+  if (!g.sandboxd_socket.empty()) return g.sandboxd_socket;
+  const char* e = getenv("SANDBOXD_OCI_SOCKET");
+  return e != nullptr ? e : "";
+}
+
 std::unique_ptr<Backend> MakeBackend() {
-  if (g.backend == "run") return std::make_unique<SentryRunBackend>(SentryPath());
   char root[PATH_MAX];
   std::string abs_root = realpath(g.root.c_str(), root) != nullptr ? root : g.root;
+  if (!SandboxdSocket().empty()) {
+    return std::make_unique<DaemonBackend>(SelfPath(), abs_root, SandboxdSocket());
+  }
+  if (g.backend == "run") return std::make_unique<SentryRunBackend>(SentryPath());
   return std::make_unique<ServeBackend>(SelfPath(), abs_root, SentryPath());
 }
 
@@ -289,12 +300,18 @@ int CmdCreate(const std::vector<std::string>& argv_in) {
                               spec->netns_path)));
     }
   }
+  if (!SandboxdSocket().empty() && !spec->rlimits.empty()) {
+    // Not refused: containerd's default spec has one. The log says so.
+    LogLine("warning",
+            "config.json: process.rlimits: not applied with sandboxd "
+            "(--sandboxd-socket): the sandbox has its Sentry's limits");
+  }
   int report[2];
   if (pipe2(report, O_CLOEXEC) != 0) fail(Errno("pipe"));
   std::unique_ptr<Backend> backend = MakeBackend();
   std::vector<std::string> cmd = backend->InitCommand(id, *spec, bundle, report[1]);
   const std::string sentry = SentryPath();
-  if (access(sentry.c_str(), X_OK) != 0) {
+  if (SandboxdSocket().empty() && access(sentry.c_str(), X_OK) != 0) {
     fail(Errno(absl::StrCat("the sentry ", sentry,
                             " (--sentry or SANDBOXD_OCI_SENTRY)")));
   }
@@ -347,6 +364,7 @@ int CmdCreate(const std::vector<std::string>& argv_in) {
   st.rootfs = spec->rootfs;
   st.created = NowRfc3339();
   st.annotations = spec->annotations;
+  st.sandboxd_socket = SandboxdSocket();
   if (absl::Status s = WriteState(g.root, st); !s.ok()) {
     kill(pid, SIGKILL);
     fail(s);
@@ -455,6 +473,10 @@ int CmdKill(const std::vector<std::string>& argv_in) {
   }
   // --all: every process in the sandbox (the Sentry's Signal with all),
   // as runc signals every process of the container's cgroup.
+  if (all && *sig != SIGKILL && !st.sandboxd_socket.empty()) {
+    Check(Annotate(DaemonSignal(st.sandboxd_socket, st.id, *sig, true), "kill --all"));
+    return 0;
+  }
   if (all && *sig != SIGKILL && MakeBackend()->Serves() &&
       CurrentStatus(g.root, st) == Status::kRunning) {
     absl::StatusOr<UniqueFd> c = ConnectProxy(g.root, st.id);
@@ -507,6 +529,9 @@ int CmdDelete(const std::vector<std::string>& argv_in) {
       usleep(10000);
     }
   }
+  // The daemon destroys the sandbox when its init proxy's attach ends;
+  // one a killed proxy left is destroyed here.
+  if (!st->sandboxd_socket.empty()) (void)DaemonDestroy(st->sandboxd_socket, id);
   unlink(FifoPath(g.root, id).c_str());
   unlink((dir + "/proxy.sock").c_str());
   unlink((dir + "/state.json").c_str());
@@ -624,6 +649,87 @@ int CmdExecProxy(const std::vector<std::string>& argv_in) {
   RunExecProxy(fd, pid);
 }
 
+int WaitForChild(pid_t child) {
+  int ws = 0;
+  while (waitpid(child, &ws, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+// exec with the daemon backend: the exec proxy is a fork of this process,
+// which has not started gRPC (so the child may), and it reports on a pipe
+// once the process runs.
+int ExecThroughDaemon(const ContainerState& st, const LaunchSpec& p,
+                      const std::string& console_socket, const std::string& pid_file,
+                      bool detach) {
+  UniqueFd slave;
+  if (p.terminal) {
+    absl::StatusOr<UniqueFd> c = OpenConsole(console_socket);
+    if (!c.ok()) Fail(c.status());
+    slave = *std::move(c);
+  }
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) Fail(Errno("pipe"));
+  fflush(stdout);
+  fflush(stderr);
+  const pid_t child = fork();
+  if (child < 0) Fail(Errno("fork"));
+  if (child == 0) {
+    close(report[0]);
+    if (slave.valid()) {
+      for (int fd = 0; fd < 3; fd++) dup2(slave.get(), fd);
+      slave.reset();
+    }
+    RunDaemonExecProxy(st.sandboxd_socket, st.id, p, report[1]);
+  }
+  close(report[1]);
+  slave.reset();
+  std::string got;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(report[0], buf, sizeof(buf))) != 0) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    got.append(buf, n);
+  }
+  close(report[0]);
+  if (got.empty() || got[0] != '0') {
+    WaitForChild(child);
+    Fail(absl::FailedPreconditionError(absl::StrCat("exec: ", got.empty() ? "failed" : got)));
+  }
+  if (!pid_file.empty()) Check(WriteFileAtomic(pid_file, absl::StrCat(child)));
+  if (detach) return 0;
+  return WaitForChild(child);
+}
+
+int CmdDaemonProxy(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci daemon-proxy", "--bundle=DIR --report-fd=N ID",
+                    "(internal) the init proxy of the daemon backend, exec'd by create");
+  std::string bundle, hostname;
+  int report_fd = -1;
+  fs.String("bundle", &bundle, "DIR", "the bundle");
+  fs.String("hostname", &hostname, "NAME", "the host name create chose");
+  fs.Int("report-fd", &report_fd, "create's pipe");
+  const std::string id = OneId(fs.ParseOrExit(argv_in, 125), "daemon-proxy");
+  std::ifstream in(bundle + "/config.json");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  absl::StatusOr<LaunchSpec> spec = ParseConfig(ss.str(), bundle);
+  if (!spec.ok()) {
+    const std::string m(spec.status().message());
+    (void)!write(report_fd, m.data(), m.size());
+    _exit(125);
+  }
+  DaemonProxyOptions o;
+  o.socket = SandboxdSocket();
+  o.root = g.root;
+  o.id = id;
+  o.spec = *std::move(spec);
+  o.spec.hostname = hostname;
+  o.report_fd = report_fd;
+  RunDaemonInitProxy(o);
+}
+
 int CmdExec(const std::vector<std::string>& argv_in) {
   flags::FlagSet fs("sandboxd-oci exec", "[FLAGS] ID [COMMAND [ARGS...]]");
   std::string process_file, pid_file, console_socket, cwd;
@@ -686,6 +792,7 @@ int CmdExec(const std::vector<std::string>& argv_in) {
   if (CurrentStatus(g.root, st) != Status::kRunning) {
     Fail(absl::FailedPreconditionError(absl::StrCat("cannot exec in a stopped or created container ", id)));
   }
+  if (!st.sandboxd_socket.empty()) return ExecThroughDaemon(st, p, console_socket, pid_file, detach);
   if (!MakeBackend()->Serves()) {
     Fail(absl::UnimplementedError("exec: not with --backend=run (use --backend=serve)"));
   }
@@ -718,10 +825,7 @@ int CmdExec(const std::vector<std::string>& argv_in) {
   LogLine("info", absl::StrCat("exec in ", id, ": pid ", pid_in_sandbox,
                                " in the sandbox, proxy ", child));
   if (detach) return 0;
-  int ws = 0;
-  while (waitpid(child, &ws, 0) < 0 && errno == EINTR) {
-  }
-  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+  return WaitForChild(child);
 }
 
 int Main(int argc, char** argv) {
@@ -749,6 +853,9 @@ int Main(int argc, char** argv) {
             g.backend = std::string(v);
             return absl::OkStatus();
           }, "serve");
+  fs.String("sandboxd-socket", &g.sandboxd_socket, "PATH",
+            "take sandboxes from the sandboxd on this socket (default: "
+            "SANDBOXD_OCI_SOCKET; none: a Sentry of the container's own)");
   bool version = false;
   fs.Bool("version", &version, "print the version");
   fs.Alias("-v", "version");
@@ -776,6 +883,7 @@ int Main(int argc, char** argv) {
   if (verb == "exec") return CmdExec(args);
   if (verb == "init-proxy") return CmdInitProxy(args);
   if (verb == "exec-proxy") return CmdExecProxy(args);
+  if (verb == "daemon-proxy") return CmdDaemonProxy(args);
   Fail(absl::UnimplementedError(absl::StrCat("command not supported: ", verb)));
 }
 

@@ -112,7 +112,8 @@ absl::Status WriteState(const std::string& root, const ContainerState& st) {
       "{\"id\": ", JsonQuote(st.id), ", \"pid\": ", st.pid,
       ", \"pidStart\": \"", st.pid_start, "\", \"bundle\": ", JsonQuote(st.bundle),
       ", \"rootfs\": ", JsonQuote(st.rootfs), ", \"created\": ",
-      JsonQuote(st.created), ", \"annotations\": ",
+      JsonQuote(st.created), ", \"sandboxdSocket\": ", JsonQuote(st.sandboxd_socket),
+      ", \"annotations\": ",
       AnnotationsJson(st.annotations, ""), "}\n");
   const std::string dir = ContainerDir(root, st.id);
   const std::string tmp = dir + "/state.json.tmp";
@@ -151,6 +152,7 @@ absl::StatusOr<ContainerState> ReadState(const std::string& root,
   st.bundle = str("bundle");
   st.rootfs = str("rootfs");
   st.created = str("created");
+  st.sandboxd_socket = str("sandboxdSocket");
   auto pit = s.fields().find("pid");
   if (pit != s.fields().end()) st.pid = static_cast<pid_t>(pit->second.number_value());
   (void)absl::SimpleAtoi(str("pidStart"), &st.pid_start);

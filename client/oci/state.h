@@ -26,6 +26,8 @@ struct ContainerState {
   std::string rootfs;
   std::string created;  // RFC 3339, UTC, nanoseconds
   std::map<std::string, std::string> annotations;
+  // The daemon backend's sandboxd socket ("" for a Sentry of our own).
+  std::string sandboxd_socket;
 };
 
 enum class Status { kCreated, kRunning, kStopped };

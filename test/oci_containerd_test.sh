@@ -1,5 +1,8 @@
 #!/usr/bin/env bash
-# oci_containerd_test.sh SANDBOXD_OCI [SENTRY]
+# oci_containerd_test.sh SANDBOXD_OCI [SENTRY [SANDBOXD SANDBOXCTL]]
+#
+# With SANDBOXD it starts one too, and containerd (so the shim, so
+# sandboxd-oci) gets SANDBOXD_OCI_SOCKET: the sandboxes come from its pool.
 #
 # sandboxd-oci under a real containerd (Debian's 1.6) and its
 # io.containerd.runc.v2 shim. The suite starts its own containerd (root,
@@ -20,13 +23,14 @@
 set -u
 # shellcheck source=test/lib.sh
 . "$(dirname "$0")/lib.sh"
-usage_unless [ $# -ge 1 ] -- "SANDBOXD_OCI [SENTRY]"
-require_built "$1"
+usage_unless [ $# -eq 1 -o $# -eq 2 -o $# -eq 4 ] -- "SANDBOXD_OCI [SENTRY [SANDBOXD SANDBOXCTL]]"
+require_built "$@"
 OCI=$(readlink -f "$1")
 if [ $# -ge 2 ]; then
-  require_built "$2"
   export SANDBOXD_OCI_SENTRY=$(readlink -f "$2")
 fi
+DAEMON=
+[ $# -ge 4 ] && DAEMON=$(readlink -f "$3") && SANDBOXCTL=$(readlink -f "$4")
 [ "$(id -u)" = 0 ] || skip "needs root"
 for b in containerd ctr containerd-shim-runc-v2 busybox; do
   command -v "$b" >/dev/null || skip "$b not installed (tools/install_deps.sh)"
@@ -75,6 +79,13 @@ check "the deploy snippet: as a runc.v2 runtime named sandboxd" eval \
 BIN=$(sed -n 's/^ *BinaryName = "\(.*\)"/\1/p' "$tmp/dump" | head -1)
 ROOT=$(sed -n 's/^ *Root = "\(.*\)"/\1/p' "$tmp/dump" | head -1)
 
+if [ -n "$DAEMON" ]; then
+  start_bg "$tmp/sandboxd.log" "$DAEMON" --sentry="$SANDBOXD_OCI_SENTRY" \
+    --socket="$tmp/sandboxd.sock" --state-dir="$tmp/sandboxd-state" --pool-size=1 \
+    --cgroup-parent="oci-containerd-test-$$" --default-rootfs=/ --shutdown-kill
+  check "sandboxd listens" wait_for_daemon "$SANDBOXCTL" "$tmp/sandboxd.sock"
+  export SANDBOXD_OCI_SOCKET=$tmp/sandboxd.sock
+fi
 start_bg "$tmp/containerd.log" containerd --config "$tmp/config.toml"
 CTRD=$bg_pid
 CTR=(ctr -a "$tmp/containerd.sock")
@@ -105,6 +116,10 @@ capture 60 "${CTR[@]}" "${RUN[@]}" -d --runc-binary="$BIN" --runc-root="$ROOT" "
 check "ctr run -d: exit 0" eq "$status" 0
 capture 10 "${CTR[@]}" task ls
 check "ctr task ls: c2 RUNNING" grep -Eq '^c2 +[0-9]+ +RUNNING' "$tmp/out"
+if [ -n "$DAEMON" ]; then
+  capture 10 "$SANDBOXCTL" --socket="$tmp/sandboxd.sock" ps -q
+  check "sandboxd runs c2's sandbox" grep -qx c2 "$tmp/out"
+fi
 capture 30 "${CTR[@]}" task exec --exec-id e1 c2 sh -c 'echo exec-out; id -u; exit 3'
 check "ctr task exec: exit status 3" eq "$status" 3
 check "ctr task exec: output" eval 'contains "$tmp/out" "^exec-out$" && contains "$tmp/out" "^0$"'
@@ -127,5 +142,9 @@ check "ctr task delete: containerd saw the trap's exit code 9" contains "$tmp/er
 check "no container state left under the runtime's Root" \
   eval '[ -z "$(find "$ROOT" -mindepth 2 -maxdepth 2 2>/dev/null)" ]'
 check "no init proxy left" eval '! pgrep -f "init-proxy --bundle=$tmp" >/dev/null'
+if [ -n "$DAEMON" ]; then
+  capture 10 "$SANDBOXCTL" --socket="$tmp/sandboxd.sock" ps -a -q
+  check "sandboxd: no sandbox left" eval '[ "$status" = 0 ] && [ ! -s "$tmp/out" ]'
+fi
 stop_pid "$CTRD"
 passed

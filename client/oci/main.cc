@@ -249,6 +249,9 @@ int CmdCreate(const std::vector<std::string>& argv_in) {
     gethostname(host, sizeof(host) - 1);
     spec->hostname = host;
   }
+  if (g.backend != "run" || !SandboxdSocket().empty()) {
+    if (absl::Status st = ForServedSentry(&*spec); !st.ok()) Fail(Annotate(st, "config.json"));
+  }
   if (spec->terminal && console_socket.empty()) {
     Fail(absl::InvalidArgumentError(
         "config.json: process.terminal is true: --console-socket is required"));
@@ -636,6 +639,10 @@ int CmdInitProxy(const std::vector<std::string>& argv_in) {
   o.spec = *std::move(spec);
   o.spec.hostname = hostname;
   o.report_fd = report_fd;
+  if (absl::Status st = ForServedSentry(&o.spec); !st.ok()) {
+    (void)!write(report_fd, st.message().data(), st.message().size());
+    _exit(125);
+  }
   RunInitProxy(o);
 }
 
@@ -727,6 +734,10 @@ int CmdDaemonProxy(const std::vector<std::string>& argv_in) {
   o.spec = *std::move(spec);
   o.spec.hostname = hostname;
   o.report_fd = report_fd;
+  if (absl::Status st = ForServedSentry(&o.spec); !st.ok()) {
+    (void)!write(report_fd, st.message().data(), st.message().size());
+    _exit(125);
+  }
   RunDaemonInitProxy(o);
 }
 

@@ -1,6 +1,7 @@
 #include "client/oci/spec.h"
 
 #include <cmath>
+#include <fstream>
 #include <string>
 #include <vector>
 
@@ -114,9 +115,34 @@ absl::Status OnlyKnown(const Struct& s, absl::string_view prefix,
   return absl::OkStatus();
 }
 
-const std::vector<std::pair<const char*, int>>& RlimitNames() {
-  static const auto* names = new std::vector<std::pair<const char*, int>>{
-      {"RLIMIT_NOFILE", RLIMIT_NOFILE},
+struct RlimitName {
+  const char* name;
+  int resource;
+  // Set on the init proxy, whose limits the sandbox's init inherits
+  // (sentry/kernel/thread_group.cc). The others would bind the Sentry
+  // process itself (its memory file, its threads' stacks, its CPU time):
+  // only the runtime's own values, which the sandbox gets anyway, pass.
+  bool settable;
+};
+
+const std::vector<RlimitName>& RlimitNames() {
+  static const auto* names = new std::vector<RlimitName>{
+      {"RLIMIT_NOFILE", RLIMIT_NOFILE, true},
+      {"RLIMIT_NPROC", RLIMIT_NPROC, true},
+      {"RLIMIT_CORE", RLIMIT_CORE, true},
+      {"RLIMIT_SIGPENDING", RLIMIT_SIGPENDING, true},
+      {"RLIMIT_MSGQUEUE", RLIMIT_MSGQUEUE, true},
+      {"RLIMIT_NICE", RLIMIT_NICE, true},
+      {"RLIMIT_RTPRIO", RLIMIT_RTPRIO, true},
+      {"RLIMIT_LOCKS", RLIMIT_LOCKS, true},
+      {"RLIMIT_AS", RLIMIT_AS, false},
+      {"RLIMIT_DATA", RLIMIT_DATA, false},
+      {"RLIMIT_FSIZE", RLIMIT_FSIZE, false},
+      {"RLIMIT_CPU", RLIMIT_CPU, false},
+      {"RLIMIT_RSS", RLIMIT_RSS, false},
+      {"RLIMIT_RTTIME", RLIMIT_RTTIME, false},
+      {"RLIMIT_STACK", RLIMIT_STACK, false},
+      {"RLIMIT_MEMLOCK", RLIMIT_MEMLOCK, false},
   };
   return *names;
 }
@@ -183,20 +209,38 @@ absl::Status ParseProcessObject(const Struct& p, LaunchSpec* out) {
       const Struct& r = (*rl)->values(i).struct_value();
       std::string type;
       RETURN_IF_ERROR(GetString(r, "type", f + ".type", &type));
-      int resource = -1;
-      for (const auto& [name, res] : RlimitNames()) {
-        if (type == name) resource = res;
+      const RlimitName* rn = nullptr;
+      for (const RlimitName& n : RlimitNames()) {
+        if (type == n.name) rn = &n;
       }
-      if (resource < 0) {
-        return FieldError(f + ".type",
-                          absl::StrCat(type, " is not supported (supported: "
-                                       "RLIMIT_NOFILE)"));
+      if (rn == nullptr) {
+        return FieldError(f + ".type", absl::StrCat("unknown rlimit ", type));
       }
-      int64_t soft = 0, hard = 0;
-      RETURN_IF_ERROR(GetInt(r, "soft", f + ".soft", 0, 1048576, &soft));
-      RETURN_IF_ERROR(GetInt(r, "hard", f + ".hard", 0, 1048576, &hard));
-      if (soft > hard) return FieldError(f + ".soft", "is above hard");
-      rlimit lim{static_cast<rlim_t>(soft), static_cast<rlim_t>(hard)};
+      // JSON numbers: 2^64-1 (unlimited) arrives rounded to 2^64.
+      auto get = [&r, &f](const char* k, rlim_t* v) -> absl::Status {
+        const Value* x = Get(r, k);
+        if (x == nullptr || !x->has_number_value() || x->number_value() < 0) {
+          return FieldError(absl::StrCat(f, ".", k), "wants a non-negative number");
+        }
+        *v = x->number_value() >= 1.8e19 ? RLIM_INFINITY
+                                         : static_cast<rlim_t>(x->number_value());
+        return absl::OkStatus();
+      };
+      rlimit lim{};
+      RETURN_IF_ERROR(get("soft", &lim.rlim_cur));
+      RETURN_IF_ERROR(get("hard", &lim.rlim_max));
+      if (lim.rlim_cur > lim.rlim_max) return FieldError(f + ".soft", "is above hard");
+      const int resource = rn->resource;
+      if (!rn->settable) {
+        rlimit own{};
+        getrlimit(static_cast<__rlimit_resource>(resource), &own);
+        if (own.rlim_cur == lim.rlim_cur && own.rlim_max == lim.rlim_max) continue;
+        return FieldError(
+            f + ".type",
+            absl::StrCat(type, " other than the runtime's own (soft ", own.rlim_cur,
+                         ", hard ", own.rlim_max,
+                         ") is not supported: it would bind the Sentry itself"));
+      }
       out->rlimits.emplace_back(resource, lim);
     }
   }
@@ -328,7 +372,20 @@ absl::Status ParseLinux(const Struct& l, LaunchSpec* out) {
       {"namespaces", "resources", "cgroupsPath", "maskedPaths", "readonlyPaths",
        "seccomp", "devices", "uidMappings", "gidMappings", "sysctl",
        "mountLabel", "rootfsPropagation", "intelRdt", "personality"}));
-  for (const char* k : {"uidMappings", "gidMappings", "sysctl", "intelRdt"}) {
+  // net.ipv4.ping_group_range (podman sets one): the Sentry's own network
+  // namespace lets its sockets ping already (sentry/isolation.cc), and
+  // the program's ping sockets are the Sentry's to allow; any other
+  // sysctl is refused.
+  auto sysctl = Object(l, "sysctl", "linux.sysctl");
+  if (!sysctl.ok()) return sysctl.status();
+  if (*sysctl != nullptr) {
+    for (const auto& [k, v] : (*sysctl)->fields()) {
+      if (k != "net.ipv4.ping_group_range") {
+        return FieldError(absl::StrCat("linux.sysctl.", k), "not supported");
+      }
+    }
+  }
+  for (const char* k : {"uidMappings", "gidMappings", "intelRdt"}) {
     const Value* v = Get(l, k);
     bool empty = v == nullptr ||
                  (v->has_list_value() && v->list_value().values_size() == 0) ||
@@ -446,6 +503,26 @@ absl::StatusOr<LaunchSpec> ParseConfig(absl::string_view json,
   if (*lnx == nullptr) return FieldError("linux", "is missing");
   RETURN_IF_ERROR(ParseLinux(**lnx, &out));
   return out;
+}
+
+absl::Status ForServedSentry(LaunchSpec* spec) {
+  for (size_t i = 0; i < spec->mount_flags.size(); i++) {
+    const std::string& f = spec->mount_flags[i];
+    const size_t at = f.find(":/etc/hostname:");
+    if (!absl::StartsWith(f, "--volume=") || at == std::string::npos) continue;
+    std::ifstream in(f.substr(9, at - 9));
+    std::string name;
+    std::getline(in, name);
+    if (name != spec->hostname) {
+      return FieldError("mounts",
+                        absl::StrCat("a bind mount at /etc/hostname whose file does "
+                                     "not hold the host name (", spec->hostname,
+                                     ") is not supported"));
+    }
+    spec->mount_flags.erase(spec->mount_flags.begin() + i);
+    return absl::OkStatus();
+  }
+  return absl::OkStatus();
 }
 
 absl::StatusOr<LaunchSpec> ParseProcess(absl::string_view json) {

@@ -52,6 +52,12 @@ struct LaunchSpec {
 absl::StatusOr<LaunchSpec> ParseConfig(absl::string_view json,
                                        const std::string& bundle);
 
+// For a served Sentry (sentry serve, sandboxd), which writes the
+// sandbox's /etc/hostname itself from spec.hostname: a bind mount at
+// /etc/hostname (podman's) whose file holds that name is dropped (the
+// sandbox has the same file); one with another name is an error.
+absl::Status ForServedSentry(LaunchSpec* spec);
+
 // The process of `exec --process=FILE` (a runtime-spec "process" object).
 absl::StatusOr<LaunchSpec> ParseProcess(absl::string_view json);
 

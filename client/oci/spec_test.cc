@@ -77,7 +77,8 @@ TEST(OciSpec, ErrorsNameTheField) {
   } cases[] = {
       {Config({{"rlimits", R"([{"type": "RLIMIT_CPU", "hard": 1, "soft": 1}])"}}),
        "process.rlimits[0].type"},
-      {Config({{"+linux", R"(, "sysctl": {"net.ipv4.ip_forward": "1"})"}}), "linux.sysctl"},
+      {Config({{"+linux", R"(, "sysctl": {"net.ipv4.ip_forward": "1"})"}}),
+       "linux.sysctl.net.ipv4.ip_forward"},
       {Config({{"namespaces", R"([{"type": "pid", "path": "/proc/1/ns/pid"}])"}}),
        "linux.namespaces[0].path"},
       {Config({{"namespaces", R"([{"type": "network"}])"}}), "linux.namespaces"},

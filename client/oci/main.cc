@@ -102,6 +102,16 @@ std::string SentryPath() {
   return self.substr(0, self.rfind('/') + 1) + "sentry";
 }
 
+// A whole small file (config.json, process.json); closed on return, so
+// that no copy of it reaches the init proxy.
+absl::StatusOr<std::string> ReadWhole(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Errno(absl::StrCat("reading ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 std::string SelfPath() {
   char buf[4096];
   ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
@@ -238,11 +248,9 @@ int CmdCreate(const std::vector<std::string>& argv_in) {
     Fail(Errno(absl::StrCat("--bundle ", bundle)));
   }
   bundle = real;
-  std::ifstream in(bundle + "/config.json");
-  if (!in) Fail(Errno(absl::StrCat("reading ", bundle, "/config.json")));
-  std::stringstream ss;
-  ss << in.rdbuf();
-  absl::StatusOr<LaunchSpec> spec = ParseConfig(ss.str(), bundle);
+  absl::StatusOr<std::string> config = ReadWhole(bundle + "/config.json");
+  if (!config.ok()) Fail(config.status());
+  absl::StatusOr<LaunchSpec> spec = ParseConfig(*config, bundle);
   if (!spec.ok()) Fail(Annotate(spec.status(), "config.json"));
   if (spec->hostname.empty()) {
     char host[256] = {};
@@ -623,10 +631,9 @@ int CmdInitProxy(const std::vector<std::string>& argv_in) {
   fs.String("hostname", &hostname, "NAME", "the host name create chose");
   fs.Int("report-fd", &report_fd, "create's pipe");
   const std::string id = OneId(fs.ParseOrExit(argv_in, 125), "init-proxy");
-  std::ifstream in(bundle + "/config.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  absl::StatusOr<LaunchSpec> spec = ParseConfig(ss.str(), bundle);
+  absl::StatusOr<std::string> config = ReadWhole(bundle + "/config.json");
+  absl::StatusOr<LaunchSpec> spec =
+      config.ok() ? ParseConfig(*config, bundle) : absl::StatusOr<LaunchSpec>(config.status());
   if (!spec.ok()) {
     const std::string m(spec.status().message());
     (void)!write(report_fd, m.data(), m.size());
@@ -718,10 +725,9 @@ int CmdDaemonProxy(const std::vector<std::string>& argv_in) {
   fs.String("hostname", &hostname, "NAME", "the host name create chose");
   fs.Int("report-fd", &report_fd, "create's pipe");
   const std::string id = OneId(fs.ParseOrExit(argv_in, 125), "daemon-proxy");
-  std::ifstream in(bundle + "/config.json");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  absl::StatusOr<LaunchSpec> spec = ParseConfig(ss.str(), bundle);
+  absl::StatusOr<std::string> config = ReadWhole(bundle + "/config.json");
+  absl::StatusOr<LaunchSpec> spec =
+      config.ok() ? ParseConfig(*config, bundle) : absl::StatusOr<LaunchSpec>(config.status());
   if (!spec.ok()) {
     const std::string m(spec.status().message());
     (void)!write(report_fd, m.data(), m.size());
@@ -775,11 +781,9 @@ int CmdExec(const std::vector<std::string>& argv_in) {
   if (preserve_fds != 0) Fail(absl::InvalidArgumentError("--preserve-fds: only 0 is supported"));
   LaunchSpec p;
   if (!process_file.empty()) {
-    std::ifstream in(process_file);
-    if (!in) Fail(Errno(absl::StrCat("--process ", process_file)));
-    std::stringstream ss;
-    ss << in.rdbuf();
-    absl::StatusOr<LaunchSpec> parsed = ParseProcess(ss.str());
+    absl::StatusOr<std::string> text = ReadWhole(process_file);
+    if (!text.ok()) Fail(Annotate(text.status(), "--process"));
+    absl::StatusOr<LaunchSpec> parsed = ParseProcess(*text);
     if (!parsed.ok()) Fail(Annotate(parsed.status(), "--process"));
     p = *std::move(parsed);
   } else {

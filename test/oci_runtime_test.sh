@@ -23,6 +23,9 @@
 #   - exec --process --detach --pid-file (test/oci/exec.py, as the shim):
 #     status, user, cwd, output; a signal to its pid; a terminal; kill
 #     --all; exec without --detach
+#   - a pod's namespaces as CRI gives them: the host name of its UTS
+#     namespace; its IPC namespace not shared (a warning naming the field
+#     in --log for a CRI container, refused otherwise)
 # and of sandboxd-oci alone: state's JSON, ps --format=json, the errors
 # runc gives (start twice, kill of a stopped container, delete of a
 # running one, an unknown id, an id in use), delete --force, a config
@@ -145,6 +148,37 @@ run_case rofs
 check "rofs: root.readonly" contains "$tmp/rofs.sb" '^out: read-only$'
 check "rofs: same as runc" same_as_runc rofs
 
+# --- a pod's namespaces (as CRI gives them) --------------------------------
+# A "pause" process with a UTS namespace (its host name) and an IPC one.
+unshare --uts --ipc sh -c 'hostname pod-host; exec sleep 600' &
+POD=$!
+on_exit "stop_pid $POD"
+for _ in $(seq 1 50); do
+  [ "$(readlink /proc/$POD/ns/uts)" != "$(readlink /proc/self/ns/uts)" ] && break
+  sleep 0.1
+done
+sleep 0.2
+bundle pod 'process.args=["hostname"]' \
+  "linux.namespaces=[{\"type\":\"pid\"},{\"type\":\"mount\"},{\"type\":\"uts\",\"path\":\"/proc/$POD/ns/uts\"},{\"type\":\"ipc\",\"path\":\"/proc/$POD/ns/ipc\"}]" \
+  'hostname=-' 'annotations={"io.kubernetes.cri.container-type":"container"}'
+run_case pod
+check "pod: the host name of the pod's UTS namespace" contains "$tmp/pod.sb" '^out: pod-host$'
+check "pod: same as runc" same_as_runc pod
+capture 20 "$OCI" --root "$tmp/root-pod" --log "$tmp/pod.log" --log-format json create \
+  --bundle "$tmp/pod" pod
+check "pod: the IPC namespace not shared is a warning in --log, naming the field" python3 -c '
+import json, sys
+lines = [json.loads(l) for l in open(sys.argv[1])]
+assert any(l["level"] == "warning" and "linux.namespaces[3].path" in l["msg"] for l in lines), lines
+' "$tmp/pod.log"
+"$OCI" --root "$tmp/root-pod" delete --force pod
+bundle pod2 'process.args=["hostname"]' \
+  "linux.namespaces=[{\"type\":\"pid\"},{\"type\":\"ipc\",\"path\":\"/proc/$POD/ns/ipc\"}]"
+capture 20 "$OCI" --root "$tmp/root-pod" create --bundle "$tmp/pod2" pod2
+check "pod: an IPC path outside a CRI container is refused" \
+  eval '[ "$status" = 1 ] && contains "$tmp/err" "linux.namespaces\[1\].path: joining a ipc namespace"'
+stop_pid "$POD"
+
 # --- signals -----------------------------------------------------------
 bundle term 'process.args=["sh","-c","trap \"echo term; exit 7\" TERM; echo up; while :; do sleep 0.1; done"]'
 run_case term --kill TERM --after 1
@@ -205,7 +239,7 @@ for r in "${RUNTIMES[@]}"; do
   cp "$tmp/out" "$tmp/exec2.$name"
   capture 30 $EXEC "$bin" "$root" host \
     '{"args":["sh","-c","test -t 0 && echo is-a-tty; read a; echo got:$a"],"cwd":"/","env":["PATH=/bin"],"terminal":true}' \
-    --console --stdin $'typed\n'
+    --console --stdin $'typed\n' --when is-a-tty
   cp "$tmp/out" "$tmp/exec3.$name"
   capture 30 $EXEC "$bin" "$root" host '{"args":["sleep","30"],"cwd":"/","env":["PATH=/bin"]}' \
     --kill-all 15 --after 1

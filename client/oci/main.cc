@@ -6,6 +6,7 @@
 //
 // Exit status 0, or 1 with the error on stderr (and in --log), as runc.
 #include <fcntl.h>
+#include <sched.h>
 #include <poll.h>
 #include <signal.h>
 #include <stdlib.h>
@@ -223,6 +224,24 @@ std::vector<char*> CArgv(std::vector<std::string>& v) {
   return out;
 }
 
+// The host name of the UTS namespace `path` (a pod's): this process
+// joins it for the gethostname and goes back.
+absl::StatusOr<std::string> HostnameOf(const std::string& path) {
+  UniqueFd target(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!target.valid()) return Errno(path);
+  UniqueFd own(open("/proc/self/ns/uts", O_RDONLY | O_CLOEXEC));
+  if (!own.valid()) return Errno("/proc/self/ns/uts");
+  if (setns(target.get(), CLONE_NEWUTS) != 0) return Errno(absl::StrCat("setns ", path));
+  char host[256] = {};
+  const int r = gethostname(host, sizeof(host) - 1);
+  const int err = errno;
+  if (setns(own.get(), CLONE_NEWUTS) != 0) {
+    Fail(Errno("setns back into the runtime's own uts namespace"));
+  }
+  if (r != 0) return absl::InternalError(absl::StrCat("gethostname: ", strerror(err)));
+  return std::string(host);
+}
+
 int CmdCreate(const std::vector<std::string>& argv_in) {
   flags::FlagSet fs("sandboxd-oci create", "[FLAGS] ID");
   std::string bundle = ".", pid_file, console_socket;
@@ -252,10 +271,18 @@ int CmdCreate(const std::vector<std::string>& argv_in) {
   if (!config.ok()) Fail(config.status());
   absl::StatusOr<LaunchSpec> spec = ParseConfig(*config, bundle);
   if (!spec.ok()) Fail(Annotate(spec.status(), "config.json"));
+  if (spec->hostname.empty() && !spec->utsns_path.empty()) {
+    absl::StatusOr<std::string> name = HostnameOf(spec->utsns_path);
+    if (!name.ok()) Fail(Annotate(name.status(), "config.json: linux.namespaces: uts path"));
+    spec->hostname = *name;
+  }
   if (spec->hostname.empty()) {
     char host[256] = {};
     gethostname(host, sizeof(host) - 1);
     spec->hostname = host;
+  }
+  for (const std::string& note : spec->notes) {
+    LogLine("warning", absl::StrCat("config.json: ", note));
   }
   if (g.backend != "run" || !SandboxdSocket().empty()) {
     if (absl::Status st = ForServedSentry(&*spec); !st.ok()) Fail(Annotate(st, "config.json"));

@@ -329,6 +329,14 @@ absl::Status ParseResources(const Struct& r, LaunchSpec* out) {
     RETURN_IF_ERROR(GetInt(**mem, "limit", "linux.resources.memory.limit",
                                -1, 9.2e18, &limit));
     if (limit > 0) out->memory_bytes = static_cast<uint64_t>(limit);
+    for (const auto& [k, v] : (*mem)->fields()) {
+      if (k != "limit" && !v.has_null_value()) {
+        out->notes.push_back(absl::StrCat(
+            "linux.resources.memory.", k,
+            ": not applied (no host cgroup is made for the container; the "
+            "sandbox's memory is bounded by memory.limit alone)"));
+      }
+    }
   }
   auto cpu = Object(r, "cpu", "linux.resources.cpu");
   if (!cpu.ok()) return cpu.status();
@@ -343,6 +351,20 @@ absl::Status ParseResources(const Struct& r, LaunchSpec* out) {
     RETURN_IF_ERROR(GetString(**cpu, "cpus", "linux.resources.cpu.cpus", &cpus));
     if (!cpus.empty()) {
       return FieldError("linux.resources.cpu.cpus", "cpusets are not supported");
+    }
+    std::string mems;
+    RETURN_IF_ERROR(GetString(**cpu, "mems", "linux.resources.cpu.mems", &mems));
+    if (!mems.empty()) {
+      return FieldError("linux.resources.cpu.mems", "cpusets are not supported");
+    }
+    for (const auto& [k, v] : (*cpu)->fields()) {
+      if (k != "quota" && k != "period" && k != "cpus" && k != "mems" &&
+          !v.has_null_value()) {
+        out->notes.push_back(absl::StrCat(
+            "linux.resources.cpu.", k,
+            ": not applied (no host cgroup is made for the container; only "
+            "quota/period bound the sandbox)"));
+      }
     }
   }
   auto pids = Object(r, "pids", "linux.resources.pids");
@@ -360,9 +382,14 @@ absl::Status ParseResources(const Struct& r, LaunchSpec* out) {
       return FieldError(absl::StrCat("linux.resources.", k), "not supported");
     }
   }
+  const Value* bio = Get(r, "blockIO");
+  if (bio != nullptr && bio->has_struct_value() && bio->struct_value().fields_size() > 0) {
+    out->notes.push_back(
+        "linux.resources.blockIO: not applied (no host cgroup is made for the "
+        "container)");
+  }
   // devices: the sandbox's /dev is the Sentry's devfs (null, zero, full,
-  // random, urandom, tty, ptmx), never a host device. blockIO: the Sentry
-  // does no block I/O of the program's.
+  // random, urandom, tty, ptmx), never a host device.
   return absl::OkStatus();
 }
 
@@ -414,6 +441,23 @@ absl::Status ParseLinux(const Struct& l, LaunchSpec* out) {
         return FieldError(f + ".type", absl::StrCat("unknown namespace ", type));
       }
       if (type == "pid") pid_ns = true;
+      // A pod's (Kubernetes through CRI) UTS namespace: its host name is
+      // the sandbox's.
+      if (type == "uts" && !path.empty()) {
+        out->utsns_path = path;
+        continue;
+      }
+      // A pod's IPC namespace cannot be shared with a Sentry's kernel;
+      // for a CRI container that is a warning, not a refusal, or no pod
+      // could run.
+      if (type == "ipc" && !path.empty() &&
+          out->annotations.count("io.kubernetes.cri.container-type") > 0) {
+        out->notes.push_back(absl::StrCat(
+            f, ".path: the pod's IPC namespace is not shared: the sandbox has "
+               "its own (System V IPC and POSIX message queues do not reach "
+               "the pod's other containers)"));
+        continue;
+      }
       // The Sentry's kernel has its own pids, IPC, host name and mounts:
       // it cannot join another container's.
       if (!path.empty()) {

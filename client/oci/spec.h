@@ -46,6 +46,12 @@ struct LaunchSpec {
   // process.rlimits the init proxy sets on itself before the Sentry starts.
   std::vector<std::pair<int, rlimit>> rlimits;
   std::map<std::string, std::string> annotations;
+  // linux.namespaces' uts path (a pod's): the host name is read from it
+  // when `hostname` is empty.
+  std::string utsns_path;
+  // Fields accepted but not applied, each naming the field and why: create
+  // logs them as warnings (README.md lists them).
+  std::vector<std::string> notes;
 };
 
 // `bundle` is the absolute bundle directory (root.path is relative to it).

@@ -109,6 +109,33 @@ TEST(OciSpec, NetworkNamespace) {
   EXPECT_EQ(join->netns_path, "/run/netns/x");
 }
 
+TEST(OciSpec, PodNamespacesAndNotes) {
+  // A CRI container of a pod: uts and network by path, ipc by path noted.
+  auto s = ParseConfig(
+      Config({{"namespaces",
+               R"([{"type": "pid"}, {"type": "ipc", "path": "/proc/9/ns/ipc"},
+                   {"type": "uts", "path": "/proc/9/ns/uts"},
+                   {"type": "network", "path": "/proc/9/ns/net"}])"},
+              {"+top", R"(, "solaris": null)"}}) ,
+      "/b");
+  ASSERT_FALSE(s.ok());  // no CRI annotation: the ipc path is refused
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("linux.namespaces[1].path:"));
+  std::string cri = Config({{"namespaces",
+                             R"([{"type": "pid"}, {"type": "ipc", "path": "/proc/9/ns/ipc"},
+                                 {"type": "uts", "path": "/proc/9/ns/uts"}])"}});
+  const std::string from = R"("annotations": {"a": "b"})";
+  cri.replace(cri.find(from), from.size(),
+              R"("annotations": {"a": "b", "io.kubernetes.cri.container-type": "container"})");
+  s = ParseConfig(cri, "/b");
+  ASSERT_TRUE(s.ok()) << s.status();
+  EXPECT_EQ(s->utsns_path, "/proc/9/ns/uts");
+  ASSERT_EQ(s->notes.size(), 1u);
+  EXPECT_THAT(s->notes[0], HasSubstr("linux.namespaces[1].path"));
+  auto shares = ParseConfig(
+      Config({{"+linux", R"(, "sysctl": {"net.ipv4.ping_group_range": "0 0"})"}}), "/b");
+  ASSERT_TRUE(shares.ok()) << shares.status();
+}
+
 TEST(OciSpec, Process) {
   auto p = ParseProcess(R"({"args": ["ls"], "cwd": "/", "env": ["A=1"], "terminal": true})");
   ASSERT_TRUE(p.ok()) << p.status();

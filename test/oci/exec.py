@@ -1,14 +1,15 @@
 #!/usr/bin/env python3
 """Runs `RUNTIME exec` as containerd's runc shim does.
 
-  exec.py RUNTIME ROOT ID PROCESS_JSON [--stdin TEXT] [--console]
+  exec.py RUNTIME ROOT ID PROCESS_JSON [--stdin TEXT [--when MARKER]] [--console]
           [--kill SIG --after SECONDS] [--kill-all SIG --after SECONDS]
 
 A child subreaper: writes PROCESS_JSON (a runtime-spec "process") to a
 file, runs `RUNTIME --root ROOT exec --process FILE --detach --pid-file F
 [--console-socket S] ID` with stdio pipes, waits for the pid in F (128+N
 for signal N), and prints `exec: RC`, `exit: N` and the process's output
-as `out:` / `err:` lines. --kill signals that pid (as `ctr task kill
+as `out:` / `err:` lines. TEXT goes to its stdin (once MARKER is in its
+output, with --when). --kill signals that pid (as `ctr task kill
 --exec-id` makes the shim do); --kill-all runs `RUNTIME kill --all ID SIG`.
 """
 import array
@@ -25,12 +26,14 @@ import time
 def main():
     runtime, root, cid, process = sys.argv[1:5]
     opts = sys.argv[5:]
-    stdin_text, console, kill, kill_all, after = None, False, None, None, 0.0
+    stdin_text, console, kill, kill_all, after, when = None, False, None, None, 0.0, None
     i = 0
     while i < len(opts):
         o = opts[i]
         if o == "--stdin":
             stdin_text = opts[i + 1]; i += 2
+        elif o == "--when":
+            when = opts[i + 1].encode(); i += 2
         elif o == "--console":
             console = True; i += 1
         elif o == "--kill":
@@ -96,6 +99,9 @@ def main():
     if rc == 0:
         pid = int(open(pid_file).read())
         if stdin_text is not None:
+            deadline = time.time() + 20
+            while when is not None and when not in outs["out"] and time.time() < deadline:
+                time.sleep(0.02)
             os.write(master if master is not None else in_w, stdin_text.encode())
         if master is None:
             os.close(in_w)

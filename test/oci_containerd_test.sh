@@ -15,7 +15,8 @@
 #   - ctr run --rm: output and exit status (the same as with runc, where
 #     it is installed)
 #   - a detached task: RUNNING in ctr task ls, ctr task exec (output and
-#     status), ctr task ps, ctr task kill (the init's trap runs; STOPPED;
+#     status), ctr task ps, ctr task pause/resume (not with sandboxd),
+#     ctr task kill (the init's trap runs; STOPPED;
 #     the exit code containerd reports)
 #   - nothing left: no container state under the Root, no init proxy
 # Needs root. Exits 77 (CTest: skipped) until the binaries exist or where
@@ -128,6 +129,12 @@ check "ctr task exec: a failing command's status (1)" eq "$status" 1
 capture 10 "${CTR[@]}" task ps c2
 check "ctr task ps: the init proxy's pid" eval \
   'grep -q "^$(sed -n "s/^c2 *\([0-9]*\).*/\1/p" <("${CTR[@]}" task ls)) " "$tmp/out"'
+if [ -z "$DAEMON" ]; then
+  capture 10 "${CTR[@]}" task pause c2
+  check "ctr task pause" eval '[ "$status" = 0 ] && "${CTR[@]}" task ls | grep -Eq "^c2 +[0-9]+ +PAUSED"'
+  capture 10 "${CTR[@]}" task resume c2
+  check "ctr task resume" eval '[ "$status" = 0 ] && "${CTR[@]}" task ls | grep -Eq "^c2 +[0-9]+ +RUNNING"'
+fi
 capture 10 "${CTR[@]}" task kill c2
 check "ctr task kill: exit 0" eq "$status" 0
 for _ in $(seq 1 100); do

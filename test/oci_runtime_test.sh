@@ -26,7 +26,8 @@
 #   - a pod's namespaces as CRI gives them: the host name of its UTS
 #     namespace; its IPC namespace not shared (a warning naming the field
 #     in --log for a CRI container, refused otherwise)
-# and of sandboxd-oci alone: state's JSON, ps --format=json, the errors
+# and of sandboxd-oci alone: state's JSON, ps --format=json, pause and
+# resume (not with sandboxd), the errors
 # runc gives (start twice, kill of a stopped container, delete of a
 # running one, an unknown id, an id in use), delete --force, a config
 # field it cannot honour refused naming it (on stderr and in the JSON
@@ -317,6 +318,20 @@ import json, sys
 pids = json.load(open(sys.argv[1]))
 assert pids and pids[0] == int(open(sys.argv[2]).read()), pids
 ' "$tmp/out" "$tmp/long.pid"
+if [ -z "$DAEMON" ]; then
+  capture 10 "$OCI" "${R[@]}" pause long
+  check "pause: exit 0" eq "$status" 0
+  capture 10 "$OCI" "${R[@]}" state long
+  check "state: paused" contains "$tmp/out" '"status": "paused"'
+  check "pause: the Sentry's processes are stopped" eval \
+    'for p in $("$OCI" "${R[@]}" ps --format=json long | tr -d "[]" | tr , " " | cut -d" " -f2-); do
+       grep -q "^State:.*T" "/proc/$p/status" || exit 1; done'
+  capture 10 "$OCI" "${R[@]}" exec long true
+  check "exec: refused while paused" eval '[ "$status" = 1 ] && contains "$tmp/err" "not running (paused)"'
+  capture 10 "$OCI" "${R[@]}" resume long
+  check "resume: exit 0, running again" eval \
+    '[ "$status" = 0 ] && "$OCI" "${R[@]}" state long | grep -q "\"status\": \"running\""'
+fi
 capture 10 "$OCI" "${R[@]}" list --format=json
 check "list --format=json" contains "$tmp/out" '"id": "long"'
 capture 10 "$OCI" "${R[@]}" delete long

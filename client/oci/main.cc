@@ -433,6 +433,8 @@ int CmdStart(const std::vector<std::string>& argv_in) {
       Fail(absl::FailedPreconditionError("cannot start an already running container"));
     case Status::kStopped:
       Fail(absl::FailedPreconditionError("cannot start a container that has stopped"));
+    case Status::kPaused:
+      Fail(absl::FailedPreconditionError("cannot start a container in the paused state"));
     case Status::kCreated:
       break;
   }
@@ -557,9 +559,10 @@ int CmdDelete(const std::vector<std::string>& argv_in) {
     Fail(st.status());
   }
   Status status = CurrentStatus(g.root, *st);
-  if (status == Status::kRunning && !force) {
-    Fail(absl::FailedPreconditionError(absl::StrCat(
-        "cannot delete container ", id, " that is not stopped: running")));
+  if ((status == Status::kRunning || status == Status::kPaused) && !force) {
+    Fail(absl::FailedPreconditionError(absl::StrCat("cannot delete container ", id,
+                                                    " that is not stopped: ",
+                                                    StatusName(status))));
   }
   if (status != Status::kStopped) {
     for (pid_t p : ProcessTree(st->pid)) kill(p, SIGKILL);
@@ -571,10 +574,43 @@ int CmdDelete(const std::vector<std::string>& argv_in) {
   // one a killed proxy left is destroyed here.
   if (!st->sandboxd_socket.empty()) (void)DaemonDestroy(st->sandboxd_socket, id);
   unlink(FifoPath(g.root, id).c_str());
+  unlink(PausedPath(g.root, id).c_str());
   unlink((dir + "/proxy.sock").c_str());
   unlink((dir + "/state.json").c_str());
   if (rmdir(dir.c_str()) != 0 && errno != ENOENT) Fail(Errno(absl::StrCat("rmdir ", dir)));
   LogLine("info", absl::StrCat("deleted ", id));
+  return 0;
+}
+
+// pause and resume: SIGSTOP / SIGCONT to every process below the init
+// proxy (the Sentry and its stubs), as runc freezes the container's
+// cgroup; the proxy itself runs on (a SIGCONT to it would be forwarded to
+// the sandbox's init). Not with sandboxd (its Sentry is the daemon's).
+int PauseOrResume(const std::vector<std::string>& argv_in, bool pause) {
+  const char* verb = pause ? "pause" : "resume";
+  flags::FlagSet fs(absl::StrCat("sandboxd-oci ", verb), "ID");
+  const std::string id = OneId(fs.ParseOrExit(argv_in, 1), verb);
+  ContainerState st = Load(id);
+  const Status status = CurrentStatus(g.root, st);
+  if (pause && status != Status::kRunning) {
+    Fail(absl::FailedPreconditionError(
+        absl::StrCat("container not running: ", StatusName(status))));
+  }
+  if (!pause && status != Status::kPaused) {
+    Fail(absl::FailedPreconditionError(absl::StrCat("container not paused: ", StatusName(status))));
+  }
+  if (!st.sandboxd_socket.empty()) {
+    Fail(absl::UnimplementedError(absl::StrCat(verb, ": not with sandboxd (--sandboxd-socket)")));
+  }
+  if (pause) Check(WriteFileAtomic(PausedPath(g.root, id), ""));
+  // Twice over: a process started while the first pass ran (a new stub)
+  // is caught by the second.
+  for (int pass = 0; pass < 2; pass++) {
+    std::vector<pid_t> tree = ProcessTree(st.pid);
+    for (size_t i = 1; i < tree.size(); i++) kill(tree[i], pause ? SIGSTOP : SIGCONT);
+  }
+  if (!pause) unlink(PausedPath(g.root, id).c_str());
+  LogLine("info", absl::StrCat(verb, "d ", id));
   return 0;
 }
 
@@ -831,8 +867,9 @@ int CmdExec(const std::vector<std::string>& argv_in) {
     Fail(absl::InvalidArgumentError("a terminal (process.terminal) needs --console-socket"));
   }
   ContainerState st = Load(id);
-  if (CurrentStatus(g.root, st) != Status::kRunning) {
-    Fail(absl::FailedPreconditionError(absl::StrCat("cannot exec in a stopped or created container ", id)));
+  if (const Status status = CurrentStatus(g.root, st); status != Status::kRunning) {
+    Fail(absl::FailedPreconditionError(absl::StrCat(
+        "cannot exec in container ", id, ": it is not running (", StatusName(status), ")")));
   }
   if (!st.sandboxd_socket.empty()) return ExecThroughDaemon(st, p, console_socket, pid_file, detach);
   if (!MakeBackend()->Serves()) {
@@ -902,7 +939,7 @@ int Main(int argc, char** argv) {
   fs.Bool("version", &version, "print the version");
   fs.Alias("-v", "version");
   fs.set_footer(
-      "Commands: create, start, state, kill, delete, exec, ps, list, features.\n");
+      "Commands: create, start, state, kill, delete, exec, pause, resume, ps, list, features.\n");
   std::vector<std::string> rest = fs.ParseOrExit(flags::Args(argc, argv), 1);
   if (version) {
     printf("sandboxd-oci version %s\nspec: 1.0.2-dev\n", kVersion);
@@ -923,6 +960,8 @@ int Main(int argc, char** argv) {
   if (verb == "list") return CmdList(args);
   if (verb == "features") return CmdFeatures(args);
   if (verb == "exec") return CmdExec(args);
+  if (verb == "pause") return PauseOrResume(args, true);
+  if (verb == "resume") return PauseOrResume(args, false);
   if (verb == "init-proxy") return CmdInitProxy(args);
   if (verb == "exec-proxy") return CmdExecProxy(args);
   if (verb == "daemon-proxy") return CmdDaemonProxy(args);

@@ -26,6 +26,7 @@ const char* StatusName(Status s) {
   switch (s) {
     case Status::kCreated: return "created";
     case Status::kRunning: return "running";
+    case Status::kPaused: return "paused";
     case Status::kStopped: return "stopped";
   }
   return "unknown";
@@ -51,6 +52,10 @@ std::string ContainerDir(const std::string& root, const std::string& id) {
 
 std::string FifoPath(const std::string& root, const std::string& id) {
   return absl::StrCat(root, "/", id, "/exec.fifo");
+}
+
+std::string PausedPath(const std::string& root, const std::string& id) {
+  return absl::StrCat(root, "/", id, "/paused");
 }
 
 std::string JsonQuote(const std::string& s) {
@@ -211,6 +216,7 @@ Status CurrentStatus(const std::string& root, const ContainerState& st) {
   if (start == 0 || start != st.pid_start) return Status::kStopped;
   struct stat sb;
   if (stat(FifoPath(root, st.id).c_str(), &sb) == 0) return Status::kCreated;
+  if (stat(PausedPath(root, st.id).c_str(), &sb) == 0) return Status::kPaused;
   return Status::kRunning;
 }
 

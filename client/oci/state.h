@@ -30,7 +30,7 @@ struct ContainerState {
   std::string sandboxd_socket;
 };
 
-enum class Status { kCreated, kRunning, kStopped };
+enum class Status { kCreated, kRunning, kPaused, kStopped };
 const char* StatusName(Status s);
 
 // A container id runc would take: [A-Za-z0-9_+.-]+, not "." or "..".
@@ -38,6 +38,8 @@ absl::Status CheckId(const std::string& id);
 
 std::string ContainerDir(const std::string& root, const std::string& id);
 std::string FifoPath(const std::string& root, const std::string& id);
+// Exists while the container is paused (`pause` until `resume`).
+std::string PausedPath(const std::string& root, const std::string& id);
 
 absl::Status WriteState(const std::string& root, const ContainerState& st);
 // NotFound ("container ID does not exist") when there is no record.
@@ -47,7 +49,7 @@ absl::StatusOr<ContainerState> ReadState(const std::string& root,
 std::vector<std::string> ListIds(const std::string& root);
 
 // Whether the recorded init proxy still runs (not a zombie, same start
-// time), and whether it still waits for `start`.
+// time), whether it still waits for `start`, and whether it is paused.
 Status CurrentStatus(const std::string& root, const ContainerState& st);
 // The start time of `pid` (0 when it is gone or a zombie).
 uint64_t ProcessStartTime(pid_t pid);

@@ -31,7 +31,10 @@ status=0
 "$HERE/oci/make_rootfs.sh" "$tmp/rootfs"
 PODMAN=(podman --root "$tmp/storage" --runroot "$tmp/runroot" --cgroup-manager=cgroupfs
   --events-backend=file)
+# podman runs its runtime with an environment of its own: the Sentry goes
+# as a global flag of the runtime's (--sentry), which podman passes on.
 P=("${PODMAN[@]}" --runtime "$OCI")
+[ -n "${SANDBOXD_OCI_SENTRY:-}" ] && P+=(--runtime-flag "sentry=$SANDBOXD_OCI_SENTRY")
 on_exit '"${P[@]}" rm -af >/dev/null 2>&1'
 U=(--ulimit nofile=1024:1024 --ulimit nproc=1024:1024 --network=none --rootfs "$tmp/rootfs")
 PROG='echo hello podman; id; hostname | wc -c; ls /run/.containerenv; ulimit -n; echo oops >&2; exit 4'

@@ -479,7 +479,8 @@ absl::Status ParseLinux(const Struct& l, LaunchSpec* out) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<Struct> ParseJson(absl::string_view json, absl::string_view what) {
+// The caller names the file in the error.
+absl::StatusOr<Struct> ParseJson(absl::string_view json) {
   Struct s;
   google::protobuf::util::JsonParseOptions opts;
   opts.ignore_unknown_fields = false;
@@ -487,7 +488,7 @@ absl::StatusOr<Struct> ParseJson(absl::string_view json, absl::string_view what)
       std::string(json), &s, opts);
   if (!st.ok()) {
     return absl::InvalidArgumentError(
-        absl::StrCat(what, ": not a JSON object: ", st.message().as_string()));
+        absl::StrCat("not a JSON object: ", st.message().as_string()));
   }
   return s;
 }
@@ -496,7 +497,7 @@ absl::StatusOr<Struct> ParseJson(absl::string_view json, absl::string_view what)
 
 absl::StatusOr<LaunchSpec> ParseConfig(absl::string_view json,
                                        const std::string& bundle) {
-  auto parsed = ParseJson(json, "config.json");
+  auto parsed = ParseJson(json);
   if (!parsed.ok()) return parsed.status();
   const Struct& c = *parsed;
   RETURN_IF_ERROR(OnlyKnown(c, "",
@@ -570,7 +571,7 @@ absl::Status ForServedSentry(LaunchSpec* spec) {
 }
 
 absl::StatusOr<LaunchSpec> ParseProcess(absl::string_view json) {
-  auto parsed = ParseJson(json, "process.json");
+  auto parsed = ParseJson(json);
   if (!parsed.ok()) return parsed.status();
   LaunchSpec out;
   RETURN_IF_ERROR(ParseProcessObject(*parsed, &out));

@@ -27,7 +27,8 @@
 #     namespace; its IPC namespace not shared (a warning naming the field
 #     in --log for a CRI container, refused otherwise)
 # and of sandboxd-oci alone: state's JSON, ps --format=json, pause and
-# resume (not with sandboxd), the errors
+# resume, checkpoint (--leave-running, and not) and restore of a counter
+# that runs on from where it was (these not with sandboxd), the errors
 # runc gives (start twice, kill of a stopped container, delete of a
 # running one, an unknown id, an id in use), delete --force, a config
 # field it cannot honour refused naming it (on stderr and in the JSON
@@ -346,6 +347,34 @@ check "state: an unknown id" \
   eval '[ "$status" = 1 ] && contains "$tmp/err" "container long does not exist"'
 capture 10 "$OCI" "${R[@]}" delete --force long
 check "delete --force: an unknown id is not an error" eq "$status" 0
+
+if [ -z "$DAEMON" ]; then
+  # checkpoint and restore: a counter that notes its own start once.
+  mkdir -p "$tmp/cvol"
+  bundle counter 'process.args=["sh","-c","echo start >> /vol/log; i=0; while :; do i=$((i+1)); echo $i > /vol/n; sleep 0.05; done"]' \
+    "mounts=[{\"destination\":\"/proc\",\"type\":\"proc\",\"source\":\"proc\"},{\"destination\":\"/vol\",\"type\":\"bind\",\"source\":\"$tmp/cvol\",\"options\":[\"rbind\"]}]"
+  "$OCI" "${R[@]}" create --bundle "$tmp/counter" counter </dev/null >/dev/null 2>&1
+  "$OCI" "${R[@]}" start counter
+  sleep 1
+  capture 60 "$OCI" "${R[@]}" checkpoint --image-path "$tmp/img1" --leave-running counter
+  check "checkpoint --leave-running: exit 0, still running" eval \
+    '[ "$status" = 0 ] && "$OCI" "${R[@]}" state counter | grep -q "\"status\": \"running\""'
+  capture 60 "$OCI" "${R[@]}" checkpoint --image-path "$tmp/img2" counter
+  at=$(cat "$tmp/cvol/n")
+  check "checkpoint: exit 0, the image written, the container stopped" eval \
+    '[ "$status" = 0 ] && [ -s "$tmp/img2/manifest.pb" ] &&
+     "$OCI" "${R[@]}" state counter | grep -q "\"status\": \"stopped\""'
+  "$OCI" "${R[@]}" delete counter
+  capture 60 "$OCI" "${R[@]}" restore --image-path "$tmp/img2" --bundle "$tmp/counter" \
+    --pid-file "$tmp/counter.pid" counter
+  check "restore: exit 0, running" eval \
+    '[ "$status" = 0 ] && "$OCI" "${R[@]}" state counter | grep -q "\"status\": \"running\""'
+  sleep 1
+  check "restore: the counter runs on from where it was saved, not from its start" eval \
+    '[ "$(cat "$tmp/cvol/n")" -gt "$at" ] && [ "$(grep -c start "$tmp/cvol/log")" = 1 ]'
+  capture 20 "$OCI" "${R[@]}" delete --force counter
+  check "restore: delete --force" eq "$status" 0
+fi
 
 bundle short 'process.args=["true"]'
 "$OCI" "${R[@]}" create --bundle "$tmp/short" short </dev/null >/dev/null 2>&1

@@ -9,14 +9,18 @@ std::vector<std::string> ServeBackend::InitCommand(const std::string& id,
                                                   const LaunchSpec& spec,
                                                   const std::string& bundle,
                                                   int report_fd) const {
-  return {self_,
-          absl::StrCat("--root=", root_),
-          absl::StrCat("--sentry=", sentry_),
-          "init-proxy",
-          absl::StrCat("--bundle=", bundle),
-          absl::StrCat("--hostname=", spec.hostname),
-          absl::StrCat("--report-fd=", report_fd),
-          id};
+  std::vector<std::string> argv = {self_,
+                                   absl::StrCat("--root=", root_),
+                                   absl::StrCat("--sentry=", sentry_),
+                                   "init-proxy",
+                                   absl::StrCat("--bundle=", bundle),
+                                   absl::StrCat("--hostname=", spec.hostname),
+                                   absl::StrCat("--report-fd=", report_fd)};
+  if (!spec.restore_image.empty()) {
+    argv.push_back(absl::StrCat("--restore-image=", spec.restore_image));
+  }
+  argv.push_back(id);
+  return argv;
 }
 
 std::vector<std::string> DaemonBackend::InitCommand(const std::string& id,

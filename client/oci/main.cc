@@ -59,6 +59,8 @@ struct Globals {
   std::string sentry;
   std::string backend = "serve";
   std::string sandboxd_socket;
+  // Set by `restore` for the create it runs.
+  std::string restore_image;
 };
 
 Globals g;
@@ -271,6 +273,7 @@ int CmdCreate(const std::vector<std::string>& argv_in) {
   if (!config.ok()) Fail(config.status());
   absl::StatusOr<LaunchSpec> spec = ParseConfig(*config, bundle);
   if (!spec.ok()) Fail(Annotate(spec.status(), "config.json"));
+  spec->restore_image = g.restore_image;
   if (spec->hostname.empty() && !spec->utsns_path.empty()) {
     absl::StatusOr<std::string> name = HostnameOf(spec->utsns_path);
     if (!name.ok()) Fail(Annotate(name.status(), "config.json: linux.namespaces: uts path"));
@@ -614,6 +617,91 @@ int PauseOrResume(const std::vector<std::string>& argv_in, bool pause) {
   return 0;
 }
 
+// checkpoint: the sandbox saved into --image-path (the Sentry's image
+// format, sentry/state/README.md, not CRIU's), then killed unless
+// --leave-running, as runc checkpoint does. Serve backend only.
+int CmdCheckpoint(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci checkpoint", "--image-path=DIR [FLAGS] ID");
+  std::string image, work, unused;
+  bool leave_running = false, unused_bool = false;
+  fs.String("image-path", &image, "DIR", "where the image goes (made if missing; empty)");
+  fs.String("work-path", &work, "DIR", "accepted, unused");
+  fs.Bool("leave-running", &leave_running, "the container runs on after the checkpoint");
+  for (const char* b : {"tcp-established", "ext-unix-sk", "shell-job", "file-locks",
+                        "pre-dump", "empty-ns", "auto-dedup", "lazy-pages"}) {
+    fs.Bool(b, &unused_bool, "accepted (CRIU's; the Sentry saves everything it can or fails)");
+  }
+  std::string parent;
+  fs.String("parent-path", &parent, "DIR", "refused (no incremental images)");
+  fs.String("manage-cgroups-mode", &unused, "MODE", "accepted, unused");
+  const std::string id = OneId(fs.ParseOrExit(argv_in, 1), "checkpoint");
+  if (!parent.empty()) {
+    Fail(absl::InvalidArgumentError("--parent-path: incremental images are not supported"));
+  }
+  if (image.empty()) Fail(absl::InvalidArgumentError("checkpoint needs --image-path"));
+  ContainerState st = Load(id);
+  if (const Status status = CurrentStatus(g.root, st); status != Status::kRunning) {
+    Fail(absl::FailedPreconditionError(
+        absl::StrCat("container ", id, " is not running (", StatusName(status), ")")));
+  }
+  if (!st.sandboxd_socket.empty()) {
+    Fail(absl::UnimplementedError("checkpoint: not with sandboxd (--sandboxd-socket)"));
+  }
+  Check(MkdirAll(image, 0700));
+  char real[PATH_MAX];
+  if (realpath(image.c_str(), real) == nullptr) Fail(Errno(image));
+  UniqueFd dir(open(real, O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) Fail(Errno(absl::StrCat("--image-path ", real)));
+  absl::StatusOr<UniqueFd> c = ConnectProxy(g.root, id);
+  if (!c.ok()) Fail(c.status());
+  control::Request req;
+  req.set_id(1);
+  req.mutable_checkpoint()->set_leave_running(leave_running);
+  req.mutable_checkpoint()->set_image_path(real);
+  absl::StatusOr<control::Response> r = ProxyCall(c->get(), req, {dir.get()});
+  if (!r.ok()) Fail(Annotate(r.status(), "checkpoint"));
+  LogLine("info", absl::StrCat("checkpointed ", id, " into ", real));
+  return 0;
+}
+
+int CmdCreate(const std::vector<std::string>& argv_in);
+
+// restore: create from the bundle with the image, then start (runc
+// restore is both); the sandbox's tasks run on from the image.
+int CmdRestore(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci restore", "--image-path=DIR --bundle=DIR [FLAGS] ID");
+  std::string image, work, bundle = ".", pid_file, console_socket, unused;
+  bool detach = false, unused_bool = false;
+  fs.String("image-path", &image, "DIR", "the image a checkpoint wrote");
+  fs.String("work-path", &work, "DIR", "accepted, unused");
+  fs.String("bundle", &bundle, "DIR", "the bundle");
+  fs.Alias("-b", "bundle");
+  fs.String("pid-file", &pid_file, "FILE", "where the init proxy's pid goes");
+  fs.String("console-socket", &console_socket, "PATH", "gets the pty master");
+  fs.Bool("detach", &detach, "accepted (restore always detaches)");
+  fs.Alias("-d", "detach");
+  for (const char* b : {"tcp-established", "ext-unix-sk", "shell-job", "file-locks",
+                        "no-subreaper", "no-pivot", "empty-ns", "auto-dedup", "lazy-pages"}) {
+    fs.Bool(b, &unused_bool, "accepted");
+  }
+  fs.String("manage-cgroups-mode", &unused, "MODE", "accepted, unused");
+  std::vector<std::string> args = fs.ParseOrExit(argv_in, 1);
+  const std::string id = OneId(args, "restore");
+  if (image.empty()) Fail(absl::InvalidArgumentError("restore needs --image-path"));
+  if (!SandboxdSocket().empty() || g.backend != "serve") {
+    Fail(absl::UnimplementedError("restore: only with the serve backend"));
+  }
+  char real[PATH_MAX];
+  if (realpath(image.c_str(), real) == nullptr) Fail(Errno(absl::StrCat("--image-path ", image)));
+  g.restore_image = real;
+  std::vector<std::string> create = {"--bundle", bundle};
+  if (!pid_file.empty()) create.insert(create.end(), {"--pid-file", pid_file});
+  if (!console_socket.empty()) create.insert(create.end(), {"--console-socket", console_socket});
+  create.push_back(id);
+  if (int rc = CmdCreate(create); rc != 0) return rc;
+  return CmdStart({id});
+}
+
 int CmdPs(const std::vector<std::string>& argv_in) {
   flags::FlagSet fs("sandboxd-oci ps", "[--format=table|json] ID");
   std::string format = "table";
@@ -693,6 +781,8 @@ int CmdInitProxy(const std::vector<std::string>& argv_in) {
   fs.String("bundle", &bundle, "DIR", "the bundle");
   fs.String("hostname", &hostname, "NAME", "the host name create chose");
   fs.Int("report-fd", &report_fd, "create's pipe");
+  std::string restore_image;
+  fs.String("restore-image", &restore_image, "DIR", "restore from this image");
   const std::string id = OneId(fs.ParseOrExit(argv_in, 125), "init-proxy");
   absl::StatusOr<std::string> config = ReadWhole(bundle + "/config.json");
   absl::StatusOr<LaunchSpec> spec =
@@ -708,6 +798,7 @@ int CmdInitProxy(const std::vector<std::string>& argv_in) {
   o.sentry = SentryPath();
   o.spec = *std::move(spec);
   o.spec.hostname = hostname;
+  o.spec.restore_image = restore_image;
   o.report_fd = report_fd;
   if (absl::Status st = ForServedSentry(&o.spec); !st.ok()) {
     (void)!write(report_fd, st.message().data(), st.message().size());
@@ -939,7 +1030,8 @@ int Main(int argc, char** argv) {
   fs.Bool("version", &version, "print the version");
   fs.Alias("-v", "version");
   fs.set_footer(
-      "Commands: create, start, state, kill, delete, exec, pause, resume, ps, list, features.\n");
+      "Commands: create, start, state, kill, delete, exec, pause, resume, checkpoint,\n"
+      "restore, ps, list, features.\n");
   std::vector<std::string> rest = fs.ParseOrExit(flags::Args(argc, argv), 1);
   if (version) {
     printf("sandboxd-oci version %s\nspec: 1.0.2-dev\n", kVersion);
@@ -960,6 +1052,8 @@ int Main(int argc, char** argv) {
   if (verb == "list") return CmdList(args);
   if (verb == "features") return CmdFeatures(args);
   if (verb == "exec") return CmdExec(args);
+  if (verb == "checkpoint") return CmdCheckpoint(args);
+  if (verb == "restore") return CmdRestore(args);
   if (verb == "pause") return PauseOrResume(args, true);
   if (verb == "resume") return PauseOrResume(args, false);
   if (verb == "init-proxy") return CmdInitProxy(args);

@@ -166,6 +166,14 @@ void RunInitProxy(const InitProxyOptions& o) {
     }
     *spec.add_mounts() = std::move(m);
   }
+  UniqueFd image;
+  if (!o.spec.restore_image.empty()) {
+    image = UniqueFd(open(o.spec.restore_image.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
+    if (!image.valid()) {
+      fail_early(absl::InvalidArgumentError(absl::StrCat(
+          "--image-path ", o.spec.restore_image, ": ", strerror(errno))));
+    }
+  }
   UniqueFd rootfs(open(o.spec.rootfs.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!rootfs.valid()) {
     fail_early(absl::InvalidArgumentError(
@@ -209,9 +217,19 @@ void RunInitProxy(const InitProxyOptions& o) {
   UniqueFd start_fd(f);
 
   control::Request req;
-  req.mutable_start()->set_sandbox_id(o.id);
-  *req.mutable_start()->mutable_spec() = spec;
-  std::vector<int> fds = {rootfs.get()};
+  std::vector<int> fds;
+  if (image.valid()) {
+    // restore: the sandbox runs on from the image (its tasks, not
+    // process.args), with the bundle's rootfs, stdio and bind mounts.
+    req.mutable_restore()->set_sandbox_id(o.id);
+    *req.mutable_restore()->mutable_spec() = spec;
+    req.mutable_restore()->set_image_path(o.spec.restore_image);
+    fds.push_back(image.get());
+  } else {
+    req.mutable_start()->set_sandbox_id(o.id);
+    *req.mutable_start()->mutable_spec() = spec;
+  }
+  fds.push_back(rootfs.get());
   if (o.spec.terminal) {
     fds.push_back(0);
   } else {
@@ -229,6 +247,7 @@ void RunInitProxy(const InitProxyOptions& o) {
   started.store(true);
   PutAll(start_fd.get(), "0");
   start_fd.reset();
+  image.reset();
   rootfs.reset();
   binds.clear();
   // The runtime's other commands.

@@ -49,6 +49,9 @@ struct LaunchSpec {
   // linux.namespaces' uts path (a pod's): the host name is read from it
   // when `hostname` is empty.
   std::string utsns_path;
+  // `restore --image-path`: the checkpoint image the sandbox is restored
+  // from instead of starting process.args (not from config.json).
+  std::string restore_image;
   // Fields accepted but not applied, each naming the field and why: create
   // logs them as warnings (README.md lists them).
   std::vector<std::string> notes;

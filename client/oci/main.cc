@@ -589,6 +589,15 @@ int CmdDelete(const std::vector<std::string>& argv_in) {
 // proxy (the Sentry and its stubs), as runc freezes the container's
 // cgroup; the proxy itself runs on (a SIGCONT to it would be forwarded to
 // the sandbox's init). Not with sandboxd (its Sentry is the daemon's).
+// `sig` to every process below the init proxy, twice over: a process
+// started while the first pass ran (a new stub) is caught by the second.
+void SignalBelowProxy(const ContainerState& st, int sig) {
+  for (int pass = 0; pass < 2; pass++) {
+    std::vector<pid_t> tree = ProcessTree(st.pid);
+    for (size_t i = 1; i < tree.size(); i++) kill(tree[i], sig);
+  }
+}
+
 int PauseOrResume(const std::vector<std::string>& argv_in, bool pause) {
   const char* verb = pause ? "pause" : "resume";
   flags::FlagSet fs(absl::StrCat("sandboxd-oci ", verb), "ID");
@@ -606,12 +615,7 @@ int PauseOrResume(const std::vector<std::string>& argv_in, bool pause) {
     Fail(absl::UnimplementedError(absl::StrCat(verb, ": not with sandboxd (--sandboxd-socket)")));
   }
   if (pause) Check(WriteFileAtomic(PausedPath(g.root, id), ""));
-  // Twice over: a process started while the first pass ran (a new stub)
-  // is caught by the second.
-  for (int pass = 0; pass < 2; pass++) {
-    std::vector<pid_t> tree = ProcessTree(st.pid);
-    for (size_t i = 1; i < tree.size(); i++) kill(tree[i], pause ? SIGSTOP : SIGCONT);
-  }
+  SignalBelowProxy(st, pause ? SIGSTOP : SIGCONT);
   if (!pause) unlink(PausedPath(g.root, id).c_str());
   LogLine("info", absl::StrCat(verb, "d ", id));
   return 0;
@@ -640,13 +644,19 @@ int CmdCheckpoint(const std::vector<std::string>& argv_in) {
   }
   if (image.empty()) Fail(absl::InvalidArgumentError("checkpoint needs --image-path"));
   ContainerState st = Load(id);
-  if (const Status status = CurrentStatus(g.root, st); status != Status::kRunning) {
+  const Status status = CurrentStatus(g.root, st);
+  if (status != Status::kRunning && status != Status::kPaused) {
     Fail(absl::FailedPreconditionError(
         absl::StrCat("container ", id, " is not running (", StatusName(status), ")")));
   }
   if (!st.sandboxd_socket.empty()) {
     Fail(absl::UnimplementedError("checkpoint: not with sandboxd (--sandboxd-socket)"));
   }
+  // containerd pauses a container before its checkpoint; the Sentry stops
+  // its tasks at safe points itself and needs its threads running for
+  // that, so they run for the checkpoint and stop again after it.
+  const bool paused = status == Status::kPaused;
+  if (paused) SignalBelowProxy(st, SIGCONT);
   Check(MkdirAll(image, 0700));
   char real[PATH_MAX];
   if (realpath(image.c_str(), real) == nullptr) Fail(Errno(image));
@@ -659,6 +669,7 @@ int CmdCheckpoint(const std::vector<std::string>& argv_in) {
   req.mutable_checkpoint()->set_leave_running(leave_running);
   req.mutable_checkpoint()->set_image_path(real);
   absl::StatusOr<control::Response> r = ProxyCall(c->get(), req, {dir.get()});
+  if (paused) SignalBelowProxy(st, SIGSTOP);
   if (!r.ok()) Fail(Annotate(r.status(), "checkpoint"));
   LogLine("info", absl::StrCat("checkpointed ", id, " into ", real));
   return 0;
@@ -1043,6 +1054,18 @@ int Main(int argc, char** argv) {
   }
   const std::string verb = rest[0];
   std::vector<std::string> args(rest.begin() + 1, rest.end());
+  // Go's flag syntax lets containerd spell a boolean with one dash
+  // (`restore ... -no-subreaper`): those runc flags are taken so too. Not
+  // for exec, whose arguments after the id are the program's.
+  if (verb != "exec") {
+    for (std::string& a : args) {
+      for (const char* f : {"no-subreaper", "no-pivot", "no-new-keyring", "detach",
+                            "tcp-established", "ext-unix-sk", "shell-job", "file-locks",
+                            "leave-running", "force", "all"}) {
+        if (a == absl::StrCat("-", f)) a = absl::StrCat("--", f);
+      }
+    }
+  }
   if (verb == "create") return CmdCreate(args);
   if (verb == "start") return CmdStart(args);
   if (verb == "state") return CmdState(args);

@@ -13,8 +13,10 @@ output, with --when). --kill signals that pid (as `ctr task kill
 --exec-id` makes the shim do); --kill-all runs `RUNTIME kill --all ID SIG`.
 """
 import array
+import atexit
 import ctypes
 import os
+import shutil
 import socket
 import subprocess
 import sys
@@ -47,6 +49,7 @@ def main():
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
     work = tempfile.mkdtemp(prefix="exec.")
+    atexit.register(shutil.rmtree, work, True)
     pf = os.path.join(work, "process.json")
     with open(pf, "w") as f:
         f.write(process)
@@ -90,10 +93,10 @@ def main():
             if not b:
                 break
             outs[key] += b
-    ts = [threading.Thread(target=drain, args=(out_r, "out")),
-          threading.Thread(target=drain, args=(err_r, "err"))]
+    ts = [threading.Thread(target=drain, args=(out_r, "out"), daemon=True),
+          threading.Thread(target=drain, args=(err_r, "err"), daemon=True)]
     if master is not None:
-        ts.append(threading.Thread(target=drain, args=(master, "out")))
+        ts.append(threading.Thread(target=drain, args=(master, "out"), daemon=True))
     for t in ts:
         t.start()
     if rc == 0:

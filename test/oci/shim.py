@@ -18,8 +18,10 @@ runtime command did what runc does, else 1 (with the reason on stderr).
 import ctypes
 import json
 import os
+import shutil
 import socket
 import array
+import atexit
 import subprocess
 import sys
 import tempfile
@@ -52,6 +54,7 @@ def main():
     if libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         sys.exit("shim.py: prctl(PR_SET_CHILD_SUBREAPER) failed")
     work = tempfile.mkdtemp(prefix="shim.")
+    atexit.register(shutil.rmtree, work, True)
     log = os.path.join(work, "log.json")
     pid_file = os.path.join(work, "init.pid")
     base = [runtime, "--root", root, "--log", log, "--log-format", "json"]
@@ -114,10 +117,10 @@ def main():
             if not b:
                 break
             outs[key] += b
-    readers = [threading.Thread(target=drain, args=(out_r, "out")),
-               threading.Thread(target=drain, args=(err_r, "err"))]
+    readers = [threading.Thread(target=drain, args=(out_r, "out"), daemon=True),
+               threading.Thread(target=drain, args=(err_r, "err"), daemon=True)]
     if master is not None:
-        readers.append(threading.Thread(target=drain, args=(master, "out")))
+        readers.append(threading.Thread(target=drain, args=(master, "out"), daemon=True))
     for t in readers:
         t.start()
     r = run("start", cid)

@@ -16,6 +16,7 @@ DEBS=(
   python3-grpcio python3-protobuf   # the Python client (client/python) and its test
   busybox-static make procps sqlite3   # programs the acceptance tests run in the sandbox
   mmdebstrap   # tools/build_rootfs.sh: sandboxd's default rootfs image
+  runc containerd podman   # test/oci_*_test.sh: sandboxd-oci against runc, under containerd and podman
 )
 
 missing=()

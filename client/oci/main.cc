@@ -1,0 +1,1096 @@
+// sandboxd-oci: an OCI runtime with runc's command line, for containerd's
+// io.containerd.runc.v2 shim and podman (client/oci/README.md).
+//
+//   sandboxd-oci [--root=DIR] [--log=FILE] [--log-format=text|json]
+//                [--systemd-cgroup] [--sentry=PATH] COMMAND [FLAGS] ID ...
+//
+// Exit status 0, or 1 with the error on stderr (and in --log), as runc.
+#include <fcntl.h>
+#include <sched.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdlib.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/ioctl.h>
+#include <sys/un.h>
+#include <sys/wait.h>
+#include <termios.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "base/flags.h"
+#include "base/status_macros.h"
+#include "base/unique_fd.h"
+#include "base/version.h"
+#include "client/oci/backend.h"
+#include "client/oci/daemon_proxy.h"
+#include "client/oci/init_proxy.h"
+#include "client/oci/proxy.h"
+#include "client/oci/spec.h"
+#include "client/oci/state.h"
+
+extern char** environ;
+
+namespace sandboxd::oci {
+namespace {
+
+struct Globals {
+  std::string root = "/run/sandboxd-oci";
+  std::string log;
+  std::string log_format = "text";
+  bool systemd_cgroup = false;
+  bool debug = false;
+  std::string sentry;
+  std::string backend = "serve";
+  std::string sandboxd_socket;
+  // Set by `restore` for the create it runs.
+  std::string restore_image;
+};
+
+Globals g;
+
+void LogLine(const char* level, const std::string& msg) {
+  if (g.log.empty()) return;
+  int fd = open(g.log.c_str(), O_WRONLY | O_APPEND | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0) return;
+  std::string line =
+      g.log_format == "json"
+          ? absl::StrCat("{\"level\":\"", level, "\",\"msg\":", JsonQuote(msg),
+                         ",\"time\":\"", NowRfc3339(), "\"}\n")
+          : absl::StrCat("time=\"", NowRfc3339(), "\" level=", level,
+                         " msg=", JsonQuote(msg), "\n");
+  (void)!write(fd, line.data(), line.size());
+  close(fd);
+}
+
+[[noreturn]] void Fail(const absl::Status& s) {
+  const std::string msg(s.message());
+  LogLine("error", msg);
+  fprintf(stderr, "sandboxd-oci: %s\n", msg.c_str());
+  fflush(stderr);
+  _exit(1);
+}
+
+void Check(const absl::Status& s) {
+  if (!s.ok()) Fail(s);
+}
+
+absl::Status Errno(const std::string& what) {
+  return absl::InternalError(absl::StrCat(what, ": ", strerror(errno)));
+}
+
+std::string SentryPath() {
+  if (!g.sentry.empty()) return g.sentry;
+  if (const char* e = getenv("SANDBOXD_OCI_SENTRY"); e != nullptr && *e) return e;
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  if (n <= 0) return "/usr/local/bin/sentry";
+  std::string self(buf, n);
+  return self.substr(0, self.rfind('/') + 1) + "sentry";
+}
+
+// A whole small file (config.json, process.json); closed on return, so
+// that no copy of it reaches the init proxy.
+absl::StatusOr<std::string> ReadWhole(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return Errno(absl::StrCat("reading ", path));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+std::string SelfPath() {
+  char buf[4096];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof(buf) - 1);
+  return n > 0 ? std::string(buf, n) : "sandboxd-oci";
+}
+
+std::string SandboxdSocket() {
+  if (!g.sandboxd_socket.empty()) return g.sandboxd_socket;
+  const char* e = getenv("SANDBOXD_OCI_SOCKET");
+  return e != nullptr ? e : "";
+}
+
+std::unique_ptr<Backend> MakeBackend() {
+  char root[PATH_MAX];
+  std::string abs_root = realpath(g.root.c_str(), root) != nullptr ? root : g.root;
+  if (!SandboxdSocket().empty()) {
+    return std::make_unique<DaemonBackend>(SelfPath(), abs_root, SandboxdSocket());
+  }
+  if (g.backend == "run") return std::make_unique<SentryRunBackend>(SentryPath());
+  return std::make_unique<ServeBackend>(SelfPath(), abs_root, SentryPath());
+}
+
+std::string OneId(const std::vector<std::string>& args, const char* verb) {
+  if (args.size() != 1) {
+    Fail(absl::InvalidArgumentError(
+        absl::StrCat(verb, " wants exactly one container id, got ", args.size(),
+                     " arguments")));
+  }
+  Check(CheckId(args[0]));
+  return args[0];
+}
+
+absl::Status WriteFileAtomic(const std::string& path, const std::string& data) {
+  const std::string tmp = path + ".tmp";
+  UniqueFd fd(open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644));
+  if (!fd.valid()) return Errno(absl::StrCat("writing ", tmp));
+  if (write(fd.get(), data.data(), data.size()) != static_cast<ssize_t>(data.size())) {
+    return Errno(absl::StrCat("writing ", tmp));
+  }
+  fd.reset();
+  if (rename(tmp.c_str(), path.c_str()) != 0) return Errno(absl::StrCat("renaming ", tmp));
+  return absl::OkStatus();
+}
+
+absl::Status MkdirAll(const std::string& path, mode_t mode) {
+  std::string cur;
+  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    absl::StrAppend(&cur, "/", part);
+    if (mkdir(cur.c_str(), mode) != 0 && errno != EEXIST) {
+      return Errno(absl::StrCat("mkdir ", cur));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Sends the pty master over the console socket, as runc does
+// (SCM_RIGHTS, the terminal's name as the message's data).
+absl::Status SendConsole(const std::string& socket_path, int master,
+                         const std::string& name) {
+  UniqueFd s(socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return Errno("console socket");
+  sockaddr_un addr{};
+  addr.sun_family = AF_UNIX;
+  if (socket_path.size() >= sizeof(addr.sun_path)) {
+    return absl::InvalidArgumentError("--console-socket: path too long");
+  }
+  memcpy(addr.sun_path, socket_path.data(), socket_path.size());
+  if (connect(s.get(), reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0) {
+    return Errno(absl::StrCat("connecting to --console-socket ", socket_path));
+  }
+  iovec iov{const_cast<char*>(name.data()), name.size()};
+  char cbuf[CMSG_SPACE(sizeof(int))] = {};
+  msghdr msg{};
+  msg.msg_iov = &iov;
+  msg.msg_iovlen = 1;
+  msg.msg_control = cbuf;
+  msg.msg_controllen = sizeof(cbuf);
+  cmsghdr* c = CMSG_FIRSTHDR(&msg);
+  c->cmsg_level = SOL_SOCKET;
+  c->cmsg_type = SCM_RIGHTS;
+  c->cmsg_len = CMSG_LEN(sizeof(int));
+  memcpy(CMSG_DATA(c), &master, sizeof(int));
+  if (sendmsg(s.get(), &msg, MSG_NOSIGNAL) < 0) {
+    return Errno("sending the console to --console-socket");
+  }
+  return absl::OkStatus();
+}
+
+// A new pty: the master goes to the console socket, the slave is returned.
+absl::StatusOr<UniqueFd> OpenConsole(const std::string& socket_path) {
+  UniqueFd master(posix_openpt(O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!master.valid()) return Errno("posix_openpt");
+  if (grantpt(master.get()) != 0 || unlockpt(master.get()) != 0) {
+    return Errno("unlockpt");
+  }
+  char name[128];
+  if (ptsname_r(master.get(), name, sizeof(name)) != 0) return Errno("ptsname");
+  UniqueFd slave(open(name, O_RDWR | O_NOCTTY | O_CLOEXEC));
+  if (!slave.valid()) return Errno(absl::StrCat("open ", name));
+  // runc sends the master's own name, /dev/ptmx.
+  RETURN_IF_ERROR(SendConsole(socket_path, master.get(), "/dev/ptmx"));
+  return slave;
+}
+
+std::vector<char*> CArgv(std::vector<std::string>& v) {
+  std::vector<char*> out;
+  for (std::string& s : v) out.push_back(s.data());
+  out.push_back(nullptr);
+  return out;
+}
+
+// The host name of the UTS namespace `path` (a pod's): this process
+// joins it for the gethostname and goes back.
+absl::StatusOr<std::string> HostnameOf(const std::string& path) {
+  UniqueFd target(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!target.valid()) return Errno(path);
+  UniqueFd own(open("/proc/self/ns/uts", O_RDONLY | O_CLOEXEC));
+  if (!own.valid()) return Errno("/proc/self/ns/uts");
+  if (setns(target.get(), CLONE_NEWUTS) != 0) return Errno(absl::StrCat("setns ", path));
+  char host[256] = {};
+  const int r = gethostname(host, sizeof(host) - 1);
+  const int err = errno;
+  if (setns(own.get(), CLONE_NEWUTS) != 0) {
+    Fail(Errno("setns back into the runtime's own uts namespace"));
+  }
+  if (r != 0) return absl::InternalError(absl::StrCat("gethostname: ", strerror(err)));
+  return std::string(host);
+}
+
+int CmdCreate(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci create", "[FLAGS] ID");
+  std::string bundle = ".", pid_file, console_socket;
+  bool no_pivot = false, no_new_keyring = false, detach = false;
+  int preserve_fds = 0;
+  fs.String("bundle", &bundle, "DIR", "the bundle: config.json and its root");
+  fs.Alias("-b", "bundle");
+  fs.String("pid-file", &pid_file, "FILE", "where the init proxy's pid goes");
+  fs.String("console-socket", &console_socket, "PATH",
+            "unix socket that gets the pty master (process.terminal)");
+  fs.Bool("no-pivot", &no_pivot, "accepted (the Sentry's root is its own)");
+  fs.Bool("no-new-keyring", &no_new_keyring, "accepted (no host keyring is reachable)");
+  fs.Bool("detach", &detach, "accepted (create always detaches)");
+  fs.Alias("-d", "detach");
+  fs.Int("preserve-fds", &preserve_fds, "extra fds for the container (only 0)");
+  std::vector<std::string> args = fs.ParseOrExit(argv_in, 1);
+  const std::string id = OneId(args, "create");
+  if (preserve_fds != 0) {
+    Fail(absl::InvalidArgumentError("--preserve-fds: only 0 is supported"));
+  }
+  char real[PATH_MAX];
+  if (realpath(bundle.c_str(), real) == nullptr) {
+    Fail(Errno(absl::StrCat("--bundle ", bundle)));
+  }
+  bundle = real;
+  absl::StatusOr<std::string> config = ReadWhole(bundle + "/config.json");
+  if (!config.ok()) Fail(config.status());
+  absl::StatusOr<LaunchSpec> spec = ParseConfig(*config, bundle);
+  if (!spec.ok()) Fail(Annotate(spec.status(), "config.json"));
+  spec->restore_image = g.restore_image;
+  if (spec->hostname.empty() && !spec->utsns_path.empty()) {
+    absl::StatusOr<std::string> name = HostnameOf(spec->utsns_path);
+    if (!name.ok()) Fail(Annotate(name.status(), "config.json: linux.namespaces: uts path"));
+    spec->hostname = *name;
+  }
+  if (spec->hostname.empty()) {
+    char host[256] = {};
+    gethostname(host, sizeof(host) - 1);
+    spec->hostname = host;
+  }
+  for (const std::string& note : spec->notes) {
+    LogLine("warning", absl::StrCat("config.json: ", note));
+  }
+  if (g.backend != "run" || !SandboxdSocket().empty()) {
+    if (absl::Status st = ForServedSentry(&*spec); !st.ok()) Fail(Annotate(st, "config.json"));
+  }
+  if (spec->terminal && console_socket.empty()) {
+    Fail(absl::InvalidArgumentError(
+        "config.json: process.terminal is true: --console-socket is required"));
+  }
+  if (!spec->terminal && !console_socket.empty()) {
+    Fail(absl::InvalidArgumentError(
+        "--console-socket given but config.json's process.terminal is false"));
+  }
+  struct stat sb;
+  if (stat(spec->rootfs.c_str(), &sb) != 0 || !S_ISDIR(sb.st_mode)) {
+    Fail(absl::InvalidArgumentError(absl::StrCat(
+        "config.json: root.path: ", spec->rootfs, " is not a directory")));
+  }
+
+  Check(MkdirAll(g.root, 0711));
+  const std::string dir = ContainerDir(g.root, id);
+  if (mkdir(dir.c_str(), 0711) != 0) {
+    if (errno == EEXIST) {
+      Fail(absl::AlreadyExistsError(absl::StrCat("container with id exists: ", id)));
+    }
+    Fail(Errno(absl::StrCat("mkdir ", dir)));
+  }
+  bool done = false;
+  auto cleanup = [&] {
+    if (done) return;
+    unlink(FifoPath(g.root, id).c_str());
+    unlink((dir + "/proxy.sock").c_str());
+    unlink((dir + "/state.json").c_str());
+    rmdir(dir.c_str());
+  };
+  auto fail = [&](const absl::Status& s) {
+    cleanup();
+    Fail(s);
+  };
+  const std::string fifo = FifoPath(g.root, id);
+  if (mkfifo(fifo.c_str(), 0600) != 0) fail(Errno(absl::StrCat("mkfifo ", fifo)));
+
+  UniqueFd console;
+  if (spec->terminal) {
+    auto c = OpenConsole(console_socket);
+    if (!c.ok()) fail(c.status());
+    console = *std::move(c);
+  }
+  UniqueFd netns;
+  if (spec->network == LaunchSpec::Network::kJoin) {
+    netns = UniqueFd(open(spec->netns_path.c_str(), O_RDONLY | O_CLOEXEC));
+    if (!netns.valid()) {
+      fail(Errno(absl::StrCat("config.json: linux.namespaces: network path ",
+                              spec->netns_path)));
+    }
+  }
+  if (!SandboxdSocket().empty() && !spec->rlimits.empty()) {
+    // Not refused: containerd's default spec has one. The log says so.
+    LogLine("warning",
+            "config.json: process.rlimits: not applied with sandboxd "
+            "(--sandboxd-socket): the sandbox has its Sentry's limits");
+  }
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) fail(Errno("pipe"));
+  std::unique_ptr<Backend> backend = MakeBackend();
+  std::vector<std::string> cmd = backend->InitCommand(id, *spec, bundle, report[1]);
+  const std::string sentry = SentryPath();
+  if (SandboxdSocket().empty() && access(sentry.c_str(), X_OK) != 0) {
+    fail(Errno(absl::StrCat("the sentry ", sentry,
+                            " (--sentry or SANDBOXD_OCI_SENTRY)")));
+  }
+  LogLine("debug", absl::StrCat("init: ", absl::StrJoin(cmd, " ")));
+  std::vector<char*> cargv = CArgv(cmd);
+  std::vector<rlimit> limits;
+  std::vector<int> resources;
+  for (const auto& [res, lim] : spec->rlimits) {
+    resources.push_back(res);
+    limits.push_back(lim);
+  }
+  InitPlan plan;
+  plan.wait_fifo = !backend->ReportsItself();
+  plan.fifo = fifo.c_str();
+  plan.exe = cargv[0];
+  plan.argv = cargv.data();
+  plan.envp = environ;
+  plan.console = console.valid() ? console.get() : -1;
+  plan.netns = netns.valid() ? netns.get() : -1;
+  plan.report = report[1];
+  plan.rlimits = limits.data();
+  plan.rlimit_resources = resources.data();
+  plan.n_rlimits = static_cast<int>(limits.size());
+  const pid_t pid = fork();
+  if (pid < 0) fail(Errno("fork"));
+  if (pid == 0) {
+    close(report[0]);
+    RunInitChild(plan);
+  }
+  close(report[1]);
+  std::string err;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(report[0], buf, sizeof(buf))) != 0) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    err.append(buf, n);
+  }
+  close(report[0]);
+  if (!err.empty()) {
+    kill(pid, SIGKILL);
+    waitpid(pid, nullptr, 0);
+    fail(absl::InternalError(absl::StrCat("starting the init proxy: ", err)));
+  }
+  ContainerState st;
+  st.id = id;
+  st.pid = pid;
+  st.pid_start = ProcessStartTime(pid);
+  st.bundle = bundle;
+  st.rootfs = spec->rootfs;
+  st.created = NowRfc3339();
+  st.annotations = spec->annotations;
+  st.sandboxd_socket = SandboxdSocket();
+  if (absl::Status s = WriteState(g.root, st); !s.ok()) {
+    kill(pid, SIGKILL);
+    fail(s);
+  }
+  if (!pid_file.empty()) {
+    if (absl::Status s = WriteFileAtomic(pid_file, absl::StrCat(pid)); !s.ok()) {
+      kill(pid, SIGKILL);
+      fail(s);
+    }
+  }
+  done = true;
+  LogLine("info", absl::StrCat("created ", id, ": init proxy pid ", pid));
+  return 0;
+}
+
+ContainerState Load(const std::string& id) {
+  absl::StatusOr<ContainerState> st = ReadState(g.root, id);
+  if (!st.ok()) Fail(st.status());
+  return *std::move(st);
+}
+
+int CmdStart(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci start", "ID");
+  const std::string id = OneId(fs.ParseOrExit(argv_in, 1), "start");
+  ContainerState st = Load(id);
+  switch (CurrentStatus(g.root, st)) {
+    case Status::kRunning:
+      Fail(absl::FailedPreconditionError("cannot start an already running container"));
+    case Status::kStopped:
+      Fail(absl::FailedPreconditionError("cannot start a container that has stopped"));
+    case Status::kPaused:
+      Fail(absl::FailedPreconditionError("cannot start a container in the paused state"));
+    case Status::kCreated:
+      break;
+  }
+  const std::string fifo = FifoPath(g.root, id);
+  UniqueFd fd(open(fifo.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC));
+  if (!fd.valid()) Fail(Errno(absl::StrCat("open ", fifo)));
+  // The init proxy's open for writing completes now. It writes "0" once
+  // the sandbox's init runs (or "1" and the error), then closes its end.
+  std::string got;
+  for (int waited_ms = 0;; waited_ms += 100) {
+    pollfd p{fd.get(), POLLIN, 0};
+    int r = poll(&p, 1, 100);
+    if (r > 0 && (p.revents & (POLLIN | POLLHUP))) {
+      char buf[512];
+      ssize_t n = read(fd.get(), buf, sizeof(buf));
+      if (n > 0) {
+        got.append(buf, n);
+        continue;
+      }
+      if (n == 0 && !got.empty()) break;
+    }
+    if (got.empty() && (ProcessStartTime(st.pid) != st.pid_start || waited_ms > 120000)) {
+      Fail(absl::FailedPreconditionError(
+          absl::StrCat("container ", id, ": its init proxy (pid ", st.pid,
+                       ") exited before start")));
+    }
+  }
+  if (got[0] != '0') {
+    unlink(fifo.c_str());
+    Fail(absl::FailedPreconditionError(
+        absl::StrCat("starting container ", id, ": ", got.substr(1))));
+  }
+  unlink(fifo.c_str());
+  LogLine("info", absl::StrCat("started ", id));
+  return 0;
+}
+
+int CmdState(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci state", "ID");
+  const std::string id = OneId(fs.ParseOrExit(argv_in, 1), "state");
+  ContainerState st = Load(id);
+  fputs(StateJson(st, CurrentStatus(g.root, st)).c_str(), stdout);
+  return 0;
+}
+
+absl::StatusOr<int> ParseSignal(std::string s) {
+  int n = 0;
+  if (absl::SimpleAtoi(s, &n)) {
+    if (n <= 0 || n >= NSIG) return absl::InvalidArgumentError(absl::StrCat("invalid signal: ", s));
+    return n;
+  }
+  s = absl::AsciiStrToUpper(s);
+  if (absl::StartsWith(s, "SIG")) s = s.substr(3);
+  for (int i = 1; i < NSIG; i++) {
+    const char* abbrev = sigabbrev_np(i);
+    if (abbrev != nullptr && s == abbrev) return i;
+  }
+  return absl::InvalidArgumentError(absl::StrCat("invalid signal: ", s));
+}
+
+int CmdKill(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci kill", "[--all] ID [SIGNAL]");
+  bool all = false;
+  fs.Bool("all", &all, "signal every process of the container");
+  fs.Alias("-a", "all");
+  std::vector<std::string> args = fs.ParseOrExit(argv_in, 1);
+  if (args.empty() || args.size() > 2) {
+    Fail(absl::InvalidArgumentError("kill wants ID [SIGNAL]"));
+  }
+  Check(CheckId(args[0]));
+  absl::StatusOr<int> sig = ParseSignal(args.size() == 2 ? args[1] : "SIGTERM");
+  if (!sig.ok()) Fail(sig.status());
+  ContainerState st = Load(args[0]);
+  if (CurrentStatus(g.root, st) == Status::kStopped) {
+    Fail(absl::FailedPreconditionError("container not running"));
+  }
+  // --all: every process in the sandbox (the Sentry's Signal with all),
+  // as runc signals every process of the container's cgroup.
+  if (all && *sig != SIGKILL && !st.sandboxd_socket.empty()) {
+    Check(Annotate(DaemonSignal(st.sandboxd_socket, st.id, *sig, true), "kill --all"));
+    return 0;
+  }
+  if (all && *sig != SIGKILL && MakeBackend()->Serves() &&
+      CurrentStatus(g.root, st) == Status::kRunning) {
+    absl::StatusOr<UniqueFd> c = ConnectProxy(g.root, st.id);
+    if (!c.ok()) Fail(c.status());
+    control::Request req;
+    req.set_id(1);
+    req.mutable_signal()->set_signal(*sig);
+    req.mutable_signal()->set_all(true);
+    absl::StatusOr<control::Response> r = ProxyCall(c->get(), req);
+    if (!r.ok()) Fail(Annotate(r.status(), "kill --all"));
+    return 0;
+  }
+  // The init proxy forwards what the sandbox should see to its init;
+  // SIGKILL ends the Sentry, and every process of the sandbox with it.
+  std::vector<pid_t> pids =
+      all && *sig == SIGKILL ? ProcessTree(st.pid) : std::vector<pid_t>{st.pid};
+  for (pid_t p : pids) {
+    if (kill(p, *sig) != 0 && p == st.pid) {
+      Fail(Errno(absl::StrCat("kill ", p)));
+    }
+  }
+  return 0;
+}
+
+int CmdDelete(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci delete", "[--force] ID");
+  bool force = false;
+  fs.Bool("force", &force, "kill the container first if it runs");
+  fs.Alias("-f", "force");
+  const std::string id = OneId(fs.ParseOrExit(argv_in, 1), "delete");
+  const std::string dir = ContainerDir(g.root, id);
+  absl::StatusOr<ContainerState> st = ReadState(g.root, id);
+  if (!st.ok()) {
+    if (force && absl::IsNotFound(st.status())) {
+      unlink(FifoPath(g.root, id).c_str());
+      unlink((dir + "/proxy.sock").c_str());
+      rmdir(dir.c_str());
+      return 0;
+    }
+    Fail(st.status());
+  }
+  Status status = CurrentStatus(g.root, *st);
+  if ((status == Status::kRunning || status == Status::kPaused) && !force) {
+    Fail(absl::FailedPreconditionError(absl::StrCat("cannot delete container ", id,
+                                                    " that is not stopped: ",
+                                                    StatusName(status))));
+  }
+  if (status != Status::kStopped) {
+    for (pid_t p : ProcessTree(st->pid)) kill(p, SIGKILL);
+    for (int i = 0; i < 1000 && CurrentStatus(g.root, *st) != Status::kStopped; i++) {
+      usleep(10000);
+    }
+  }
+  // The daemon destroys the sandbox when its init proxy's attach ends;
+  // one a killed proxy left is destroyed here.
+  if (!st->sandboxd_socket.empty()) (void)DaemonDestroy(st->sandboxd_socket, id);
+  unlink(FifoPath(g.root, id).c_str());
+  unlink(PausedPath(g.root, id).c_str());
+  unlink((dir + "/proxy.sock").c_str());
+  unlink((dir + "/state.json").c_str());
+  if (rmdir(dir.c_str()) != 0 && errno != ENOENT) Fail(Errno(absl::StrCat("rmdir ", dir)));
+  LogLine("info", absl::StrCat("deleted ", id));
+  return 0;
+}
+
+// pause and resume: SIGSTOP / SIGCONT to every process below the init
+// proxy (the Sentry and its stubs), as runc freezes the container's
+// cgroup; the proxy itself runs on (a SIGCONT to it would be forwarded to
+// the sandbox's init). Not with sandboxd (its Sentry is the daemon's).
+// `sig` to every process below the init proxy, twice over: a process
+// started while the first pass ran (a new stub) is caught by the second.
+void SignalBelowProxy(const ContainerState& st, int sig) {
+  for (int pass = 0; pass < 2; pass++) {
+    std::vector<pid_t> tree = ProcessTree(st.pid);
+    for (size_t i = 1; i < tree.size(); i++) kill(tree[i], sig);
+  }
+}
+
+int PauseOrResume(const std::vector<std::string>& argv_in, bool pause) {
+  const char* verb = pause ? "pause" : "resume";
+  flags::FlagSet fs(absl::StrCat("sandboxd-oci ", verb), "ID");
+  const std::string id = OneId(fs.ParseOrExit(argv_in, 1), verb);
+  ContainerState st = Load(id);
+  const Status status = CurrentStatus(g.root, st);
+  if (pause && status != Status::kRunning) {
+    Fail(absl::FailedPreconditionError(
+        absl::StrCat("container not running: ", StatusName(status))));
+  }
+  if (!pause && status != Status::kPaused) {
+    Fail(absl::FailedPreconditionError(absl::StrCat("container not paused: ", StatusName(status))));
+  }
+  if (!st.sandboxd_socket.empty()) {
+    Fail(absl::UnimplementedError(absl::StrCat(verb, ": not with sandboxd (--sandboxd-socket)")));
+  }
+  if (pause) Check(WriteFileAtomic(PausedPath(g.root, id), ""));
+  SignalBelowProxy(st, pause ? SIGSTOP : SIGCONT);
+  if (!pause) unlink(PausedPath(g.root, id).c_str());
+  LogLine("info", absl::StrCat(verb, "d ", id));
+  return 0;
+}
+
+// checkpoint: the sandbox saved into --image-path (the Sentry's image
+// format, sentry/state/README.md, not CRIU's), then killed unless
+// --leave-running, as runc checkpoint does. Serve backend only.
+int CmdCheckpoint(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci checkpoint", "--image-path=DIR [FLAGS] ID");
+  std::string image, work, unused;
+  bool leave_running = false, unused_bool = false;
+  fs.String("image-path", &image, "DIR", "where the image goes (made if missing; empty)");
+  fs.String("work-path", &work, "DIR", "accepted, unused");
+  fs.Bool("leave-running", &leave_running, "the container runs on after the checkpoint");
+  for (const char* b : {"tcp-established", "ext-unix-sk", "shell-job", "file-locks",
+                        "pre-dump", "empty-ns", "auto-dedup", "lazy-pages"}) {
+    fs.Bool(b, &unused_bool, "accepted (CRIU's; the Sentry saves everything it can or fails)");
+  }
+  std::string parent;
+  fs.String("parent-path", &parent, "DIR", "refused (no incremental images)");
+  fs.String("manage-cgroups-mode", &unused, "MODE", "accepted, unused");
+  const std::string id = OneId(fs.ParseOrExit(argv_in, 1), "checkpoint");
+  if (!parent.empty()) {
+    Fail(absl::InvalidArgumentError("--parent-path: incremental images are not supported"));
+  }
+  if (image.empty()) Fail(absl::InvalidArgumentError("checkpoint needs --image-path"));
+  ContainerState st = Load(id);
+  const Status status = CurrentStatus(g.root, st);
+  if (status != Status::kRunning && status != Status::kPaused) {
+    Fail(absl::FailedPreconditionError(
+        absl::StrCat("container ", id, " is not running (", StatusName(status), ")")));
+  }
+  if (!st.sandboxd_socket.empty()) {
+    Fail(absl::UnimplementedError("checkpoint: not with sandboxd (--sandboxd-socket)"));
+  }
+  // containerd pauses a container before its checkpoint; the Sentry stops
+  // its tasks at safe points itself and needs its threads running for
+  // that, so they run for the checkpoint and stop again after it.
+  const bool paused = status == Status::kPaused;
+  if (paused) SignalBelowProxy(st, SIGCONT);
+  Check(MkdirAll(image, 0700));
+  char real[PATH_MAX];
+  if (realpath(image.c_str(), real) == nullptr) Fail(Errno(image));
+  UniqueFd dir(open(real, O_PATH | O_DIRECTORY | O_CLOEXEC));
+  if (!dir.valid()) Fail(Errno(absl::StrCat("--image-path ", real)));
+  absl::StatusOr<UniqueFd> c = ConnectProxy(g.root, id);
+  if (!c.ok()) Fail(c.status());
+  control::Request req;
+  req.set_id(1);
+  req.mutable_checkpoint()->set_leave_running(leave_running);
+  req.mutable_checkpoint()->set_image_path(real);
+  absl::StatusOr<control::Response> r = ProxyCall(c->get(), req, {dir.get()});
+  if (paused) SignalBelowProxy(st, SIGSTOP);
+  if (!r.ok()) Fail(Annotate(r.status(), "checkpoint"));
+  LogLine("info", absl::StrCat("checkpointed ", id, " into ", real));
+  return 0;
+}
+
+int CmdCreate(const std::vector<std::string>& argv_in);
+
+// restore: create from the bundle with the image, then start (runc
+// restore is both); the sandbox's tasks run on from the image.
+int CmdRestore(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci restore", "--image-path=DIR --bundle=DIR [FLAGS] ID");
+  std::string image, work, bundle = ".", pid_file, console_socket, unused;
+  bool detach = false, unused_bool = false;
+  fs.String("image-path", &image, "DIR", "the image a checkpoint wrote");
+  fs.String("work-path", &work, "DIR", "accepted, unused");
+  fs.String("bundle", &bundle, "DIR", "the bundle");
+  fs.Alias("-b", "bundle");
+  fs.String("pid-file", &pid_file, "FILE", "where the init proxy's pid goes");
+  fs.String("console-socket", &console_socket, "PATH", "gets the pty master");
+  fs.Bool("detach", &detach, "accepted (restore always detaches)");
+  fs.Alias("-d", "detach");
+  for (const char* b : {"tcp-established", "ext-unix-sk", "shell-job", "file-locks",
+                        "no-subreaper", "no-pivot", "empty-ns", "auto-dedup", "lazy-pages"}) {
+    fs.Bool(b, &unused_bool, "accepted");
+  }
+  fs.String("manage-cgroups-mode", &unused, "MODE", "accepted, unused");
+  std::vector<std::string> args = fs.ParseOrExit(argv_in, 1);
+  const std::string id = OneId(args, "restore");
+  if (image.empty()) Fail(absl::InvalidArgumentError("restore needs --image-path"));
+  if (!SandboxdSocket().empty() || g.backend != "serve") {
+    Fail(absl::UnimplementedError("restore: only with the serve backend"));
+  }
+  char real[PATH_MAX];
+  if (realpath(image.c_str(), real) == nullptr) Fail(Errno(absl::StrCat("--image-path ", image)));
+  g.restore_image = real;
+  std::vector<std::string> create = {"--bundle", bundle};
+  if (!pid_file.empty()) create.insert(create.end(), {"--pid-file", pid_file});
+  if (!console_socket.empty()) create.insert(create.end(), {"--console-socket", console_socket});
+  create.push_back(id);
+  if (int rc = CmdCreate(create); rc != 0) return rc;
+  return CmdStart({id});
+}
+
+int CmdPs(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci ps", "[--format=table|json] ID");
+  std::string format = "table";
+  fs.String("format", &format, "FORMAT", "table or json");
+  fs.Alias("-f", "format");
+  const std::string id = OneId(fs.ParseOrExit(argv_in, 1), "ps");
+  ContainerState st = Load(id);
+  std::vector<pid_t> pids;
+  if (CurrentStatus(g.root, st) != Status::kStopped) pids = ProcessTree(st.pid);
+  if (format == "json") {
+    printf("[%s]\n", absl::StrJoin(pids, ",").c_str());
+  } else {
+    printf("PID\n");
+    for (pid_t p : pids) printf("%d\n", p);
+  }
+  return 0;
+}
+
+int CmdList(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci list", "[--format=table|json] [-q]");
+  std::string format = "table";
+  bool quiet = false;
+  fs.String("format", &format, "FORMAT", "table or json");
+  fs.Alias("-f", "format");
+  fs.Bool("quiet", &quiet, "ids only");
+  fs.Alias("-q", "quiet");
+  fs.ParseOrExit(argv_in, 1);
+  std::vector<std::string> json;
+  if (!quiet && format != "json") printf("ID\tPID\tSTATUS\tBUNDLE\tCREATED\n");
+  for (const std::string& id : ListIds(g.root)) {
+    absl::StatusOr<ContainerState> st = ReadState(g.root, id);
+    if (!st.ok()) continue;
+    Status s = CurrentStatus(g.root, *st);
+    if (quiet) {
+      printf("%s\n", id.c_str());
+    } else if (format == "json") {
+      json.push_back(StateJson(*st, s));
+    } else {
+      printf("%s\t%d\t%s\t%s\t%s\n", id.c_str(), s == Status::kStopped ? 0 : st->pid,
+             StatusName(s), st->bundle.c_str(), st->created.c_str());
+    }
+  }
+  if (format == "json" && !quiet) printf("[%s]\n", absl::StrJoin(json, ",").c_str());
+  return 0;
+}
+
+int CmdFeatures(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci features", "");
+  fs.ParseOrExit(argv_in, 1);
+  fputs(R"({
+  "ociVersionMin": "1.0.0",
+  "ociVersionMax": "1.0.2-dev",
+  "hooks": [],
+  "mountOptions": ["bind", "rbind", "ro", "rw", "size", "mode"],
+  "linux": {
+    "namespaces": ["cgroup", "ipc", "mount", "network", "pid", "uts"],
+    "capabilities": [],
+    "cgroup": {"v1": false, "v2": false, "systemd": false, "systemdUser": false},
+    "seccomp": {"enabled": false},
+    "apparmor": {"enabled": false},
+    "selinux": {"enabled": false}
+  },
+  "annotations": {
+    "org.opencontainers.runc.version": "none",
+    "io.sandboxd.oci.sandbox": "sentry"
+  }
+}
+)", stdout);
+  return 0;
+}
+
+int CmdInitProxy(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci init-proxy", "--bundle=DIR --report-fd=N ID",
+                    "(internal) the container's init proxy, exec'd by create");
+  std::string bundle, hostname;
+  int report_fd = -1;
+  fs.String("bundle", &bundle, "DIR", "the bundle");
+  fs.String("hostname", &hostname, "NAME", "the host name create chose");
+  fs.Int("report-fd", &report_fd, "create's pipe");
+  std::string restore_image;
+  fs.String("restore-image", &restore_image, "DIR", "restore from this image");
+  const std::string id = OneId(fs.ParseOrExit(argv_in, 125), "init-proxy");
+  absl::StatusOr<std::string> config = ReadWhole(bundle + "/config.json");
+  absl::StatusOr<LaunchSpec> spec =
+      config.ok() ? ParseConfig(*config, bundle) : absl::StatusOr<LaunchSpec>(config.status());
+  if (!spec.ok()) {
+    const std::string m(spec.status().message());
+    (void)!write(report_fd, m.data(), m.size());
+    _exit(125);
+  }
+  InitProxyOptions o;
+  o.root = g.root;
+  o.id = id;
+  o.sentry = SentryPath();
+  o.spec = *std::move(spec);
+  o.spec.hostname = hostname;
+  o.spec.restore_image = restore_image;
+  o.report_fd = report_fd;
+  if (absl::Status st = ForServedSentry(&o.spec); !st.ok()) {
+    (void)!write(report_fd, st.message().data(), st.message().size());
+    _exit(125);
+  }
+  RunInitProxy(o);
+}
+
+int CmdExecProxy(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci exec-proxy", "--fd=N --pid=PID",
+                    "(internal) an exec'd process's proxy, forked by exec");
+  int fd = -1, pid = 0;
+  fs.Int("fd", &fd, "the connection to the init proxy");
+  fs.Int("pid", &pid, "the process, in the sandbox");
+  fs.ParseOrExit(argv_in, 125);
+  RunExecProxy(fd, pid);
+}
+
+int WaitForChild(pid_t child) {
+  int ws = 0;
+  while (waitpid(child, &ws, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+}
+
+// exec with the daemon backend: the exec proxy is a fork of this process,
+// which has not started gRPC (so the child may), and it reports on a pipe
+// once the process runs.
+int ExecThroughDaemon(const ContainerState& st, const LaunchSpec& p,
+                      const std::string& console_socket, const std::string& pid_file,
+                      bool detach) {
+  UniqueFd slave;
+  if (p.terminal) {
+    absl::StatusOr<UniqueFd> c = OpenConsole(console_socket);
+    if (!c.ok()) Fail(c.status());
+    slave = *std::move(c);
+  }
+  int report[2];
+  if (pipe2(report, O_CLOEXEC) != 0) Fail(Errno("pipe"));
+  fflush(stdout);
+  fflush(stderr);
+  const pid_t child = fork();
+  if (child < 0) Fail(Errno("fork"));
+  if (child == 0) {
+    close(report[0]);
+    if (slave.valid()) {
+      for (int fd = 0; fd < 3; fd++) dup2(slave.get(), fd);
+      slave.reset();
+    }
+    RunDaemonExecProxy(st.sandboxd_socket, st.id, p, report[1]);
+  }
+  close(report[1]);
+  slave.reset();
+  std::string got;
+  char buf[512];
+  ssize_t n;
+  while ((n = read(report[0], buf, sizeof(buf))) != 0) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    got.append(buf, n);
+  }
+  close(report[0]);
+  if (got.empty() || got[0] != '0') {
+    WaitForChild(child);
+    Fail(absl::FailedPreconditionError(absl::StrCat("exec: ", got.empty() ? "failed" : got)));
+  }
+  if (!pid_file.empty()) Check(WriteFileAtomic(pid_file, absl::StrCat(child)));
+  if (detach) return 0;
+  return WaitForChild(child);
+}
+
+int CmdDaemonProxy(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci daemon-proxy", "--bundle=DIR --report-fd=N ID",
+                    "(internal) the init proxy of the daemon backend, exec'd by create");
+  std::string bundle, hostname;
+  int report_fd = -1;
+  fs.String("bundle", &bundle, "DIR", "the bundle");
+  fs.String("hostname", &hostname, "NAME", "the host name create chose");
+  fs.Int("report-fd", &report_fd, "create's pipe");
+  const std::string id = OneId(fs.ParseOrExit(argv_in, 125), "daemon-proxy");
+  absl::StatusOr<std::string> config = ReadWhole(bundle + "/config.json");
+  absl::StatusOr<LaunchSpec> spec =
+      config.ok() ? ParseConfig(*config, bundle) : absl::StatusOr<LaunchSpec>(config.status());
+  if (!spec.ok()) {
+    const std::string m(spec.status().message());
+    (void)!write(report_fd, m.data(), m.size());
+    _exit(125);
+  }
+  DaemonProxyOptions o;
+  o.socket = SandboxdSocket();
+  o.root = g.root;
+  o.id = id;
+  o.spec = *std::move(spec);
+  o.spec.hostname = hostname;
+  o.report_fd = report_fd;
+  if (absl::Status st = ForServedSentry(&o.spec); !st.ok()) {
+    (void)!write(report_fd, st.message().data(), st.message().size());
+    _exit(125);
+  }
+  RunDaemonInitProxy(o);
+}
+
+int CmdExec(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci exec", "[FLAGS] ID [COMMAND [ARGS...]]");
+  std::string process_file, pid_file, console_socket, cwd;
+  std::vector<std::string> env;
+  std::string user;
+  bool detach = false, tty = false, unused_bool = false;
+  std::string unused;
+  int preserve_fds = 0;
+  fs.String("process", &process_file, "FILE", "the process, as config.json's process");
+  fs.Alias("-p", "process");
+  fs.Bool("detach", &detach, "leave it running; its proxy's pid goes to --pid-file");
+  fs.Alias("-d", "detach");
+  fs.String("pid-file", &pid_file, "FILE", "where the exec proxy's pid goes");
+  fs.String("console-socket", &console_socket, "PATH", "gets the pty master (terminal)");
+  fs.Bool("tty", &tty, "a terminal (without --process)");
+  fs.Alias("-t", "tty");
+  fs.String("cwd", &cwd, "DIR", "the working directory (without --process)");
+  fs.Repeated("env", &env, "K=V", "an environment variable (without --process)");
+  fs.Alias("-e", "env");
+  fs.String("user", &user, "UID[:GID]", "the user (without --process)");
+  fs.Alias("-u", "user");
+  fs.Bool("no-new-privs", &unused_bool, "accepted (the Sentry is the boundary)");
+  fs.Repeated("cap", &env, "CAP", "refused");
+  fs.String("apparmor", &unused, "PROFILE", "accepted (the Sentry is the boundary)");
+  fs.String("process-label", &unused, "LABEL", "accepted (the Sentry is the boundary)");
+  fs.Bool("ignore-paused", &unused_bool, "accepted");
+  fs.Int("preserve-fds", &preserve_fds, "extra fds (only 0)");
+  std::vector<std::string> args = fs.ParseOrExit(argv_in, 1);
+  if (args.empty()) Fail(absl::InvalidArgumentError("exec wants a container id"));
+  const std::string id = args[0];
+  Check(CheckId(id));
+  if (preserve_fds != 0) Fail(absl::InvalidArgumentError("--preserve-fds: only 0 is supported"));
+  LaunchSpec p;
+  if (!process_file.empty()) {
+    absl::StatusOr<std::string> text = ReadWhole(process_file);
+    if (!text.ok()) Fail(Annotate(text.status(), "--process"));
+    absl::StatusOr<LaunchSpec> parsed = ParseProcess(*text);
+    if (!parsed.ok()) Fail(Annotate(parsed.status(), "--process"));
+    p = *std::move(parsed);
+  } else {
+    p.args.assign(args.begin() + 1, args.end());
+    if (p.args.empty()) Fail(absl::InvalidArgumentError("exec: no command and no --process"));
+    p.env = env;
+    p.terminal = tty;
+    if (!cwd.empty()) p.cwd = cwd;
+    if (!user.empty()) {
+      std::vector<std::string> ug = absl::StrSplit(user, ':');
+      if (!absl::SimpleAtoi(ug[0], &p.uid) ||
+          (ug.size() > 1 && !absl::SimpleAtoi(ug[1], &p.gid))) {
+        Fail(absl::InvalidArgumentError("--user wants UID[:GID]"));
+      }
+    }
+  }
+  if (p.terminal && console_socket.empty()) {
+    Fail(absl::InvalidArgumentError("a terminal (process.terminal) needs --console-socket"));
+  }
+  ContainerState st = Load(id);
+  if (const Status status = CurrentStatus(g.root, st); status != Status::kRunning) {
+    Fail(absl::FailedPreconditionError(absl::StrCat(
+        "cannot exec in container ", id, ": it is not running (", StatusName(status), ")")));
+  }
+  if (!st.sandboxd_socket.empty()) return ExecThroughDaemon(st, p, console_socket, pid_file, detach);
+  if (!MakeBackend()->Serves()) {
+    Fail(absl::UnimplementedError("exec: not with --backend=run (use --backend=serve)"));
+  }
+  absl::StatusOr<UniqueFd> conn = ConnectProxy(g.root, id);
+  if (!conn.ok()) Fail(conn.status());
+  UniqueFd slave;
+  std::vector<int> fds = {0, 1, 2};
+  if (p.terminal) {
+    absl::StatusOr<UniqueFd> c = OpenConsole(console_socket);
+    if (!c.ok()) Fail(c.status());
+    slave = *std::move(c);
+    fds = {slave.get()};
+  }
+  control::Request req;
+  req.set_id(1);
+  *req.mutable_exec()->mutable_process() = ProcessSpecOf(p);
+  absl::StatusOr<control::Response> r = ProxyCall(conn->get(), req, fds);
+  if (!r.ok()) Fail(Annotate(r.status(), "exec"));
+  slave.reset();
+  const int pid_in_sandbox = r->exec_pid();
+  std::vector<std::string> cmd = {SelfPath(), "exec-proxy",
+                                  absl::StrCat("--fd=", conn->get()),
+                                  absl::StrCat("--pid=", pid_in_sandbox)};
+  std::vector<char*> cargv = CArgv(cmd);
+  const pid_t child = fork();
+  if (child < 0) Fail(Errno("fork"));
+  if (child == 0) RunExecChild(cargv[0], cargv.data(), environ, conn->get());
+  conn->reset();
+  if (!pid_file.empty()) Check(WriteFileAtomic(pid_file, absl::StrCat(child)));
+  LogLine("info", absl::StrCat("exec in ", id, ": pid ", pid_in_sandbox,
+                               " in the sandbox, proxy ", child));
+  if (detach) return 0;
+  return WaitForChild(child);
+}
+
+int Main(int argc, char** argv) {
+  flags::FlagSet fs("sandboxd-oci", "[GLOBAL FLAGS] COMMAND [FLAGS] [ARGS]",
+                    "An OCI runtime with runc's command line whose containers "
+                    "run in a Sentry.");
+  fs.String("root", &g.root, "DIR", "where containers' state is kept");
+  fs.String("log", &g.log, "FILE", "where errors and notes are logged");
+  fs.String("log-format", &g.log_format, "text|json", "the log's format");
+  fs.Bool("systemd-cgroup", &g.systemd_cgroup, "accepted (no host cgroups are made)");
+  fs.Bool("debug", &g.debug, "accepted");
+  std::string unused;
+  fs.String("criu", &unused, "PATH", "accepted, unused");
+  fs.String("rootless", &unused, "true|false|auto", "accepted, unused");
+  fs.String("sentry", &g.sentry, "PATH",
+            "the sentry binary (default: SANDBOXD_OCI_SENTRY, else the "
+            "sentry beside this binary)");
+  fs.Func("backend", "serve|run",
+          "serve (the default): a `sentry serve` driven by the init proxy "
+          "(exec, kill --all); run: `sentry run` (no exec)",
+          [](absl::string_view v) {
+            if (v != "serve" && v != "run") {
+              return absl::InvalidArgumentError("wants serve or run");
+            }
+            g.backend = std::string(v);
+            return absl::OkStatus();
+          }, "serve");
+  fs.String("sandboxd-socket", &g.sandboxd_socket, "PATH",
+            "take sandboxes from the sandboxd on this socket (default: "
+            "SANDBOXD_OCI_SOCKET; none: a Sentry of the container's own)");
+  bool version = false;
+  fs.Bool("version", &version, "print the version");
+  fs.Alias("-v", "version");
+  fs.set_footer(
+      "Commands: create, start, state, kill, delete, exec, pause, resume, checkpoint,\n"
+      "restore, ps, list, features.\n");
+  std::vector<std::string> rest = fs.ParseOrExit(flags::Args(argc, argv), 1);
+  if (version) {
+    printf("sandboxd-oci version %s\nspec: 1.0.2-dev\n", kVersion);
+    return 0;
+  }
+  if (rest.empty()) Fail(absl::InvalidArgumentError("no command (sandboxd-oci --help)"));
+  if (g.log_format != "json" && g.log_format != "text") {
+    Fail(absl::InvalidArgumentError("--log-format wants text or json"));
+  }
+  const std::string verb = rest[0];
+  std::vector<std::string> args(rest.begin() + 1, rest.end());
+  // Go's flag syntax lets containerd spell a boolean with one dash
+  // (`restore ... -no-subreaper`): those runc flags are taken so too. Not
+  // for exec, whose arguments after the id are the program's.
+  if (verb != "exec") {
+    for (std::string& a : args) {
+      for (const char* f : {"no-subreaper", "no-pivot", "no-new-keyring", "detach",
+                            "tcp-established", "ext-unix-sk", "shell-job", "file-locks",
+                            "leave-running", "force", "all"}) {
+        if (a == absl::StrCat("-", f)) a = absl::StrCat("--", f);
+      }
+    }
+  }
+  if (verb == "create") return CmdCreate(args);
+  if (verb == "start") return CmdStart(args);
+  if (verb == "state") return CmdState(args);
+  if (verb == "kill") return CmdKill(args);
+  if (verb == "delete") return CmdDelete(args);
+  if (verb == "ps") return CmdPs(args);
+  if (verb == "list") return CmdList(args);
+  if (verb == "features") return CmdFeatures(args);
+  if (verb == "exec") return CmdExec(args);
+  if (verb == "checkpoint") return CmdCheckpoint(args);
+  if (verb == "restore") return CmdRestore(args);
+  if (verb == "pause") return PauseOrResume(args, true);
+  if (verb == "resume") return PauseOrResume(args, false);
+  if (verb == "init-proxy") return CmdInitProxy(args);
+  if (verb == "exec-proxy") return CmdExecProxy(args);
+  if (verb == "daemon-proxy") return CmdDaemonProxy(args);
+  Fail(absl::UnimplementedError(absl::StrCat("command not supported: ", verb)));
+}
+
+}  // namespace
+}  // namespace sandboxd::oci
+
+int main(int argc, char** argv) {
+  signal(SIGPIPE, SIG_IGN);
+  int rc = sandboxd::oci::Main(argc, argv);
+  fflush(stdout);
+  return rc;
+}

@@ -116,7 +116,7 @@ std::shared_ptr<const fs::Credentials> OldImageCredentials(
 }
 
 void SaveSched(const kernel::Task::SchedState& s, pb::Sched* r) {
-  SBX_SAVED_SIZE(kernel::Task::SchedState, 48);
+  SBX_SAVED_SIZE(kernel::Task::SchedState, 176);
   r->set_nice(s.nice);
   r->set_ioprio(s.ioprio);
   r->set_policy(s.policy);
@@ -125,6 +125,10 @@ void SaveSched(const kernel::Task::SchedState& s, pb::Sched* r) {
   r->set_dl_runtime(s.dl_runtime);
   r->set_dl_deadline(s.dl_deadline);
   r->set_dl_period(s.dl_period);
+  // Every CPU (the default) is saved as no words.
+  if (s.affinity != kernel::Task::SchedState::AllCpus()) {
+    for (uint64_t w : s.affinity) r->add_affinity(w);
+  }
 }
 
 kernel::Task::SchedState LoadSched(const pb::Sched& r) {
@@ -137,6 +141,9 @@ kernel::Task::SchedState LoadSched(const pb::Sched& r) {
   s.dl_runtime = r.dl_runtime();
   s.dl_deadline = r.dl_deadline();
   s.dl_period = r.dl_period();
+  if (r.affinity_size() == kernel::Task::SchedState::kAffinityWords) {
+    for (int i = 0; i < r.affinity_size(); i++) s.affinity[i] = r.affinity(i);
+  }
   return s;
 }
 
@@ -347,7 +354,7 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
   // between calls or inside a wait that parks); syscall_deadline_ is
   // saved as the time left (syscall_timeout_left_ns), resume_moved_ as
   // syscall_resume_moved, and both rips are the loaded rip.
-  SBX_SAVED_SIZE(kernel::Task, 14720);
+  SBX_SAVED_SIZE(kernel::Task, 14848);
   SBX_SAVED_SIZE(kernel::Task::PendingInfo, 152);
   SBX_SAVED_SIZE(kernel::RestartBlock, 24);
   SBX_SAVED_SIZE(kernel::TaskCpuTime, 64);

@@ -298,6 +298,8 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::NewKernel(
                        : static_cast<int>((lim.cpu_millis + 999) / 1000);
   kopts.max_tasks = lim.pids;
   kopts.max_cpus = cpus;
+  // Under a CPU quota, throttled time must not count as CPU time.
+  kopts.thread_cpu_clocks = lim.cpu_millis != 0;
   kopts.memory_limit = lim.memory_bytes;
   kopts.total_ram = lim.memory_bytes != 0 && (pw.host.mem_total == 0 ||
                                               lim.memory_bytes < pw.host.mem_total)

@@ -203,11 +203,11 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
   // Called by the task's own thread only.
   void HostWaitBegin() override {
     sleeping_.store(true, std::memory_order_relaxed);
-    cputime_.StartBlocking(MonotonicNowNs());
+    cputime_.StartBlocking(MonotonicNowNs(), CpuNow());
     cputime_.CountVoluntarySwitch();
   }
   void HostWaitEnd() override {
-    cputime_.StopBlocking(MonotonicNowNs());
+    cputime_.StopBlocking(MonotonicNowNs(), CpuNow());
     sleeping_.store(false, std::memory_order_relaxed);
   }
   // waiter::Blocker: the call in progress cannot be executed again.
@@ -295,6 +295,9 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
 
   // CPU time of this thread (cputime.h).
   TaskCpuTime& cputime() { return cputime_; }
+  // The calling thread's CPU clock for cputime_ when the kernel counts by
+  // CPU clocks (KernelOptions::thread_cpu_clocks), else -1.
+  int64_t CpuNow() const;
 
   // vfork: the parent sleeps until the child execs or exits.
   // Called by the child (this task) when it execs or exits.

@@ -357,7 +357,7 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
   SBX_SAVED_SIZE(kernel::Task, 14848);
   SBX_SAVED_SIZE(kernel::Task::PendingInfo, 152);
   SBX_SAVED_SIZE(kernel::RestartBlock, 24);
-  SBX_SAVED_SIZE(kernel::TaskCpuTime, 64);
+  SBX_SAVED_SIZE(kernel::TaskCpuTime, 88);
   SBX_SAVED_SIZE(platform::Regs, 216);
   SBX_SAVED_SIZE(platform::CpuState, 4352);
   return s.Save<Task, pb::Task>(
@@ -503,7 +503,7 @@ absl::Status KernelState::SaveKernel(Saver& s, Kernel& k, const fs::Vfs& vfs,
   // world_stop_ is not state: a save runs inside a stop, a load starts
   // without one. Nor is the OOM killer's last victim and its counts (a
   // restored sandbox starts with none killed).
-  SBX_SAVED_SIZE(kernel::Kernel, 544);
+  SBX_SAVED_SIZE(kernel::Kernel, 552);
   std::vector<std::shared_ptr<ThreadGroup>> groups;
   std::vector<std::shared_ptr<Task>> tasks;
   pid_t next_tid;
@@ -784,7 +784,8 @@ absl::StatusOr<std::shared_ptr<Task>> KernelState::LoadTask(Loader& l,
         t->exit_code_ = r.exit_code();
         t->vforked_ = r.vfork_child();
         // CPU time goes on from the saved totals (the task is idle until
-        // it starts).
+        // it starts). cpu_since_ is the old host thread's clock and the
+        // floors the old readers': a loaded task starts without them.
         kernel::TaskCpuTime& cpu = t->cputime_;
         cpu.user_ns_.store(r.cpu().user_ns());
         cpu.sys_ns_.store(r.cpu().sys_ns());

@@ -67,6 +67,20 @@ check "rw bind: unlink on the host" eq "$(ls "$tmp/vol/rm" 2>&1 >/dev/null | wc 
 check "rw bind: truncate on the host" eq "$(cat "$tmp/vol/t")" 12
 check "rw bind: new files are the Sentry's host uid" \
   eq "$(stat -c %u "$tmp/vol/out")" "$(id -u)"
+# chown: the sandbox's owners are its own (as a user namespace maps them);
+# the host file keeps the Sentry's owner. Uid 1000 then writes by owner.
+echo own >"$tmp/vol/owned"
+chmod 644 "$tmp/vol/owned"
+host_owner=$(stat -c %u:%g "$tmp/vol/owned")
+run -v "$tmp/vol:/data" -- /bin/sh -c 'chown 1000:1001 /data/owned &&
+  stat -c %u:%g /data/owned &&
+  setpriv --reuid=1000 --regid=1001 --clear-groups sh -c "echo by-1000 >> /data/owned" &&
+  echo wrote'
+check "rw bind chown: the sandbox sees its owner, uid 1000 writes by it" out_is "1000:1001
+wrote"
+check "rw bind chown: the host file keeps its owner" \
+  eq "$(stat -c %u:%g "$tmp/vol/owned")" "$host_owner"
+check "rw bind chown: the write reached the host" eq "$(tail -n 1 "$tmp/vol/owned")" by-1000
 run -v "$tmp/vol:/data:rw" -- /bin/sh -c 'stat -c %s /data/out; df /data >/dev/null && echo df'
 check "rw bind: stat and statfs" out_is "8
 df"

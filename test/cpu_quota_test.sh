@@ -6,7 +6,7 @@
 # loop that spins on the monotonic clock for 3 s in a cgroup allowed 20%
 # of one CPU runs for about 0.6 s, and CLOCK_PROCESS_CPUTIME_ID,
 # CLOCK_THREAD_CPUTIME_ID, getrusage(RUSAGE_SELF) and /proc/self/stat's
-# utime+stime say so. Run natively and as `sentry run --cpus=1
+# utime+stime say so. Run natively and as `sentry run --cpus=0.2
 # --rootfs=/` in such a cgroup (made here, v1 cpu or v2 with the cpu
 # controller), and, given SANDBOXD and SANDBOXCTL, through a sandboxd with
 # `sandboxctl run --cpus=0.2` (the daemon's own cgroup). Each figure must
@@ -85,11 +85,11 @@ check_figures() { # WHAT FILE
   done
 }
 
-in_cgroup "$SENTRY" run --cpus=1 --rootfs=/ -- /usr/bin/python3 "$tmp/spin.py" 3
+in_cgroup "$SENTRY" run --cpus=0.2 --rootfs=/ -- /usr/bin/python3 "$tmp/spin.py" 3
 check "sentry run: exit 0" eq "$status" 0
 echo "# sentry run under the quota: $(tr '\n' ' ' <"$tmp/out")"
 cp "$tmp/out" "$tmp/sentry"
-check_figures "sentry run --cpus=1" "$tmp/sentry"
+check_figures "sentry run --cpus=0.2" "$tmp/sentry"
 
 # Without a quota the figures still follow the time run (a lower bound:
 # the loop had most of a CPU unless the host is very busy).

@@ -33,11 +33,11 @@ make_tmp python_stdlib
 TIMEOUT=${SBX_PYTEST_TIMEOUT:-300}
 
 CI_MODULES="test_posix test_logging test_os test_select test_selectors
-  test_fcntl test_pty test_mmap test_tempfile test_shutil
+  test_fcntl test_pty test_mmap test_tempfile test_shutil test_epoll
   test_poll test_resource test_pwd test_grp test_stat test_fileio
   test_file test_pipes test_sched test_getpass test_genericpath
   test_posixpath test_glob test_time"
-LONG_MODULES="test_epoll test_signal test_subprocess test_threading test_sys
+LONG_MODULES="test_signal test_subprocess test_threading test_sys
   test_socket test_asyncio test_io test_multiprocessing_fork
   test_concurrent_futures test_thread test_threadsignals test_wait3
   test_wait4 test_fork1 test_termios test_ioctl test_pathlib

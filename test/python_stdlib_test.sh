@@ -40,7 +40,7 @@ CI_MODULES="test_posix test_logging test_os test_select test_selectors
 LONG_MODULES="test_signal test_subprocess test_threading test_sys
   test_socket test_asyncio test_io test_multiprocessing_fork
   test_concurrent_futures test_thread test_threadsignals test_wait3
-  test_wait4 test_fork1 test_termios test_ioctl test_pathlib
+  test_wait4 test_fork1 test_ioctl test_pathlib
   test_zipfile test_tarfile test_sqlite3 test_json test_re"
 if [ -n "${SBX_PYTEST_MODULES:-}" ]; then
   MODULES=$SBX_PYTEST_MODULES

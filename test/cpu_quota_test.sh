@@ -113,7 +113,7 @@ if [ $# -eq 3 ]; then
   }
   on_exit kill_recorded
   start_bg "$tmp/daemon.log" "$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" \
-    --state-dir="$tmp/state" --pool-size=1 --cgroup-parent="cpu-quota-test-$$" \
+    --state-dir="$tmp/state" --pool-size=1 --cgroup-parent="cpu-quota-test-$$" --shutdown-kill \
     --default-rootfs=/
   if wait_for_daemon "$SANDBOXCTL" "$SOCK"; then
     cp "$tmp/spin.py" "$tmp/spin_d.py"

@@ -253,8 +253,11 @@ TEST_F(RootfsTest, BadBindMountsNameTheField) {
                 "absolute");
   ExpectInvalid(status(Bind(dir_ + "/missing", "/x"), true),
                 "spec.mounts[1].source", "No such file");
-  // The last name is never followed.
-  ExpectInvalid(status(Bind(dir_ + "/allowed/link", "/x")),
+  // A symlink as the last name is followed (as docker does): to a
+  // directory, as that directory; to a device, refused.
+  EXPECT_TRUE(status(Bind(dir_ + "/allowed/link", "/x")).ok());
+  ASSERT_EQ(symlink("/dev/null", (dir_ + "/allowed/null").c_str()), 0);
+  ExpectInvalid(status(Bind(dir_ + "/allowed/null", "/x")),
                 "spec.mounts[0].source", "neither a directory nor a regular file");
   v1::Mount m = Bind(dir_ + "/other", "/x");
   m.set_options("size=1m");
@@ -271,8 +274,10 @@ TEST_F(RootfsTest, AllowedRootsRestrictBindSources) {
   v1::SandboxSpec spec;
   *spec.add_mounts() = Bind(dir_ + "/allowed/sub", "/data");
   EXPECT_TRUE(OpenBindMounts(p_, spec).ok());
+  // allowed/link is a symlink to other: where it leads is what counts.
   for (const std::string& src :
-       {dir_ + "/other", dir_ + "/allowed/../other", std::string("/etc")}) {
+       {dir_ + "/other", dir_ + "/allowed/../other", std::string("/etc"),
+        dir_ + "/allowed/link"}) {
     SCOPED_TRACE(src);
     spec.mutable_mounts(0)->set_source(src);
     absl::Status s = OpenBindMounts(p_, spec).status();

@@ -84,6 +84,12 @@ struct Event {
   uint64_t addr = 0;     // kFault: faulting address; kException: si_addr
   bool write = false;    // kFault: the access was a write
   bool exec = false;     // kFault: the access was an instruction fetch
+  // With Platform::MeasureAppCpu on: the CPU time (ns) the application used
+  // in this Switch when it ran on another host thread (systrap's stub
+  // worker), as that thread's CPU clock counts it: never time throttled by
+  // a CPU quota or preempted. -1: not measured, or it ran on the calling
+  // thread (kvm), whose own CPU clock measures it.
+  int64_t app_cpu_ns = -1;
   std::string detail;    // kDead: why
 };
 
@@ -208,6 +214,10 @@ class Platform : public HasFeatures {
   // /metrics and `sentry run --stats-json`. Cheap (atomics and a few
   // short locks); safe to call from any thread. The default: the name only.
   virtual void ExportStats(control::PlatformStats* out);
+  // Whether Switch fills Event::app_cpu_ns (off by default: systrap's
+  // workers read their CPU clock twice per trap for it, ~1 us here). Set
+  // before any application code runs.
+  virtual void MeasureAppCpu(bool on) { (void)on; }
 };
 
 }  // namespace sandboxd::platform

@@ -126,7 +126,11 @@ absl::StatusOr<UniqueFd> OpenBindSource(const v1::Mount& m,
         field, ".source: must be an absolute host path, got \"", m.source(),
         "\""));
   }
-  UniqueFd fd(open(m.source().c_str(), O_PATH | O_NOFOLLOW | O_CLOEXEC));
+  // Symlinks are followed here, on the host, once (docker resolves a bind
+  // source when the container is made): the sandbox gets what the link
+  // names now, whatever the link becomes later. A daemon's allowed roots
+  // are checked against where the descriptor ends up.
+  UniqueFd fd(open(m.source().c_str(), O_PATH | O_CLOEXEC));
   struct stat st;
   if (!fd.valid() || fstat(fd.get(), &st) != 0) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -138,9 +142,11 @@ absl::StatusOr<UniqueFd> OpenBindSource(const v1::Mount& m,
         field, ".source: ", m.source(),
         ": neither a directory nor a regular file"));
   }
-  UniqueFd file(open(m.source().c_str(),
-                     (m.read_only() ? O_RDONLY : O_RDWR) | O_NOFOLLOW |
-                         O_NOCTTY | O_NONBLOCK | O_CLOEXEC));
+  // The file the O_PATH descriptor is, reopened through it (never a second
+  // walk of the path, which the link's owner could have changed since).
+  const std::string self = absl::StrCat("/proc/self/fd/", fd.get());
+  UniqueFd file(open(self.c_str(), (m.read_only() ? O_RDONLY : O_RDWR) |
+                                       O_NOCTTY | O_NONBLOCK | O_CLOEXEC));
   if (!file.valid()) {
     return absl::InvalidArgumentError(absl::StrCat(
         field, ".source: ", m.source(), ": ", strerror(errno)));

@@ -20,7 +20,8 @@ absl::StatusOr<v1::Mount> ParseTmpfsFlag(absl::string_view v);
 
 // Opens a bind mount's host source as the Sentry takes it: a directory
 // O_PATH|O_DIRECTORY, a regular file O_RDONLY (O_RDWR when writable);
-// never following a symlink in the last component. Errors name `field`.
+// symlinks, the last component's too, are followed on the host now, as
+// docker does at create. Errors name `field`.
 absl::StatusOr<UniqueFd> OpenBindSource(const v1::Mount& m,
                                         absl::string_view field);
 

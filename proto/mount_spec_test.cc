@@ -83,6 +83,8 @@ class OpenBindSourceTest : public testing::Test {
     ASSERT_GE(fd, 0);
     close(fd);
     ASSERT_EQ(symlink((dir_ + "/d").c_str(), (dir_ + "/l").c_str()), 0);
+    ASSERT_EQ(symlink((dir_ + "/f").c_str(), (dir_ + "/lf").c_str()), 0);
+    ASSERT_EQ(symlink((dir_ + "/p").c_str(), (dir_ + "/lp").c_str()), 0);
     ASSERT_EQ(mkfifo((dir_ + "/p").c_str(), 0644), 0);
   }
   void TearDown() override {
@@ -110,8 +112,26 @@ TEST_F(OpenBindSourceTest, DirectoryAndFile) {
   EXPECT_EQ(fcntl(ro->get(), F_GETFL) & (O_ACCMODE | O_PATH | O_NONBLOCK), O_RDONLY);
 }
 
+// A symlink as the source is followed, as docker resolves one at create:
+// the directory or file it names now.
+TEST_F(OpenBindSourceTest, SymlinkSourcesAreFollowed) {
+  struct stat want, got;
+  auto l = Open("l", false);
+  ASSERT_TRUE(l.ok()) << l.status();
+  ASSERT_EQ(stat((dir_ + "/d").c_str(), &want), 0);
+  ASSERT_EQ(fstat(l->get(), &got), 0);
+  EXPECT_EQ(got.st_ino, want.st_ino);
+  auto lf = Open("lf", false);
+  ASSERT_TRUE(lf.ok()) << lf.status();
+  EXPECT_EQ(fcntl(lf->get(), F_GETFL) & (O_ACCMODE | O_PATH), O_RDWR);
+  ASSERT_EQ(stat((dir_ + "/f").c_str(), &want), 0);
+  ASSERT_EQ(fstat(lf->get(), &got), 0);
+  EXPECT_EQ(got.st_ino, want.st_ino);
+}
+
 TEST_F(OpenBindSourceTest, RefusedSourcesNameTheField) {
-  for (const char* rel : {"l", "p", "missing", ""}) {
+  // A symlink to a fifo is refused as the fifo is.
+  for (const char* rel : {"lp", "p", "missing", ""}) {
     SCOPED_TRACE(rel);
     auto r = Open(rel, false);
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);

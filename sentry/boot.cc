@@ -298,6 +298,8 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::NewKernel(
                        : static_cast<int>((lim.cpu_millis + 999) / 1000);
   kopts.max_tasks = lim.pids;
   kopts.max_cpus = cpus;
+  // Under a CPU quota, throttled time must not count as CPU time.
+  kopts.thread_cpu_clocks = lim.cpu_millis != 0;
   kopts.memory_limit = lim.memory_bytes;
   kopts.total_ram = lim.memory_bytes != 0 && (pw.host.mem_total == 0 ||
                                               lim.memory_bytes < pw.host.mem_total)
@@ -316,6 +318,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::NewKernel(
     sb->console_ = std::make_shared<fs::tty::HostTerminal>(
         UniqueFd(d), sb->job_control_.get());
   }
+  sb->relay_console_wanted_ = stdio.terminal && stdio.relay_terminal;
   return sb;
 }
 
@@ -638,6 +641,17 @@ void Sandbox::MakeDev() {
   if (console != nullptr) {
     dopts.open_console = [console](std::shared_ptr<fs::File>* out) {
       return console->OpenProgramSide(O_RDWR, nullptr, out);
+    };
+  } else if (relay_console_wanted_) {
+    // The replica of init's relayed pair, once RelayTerminal made it.
+    dopts.open_console = [this](std::shared_ptr<fs::File>* out) -> int64_t {
+      std::shared_ptr<fs::Inode> node;
+      {
+        absl::MutexLock l(&console_mu_);
+        node = relay_console_;
+      }
+      if (node == nullptr) return -ENXIO;
+      return node->Open(O_RDWR, out);
     };
   }
   devfs_ = std::make_unique<fs::DevFs>(std::move(dopts));
@@ -1091,6 +1105,11 @@ absl::StatusOr<std::unique_ptr<fs::tty::PtyRelay>> Sandbox::RelayTerminal(
   r = node->Open(O_RDWR, &replica);
   if (r < 0) return SetupError("terminal: opening the replica", -r);
   for (int fd = 0; fd < 3; fd++) fds.InstallAt(fd, replica, false);
+  {
+    // The first relayed pair is init's: the sandbox's console.
+    absl::MutexLock l(&console_mu_);
+    if (relay_console_ == nullptr) relay_console_ = node;
+  }
   *term = mf->terminal();
   return fs::tty::PtyRelay::Start(std::move(master), std::move(host));
 }

@@ -361,6 +361,12 @@ class Sandbox {
   std::unique_ptr<kernel::Kernel> kernel_;
   std::unique_ptr<fs::tty::JobControl> job_control_;
   std::shared_ptr<fs::tty::HostTerminal> console_;
+  // Init's terminal is a relayed devpts pair (Stdio::relay_terminal):
+  // /dev/console opens its replica (relay_console_, set by RelayTerminal
+  // for init), as docker binds the container's pty there.
+  bool relay_console_wanted_ = false;
+  absl::Mutex console_mu_;
+  std::shared_ptr<fs::Inode> relay_console_ ABSL_GUARDED_BY(console_mu_);
   std::shared_ptr<fs::tty::DevPts> devpts_;
   std::unique_ptr<fs::DevFs> devfs_;
   std::unique_ptr<fs::TmpFs> upper_;

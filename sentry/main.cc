@@ -30,6 +30,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 #include <cstdio>
@@ -433,14 +434,18 @@ Options ParseArgs(int argc, char** argv) {
           "print every syscall to stderr, decoded as strace(1) prints it");
   fs.Positive("memory", &o.limits.memory_bytes,
               "the memory limit in bytes, as the sandbox sees it");
-  fs.Func("cpus", "N", "the CPU limit, as the sandbox sees it",
+  fs.Func("cpus", "N",
+          "the CPU limit (e.g. 0.5), as the sandbox sees it: N rounded up "
+          "CPUs, and CPU time counted by the host's CPU clocks; the quota "
+          "itself is the caller's cgroup's",
           [&o](absl::string_view v) {
-            uint64_t n = 0;
-            if (!absl::SimpleAtoi(v, &n) || n == 0) {
+            double n = 0;
+            if (!absl::SimpleAtod(v, &n) || !(n > 0) || n > 1e6) {
               return absl::InvalidArgumentError(
                   absl::StrCat("--cpus wants a positive number, got: ", v));
             }
-            o.limits.cpu_millis = n * 1000;
+            o.limits.cpu_millis =
+                std::max<uint64_t>(1, static_cast<uint64_t>(n * 1000 + 0.5));
             return absl::OkStatus();
           });
   fs.Positive("pids", &o.limits.pids, "the most tasks at once");

@@ -67,6 +67,20 @@ check "rw bind: unlink on the host" eq "$(ls "$tmp/vol/rm" 2>&1 >/dev/null | wc 
 check "rw bind: truncate on the host" eq "$(cat "$tmp/vol/t")" 12
 check "rw bind: new files are the Sentry's host uid" \
   eq "$(stat -c %u "$tmp/vol/out")" "$(id -u)"
+# chown: the sandbox's owners are its own (as a user namespace maps them);
+# the host file keeps the Sentry's owner. Uid 1000 then writes by owner.
+echo own >"$tmp/vol/owned"
+chmod 644 "$tmp/vol/owned"
+host_owner=$(stat -c %u:%g "$tmp/vol/owned")
+run -v "$tmp/vol:/data" -- /bin/sh -c 'chown 1000:1001 /data/owned &&
+  stat -c %u:%g /data/owned &&
+  setpriv --reuid=1000 --regid=1001 --clear-groups sh -c "echo by-1000 >> /data/owned" &&
+  echo wrote'
+check "rw bind chown: the sandbox sees its owner, uid 1000 writes by it" out_is "1000:1001
+wrote"
+check "rw bind chown: the host file keeps its owner" \
+  eq "$(stat -c %u:%g "$tmp/vol/owned")" "$host_owner"
+check "rw bind chown: the write reached the host" eq "$(tail -n 1 "$tmp/vol/owned")" by-1000
 run -v "$tmp/vol:/data:rw" -- /bin/sh -c 'stat -c %s /data/out; df /data >/dev/null && echo df'
 check "rw bind: stat and statfs" out_is "8
 df"
@@ -76,6 +90,16 @@ check "single-file bind: reads" out_is file
 run -v "$tmp/single:/etc/single-file" -- /bin/sh -c 'echo more >> /etc/single-file'
 check "single-file bind rw: writes reach the host" eq "$(cat "$tmp/single")" "file
 more"
+# A source whose last name is a symlink: followed on the host at create
+# (docker's rule), to a directory and to a file.
+ln -s "$tmp/ro" "$tmp/ro-link"
+ln -s "$tmp/single" "$tmp/single-link"
+run -v "$tmp/ro-link:/data:ro" -- /bin/cat /data/greeting
+check "symlink bind source: the directory it names" out_is hello
+run -v "$tmp/single-link:/etc/single-file" -- /bin/sh -c 'cat /etc/single-file; echo linked >> /etc/single-file'
+check "symlink bind source: the file it names, read" out_is "file
+more"
+check "symlink bind source: the file it names, written" eq "$(tail -n 1 "$tmp/single")" linked
 
 # --- escapes -------------------------------------------------------------------
 # Relative escapes resolve inside the sandbox (to /secret, which the host's
@@ -222,6 +246,12 @@ if [ $# -eq 3 ]; then
   check "sandboxd: its restore ran to the end" eq "$status" 0
   check "sandboxd: the restored program wrote on through the reopened bind mount" \
     eq "$(cat "$tmp/allowed/vol/dlog" 2>&1)" "$(seq 0 39; echo kept)"
+  ln -s "$tmp/allowed/vol" "$tmp/allowed/vol-link"
+  ctl run --rm -v "$tmp/allowed/vol-link:/data:ro" -- /bin/cat /data/f
+  check "sandboxctl run -v with a symlink source: the directory it names" out_is via-daemon
+  ln -s "$tmp/vol" "$tmp/allowed/out-link"
+  ctl run --rm -v "$tmp/allowed/out-link:/data" -- /bin/true
+  check "--allowed-roots: a symlink source leading outside is refused" eq "$status" 125
   ctl run --rm -v "$tmp/vol:/data" -- /bin/true
   check "--allowed-roots: a bind source outside is refused" eq "$status" 125
   check "--allowed-roots: the message names the field" err_has "spec.mounts\[0\].source"

@@ -34,6 +34,7 @@ check "nproc without a limit is the host's" \
 check "nproc with --cpus=1" "$(insandbox --cpus=1 -- /usr/bin/nproc)" 1
 check "/proc/cpuinfo with --cpus=1" \
   "$(insandbox --cpus=1 -- /bin/grep -c ^processor /proc/cpuinfo)" 1
+check "nproc with --cpus=0.2 (a fraction: one CPU)" "$(insandbox --cpus=0.2 -- /usr/bin/nproc)" 1
 check "nproc with more CPUs than the host's" \
   "$(insandbox --cpus=4096 -- /usr/bin/nproc)" "$host_cpus"
 

@@ -6,7 +6,8 @@
 #   - no daemon: one line on stderr saying so and how to start it, exit 125
 #   - run --rm: output, exit status (42; 139 for SIGSEGV), nothing left over
 #   - run --rm of a missing program: 127 and one line on stderr
-#   - run -i (stdin), SANDBOXD_SOCKET, run -t under a real pty
+#   - run -i (stdin), SANDBOXD_SOCKET, run -t under a real pty (with
+#     /dev/console the same terminal)
 #   - create / start / wait / logs / ps (--json) / inspect / exec / kill / rm
 #   - --systrap-patch=on|off: a Sentry started with it (pool miss), patching
 # Exits 77 (CTest: skipped) until the binaries exist.
@@ -266,7 +267,9 @@ pid, fd = pty.fork()
 if pid == 0:
     fcntl.ioctl(0, termios.TIOCSWINSZ, struct.pack("HHHH", 33, 99, 0, 0))
     os.execv(ctl, [ctl, "--socket=" + sock, "run", "--rm", "-t", "--",
-                   "/bin/sh", "-c", "stty size; test -t 0 && echo is-a-tty; exit 6"])
+                   "/bin/sh", "-c", "stty size; test -t 0 && echo is-a-tty; "
+                   "stty -F /dev/console size | sed s/^/console-/; "
+                   "echo via-console >/dev/console; exit 6"])
 out, start = b"", time.time()
 while time.time() - start < 60:
     r, _, _ = select.select([fd], [], [], 0.2)
@@ -287,6 +290,9 @@ PY
   check "run -t: exit status" eq "$status" 6
   check "run -t: the terminal's size" contains "$tmp/out" "33 99"
   check "run -t: stdin is a tty" contains "$tmp/out" "is-a-tty"
+  # docker's /dev/console with -t: the same terminal as stdio.
+  check "run -t: /dev/console is that terminal (its size)" contains "$tmp/out" "console-33 99"
+  check "run -t: a write to /dev/console reaches it" contains "$tmp/out" "via-console"
 fi
 
 ctl ps -aq

@@ -15,6 +15,7 @@ DEBS=(
   runsc util-linux iproute2   # setpriv, ss: the daemon's connection test
   python3-grpcio python3-protobuf   # the Python client (client/python) and its test
   busybox-static make procps sqlite3   # programs the acceptance tests run in the sandbox
+  libpython3.11-testsuite   # CPython's regression tests (test/python_stdlib_test.sh)
   mmdebstrap   # tools/build_rootfs.sh: sandboxd's default rootfs image
   runc containerd podman   # test/oci_*_test.sh: sandboxd-oci against runc, under containerd and podman
 )

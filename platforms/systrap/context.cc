@@ -8,6 +8,7 @@
 #include <unistd.h>
 #include <x86intrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "base/status_macros.h"
@@ -90,6 +91,9 @@ Event SystrapContext::Switch(platform::AddressSpace& as_base, CpuState& cpu) {
 
 Event SystrapContext::SwitchOnce(StubProcess& as, CpuState& cpu) {
   Event ev;
+  const bool measure = platform_->measure_cpu();
+  // The application runs on a stub worker, if at all.
+  if (measure) ev.app_cpu_ns = 0;
   last_patched_ = false;
   if (stub_ != &as) {
     if (absl::Status st = Prepare(as); !st.ok()) {
@@ -129,6 +133,7 @@ Event SystrapContext::SwitchOnce(StubProcess& as, CpuState& cpu) {
   // record there: the patched entry finds the worker through it.
   s->gs_worker = platform_->patching() && cpu.regs.gs_base == 0 ? 1 : 0;
   s->gs_base = cpu.regs.gs_base;
+  s->measure_cpu = measure ? 1 : 0;
   uint32_t fp_size = cpu.fp_size <= sizeof(s->fp) ? cpu.fp_size : 0;
   s->fp_size = fp_size;
   std::memcpy(s->fp, cpu.fp, fp_size);
@@ -172,6 +177,13 @@ Event SystrapContext::SwitchOnce(StubProcess& as, CpuState& cpu) {
     return SwitchOnce(as, cpu);
   }
   RecordHandOvers(*s, give, take, spin);
+  // The worker's measure of the time the context ran; the application
+  // can write it, and it can never exceed the round trip's own length.
+  if (measure) {
+    const uint64_t ran = __atomic_load_n(&s->run_cpu_ns, __ATOMIC_RELAXED);
+    const uint64_t trip = platform_->TscToNs(take - give);
+    ev.app_cpu_ns = static_cast<int64_t>(std::min(ran, trip));
+  }
 
   // Everything read here may have been written by the application.
   GregsToRegs(s->gregs, cpu.regs);

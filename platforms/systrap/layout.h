@@ -162,6 +162,8 @@ struct alignas(64) ThreadSlot {
   // How long the worker that hands this context back spins (TSC) on the
   // ring before it sleeps; 0: it sleeps at once (the fast path decides).
   uint64_t stub_spin_cycles;
+  // 1: the worker measures the CPU time the context runs (run_cpu_ns).
+  uint32_t measure_cpu;
 
   // Written by the stub before owner=kOwnerSentry.
   alignas(64) uint32_t trap;     // TrapKind
@@ -182,6 +184,13 @@ struct alignas(64) ThreadSlot {
   uint64_t wake_tsc;
   int32_t stub_cpu;     // the host CPU the context trapped on
   uint32_t stub_spun;   // 1: it spun while waiting (0: slept at once)
+  // With measure_cpu: the CPU time (CLOCK_THREAD_CPUTIME_ID of the worker,
+  // ns) the context used since the worker took it: run_start_cpu_ns when
+  // it is taken, run_cpu_ns before owner=kOwnerSentry (0 when it did not
+  // run). What the application's clocks count (sentry/kernel/cputime.h);
+  // untrusted.
+  uint64_t run_start_cpu_ns;
+  uint64_t run_cpu_ns;
 
   // Both directions: registers in mcontext gregs order, and the xsave image.
   alignas(64) uint64_t gregs[kNumGregs];
@@ -321,6 +330,7 @@ static_assert(offsetof(ThreadSlot, owner) == 0);
 static_assert(offsetof(ThreadSlot, generation) == 64);
 static_assert(offsetof(ThreadSlot, trap) == 128);
 static_assert(offsetof(ThreadSlot, submit_tsc) == 192);
+static_assert(offsetof(ThreadSlot, run_cpu_ns) < 256);
 static_assert(offsetof(ThreadSlot, gregs) == 256);
 static_assert(offsetof(ThreadSlot, fp) % 64 == 0);
 static_assert(sizeof(ThreadSlot) % 64 == 0);

@@ -9,6 +9,7 @@
 #include <signal.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
+#include <time.h>
 #include <sys/syscall.h>
 
 #include <cstdint>
@@ -192,6 +193,8 @@ std::vector<sock_filter> Build() {
   // The stub waits and wakes on shared words: FUTEX_WAIT and FUTEX_WAKE
   // (not private: the Sentry maps them too), nothing else.
   AllowOnlyArgIn(b, SYS_futex, 1, {FUTEX_WAIT, FUTEX_WAKE});
+  // The worker's own CPU time, for the application's CPU clocks.
+  AllowOnlyArgIn(b, SYS_clock_gettime, 0, {CLOCK_THREAD_CPUTIME_ID});
   // FS and GS base without FSGSBASE.
   AllowOnlyArgIn(b, SYS_arch_prctl, 0,
                  {ARCH_SET_GS, ARCH_SET_FS, ARCH_GET_FS, ARCH_GET_GS});

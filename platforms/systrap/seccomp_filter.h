@@ -4,7 +4,8 @@
 // SECCOMP_RET_TRAP, delivered as SIGSYS to the stub's handler, which hands
 // it to the Sentry. A syscall made from the stub's code is allowed only if
 // it is one the stub needs (futex, mmap, munmap, clone of a thread,
-// sigaltstack, arch_prctl, rt_sigreturn, exit, exit_group, sched_yield;
+// sigaltstack, arch_prctl, rt_sigreturn, exit, exit_group, sched_yield,
+// clock_gettime of CLOCK_THREAD_CPUTIME_ID;
 // and for the template and a new stub: clone with exactly the new-stub
 // flags, prctl(PR_SET_PDEATHSIG, SIGKILL), close(kStubPoolFd), getppid);
 // anything else kills the stub process. The application can jump into stub

@@ -365,6 +365,8 @@ class Systrap : public platform::Platform {
   // before the first address space is made.
   bool set_patching(bool on, std::string* why);
   bool patching() const { return patching_; }
+  void MeasureAppCpu(bool on) override { measure_cpu_ = on; }
+  bool measure_cpu() const { return measure_cpu_; }
   // The template's host pid (tests kill it to see the error).
   pid_t template_pid() const { return template_->pid(); }
   // Shared areas made so far (the template's included); a stub's area is
@@ -423,6 +425,7 @@ class Systrap : public platform::Platform {
   uint64_t spin_cycles_ = 0;
   bool has_fsgsbase_ = false;
   bool patching_ = false;
+  bool measure_cpu_ = false;  // Event::app_cpu_ns (Platform::MeasureAppCpu)
 };
 
 }  // namespace sandboxd::systrap

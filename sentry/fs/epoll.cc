@@ -8,6 +8,7 @@
 
 #include "absl/time/clock.h"
 #include "sentry/fs/anon.h"
+#include "sentry/waiter/host_poller.h"
 
 namespace sandboxd::fs {
 namespace {
@@ -232,6 +233,9 @@ int EpollFile::HarvestLocked(struct epoll_event* out, int max,
 
 int64_t EpollFile::Wait(struct epoll_event* out, int max, absl::Time deadline,
                         const IoContext& io) {
+  // Host fds' changes that already happened are this wait's, not a later
+  // edge (waiter::HostPoller::Flush).
+  if (waiter::HostPoller* p = waiter::HostPoller::IfStarted()) p->Flush();
   for (bool last = false;; ) {
     std::vector<std::shared_ptr<File>> keep;
     int n;

@@ -87,6 +87,7 @@ class HostInode : public Inode {
     out->nlink = static_cast<uint32_t>(st.st_nlink);
     out->uid = st.st_uid;
     out->gid = st.st_gid;
+    if (writable_) fs_root_->OwnerOf(st, &out->uid, &out->gid);
     out->rdev = st.st_rdev;
     out->size = static_cast<uint64_t>(st.st_size);
     out->blocks = static_cast<uint64_t>(st.st_blocks);
@@ -100,12 +101,14 @@ class HostInode : public Inode {
   int SetAttr(const SetAttrRequest& req) override {
     if (!writable_) return -EROFS;
     if (req.set_uid || req.set_gid) {
-      // AT_EMPTY_PATH: the O_PATH fd itself, never a name.
-      if (fchownat(fd_.get(), "", req.set_uid ? req.uid : static_cast<uid_t>(-1),
-                   req.set_gid ? req.gid : static_cast<gid_t>(-1),
-                   AT_EMPTY_PATH | AT_SYMLINK_NOFOLLOW) < 0) {
-        return -errno;
-      }
+      // The sandbox's owners are its own, as a user namespace maps them:
+      // the Sentry is one host uid, so the host file keeps its owner and
+      // the sandbox's chown is recorded here (README.md, "Owners in a
+      // writable bind mount"); the syscall layer checked the rules.
+      struct stat st;
+      if (int r = StatFd(fd_.get(), &st); r < 0) return r;
+      fs_root_->SetOwner(st, req.set_uid ? req.uid : static_cast<uid_t>(-1),
+                         req.set_gid ? req.gid : static_cast<gid_t>(-1));
     }
     if (!req.set_mode && !req.set_size && !req.set_atime && !req.set_mtime) {
       return 0;
@@ -373,13 +376,40 @@ class HostInode : public Inode {
     }
     return 0;
   }
+  // The root's record of owners the sandbox gave files by chown, by host
+  // identity (device, inode); kept while the host file has a link.
+  void OwnerOf(const struct stat& st, uint32_t* uid, uint32_t* gid) const {
+    absl::MutexLock l(&owners_mu_);
+    auto it = owners_.find({st.st_dev, st.st_ino});
+    if (it == owners_.end()) return;
+    *uid = it->second.first;
+    *gid = it->second.second;
+  }
+  void SetOwner(const struct stat& st, uid_t uid, gid_t gid) const {
+    absl::MutexLock l(&owners_mu_);
+    auto [it, fresh] =
+        owners_.try_emplace({st.st_dev, st.st_ino}, st.st_uid, st.st_gid);
+    if (uid != static_cast<uid_t>(-1)) it->second.first = uid;
+    if (gid != static_cast<gid_t>(-1)) it->second.second = gid;
+  }
+  // A host file's last link is gone: its inode number may be reused.
+  void ForgetOwner(const struct stat& st) const {
+    if (st.st_nlink > 1 && !S_ISDIR(st.st_mode)) return;
+    absl::MutexLock l(&owners_mu_);
+    owners_.erase({st.st_dev, st.st_ino});
+  }
+
   int Unlink(const std::string& name, bool dir) override {
     if (type_ != S_IFDIR) return -ENOTDIR;
     if (!writable_) return -EROFS;
     if (int r = CheckName(name); r < 0) return r;
+    struct stat gone;
+    const bool known =
+        fstatat(fd_.get(), name.c_str(), &gone, AT_SYMLINK_NOFOLLOW) == 0;
     if (unlinkat(fd_.get(), name.c_str(), dir ? AT_REMOVEDIR : 0) < 0) {
       return -errno;
     }
+    if (known) fs_root_->ForgetOwner(gone);
     absl::MutexLock lock(&mu_);
     children_.erase(name);
     return 0;
@@ -711,6 +741,10 @@ class HostInode : public Inode {
   // The root's: which mount this filesystem is (a bind mount's target),
   // what a checkpoint records a file of it by. "" for the rootfs.
   std::string label_;
+  // The root's: owners the sandbox gave files by chown (OwnerOf).
+  mutable absl::Mutex owners_mu_;
+  mutable absl::flat_hash_map<std::pair<dev_t, ino_t>, std::pair<uid_t, gid_t>>
+      owners_ ABSL_GUARDED_BY(owners_mu_);
 
   absl::Mutex mu_;
   // Children by name. weak_ptr: the cache gives the same Inode for the same

@@ -39,8 +39,22 @@ int64_t MonotonicNowNs() {
   return static_cast<int64_t>(ts.tv_sec) * kNsPerSec + ts.tv_nsec;
 }
 
-void TaskCpuTime::Set(State next, int64_t now) {
-  const int64_t elapsed = now - since_;
+int64_t ThreadCpuNowNs() {
+  struct timespec ts;
+  if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return -1;
+  return static_cast<int64_t>(ts.tv_sec) * kNsPerSec + ts.tv_nsec;
+}
+
+void TaskCpuTime::Set(State next, int64_t now, int64_t cpu, int64_t app_cpu) {
+  int64_t elapsed = now - since_;
+  // What the host's CPU clock of the thread that ran the stretch counted.
+  int64_t ran = -1;
+  if (state_copy_ == kApp && app_cpu >= 0) {
+    ran = app_cpu;
+  } else if (cpu >= 0 && cpu_since_ >= 0) {
+    ran = cpu - cpu_since_;
+  }
+  if (ran >= 0 && ran < elapsed) elapsed = ran;
   // Single writer: plain read-modify-write under an odd sequence count.
   uint32_t s = seq_.load(std::memory_order_relaxed);
   seq_.store(s + 1, std::memory_order_relaxed);
@@ -56,7 +70,16 @@ void TaskCpuTime::Set(State next, int64_t now) {
   since_atomic_.store(now, std::memory_order_relaxed);
   state_copy_ = next;
   since_ = now;
+  cpu_since_ = cpu;
   seq_.store(s + 2, std::memory_order_release);
+}
+
+int64_t TaskCpuTime::Floor(std::atomic<int64_t>* floor, int64_t v) {
+  int64_t cur = floor->load(std::memory_order_relaxed);
+  while (cur < v &&
+         !floor->compare_exchange_weak(cur, v, std::memory_order_relaxed)) {
+  }
+  return std::max(cur, v);
 }
 
 Usage TaskCpuTime::Read(int64_t now) const {
@@ -75,8 +98,8 @@ Usage TaskCpuTime::Read(int64_t now) const {
     int64_t running = std::max<int64_t>(0, now - since);
     if (state == kApp) user += running;
     if (state == kSentry) sys += running;
-    u.user_ns = user;
-    u.sys_ns = sys;
+    u.user_ns = Floor(&user_floor_, user);
+    u.sys_ns = Floor(&sys_floor_, sys);
     break;
   }
   u.minflt = minflt_.load(std::memory_order_relaxed);

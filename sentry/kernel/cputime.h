@@ -1,11 +1,16 @@
 // CPU time and resource usage of tasks and processes.
 //
-// A task's time is measured by the clock, as gVisor does: from the entry of
+// A task's time is split as gVisor splits it: from the entry of
 // Context::Switch to its return the application ran (user time); the rest of
 // the task's loop is the Sentry working for it (system time), except the
-// time it spends blocked in Task::Block, which is nobody's CPU time. The
-// clock is CLOCK_MONOTONIC, read through the vDSO: a few tens of
-// nanoseconds per syscall.
+// time it spends blocked in Task::Block, which is nobody's CPU time. Each
+// stretch counts what the host's CPU clock of the thread that ran it says
+// (CLOCK_THREAD_CPUTIME_ID: the task's own thread for the Sentry's part
+// and on kvm, the stub worker's for systrap, Event::app_cpu_ns), never more
+// than CLOCK_MONOTONIC's length of the stretch: so time the host did not
+// run it (throttled by a cgroup's CPU quota, or another thread had the CPU)
+// counts for nothing, as on Linux. Without a CPU clock reading (-1) a
+// stretch counts its length.
 #ifndef SANDBOXD_SENTRY_KERNEL_CPUTIME_H_
 #define SANDBOXD_SENTRY_KERNEL_CPUTIME_H_
 
@@ -43,22 +48,29 @@ struct Usage {
 
 // Nanoseconds of CLOCK_MONOTONIC.
 int64_t MonotonicNowNs();
+// Nanoseconds of the calling thread's CPU clock (CLOCK_THREAD_CPUTIME_ID).
+int64_t ThreadCpuNowNs();
 
 // One task's CPU time. The state changes are made by the task's own
 // thread only (single writer); Read may be called from any thread and sees
 // a consistent snapshot, including the time of the current stretch.
 class TaskCpuTime {
  public:
+  // `now` is CLOCK_MONOTONIC; `cpu` the calling thread's CPU clock
+  // (ThreadCpuNowNs), -1: not read.
   // The task's thread starts, in the Sentry.
-  void Start(int64_t now) { Set(kSentry, now); }
-  // Around Context::Switch.
-  void EnterApp(int64_t now) { Set(kApp, now); }
-  void LeaveApp(int64_t now) { Set(kSentry, now); }
+  void Start(int64_t now, int64_t cpu = -1) { Set(kSentry, now, cpu); }
+  // Around Context::Switch. `app_cpu`: Event::app_cpu_ns (-1: the
+  // application ran on this thread, whose clock `cpu` measured it).
+  void EnterApp(int64_t now, int64_t cpu = -1) { Set(kApp, now, cpu); }
+  void LeaveApp(int64_t now, int64_t cpu = -1, int64_t app_cpu = -1) {
+    Set(kSentry, now, cpu, app_cpu);
+  }
   // Around a blocking wait of the task.
-  void StartBlocking(int64_t now) { Set(kIdle, now); }
-  void StopBlocking(int64_t now) { Set(kSentry, now); }
+  void StartBlocking(int64_t now, int64_t cpu = -1) { Set(kIdle, now, cpu); }
+  void StopBlocking(int64_t now, int64_t cpu = -1) { Set(kSentry, now, cpu); }
   // The task's thread leaves its loop.
-  void Stop(int64_t now) { Set(kIdle, now); }
+  void Stop(int64_t now, int64_t cpu = -1) { Set(kIdle, now, cpu); }
 
   void CountMinorFault() { minflt_.fetch_add(1, std::memory_order_relaxed); }
   void CountVoluntarySwitch() {
@@ -73,7 +85,11 @@ class TaskCpuTime {
   // Ends the current stretch (adding it to user or system time, as the
   // state was) and starts `next` at `now`, under the sequence count
   // readers check.
-  void Set(State next, int64_t now);
+  void Set(State next, int64_t now, int64_t cpu, int64_t app_cpu = -1);
+  // Raises *floor to v and returns the larger: a clock read from another
+  // thread counts the current stretch by its length, which its end may
+  // then count for less; later reads never go back.
+  static int64_t Floor(std::atomic<int64_t>* floor, int64_t v);
 
   std::atomic<uint32_t> seq_{0};
   std::atomic<int> state_{kIdle};
@@ -83,6 +99,9 @@ class TaskCpuTime {
   // The writer's copies of state_ and since_atomic_.
   State state_copy_ = kIdle;
   int64_t since_ = 0;
+  int64_t cpu_since_ = -1;  // the thread's CPU clock at since_ (-1: unread)
+  mutable std::atomic<int64_t> user_floor_{0};
+  mutable std::atomic<int64_t> sys_floor_{0};
   std::atomic<uint64_t> minflt_{0};
   std::atomic<uint64_t> nvcsw_{0};
   friend struct state::KernelState;

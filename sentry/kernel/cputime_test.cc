@@ -39,6 +39,37 @@ TEST(TaskCpuTimeTest, ReadCountsTheCurrentStretch) {
   EXPECT_EQ(c.Read(500).total_ns(), 100);
 }
 
+// Under a CPU quota (KernelOptions::thread_cpu_clocks) a stretch counts
+// what the CPU clock of the thread that ran it says, at most its length.
+TEST(TaskCpuTimeTest, CpuClocksCountOnlyTheTimeRun) {
+  TaskCpuTime c;
+  c.Start(1000, 50);
+  c.EnterApp(1100, 80);          // 100 long, the thread ran 30
+  c.LeaveApp(2100, 90, 200);     // 1000 long, the stub worker ran 200
+  c.EnterApp(2200, 110);         // 100 long, ran 20
+  c.LeaveApp(2300, 500, -1);     // kvm: this thread ran 390, more than 100
+  c.StartBlocking(2400, 600);    // 100 long, ran 100
+  c.StopBlocking(9000, 601);     // asleep
+  c.Stop(9100, 602);             // 100 long, ran 1
+  Usage u = c.Read(20000);
+  EXPECT_EQ(u.user_ns, 200 + 100);
+  EXPECT_EQ(u.sys_ns, 30 + 20 + 100 + 1);
+}
+
+// A read from another thread counts the current stretch by its length;
+// when the stretch then counts for less, later reads do not go back.
+TEST(TaskCpuTimeTest, ReadsNeverGoBack) {
+  TaskCpuTime c;
+  c.Start(0, 0);
+  c.EnterApp(0, 0);
+  EXPECT_EQ(c.Read(1000).user_ns, 1000);
+  c.LeaveApp(1000, 0, 200);  // throttled: it ran 200 of the 1000
+  EXPECT_EQ(c.Read(1000).user_ns, 1000);
+  c.EnterApp(1000, 0);
+  c.LeaveApp(3000, 0, 1500);
+  EXPECT_EQ(c.Read(3000).user_ns, 1700);
+}
+
 TEST(TaskCpuTimeTest, NothingCountsBeforeStart) {
   TaskCpuTime c;
   c.StartBlocking(5000);  // a task blocked before its loop ran

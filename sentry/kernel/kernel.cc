@@ -35,7 +35,9 @@ Kernel::Kernel(std::unique_ptr<mm::MemoryFile> mf,
           mf_.get(), MemfdOptions())),
       platform_(std::move(platform)),
       syscalls_(syscalls),
-      opts_(std::move(opts)) {}
+      opts_(std::move(opts)) {
+  if (opts_.thread_cpu_clocks) platform_->MeasureAppCpu(true);
+}
 
 Kernel::~Kernel() {
   std::vector<std::shared_ptr<Task>> done;

@@ -61,6 +61,11 @@ struct KernelOptions {
   // The memory the sandbox sees (its limit, or the host's): what a tmpfs
   // mounted without size= takes half of. 0: such a tmpfs is unlimited.
   uint64_t total_ram = 0;
+  // Count CPU time by the host's CPU clocks of the threads that ran it
+  // (cputime.h), so that time throttled by a CPU quota or lost to other
+  // host threads is not counted; costs a few clock reads per trap. Off:
+  // by the length of each stretch, as gVisor counts.
+  bool thread_cpu_clocks = false;
 };
 
 class Kernel {

@@ -61,7 +61,7 @@ void Task::VforkDone() {
 
 void Task::WaitVforkDone(Task& parent) {
   // `parent` is the calling task; it sleeps here, using no CPU.
-  parent.cputime().StartBlocking(MonotonicNowNs());
+  parent.cputime().StartBlocking(MonotonicNowNs(), parent.CpuNow());
   parent.vfork_waiting_for_ = this;
   {
     absl::MutexLock l(&vfork_mu_);
@@ -83,7 +83,7 @@ void Task::WaitVforkDone(Task& parent) {
     }
   }
   parent.vfork_waiting_for_ = nullptr;
-  parent.cputime().StopBlocking(MonotonicNowNs());
+  parent.cputime().StopBlocking(MonotonicNowNs(), parent.CpuNow());
 }
 
 // ---------------------------------------------------------------------------

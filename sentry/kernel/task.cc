@@ -131,15 +131,15 @@ Task::WakeReason Task::WaitUntilReady(absl::Time deadline, bool* park) {
   };
   if (!ready()) {
     // Time asleep is nobody's CPU time.
-    cputime_.StartBlocking(MonotonicNowNs());
+    cputime_.StartBlocking(MonotonicNowNs(), CpuNow());
     cputime_.CountVoluntarySwitch();
     while (!ready()) {
       if (cv_.WaitWithDeadline(&mu_, deadline) && !ready()) {
-        cputime_.StopBlocking(MonotonicNowNs());
+        cputime_.StopBlocking(MonotonicNowNs(), CpuNow());
         return WakeReason::kTimeout;
       }
     }
-    cputime_.StopBlocking(MonotonicNowNs());
+    cputime_.StopBlocking(MonotonicNowNs(), CpuNow());
   }
   if (wake_pending_) {
     wake_pending_ = false;
@@ -257,13 +257,17 @@ bool Task::SendSignalInfo(const siginfo_t& info, bool group_directed,
   return true;
 }
 
+int64_t Task::CpuNow() const {
+  return kernel_->options().thread_cpu_clocks ? ThreadCpuNowNs() : -1;
+}
+
 void Task::Run() {
   current_task = this;
   {
     absl::MutexLock l(&creds_mu_);
     fs::SetCurrentCredentials(creds_.get());
   }
-  cputime_.Start(MonotonicNowNs());
+  cputime_.Start(MonotonicNowNs(), CpuNow());
   if (restored_vfork_child_ != nullptr) {
     // Saved inside its vfork: the call returned (rax is the child's tid)
     // once the child execs or exits, as it does here.
@@ -281,10 +285,11 @@ void Task::Run() {
       kernel_->ParkForWorldStop(*this);
       continue;
     }
-    // From Switch's entry to its return the application ran: user time.
-    cputime_.EnterApp(MonotonicNowNs());
+    // From Switch's entry to its return the application ran: user time,
+    // as the CPU clock of the thread that ran it counts (cputime.h).
+    cputime_.EnterApp(MonotonicNowNs(), CpuNow());
     Event ev = ctx_->Switch(mm().address_space(), cpu_);
-    cputime_.LeaveApp(MonotonicNowNs());
+    cputime_.LeaveApp(MonotonicNowNs(), CpuNow(), ev.app_cpu_ns);
     switch (ev.kind) {
       case Event::Kind::kSyscall:
         HandleSyscall();
@@ -326,7 +331,7 @@ void Task::Run() {
         break;
     }
   }
-  cputime_.Stop(MonotonicNowNs());
+  cputime_.Stop(MonotonicNowNs(), CpuNow());
   Cleanup();
   kernel_->TaskExited(this);
 }

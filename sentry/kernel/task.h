@@ -122,15 +122,25 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
   // Scheduling as the task sees it (no effect on the host): the nice value
   // (-20..19), the I/O priority (ioprio_set's encoding), the policy
   // (SCHED_*, with SCHED_RESET_ON_FORK kept apart) and its priority, and
-  // SCHED_DEADLINE's parameters. Read and written under Kernel::mu_ (the
-  // calls that name other tasks walk the task table).
+  // SCHED_DEADLINE's parameters, and the CPU affinity mask
+  // sched_setaffinity set (a cpu_set_t's bits; all set: every CPU the
+  // sandbox sees). Read and written under Kernel::mu_ (the calls that name
+  // other tasks walk the task table).
   struct SchedState {
+    static constexpr int kAffinityWords = 16;  // sizeof(cpu_set_t) / 8
     int nice = 0;
     int ioprio = 0;
     int policy = 0;  // SCHED_OTHER
     int rt_priority = 0;
     bool reset_on_fork = false;
     uint64_t dl_runtime = 0, dl_deadline = 0, dl_period = 0;
+    std::array<uint64_t, kAffinityWords> affinity = AllCpus();
+
+    static constexpr std::array<uint64_t, kAffinityWords> AllCpus() {
+      std::array<uint64_t, kAffinityWords> a{};
+      for (auto& w : a) w = ~uint64_t{0};
+      return a;
+    }
 
     // What a new thread or process inherits (clone, fork): the same, but
     // with SCHED_RESET_ON_FORK SCHED_OTHER and a nice value of at least 0.
@@ -193,11 +203,11 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
   // Called by the task's own thread only.
   void HostWaitBegin() override {
     sleeping_.store(true, std::memory_order_relaxed);
-    cputime_.StartBlocking(MonotonicNowNs());
+    cputime_.StartBlocking(MonotonicNowNs(), CpuNow());
     cputime_.CountVoluntarySwitch();
   }
   void HostWaitEnd() override {
-    cputime_.StopBlocking(MonotonicNowNs());
+    cputime_.StopBlocking(MonotonicNowNs(), CpuNow());
     sleeping_.store(false, std::memory_order_relaxed);
   }
   // waiter::Blocker: the call in progress cannot be executed again.
@@ -285,6 +295,9 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
 
   // CPU time of this thread (cputime.h).
   TaskCpuTime& cputime() { return cputime_; }
+  // The calling thread's CPU clock for cputime_ when the kernel counts by
+  // CPU clocks (KernelOptions::thread_cpu_clocks), else -1.
+  int64_t CpuNow() const;
 
   // vfork: the parent sleeps until the child execs or exits.
   // Called by the child (this task) when it execs or exits.

@@ -152,6 +152,18 @@ TaskStat MakeTaskStat(Kernel& k, ThreadGroup& g, const ProcInfo& p, pid_t tid) {
     }
   }
   s.start_ticks = Ticks(start - k.boot_ns());
+  // utime and stime: the thread's, or the whole process's (its live and
+  // exited threads), as getrusage and the CPU clocks count them.
+  kernel::Usage usage;
+  if (tid != 0) {
+    if (std::shared_ptr<kernel::Task> t = k.FindTask(tid)) {
+      usage = t->cputime().Read(kernel::MonotonicNowNs());
+    }
+  } else {
+    usage = g.SelfUsage();
+  }
+  s.utime_ticks = static_cast<uint64_t>(Ticks(usage.user_ns));
+  s.stime_ticks = static_cast<uint64_t>(Ticks(usage.sys_ns));
   for (int sig = 1; sig <= 64; sig++) {
     kernel::SigAction a = g.GetAction(sig);
     if (a.handler == kernel::kSigIgn) s.sig_ignored |= 1ull << (sig - 1);

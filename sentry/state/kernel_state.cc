@@ -117,7 +117,7 @@ std::shared_ptr<const fs::Credentials> OldImageCredentials(
 }
 
 void SaveSched(const kernel::Task::SchedState& s, pb::Sched* r) {
-  SBX_SAVED_SIZE(kernel::Task::SchedState, 48);
+  SBX_SAVED_SIZE(kernel::Task::SchedState, 176);
   r->set_nice(s.nice);
   r->set_ioprio(s.ioprio);
   r->set_policy(s.policy);
@@ -126,6 +126,10 @@ void SaveSched(const kernel::Task::SchedState& s, pb::Sched* r) {
   r->set_dl_runtime(s.dl_runtime);
   r->set_dl_deadline(s.dl_deadline);
   r->set_dl_period(s.dl_period);
+  // Every CPU (the default) is saved as no words.
+  if (s.affinity != kernel::Task::SchedState::AllCpus()) {
+    for (uint64_t w : s.affinity) r->add_affinity(w);
+  }
 }
 
 kernel::Task::SchedState LoadSched(const pb::Sched& r) {
@@ -138,6 +142,9 @@ kernel::Task::SchedState LoadSched(const pb::Sched& r) {
   s.dl_runtime = r.dl_runtime();
   s.dl_deadline = r.dl_deadline();
   s.dl_period = r.dl_period();
+  if (r.affinity_size() == kernel::Task::SchedState::kAffinityWords) {
+    for (int i = 0; i < r.affinity_size(); i++) s.affinity[i] = r.affinity(i);
+  }
   return s;
 }
 
@@ -349,10 +356,10 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
   // syscall_cpu_clock_ and syscall_cpu_target_, are saved as the time
   // left (syscall_timeout_left_ns), resume_moved_ as
   // syscall_resume_moved, and both rips are the loaded rip.
-  SBX_SAVED_SIZE(kernel::Task, 14784);
+  SBX_SAVED_SIZE(kernel::Task, 14912);
   SBX_SAVED_SIZE(kernel::Task::PendingInfo, 152);
   SBX_SAVED_SIZE(kernel::RestartBlock, 24);
-  SBX_SAVED_SIZE(kernel::TaskCpuTime, 64);
+  SBX_SAVED_SIZE(kernel::TaskCpuTime, 88);
   SBX_SAVED_SIZE(platform::Regs, 216);
   SBX_SAVED_SIZE(platform::CpuState, 4352);
   return s.Save<Task, pb::Task>(
@@ -505,7 +512,7 @@ absl::Status KernelState::SaveKernel(Saver& s, Kernel& k, const fs::Vfs& vfs,
   // world_stop_ is not state: a save runs inside a stop, a load starts
   // without one. Nor is the OOM killer's last victim and its counts (a
   // restored sandbox starts with none killed).
-  SBX_SAVED_SIZE(kernel::Kernel, 544);
+  SBX_SAVED_SIZE(kernel::Kernel, 552);
   std::vector<std::shared_ptr<ThreadGroup>> groups;
   std::vector<std::shared_ptr<Task>> tasks;
   pid_t next_tid;
@@ -786,7 +793,8 @@ absl::StatusOr<std::shared_ptr<Task>> KernelState::LoadTask(Loader& l,
         t->exit_code_ = r.exit_code();
         t->vforked_ = r.vfork_child();
         // CPU time goes on from the saved totals (the task is idle until
-        // it starts).
+        // it starts). cpu_since_ is the old host thread's clock and the
+        // floors the old readers': a loaded task starts without them.
         kernel::TaskCpuTime& cpu = t->cputime_;
         cpu.user_ns_.store(r.cpu().user_ns());
         cpu.sys_ns_.store(r.cpu().sys_ns());

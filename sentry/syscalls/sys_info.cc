@@ -12,7 +12,9 @@
 #include <time.h>
 
 #include <algorithm>
+#include <array>
 #include <cstring>
+#include <memory>
 
 #include "sentry/syscalls/args.h"
 #include "sentry/syscalls/syscalls.h"
@@ -124,6 +126,26 @@ int VisibleCpus(kernel::Kernel& k, cpu_set_t* set) {
   return 0;
 }
 
+// The task sched_getaffinity/sched_setaffinity name (0: the caller).
+std::shared_ptr<kernel::Task> AffinityTarget(Task& t, uint64_t arg) {
+  const pid_t pid = static_cast<pid_t>(arg);
+  if (pid == 0) return t.shared_from_this();
+  if (pid < 0) return nullptr;
+  return t.kernel().FindTask(pid);
+}
+
+// The task's mask (sched_setaffinity's) within the CPUs the sandbox sees.
+int TaskCpus(Task& t, kernel::Task& p, cpu_set_t* set) {
+  if (int r = VisibleCpus(t.kernel(), set); r < 0) return r;
+  std::array<uint64_t, kernel::Task::SchedState::kAffinityWords> mask;
+  t.kernel().WithTasklistLock([&] { mask = p.sched.affinity; });
+  static_assert(sizeof(mask) == sizeof(cpu_set_t));
+  cpu_set_t m;
+  std::memcpy(&m, mask.data(), sizeof(m));
+  CPU_AND(set, set, &m);
+  return 0;
+}
+
 int64_t SysSchedGetaffinity(Task& t, const SyscallArgs& a) {
   cpu_set_t set;
   if (int r = VisibleCpus(t.kernel(), &set); r < 0) return r;
@@ -134,20 +156,31 @@ int64_t SysSchedGetaffinity(Task& t, const SyscallArgs& a) {
   }
   uint64_t size = ((ncpu + 63) / 64) * 8;
   if (a.a[1] < size || (a.a[1] & 7) != 0) return -EINVAL;
+  std::shared_ptr<kernel::Task> p = AffinityTarget(t, a.a[0]);
+  if (p == nullptr) return -ESRCH;
+  if (int r = TaskCpus(t, *p, &set); r < 0) return r;
   RETURN_IF_ERRNO(CopyOutBytes(t, a.a[2], &set, size));
   return size;
 }
 
+// Linux keeps the mask and reports it back (sched_getaffinity, the
+// Cpus_allowed lines of /proc/PID/status); placement of the Sentry's
+// threads on the host stays the host's business. A mask without any CPU
+// the sandbox sees is EINVAL.
 int64_t SysSchedSetaffinity(Task& t, const SyscallArgs& a) {
-  // Placement of the sandbox's threads is the host's business; accept a
-  // mask that names at least one available CPU.
   cpu_set_t want, have;
   CPU_ZERO(&want);
   uint64_t n = std::min<uint64_t>(a.a[1], sizeof(want));
   RETURN_IF_ERRNO(CopyInBytes(t, a.a[2], &want, n));
+  std::shared_ptr<kernel::Task> p = AffinityTarget(t, a.a[0]);
+  if (p == nullptr) return -ESRCH;
   VisibleCpus(t.kernel(), &have);
   CPU_AND(&want, &want, &have);
-  return CPU_COUNT(&want) > 0 ? 0 : -EINVAL;
+  if (CPU_COUNT(&want) == 0) return -EINVAL;
+  std::array<uint64_t, kernel::Task::SchedState::kAffinityWords> mask;
+  std::memcpy(mask.data(), &want, sizeof(want));
+  t.kernel().WithTasklistLock([&] { p->sched.affinity = mask; });
+  return 0;
 }
 
 int64_t SysGetcpu(Task& t, const SyscallArgs& a) {

@@ -326,6 +326,20 @@ int64_t SysSchedGetparam(Task& t, const SyscallArgs& a) {
   return CopyOutObj(t, a.a[1], param);
 }
 
+// sched_rr_get_interval: SCHED_RR's time slice (Linux's default
+// sched_rr_timeslice_ms, 100 ms); 0 for the other policies, as Linux 6.6+
+// (EEVDF) answers for SCHED_OTHER and always for SCHED_FIFO.
+int64_t SysSchedRrGetInterval(Task& t, const SyscallArgs& a) {
+  if (static_cast<int32_t>(a.a[0]) < 0) return -EINVAL;
+  TaskPtr p;
+  RETURN_IF_ERRNO(SchedTarget(t, static_cast<int32_t>(a.a[0]), &p));
+  int policy = 0;
+  t.kernel().WithTasklistLock([&] { policy = p->sched.policy; });
+  struct timespec ts {};
+  if (policy == kSchedRr) ts.tv_nsec = 100 * 1000 * 1000;
+  return CopyOutObj(t, a.a[1], ts);
+}
+
 int64_t SysSchedGetPriorityMax(Task&, const SyscallArgs& a) {
   const int policy = static_cast<int>(a.a[0]);
   if (RtPolicy(policy)) return 99;
@@ -451,6 +465,7 @@ void RegisterSched(Entry* table) {
   table[SYS_sched_getscheduler] = {SysSchedGetscheduler, "sched_getscheduler"};
   table[SYS_sched_setparam] = {SysSchedSetparam, "sched_setparam"};
   table[SYS_sched_getparam] = {SysSchedGetparam, "sched_getparam"};
+  table[SYS_sched_rr_get_interval] = {SysSchedRrGetInterval, "sched_rr_get_interval"};
   table[SYS_sched_get_priority_max] = {SysSchedGetPriorityMax, "sched_get_priority_max"};
   table[SYS_sched_get_priority_min] = {SysSchedGetPriorityMin, "sched_get_priority_min"};
   table[SYS_sched_setattr] = {SysSchedSetattr, "sched_setattr"};

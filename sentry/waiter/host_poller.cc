@@ -6,6 +6,7 @@
 #include <sys/eventfd.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cstdio>
 #include <cstring>
 
@@ -46,6 +47,14 @@ absl::StatusOr<std::unique_ptr<HostPoller>> HostPoller::Create() {
   return p;
 }
 
+namespace {
+std::atomic<HostPoller*> started{nullptr};
+}  // namespace
+
+HostPoller* HostPoller::IfStarted() {
+  return started.load(std::memory_order_acquire);
+}
+
 HostPoller* HostPoller::Get() {
   static HostPoller* p = [] {
     auto r = Create();
@@ -53,7 +62,9 @@ HostPoller* HostPoller::Get() {
       fprintf(stderr, "sentry: %s\n", r.status().ToString().c_str());
       return static_cast<HostPoller*>(nullptr);
     }
-    return r->release();  // never destroyed: serves the whole Sentry
+    HostPoller* made = r->release();  // never destroyed: serves the whole Sentry
+    started.store(made, std::memory_order_release);
+    return made;
   }();
   return p;
 }
@@ -86,16 +97,40 @@ void HostPoller::Remove(int fd, uint64_t handle) {
   watched_.erase(handle);
 }
 
+void HostPoller::Flush() {
+  struct epoll_event evs[64];
+  absl::MutexLock l(&mu_);
+  for (int round = 0; round < 4; round++) {
+    int n = epoll_wait(epfd_.get(), evs, 64, 0);
+    if (n <= 0) return;
+    for (int i = 0; i < n; i++) {
+      // The stop eventfd is level-triggered: the thread still sees it.
+      if (evs[i].data.u64 == kStopHandle) continue;
+      auto it = watched_.find(evs[i].data.u64);
+      if (it != watched_.end()) it->second->Notify(evs[i].events);
+    }
+    if (n < 64) return;
+  }
+}
+
 void HostPoller::Loop() {
   struct epoll_event evs[64];
   for (;;) {
-    int n = epoll_wait(epfd_.get(), evs, 64, -1);
-    if (n < 0) {
+    // Wait until events are queued, without taking them: they are taken
+    // and delivered under mu_ only, so that Flush, which takes them under
+    // mu_ too, never misses one this thread holds undelivered.
+    struct pollfd pfd = {epfd_.get(), POLLIN, 0};
+    if (poll(&pfd, 1, -1) < 0) {
       if (errno == EINTR) continue;
-      fprintf(stderr, "sentry: host poller: epoll_wait: %s\n", strerror(errno));
+      fprintf(stderr, "sentry: host poller: poll: %s\n", strerror(errno));
       return;
     }
     absl::MutexLock l(&mu_);
+    int n = epoll_wait(epfd_.get(), evs, 64, 0);
+    if (n < 0 && errno != EINTR) {
+      fprintf(stderr, "sentry: host poller: epoll_wait: %s\n", strerror(errno));
+      return;
+    }
     for (int i = 0; i < n; i++) {
       if (evs[i].data.u64 == kStopHandle) return;
       auto it = watched_.find(evs[i].data.u64);

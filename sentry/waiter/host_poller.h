@@ -40,6 +40,14 @@ class HostPoller {
   int64_t Add(int fd, std::shared_ptr<WaitQueue> q);
   // Stops watching. After it returns `q` is not notified again.
   void Remove(int fd, uint64_t handle);
+  // Delivers, on the calling thread, the changes the host has already
+  // queued for watched fds, so that a wait that looks at its queues next
+  // sees them now, as Linux's waiters would, rather than as a later,
+  // second edge from the thread (an edge-triggered epoll's spurious
+  // event). The thread, too, takes events only under mu_.
+  void Flush();
+  // The Sentry's poller if Get() has made it, else null (nothing watched).
+  static HostPoller* IfStarted();
 
   // For tests: a poller of one's own (its thread stops in the destructor).
   static absl::StatusOr<std::unique_ptr<HostPoller>> Create();

@@ -29,6 +29,22 @@ STUB_INLINE uint64_t Rdtscp(int32_t* cpu) {
   return (static_cast<uint64_t>(hi) << 32) | lo;
 }
 
+// The calling worker's CPU time in ns (CLOCK_THREAD_CPUTIME_ID, which
+// counts only the time the host ran it: not time throttled by a CPU quota,
+// nor time other host threads had its CPU).
+STUB_INLINE uint64_t ThreadCpuNs() {
+  struct {
+    int64_t sec;
+    int64_t nsec;
+  } ts = {0, 0};
+  if (Syscall3(__NR_clock_gettime, 3 /* CLOCK_THREAD_CPUTIME_ID */,
+               reinterpret_cast<long>(&ts), 0) != 0) {
+    return 0;
+  }
+  return static_cast<uint64_t>(ts.sec) * 1000000000ull +
+         static_cast<uint64_t>(ts.nsec);
+}
+
 // Sleeps on *owner until it is kOwnerStub. Any other value than the two
 // owners means the shared memory was overwritten (by the application, which
 // can write it): FUTEX_WAIT would fail at once and this would spin forever,
@@ -61,7 +77,12 @@ STUB_INLINE ThreadSlot* SlotAt(uint32_t index) {
 // Sentry thread that queues the context again at once finds an idle worker
 // instead of making a new one. The owner word is stored last (seq_cst) and
 // is the publication; *sentry_sleeping tells us to wake the Sentry.
-STUB_INLINE uint64_t HandBack(ThreadSlot* slot) {
+// `ran`: the context ran since TakeNext returned it (its CPU time is
+// reported); false for one handed back unrun.
+STUB_INLINE uint64_t HandBack(ThreadSlot* slot, bool ran = true) {
+  if (__atomic_load_n(&slot->measure_cpu, __ATOMIC_RELAXED) != 0) {
+    slot->run_cpu_ns = ran ? ThreadCpuNs() - slot->run_start_cpu_ns : 0;
+  }
   uint64_t spin = __atomic_load_n(&slot->stub_spin_cycles, __ATOMIC_RELAXED);
   int32_t sentry_cpu = __atomic_load_n(&slot->sentry_cpu, __ATOMIC_RELAXED);
   int32_t cpu;
@@ -205,16 +226,21 @@ STUB_INLINE ThreadSlot* TakeNext(StubWorker* w, uint64_t spin, bool patched) {
       StoreSeqCst(&slot->maps, 0);
       if (!ok) {
         slot->trap = kTrapMapFailed;
-        spin = HandBack(slot);
+        spin = HandBack(slot, /*ran=*/false);
         continue;
       }
     }
     __atomic_store_n(&slot->running_tid, w->tid, __ATOMIC_SEQ_CST);
     if (patched) StoreSeqCst(&w->patch_state, kPatchReturning);
-    if (LoadSeqCst(&slot->interrupt) == 0) return slot;
+    if (LoadSeqCst(&slot->interrupt) == 0) {
+      if (__atomic_load_n(&slot->measure_cpu, __ATOMIC_RELAXED) != 0) {
+        slot->run_start_cpu_ns = ThreadCpuNs();
+      }
+      return slot;
+    }
     if (patched) StoreSeqCst(&w->patch_state, kPatchWaiting);
     SetInterruptTrap(slot);
-    spin = HandBack(slot);
+    spin = HandBack(slot, /*ran=*/false);
   }
 }
 

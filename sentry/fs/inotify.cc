@@ -287,10 +287,13 @@ namespace internal {
 std::atomic<int64_t> watch_count{0};
 }  // namespace internal
 
-uint32_t NewCookie() {
-  static std::atomic<uint32_t> next{1};
-  return next.fetch_add(1, std::memory_order_relaxed);
-}
+namespace {
+std::atomic<uint32_t> next_cookie{1};
+}  // namespace
+
+uint32_t NewCookie() { return next_cookie.fetch_add(1, std::memory_order_relaxed); }
+uint32_t NextCookie() { return next_cookie.load(std::memory_order_relaxed); }
+void SetNextCookie(uint32_t next) { next_cookie.store(next, std::memory_order_relaxed); }
 
 void NotifyInode(Inode& inode, uint32_t mask) {
   if (!Active()) return;

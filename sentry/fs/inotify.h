@@ -133,6 +133,11 @@ inline bool Active() {
 
 // A fresh cookie tying IN_MOVED_FROM to IN_MOVED_TO.
 uint32_t NewCookie();
+// The cookie NewCookie hands out next (one counter per Sentry, as Linux
+// has one): a checkpoint saves it and a restore sets it again, so that a
+// restored program's renames get the cookies it would have got.
+uint32_t NextCookie();
+void SetNextCookie(uint32_t next);
 
 // An event on `inode` itself (IN_ISDIR added for directories, but not to
 // IN_MOVE_SELF).

@@ -7,6 +7,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "sentry/fs/inotify.h"
 #include "sentry/state/saved_size.h"
 
 namespace sandboxd::state {
@@ -118,6 +119,7 @@ absl::Status FsState::SaveVfs(Saver& s, const fs::Vfs& vfs) {
     for (const auto& [key, m] : vfs.mounts_) all.push_back(m);
     s.state().mutable_vfs()->set_next_mount_id(vfs.next_mount_id_);
   }
+  s.state().mutable_vfs()->set_inotify_next_cookie(fs::inotify::NextCookie());
   for (const auto& m : all) {
     ASSIGN_OR_RETURN(uint64_t id, SaveMount(s, vfs, m));
     if (m == vfs.root_mount_) s.state().mutable_vfs()->set_root_mount(id);
@@ -144,6 +146,7 @@ absl::StatusOr<std::unique_ptr<fs::Vfs>> FsState::LoadVfs(Loader& l) {
   for (int i = 0; i < mounts.size(); i++) {
     RETURN_IF_ERROR(LoadMount(l, *vfs, i + 1).status());
   }
+  if (v.inotify_next_cookie() != 0) fs::inotify::SetNextCookie(v.inotify_next_cookie());
   absl::MutexLock lock(&vfs->mu_);
   vfs->next_mount_id_ = v.next_mount_id();
   return vfs;

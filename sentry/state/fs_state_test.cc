@@ -784,6 +784,8 @@ TEST_F(FsStateTest, Inotify) {
   ASSERT_EQ(vfs.Create(vfs.Root(), "before", reg, &made), 0);
   auto fds = std::make_shared<fs::FdTable>(64);
   fds->InstallAt(3, in, false);
+  // The rename cookies go on from the saved counter.
+  fs::inotify::SetNextCookie(41);
   uint64_t t_id = 0;
   ASSERT_TRUE(SaveImage([&](Saver& s) {
                 RETURN_IF_ERROR(FsState::SaveVfs(s, vfs));
@@ -792,6 +794,7 @@ TEST_F(FsStateTest, Inotify) {
               }).ok());
   fds.reset();
   in.reset();  // the original's watches go
+  fs::inotify::SetNextCookie(1);  // as in a fresh Sentry
 
   std::unique_ptr<fs::Vfs> vfs2;
   std::shared_ptr<fs::FdTable> fds2;
@@ -804,6 +807,7 @@ TEST_F(FsStateTest, Inotify) {
     fds2 = *t;
   });
   ASSERT_NE(fds2, nullptr);
+  EXPECT_EQ(fs::inotify::NewCookie(), 41u);
   auto in2 = std::static_pointer_cast<fs::InotifyFile>(fds2->Get(3));
   // The event queued before the save.
   EXPECT_EQ(NextEvent(*in2), std::make_tuple(1, uint32_t{IN_CREATE},

@@ -60,7 +60,7 @@ absl::Status FsState::SaveOverlayInode(Saver& s, fs::OverlayInode& o,
   std::vector<std::string> names;
   std::shared_ptr<fs::OverlayInode> cur =
       std::static_pointer_cast<fs::OverlayInode>(o.shared_from_this());
-  bool reachable = true;
+  bool named = true;  // a chain of names up to the root
   while (cur != o.fs_->root_) {
     std::shared_ptr<fs::OverlayInode> parent;
     {
@@ -69,16 +69,19 @@ absl::Status FsState::SaveOverlayInode(Saver& s, fs::OverlayInode& o,
       names.push_back(cur->name_);
     }
     if (parent == nullptr) {
-      reachable = false;
+      named = false;
       break;
     }
     cur = std::move(parent);
   }
   std::string path;
+  for (auto it = names.rbegin(); it != names.rend(); ++it) {
+    absl::StrAppend(&path, "/", *it);
+  }
+  bool reachable = named;
   if (reachable) {
     std::shared_ptr<fs::Inode> walk = o.fs_->root_;
     for (auto it = names.rbegin(); it != names.rend(); ++it) {
-      absl::StrAppend(&path, "/", *it);
       std::shared_ptr<fs::Inode> next;
       if (walk->Lookup(*it, &next) < 0) {
         walk = nullptr;
@@ -105,10 +108,21 @@ absl::Status FsState::SaveOverlayInode(Saver& s, fs::OverlayInode& o,
     name = o.name_;
   }
   if (upper == nullptr) {
-    return absl::UnimplementedError(absl::StrCat(
-        "save: overlay file \"", path.empty() ? name : path,
-        "\" of the lower layer was removed while open (its data is the "
-        "rootfs's, which no path leads to any more)"));
+    // Only the rootfs has it, at the path it had in the overlay (a file
+    // renamed in the overlay was copied up first); the load finds it there
+    // again, and checks that it is the same file.
+    fs::Attr a;
+    if (!named || lower == nullptr || lower->GetAttr(&a) != 0) {
+      return absl::UnimplementedError(absl::StrCat(
+          "save: overlay file \"", path.empty() ? name : path,
+          "\" of the lower layer was removed while open, and its rootfs "
+          "file cannot be named"));
+    }
+    r->set_detached_lower_path(path);
+    r->set_detached_lower_ino(a.ino);
+    r->set_detached_name(name);
+    r->set_detached_ino(o.ino_);
+    return absl::OkStatus();
   }
   ASSIGN_OR_RETURN(uint64_t up, SaveInode(s, upper));
   r->set_detached_upper(up);
@@ -181,6 +195,35 @@ absl::StatusOr<std::shared_ptr<fs::Inode>> FsState::LoadOverlayInode(
     }
     auto o = std::make_shared<fs::OverlayInode>(ofs->get(), nullptr,
                                                 r.detached_name(), upper, nullptr);
+    o->ino_ = r.detached_ino();
+    return o;
+  }
+  if (!r.detached_lower_path().empty()) {
+    // Removed while open with only its rootfs file: found again there.
+    if (!r.path().empty() || r.detached_name().empty() ||
+        r.detached_name().find('/') != std::string::npos) {
+      return absl::InvalidArgumentError(
+          "a removed overlay file with a path, or without a name");
+    }
+    std::shared_ptr<fs::Inode> lower = l.rootfs();
+    for (absl::string_view name :
+         absl::StrSplit(r.detached_lower_path(), '/', absl::SkipEmpty())) {
+      std::shared_ptr<fs::Inode> next;
+      if (name == "." || name == ".." || lower->Lookup(std::string(name), &next) < 0) {
+        lower = nullptr;
+        break;
+      }
+      lower = std::move(next);
+    }
+    fs::Attr a;
+    if (lower == nullptr || lower->GetAttr(&a) != 0 || a.ino != r.detached_lower_ino()) {
+      return absl::NotFoundError(absl::StrCat(
+          "overlay file \"", r.detached_lower_path(),
+          "\", removed while open: the rootfs has it no longer (or another "
+          "file there)"));
+    }
+    auto o = std::make_shared<fs::OverlayInode>(ofs->get(), nullptr,
+                                                r.detached_name(), nullptr, lower);
     o->ino_ = r.detached_ino();
     return o;
   }

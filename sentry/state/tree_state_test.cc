@@ -118,6 +118,7 @@ TEST(TreeStateTest, MainsTreeRoundTrips) {
     ASSERT_EQ(mkdir((host + d).c_str(), 0755), 0);
   }
   std::ofstream(host + "/etc/hello") << "from the host\n";
+  std::ofstream(host + "/etc/hidden") << "hidden in the overlay\n";
 
   kernel::testing::NoSyscalls nosys;
   auto a = NewKernel(&nosys);
@@ -188,6 +189,12 @@ TEST(TreeStateTest, MainsTreeRoundTrips) {
   ASSERT_EQ(gone->Write("kept after unlink", 17, -1, fs::IoContext{}), 17);
   ASSERT_EQ(vfs->Unlink(etc, "gone", false), 0);
   ASSERT_EQ(fds->Install(gone, false), 5);
+  // A rootfs file read through the overlay, removed while open (a
+  // whiteout hides it; the host still has it).
+  auto hidden = Open(*vfs, "/etc/hidden", O_RDONLY);
+  ASSERT_NE(hidden, nullptr);
+  ASSERT_EQ(vfs->Unlink(etc, "hidden", false), 0);
+  ASSERT_EQ(fds->Install(hidden, false), 6);
   fs::Location cwd;
   ASSERT_EQ(Resolve(*vfs, "/proc/1", &cwd), 0);
   fsctx->set_cwd(cwd);
@@ -270,6 +277,11 @@ TEST(TreeStateTest, MainsTreeRoundTrips) {
   ASSERT_EQ(gone2->Seek(0, SEEK_SET), 0);
   EXPECT_EQ(ReadAll(*gone2), "kept after unlink");
   EXPECT_NE(Resolve(*vfs2, "/etc/gone", &loc), 0);
+  // The removed rootfs file: its host file again, still hidden.
+  auto hidden2 = fds2.Get(6);
+  ASSERT_NE(hidden2, nullptr);
+  EXPECT_EQ(ReadAll(*hidden2), "hidden in the overlay\n");
+  EXPECT_NE(Resolve(*vfs2, "/etc/hidden", &loc), 0);
   // The cwd in /proc resolves in the new procfs.
   EXPECT_EQ(init2->group().fs().cwd().inode().Type(), static_cast<uint32_t>(S_IFDIR));
   EXPECT_EQ(vfs2->PathOf(vfs2->Root(), init2->group().fs().cwd()), "/proc/1");

@@ -17,9 +17,10 @@
                       FUTEX_WAIT with 3 s relative timeouts, checkpointed
                       1 s in: each ends about 2 s after the checkpoint,
                       in the saved sandbox and in a restored copy alike.
-  resume.py unlinked  a file made in the overlay and a rootfs file copied
-                      up by a write, both removed while open, across the
-                      checkpoint: their data is read back after it.
+  resume.py unlinked  a file made in the overlay, a rootfs file copied up
+                      by a write and one only read, all removed while
+                      open, across the checkpoint: their data is read
+                      back after it.
   resume.py cpu_timeouts  threads in clock_nanosleep on the process's CPU
                       clock and on the main thread's, 3 s relative, while
                       the main thread spins; checkpointed at 1 s of its
@@ -308,6 +309,11 @@ def unlinked():
     os.lseek(copied, 0, os.SEEK_END)
     os.write(copied, b"appended")
     os.unlink(path)
+    # A rootfs file only read, then removed: a whiteout hides it.
+    hidden_path = "/etc/hostname" if os.path.exists("/etc/hostname") else "/etc/passwd"
+    hidden = os.open(hidden_path, os.O_RDONLY)
+    hidden_data = os.pread(hidden, 1 << 16, 0)
+    os.unlink(hidden_path)
     checkpoint()
     report("a file made in the overlay, removed while open",
            os.pread(made, 100, 0) == b"made, then removed" and
@@ -317,6 +323,10 @@ def unlinked():
     report("a copied-up file removed while open",
            got == original + b"appended" and not os.path.exists(path),
            "read %d bytes" % len(got))
+    got = os.pread(hidden, 1 << 16, 0)
+    report("a rootfs file removed while open",
+           got == hidden_data and not os.path.exists(hidden_path),
+           "read %d bytes, not %d" % (len(got), len(hidden_data)))
 
 
 {"data": data_case, "procfs_pipe": procfs_pipe,

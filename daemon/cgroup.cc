@@ -356,7 +356,9 @@ absl::StatusOr<std::unique_ptr<Cgroup>> CgroupManager::New(const std::string& na
       // The parent went while this daemon ran (removed by hand, or by
       // another daemon that made it): made again, as at Create.
       const std::string parent = layout_->ParentDir(h);
-      if (MakeDir(parent).ok()) {
+      bool parent_made = false;
+      if (MakeDir(parent, &parent_made).ok()) {
+        if (parent_made && on_parent_made_) on_parent_made_();
         if (layout_->version == CgroupVersion::kV2) EnableV2Controllers(parent);
         made_now = mkdir(dir.c_str(), 0755);
       }

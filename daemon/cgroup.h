@@ -21,6 +21,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -102,6 +103,10 @@ class CgroupManager {
   // Whether Create made the parent directory (in some hierarchy) rather
   // than finding it: a daemon removes only a parent it made.
   bool created_parent() const;
+  // Called (from New, on any thread) when New had to make the parent again
+  // because it was gone: the parent is then this daemon's to remove, as if
+  // Create had made it. Set before the first New.
+  void set_on_parent_made(std::function<void()> f) { on_parent_made_ = std::move(f); }
 
   // Creates the cgroup `name` (one per Sentry) under the parent. Fails with
   // ALREADY_EXISTS when it exists (a stale one: call CleanupStale first).
@@ -120,6 +125,7 @@ class CgroupManager {
   explicit CgroupManager(std::shared_ptr<const CgroupLayout> layout);
   std::shared_ptr<const CgroupLayout> layout_;
   bool created_parent_ = false;
+  std::function<void()> on_parent_made_;
 };
 
 // One sandbox's cgroup. May outlive its CgroupManager.

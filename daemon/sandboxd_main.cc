@@ -347,6 +347,10 @@ int Main(int argc, char** argv) {
       // Only the cgroups the state directory records are this daemon's
       // to clean up (adopt.h), and the parent only when it made it.
       if (cgroups->created_parent()) (*state_dir)->RecordCgroupParent(flags.cgroup_parent);
+      // A parent made again after another daemon removed it is this one's.
+      StateDir* dir = state_dir->get();
+      cgroups->set_on_parent_made(
+          [dir, parent = flags.cgroup_parent] { dir->RecordCgroupParent(parent); });
       Log("cgroups: ", cgroups->Describe());
     } else {
       Log("no cgroups (sandbox limits unavailable): ", cm.status().ToString());

@@ -324,7 +324,7 @@ stop_daemon "$daemon_pid"
 # --- two daemons, one explicit cgroup parent ---------------------------------
 parent=sbx-restart-test-$$
 cg_dirs() { ls -d /sys/fs/cgroup/*/"$parent" /sys/fs/cgroup/"$parent" 2>/dev/null; }
-on_exit "rmdir $(printf '%s ' /sys/fs/cgroup/*/)$parent 2>/dev/null; true"
+on_exit "rmdir /sys/fs/cgroup/*/$parent /sys/fs/cgroup/$parent 2>/dev/null; true"
 daemon e --cgroup-parent="$parent" --shutdown-kill
 e_pid=$daemon_pid
 if grep -q "no cgroups" "$tmp/e.log"; then
@@ -351,5 +351,6 @@ ctl f run --rm --rootfs=/ -- /bin/echo parent again
 check "daemon f creates again: the parent is made again" eq "$(cat "$tmp/out")" "parent again"
 check "... there" test -n "$(cg_dirs)"
 stop_daemon "$f_pid"
+check "daemon f's stop removed the parent it made again" test -z "$(cg_dirs)"
 
 passed

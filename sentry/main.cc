@@ -588,48 +588,13 @@ void PrintStages(const char* what, const StageClock& c) {
   fputs(line.c_str(), stderr);
 }
 
-// A small host file's content (at most 1 MiB); false if it cannot be read.
-bool ReadHostFile(const std::string& path, std::string* out) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return false;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = read(fd.get(), buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return false;
-    if (n == 0) return true;
-    out->append(buf, n);
-    if (out->size() > (1 << 20)) return false;
-  }
-}
-
-// /etc/hosts and /etc/resolv.conf of the network mode. sandbox: see
-// sandbox_net::EtcFiles. none: localhost
-// (and the sandbox's host name on 127.0.1.1, as Debian's installer
-// writes it) and no name server (the namespace reaches none); host: the
-// host's own files, whatever the rootfs holds (a file the host does not
-// have is left as the rootfs has it).
+// /etc/hosts and /etc/resolv.conf of the network mode (sandbox_net.h).
 std::vector<std::pair<std::string, std::string>> NetworkEtcFiles(
     const Options& o) {
-  std::vector<std::pair<std::string, std::string>> files;
-  if (o.sandbox_network) return sandbox_net::EtcFiles(o.hostname);
-  if (!o.host_network) {
-    files.emplace_back(
-        "hosts", absl::StrCat("127.0.0.1\tlocalhost\n"
-                              "::1\tlocalhost ip6-localhost ip6-loopback\n"
-                              "127.0.1.1\t", o.hostname, "\n"));
-    files.emplace_back("resolv.conf",
-                       "# sentry run --network=none: loopback only, no name "
-                       "server\n");
-    return files;
-  }
-  for (const char* name : {"hosts", "resolv.conf"}) {
-    std::string content;
-    if (ReadHostFile(absl::StrCat("/etc/", name), &content)) {
-      files.emplace_back(name, std::move(content));
-    }
-  }
-  return files;
+  return sandbox_net::EtcFilesFor(o.sandbox_network ? v1::NETWORK_MODE_SANDBOX
+                                  : o.host_network  ? v1::NETWORK_MODE_HOST
+                                                    : v1::NETWORK_MODE_NONE,
+                                  o.hostname);
 }
 
 // sentry run --network=sandbox: a helper process forked before the
@@ -671,17 +636,8 @@ NetHelper ForkNetHelper(const Options& o) {
   if (n != 1) _exit(0);
   std::string answer;
   absl::StatusOr<sandbox_net::Pasta> pasta =
-      absl::FailedPreconditionError("not started");
-  struct stat ours, theirs;
-  if (stat("/proc/self/ns/net", &ours) != 0 ||
-      stat(absl::StrCat("/proc/", target, "/ns/net").c_str(), &theirs) != 0) {
-    answer = absl::StrCat("comparing network namespaces: ", strerror(errno));
-  } else if (ours.st_ino == theirs.st_ino && ours.st_dev == theirs.st_dev) {
-    answer = "the sandbox has no network namespace of its own";
-  } else {
-    pasta = sandbox_net::Pasta::StartForPid(target, o.ports);
-    if (!pasta.ok()) answer = std::string(pasta.status().message());
-  }
+      sandbox_net::Pasta::StartForPid(target, o.ports);
+  if (!pasta.ok()) answer = std::string(pasta.status().message());
   if (!answer.empty() &&
       write(result[1], answer.data(), answer.size()) < 0) {
     // The Sentry is gone: nothing to tell.

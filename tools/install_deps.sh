@@ -16,6 +16,8 @@ DEBS=(
   python3-grpcio python3-protobuf   # the Python client (client/python) and its test
   busybox-static make procps sqlite3   # programs the acceptance tests run in the sandbox
   mmdebstrap   # tools/build_rootfs.sh: sandboxd's default rootfs image
+  passt   # pasta: the sandbox network mode (sentry/socket/sandbox_net.h)
+  nginx-light redis-server redis-tools curl wrk   # servers behind -p (test/servers_test.sh, bench/servers.sh)
 )
 
 missing=()

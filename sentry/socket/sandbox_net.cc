@@ -95,6 +95,21 @@ std::string PastaErrors(const std::string& out) {
   return lines.empty() ? "no message" : absl::StrJoin(lines, "; ");
 }
 
+// A small host file's content (at most 1 MiB); false if it cannot be read.
+bool ReadHostFile(const std::string& path, std::string* out) {
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (!fd.valid()) return false;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(fd.get(), buf, sizeof(buf));
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return false;
+    if (n == 0) return true;
+    out->append(buf, n);
+    if (out->size() > (1 << 20)) return false;
+  }
+}
+
 }  // namespace
 
 absl::Status CheckPortsFree(const Ports& ports) {
@@ -187,6 +202,14 @@ absl::StatusOr<Pasta> Pasta::StartForPid(pid_t pid, const Ports& ports) {
   UniqueFd user(open((dir + "user").c_str(), O_RDONLY | O_CLOEXEC));
   if (!user.valid()) return ErrnoStatus(absl::StrCat("opening ", dir, "user"), errno);
   struct stat theirs, ours;
+  // Never the caller's own: pasta would configure the host's network.
+  if (fstat(net.get(), &theirs) != 0 || stat("/proc/self/ns/net", &ours) != 0) {
+    return ErrnoStatus("comparing network namespaces", errno);
+  }
+  if (theirs.st_ino == ours.st_ino && theirs.st_dev == ours.st_dev) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "process ", pid, " has no network namespace of its own"));
+  }
   if (fstat(user.get(), &theirs) != 0 || stat("/proc/self/ns/user", &ours) != 0) {
     return ErrnoStatus("comparing user namespaces", errno);
   }
@@ -287,25 +310,31 @@ void Pasta::Stop() {
   pidfd_.reset();
 }
 
-std::vector<std::pair<std::string, std::string>> EtcFiles(
-    const std::string& hostname) {
+std::vector<std::pair<std::string, std::string>> EtcFilesFor(
+    v1::NetworkMode mode, const std::string& hostname) {
   std::vector<std::pair<std::string, std::string>> files;
+  if (mode == v1::NETWORK_MODE_HOST) {
+    for (const char* name : {"hosts", "resolv.conf"}) {
+      std::string content;
+      if (ReadHostFile(absl::StrCat("/etc/", name), &content)) {
+        files.emplace_back(name, std::move(content));
+      }
+    }
+    return files;
+  }
   files.emplace_back(
       "hosts", absl::StrCat("127.0.0.1\tlocalhost\n"
                             "::1\tlocalhost ip6-localhost ip6-loopback\n"
                             "127.0.1.1\t", hostname, "\n"));
-  std::string host;
-  {
-    UniqueFd fd(open("/etc/resolv.conf", O_RDONLY | O_CLOEXEC));
-    char buf[4096];
-    ssize_t n;
-    while (fd.valid() && (n = read(fd.get(), buf, sizeof(buf))) > 0 &&
-           host.size() < (1 << 20)) {
-      host.append(buf, n);
-    }
+  if (mode != v1::NETWORK_MODE_SANDBOX) {
+    files.emplace_back("resolv.conf",
+                       "# network none: loopback only, no name server\n");
+    return files;
   }
+  std::string host;
+  ReadHostFile("/etc/resolv.conf", &host);
   std::string resolv =
-      "# sandbox network mode: the host's resolv.conf without loopback name "
+      "# network sandbox: the host's resolv.conf without loopback name "
       "servers\n";
   bool any = false;
   for (absl::string_view line : absl::StrSplit(host, '\n', absl::SkipEmpty())) {

@@ -61,7 +61,8 @@ class Pasta {
   // Starts pasta for the network namespace of host process `pid` and
   // waits until it has configured the namespace and bound the published
   // ports. The user namespace of `pid` is joined too when it is not the
-  // caller's. Errors carry pasta's own message.
+  // caller's. FAILED_PRECONDITION if `pid` is in the caller's network
+  // namespace; other errors carry pasta's own message.
   static absl::StatusOr<Pasta> StartForPid(pid_t pid, const Ports& ports);
   // The same for namespaces held as fds (userns -1: the caller's).
   static absl::StatusOr<Pasta> Start(int netns, int userns, const Ports& ports);
@@ -75,12 +76,16 @@ class Pasta {
   UniqueFd pidfd_;
 };
 
-// /etc/hosts and /etc/resolv.conf of the sandbox mode, as docker writes
-// them for its bridge: localhost and `hostname` (on 127.0.1.1), and the
-// host's resolv.conf without loopback name servers (the sandbox cannot
-// reach those), Google's public servers if none is left.
-std::vector<std::pair<std::string, std::string>> EtcFiles(
-    const std::string& hostname);
+// /etc/hosts and /etc/resolv.conf of a network mode, written over the
+// rootfs's (sentry run, and sandboxd's Start):
+//   none (and UNSPECIFIED): localhost, `hostname` on 127.0.1.1 (as
+//     Debian's installer writes it), no name server (none is reachable);
+//   sandbox: the same hosts, and the host's resolv.conf without loopback
+//     name servers (the sandbox cannot reach those), Google's public
+//     servers if none is left: what docker writes for its bridge;
+//   host: the host's own files (one the host lacks is left out).
+std::vector<std::pair<std::string, std::string>> EtcFilesFor(
+    v1::NetworkMode mode, const std::string& hostname);
 
 }  // namespace sandboxd::sandbox_net
 

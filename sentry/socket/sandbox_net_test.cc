@@ -73,8 +73,12 @@ TEST(SandboxNetTest, PortInUseIsAClearError) {
             absl::StatusCode::kInvalidArgument);
 }
 
-TEST(SandboxNetTest, EtcFiles) {
-  auto files = EtcFiles("box");
+TEST(SandboxNetTest, EtcFilesFollowTheMode) {
+  auto none = EtcFilesFor(v1::NETWORK_MODE_NONE, "box");
+  ASSERT_EQ(none.size(), 2u);
+  EXPECT_TRUE(absl::StrContains(none[0].second, "127.0.1.1\tbox\n"));
+  EXPECT_FALSE(absl::StrContains(none[1].second, "nameserver"));
+  auto files = EtcFilesFor(v1::NETWORK_MODE_SANDBOX, "box");
   ASSERT_EQ(files.size(), 2u);
   EXPECT_EQ(files[0].first, "hosts");
   EXPECT_TRUE(absl::StrContains(files[0].second, "127.0.0.1\tlocalhost\n"));

@@ -39,7 +39,7 @@ trap cleanup EXIT
 
 echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null)"
 echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "# REDIS_N=$REDIS_N WRK_SECONDS=$WRK_SECONDS; runsc: $RUNSC --platform=ptrace --network=host"
+echo "# REDIS_N=$REDIS_N WRK_SECONDS=$WRK_SECONDS; runsc: $RUNSC --platform=ptrace --network=host --overlay run (bundle)"
 
 mkdir -p "$TMP/www"
 head -c 10240 /dev/urandom >"$TMP/www/10k.bin"

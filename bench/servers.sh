@@ -12,7 +12,7 @@
 # nginx runs as one process (master_process off) everywhere: its master
 # sets FIOASYNC on the socketpair to its workers, which the Sentry refuses.
 # runsc runs each server from an OCI bundle (`runsc spec`, the host's / as
-# a read-only root with --overlay, no network namespace): `runsc do`'s
+# root under --overlay's in-memory upper layer, no network namespace): `runsc do`'s
 # servers were not reachable from the host's namespace here.
 # Ports 26379-26382 and 28080-28083 on 127.0.0.1 must be free.
 set -u
@@ -114,7 +114,7 @@ start() {
       python3 - "$b/config.json" <<'EOF'
 import json, sys
 c = json.load(open(sys.argv[1]))
-c["root"] = {"path": "/", "readonly": True}
+c["root"] = {"path": "/", "readonly": False}  # --overlay: writes stay in memory
 c["process"]["terminal"] = False
 c["linux"]["namespaces"] = [n for n in c["linux"]["namespaces"] if n["type"] != "network"]
 json.dump(c, open(sys.argv[1], "w"))

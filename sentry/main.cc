@@ -28,7 +28,6 @@
 // flags.h); the platforms and their options come from platforms/registry.h.
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 

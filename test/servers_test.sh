@@ -14,7 +14,8 @@
 #     name server left out);
 #   - a published port in use on the host, and -p with --network=none,
 #     are clear errors at create;
-#   - removing a sandbox ends its pasta and frees its ports.
+#   - removing a sandbox ends its pasta and frees its ports, and so does
+#     its Sentry's death.
 # Exits 77 (CTest: skipped) without user namespaces, pasta (Debian's
 # passt), nginx, redis-server/redis-cli or curl.
 #
@@ -167,6 +168,19 @@ s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # curl left TIME_WAITs
 s.bind(("127.0.0.1", 18080))
 s.listen(1)'
+
+# --- a Sentry that dies: its pasta ends too ---------------------------------
+ctl run -d -p 18082:8000 -v "$tmp/www:/www:ro" -- "$PY" -m http.server 8000 -d /www
+crash_id=$(cat "$tmp/out")
+fetch http://127.0.0.1:18082/hello.txt
+check "crash: the sandbox serves" cmp -s "$tmp/out" "$tmp/www/hello.txt"
+ctl inspect "$crash_id"
+sentry_pid=$("$PY" -c 'import json, sys; i = json.load(open(sys.argv[1])); print((i.get("sentry_pids") or i.get("sentryPids"))[0])' "$tmp/out" 2>/dev/null)
+check "crash: inspect names the Sentry (${sentry_pid:-none})" ge "${sentry_pid:-0}" 1
+[ -n "$sentry_pid" ] && kill -KILL "$sentry_pid"
+for _ in $(seq 1 100); do [ "$(pastas 18082)" = 0 ] && break; sleep 0.05; done
+check "crash: the killed Sentry's pasta is gone" eq "$(pastas 18082)" 0
+ctl rm -f "$crash_id"
 
 # --- nginx, a file from a bind mount ---------------------------------------
 # One process (master_process off): nginx's master sets FIOASYNC on the

@@ -40,6 +40,7 @@ constexpr std::array<absl::string_view, kNumStages> kNames = {
     "create.pool_take",
     "create.spawn_sentry",
     "create.cgroup_limits",
+    "create.network",
     "create.stdio",
     "start.persist",
     "start.sentry_call",

@@ -59,6 +59,7 @@ enum class Stage : uint8_t {
   kCreatePoolTake,
   kCreateSpawnSentry,
   kCreateCgroupLimits,
+  kCreateNetwork,  // NETWORK_MODE_SANDBOX: pasta started for the namespace
   kCreateStdio,
   // The daemon's Start: Persist (the sandbox outlives the daemon), then
   // its call to the Sentry, whose own steps follow as kSentryStagePrefix +

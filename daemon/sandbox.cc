@@ -13,6 +13,7 @@
 #include "absl/strings/strip.h"
 #include "base/status_macros.h"
 #include "daemon/log.h"
+#include "sentry/socket/sandbox_net.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace sandboxd {
@@ -180,6 +181,7 @@ Sandbox::Sandbox(Options o)
       sentry_(std::move(o.sentry)) {
   *timings_.mutable_created() = ToProto(o.created);
   timings_.set_pool_hit(o.pool_hit);
+  network_ = std::move(o.network);
   for (const auto& [name, d] : o.restore_stages) AddStageLocked(name, d);
   for (const auto& [stage, d] : o.stages) AddStageLocked(StageName(stage), d);
 }
@@ -464,6 +466,11 @@ absl::Status Sandbox::StartLocked() {
     control::Request::Start* start = req.mutable_start();
     start->set_sandbox_id(id_);
     *start->mutable_spec() = spec_;
+    // /etc/hosts and /etc/resolv.conf of the network mode, from this host.
+    for (auto& [name, content] : sandbox_net::EtcFilesFor(
+             spec_.network(), spec_.hostname().empty() ? id_ : spec_.hostname())) {
+      (*start->mutable_etc_files())[name] = std::move(content);
+    }
   }
   fds.push_back(rootfs_.get());
   for (int fd : init_stdio_.TheirFds()) fds.push_back(fd);
@@ -698,6 +705,7 @@ void Sandbox::OnSentryExit(bool crashed, const std::string& reason) {
     if (destroyed_ || host_killed_) return;
   }
   Log("sandbox ", id_, ": sentry (pid ", sentry_->process().pid(), ") ", reason);
+  StopNetwork();
   if (metrics_ != nullptr) metrics_->IncSentryCrashes();
   v1::ExitStatus exit;
   exit.set_error(absl::StrCat("the sandbox's sentry (pid ", sentry_->process().pid(), ") ",
@@ -738,6 +746,19 @@ void Sandbox::KillOnHost() {
     absl::Status s = cg->KillAll(absl::Seconds(1));
     if (!s.ok()) Log("sandbox ", id_, ": ", s.message());
   }
+  StopNetwork();
+}
+
+void Sandbox::StopNetwork() {
+  sandbox_net::Pasta pasta;
+  {
+    absl::MutexLock l(&mu_);
+    pasta = std::move(network_);
+  }
+  if (pasta.running()) {
+    Log("sandbox ", id_, ": ending its network (pasta, pid ", pasta.pid(), ")");
+  }
+  pasta.Stop();
 }
 
 absl::Status Sandbox::Signal(int signal, bool all, int pid) {
@@ -1205,6 +1226,7 @@ v1::ExitStatus Sandbox::Destroy() {
   v1::ExitStatus killed;
   killed.set_signal(SIGKILL);
   if (!p.exited()) KillOnHost();
+  StopNetwork();
   if (waiter_.joinable()) waiter_.join();  // its Wait ends with the Sentry
   if (checkpoint_watcher_.joinable()) checkpoint_watcher_.join();  // likewise
   std::map<int, std::shared_ptr<ExecProcess>> execs;

@@ -53,6 +53,7 @@
 #include "daemon/relay.h"
 #include "daemon/state_dir.h"
 #include "proto/sandbox.pb.h"
+#include "sentry/socket/sandbox_net.h"
 
 namespace sandboxd {
 namespace daemon {
@@ -118,6 +119,9 @@ class Sandbox {
     StateDir* state_dir = nullptr;  // may be null: nothing kept
     // Called (without locks held) after every state change.
     std::function<void()> on_state_change;
+    // NETWORK_MODE_SANDBOX: pasta, serving the Sentry's network namespace;
+    // ended with the Sentry.
+    sandbox_net::Pasta network;
   };
   static absl::StatusOr<std::shared_ptr<Sandbox>> Create(Options o);
   // The sandbox `record` of an earlier daemon (o.id, o.spec and o.created
@@ -220,6 +224,8 @@ class Sandbox {
   // SIGKILLs the Sentry (its pid namespace's init) and everything in its
   // cgroup, on the host.
   void KillOnHost();
+  // Ends NETWORK_MODE_SANDBOX's pasta, if any (blocks up to 2 s).
+  void StopNetwork() ABSL_LOCKS_EXCLUDED(mu_);
 
  private:
   explicit Sandbox(Options o);
@@ -282,6 +288,9 @@ class Sandbox {
   bool destroyed_ ABSL_GUARDED_BY(mu_) = false;
   // KillOnHost ran: the Sentry's end is a kill, not a crash.
   bool host_killed_ ABSL_GUARDED_BY(mu_) = false;
+  // NETWORK_MODE_SANDBOX's pasta (not running otherwise); StopNetwork
+  // ends it once the Sentry is gone or going.
+  sandbox_net::Pasta network_ ABSL_GUARDED_BY(mu_);
   bool attached_ ABSL_GUARDED_BY(mu_) = false;
   v1::Timings timings_ ABSL_GUARDED_BY(mu_);
   UniqueFd rootfs_ ABSL_GUARDED_BY(mu_);

@@ -40,6 +40,10 @@ TEST(SentryKindTest, HostNetworkIsAKindOfItsOwn) {
   EXPECT_EQ(k->Key(), "kvm+hostnet");
   spec.set_network(v1::NETWORK_MODE_NONE);
   EXPECT_FALSE(KindForSpec(spec, false)->host_network);
+  // The sandbox mode is pasta attached to a warm Sentry's own namespace
+  // at Create: the same kind as NONE, a pool hit.
+  spec.set_network(v1::NETWORK_MODE_SANDBOX);
+  EXPECT_EQ(KindForSpec(spec, false)->Key(), "kvm");
 }
 
 TEST(SentryKindTest, TheSpecOrTheDaemonsDefault) {

@@ -21,6 +21,7 @@
 #include "base/version.h"
 #include "daemon/adopt.h"
 #include "daemon/log.h"
+#include "sentry/socket/sandbox_net.h"
 #include "daemon/sentry_kind.h"
 #include "google/protobuf/util/time_util.h"
 #include "sentry/state/state.pb.h"
@@ -297,6 +298,19 @@ absl::Status Service::CreateSandbox(
     return absl::InvalidArgumentError(
         absl::StrCat("spec.network: unknown network mode ", spec.network()));
   }
+  // Published ports need a namespace of the sandbox's own that the host
+  // reaches: they imply SANDBOX (as docker's default bridge) and are
+  // refused with NONE or HOST.
+  if (spec.ports_size() > 0 && spec.network() == v1::NETWORK_MODE_UNSPECIFIED) {
+    spec.set_network(v1::NETWORK_MODE_SANDBOX);
+  }
+  if (spec.ports_size() > 0 && spec.network() != v1::NETWORK_MODE_SANDBOX) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "spec.ports: publishing needs NETWORK_MODE_SANDBOX, not ",
+        v1::NetworkMode_Name(spec.network())));
+  }
+  const sandbox_net::Ports ports(spec.ports().begin(), spec.ports().end());
+  RETURN_IF_ERROR(Annotate(sandbox_net::CheckPortsFree(ports), "spec.ports"));
   const v1::Limits& lim = spec.limits();
   RETURN_IF_ERROR(ValidateLimits(lim, options_.policy.ranges, "spec.limits"));
   if (!have_cgroups_ && (lim.memory_bytes() || lim.cpu_millis() || lim.pids())) {
@@ -361,6 +375,14 @@ absl::Status Service::CreateSandbox(
     stage(Stage::kCreateCgroupLimits);
   }
   Sandbox::Options o;
+  if (spec.network() == v1::NETWORK_MODE_SANDBOX) {
+    // The Sentry's own namespace (every warm Sentry but a hostnet one has
+    // one) gets its address, route and ports now.
+    ASSIGN_OR_RETURN(o.network, Annotate(sandbox_net::Pasta::StartForPid(
+                                             (*warm)->process().pid(), ports),
+                                         "spec.network"));
+    stage(Stage::kCreateNetwork);
+  }
   o.id = id;
   o.spec = spec;
   o.sentry = std::move(*warm);

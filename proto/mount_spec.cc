@@ -1,6 +1,7 @@
 #include "proto/mount_spec.h"
 
 #include <errno.h>
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -117,6 +119,65 @@ absl::StatusOr<v1::Mount> ParseTmpfsFlag(absl::string_view v) {
   m.set_options(p.second);
   if (absl::Status s = CheckTarget("--tmpfs", m.target()); !s.ok()) return s;
   return m;
+}
+
+absl::StatusOr<v1::PortMapping> ParsePublishFlag(absl::string_view v) {
+  auto bad = [v](absl::string_view why) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "-p wants [IP:]HOSTPORT:PORT[/tcp|/udp], got \"", v, "\": ", why));
+  };
+  v1::PortMapping p;
+  absl::string_view rest = v;
+  if (size_t slash = rest.rfind('/'); slash != absl::string_view::npos) {
+    absl::string_view proto = rest.substr(slash + 1);
+    if (proto == "udp") {
+      p.set_protocol(v1::PortMapping::PROTOCOL_UDP);
+    } else if (proto != "tcp") {
+      return bad("the protocol is tcp or udp");
+    }
+    rest = rest.substr(0, slash);
+  }
+  std::string ip;
+  if (!rest.empty() && rest[0] == '[') {
+    size_t close = rest.find(']');
+    if (close == absl::string_view::npos || close + 1 >= rest.size() ||
+        rest[close + 1] != ':') {
+      return bad("an IPv6 address goes in brackets, then ':'");
+    }
+    ip = std::string(rest.substr(1, close - 1));
+    rest = rest.substr(close + 2);
+  }
+  std::vector<std::string> parts = absl::StrSplit(rest, ':');
+  if (ip.empty() && parts.size() == 3) {
+    ip = parts[0];
+    parts.erase(parts.begin());
+  }
+  if (parts.size() != 2) return bad("want HOSTPORT:PORT");
+  uint32_t host_port, port;
+  if (!absl::SimpleAtoi(parts[0], &host_port) || host_port == 0 ||
+      host_port > 65535 || !absl::SimpleAtoi(parts[1], &port) || port == 0 ||
+      port > 65535) {
+    return bad("ports are 1 to 65535");
+  }
+  if (!ip.empty()) {
+    unsigned char buf[sizeof(in6_addr)];
+    if (inet_pton(AF_INET, ip.c_str(), buf) != 1 &&
+        inet_pton(AF_INET6, ip.c_str(), buf) != 1) {
+      return bad("not an IPv4 or IPv6 address");
+    }
+  }
+  p.set_host_ip(ip);
+  p.set_host_port(host_port);
+  p.set_container_port(port);
+  return p;
+}
+
+std::string PortMappingString(const v1::PortMapping& p) {
+  const std::string ip = p.host_ip().empty() ? "127.0.0.1" : p.host_ip();
+  return absl::StrCat(
+      ip.find(':') != std::string::npos ? absl::StrCat("[", ip, "]") : ip, ":",
+      p.host_port(), ":", p.container_port(),
+      p.protocol() == v1::PortMapping::PROTOCOL_UDP ? "/udp" : "/tcp");
 }
 
 absl::StatusOr<UniqueFd> OpenBindSource(const v1::Mount& m,

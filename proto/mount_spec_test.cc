@@ -140,5 +140,32 @@ TEST_F(OpenBindSourceTest, RefusedSourcesNameTheField) {
   }
 }
 
+TEST(MountSpecTest, Publish) {
+  auto p = ParsePublishFlag("8080:80");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->host_ip(), "");
+  EXPECT_EQ(p->host_port(), 8080u);
+  EXPECT_EQ(p->container_port(), 80u);
+  EXPECT_EQ(p->protocol(), v1::PortMapping::PROTOCOL_TCP);
+  EXPECT_EQ(PortMappingString(*p), "127.0.0.1:8080:80/tcp");
+  p = ParsePublishFlag("0.0.0.0:53:5353/udp");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->host_ip(), "0.0.0.0");
+  EXPECT_EQ(p->protocol(), v1::PortMapping::PROTOCOL_UDP);
+  EXPECT_EQ(PortMappingString(*p), "0.0.0.0:53:5353/udp");
+  p = ParsePublishFlag("[::1]:8443:443/tcp");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->host_ip(), "::1");
+  EXPECT_EQ(PortMappingString(*p), "[::1]:8443:443/tcp");
+  for (const char* bad : {"80", "0:80", "80:0", "65536:80", "a:80", "80:80/sctp",
+                          "1.2.3:80:80", "::1:80:80", "[::1]80:80", "1:2:3:4"}) {
+    SCOPED_TRACE(bad);
+    auto r = ParsePublishFlag(bad);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_TRUE(absl::StrContains(r.status().message(), "-p wants")) << r.status();
+  }
+}
+
 }  // namespace
 }  // namespace sandboxd

@@ -28,6 +28,7 @@
 // flags.h); the platforms and their options come from platforms/registry.h.
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -63,6 +64,7 @@
 #include "sentry/isolation.h"
 #include "sentry/mm/async_loader.h"
 #include "sentry/serve.h"
+#include "sentry/socket/sandbox_net.h"
 #include "sentry/syscalls/strace.h"
 #include "sentry/syscalls/syscalls.h"
 
@@ -214,8 +216,14 @@ struct Options {
   // --contain=off: no pid namespace of its own (debugging).
   bool contain = true;
   // --network=host: the caller's network namespace instead of one of the
-  // sandbox's own with loopback only (--network=none, the default).
+  // sandbox's own with loopback only (--network=none, the default);
+  // --network=sandbox: the sandbox's own with an address, a route and
+  // outbound access (pasta, sentry/socket/sandbox_net.h).
   bool host_network = false;
+  bool sandbox_network = false;
+  bool network_given = false;
+  // -p [IP:]HOSTPORT:PORT[/tcp|/udp] (repeatable): published ports.
+  std::vector<v1::PortMapping> ports;
   // sentry restore: the image to run on from.
   bool restore = false;
   // --image=DIR: where --checkpoint-after writes, what restore reads.
@@ -452,19 +460,35 @@ Options ParseArgs(int argc, char** argv) {
   fs.String("stats-json", &o.stats_json, "PATH",
             "write the platform's counters (proto/platform_stats.proto as "
             "JSON) to PATH when the program is done");
-  fs.Func("network", "none|host",
+  fs.Func("network", "none|host|sandbox",
           "none (the default): a network namespace of the sandbox's own, "
-          "with loopback only; host: the caller's (an explicit opt-in). "
-          "/etc/hosts and /etc/resolv.conf follow: localhost only, or the "
+          "with loopback only; sandbox: one of its own with an address, a "
+          "default route and outbound access through the host (pasta), the "
+          "host's loopback at the gateway address; host: the caller's (an "
+          "explicit opt-in). /etc/hosts and /etc/resolv.conf follow: "
+          "localhost only, localhost and the host's name servers, or the "
           "host's",
           [&o](absl::string_view v) {
-            if (v != "none" && v != "host") {
-              return absl::InvalidArgumentError(
-                  absl::StrCat("--network wants none or host, got: ", v));
+            if (v != "none" && v != "host" && v != "sandbox") {
+              return absl::InvalidArgumentError(absl::StrCat(
+                  "--network wants none, host or sandbox, got: ", v));
             }
             o.host_network = v == "host";
+            o.sandbox_network = v == "sandbox";
+            o.network_given = true;
             return absl::OkStatus();
           });
+  fs.Func("publish", "[IP:]HOSTPORT:PORT[/tcp|/udp]",
+          "publish the sandbox's PORT on the host's IP (default 127.0.0.1) "
+          "and HOSTPORT (repeatable; implies --network=sandbox, refused "
+          "with none or host)",
+          [&o](absl::string_view v) -> absl::Status {
+            absl::StatusOr<v1::PortMapping> p = ParsePublishFlag(v);
+            if (!p.ok()) return p.status();
+            o.ports.push_back(*std::move(p));
+            return absl::OkStatus();
+          });
+  fs.Alias("-p", "publish");
   fs.OnOff("contain", &o.contain,
            "run the Sentry as the init of a pid namespace of its own, so "
            "that every host process of the sandbox ends with it");
@@ -476,10 +500,28 @@ Options ParseArgs(int argc, char** argv) {
     if (!o.argv.empty()) {
       Die(kExitUsage, absl::StrCat("restore takes no program, got: ", o.argv[0]));
     }
+    if (!o.ports.empty() && !o.network_given) o.sandbox_network = true;
+    if (!o.ports.empty() && !o.sandbox_network) {
+      Die(kExitUsage, "-p needs --network=sandbox");
+    }
     return o;
   }
   if (o.checkpoint_after > absl::ZeroDuration() && o.image.empty()) {
     Die(kExitUsage, "--checkpoint-after needs --image=DIR");
+  }
+  if (!o.ports.empty()) {
+    // As docker's default bridge: publishing needs a namespace of the
+    // sandbox's own that the host reaches.
+    if (o.network_given && !o.sandbox_network) {
+      Die(kExitUsage, "-p publishes into the sandbox's own network "
+                      "namespace: it needs --network=sandbox (the default "
+                      "with -p), not none or host");
+    }
+    o.sandbox_network = true;
+  }
+  if (o.sandbox_network && !o.contain) {
+    Die(kExitUsage, "--network=sandbox needs the sandbox's own namespaces "
+                    "(not --contain=off)");
   }
   if (o.argv.empty()) {
     Die(kExitUsage, "no program to run (sentry run [FLAGS] -- PROGRAM [ARGS...])");
@@ -550,46 +592,85 @@ void PrintStages(const char* what, const StageClock& c) {
   fputs(line.c_str(), stderr);
 }
 
-// A small host file's content (at most 1 MiB); false if it cannot be read.
-bool ReadHostFile(const std::string& path, std::string* out) {
-  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (!fd.valid()) return false;
-  char buf[4096];
-  for (;;) {
-    ssize_t n = read(fd.get(), buf, sizeof(buf));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return false;
-    if (n == 0) return true;
-    out->append(buf, n);
-    if (out->size() > (1 << 20)) return false;
-  }
-}
-
-// /etc/hosts and /etc/resolv.conf of the network mode. none: localhost
-// (and the sandbox's host name on 127.0.1.1, as Debian's installer
-// writes it) and no name server (the namespace reaches none); host: the
-// host's own files, whatever the rootfs holds (a file the host does not
-// have is left as the rootfs has it).
+// /etc/hosts and /etc/resolv.conf of the network mode (sandbox_net.h).
 std::vector<std::pair<std::string, std::string>> NetworkEtcFiles(
     const Options& o) {
-  std::vector<std::pair<std::string, std::string>> files;
-  if (!o.host_network) {
-    files.emplace_back(
-        "hosts", absl::StrCat("127.0.0.1\tlocalhost\n"
-                              "::1\tlocalhost ip6-localhost ip6-loopback\n"
-                              "127.0.1.1\t", o.hostname, "\n"));
-    files.emplace_back("resolv.conf",
-                       "# sentry run --network=none: loopback only, no name "
-                       "server\n");
-    return files;
+  return sandbox_net::EtcFilesFor(o.sandbox_network ? v1::NETWORK_MODE_SANDBOX
+                                  : o.host_network  ? v1::NETWORK_MODE_HOST
+                                                    : v1::NETWORK_MODE_NONE,
+                                  o.hostname);
+}
+
+// sentry run --network=sandbox: a helper process forked before the
+// sandbox's namespaces are made, so that it stays in the caller's. Once
+// the namespace exists (the Sentry writes to `go`), it starts pasta for it
+// and answers on `result` ("" or pasta's error); when the sandbox ends
+// (every holder of `go`'s write end, the Sentry and its supervisor, is
+// gone) it ends pasta and exits. The terminal's signals are not its.
+struct NetHelper {
+  int go = -1;      // the write end
+  int result = -1;  // the read end
+};
+
+NetHelper ForkNetHelper(const Options& o) {
+  int go[2], result[2];
+  if (pipe2(go, O_CLOEXEC) != 0 || pipe2(result, O_CLOEXEC) != 0) {
+    Die(kExitUsage, absl::StrCat("--network=sandbox: pipe: ", strerror(errno)));
   }
-  for (const char* name : {"hosts", "resolv.conf"}) {
-    std::string content;
-    if (ReadHostFile(absl::StrCat("/etc/", name), &content)) {
-      files.emplace_back(name, std::move(content));
-    }
+  const pid_t target = getpid();  // the supervisor: in the new namespace soon
+  const pid_t helper = fork();
+  if (helper < 0) {
+    Die(kExitUsage, absl::StrCat("--network=sandbox: fork: ", strerror(errno)));
   }
-  return files;
+  if (helper > 0) {
+    close(go[0]);
+    close(result[1]);
+    return NetHelper{go[1], result[0]};
+  }
+  close(go[1]);
+  close(result[0]);
+  for (int sig : {SIGINT, SIGQUIT, SIGHUP, SIGTSTP, SIGTERM, SIGUSR1,
+                  SIGWINCH, SIGPIPE}) {
+    signal(sig, SIG_IGN);
+  }
+  char c;
+  ssize_t n;
+  while ((n = read(go[0], &c, 1)) < 0 && errno == EINTR) {
+  }
+  if (n != 1) _exit(0);
+  std::string answer;
+  absl::StatusOr<sandbox_net::Pasta> pasta =
+      sandbox_net::Pasta::StartForPid(target, o.ports);
+  if (!pasta.ok()) answer = std::string(pasta.status().message());
+  if (!answer.empty() &&
+      write(result[1], answer.data(), answer.size()) < 0) {
+    // The Sentry is gone: nothing to tell.
+  }
+  close(result[1]);
+  for (;;) {
+    n = read(go[0], &c, 1);
+    if (n == 0 || (n < 0 && errno != EINTR)) break;
+  }
+  if (pasta.ok()) pasta->Stop();
+  _exit(0);
+}
+
+// In the sandbox's namespace: has the helper start pasta, and waits.
+void AttachNetHelper(const NetHelper& h) {
+  const char go = 1;
+  if (write(h.go, &go, 1) != 1) {
+    Die(kExitUsage, absl::StrCat("--network=sandbox: the helper: ", strerror(errno)));
+  }
+  std::string answer;
+  char buf[1024];
+  ssize_t n;
+  while ((n = read(h.result, buf, sizeof(buf))) != 0) {
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) break;
+    answer.append(buf, n);
+  }
+  close(h.result);
+  if (!answer.empty()) Die(kExitUsage, absl::StrCat("--network=sandbox: ", answer));
 }
 
 int Run(const Options& o) {
@@ -598,6 +679,13 @@ int Run(const Options& o) {
   // The network mode's /etc files, read while the host's are in reach.
   std::vector<std::pair<std::string, std::string>> etc_files =
       NetworkEtcFiles(o);
+  NetHelper net_helper;
+  if (o.sandbox_network) {
+    if (absl::Status s = sandbox_net::CheckPortsFree(o.ports); !s.ok()) {
+      Die(kExitUsage, std::string(s.message()));
+    }
+    net_helper = ForkNetHelper(o);
+  }
   if (o.contain) {
     if (absl::Status s = isolation::ContainInPidNamespace(!o.host_network);
         !s.ok()) {
@@ -606,6 +694,7 @@ int Run(const Options& o) {
               std::string(s.message()).c_str());
     }
   }
+  if (o.sandbox_network) AttachNetHelper(net_helper);
   // Before anything maps large ranges or starts threads.
   if (absl::Status s = platform::Registry::Get().InitProcess(); !s.ok()) {
     Die(kExitUsage, std::string(s.message()));

@@ -477,6 +477,10 @@ void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
   UniqueFd checkpoint_dir;
   config.hostname = HostnameFor(spec, start.sandbox_id());
   config.etc_hostname = true;
+  for (const char* name : {"hosts", "resolv.conf"}) {
+    auto it = start.etc_files().find(name);
+    if (it != start.etc_files().end()) config.etc_files.emplace_back(name, it->second);
+  }
   config.limits = LimitsFrom(spec);
   auto prepare = [&]() -> absl::Status {
     const std::string& want = spec.platform().empty()

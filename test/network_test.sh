@@ -10,6 +10,12 @@
 #     /etc/resolv.conf are the host's;
 #   - where no network namespace can be made (user.max_net_namespaces=0),
 #     sentry run says so and the sandbox's sockets work in the caller's;
+#   - --network=sandbox (pasta, given a veth "uplink" in the test's
+#     namespace to copy): the host's loopback server answers at the
+#     gateway address and not at the sandbox's own 127.0.0.1; resolv.conf
+#     names the host's name server; -p publishes a server in the sandbox
+#     to the host; pasta is gone when the sandbox ends; -p with
+#     --network=none and a host port in use are usage errors (125);
 #   - --network=bogus is a usage error (125).
 # Exits 77 (CTest: skipped) without the sentry or user namespaces.
 #
@@ -103,6 +109,64 @@ check "host: a server in the sandbox is reached from outside" \
   eq "$(cat "$tmp/out")" "sandbox server"
 wait "$spid"
 check "host: the sandbox's server exits 0" eq "$?" 0
+
+# sandbox: pasta copies the uplink's address and route.
+check "sandbox: pasta is installed (tools/install_deps.sh)" eval "command -v pasta >/dev/null"
+ip link add sbx-up type veth peer name sbx-peer &&
+  ip link set sbx-peer up && ip addr add 10.9.0.2/24 dev sbx-up &&
+  ip link set sbx-up up && ip route add default via 10.9.0.1
+check "sandbox: the test's namespace has an uplink" eq "$?" 0
+client_at='
+import errno, socket, sys
+c = socket.socket()
+c.settimeout(10)
+try:
+    c.connect((sys.argv[1], int(sys.argv[2])))
+    print(c.recv(64).decode().strip())
+except OSError as e:
+    print(errno.errorcode.get(e.errno, e.errno))
+'
+capture 60 "$SENTRY" run --rootfs=/ --network=sandbox -- "$PY" -c "$client_at" 10.9.0.1 "$port"
+check "sandbox: the host's loopback server at the gateway address ($(head -c 200 "$tmp/err"))" \
+  eq "$(cat "$tmp/out")" "host server"
+capture 60 "$SENTRY" run --rootfs=/ --network=sandbox -- "$PY" -c "$client_at" 127.0.0.1 "$port"
+check "sandbox: ... not at the sandbox's own 127.0.0.1" eq "$(cat "$tmp/out")" "ECONNREFUSED"
+capture 60 "$SENTRY" run --rootfs=/ --network=sandbox --hostname=box2 -- /bin/cat /etc/resolv.conf /etc/hosts
+grep '^nameserver' /etc/resolv.conf | grep -v ' 127\.' | grep -v ' ::1' >"$tmp/want_ns"
+grep '^nameserver' "$tmp/out" | grep -v '8\.8\.[48]\.[48]' >"$tmp/got_ns"
+check "sandbox: resolv.conf names the host's non-loopback name servers" cmp -s "$tmp/want_ns" "$tmp/got_ns"
+check "sandbox: ... and some name server" contains "$tmp/out" "^nameserver "
+check "sandbox: hosts has the host name" grep -qP '^127\.0\.1\.1\tbox2$' "$tmp/out"
+# A server in the sandbox, published on the host's 127.0.0.1:18180.
+rm -f "$tmp/ready"
+"$SENTRY" run --rootfs=/ -p 127.0.0.1:18180:8000 -- "$PY" -c '
+import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("0.0.0.0", 8000))
+s.listen(1)
+print("ready", flush=True)
+c, _ = s.accept()
+c.sendall(b"published server\n")
+c.close()
+' >"$tmp/ready" 2>"$tmp/published.err" &
+ppid_=$!
+on_exit "stop_pid $ppid_"
+for _ in $(seq 1 400); do [ -s "$tmp/ready" ] && break; sleep 0.05; done
+pastas() { ps -eo args | grep -c "[p]asta.*127.0.0.1/18180:"; }
+check "sandbox -p: one pasta for the sandbox" eq "$(pastas)" 1
+capture 30 "$PY" -c "$client_at" 127.0.0.1 18180
+check "sandbox -p: the sandbox's server is reached from the host ($(head -c 200 "$tmp/published.err"))" \
+  eq "$(cat "$tmp/out")" "published server"
+wait "$ppid_"
+check "sandbox -p: the sandbox's server exits 0" eq "$?" 0
+for _ in $(seq 1 40); do [ "$(pastas)" = 0 ] && break; sleep 0.05; done
+check "sandbox -p: pasta is gone with the sandbox" eq "$(pastas)" 0
+capture 30 "$SENTRY" run --rootfs=/ -p "127.0.0.1:$port:80" -- /bin/true
+check "sandbox -p: a host port in use is a usage error" eq "$status" 125
+check "sandbox -p: ... that says so" contains "$tmp/err" "port $port on 127.0.0.1 is already in use"
+capture 30 "$SENTRY" run --rootfs=/ --network=none -p 18181:80 -- /bin/true
+check "-p with --network=none: usage error" eq "$status" 125
 
 # No network namespace can be made: the caller's, said on stderr.
 capture 60 sh -c 'echo 0 >/proc/sys/user/max_net_namespaces && exec "$@"' sh \

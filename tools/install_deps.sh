@@ -18,6 +18,8 @@ DEBS=(
   libpython3.11-testsuite   # CPython's regression tests (test/python_stdlib_test.sh)
   mmdebstrap   # tools/build_rootfs.sh: sandboxd's default rootfs image
   runc containerd podman   # test/oci_*_test.sh: sandboxd-oci against runc, under containerd and podman
+  passt   # pasta: the sandbox network mode (sentry/socket/sandbox_net.h)
+  nginx-light redis-server redis-tools curl wrk   # servers behind -p (test/servers_test.sh, bench/servers.sh)
 )
 
 missing=()

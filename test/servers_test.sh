@@ -1,0 +1,247 @@
+#!/usr/bin/env bash
+# Real servers in sandboxd's sandboxes, reached from the host through
+# published ports (NETWORK_MODE_SANDBOX: pasta, sentry/socket/README.md
+# "The sandbox mode"), inside a user, network and mount namespace this test
+# makes (unshare -Urnm) that plays the host's part, with a veth "uplink"
+# (10.9.0.2/24, default route via 10.9.0.1) for pasta to copy:
+#   - python3 -m http.server, nginx (a file from a -v bind mount) and
+#     redis-server, each in a sandbox with -p, fetched with curl and
+#     redis-cli from the host and compared with what was put there;
+#   - a client in the sandbox reaches a server on the host's loopback at
+#     the gateway address, a server on another host address (outbound),
+#     and not the host's loopback through its own 127.0.0.1;
+#   - /etc/resolv.conf and /etc/hosts follow the mode (the host's loopback
+#     name server left out);
+#   - a published port in use on the host, and -p with --network=none,
+#     are clear errors at create;
+#   - removing a sandbox ends its pasta and frees its ports, and so does
+#     its Sentry's death.
+# Exits 77 (CTest: skipped) without user namespaces, pasta (Debian's
+# passt), nginx, redis-server/redis-cli or curl.
+#
+# usage: servers_test.sh SANDBOXD SANDBOXCTL SENTRY
+set -u
+# shellcheck source=test/lib.sh
+. "$(dirname "$0")/lib.sh"
+usage_unless [ $# -eq 3 ] -- "SANDBOXD SANDBOXCTL SENTRY"
+require_built "$@"
+SANDBOXD=$(readlink -f "$1")
+SANDBOXCTL=$(readlink -f "$2")
+SENTRY=$(readlink -f "$3")
+PATH=$PATH:/usr/sbin:/sbin
+PY=/usr/bin/python3
+for p in pasta nginx redis-server redis-cli curl; do
+  command -v "$p" >/dev/null || skip "no $p (tools/install_deps.sh installs it)"
+done
+[ -x "$PY" ] || skip "no /usr/bin/python3"
+if [ -z "${SBX_SERVERS_TEST_NS:-}" ]; then
+  unshare -Urnm true 2>/dev/null || skip "unshare -Urnm is refused here"
+  exec unshare -Urnm env SBX_SERVERS_TEST_NS=1 "$0" "$@"
+fi
+ip link set lo up || skip "cannot bring lo up in the test's namespace"
+ip link add sbx-up type veth peer name sbx-peer 2>/dev/null ||
+  skip "cannot make a veth pair in the test's namespace"
+ip link set sbx-peer up
+ip addr add 10.9.0.2/24 dev sbx-up
+ip link set sbx-up up
+ip route add default via 10.9.0.1
+# "Another host": an address of the test's namespace that is not the
+# uplink's (which pasta gives the sandbox too).
+ip addr add 10.9.1.1/32 dev lo
+make_tmp servers_test
+# The host's resolver: one loopback name server (as systemd-resolved's),
+# which the sandbox cannot reach, and one it can.
+printf 'nameserver 127.0.0.53\nnameserver 192.0.2.53\nsearch example.test\n' >"$tmp/resolv.conf"
+mount --bind "$tmp/resolv.conf" /etc/resolv.conf || skip "cannot bind-mount /etc/resolv.conf"
+SOCK=$tmp/sandboxd.sock
+CHECK_OUT_BYTES=600
+ctl() { capture 120 "$SANDBOXCTL" --socket="$SOCK" "$@"; }
+
+platforms_here "$SENTRY"
+start_bg "$tmp/daemon.log" "$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" \
+  --state-dir="$tmp/state" --pool-size=1 --platforms=systrap --no-cgroups \
+  --default-rootfs=/ --shutdown-kill
+wait_for_daemon "$SANDBOXCTL" "$SOCK"
+check "sandboxd is up" eq "$?" 0
+
+# pasta processes that forward a port of this test (other runs may have
+# their own pasta).
+pastas() { ps -eo args | grep -c "[p]asta.*127.0.0.1/$1:" ; }
+# fetch URL: curl with retries while the sandbox's server starts.
+fetch() {
+  local _
+  for _ in $(seq 1 60); do
+    curl -sf --max-time 2 -o "$tmp/out" "$1" 2>"$tmp/err" && return 0
+    sleep 0.25
+  done
+  return 1
+}
+
+# A server on the host's loopback and one on "another host".
+start_bg "$tmp/host_server.err" "$PY" -c '
+import socket, sys, threading
+def serve(addr, word):
+    s = socket.socket()
+    s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    s.bind((addr, 17000))
+    s.listen(8)
+    while True:
+        c, _ = s.accept()
+        c.sendall(word)
+        c.close()
+threading.Thread(target=serve, args=("10.9.1.1", b"outside\n"), daemon=True).start()
+serve("127.0.0.1", b"host loopback\n")
+'
+client='
+import errno, socket, sys
+c = socket.socket()
+c.settimeout(10)
+try:
+    c.connect((sys.argv[1], 17000))
+    print(c.recv(64).decode().strip())
+except OSError as e:
+    print(errno.errorcode.get(e.errno, e.errno))
+'
+sleep 0.3
+
+# --- the sandbox mode, without published ports -----------------------------
+ctl run --rm --network=sandbox -- "$PY" -c "$client" 10.9.0.1
+check "sandbox: the host's loopback server at the gateway address" \
+  eq "$(cat "$tmp/out")" "host loopback"
+ctl run --rm --network=sandbox -- "$PY" -c "$client" 10.9.1.1
+check "sandbox: outbound, a server on another address" eq "$(cat "$tmp/out")" "outside"
+ctl run --rm --network=sandbox -- "$PY" -c "$client" 127.0.0.1
+check "sandbox: the sandbox's 127.0.0.1 is its own, not the host's" \
+  eq "$(cat "$tmp/out")" "ECONNREFUSED"
+ctl run --rm --network=sandbox -- "$PY" -c '
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.connect(("10.9.1.1", 9))
+print(s.getsockname()[0])
+'
+check "sandbox: the sandbox has the uplink's address" eq "$(cat "$tmp/out")" "10.9.0.2"
+ctl run --rm --network=none -- "$PY" -c "$client" 10.9.1.1
+check "none: no route out" eq "$(cat "$tmp/out")" "ENETUNREACH"
+
+ctl run --rm --network=sandbox --hostname=web1 -- /bin/cat /etc/resolv.conf /etc/hosts
+check "sandbox: resolv.conf has the host's name server" contains "$tmp/out" "^nameserver 192.0.2.53$"
+check "sandbox: ... not its loopback one" not_contains "$tmp/out" "127.0.0.53"
+check "sandbox: ... and its search list" contains "$tmp/out" "^search example.test$"
+check "sandbox: hosts has the host name" grep -qP '^127\.0\.1\.1\tweb1$' "$tmp/out"
+ctl run --rm -- /bin/cat /etc/resolv.conf
+check "none: resolv.conf names no name server" \
+  eval '[ "$status" = 0 ] && ! grep -q nameserver "$tmp/out"'
+ctl run --rm --network=host -- /bin/cat /etc/resolv.conf
+check "host: resolv.conf is the host's" cmp -s "$tmp/out" /etc/resolv.conf
+
+# --- python3 -m http.server ------------------------------------------------
+mkdir -p "$tmp/www"
+chmod 755 "$tmp/www"
+echo "hello from $$ through a published port" >"$tmp/www/hello.txt"
+head -c 10240 /dev/urandom | base64 -w 0 >"$tmp/www/10k.txt"
+chmod 644 "$tmp/www"/*
+ctl run -d -p 18080:8000 -v "$tmp/www:/www:ro" -- "$PY" -m http.server 8000 -d /www
+py_id=$(cat "$tmp/out")
+check "http.server: created with -p 18080:8000 ($(head -c 200 "$tmp/err"))" eq "$status" 0
+check "http.server: one pasta for it" eq "$(pastas 18080)" 1
+fetch http://127.0.0.1:18080/hello.txt
+check "http.server: curl from the host gets the file" cmp -s "$tmp/out" "$tmp/www/hello.txt"
+fetch http://127.0.0.1:18080/10k.txt
+check "http.server: ... and a 10 KiB one" cmp -s "$tmp/out" "$tmp/www/10k.txt"
+
+# --- a published port in use, -p with none --------------------------------
+ctl run --rm -p 18080:80 -- /bin/true
+check "a host port in use: exit 125" eq "$status" 125
+check "... says which and why" contains "$tmp/err" "127.0.0.1:18080:80/tcp: port 18080 on 127.0.0.1 is already in use"
+ctl run --rm --network=none -p 18085:80 -- /bin/true
+check "-p with --network=none: exit 125" eq "$status" 125
+check "... names the field" contains "$tmp/err" "spec.ports: publishing needs NETWORK_MODE_SANDBOX"
+ctl run --rm -p 70000:80 -- /bin/true
+check "-p 70000:80: a usage error" eq "$status" 125
+
+ctl rm -f "$py_id"
+check "http.server: removed" eq "$status" 0
+check "http.server: its pasta is gone" eq "$(pastas 18080)" 0
+check "http.server: the host port is free again" "$PY" -c '
+import socket
+s = socket.socket()
+s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # curl left TIME_WAITs
+s.bind(("127.0.0.1", 18080))
+s.listen(1)'
+
+# --- a Sentry that dies: its pasta ends too ---------------------------------
+ctl run -d -p 18082:8000 -v "$tmp/www:/www:ro" -- "$PY" -m http.server 8000 -d /www
+crash_id=$(cat "$tmp/out")
+fetch http://127.0.0.1:18082/hello.txt
+check "crash: the sandbox serves" cmp -s "$tmp/out" "$tmp/www/hello.txt"
+ctl inspect "$crash_id"
+sentry_pid=$("$PY" -c 'import json, sys; i = json.load(open(sys.argv[1])); print((i.get("sentry_pids") or i.get("sentryPids"))[0])' "$tmp/out" 2>/dev/null)
+check "crash: inspect names the Sentry (${sentry_pid:-none})" ge "${sentry_pid:-0}" 1
+[ -n "$sentry_pid" ] && kill -KILL "$sentry_pid"
+for _ in $(seq 1 100); do [ "$(pastas 18082)" = 0 ] && break; sleep 0.05; done
+check "crash: the killed Sentry's pasta is gone" eq "$(pastas 18082)" 0
+ctl rm -f "$crash_id"
+
+# --- nginx, a file from a bind mount ---------------------------------------
+# One process (master_process off): nginx's master sets FIOASYNC on the
+# socketpair to its workers, which the Sentry's AF_UNIX sockets refuse
+# (ENOTTY), so no worker would start.
+cat >"$tmp/nginx.conf" <<'EOF'
+daemon off;
+master_process off;
+worker_processes 1;
+pid /tmp/nginx.pid;
+error_log stderr;
+events { worker_connections 64; }
+http {
+  access_log off;
+  client_body_temp_path /tmp;
+  proxy_temp_path /tmp;
+  fastcgi_temp_path /tmp;
+  uwsgi_temp_path /tmp;
+  scgi_temp_path /tmp;
+  server {
+    listen 8080;
+    root /www;
+  }
+}
+EOF
+chmod 644 "$tmp/nginx.conf"
+ctl run -d -p 18081:8080 -v "$tmp/www:/www:ro" -v "$tmp/nginx.conf:/etc/nginx/sbx.conf:ro" \
+  -- /usr/sbin/nginx -e stderr -c /etc/nginx/sbx.conf
+ngx_id=$(cat "$tmp/out")
+check "nginx: created with -p 18081:8080 ($(head -c 200 "$tmp/err"))" eq "$status" 0
+fetch http://127.0.0.1:18081/hello.txt
+check "nginx: curl from the host gets the bind-mounted file" cmp -s "$tmp/out" "$tmp/www/hello.txt"
+fetch http://127.0.0.1:18081/10k.txt
+check "nginx: ... and a 10 KiB one" cmp -s "$tmp/out" "$tmp/www/10k.txt"
+ok=0
+for i in $(seq 1 20); do
+  curl -sf --max-time 5 http://127.0.0.1:18081/hello.txt | cmp -s - "$tmp/www/hello.txt" && ok=$((ok + 1))
+done
+check "nginx: 20 requests in a row, 20 right ($ok)" eq "$ok" 20
+ctl rm -f "$ngx_id"
+check "nginx: removed, its pasta gone" eq "$(pastas 18081)" 0
+
+# --- redis-server ----------------------------------------------------------
+ctl run -d -p 16379:6379 -- redis-server --port 6379 --bind 0.0.0.0 --save '' \
+  --appendonly no --protected-mode no
+rds_id=$(cat "$tmp/out")
+check "redis: created with -p 16379:6379 ($(head -c 200 "$tmp/err"))" eq "$status" 0
+for _ in $(seq 1 120); do
+  [ "$(redis-cli -p 16379 PING 2>/dev/null)" = PONG ] && break
+  sleep 0.25
+done
+value="sandbox-$$-$RANDOM"
+capture 20 redis-cli -p 16379 SET key1 "$value"
+check "redis: SET from the host" eq "$(cat "$tmp/out")" "OK"
+capture 20 redis-cli -p 16379 GET key1
+check "redis: GET from the host" eq "$(cat "$tmp/out")" "$value"
+ctl exec "$rds_id" -- redis-cli -p 6379 GET key1
+check "redis: the same value inside the sandbox" eq "$(cat "$tmp/out")" "$value"
+capture 20 redis-cli -p 16379 INCRBY counter 41
+capture 20 redis-cli -p 16379 INCR counter
+check "redis: INCR" eq "$(cat "$tmp/out")" "42"
+ctl rm -f "$rds_id"
+check "redis: removed, its pasta gone" eq "$(pastas 16379)" 0
+passed

@@ -9,6 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "daemon/log.h"
+#include "sentry/socket/sandbox_net.h"
 #include "google/protobuf/util/time_util.h"
 
 namespace sandboxd {
@@ -68,6 +69,21 @@ std::vector<std::shared_ptr<Sandbox>> AdoptSandboxes(const AdoptOptions& o) {
     so.metrics = o.metrics;
     so.state_dir = o.state_dir;
     so.on_state_change = o.on_state_change;
+    // Its pasta (NETWORK_MODE_SANDBOX) goes with it again: ended at its
+    // destroy or release, or now when its Sentry did not come back.
+    if (SentryRecord net = o.state_dir->LoadNetwork(info.id()); net.Alive()) {
+      absl::StatusOr<sandbox_net::Pasta> pasta = sandbox_net::Pasta::Adopt(net.pid);
+      if (!pasta.ok()) {
+        Log("sandbox ", info.id(), ": its pasta: ", pasta.status().ToString());
+      } else if (keep.count(pid)) {
+        so.network = std::move(*pasta);
+      } else {
+        Log("sandbox ", info.id(), ": ending its pasta (pid ", net.pid,
+            "): its sentry is gone");
+        pasta->Stop();
+        o.state_dir->ForgetNetwork(info.id());
+      }
+    }
     out.push_back(Sandbox::Adopt(std::move(so), info));
   }
 

@@ -182,6 +182,10 @@ Sandbox::Sandbox(Options o)
   *timings_.mutable_created() = ToProto(o.created);
   timings_.set_pool_hit(o.pool_hit);
   network_ = std::move(o.network);
+  if (network_.running() && state_dir_ != nullptr) {
+    absl::Status s = state_dir_->RecordNetwork(id_, network_.pid());
+    if (!s.ok()) Log("sandbox ", id_, ": recording its pasta: ", s.message());
+  }
   for (const auto& [name, d] : o.restore_stages) AddStageLocked(name, d);
   for (const auto& [stage, d] : o.stages) AddStageLocked(StageName(stage), d);
 }
@@ -759,6 +763,7 @@ void Sandbox::StopNetwork() {
     Log("sandbox ", id_, ": ending its network (pasta, pid ", pasta.pid(), ")");
   }
   pasta.Stop();
+  if (state_dir_ != nullptr) state_dir_->ForgetNetwork(id_);
 }
 
 absl::Status Sandbox::Signal(int signal, bool all, int pid) {

@@ -193,6 +193,31 @@ void StateDir::Forget(pid_t pid) {
   unlink(absl::StrCat(path_, "/sockets/", pid).c_str());
 }
 
+absl::Status StateDir::RecordNetwork(const std::string& id, pid_t pid) {
+  const std::string start = ProcessStartTime(pid);
+  if (start.empty()) {
+    return absl::UnavailableError(absl::StrCat("pasta pid ", pid, " is gone"));
+  }
+  const std::string dir = SandboxDir(id);
+  if (mkdir(dir.c_str(), 0700) != 0 && errno != EEXIST) {
+    return ErrnoStatus(absl::StrCat("creating ", dir), errno);
+  }
+  return WriteAtomically(dir + "/network", absl::StrCat(pid, "\n", start, "\n"));
+}
+
+SentryRecord StateDir::LoadNetwork(const std::string& id) const {
+  SentryRecord r;
+  std::ifstream f(SandboxDir(id) + "/network");
+  std::string pid;
+  if (!std::getline(f, pid) || !absl::SimpleAtoi(pid, &r.pid)) return SentryRecord{};
+  std::getline(f, r.start_time);
+  return r;
+}
+
+void StateDir::ForgetNetwork(const std::string& id) {
+  unlink((SandboxDir(id) + "/network").c_str());
+}
+
 std::string StateDir::SandboxDir(const std::string& id) const {
   return absl::StrCat(path_, "/sandboxes/", id);
 }

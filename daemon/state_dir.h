@@ -18,6 +18,9 @@
 //                             Persist)
 //   sandboxes/<id>/exec-<pid>.pb   an Exec'd process (v1::ExecInfo),
 //   sandboxes/<id>/exec-<pid>.log  and its output (OutputLog's file)
+//   sandboxes/<id>/network    NETWORK_MODE_SANDBOX's pasta: its pid and
+//                             start time, so that a restarted daemon ends
+//                             it with the sandbox
 //
 // Thread safety: every method may be called from any thread.
 #ifndef SANDBOXD_DAEMON_STATE_DIR_H_
@@ -59,6 +62,11 @@ class StateDir {
   absl::Status Record(pid_t pid, const std::string& cgroup = "");
   // Removes sentries/<pid> (and sockets/<pid>).
   void Forget(pid_t pid);
+  // sandboxes/<id>/network: the pasta serving sandbox `id`'s network
+  // namespace. LoadNetwork gives pid 0 when none is recorded.
+  absl::Status RecordNetwork(const std::string& id, pid_t pid);
+  SentryRecord LoadNetwork(const std::string& id) const;
+  void ForgetNetwork(const std::string& id);
   std::vector<SentryRecord> Sentries() const;
   // Kills (SIGKILL, with their process groups) the recorded Sentries that
   // still run, except those in `keep` (re-adopted), and forgets them;

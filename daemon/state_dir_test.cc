@@ -187,6 +187,27 @@ TEST(StateDirTest, CgroupParentOwnership) {
   EXPECT_FALSE((*sd)->CreatedCgroupParent("sandboxd-x"));
 }
 
+TEST(StateDirTest, NetworkRecordNamesALiveProcessOnce) {
+  const std::string dir = TempDir();
+  auto sd = StateDir::Open(dir);
+  ASSERT_TRUE(sd.ok());
+  EXPECT_EQ((*sd)->LoadNetwork("box").pid, 0);
+  ASSERT_TRUE((*sd)->RecordNetwork("box", getpid()).ok());
+  SentryRecord r = (*sd)->LoadNetwork("box");
+  EXPECT_EQ(r.pid, getpid());
+  EXPECT_TRUE(r.Alive());
+  (*sd)->ForgetNetwork("box");
+  EXPECT_EQ((*sd)->LoadNetwork("box").pid, 0);
+  // A pid that is gone is refused, not recorded.
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  ASSERT_GT(child, 0);
+  waitpid(child, nullptr, 0);
+  EXPECT_FALSE((*sd)->RecordNetwork("box", child).ok());
+  EXPECT_EQ((*sd)->LoadNetwork("box").pid, 0);
+  (*sd)->RemoveSandbox("box");
+}
+
 TEST(StateDirTest, ProcessStartTimeOfSelf) {
   EXPECT_FALSE(ProcessStartTime(getpid()).empty());
   EXPECT_TRUE(ProcessStartTime(0x7ffffff0).empty());

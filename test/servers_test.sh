@@ -48,7 +48,7 @@ ip route add default via 10.9.0.1
 # "Another host": an address of the test's namespace that is not the
 # uplink's (which pasta gives the sandbox too).
 ip addr add 10.9.1.1/32 dev lo
-make_tmp servers_test
+make_tmp servers_test "${KEEP:-0}"
 # The host's resolver: one loopback name server (as systemd-resolved's),
 # which the sandbox cannot reach, and one it can.
 printf 'nameserver 127.0.0.53\nnameserver 192.0.2.53\nsearch example.test\n' >"$tmp/resolv.conf"
@@ -61,6 +61,7 @@ platforms_here "$SENTRY"
 start_bg "$tmp/daemon.log" "$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" \
   --state-dir="$tmp/state" --pool-size=1 --platforms=systrap --no-cgroups \
   --default-rootfs=/ --shutdown-kill
+daemon_pid=$bg_pid
 wait_for_daemon "$SANDBOXCTL" "$SOCK"
 check "sandboxd is up" eq "$?" 0
 
@@ -244,4 +245,27 @@ capture 20 redis-cli -p 16379 INCR counter
 check "redis: INCR" eq "$(cat "$tmp/out")" "42"
 ctl rm -f "$rds_id"
 check "redis: removed, its pasta gone" eq "$(pastas 16379)" 0
+
+# --- a restart of the daemon ---------------------------------------------------
+# kill -9 of sandboxd leaves the sandbox and its pasta serving; the
+# restarted daemon re-adopts the sandbox, and removing it then ends its
+# pasta too.
+ctl run -d -p 18083:8000 -v "$tmp/www:/www:ro" -- "$PY" -m http.server 8000 -d /www
+re_id=$(cat "$tmp/out")
+check "restart: created with -p 18083:8000" eq "$status" 0
+fetch http://127.0.0.1:18083/hello.txt
+check "restart: served before" cmp -s "$tmp/out" "$tmp/www/hello.txt"
+kill -9 "$daemon_pid"
+wait "$daemon_pid" 2>/dev/null
+start_bg "$tmp/daemon2.log" "$SANDBOXD" --sentry="$SENTRY" --socket="$SOCK" \
+  --state-dir="$tmp/state" --pool-size=1 --platforms=systrap --no-cgroups \
+  --default-rootfs=/ --shutdown-kill
+wait_for_daemon "$SANDBOXCTL" "$SOCK"
+check "restart: the daemon is up again" eq "$?" 0
+fetch http://127.0.0.1:18083/hello.txt
+check "restart: still served through the published port" cmp -s "$tmp/out" "$tmp/www/hello.txt"
+ctl rm -f "$re_id"
+check "restart: removed by the new daemon ($(head -c 200 "$tmp/err"))" eq "$status" 0
+for _ in $(seq 1 40); do [ "$(pastas 18083)" = 0 ] && break; sleep 0.05; done
+check "restart: removed, its pasta gone" eq "$(pastas 18083)" 0
 passed

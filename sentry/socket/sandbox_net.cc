@@ -295,6 +295,16 @@ absl::StatusOr<Pasta> Pasta::Start(int netns, int userns, const Ports& ports) {
   return p;
 }
 
+absl::StatusOr<Pasta> Pasta::Adopt(pid_t pid) {
+  Pasta p;
+  p.pidfd_ = UniqueFd(static_cast<int>(syscall(SYS_pidfd_open, pid, 0)));
+  if (!p.pidfd_.valid()) {
+    return ErrnoStatus(absl::StrCat("pasta pid ", pid, " (pidfd_open)"), errno);
+  }
+  p.pid_ = pid;
+  return p;
+}
+
 void Pasta::Stop() {
   if (pid_ <= 0) return;
   const pid_t pid = std::exchange(pid_, -1);

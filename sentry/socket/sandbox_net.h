@@ -66,6 +66,10 @@ class Pasta {
   static absl::StatusOr<Pasta> StartForPid(pid_t pid, const Ports& ports);
   // The same for namespaces held as fds (userns -1: the caller's).
   static absl::StatusOr<Pasta> Start(int netns, int userns, const Ports& ports);
+  // The running pasta `pid` that an earlier daemon started (a restarted
+  // sandboxd's re-adopted sandbox): Stop ends it as if started here. The
+  // caller has checked that `pid` is still that process (its start time).
+  static absl::StatusOr<Pasta> Adopt(pid_t pid);
 
   pid_t pid() const { return pid_; }
   bool running() const { return pid_ > 0; }

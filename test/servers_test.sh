@@ -15,7 +15,9 @@
 #   - a published port in use on the host, and -p with --network=none,
 #     are clear errors at create;
 #   - removing a sandbox ends its pasta and frees its ports, and so does
-#     its Sentry's death.
+#     its Sentry's death;
+#   - kill -9 of sandboxd: the sandbox serves on through its published
+#     port, and the restarted daemon's rm ends its pasta.
 # Exits 77 (CTest: skipped) without user namespaces, pasta (Debian's
 # passt), nginx, redis-server/redis-cli or curl.
 #
@@ -182,6 +184,12 @@ check "crash: inspect names the Sentry (${sentry_pid:-none})" ge "${sentry_pid:-
 for _ in $(seq 1 100); do [ "$(pastas 18082)" = 0 ] && break; sleep 0.05; done
 check "crash: the killed Sentry's pasta is gone" eq "$(pastas 18082)" 0
 ctl rm -f "$crash_id"
+check "crash: removed" eq "$status" 0
+if ! check "crash: the daemon lives on" kill -0 "$daemon_pid"; then
+  wait "$daemon_pid"
+  echo "# sandboxd ended with status $?; its log ends:"
+  tail -5 "$tmp/daemon.log" | sed 's/^/#   /'
+fi
 
 # --- nginx, a file from a bind mount ---------------------------------------
 # One process (master_process off): nginx's master sets FIOASYNC on the

@@ -67,9 +67,16 @@ daemon_pid=$bg_pid
 wait_for_daemon "$SANDBOXCTL" "$SOCK"
 check "sandboxd is up" eq "$?" 0
 
-# pasta processes that forward a port of this test (other runs may have
-# their own pasta).
-pastas() { ps -eo args | grep -c "[p]asta.*127.0.0.1/$1:" ; }
+# pasta processes of this test's namespace that forward host port $1
+# (other runs, in namespaces of their own, may have theirs).
+pastas() {
+  local pid n=0 own
+  own=$(readlink /proc/self/ns/net)
+  for pid in $(ps -eo pid,args | awk -v p="127.0.0.1/$1:" '$2 == "pasta" && index($0, p) { print $1 }'); do
+    [ "$(readlink "/proc/$pid/ns/net" 2>/dev/null)" = "$own" ] && n=$((n + 1))
+  done
+  echo "$n"
+}
 # fetch URL: curl with retries while the sandbox's server starts.
 fetch() {
   local _
@@ -185,7 +192,8 @@ for _ in $(seq 1 100); do [ "$(pastas 18082)" = 0 ] && break; sleep 0.05; done
 check "crash: the killed Sentry's pasta is gone" eq "$(pastas 18082)" 0
 ctl rm -f "$crash_id"
 check "crash: removed" eq "$status" 0
-if ! check "crash: the daemon lives on" kill -0 "$daemon_pid"; then
+check "crash: the daemon lives on" kill -0 "$daemon_pid"
+if ! kill -0 "$daemon_pid" 2>/dev/null; then
   wait "$daemon_pid"
   echo "# sandboxd ended with status $?; its log ends:"
   tail -5 "$tmp/daemon.log" | sed 's/^/#   /'

@@ -247,8 +247,9 @@ void Sandbox::SaveRecord() {
     *info.mutable_exit() = exit_;
     for (const v1::SelfCheckpoint& c : self_checkpoints_) *info.add_self_checkpoints() = c;
     if (checkpoint_.has_time()) *info.mutable_checkpoint() = checkpoint_;
+    // Under mu_ with destroyed_ false: the Sentry's process is still there.
+    info.add_sentry_pids(sentry_->process().pid());
   }
-  info.add_sentry_pids(sentry_->process().pid());
   if (absl::Status s = state_dir_->SaveSandbox(info); !s.ok()) {
     Log("sandbox ", id_, ": saving its record: ", s.ToString());
   }
@@ -704,16 +705,20 @@ void Sandbox::Finish(v1::ExitStatus exit, v1::SandboxState state) {
 
 void Sandbox::OnSentryExit(bool crashed, const std::string& reason) {
   if (!crashed) return;
+  pid_t pid;
   {
     absl::MutexLock l(&mu_);
     if (destroyed_ || host_killed_) return;
+    // Read now: a Destroy may begin once mu_ is released, and the
+    // SentryProcess this runs on is then torn down (WarmSentry's process
+    // is null while its destructor joins this thread).
+    pid = sentry_->process().pid();
   }
-  Log("sandbox ", id_, ": sentry (pid ", sentry_->process().pid(), ") ", reason);
+  Log("sandbox ", id_, ": sentry (pid ", pid, ") ", reason);
   StopNetwork();
   if (metrics_ != nullptr) metrics_->IncSentryCrashes();
   v1::ExitStatus exit;
-  exit.set_error(absl::StrCat("the sandbox's sentry (pid ", sentry_->process().pid(), ") ",
-                              reason));
+  exit.set_error(absl::StrCat("the sandbox's sentry (pid ", pid, ") ", reason));
   Finish(exit, v1::SANDBOX_STATE_FAILED);
 }
 

@@ -213,6 +213,9 @@ int main(void) {
   CHECK("pipe_write2", write(p[1], "d", 1) == 1);
   CHECK("pipe_read2", read(p[0], &c, 1) == 1);
   CHECK("pipe_w_sigio", wait_count(1) == 1 && g_signo == SIGIO);
+  /* Off before the close: closing the read end would signal the writer
+   * (POLL_OUT, as Linux's pipe_release). */
+  CHECK("pipe_w_async_off", fcntl(p[1], F_SETFL, 0) == 0);
   close(p[0]);
   close(p[1]);
 
@@ -227,8 +230,13 @@ int main(void) {
   reset();
   CHECK("pty_write", write(r, "hi\n", 3) == 3);
   CHECK("pty_sigio", wait_count(1) >= 1 && g_signo == SIGIO);
-  close(r);
+  /* A write may make more than one input event (the echo): take them all
+   * before the next check, then switch it off before the close. */
+  settle();
+  on = 0;
+  CHECK("pty_fioasync_off", ioctl(m, FIOASYNC, &on) == 0);
   close(m);
+  close(r);
 
   /* A UDP socket on the loopback (hostinet in the sandbox): POLL_IN when a
    * datagram arrives. The owner is a thread here (F_SETOWN_EX). */
@@ -257,6 +265,7 @@ int main(void) {
    * O_ASYNC (only fasync sets FASYNC; it is not in SETFL_MASK). */
   int e = eventfd(0, 0);
   CHECK("eventfd", e >= 0);
+  on = 1;
   CHECK("eventfd_fioasync_enotty", ioctl(e, FIOASYNC, &on) == -1 && errno == ENOTTY);
   CHECK("eventfd_setfl_async", fcntl(e, F_SETFL, O_ASYNC) == 0 &&
                                    (fcntl(e, F_GETFL) & O_ASYNC) == 0);

@@ -9,8 +9,8 @@
 #   bench/servers.sh                 # ~3 min
 #   REDIS_N=20000 WRK_SECONDS=5 SANDBOXD=… SANDBOXCTL=… SENTRY=… RUNSC=runsc bench/servers.sh
 #
-# nginx runs as one process (master_process off) everywhere: its master
-# sets FIOASYNC on the socketpair to its workers, which the Sentry refuses.
+# nginx runs as a master and one worker (master_process on) everywhere: the
+# master sets FIOASYNC and F_SETOWN on its channel socketpairs to the worker.
 # runsc runs each server from an OCI bundle (`runsc spec`, the host's / as
 # root under --overlay's in-memory upper layer, no network namespace): `runsc do`'s
 # servers were not reachable from the host's namespace here.
@@ -48,7 +48,7 @@ chmod 644 "$TMP/www/10k.bin"
 nginx_conf() {  # nginx_conf PORT: a config file for PORT, its path on stdout
   cat >"$TMP/nginx-$1.conf" <<EOF
 daemon off;
-master_process off;
+master_process on;
 worker_processes 1;
 pid /tmp/nginx-$1.pid;
 error_log stderr;

@@ -200,13 +200,13 @@ if ! kill -0 "$daemon_pid" 2>/dev/null; then
 fi
 
 # --- nginx, a file from a bind mount ---------------------------------------
-# One process (master_process off): nginx's master sets FIOASYNC on the
-# socketpair to its workers, which the Sentry's AF_UNIX sockets refuse
-# (ENOTTY), so no worker would start.
+# A master and two workers (nginx's default master_process on): the master
+# sets FIOASYNC and F_SETOWN on its channel socketpairs to the workers
+# (sentry/fs/README.md, "Signal-driven I/O").
 cat >"$tmp/nginx.conf" <<'EOF'
 daemon off;
-master_process off;
-worker_processes 1;
+master_process on;
+worker_processes 2;
 pid /tmp/nginx.pid;
 error_log stderr;
 events { worker_connections 64; }

@@ -23,6 +23,19 @@
 
 namespace sandboxd::fs {
 
+File::~File() { delete async_.load(std::memory_order_acquire); }
+
+FileAsync& File::async() {
+  FileAsync* a = async_.load(std::memory_order_acquire);
+  if (a != nullptr) return *a;
+  auto* made = new FileAsync();
+  if (async_.compare_exchange_strong(a, made, std::memory_order_acq_rel)) {
+    return *made;
+  }
+  delete made;  // another thread made it first: `a` is that one
+  return *a;
+}
+
 HostFile::HostFile(UniqueFd fd) : fd_(std::move(fd)) {
   int fl = fcntl(fd_.get(), F_GETFL);
   if (fl >= 0) {

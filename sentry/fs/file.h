@@ -19,6 +19,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "base/unique_fd.h"
+#include "sentry/fs/file_async.h"
 #include "sentry/fs/inode.h"
 #include "sentry/fs/vfs.h"
 #include "sentry/waiter/event_source.h"
@@ -37,7 +38,10 @@ struct IoContext {
 
 class File {
  public:
-  virtual ~File() = default;
+  File() = default;
+  File(const File&) = delete;
+  File& operator=(const File&) = delete;
+  virtual ~File();
   // Each returns bytes transferred or -errno. offset < 0: use and advance
   // the file's own offset.
   virtual int64_t Read(void* buf, uint64_t n, int64_t offset,
@@ -72,6 +76,20 @@ class File {
   // them (fstat-by-inode, fchdir, fchmod, /proc/self/fd); null otherwise.
   virtual std::shared_ptr<Inode> inode() { return nullptr; }
   virtual Location location() { return Location{}; }
+
+  // Signal-driven I/O (file_async.h): the events this file sends SIGIO
+  // for while O_ASYNC is on; 0 for files without Linux's f_op->fasync
+  // (F_SETFL drops O_ASYNC, FIOASYNC is ENOTTY).
+  virtual waiter::EventMask AsyncEvents() { return 0; }
+  // The file's O_ASYNC, owner and F_SETSIG state, made at first use.
+  FileAsync& async();
+  // Null if async() was never called (nothing set).
+  FileAsync* async_if_any() const {
+    return async_.load(std::memory_order_acquire);
+  }
+
+ private:
+  std::atomic<FileAsync*> async_{nullptr};
 };
 
 // A file description on an inode of the VFS: regular files (data through

@@ -119,6 +119,12 @@ class PipeEnd : public File, public waiter::EventSource {
   void EventRegister(waiter::Waiter* w, waiter::EventMask mask) override;
   void EventUnregister(waiter::Waiter* w) override;
   std::shared_ptr<waiter::WaitQueue> event_queue() override { return pipe_->queue(); }
+  // Linux's pipe_fasync: readers get POLL_IN when data comes or the last
+  // writer goes, writers POLL_OUT when room comes or the last reader goes.
+  waiter::EventMask AsyncEvents() override {
+    return write_end_ ? (POLLOUT | POLLWRNORM | POLLERR)
+                      : (POLLIN | POLLRDNORM | POLLHUP);
+  }
 
   Pipe& pipe() { return *pipe_; }
   const std::shared_ptr<Pipe>& pipe_ptr() const { return pipe_; }
@@ -152,6 +158,10 @@ class PipeReadWrite final : public File, public waiter::EventSource {
   void EventRegister(waiter::Waiter* w, waiter::EventMask mask) override;
   void EventUnregister(waiter::Waiter* w) override;
   std::shared_ptr<waiter::WaitQueue> event_queue() override;
+  // On both of Linux's fasync lists.
+  waiter::EventMask AsyncEvents() override {
+    return POLLIN | POLLRDNORM | POLLHUP | POLLOUT | POLLWRNORM;
+  }
 
   const std::shared_ptr<Pipe>& pipe_ptr() const { return read_->pipe_ptr(); }
 

@@ -37,9 +37,11 @@ Kernel::Kernel(std::unique_ptr<mm::MemoryFile> mf,
       syscalls_(syscalls),
       opts_(std::move(opts)) {
   if (opts_.thread_cpu_clocks) platform_->MeasureAppCpu(true);
+  InstallAsyncSignaller();
 }
 
 Kernel::~Kernel() {
+  UninstallAsyncSignaller();
   std::vector<std::shared_ptr<Task>> done;
   {
     absl::MutexLock l(&mu_);

@@ -207,6 +207,13 @@ class Kernel {
   // *reaped says so.
   ExitStatus AwaitExit(const std::shared_ptr<ThreadGroup>& g, bool* reaped);
 
+  // Signal-driven I/O (sigio.cc): whether `pid` names a thread, or a
+  // process group or session with a live member (F_SETOWN's lookup).
+  bool PidInUse(pid_t pid);
+  // send_sigio: sends `s` to its owner, if the owner's setter may signal
+  // it. Called holding no lock (the dispatcher's timer thread).
+  void SendAsyncSignal(const fs::AsyncSignal& s);
+
   std::shared_ptr<Task> FindTask(pid_t tid);
   std::shared_ptr<ThreadGroup> FindGroup(pid_t tgid);
   // Every thread group with a pid (live ones and zombies), by pid: what
@@ -248,6 +255,11 @@ class Kernel {
   std::map<uint64_t, uint64_t> UnimplementedCounts();
 
  private:
+  // Makes this kernel the process's fs::AsyncSignaller, and undoes it
+  // (the constructor and destructor).
+  void InstallAsyncSignaller();
+  void UninstallAsyncSignaller();
+
   pid_t AllocTid() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ResourceExhausted when the sandbox has KernelOptions::max_tasks tasks.
   absl::Status CheckTaskLimitLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);

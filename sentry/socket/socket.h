@@ -126,6 +126,12 @@ struct RecvRequest {
 
 class Socket : public fs::File {
  public:
+  // sock_fasync: POLL_IN when data or a connection arrives (and at EOF),
+  // POLL_PRI for urgent data, POLL_ERR for an error. Linux's POLL_OUT
+  // (only after a send found the buffer full) is not sent.
+  waiter::EventMask AsyncEvents() override {
+    return POLLIN | POLLRDNORM | POLLPRI | POLLERR;
+  }
   virtual int family() const = 0;
   virtual int type() const = 0;      // SOCK_STREAM, SOCK_DGRAM, ...
   virtual int protocol() const = 0;

@@ -14,7 +14,7 @@ namespace sandboxd::state {
 
 absl::Status FsState::SaveEpoll(Saver& s, const fs::Vfs& vfs, fs::EpollFile* ep,
                                 pb::File* rec) {
-  SBX_SAVED_SIZE(fs::EpollFile, 192);
+  SBX_SAVED_SIZE(fs::EpollFile, 200);
   SBX_SAVED_SIZE(fs::EpollFile::Interest, 96);
   pb::Epoll* r = rec->mutable_epoll();
   r->set_nonblock(ep->nonblock_.load());

@@ -17,7 +17,7 @@
 namespace sandboxd::state {
 
 absl::Status FsState::SaveEventFd(fs::EventFd* ev, pb::File* rec) {
-  SBX_SAVED_SIZE(fs::EventFd, 72);
+  SBX_SAVED_SIZE(fs::EventFd, 80);
   pb::EventFd* r = rec->mutable_eventfd();
   r->set_count(ev->value());
   r->set_semaphore(ev->semaphore_);
@@ -38,7 +38,7 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadEventFd(
 }
 
 absl::Status FsState::SaveTimerFd(fs::TimerFd* tf, pb::File* rec) {
-  SBX_SAVED_SIZE(fs::TimerFd, 48);
+  SBX_SAVED_SIZE(fs::TimerFd, 56);
   SBX_SAVED_SIZE(fs::TimerFd::State, 80);
   pb::TimerFd* r = rec->mutable_timerfd();
   fs::TimerFd::State& st = *tf->state_;
@@ -80,7 +80,7 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadTimerFd(
 }
 
 absl::Status FsState::SaveSignalFd(kernel::SignalFd* sf, pb::File* rec) {
-  SBX_SAVED_SIZE(kernel::SignalFd, 72);
+  SBX_SAVED_SIZE(kernel::SignalFd, 80);
   std::shared_ptr<kernel::ThreadGroup> owner = sf->owner_.lock();
   if (owner == nullptr) {
     return absl::UnimplementedError(

@@ -53,17 +53,55 @@ std::string DescribeHostFd(int fd) {
                       minor(st.st_dev), " inode ", st.st_ino);
 }
 
+// Signal-driven I/O, common to every kind of file (fs/file_async.h).
+void SaveAsync(fs::File& f, pb::File* rec) {
+  const fs::FileAsync* as = f.async_if_any();
+  if (as == nullptr) return;
+  const fs::FileAsync::Saved a = as->Get();
+  pb::FileAsync* r = rec->mutable_async();
+  r->set_enabled(a.enabled);
+  r->set_fd(a.fd);
+  r->set_owner_type(a.owner.type);
+  r->set_owner_pid(a.owner.pid);
+  r->set_owner_uid(a.owner.uid);
+  r->set_owner_euid(a.owner.euid);
+  r->set_sig(a.sig);
+}
+
+absl::Status LoadAsync(const pb::FileAsync& r,
+                       const std::shared_ptr<fs::File>& f) {
+  if (r.owner_type() != F_OWNER_TID && r.owner_type() != F_OWNER_PID &&
+      r.owner_type() != F_OWNER_PGRP) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("async owner of unknown type ", r.owner_type()));
+  }
+  if (r.sig() < 0 || r.sig() > 64) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("async signal ", r.sig(), " out of range"));
+  }
+  fs::AsyncOwner o;
+  o.type = r.owner_type();
+  o.pid = r.owner_pid();
+  o.uid = r.owner_uid();
+  o.euid = r.owner_euid();
+  fs::FileAsync& as = f->async();
+  as.set_owner(o);
+  as.set_sig(r.sig());
+  // Registers on the restored file's queue again.
+  if (r.enabled()) as.SetEnabled(*f, true, r.fd());
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
                                            const std::shared_ptr<fs::File>& f) {
-  SBX_SAVED_SIZE(fs::File, 8);
-  SBX_SAVED_SIZE(fs::InodeFile, 120);
-  SBX_SAVED_SIZE(fs::PipeEnd, 40);
-  SBX_SAVED_SIZE(fs::PipeReadWrite, 48);
-  SBX_SAVED_SIZE(fs::HostFile, 72);
-  return s.Save<fs::File, pb::File>(
-      f.get(), s.state().mutable_files(), [&](pb::File* rec) -> absl::Status {
+  SBX_SAVED_SIZE(fs::File, 16);
+  SBX_SAVED_SIZE(fs::InodeFile, 128);
+  SBX_SAVED_SIZE(fs::PipeEnd, 48);
+  SBX_SAVED_SIZE(fs::PipeReadWrite, 56);
+  SBX_SAVED_SIZE(fs::HostFile, 80);
+  auto save_kind = [&](pb::File* rec) -> absl::Status {
         // Before the InodeFile and HostFile cases, which would take a pty's
         // sides or a terminal's stdio for plain files (a /dev/ptmx opened
         // again is a new pair).
@@ -172,6 +210,12 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
         }
         return absl::UnimplementedError(
             absl::StrCat("save: ", KindName(*f), " files cannot be saved yet"));
+      };
+  return s.Save<fs::File, pb::File>(
+      f.get(), s.state().mutable_files(), [&](pb::File* rec) -> absl::Status {
+        RETURN_IF_ERROR(save_kind(rec));
+        SaveAsync(*f, rec);
+        return absl::OkStatus();
       });
 }
 
@@ -207,8 +251,7 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadPseudoFile(
 absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadFile(Loader& l,
                                                             fs::Vfs& vfs,
                                                             uint64_t id) {
-  return l.Load<fs::File, pb::File>(
-      id, l.state().files(), "file",
+  auto load_kind =
       [&](const pb::File& rec) -> absl::StatusOr<std::shared_ptr<fs::File>> {
         switch (rec.kind_case()) {
           case pb::File::kInodeFile: {
@@ -299,6 +342,13 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadFile(Loader& l,
           default:
             return absl::InvalidArgumentError("file of unknown kind");
         }
+      };
+  return l.Load<fs::File, pb::File>(
+      id, l.state().files(), "file",
+      [&](const pb::File& rec) -> absl::StatusOr<std::shared_ptr<fs::File>> {
+        ASSIGN_OR_RETURN(std::shared_ptr<fs::File> f, load_kind(rec));
+        if (rec.has_async()) RETURN_IF_ERROR(LoadAsync(rec.async(), f));
+        return f;
       });
 }
 

@@ -4,6 +4,7 @@
 #include "sentry/state/fs_state.h"
 
 #include <fcntl.h>
+#include <signal.h>
 #include <linux/falloc.h>
 #include <stdlib.h>
 #include <sys/eventfd.h>
@@ -323,6 +324,11 @@ TEST_F(FsStateTest, FilesAndDescriptorTables) {
   ASSERT_EQ(wr->Write("pipe data", 9, -1, {}), 9);
   fds->InstallAt(6, rd, false);
   fds->InstallAt(7, wr, false);
+  // Signal-driven I/O on the read end: O_ASYNC through fd 6, a process
+  // group owner, F_SETSIG.
+  rd->async().set_owner(fs::AsyncOwner{F_OWNER_PGRP, 7, 1000, 1001});
+  rd->async().set_sig(SIGRTMIN + 2);
+  rd->async().SetEnabled(*rd, true, 6);
   auto ev = std::make_shared<fs::EventFd>(7, EFD_SEMAPHORE | EFD_NONBLOCK);
   fds->InstallAt(8, ev, false);
   // A second table (fork) sharing the write end and the data file.
@@ -384,6 +390,17 @@ TEST_F(FsStateTest, FilesAndDescriptorTables) {
     auto rd2 = t.Get(6), wr2 = t.Get(7);
     EXPECT_EQ(wr2, (*child2)->Get(7));
     EXPECT_EQ(rd2->StatusFlags() & O_NONBLOCK, O_NONBLOCK);
+    ASSERT_NE(rd2->async_if_any(), nullptr);
+    const fs::FileAsync::Saved as = rd2->async_if_any()->Get();
+    EXPECT_TRUE(as.enabled);
+    EXPECT_EQ(as.fd, 6);
+    EXPECT_EQ(as.owner.type, F_OWNER_PGRP);
+    EXPECT_EQ(as.owner.pid, 7);
+    EXPECT_EQ(as.owner.uid, 1000u);
+    EXPECT_EQ(as.owner.euid, 1001u);
+    EXPECT_EQ(as.sig, SIGRTMIN + 2);
+    // The write end never had any.
+    EXPECT_EQ(wr2->async_if_any(), nullptr);
     ASSERT_EQ(rd2->Read(b2, 16, -1, {}), 9);
     EXPECT_EQ(std::string(b2, 9), "pipe data");
     EXPECT_EQ(rd2->Read(b2, 16, -1, {}), -EAGAIN);

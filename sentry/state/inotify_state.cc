@@ -13,7 +13,7 @@ namespace sandboxd::state {
 
 absl::Status FsState::SaveInotify(Saver& s, fs::InotifyFile* in,
                                   pb::File* rec) {
-  SBX_SAVED_SIZE(fs::InotifyFile, 152);
+  SBX_SAVED_SIZE(fs::InotifyFile, 160);
   SBX_SAVED_SIZE(fs::InotifyFile::Event, 48);
   SBX_SAVED_SIZE(fs::InotifyFile::WatchState, 24);
   pb::Inotify* r = rec->mutable_inotify();

@@ -187,7 +187,7 @@ absl::StatusOr<uint64_t> SocketState::SaveEndpoint(
 absl::Status SocketState::SaveUnixSocket(Saver& s, const fs::Vfs& vfs,
                                          socket::UnixSocket& sock,
                                          pb::UnixSocketFile* r) {
-  SBX_SAVED_SIZE(socket::UnixSocket, 72);
+  SBX_SAVED_SIZE(socket::UnixSocket, 80);
   ASSIGN_OR_RETURN(uint64_t ep, SaveEndpoint(s, vfs, sock.ep_));
   r->set_endpoint(ep);
   r->set_nonblock(sock.nonblocking());
@@ -198,7 +198,7 @@ absl::Status SocketState::SaveUnixSocket(Saver& s, const fs::Vfs& vfs,
 
 absl::Status SocketState::SaveHostSocket(socket::HostSocket& sock,
                                          pb::HostSocketFile* r) {
-  SBX_SAVED_SIZE(socket::HostSocket, 120);
+  SBX_SAVED_SIZE(socket::HostSocket, 128);
   r->set_family(sock.family_);
   r->set_type(sock.type_);
   r->set_protocol(sock.protocol_);

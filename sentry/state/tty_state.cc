@@ -139,9 +139,9 @@ absl::StatusOr<std::shared_ptr<fs::tty::HostTerminal>> TtyState::LoadConsole(
 absl::Status TtyState::SaveTtyFile(Saver& s, const fs::Vfs& vfs,
                                    const std::shared_ptr<fs::File>& f,
                                    pb::File* rec) {
-  SBX_SAVED_SIZE(fs::tty::PtyMasterFile, 168);
-  SBX_SAVED_SIZE(fs::tty::PtyReplicaFile, 168);
-  SBX_SAVED_SIZE(fs::tty::HostTtyFile, 112);
+  SBX_SAVED_SIZE(fs::tty::PtyMasterFile, 176);
+  SBX_SAVED_SIZE(fs::tty::PtyReplicaFile, 176);
+  SBX_SAVED_SIZE(fs::tty::HostTtyFile, 120);
   std::shared_ptr<Pty> pty;
   bool master = false;
   if (auto* m = dynamic_cast<fs::tty::PtyMasterFile*>(f.get())) {

@@ -9,9 +9,12 @@
 #include <sys/uio.h>
 
 #include <algorithm>
+#include <climits>
 #include <vector>
 
+#include "sentry/fs/file_async.h"
 #include "sentry/fs/pipe.h"
+#include "sentry/socket/socket.h"
 #include "sentry/syscalls/args.h"
 #include "sentry/syscalls/lock_syscalls.h"
 #include "sentry/syscalls/memfd_syscalls.h"
@@ -252,6 +255,46 @@ int64_t SysFstat(Task& t, const SyscallArgs& a) {
   return StatOut(t, *f, a.a[1]);
 }
 
+// Signal-driven I/O (fs/file_async.h), as Linux's fs/fcntl.c.
+
+// f_setown's lookup: the owner must be a pid in use (a thread, or a process
+// group or session id); pid 0 clears the owner. The setter's uids go with it
+// (sigio_perm).
+int64_t SetOwner(Task& t, fs::File& f, int type, pid_t pid) {
+  if (pid != 0 && !t.kernel().PidInUse(pid)) return -ESRCH;
+  fs::AsyncOwner o;
+  o.type = type;
+  o.pid = pid;
+  o.uid = t.own_creds().ruid;
+  o.euid = t.own_creds().euid;
+  f.async().set_owner(o);
+  return 0;
+}
+
+// F_SETOWN, FIOSETOWN, SIOCSPGRP: a pid, or -pgrp.
+int64_t SetOwn(Task& t, fs::File& f, int who) {
+  int type = F_OWNER_PID;
+  if (who < 0) {
+    if (who == INT_MIN) return -EINVAL;
+    type = F_OWNER_PGRP;
+    who = -who;
+  }
+  return SetOwner(t, f, type, who);
+}
+
+// F_GETOWN, FIOGETOWN, SIOCGPGRP.
+int GetOwn(fs::File& f) {
+  const fs::FileAsync* as = f.async_if_any();
+  if (as == nullptr) return 0;
+  const fs::AsyncOwner o = as->owner();
+  return o.type == F_OWNER_PGRP ? -o.pid : o.pid;
+}
+
+bool AsyncOn(fs::File& f) {
+  const fs::FileAsync* as = f.async_if_any();
+  return as != nullptr && as->enabled();
+}
+
 int64_t SysIoctl(Task& t, const SyscallArgs& a) {
   ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, a.a[0]));
   // The request is an unsigned int: musl passes it sign-extended.
@@ -269,8 +312,33 @@ int64_t SysIoctl(Task& t, const SyscallArgs& a) {
       int fl = f->StatusFlags();
       return f->SetStatusFlags(on ? (fl | O_NONBLOCK) : (fl & ~O_NONBLOCK));
     }
+    case FIOASYNC: {
+      int on;
+      RETURN_IF_ERRNO(CopyInObj(t, a.a[2], &on));
+      if ((on != 0) == AsyncOn(*f)) return 0;
+      // ioctl_fioasync: only a file with f_op->fasync.
+      if (f->AsyncEvents() == 0) return -ENOTTY;
+      f->async().SetEnabled(*f, on != 0, static_cast<int>(a.a[0]));
+      return 0;
+    }
     default:
       break;
+  }
+  // sock_ioctl's owner requests (an int through the pointer).
+  if (dynamic_cast<socket::Socket*>(f.get()) != nullptr) {
+    switch (request) {
+      case FIOSETOWN:
+      case SIOCSPGRP: {
+        int who;
+        RETURN_IF_ERRNO(CopyInObj(t, a.a[2], &who));
+        return SetOwn(t, *f, who);
+      }
+      case FIOGETOWN:
+      case SIOCGPGRP:
+        return CopyOutObj(t, a.a[2], GetOwn(*f));
+      default:
+        break;
+    }
   }
   bool tty;
   int64_t tr = TerminalIoctl(t, f, request, a.a[2], &tty);
@@ -323,9 +391,48 @@ int64_t SysFcntl(Task& t, const SyscallArgs& a) {
     case F_SETFD:
       return fds.SetCloexec(fd, (a.a[2] & FD_CLOEXEC) != 0);
     case F_GETFL:
-      return f->StatusFlags();
-    case F_SETFL:
-      return f->SetStatusFlags(static_cast<int>(a.a[2]));
+      // FASYNC is fasync's alone: only a file with one shows it.
+      return (f->StatusFlags() & ~O_ASYNC) | (AsyncOn(*f) ? O_ASYNC : 0);
+    case F_SETFL: {
+      const int fl = static_cast<int>(a.a[2]);
+      RETURN_IF_ERRNO(f->SetStatusFlags(fl));
+      // setfl: O_ASYNC changes go through fasync; a file without one drops
+      // the flag (O_ASYNC is not in Linux's SETFL_MASK).
+      if (f->AsyncEvents() != 0 && ((fl & O_ASYNC) != 0) != AsyncOn(*f)) {
+        f->async().SetEnabled(*f, (fl & O_ASYNC) != 0, fd);
+      }
+      return 0;
+    }
+    case F_GETOWN:
+      return GetOwn(*f);
+    case F_SETOWN:
+      return SetOwn(t, *f, static_cast<int>(a.a[2]));
+    case F_GETOWN_EX: {
+      struct f_owner_ex ex = {F_OWNER_PID, 0};
+      if (const fs::FileAsync* as = f->async_if_any()) {
+        const fs::AsyncOwner o = as->owner();
+        ex.type = static_cast<decltype(ex.type)>(o.type);
+        ex.pid = o.pid;
+      }
+      return CopyOutObj(t, a.a[2], ex);
+    }
+    case F_SETOWN_EX: {
+      struct f_owner_ex ex;
+      RETURN_IF_ERRNO(CopyInObj(t, a.a[2], &ex));
+      if (ex.type != F_OWNER_TID && ex.type != F_OWNER_PID &&
+          ex.type != F_OWNER_PGRP) {
+        return -EINVAL;
+      }
+      return SetOwner(t, *f, ex.type, ex.pid);
+    }
+    case F_GETSIG: {
+      const fs::FileAsync* as = f->async_if_any();
+      return as == nullptr ? 0 : as->sig();
+    }
+    case F_SETSIG:
+      if (a.a[2] > 64) return -EINVAL;  // valid_signal: 0..._NSIG
+      f->async().set_sig(static_cast<int>(a.a[2]));
+      return 0;
     case F_GETPIPE_SZ:
     case F_SETPIPE_SZ: {
       auto* end = dynamic_cast<fs::PipeEnd*>(f.get());

@@ -151,6 +151,8 @@ class PtyMasterFile final : public InodeFile, public waiter::EventSource, public
   void EventRegister(waiter::Waiter* w, waiter::EventMask mask) override;
   void EventUnregister(waiter::Waiter* w) override;
   std::shared_ptr<waiter::WaitQueue> event_queue() override { return pty_->master_queue(); }
+  // tty_fasync: POLL_IN for input (n_tty's write wakeups are not sent).
+  waiter::EventMask AsyncEvents() override { return POLLIN | POLLRDNORM | POLLPRI; }
   const std::shared_ptr<Terminal>& terminal() const override { return term_; }
   bool program_side() const override { return false; }
 
@@ -179,6 +181,7 @@ class PtyReplicaFile final : public InodeFile, public waiter::EventSource, publi
   void EventRegister(waiter::Waiter* w, waiter::EventMask mask) override;
   void EventUnregister(waiter::Waiter* w) override;
   std::shared_ptr<waiter::WaitQueue> event_queue() override { return pty_->replica_queue(); }
+  waiter::EventMask AsyncEvents() override { return POLLIN | POLLRDNORM | POLLPRI; }
   const std::shared_ptr<Terminal>& terminal() const override { return term_; }
 
  private:

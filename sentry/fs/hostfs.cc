@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
+#include "sentry/fs/pipe.h"
 
 namespace sandboxd::fs::hostfs {
 namespace {
@@ -73,7 +74,9 @@ class HostInode : public Inode {
         // mountpoint would.
         hidden_(st.st_dev != root_host_dev_),
         parent_(std::move(parent)),
-        name_(std::move(name)) {}
+        name_(std::move(name)),
+        fifo_(type_ == S_IFIFO && !writable ? std::make_unique<Fifo>()
+                                            : nullptr) {}
 
   uint32_t Type() const override { return type_; }
 
@@ -533,6 +536,12 @@ class HostInode : public Inode {
 
   bool ReadOnly() const override { return !writable_; }
 
+  // A fifo of a read-only hostfs (the image's rootfs) is the sandbox's
+  // own: nobody outside can open it, so a pipe in the Sentry shared by its
+  // openers is what Linux would give them. A writable bind mount's fifo is
+  // the host's, and a channel out of the sandbox: not opened (ENXIO).
+  Fifo* GetFifo() override { return fifo_.get(); }
+
   // The path of this inode from its filesystem's root ("/" for the root)
   // and that root's label; false when a name on the way was removed.
   bool PathFromRoot(std::string* label, std::string* path) {
@@ -756,6 +765,7 @@ class HostInode : public Inode {
   absl::Mutex read_mu_;
   UniqueFd read_fd_ ABSL_GUARDED_BY(read_mu_);
   UniqueFd write_fd_ ABSL_GUARDED_BY(read_mu_);
+  const std::unique_ptr<Fifo> fifo_;  // GetFifo
 };
 
 }  // namespace

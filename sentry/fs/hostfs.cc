@@ -536,11 +536,14 @@ class HostInode : public Inode {
 
   bool ReadOnly() const override { return !writable_; }
 
-  // A fifo of a read-only hostfs (the image's rootfs) is the sandbox's
-  // own: nobody outside can open it, so a pipe in the Sentry shared by its
-  // openers is what Linux would give them. A writable bind mount's fifo is
-  // the host's, and a channel out of the sandbox: not opened (ENXIO).
-  Fifo* GetFifo() override { return fifo_.get(); }
+  // A fifo of the rootfs (read-only, its label "") is the sandbox's own:
+  // the image's, which nothing outside opens, so a pipe in the Sentry
+  // shared by its openers is what Linux would give them. A bind mount's
+  // fifo is the host's, and a channel to the host: not opened (ENXIO).
+  // (The label is set once, before any lookup.)
+  Fifo* GetFifo() override {
+    return fs_root_->label_.empty() ? fifo_.get() : nullptr;
+  }
 
   // The path of this inode from its filesystem's root ("/" for the root)
   // and that root's label; false when a name on the way was removed.

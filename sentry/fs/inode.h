@@ -155,7 +155,7 @@ class Inode : public std::enable_shared_from_this<Inode> {
   // FIFOs whose pipe the Sentry keeps (tmpfs, the overlay over it, the
   // read-only rootfs): the pipe every opener shares. The open syscall
   // opens such an inode through it (opens may block, which Open cannot);
-  // null (the default, and a writable bind mount's host fifo) leaves the
+  // null (the default, and a bind mount's host fifo) leaves the
   // open to Open.
   virtual Fifo* GetFifo() { return nullptr; }
 

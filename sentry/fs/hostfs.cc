@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
+#include "sentry/fs/pipe.h"
 
 namespace sandboxd::fs::hostfs {
 namespace {
@@ -73,7 +74,9 @@ class HostInode : public Inode {
         // mountpoint would.
         hidden_(st.st_dev != root_host_dev_),
         parent_(std::move(parent)),
-        name_(std::move(name)) {}
+        name_(std::move(name)),
+        fifo_(type_ == S_IFIFO && !writable ? std::make_unique<Fifo>()
+                                            : nullptr) {}
 
   uint32_t Type() const override { return type_; }
 
@@ -533,6 +536,15 @@ class HostInode : public Inode {
 
   bool ReadOnly() const override { return !writable_; }
 
+  // A fifo of the rootfs (read-only, its label "") is the sandbox's own:
+  // the image's, which nothing outside opens, so a pipe in the Sentry
+  // shared by its openers is what Linux would give them. A bind mount's
+  // fifo is the host's, and a channel to the host: not opened (ENXIO).
+  // (The label is set once, before any lookup.)
+  Fifo* GetFifo() override {
+    return fs_root_->label_.empty() ? fifo_.get() : nullptr;
+  }
+
   // The path of this inode from its filesystem's root ("/" for the root)
   // and that root's label; false when a name on the way was removed.
   bool PathFromRoot(std::string* label, std::string* path) {
@@ -756,6 +768,7 @@ class HostInode : public Inode {
   absl::Mutex read_mu_;
   UniqueFd read_fd_ ABSL_GUARDED_BY(read_mu_);
   UniqueFd write_fd_ ABSL_GUARDED_BY(read_mu_);
+  const std::unique_ptr<Fifo> fifo_;  // GetFifo
 };
 
 }  // namespace

@@ -32,6 +32,7 @@ struct FsState;
 namespace sandboxd::fs {
 
 class File;
+class Fifo;
 struct Location;
 
 // FollowMagicLink's answer for an ordinary symlink.
@@ -150,6 +151,13 @@ class Inode : public std::enable_shared_from_this<Inode> {
   // symlinks with O_PATH) is a generic InodeFile. Devices, fifos and
   // sockets override.
   virtual int Open(int flags, std::shared_ptr<File>* out);
+
+  // FIFOs whose pipe the Sentry keeps (tmpfs, the overlay over it, the
+  // read-only rootfs): the pipe every opener shares. The open syscall
+  // opens such an inode through it (opens may block, which Open cannot);
+  // null (the default, and a bind mount's host fifo) leaves the
+  // open to Open.
+  virtual Fifo* GetFifo() { return nullptr; }
 
   // Whether writes may ever happen (a read-only filesystem says no, and
   // the VFS answers EROFS).

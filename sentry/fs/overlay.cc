@@ -77,6 +77,12 @@ std::shared_ptr<Inode> OverlayInode::Current() {
   return upper_ != nullptr ? upper_ : lower_;
 }
 
+Fifo* OverlayInode::GetFifo() {
+  if (type_ != S_IFIFO) return nullptr;
+  std::shared_ptr<Inode> c = Current();
+  return c != nullptr ? c->GetFifo() : nullptr;
+}
+
 std::shared_ptr<Inode> OverlayInode::upper() {
   absl::MutexLock l(&mu_);
   return upper_;

@@ -77,6 +77,9 @@ class OverlayInode : public Inode {
   int64_t Write(const void* buf, uint64_t n, uint64_t off) override;
   int64_t Allocate(int mode, uint64_t off, uint64_t len) override;
   int Sync() override;
+  // The layer's FIFO: the upper one's once copied up, else the lower's
+  // (both stay alive with this inode).
+  Fifo* GetFifo() override;
 
   // Makes sure this inode exists in the upper layer. with_data=false skips
   // copying a regular file's contents (the caller truncates it to zero).

@@ -228,8 +228,24 @@ int64_t Pipe::SetCapacity(uint64_t size) {
 }
 
 void Pipe::OpenEnd(bool write_end) {
+  {
+    absl::MutexLock l(&mu_);
+    (write_end ? writers_ : readers_)++;
+    (write_end ? writers_opened_ : readers_opened_)++;
+  }
+  // A FIFO's opener waiting for its partner; pollers whose POLLHUP or
+  // POLLERR ends. (A new pipe has no waiters: nothing to wake.)
+  queue_->Notify(kIn | kOut);
+}
+
+uint64_t Pipe::OpenedEnds(bool write_end) {
   absl::MutexLock l(&mu_);
-  (write_end ? writers_ : readers_)++;
+  return write_end ? writers_opened_ : readers_opened_;
+}
+
+int Pipe::OpenEnds(bool write_end) {
+  absl::MutexLock l(&mu_);
+  return write_end ? writers_ : readers_;
 }
 
 void Pipe::CloseEnd(bool write_end) {
@@ -246,10 +262,12 @@ void Pipe::CloseEnd(bool write_end) {
 // ---------------------------------------------------------------------------
 // PipeEnd
 
-PipeEnd::PipeEnd(std::shared_ptr<Pipe> pipe, bool write_end, int flags)
+PipeEnd::PipeEnd(std::shared_ptr<Pipe> pipe, bool write_end, int flags,
+                 std::shared_ptr<Inode> fifo)
     : pipe_(std::move(pipe)),
       write_end_(write_end),
-      flags_(flags & (O_NONBLOCK | O_DIRECT)) {
+      flags_(flags & (O_NONBLOCK | O_DIRECT)),
+      fifo_(std::move(fifo)) {
   pipe_->OpenEnd(write_end_);
 }
 
@@ -277,6 +295,13 @@ int64_t PipeEnd::Write(const void* buf, uint64_t n, int64_t offset,
 }
 
 int64_t PipeEnd::Stat(struct stat* st) {
+  if (fifo_ != nullptr) {
+    // fstat of an opened FIFO describes the FIFO's inode.
+    Attr a;
+    if (int r = fifo_->GetAttr(&a); r < 0) return r;
+    AttrToStat(a, st);
+    return 0;
+  }
   AnonStat(st, S_IFIFO | 0600, pipe_->ino());
   return 0;
 }
@@ -302,7 +327,10 @@ int64_t PipeEnd::SetStatusFlags(int flags) {
 }
 
 waiter::EventMask PipeEnd::Readiness(waiter::EventMask mask) {
-  return write_end_ ? pipe_->WriteReadiness(mask) : pipe_->ReadReadiness(mask);
+  if (write_end_) return pipe_->WriteReadiness(mask);
+  waiter::EventMask m = pipe_->ReadReadiness(mask);
+  if ((m & POLLHUP) != 0 && NoWriterYet()) m &= ~POLLHUP;
+  return m;
 }
 
 void PipeEnd::EventRegister(waiter::Waiter* w, waiter::EventMask mask) {
@@ -314,9 +342,10 @@ void PipeEnd::EventUnregister(waiter::Waiter* w) { pipe_->queue()->Remove(w); }
 // ---------------------------------------------------------------------------
 // PipeReadWrite
 
-PipeReadWrite::PipeReadWrite(const std::shared_ptr<Pipe>& pipe, int flags)
-    : read_(std::make_shared<PipeEnd>(pipe, false, flags)),
-      write_(std::make_shared<PipeEnd>(pipe, true, flags)) {}
+PipeReadWrite::PipeReadWrite(const std::shared_ptr<Pipe>& pipe, int flags,
+                             std::shared_ptr<Inode> fifo)
+    : read_(std::make_shared<PipeEnd>(pipe, false, flags, fifo)),
+      write_(std::make_shared<PipeEnd>(pipe, true, flags, std::move(fifo))) {}
 
 int64_t PipeReadWrite::Read(void* buf, uint64_t n, int64_t offset,
                             const IoContext& io) {
@@ -357,6 +386,73 @@ void PipeReadWrite::EventUnregister(waiter::Waiter* w) {
 
 std::shared_ptr<waiter::WaitQueue> PipeReadWrite::event_queue() {
   return read_->event_queue();
+}
+
+PipeEnd* AsPipeEnd(File& f) {
+  if (auto* end = dynamic_cast<PipeEnd*>(&f)) return end;
+  if (auto* rw = dynamic_cast<PipeReadWrite*>(&f)) return rw->read_end().get();
+  return nullptr;
+}
+
+// ---------------------------------------------------------------------------
+// Fifo
+
+int Fifo::Open(int flags, const IoContext& io, std::shared_ptr<Inode> inode,
+               std::shared_ptr<File>* out) {
+  const int acc = flags & O_ACCMODE;
+  if (acc != O_RDONLY && acc != O_WRONLY && acc != O_RDWR) return -EINVAL;
+  const bool nonblock = (flags & O_NONBLOCK) != 0 || io.blocker == nullptr;
+  const int keep = flags & (O_NONBLOCK | O_DIRECT);
+  std::shared_ptr<Pipe> p;
+  std::shared_ptr<PipeEnd> end;
+  uint64_t partner_opened = 0;
+  bool wait = false;
+  {
+    // Held while the end is made, so that the ENXIO check and the new
+    // writer are one step against other openers, as under Linux's pipe
+    // lock.
+    absl::MutexLock l(&mu_);
+    p = pipe_.lock();
+    if (p == nullptr) {
+      p = std::make_shared<Pipe>();
+      pipe_ = p;
+    }
+    if (acc == O_RDWR) {
+      *out = std::make_shared<PipeReadWrite>(p, keep, std::move(inode));
+      return 0;
+    }
+    const bool write_end = acc == O_WRONLY;
+    if (write_end && (flags & O_NONBLOCK) && p->OpenEnds(false) == 0) {
+      return -ENXIO;
+    }
+    end = std::make_shared<PipeEnd>(p, write_end, keep, std::move(inode));
+    partner_opened = p->OpenedEnds(!write_end);
+    if (p->OpenEnds(!write_end) == 0) {
+      if (!write_end && nonblock) {
+        end->SuppressHupUntilWriter(partner_opened);
+      } else {
+        wait = true;
+      }
+    }
+  }
+  if (wait) {
+    if (io.blocker == nullptr) return -ENXIO;
+    const bool write_end = end->write_end();
+    // Waits for a partner to open, even if it closed again since (Linux's
+    // wait_for_partner watches the counter, not the count). On -EINTR
+    // `end` goes away and closes this side again.
+    int r = io.blocker->Wait(*p->queue(), kIn | kOut, [&] {
+      return p->OpenedEnds(!write_end) != partner_opened;
+    });
+    if (r < 0) return r;
+  }
+  *out = std::move(end);
+  return 0;
+}
+
+bool Fifo::InUse() {
+  absl::MutexLock l(&mu_);
+  return !pipe_.expired();
 }
 
 }  // namespace sandboxd::fs

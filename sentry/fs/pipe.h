@@ -9,8 +9,16 @@
 // the write end. Not kept: O_DIRECT packet mode (accepted, ignored), and the
 // capacity is counted in bytes, not in 4 KiB slots.
 //
-// Lock order: Pipe::mu_ is a leaf for everything but the pipe's queue, which
-// is notified only after mu_ is released.
+// FIFOs (fifo(7)): a named pipe's inode holds a Fifo, which gives every
+// opener of that inode the same Pipe while any opener holds it (a new one
+// once all have closed, so data left by closed openers is gone, as on
+// Linux), with fifo_open's rules: O_RDONLY waits for a writer and O_WRONLY
+// for a reader (O_NONBLOCK: at once, and ENXIO for a writer without
+// readers), O_RDWR never waits; the waits are interruptible.
+//
+// Lock order: Fifo::mu_ before Pipe::mu_; Pipe::mu_ is a leaf for
+// everything but the pipe's queue, which is notified only after mu_ is
+// released.
 #ifndef SANDBOXD_SENTRY_FS_PIPE_H_
 #define SANDBOXD_SENTRY_FS_PIPE_H_
 
@@ -23,6 +31,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "sentry/fs/file.h"
+#include "sentry/fs/inode.h"
 #include "sentry/waiter/event_source.h"
 
 namespace sandboxd::fs {
@@ -71,6 +80,11 @@ class Pipe {
   void OpenEnd(bool write_end);
   void CloseEnd(bool write_end);
 
+  // Linux's r_counter/w_counter: how many read (write) ends were ever
+  // opened. A FIFO's blocking open waits for the other one to change.
+  uint64_t OpenedEnds(bool write_end);
+  int OpenEnds(bool write_end);
+
   const std::shared_ptr<waiter::WaitQueue>& queue() const { return queue_; }
   uint64_t ino() const { return ino_; }
 
@@ -92,14 +106,18 @@ class Pipe {
   uint64_t capacity_ ABSL_GUARDED_BY(mu_) = kDefaultCapacity;
   int readers_ ABSL_GUARDED_BY(mu_) = 0;
   int writers_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t readers_opened_ ABSL_GUARDED_BY(mu_) = 0;
+  uint64_t writers_opened_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
 // One end of a pipe: an open file description. Its destructor (the last
 // descriptor closed) closes the end and wakes the other side.
 class PipeEnd : public File, public waiter::EventSource {
  public:
-  // `flags`: O_NONBLOCK, O_DIRECT (kept for F_GETFL only).
-  PipeEnd(std::shared_ptr<Pipe> pipe, bool write_end, int flags);
+  // `flags`: O_NONBLOCK, O_DIRECT (kept for F_GETFL only). `fifo`: the
+  // FIFO's inode this end was opened through (fstat shows it), or null.
+  PipeEnd(std::shared_ptr<Pipe> pipe, bool write_end, int flags,
+          std::shared_ptr<Inode> fifo = nullptr);
   ~PipeEnd() override;
 
   // pipe2(2): the read end and the write end of a new pipe.
@@ -129,11 +147,27 @@ class PipeEnd : public File, public waiter::EventSource {
   Pipe& pipe() { return *pipe_; }
   const std::shared_ptr<Pipe>& pipe_ptr() const { return pipe_; }
   bool write_end() const { return write_end_; }
+  const std::shared_ptr<Inode>& fifo() const { return fifo_; }
+
+  // A FIFO's read end opened O_NONBLOCK without writers: no POLLHUP until
+  // a writer has opened after `writers_opened` (Linux's f_version).
+  void SuppressHupUntilWriter(uint64_t writers_opened) {
+    hup_after_.store(writers_opened);
+  }
+  // Whether that holds still: no writer has opened since.
+  bool NoWriterYet() {
+    const uint64_t after = hup_after_.load();
+    return after != kHupAlways && pipe_->OpenedEnds(true) == after;
+  }
 
  private:
+  static constexpr uint64_t kHupAlways = ~uint64_t{0};
+
   const std::shared_ptr<Pipe> pipe_;
   const bool write_end_;
   std::atomic<int> flags_;  // O_NONBLOCK | O_DIRECT
+  const std::shared_ptr<Inode> fifo_;
+  std::atomic<uint64_t> hup_after_{kHupAlways};
 };
 
 // A pipe opened for reading and writing at once (a FIFO's O_RDWR, a pipe
@@ -141,8 +175,9 @@ class PipeEnd : public File, public waiter::EventSource {
 // reader and a writer, so it never sees EOF or EPIPE from itself.
 class PipeReadWrite final : public File, public waiter::EventSource {
  public:
-  // `flags`: O_NONBLOCK, O_DIRECT, as PipeEnd's.
-  PipeReadWrite(const std::shared_ptr<Pipe>& pipe, int flags);
+  // `flags`: O_NONBLOCK, O_DIRECT, as PipeEnd's; `fifo` as PipeEnd's.
+  PipeReadWrite(const std::shared_ptr<Pipe>& pipe, int flags,
+                std::shared_ptr<Inode> fifo = nullptr);
 
   int64_t Read(void* buf, uint64_t n, int64_t offset,
                const IoContext& io) override;
@@ -164,10 +199,36 @@ class PipeReadWrite final : public File, public waiter::EventSource {
   }
 
   const std::shared_ptr<Pipe>& pipe_ptr() const { return read_->pipe_ptr(); }
+  const std::shared_ptr<Inode>& fifo() const { return read_->fifo(); }
+  // The ends, for the checkpoint.
+  const std::shared_ptr<PipeEnd>& read_end() const { return read_; }
 
  private:
   const std::shared_ptr<PipeEnd> read_;
   const std::shared_ptr<PipeEnd> write_;
+};
+
+// The PipeEnd whose pipe() a file is a description of (a PipeReadWrite's
+// read end), or null: for fcntl's pipe sizes and splice, which need the
+// pipe rather than the end.
+PipeEnd* AsPipeEnd(File& f);
+
+// The pipe of one FIFO inode (a tmpfs or hostfs node of type S_IFIFO).
+class Fifo {
+ public:
+  // fifo_open: a PipeEnd or PipeReadWrite of the inode's pipe in *out.
+  // Blocking opens wait through io.blocker. Returns 0, -ENXIO (O_WRONLY |
+  // O_NONBLOCK without readers), -EINTR (the syscall layer restarts it
+  // under SA_RESTART), -EINVAL (access mode 3).
+  int Open(int flags, const IoContext& io, std::shared_ptr<Inode> inode,
+           std::shared_ptr<File>* out);
+  // Whether any opener holds the pipe now (checkpoint refuses that).
+  bool InUse();
+
+ private:
+  friend struct ::sandboxd::state::FsState;
+  absl::Mutex mu_;
+  std::weak_ptr<Pipe> pipe_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace sandboxd::fs

@@ -224,5 +224,77 @@ TEST_F(PipeTest, WaitWritableWithoutReadersIsEpipe) {
   EXPECT_EQ(p.WaitWritable(true, b_.io()), -EPIPE);
 }
 
+// FIFOs: fifo_open's rules, through a Fifo as a FIFO inode holds one.
+TEST(FifoTest, NonblockingOpens) {
+  Fifo fifo;
+  FakeBlocker b;
+  std::shared_ptr<File> w;
+  EXPECT_EQ(fifo.Open(O_WRONLY | O_NONBLOCK, b.io(), nullptr, &w), -ENXIO);
+  std::shared_ptr<File> r;
+  ASSERT_EQ(fifo.Open(O_RDONLY | O_NONBLOCK, b.io(), nullptr, &r), 0);
+  EXPECT_TRUE(fifo.InUse());
+  // No writer has opened yet: EOF, but no POLLHUP.
+  char buf[8];
+  EXPECT_EQ(r->Read(buf, 8, -1, b.io()), 0);
+  EXPECT_EQ(static_cast<PipeEnd*>(r.get())->Readiness(POLLIN), 0u);
+  ASSERT_EQ(fifo.Open(O_WRONLY | O_NONBLOCK, b.io(), nullptr, &w), 0);
+  ASSERT_EQ(w->Write("ab", 2, -1, b.io()), 2);
+  EXPECT_EQ(r->Read(buf, 8, -1, b.io()), 2);
+  w.reset();
+  // A writer came and went: now POLLHUP.
+  EXPECT_EQ(static_cast<PipeEnd*>(r.get())->Readiness(POLLIN),
+            static_cast<waiter::EventMask>(POLLHUP));
+  r.reset();
+  EXPECT_FALSE(fifo.InUse());
+  EXPECT_EQ(fifo.Open(3, b.io(), nullptr, &r), -EINVAL);
+}
+
+TEST(FifoTest, OpenersShareOnePipeUntilAllClose) {
+  Fifo fifo;
+  FakeBlocker b;
+  std::shared_ptr<File> rw, r;
+  ASSERT_EQ(fifo.Open(O_RDWR, b.io(), nullptr, &rw), 0);  // never waits
+  ASSERT_EQ(fifo.Open(O_RDONLY, b.io(), nullptr, &r), 0);  // rw writes
+  ASSERT_EQ(rw->Write("xyz", 3, -1, b.io()), 3);
+  char buf[8];
+  EXPECT_EQ(r->Read(buf, 8, -1, b.io()), 3);
+  ASSERT_EQ(rw->Write("left", 4, -1, b.io()), 4);
+  rw.reset();
+  r.reset();
+  ASSERT_EQ(fifo.Open(O_RDWR | O_NONBLOCK, b.io(), nullptr, &rw), 0);
+  EXPECT_EQ(rw->Read(buf, 8, -1, b.io()), -EAGAIN);  // a new, empty pipe
+}
+
+TEST(FifoTest, BlockingOpenWaitsForThePartner) {
+  Fifo fifo;
+  FakeBlocker b;
+  std::shared_ptr<File> r;
+  int rr = 1;
+  std::thread t([&] { rr = fifo.Open(O_RDONLY, b.io(), nullptr, &r); });
+  b.AwaitSleeps(1);
+  FakeBlocker b2;
+  std::shared_ptr<File> w;
+  ASSERT_EQ(fifo.Open(O_WRONLY, b2.io(), nullptr, &w), 0);  // a reader waits
+  t.join();
+  ASSERT_EQ(rr, 0);
+  ASSERT_EQ(w->Write("q", 1, -1, b2.io()), 1);
+  char c;
+  EXPECT_EQ(r->Read(&c, 1, -1, b.io()), 1);
+}
+
+TEST(FifoTest, InterruptedOpenLeavesNoEnd) {
+  Fifo fifo;
+  FakeBlocker b;
+  std::shared_ptr<File> w;
+  int rw = 1;
+  std::thread t([&] { rw = fifo.Open(O_WRONLY, b.io(), nullptr, &w); });
+  b.AwaitSleeps(1);
+  b.Interrupt();
+  t.join();
+  EXPECT_EQ(rw, -EINTR);
+  EXPECT_EQ(w, nullptr);
+  EXPECT_FALSE(fifo.InUse());
+}
+
 }  // namespace
 }  // namespace sandboxd::fs

@@ -930,7 +930,9 @@ int TmpFsSymlink::Readlink(std::string* target) {
 TmpFsSpecialFile::TmpFsSpecialFile(std::shared_ptr<TmpFsSuperblock> sb,
                                    uint32_t type, uint32_t perm, uint32_t uid,
                                    uint32_t gid, uint64_t rdev)
-    : TmpFsInode(std::move(sb), type, perm, uid, gid), rdev_(rdev) {}
+    : TmpFsInode(std::move(sb), type, perm, uid, gid),
+      rdev_(rdev),
+      fifo_(type == S_IFIFO ? std::make_unique<Fifo>() : nullptr) {}
 
 void TmpFsSpecialFile::FillKindAttrLocked(Attr* out) const {
   out->rdev = rdev_;

@@ -38,6 +38,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "sentry/fs/inode.h"
+#include "sentry/fs/pipe.h"
 #include "sentry/mm/memory_file.h"
 
 namespace sandboxd::fs {
@@ -342,11 +343,15 @@ class TmpFsSpecialFile final : public TmpFsInode {
   TmpFsSpecialFile(std::shared_ptr<TmpFsSuperblock> sb, uint32_t type,
                    uint32_t perm, uint32_t uid, uint32_t gid, uint64_t rdev);
 
+  Fifo* GetFifo() override { return fifo_.get(); }
+
  private:
   friend struct ::sandboxd::state::FsState;
   void FillKindAttrLocked(Attr* out) const override
       ABSL_SHARED_LOCKS_REQUIRED(mu_);
   const uint64_t rdev_;
+  // A FIFO's pipe (null for the other types).
+  const std::unique_ptr<Fifo> fifo_;
 };
 
 // One tmpfs mount.

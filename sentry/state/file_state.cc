@@ -94,11 +94,30 @@ absl::Status LoadAsync(const pb::FileAsync& r,
 
 }  // namespace
 
+absl::Status FsState::LinkFifo(const std::shared_ptr<fs::Inode>& inode,
+                               uint64_t id,
+                               const std::shared_ptr<fs::Pipe>& pipe) {
+  SBX_SAVED_SIZE(fs::Fifo, 24);
+  fs::Fifo* fifo = inode != nullptr ? inode->GetFifo() : nullptr;
+  if (fifo == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("a FIFO's pipe end names inode ", id, ", not a FIFO"));
+  }
+  absl::MutexLock lock(&fifo->mu_);
+  std::shared_ptr<fs::Pipe> cur = fifo->pipe_.lock();
+  if (cur != nullptr && cur != pipe) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FIFO inode ", id, " has ends of two pipes"));
+  }
+  fifo->pipe_ = pipe;
+  return absl::OkStatus();
+}
+
 absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
                                            const std::shared_ptr<fs::File>& f) {
   SBX_SAVED_SIZE(fs::File, 16);
   SBX_SAVED_SIZE(fs::InodeFile, 128);
-  SBX_SAVED_SIZE(fs::PipeEnd, 48);
+  SBX_SAVED_SIZE(fs::PipeEnd, 72);
   SBX_SAVED_SIZE(fs::PipeReadWrite, 56);
   SBX_SAVED_SIZE(fs::HostFile, 80);
   auto save_kind = [&](pb::File* rec) -> absl::Status {
@@ -161,6 +180,11 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
           pb::PipeEnd* r = rec->mutable_pipe_end();
           ASSIGN_OR_RETURN(uint64_t pipe, SavePipe(s, pe->pipe_ptr()));
           r->set_pipe(pipe);
+          if (pe->fifo() != nullptr) {
+            ASSIGN_OR_RETURN(uint64_t fifo, SaveInode(s, pe->fifo()));
+            r->set_fifo(fifo);
+            r->set_fifo_no_writer_yet(!pe->write_end() && pe->NoWriterYet());
+          }
           r->set_write_end(pe->write_end());
           r->set_flags(pe->StatusFlags() & (O_NONBLOCK | O_DIRECT));
           return absl::OkStatus();
@@ -169,6 +193,10 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
           pb::PipeEnd* r = rec->mutable_pipe_end();
           ASSIGN_OR_RETURN(uint64_t pipe, SavePipe(s, rw->pipe_ptr()));
           r->set_pipe(pipe);
+          if (rw->fifo() != nullptr) {
+            ASSIGN_OR_RETURN(uint64_t fifo, SaveInode(s, rw->fifo()));
+            r->set_fifo(fifo);
+          }
           r->set_read_write(true);
           r->set_flags(rw->StatusFlags() & (O_NONBLOCK | O_DIRECT));
           return absl::OkStatus();
@@ -289,16 +317,26 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadFile(Loader& l,
             ASSIGN_OR_RETURN(std::shared_ptr<fs::Pipe> pipe,
                              LoadPipe(l, r.pipe()));
             if (pipe == nullptr) return absl::InvalidArgumentError("no pipe");
+            std::shared_ptr<fs::Inode> fifo;
+            if (r.fifo() != 0) {
+              ASSIGN_OR_RETURN(fifo, LoadInode(l, r.fifo()));
+              RETURN_IF_ERROR(LinkFifo(fifo, r.fifo(), pipe));
+            }
             if (r.read_write()) {
               if (r.write_end()) {
                 return absl::InvalidArgumentError(
                     "a pipe end both read_write and write_end");
               }
               return std::static_pointer_cast<fs::File>(
-                  std::make_shared<fs::PipeReadWrite>(pipe, r.flags()));
+                  std::make_shared<fs::PipeReadWrite>(pipe, r.flags(), fifo));
             }
-            return std::static_pointer_cast<fs::File>(
-                std::make_shared<fs::PipeEnd>(pipe, r.write_end(), r.flags()));
+            auto end = std::make_shared<fs::PipeEnd>(pipe, r.write_end(),
+                                                     r.flags(), fifo);
+            if (fifo != nullptr && r.fifo_no_writer_yet()) {
+              // Set when the pipe had no writer: none is loaded after.
+              end->SuppressHupUntilWriter(pipe->OpenedEnds(true));
+            }
+            return std::static_pointer_cast<fs::File>(std::move(end));
           }
           case pb::File::kEventfd: {
             return LoadEventFd(rec);

@@ -51,6 +51,11 @@ struct FsState {
                                             const std::shared_ptr<fs::Inode>& inode);
   static absl::StatusOr<std::shared_ptr<fs::Inode>> LoadInode(Loader& l,
                                                               uint64_t id);
+  // A loaded FIFO end's pipe becomes its inode's (`id`: its State.inodes
+  // id, for errors), so that later openers share it.
+  static absl::Status LinkFifo(const std::shared_ptr<fs::Inode>& inode,
+                               uint64_t id,
+                               const std::shared_ptr<fs::Pipe>& pipe);
 
   // The mount tree (State.mounts, State.vfs).
   static absl::Status SaveVfs(Saver& s, const fs::Vfs& vfs);

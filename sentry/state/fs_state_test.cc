@@ -29,6 +29,7 @@
 #include "sentry/fs/overlay.h"
 #include "sentry/fs/timerfd.h"
 #include "sentry/fs/pipe.h"
+#include "sentry/fs/testing/fake_blocker.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/fs/vfs.h"
 #include "sentry/mm/memory_file.h"
@@ -418,6 +419,55 @@ TEST_F(FsStateTest, FilesAndDescriptorTables) {
     EXPECT_EQ(v, 1u);
     EXPECT_EQ(static_cast<fs::EventFd*>(t.Get(8).get())->value(), 6u);
   }
+}
+
+// A FIFO opened by name: after the load its inode gives later openers the
+// loaded pipe, data and all.
+TEST_F(FsStateTest, FifoEndsKeepTheirInodesPipe) {
+  auto root = NewTmpFs();
+  auto node = Make(*root, "f", S_IFIFO, 0600);
+  fs::Vfs vfs(root, "tmpfs", "rootfs", false);
+  ASSERT_NE(node->GetFifo(), nullptr);
+  fs::FakeBlocker b;
+  std::shared_ptr<fs::File> rd;
+  ASSERT_EQ(node->GetFifo()->Open(O_RDONLY | O_NONBLOCK, b.io(), node, &rd),
+            0);
+  std::shared_ptr<fs::File> wr;
+  ASSERT_EQ(node->GetFifo()->Open(O_WRONLY, b.io(), node, &wr), 0);
+  ASSERT_EQ(wr->Write("fifo", 4, -1, {}), 4);
+  auto fds = std::make_shared<fs::FdTable>(1024);
+  fds->InstallAt(3, rd, false);
+  uint64_t t1 = 0;
+  ASSERT_TRUE(SaveImage([&](Saver& s) {
+                RETURN_IF_ERROR(FsState::SaveVfs(s, vfs));
+                auto a = FsState::SaveFdTable(s, vfs, fds);
+                if (!a.ok()) return a.status();
+                t1 = *a;
+                return absl::OkStatus();
+              }).ok());
+  rd.reset();
+  wr.reset();
+  fds.reset();
+
+  LoadImage([&](Loader& l) {
+    auto vfs2 = FsState::LoadVfs(l);
+    ASSERT_TRUE(vfs2.ok()) << vfs2.status();
+    auto fds2 = FsState::LoadFdTable(l, **vfs2, t1);
+    ASSERT_TRUE(fds2.ok()) << fds2.status();
+    std::shared_ptr<fs::File> r2 = (*fds2)->Get(3);
+    ASSERT_NE(r2, nullptr);
+    struct stat st = {};
+    ASSERT_EQ(r2->Stat(&st), 0);
+    EXPECT_TRUE(S_ISFIFO(st.st_mode));
+    std::shared_ptr<Inode> f = Get((*vfs2)->Root().inode(), "f");
+    EXPECT_EQ(st.st_ino, Stat(*f).ino);
+    // A writer opening now joins the loaded reader: no ENXIO, same data.
+    std::shared_ptr<fs::File> w2;
+    ASSERT_EQ(f->GetFifo()->Open(O_WRONLY | O_NONBLOCK, b.io(), f, &w2), 0);
+    char buf[8];
+    ASSERT_EQ(r2->Read(buf, 8, -1, {}), 4);
+    EXPECT_EQ(std::string(buf, 4), "fifo");
+  });
 }
 
 TEST_F(FsStateTest, TimerFds) {

@@ -11,7 +11,10 @@ namespace sandboxd::state {
 
 absl::StatusOr<uint64_t> FsState::SavePipe(Saver& s,
                                            const std::shared_ptr<fs::Pipe>& p) {
-  SBX_SAVED_SIZE(fs::Pipe, 144);
+  // readers_/writers_ and the opened-ends counters are rebuilt by the
+  // loaded ends (a FIFO's opener waiting in open is not an end: it opens
+  // again after the load).
+  SBX_SAVED_SIZE(fs::Pipe, 160);
   return s.Save<fs::Pipe, pb::Pipe>(
       p.get(), s.state().mutable_pipes(), [&](pb::Pipe* r) {
         absl::MutexLock lock(&p->mu_);

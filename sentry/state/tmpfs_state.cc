@@ -58,7 +58,8 @@ absl::StatusOr<uint64_t> FsState::SaveInode(
   SBX_SAVED_SIZE(fs::TmpFsDirectory, 200);
   SBX_SAVED_SIZE(fs::TmpFsRegularFile, 208);
   SBX_SAVED_SIZE(fs::TmpFsSymlink, 160);
-  SBX_SAVED_SIZE(fs::TmpFsSpecialFile, 136);
+  // A FIFO's fifo_ is linked to its pipe by the loaded ends (LinkFifo).
+  SBX_SAVED_SIZE(fs::TmpFsSpecialFile, 144);
   return s.Save<fs::Inode, pb::Inode>(
       inode.get(), s.state().mutable_inodes(), [&](pb::Inode* rec) {
         if (auto* o = dynamic_cast<fs::OverlayInode*>(inode.get())) {

@@ -435,7 +435,7 @@ int64_t SysFcntl(Task& t, const SyscallArgs& a) {
       return 0;
     case F_GETPIPE_SZ:
     case F_SETPIPE_SZ: {
-      auto* end = dynamic_cast<fs::PipeEnd*>(f.get());
+      fs::PipeEnd* end = fs::AsPipeEnd(*f);
       if (end == nullptr) return -EBADF;
       if (a.a[1] == F_GETPIPE_SZ) return static_cast<int64_t>(end->pipe().capacity());
       if (a.a[2] > INT32_MAX) return -EINVAL;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "sentry/fs/credentials.h"
+#include "sentry/fs/pipe.h"
 #include "sentry/fs/vfs.h"
 #include "sentry/fs/inotify.h"
 #include "sentry/syscalls/args.h"
@@ -217,7 +218,12 @@ int64_t DoOpen(Task& t, int64_t dirfd, const std::string& path, int flags,
   if ((flags & O_DIRECTORY) && type != S_IFDIR) return -ENOTDIR;
   if (!(flags & O_PATH)) {
     if (type == S_IFDIR && (writes || (flags & O_TRUNC))) return -EISDIR;
-    if ((writes || (flags & O_TRUNC)) && ReadOnly(loc)) return -EROFS;
+    // A FIFO's data is not in its filesystem: a read-only mount's may be
+    // opened for writing (Linux's sb_permission checks files,
+    // directories and symlinks only).
+    if ((writes || (flags & O_TRUNC)) && ReadOnly(loc) && type != S_IFIFO) {
+      return -EROFS;
+    }
     if (!created) {
       // may_open: what the access mode asks for (O_TRUNC writes).
       int mask = 0;
@@ -234,7 +240,17 @@ int64_t DoOpen(Task& t, int64_t dirfd, const std::string& path, int flags,
     }
   }
   std::shared_ptr<fs::File> file;
-  RETURN_IF_ERRNO(OpenInode(t, loc, flags, &file));
+  fs::Fifo* fifo = type == S_IFIFO && !(flags & O_PATH)
+                       ? loc.inode().GetFifo()
+                       : nullptr;
+  if (fifo != nullptr) {
+    // fifo_open: may wait for the other side; an interrupted wait is
+    // -EINTR, which SA_RESTART turns into a new open.
+    RETURN_IF_ERRNO(fifo->Open(flags, t.io(), loc.inode().shared_from_this(),
+                               &file));
+  } else {
+    RETURN_IF_ERRNO(OpenInode(t, loc, flags, &file));
+  }
   if (auto* inf = dynamic_cast<fs::InodeFile*>(file.get())) {
     inf->set_location(loc, &vfs);
     // fsnotify_open, then the truncate's IN_MODIFY (do_open truncates

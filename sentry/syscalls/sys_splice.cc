@@ -41,7 +41,7 @@ constexpr unsigned kSpliceGift = 8;
 constexpr unsigned kSpliceAll =
     kSpliceMove | kSpliceNonblock | kSpliceMore | kSpliceGift;
 
-fs::PipeEnd* AsPipe(fs::File& f) { return dynamic_cast<fs::PipeEnd*>(&f); }
+fs::PipeEnd* AsPipe(fs::File& f) { return fs::AsPipeEnd(f); }
 
 bool Readable(fs::File& f) {
   int acc = f.StatusFlags() & O_ACCMODE;

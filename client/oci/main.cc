@@ -784,6 +784,20 @@ int CmdFeatures(const std::vector<std::string>& argv_in) {
   return 0;
 }
 
+// A proxy's spec, read again from the bundle create checked; a failure
+// goes to create's pipe (`report_fd`) and ends the proxy with 125.
+absl::StatusOr<LaunchSpec> ProxySpecOrReport(const std::string& bundle, int report_fd) {
+  absl::StatusOr<std::string> config = ReadWhole(bundle + "/config.json");
+  absl::StatusOr<LaunchSpec> spec =
+      config.ok() ? ParseConfig(*config, bundle) : absl::StatusOr<LaunchSpec>(config.status());
+  if (!spec.ok()) {
+    const std::string m(spec.status().message());
+    (void)!write(report_fd, m.data(), m.size());
+    _exit(125);
+  }
+  return spec;
+}
+
 int CmdInitProxy(const std::vector<std::string>& argv_in) {
   flags::FlagSet fs("sandboxd-oci init-proxy", "--bundle=DIR --report-fd=N ID",
                     "(internal) the container's init proxy, exec'd by create");
@@ -795,14 +809,7 @@ int CmdInitProxy(const std::vector<std::string>& argv_in) {
   std::string restore_image;
   fs.String("restore-image", &restore_image, "DIR", "restore from this image");
   const std::string id = OneId(fs.ParseOrExit(argv_in, 125), "init-proxy");
-  absl::StatusOr<std::string> config = ReadWhole(bundle + "/config.json");
-  absl::StatusOr<LaunchSpec> spec =
-      config.ok() ? ParseConfig(*config, bundle) : absl::StatusOr<LaunchSpec>(config.status());
-  if (!spec.ok()) {
-    const std::string m(spec.status().message());
-    (void)!write(report_fd, m.data(), m.size());
-    _exit(125);
-  }
+  absl::StatusOr<LaunchSpec> spec = ProxySpecOrReport(bundle, report_fd);
   InitProxyOptions o;
   o.root = g.root;
   o.id = id;
@@ -890,14 +897,7 @@ int CmdDaemonProxy(const std::vector<std::string>& argv_in) {
   fs.String("hostname", &hostname, "NAME", "the host name create chose");
   fs.Int("report-fd", &report_fd, "create's pipe");
   const std::string id = OneId(fs.ParseOrExit(argv_in, 125), "daemon-proxy");
-  absl::StatusOr<std::string> config = ReadWhole(bundle + "/config.json");
-  absl::StatusOr<LaunchSpec> spec =
-      config.ok() ? ParseConfig(*config, bundle) : absl::StatusOr<LaunchSpec>(config.status());
-  if (!spec.ok()) {
-    const std::string m(spec.status().message());
-    (void)!write(report_fd, m.data(), m.size());
-    _exit(125);
-  }
+  absl::StatusOr<LaunchSpec> spec = ProxySpecOrReport(bundle, report_fd);
   DaemonProxyOptions o;
   o.socket = SandboxdSocket();
   o.root = g.root;

@@ -112,6 +112,11 @@ void ProcessRelay::ProcessExited() {
   Wake();
 }
 
+bool ProcessRelay::AwaitOutputEnd(absl::Duration timeout) {
+  if (!thread_.joinable()) return false;
+  return output_ended_.WaitForNotificationWithTimeout(timeout);
+}
+
 void ProcessRelay::Stop() {
   stopped_.store(true);
   Wake();
@@ -151,6 +156,7 @@ void ProcessRelay::RelayLoop() {
     }
   }
   log_.Close();
+  output_ended_.Notify();
 }
 
 absl::Status ProcessRelay::WriteStdin(absl::string_view data) {

@@ -24,6 +24,8 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "absl/time/time.h"
 #include "base/unique_fd.h"
 #include "daemon/output_log.h"
 
@@ -72,6 +74,12 @@ class ProcessRelay {
 
   // The process has exited: the output ends at EOF or after a quiet spell.
   void ProcessExited();
+  // After ProcessExited: waits up to `timeout` until the relay has copied
+  // the output to the log and closed it, so that an exit told after it
+  // comes with all the output before it (as containerd's shim waits for
+  // its IO copies before it reports an exit). False on the timeout, or
+  // when the relay was never started.
+  bool AwaitOutputEnd(absl::Duration timeout);
   // Ends the output now.
   void Stop();
 
@@ -85,6 +93,7 @@ class ProcessRelay {
   UniqueFd wake_;  // eventfd: ProcessExited / Stop
   std::atomic<bool> exited_{false};
   std::atomic<bool> stopped_{false};
+  absl::Notification output_ended_;  // RelayLoop returned
 
   absl::Mutex in_mu_;  // one writer at a time; CloseStdin waits for it
   UniqueFd in_ ABSL_GUARDED_BY(in_mu_);

@@ -41,6 +41,10 @@ constexpr size_t kMaxSelfCheckpoints = 64;
 // How long a released Sentry's exec waiters get to hear their processes'
 // ends (the init's exit has killed them; the answers are on their way).
 constexpr absl::Duration kReleaseExecWait = absl::Seconds(2);
+// How long an exit waits for the process's output to reach its log (the
+// relay ends at EOF, or 200 ms after the exit when a process it left
+// behind still holds the pipe).
+constexpr absl::Duration kOutputDrain = absl::Seconds(1);
 
 // The descriptors of Exec'd processes a Reattached response says it holds.
 size_t KeptFds(const control::Reattached& ra) {
@@ -610,6 +614,9 @@ void Sandbox::WaitLoop() {
         *checkpoint_.mutable_time() = ToProto(absl::Now());
       }
     }
+    // Its output first: `wait` then `logs` must find all of it.
+    init_relay_->ProcessExited();
+    init_relay_->AwaitOutputEnd(kOutputDrain);
     Finish(std::move(exit), v1::SANDBOX_STATE_STOPPED);
     ReleaseSentry();
     return;
@@ -945,13 +952,15 @@ void Sandbox::ExecWaitLoop(std::shared_ptr<ExecProcess> e) {
       exit.set_error(std::string(r.status().message()));
     }
   }
+  // Its output first: `wait --pid` then `logs --pid` must find all of it.
+  e->relay->ProcessExited();
+  e->relay->AwaitOutputEnd(kOutputDrain);
   {
     absl::MutexLock l(&e->mu);
     e->running = false;
     e->exit = exit;
     e->exited = absl::Now();
   }
-  e->relay->ProcessExited();
   SaveExecRecord(*e);
   PruneExecs();
 }

@@ -5,9 +5,14 @@
 #include <unistd.h>
 
 #include <random>
+#include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "base/file_util.h"
 #include "base/status_macros.h"
 #include "daemon/log.h"
 
@@ -27,6 +32,23 @@ namespace {
 // A background Sentry's nice value (the lowest priority).
 constexpr int kBackgroundNice = 19;
 
+// Whether this daemon may raise a nice value again (CAP_SYS_NICE over the
+// host's tasks): root in the initial user namespace. Root of a namespace of
+// its own may lower a Sentry's priority but never raise it back, so there a
+// warm Sentry is not lowered at all: its Foreground would fail with EACCES.
+bool MayRaiseNice() {
+  static const bool may = [] {
+    if (geteuid() != 0) return false;
+    absl::StatusOr<std::string> map = ReadWholeFile("/proc/self/uid_map");
+    if (!map.ok()) return false;
+    std::vector<std::string> f = absl::StrSplit(*map, ' ', absl::SkipEmpty());
+    // The initial namespace maps every id onto itself: "0 0 4294967295".
+    return f.size() == 3 && f[0] == "0" && f[1] == "0" &&
+           absl::StripAsciiWhitespace(f[2]) == "4294967295";
+  }();
+  return may;
+}
+
 }  // namespace
 
 absl::Status WarmSentry::Foreground() {
@@ -35,7 +57,7 @@ absl::Status WarmSentry::Foreground() {
   if (cgroup_ != nullptr) RETURN_IF_ERROR(cgroup_->SetCpuWeight(kCpuWeightDefault));
   // The Sentry leads its process group, which holds its stubs: every
   // thread of every one of them.
-  if (geteuid() == 0 && setpriority(PRIO_PGRP, static_cast<id_t>(process_->pid()), 0) != 0) {
+  if (MayRaiseNice() && setpriority(PRIO_PGRP, static_cast<id_t>(process_->pid()), 0) != 0) {
     return ErrnoStatus(absl::StrCat("sentry (pid ", process_->pid(), "): setpriority"), errno);
   }
   return absl::OkStatus();
@@ -95,8 +117,8 @@ absl::StatusOr<std::unique_ptr<WarmSentry>> SentryFactory::Spawn(const std::stri
     RETURN_IF_ERROR(sd->Record(pid, cg != nullptr ? cg->name() : ""));
     if (cg != nullptr) RETURN_IF_ERROR(Annotate(cg->AddProcess(pid), "joining its cgroup"));
     // Before exec, while the child is one thread: all it starts inherits
-    // it. Only as root: raising it back at Take needs CAP_SYS_NICE.
-    if (background && geteuid() == 0 &&
+    // it. Only when raising it back at Take is allowed.
+    if (background && MayRaiseNice() &&
         setpriority(PRIO_PROCESS, static_cast<id_t>(pid), kBackgroundNice) != 0) {
       return ErrnoStatus("setpriority", errno);
     }

@@ -16,7 +16,8 @@
 #   - a checkpoint with a bind mount and a tmpfs restored: the program's
 #     open file on the bind mount writes on, the tmpfs keeps its file; a
 #     file mapping of a bind-mounted file restored; one of a file removed
-#     on the host refused at the checkpoint
+#     on the host refused at the checkpoint; the owners a chown gave
+#     bind-mounted files kept by the checkpoint
 #   - sandboxctl run -v/--tmpfs/--read-only; a checkpoint through sandboxd
 #     restored (the daemon reopens the bind mount); --allowed-roots refuses
 #     a bind source outside them (PERMISSION_DENIED naming the field)
@@ -171,6 +172,20 @@ check "restore: it went on from the checkpoint ($before lines before)" \
         sort -u)" 30
 capture 60 "$SENTRY" restore --rootfs=/ --image="$tmp/img"
 check "restore without the bind mount: refused, naming it" err_has "bind mount on /data"
+
+# The owners a chown gave bind-mounted files are the sandbox's: kept by
+# a checkpoint, shown again after the restore (the host's stay as they were).
+echo own >"$tmp/vol/owned2"
+rm -rf "$tmp/img"
+capture 60 "$SENTRY" run --rootfs=/ -v "$tmp/vol:/data" \
+  --checkpoint-after=600ms --image="$tmp/img" -- /bin/sh -c \
+  'chown 1000:1001 /data/owned2; sleep 1.5; stat -c %u:%g /data/owned2'
+check "chown in a bind mount, checkpointed: saved" test -e "$tmp/img/state.pb"
+capture 60 "$SENTRY" restore --rootfs=/ -v "$tmp/vol:/data" --image="$tmp/img"
+check "chown in a bind mount: the restored sandbox still sees its owner" \
+  out_is 1000:1001
+check "chown in a bind mount: the host file keeps its owner after the restore" \
+  eq "$(stat -c %u:%g "$tmp/vol/owned2")" "$host_owner"
 
 # A file mapping of a bind-mounted file is saved by the file's path in
 # the mount: the restored mapping shows the page touched before the

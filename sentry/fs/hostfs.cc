@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <cstring>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -395,6 +396,28 @@ class HostInode : public Inode {
     if (uid != static_cast<uid_t>(-1)) it->second.first = uid;
     if (gid != static_cast<gid_t>(-1)) it->second.second = gid;
   }
+  std::vector<OwnerRecord> Owners() const {
+    absl::MutexLock l(&owners_mu_);
+    std::vector<OwnerRecord> out;
+    out.reserve(owners_.size());
+    for (const auto& [key, owner] : owners_) {
+      out.push_back({static_cast<uint64_t>(key.first),
+                     static_cast<uint64_t>(key.second), owner.first,
+                     owner.second});
+    }
+    std::sort(out.begin(), out.end(),
+              [](const OwnerRecord& a, const OwnerRecord& b) {
+                return std::tie(a.dev, a.ino) < std::tie(b.dev, b.ino);
+              });
+    return out;
+  }
+  void AddOwners(const std::vector<OwnerRecord>& records) const {
+    absl::MutexLock l(&owners_mu_);
+    for (const OwnerRecord& r : records) {
+      owners_[{static_cast<dev_t>(r.dev), static_cast<ino_t>(r.ino)}] = {
+          r.uid, r.gid};
+    }
+  }
   // A host file's last link is gone: its inode number may be reused.
   void ForgetOwner(const struct stat& st) const {
     if (st.st_nlink > 1 && !S_ISDIR(st.st_mode)) return;
@@ -544,6 +567,8 @@ class HostInode : public Inode {
   Fifo* GetFifo() override {
     return fs_root_->label_.empty() ? fifo_.get() : nullptr;
   }
+
+  const HostInode* fs_root() const { return fs_root_; }
 
   // The path of this inode from its filesystem's root ("/" for the root)
   // and that root's label; false when a name on the way was removed.
@@ -820,6 +845,16 @@ absl::StatusOr<std::shared_ptr<Inode>> NewMountRoot(UniqueFd fd, uint64_t dev,
 bool PathOf(Inode& inode, std::string* label, std::string* path) {
   auto* h = dynamic_cast<HostInode*>(&inode);
   return h != nullptr && h->PathFromRoot(label, path);
+}
+
+std::vector<OwnerRecord> Owners(Inode& inode) {
+  auto* h = dynamic_cast<HostInode*>(&inode);
+  return h != nullptr ? h->fs_root()->Owners() : std::vector<OwnerRecord>{};
+}
+
+void AddOwners(Inode& inode, const std::vector<OwnerRecord>& records) {
+  auto* h = dynamic_cast<HostInode*>(&inode);
+  if (h != nullptr) h->fs_root()->AddOwners(records);
 }
 
 bool IsHostInode(const Inode& inode) {

@@ -32,6 +32,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "base/unique_fd.h"
@@ -65,6 +66,22 @@ bool IsHostInode(const Inode& inode);
 // for the root). False for other inodes and for a file whose name on the
 // host no longer leads to it.
 bool PathOf(Inode& inode, std::string* label, std::string* path);
+
+// The owners the sandbox gave host files by chown in a writable hostfs
+// (README.md, "Owners in a writable bind mount"), by host identity. What
+// a checkpoint saves with the mount's root and a restore adds back.
+struct OwnerRecord {
+  uint64_t dev = 0;
+  uint64_t ino = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+};
+// The record of the filesystem `inode` is in, sorted by (dev, ino); empty
+// for other inodes.
+std::vector<OwnerRecord> Owners(Inode& inode);
+// Adds `records` to the record of the filesystem `inode` is in (nothing
+// for other inodes).
+void AddOwners(Inode& inode, const std::vector<OwnerRecord>& records);
 
 }  // namespace sandboxd::fs::hostfs
 

@@ -638,20 +638,18 @@ void Sandbox::MakeDev() {
     return devpts->OpenMaster(std::move(ptmx), flags, out);
   };
   std::shared_ptr<fs::tty::HostTerminal> console = console_;
-  if (console != nullptr) {
-    dopts.open_console = [console](std::shared_ptr<fs::File>* out) {
-      return console->OpenProgramSide(O_RDWR, nullptr, out);
-    };
-  } else if (relay_console_wanted_) {
-    // The replica of init's relayed pair, once RelayTerminal made it.
-    dopts.open_console = [this](std::shared_ptr<fs::File>* out) -> int64_t {
+  if (console != nullptr || relay_console_wanted_) {
+    // The replica of init's relayed pair once RelayTerminal made it (or a
+    // restore found it in the image), else the host terminal.
+    dopts.open_console = [this, console](std::shared_ptr<fs::File>* out) -> int64_t {
       std::shared_ptr<fs::Inode> node;
       {
         absl::MutexLock l(&console_mu_);
         node = relay_console_;
       }
-      if (node == nullptr) return -ENXIO;
-      return node->Open(O_RDWR, out);
+      if (node != nullptr) return node->Open(O_RDWR, out);
+      if (console != nullptr) return console->OpenProgramSide(O_RDWR, nullptr, out);
+      return -ENXIO;
     };
   }
   devfs_ = std::make_unique<fs::DevFs>(std::move(dopts));
@@ -839,6 +837,11 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Restore(Prewarmed pw,
     }
     int d = fcntl(stdio.fds[0].get(), F_DUPFD_CLOEXEC, 3);
     if (d < 0) return SetupError("duplicating the terminal", errno);
+    {
+      // Its replica is the sandbox's /dev/console again, as it was.
+      absl::MutexLock cl(&sb->console_mu_);
+      sb->relay_console_ = pty->pts_inode();
+    }
     ASSIGN_OR_RETURN(std::unique_ptr<fs::tty::PtyRelay> relay,
                      sb->RelayPty(std::move(pty), UniqueFd(d)));
     absl::MutexLock l(&sb->mu_);
@@ -1106,9 +1109,10 @@ absl::StatusOr<std::unique_ptr<fs::tty::PtyRelay>> Sandbox::RelayTerminal(
   if (r < 0) return SetupError("terminal: opening the replica", -r);
   for (int fd = 0; fd < 3; fd++) fds.InstallAt(fd, replica, false);
   {
-    // The first relayed pair is init's: the sandbox's console.
+    // The first relayed pair is init's: the sandbox's console (unless
+    // init's terminal is the host's, console_).
     absl::MutexLock l(&console_mu_);
-    if (relay_console_ == nullptr) relay_console_ = node;
+    if (relay_console_wanted_ && relay_console_ == nullptr) relay_console_ = node;
   }
   *term = mf->terminal();
   return fs::tty::PtyRelay::Start(std::move(master), std::move(host));

@@ -363,7 +363,8 @@ class Sandbox {
   std::shared_ptr<fs::tty::HostTerminal> console_;
   // Init's terminal is a relayed devpts pair (Stdio::relay_terminal):
   // /dev/console opens its replica (relay_console_, set by RelayTerminal
-  // for init), as docker binds the container's pty there.
+  // for init, or by Restore for the relayed pair the image holds), as
+  // docker binds the container's pty there.
   bool relay_console_wanted_ = false;
   absl::Mutex console_mu_;
   std::shared_ptr<fs::Inode> relay_console_ ABSL_GUARDED_BY(console_mu_);

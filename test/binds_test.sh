@@ -16,7 +16,10 @@
 #   - a checkpoint with a bind mount and a tmpfs restored: the program's
 #     open file on the bind mount writes on, the tmpfs keeps its file; a
 #     file mapping of a bind-mounted file restored; one of a file removed
-#     on the host refused at the checkpoint
+#     on the host refused at the checkpoint; the owners a chown gave
+#     bind-mounted files kept by the checkpoint; a writable shared
+#     mapping written back by the checkpoint and mapped again
+#   - MAP_SHARED of bind-mounted files: sqlite3 in WAL mode (its -shm)
 #   - sandboxctl run -v/--tmpfs/--read-only; a checkpoint through sandboxd
 #     restored (the daemon reopens the bind mount); --allowed-roots refuses
 #     a bind source outside them (PERMISSION_DENIED naming the field)
@@ -154,6 +157,29 @@ check "mountinfo: the tmpfs" grep -q -- " / /scratch rw,.* - tmpfs tmpfs rw" "$t
 run -v "$tmp/ro:/data:ro" -- /bin/findmnt -n -o TARGET,FSTYPE,OPTIONS /data
 check "findmnt shows the bind mount" grep -q "^/data *hostfs *ro" "$tmp/out"
 
+# sqlite3 in WAL mode on a bind mount: the -shm file is a writable shared
+# mapping (hostfs's page cache); two processes write, one reads both,
+# and the host reads the database afterwards.
+rm -f "$tmp/vol/db"*
+cat >"$tmp/vol/wal.py" <<'PY'
+import sqlite3, subprocess, sys
+c = sqlite3.connect("/data/db", timeout=10)
+c.execute("pragma journal_mode=wal")
+c.execute("create table if not exists t (v text)")
+c.execute("insert into t values (?)", (sys.argv[1],))
+c.commit()
+if sys.argv[1] == "parent":
+    subprocess.check_call([sys.executable, __file__, "child"])
+    print(c.execute("pragma journal_mode").fetchone()[0],
+          sorted(r[0] for r in c.execute("select v from t")))
+PY
+run -v "$tmp/vol:/data" -- "$PY" /data/wal.py parent
+check "sqlite3 WAL on a bind mount: two processes, one database" \
+  out_is "wal ['child', 'parent']"
+check "sqlite3 WAL on a bind mount: the host reads it" \
+  eq "$("$PY" -c 'import sqlite3; print(sorted(r[0] for r in sqlite3.connect("'"$tmp"'/vol/db").execute("select v from t")))' 2>&1)" \
+  "['child', 'parent']"
+
 # --- checkpoint and restore with a bind mount and a tmpfs ---------------------------
 rm -f "$tmp/vol/log"
 LOOP='exec 3>>/data/log; echo kept > /scratch/f; i=0
@@ -171,6 +197,20 @@ check "restore: it went on from the checkpoint ($before lines before)" \
         sort -u)" 30
 capture 60 "$SENTRY" restore --rootfs=/ --image="$tmp/img"
 check "restore without the bind mount: refused, naming it" err_has "bind mount on /data"
+
+# The owners a chown gave bind-mounted files are the sandbox's: kept by
+# a checkpoint, shown again after the restore (the host's stay as they were).
+echo own >"$tmp/vol/owned2"
+rm -rf "$tmp/img"
+capture 60 "$SENTRY" run --rootfs=/ -v "$tmp/vol:/data" \
+  --checkpoint-after=600ms --image="$tmp/img" -- /bin/sh -c \
+  'chown 1000:1001 /data/owned2; sleep 1.5; stat -c %u:%g /data/owned2'
+check "chown in a bind mount, checkpointed: saved" test -e "$tmp/img/state.pb"
+capture 60 "$SENTRY" restore --rootfs=/ -v "$tmp/vol:/data" --image="$tmp/img"
+check "chown in a bind mount: the restored sandbox still sees its owner" \
+  out_is 1000:1001
+check "chown in a bind mount: the host file keeps its owner after the restore" \
+  eq "$(stat -c %u:%g "$tmp/vol/owned2")" "$host_owner"
 
 # A file mapping of a bind-mounted file is saved by the file's path in
 # the mount: the restored mapping shows the page touched before the
@@ -192,6 +232,31 @@ check "mmap of a bind-mounted file: mapped before the checkpoint" out_is mapped
 capture 60 "$SENTRY" restore --rootfs=/ -v "$tmp/vol:/data" --image="$tmp/img"
 check "mmap of a bind-mounted file: restored, both pages read" \
   out_is "page-one page-one page-two"
+# A writable shared mapping of a bind-mounted file: the checkpoint writes
+# its pages back to the host file; the restored mapping maps the file
+# again and its writes go on reaching it.
+head -c 4096 /dev/zero >"$tmp/vol/w"
+MAPW='import mmap, sys, time
+f = open("/data/w", "r+b")
+m = mmap.mmap(f.fileno(), 4096)
+m[0:6] = b"before"
+sys.stdout.write("mapped\n"); sys.stdout.flush()
+time.sleep(4)
+m[6:11] = b"after"
+f.seek(0)
+print(f.read(11).decode(), m[0:11].decode())
+m.close()'
+rm -rf "$tmp/img"
+capture 60 "$SENTRY" run --rootfs=/ -v "$tmp/vol:/data" \
+  --checkpoint-after=2500ms --image="$tmp/img" -- "$PY" -c "$MAPW"
+check "shared writable mmap of a bind-mounted file: checkpointed" test -e "$tmp/img/state.pb"
+check "shared writable mmap: the checkpoint wrote its pages to the host" \
+  eq "$(head -c 6 "$tmp/vol/w")" before
+capture 60 "$SENTRY" restore --rootfs=/ -v "$tmp/vol:/data" --image="$tmp/img"
+check "shared writable mmap: restored, read() and the mapping agree" \
+  out_is "beforeafter beforeafter"
+check "shared writable mmap: the restored mapping's write reached the host" \
+  eq "$(head -c 11 "$tmp/vol/w")" beforeafter
 # A mapping whose file is gone from the host cannot be saved: the
 # checkpoint fails, saying why, and writes no image.
 MAP_GONE='import mmap, os, sys, time

@@ -17,6 +17,11 @@
 #   COMPARE_TIMEOUT        seconds per run (default 120)
 #   COMPARE_STDIN          file to use as stdin (default /dev/null)
 #   COMPARE_NAME           the program name when the file name is not <prog>.<variant>
+#   COMPARE_BIND_CWD       program names that run in a directory of their own,
+#                          bind-mounted (writable) in the sandbox at the same
+#                          path; the files each run leaves there (as the host
+#                          sees them) are appended to its stdout
+#                          (default: "mmap_shared_file")
 #   COMPARE_KEEP=1         keep the temp directory with the captured outputs
 set -u
 # shellcheck source=test/lib.sh
@@ -65,18 +70,37 @@ ulimit -c 0 # no core files from the crash tests
 # run OUT_PREFIX CMD...: runs CMD in $tmp; sets $status. The outer 2>/dev/null
 # swallows bash's own "Segmentation fault" job reports (not the program's
 # stderr, which goes to the file).
+RUN_DIR=$tmp
+BIND_FLAGS=()
+for p in ${COMPARE_BIND_CWD:-mmap_shared_file}; do
+  if [ "$p" = "$base" ]; then
+    RUN_DIR=$tmp/bind
+    BIND_FLAGS=("--volume=$RUN_DIR:$RUN_DIR" "--cwd=$RUN_DIR")
+  fi
+done
 run() {
   local out=$1
   shift
+  rm -rf "$tmp/bind"
+  mkdir -p "$RUN_DIR"
   {
-    (cd "$tmp" && exec timeout -k 5 "$TIMEOUT" "$@") <"$STDIN" >"$out.stdout" 2>"$out.stderr"
+    (cd "$RUN_DIR" && exec timeout -k 5 "$TIMEOUT" "$@") <"$STDIN" >"$out.stdout" 2>"$out.stderr"
     status=$?
   } 2>/dev/null
+  if [ "$RUN_DIR" != "$tmp" ]; then
+    local f
+    for f in "$RUN_DIR"/*; do
+      [ -f "$f" ] || continue
+      printf 'host file %s: %s bytes, sha256 %s, text: %s\n' "${f##*/}" \
+        "$(stat -c %s "$f")" "$(sha256sum <"$f" | cut -c1-16)" \
+        "$(tr -c '[:alnum:]-' ' ' <"$f" | tr -s ' ')" >>"$out.stdout"
+    done
+  fi
 }
 
 run "$tmp/native" env -i "${TEST_ENV[@]}" "$PROG" "$@"
 native_status=$status
-run "$tmp/sandbox" "$SENTRY" run "${SENTRY_FLAGS[@]}" "${ENV_FLAGS[@]}" -- "$PROG" "$@"
+run "$tmp/sandbox" "$SENTRY" run "${SENTRY_FLAGS[@]}" "${BIND_FLAGS[@]}" "${ENV_FLAGS[@]}" -- "$PROG" "$@"
 sandbox_status=$status
 
 fail=0
@@ -121,6 +145,6 @@ if [ $compare_stderr = 0 ] && [ -s "$tmp/sandbox.stderr" ]; then
   echo "(sandbox stderr, not compared:)"
   head -c 4000 "$tmp/sandbox.stderr"
 fi
-echo "command: $(printf '%q ' "$SENTRY" run "${SENTRY_FLAGS[@]}" "${ENV_FLAGS[@]}" -- "$PROG" "$@")"
+echo "command: $(printf '%q ' "$SENTRY" run "${SENTRY_FLAGS[@]}" "${BIND_FLAGS[@]}" "${ENV_FLAGS[@]}" -- "$PROG" "$@")"
 [ "${COMPARE_KEEP:-0}" = 1 ] && echo "outputs kept in $tmp"
 exit 1

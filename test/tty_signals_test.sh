@@ -14,7 +14,8 @@
 #     `exec`) reach the program's traps and it runs on (docker's signal
 #     proxy); --sig-proxy=false leaves them to sandboxctl
 #   - stop -t 1 of an init that ignores TERM: killed after ~1 s (137)
-#   - checkpoint of a run -d -it sandbox, restore: ^C reaches the program
+#   - checkpoint of a run -d -it sandbox, restore: ^C reaches the program,
+#     /dev/console opens (the restored terminal)
 # Exits 77 (CTest: skipped) until the binaries exist.
 set -u
 # shellcheck source=test/lib.sh
@@ -244,14 +245,21 @@ check "stop of an unknown sandbox: 125" eq "$status" 125
 
 # --- checkpoint and restore of a sandbox whose init has a terminal -----------
 # The pts is saved with the sandbox and relayed to the restored one's.
+# /dev/console is that terminal, before and after the restore: a resize
+# through it is the program's terminal's.
 ctl run -d -i -t --name=termck -- /bin/sh -c \
-  'trap "echo got INT" INT; trap "exit 5" QUIT; echo ready; while :; do sleep 0.1; done'
+  'trap "echo got INT; echo console-\$(stty rows 33 </dev/console; stty size) >/dev/console" INT
+  trap "exit 5" QUIT; echo ready; echo console-open >/dev/console
+  while :; do sleep 0.1; done'
 check "run -d -it: its trap is set" started termck ready
+check "run -d -it: /dev/console is its terminal" started termck console-open
 ctl checkpoint termck --image="$tmp/img"
 check "checkpoint of a sandbox with a terminal: exit 0" eq "$status" 0
-term 24 80 'sleep:2' 'send:\x03' 'expect:got INT' 'send:\x1c' -- \
+term 24 80 'sleep:2' 'send:\x03' 'expect:got INT' 'expect:console-' 'send:\x1c' -- \
   "${CTL[@]}" restore -i --rm --image="$tmp/img"
 check "restored: ^C reaches the restored program's trap" contains "$tmp/out" "got INT"
+check "restored: /dev/console opens, it is the program's terminal (resized there)" \
+  contains "$tmp/out" "console-33 80"
 check "restored: ^\\ ends it (exit 5)" eq "$status" 5
 
 ctl rm -f box stubborn polite termck

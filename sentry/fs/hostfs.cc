@@ -11,7 +11,9 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -22,6 +24,7 @@
 #include "absl/synchronization/mutex.h"
 #include "base/status_macros.h"
 #include "sentry/fs/pipe.h"
+#include "sentry/mm/memory_file.h"
 
 namespace sandboxd::fs::hostfs {
 namespace {
@@ -53,6 +56,43 @@ int StatFd(int fd, struct stat* st) {
   }
   return 0;
 }
+
+class HostInode;
+
+// PageCache (hostfs.h) of one HostInode, which owns it. Lock order: mu_
+// before the inode's descriptor lock (it reads and writes the host file
+// under mu_); never held while calling into mm.
+class HostPageCache final : public PageCache {
+ public:
+  HostPageCache(HostInode* inode, mm::MemoryFile* mf) : inode_(inode), mf_(mf) {}
+  ~HostPageCache() override { FreeAll(); }
+
+  void BeginMapping(bool may_write) override;
+  void EndMapping() override;
+  int GetPage(uint64_t index, uint64_t* memfile_off) override;
+  int Writeback() override;
+  // What read() got from the host at `off`: the cached pages' bytes
+  // replace it, so that it shows what mappings wrote.
+  void OverlayRead(void* buf, uint64_t n, uint64_t off);
+  // What write() put on the host at `off`, copied into the cached pages.
+  void CopyWritten(const void* buf, uint64_t n, uint64_t off);
+  // The file was cut to `size` or a range was punched: the cached bytes
+  // there read as zeros (mapped pages stay mapped, as tmpfs's do).
+  void Zero(uint64_t off, uint64_t len);
+
+ private:
+  int WritebackLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void FreeAll();
+
+  HostInode* const inode_;
+  mm::MemoryFile* const mf_;
+  absl::Mutex mu_;
+  std::map<uint64_t, uint64_t> pages_ ABSL_GUARDED_BY(mu_);  // index -> offset
+  uint64_t mappings_ ABSL_GUARDED_BY(mu_) = 0;
+  // Whether a mapping that may write existed since the pages were last
+  // freed: else there is nothing to write back (nor an mtime to change).
+  bool may_be_written_ ABSL_GUARDED_BY(mu_) = false;
+};
 
 class HostInode : public Inode {
  public:
@@ -126,6 +166,7 @@ class HostInode : public Inode {
       if (RetryEintr([&] { return ftruncate(fd, static_cast<off_t>(req.size)); }) < 0) {
         return -errno;
       }
+      if (HostPageCache* c = page_cache()) c->Zero(req.size, UINT64_MAX - req.size);
     }
     if (req.set_atime || req.set_mtime) {
       struct timespec ts[2];
@@ -395,6 +436,28 @@ class HostInode : public Inode {
     if (uid != static_cast<uid_t>(-1)) it->second.first = uid;
     if (gid != static_cast<gid_t>(-1)) it->second.second = gid;
   }
+  std::vector<OwnerRecord> Owners() const {
+    absl::MutexLock l(&owners_mu_);
+    std::vector<OwnerRecord> out;
+    out.reserve(owners_.size());
+    for (const auto& [key, owner] : owners_) {
+      out.push_back({static_cast<uint64_t>(key.first),
+                     static_cast<uint64_t>(key.second), owner.first,
+                     owner.second});
+    }
+    std::sort(out.begin(), out.end(),
+              [](const OwnerRecord& a, const OwnerRecord& b) {
+                return std::tie(a.dev, a.ino) < std::tie(b.dev, b.ino);
+              });
+    return out;
+  }
+  void AddOwners(const std::vector<OwnerRecord>& records) const {
+    absl::MutexLock l(&owners_mu_);
+    for (const OwnerRecord& r : records) {
+      owners_[{static_cast<dev_t>(r.dev), static_cast<ino_t>(r.ino)}] = {
+          r.uid, r.gid};
+    }
+  }
   // A host file's last link is gone: its inode number may be reused.
   void ForgetOwner(const struct stat& st) const {
     if (st.st_nlink > 1 && !S_ISDIR(st.st_mode)) return;
@@ -456,7 +519,9 @@ class HostInode : public Inode {
     n = std::min<uint64_t>(n, SSIZE_MAX);
     ssize_t r = RetryEintr(
         [&] { return pwrite(fd, buf, n, static_cast<off_t>(off)); });
-    return r < 0 ? -errno : r;
+    if (r < 0) return -errno;
+    if (HostPageCache* c = page_cache()) c->CopyWritten(buf, static_cast<uint64_t>(r), off);
+    return r;
   }
   int64_t Allocate(int mode, uint64_t off, uint64_t len) override {
     if (!writable_) return -EROFS;
@@ -469,10 +534,16 @@ class HostInode : public Inode {
         }) < 0) {
       return -errno;
     }
+    if (mode & (FALLOC_FL_PUNCH_HOLE | FALLOC_FL_ZERO_RANGE)) {
+      if (HostPageCache* c = page_cache()) c->Zero(off, len);
+    }
     return 0;
   }
   int Sync() override {
     if (type_ != S_IFREG || !writable_) return 0;
+    if (HostPageCache* c = page_cache()) {
+      if (int r = c->Writeback(); r < 0) return r;
+    }
     int fd = WriteFd();
     if (fd < 0) return 0;  // nothing was written through this inode
     return fsync(fd) < 0 ? -errno : 0;
@@ -505,8 +576,32 @@ class HostInode : public Inode {
     n = std::min<uint64_t>(n, SSIZE_MAX);
     ssize_t r = RetryEintr(
         [&] { return pread(fd, buf, n, static_cast<off_t>(off)); });
-    return r < 0 ? -errno : r;
+    if (r < 0) return -errno;
+    if (HostPageCache* c = page_cache()) c->OverlayRead(buf, static_cast<uint64_t>(r), off);
+    return r;
   }
+
+  // The page cache of shared mappings (made at the first, kept with the
+  // inode); null until then.
+  HostPageCache* page_cache() {
+    absl::MutexLock l(&cache_mu_);
+    return cache_.get();
+  }
+  std::shared_ptr<PageCache> MakePageCache(mm::MemoryFile* mf) {
+    if (type_ != S_IFREG || !writable_) return nullptr;
+    absl::MutexLock l(&cache_mu_);
+    if (cache_ == nullptr) cache_ = std::make_shared<HostPageCache>(this, mf);
+    return cache_;
+  }
+  // For HostPageCache: the host file's size, and its descriptors.
+  int HostSize(uint64_t* size) {
+    struct stat st;
+    if (int r = StatFd(fd_.get(), &st); r < 0) return r;
+    *size = static_cast<uint64_t>(st.st_size);
+    return 0;
+  }
+  int HostReadFd() { return ReadFd(); }
+  int HostWriteFd() { return WriteFd(); }
 
   // Devices, fifos and sockets found on the host are inodes of their type
   // (stat and readdir show them) but cannot be opened for I/O yet: the
@@ -544,6 +639,8 @@ class HostInode : public Inode {
   Fifo* GetFifo() override {
     return fs_root_->label_.empty() ? fifo_.get() : nullptr;
   }
+
+  const HostInode* fs_root() const { return fs_root_; }
 
   // The path of this inode from its filesystem's root ("/" for the root)
   // and that root's label; false when a name on the way was removed.
@@ -765,11 +862,143 @@ class HostInode : public Inode {
       ABSL_GUARDED_BY(mu_);
   size_t sweep_at_ ABSL_GUARDED_BY(mu_) = kMinSweep;
 
+  absl::Mutex cache_mu_;
+  std::shared_ptr<HostPageCache> cache_ ABSL_GUARDED_BY(cache_mu_);
+
   absl::Mutex read_mu_;
   UniqueFd read_fd_ ABSL_GUARDED_BY(read_mu_);
   UniqueFd write_fd_ ABSL_GUARDED_BY(read_mu_);
   const std::unique_ptr<Fifo> fifo_;  // GetFifo
 };
+
+void HostPageCache::BeginMapping(bool may_write) {
+  absl::MutexLock l(&mu_);
+  mappings_++;
+  if (may_write) may_be_written_ = true;
+}
+
+void HostPageCache::EndMapping() {
+  absl::MutexLock l(&mu_);
+  WritebackLocked();
+  if (--mappings_ > 0) return;
+  for (const auto& [index, off] : pages_) mf_->Free(off, mm::kPageSize);
+  pages_.clear();
+  may_be_written_ = false;
+}
+
+void HostPageCache::FreeAll() {
+  absl::MutexLock l(&mu_);
+  WritebackLocked();
+  for (const auto& [index, off] : pages_) mf_->Free(off, mm::kPageSize);
+  pages_.clear();
+}
+
+int HostPageCache::GetPage(uint64_t index, uint64_t* memfile_off) {
+  absl::MutexLock l(&mu_);
+  auto it = pages_.find(index);
+  if (it != pages_.end()) {
+    *memfile_off = it->second;
+    return 0;
+  }
+  auto off = mf_->Allocate(mm::kPageSize);
+  if (!off.ok()) return -ENOMEM;
+  uint8_t* page = mf_->Internal(*off);
+  int fd = inode_->HostReadFd();
+  if (fd < 0) {
+    mf_->Free(*off, mm::kPageSize);
+    return fd;
+  }
+  uint64_t done = 0;
+  while (done < mm::kPageSize) {
+    ssize_t r = RetryEintr([&] {
+      return pread(fd, page + done, mm::kPageSize - done,
+                   static_cast<off_t>(index * mm::kPageSize + done));
+    });
+    if (r < 0) {
+      int err = errno;
+      mf_->Free(*off, mm::kPageSize);
+      return -err;
+    }
+    if (r == 0) break;
+    done += static_cast<uint64_t>(r);
+  }
+  std::memset(page + done, 0, mm::kPageSize - done);  // past EOF
+  pages_.emplace(index, *off);
+  *memfile_off = *off;
+  return 0;
+}
+
+int HostPageCache::Writeback() {
+  absl::MutexLock l(&mu_);
+  return WritebackLocked();
+}
+
+int HostPageCache::WritebackLocked() {
+  if (pages_.empty() || !may_be_written_) return 0;
+  uint64_t size;
+  if (int r = inode_->HostSize(&size); r < 0) return r;
+  int fd = inode_->HostWriteFd();
+  if (fd < 0) return fd;
+  int err = 0;
+  // Every cached page: mapped writes leave no trace the Sentry sees. Only
+  // up to the file's size: a mapping never grows the file.
+  for (const auto& [index, off] : pages_) {
+    const uint64_t at = index * mm::kPageSize;
+    if (at >= size) break;
+    const uint64_t n = std::min<uint64_t>(mm::kPageSize, size - at);
+    uint64_t done = 0;
+    while (done < n) {
+      ssize_t r = RetryEintr([&] {
+        return pwrite(fd, mf_->Internal(off) + done, n - done,
+                      static_cast<off_t>(at + done));
+      });
+      if (r <= 0) {
+        if (err == 0) err = r < 0 ? -errno : -EIO;
+        break;
+      }
+      done += static_cast<uint64_t>(r);
+    }
+  }
+  return err;
+}
+
+void HostPageCache::OverlayRead(void* buf, uint64_t n, uint64_t off) {
+  absl::MutexLock l(&mu_);
+  if (pages_.empty() || n == 0) return;
+  for (auto it = pages_.lower_bound(off / mm::kPageSize);
+       it != pages_.end() && it->first * mm::kPageSize < off + n; ++it) {
+    const uint64_t page_start = it->first * mm::kPageSize;
+    const uint64_t from = std::max(off, page_start);
+    const uint64_t to = std::min(off + n, page_start + mm::kPageSize);
+    std::memcpy(static_cast<uint8_t*>(buf) + (from - off),
+                mf_->Internal(it->second) + (from - page_start), to - from);
+  }
+}
+
+void HostPageCache::CopyWritten(const void* buf, uint64_t n, uint64_t off) {
+  absl::MutexLock l(&mu_);
+  if (pages_.empty() || n == 0) return;
+  for (auto it = pages_.lower_bound(off / mm::kPageSize);
+       it != pages_.end() && it->first * mm::kPageSize < off + n; ++it) {
+    const uint64_t page_start = it->first * mm::kPageSize;
+    const uint64_t from = std::max(off, page_start);
+    const uint64_t to = std::min(off + n, page_start + mm::kPageSize);
+    std::memcpy(mf_->Internal(it->second) + (from - page_start),
+                static_cast<const uint8_t*>(buf) + (from - off), to - from);
+  }
+}
+
+void HostPageCache::Zero(uint64_t off, uint64_t len) {
+  absl::MutexLock l(&mu_);
+  const uint64_t end = len > UINT64_MAX - off ? UINT64_MAX : off + len;
+  for (auto it = pages_.lower_bound(off / mm::kPageSize);
+       it != pages_.end() && it->first * mm::kPageSize < end; ++it) {
+    const uint64_t page_start = it->first * mm::kPageSize;
+    const uint64_t from = std::max(off, page_start);
+    const uint64_t to = std::min(end, page_start + mm::kPageSize);
+    std::memset(mf_->Internal(it->second) + (from - page_start), 0, to - from);
+  }
+}
 
 }  // namespace
 
@@ -820,6 +1049,21 @@ absl::StatusOr<std::shared_ptr<Inode>> NewMountRoot(UniqueFd fd, uint64_t dev,
 bool PathOf(Inode& inode, std::string* label, std::string* path) {
   auto* h = dynamic_cast<HostInode*>(&inode);
   return h != nullptr && h->PathFromRoot(label, path);
+}
+
+std::shared_ptr<PageCache> SharedPageCache(Inode& inode, mm::MemoryFile* mf) {
+  auto* h = dynamic_cast<HostInode*>(&inode);
+  return h != nullptr ? h->MakePageCache(mf) : nullptr;
+}
+
+std::vector<OwnerRecord> Owners(Inode& inode) {
+  auto* h = dynamic_cast<HostInode*>(&inode);
+  return h != nullptr ? h->fs_root()->Owners() : std::vector<OwnerRecord>{};
+}
+
+void AddOwners(Inode& inode, const std::vector<OwnerRecord>& records) {
+  auto* h = dynamic_cast<HostInode*>(&inode);
+  if (h != nullptr) h->fs_root()->AddOwners(records);
 }
 
 bool IsHostInode(const Inode& inode) {

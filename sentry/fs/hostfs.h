@@ -32,10 +32,15 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "base/unique_fd.h"
 #include "sentry/fs/inode.h"
+
+namespace sandboxd::mm {
+class MemoryFile;
+}  // namespace sandboxd::mm
 
 namespace sandboxd::fs::hostfs {
 
@@ -65,6 +70,50 @@ bool IsHostInode(const Inode& inode);
 // for the root). False for other inodes and for a file whose name on the
 // host no longer leads to it.
 bool PathOf(Inode& inode, std::string* label, std::string* path);
+
+// The pages of a regular file of a writable hostfs that MAP_SHARED
+// mappings use: page `index` of the file is one memory-file page, read
+// from the host when first asked for, so that every shared mapping in the
+// sandbox maps the same page. read() and write() of the file go to the
+// host and see (and update) these pages; they are written back to the
+// host (up to its current size: mappings never grow a file) by Writeback
+// (msync, fsync, a checkpoint) and at the end of each mapping (munmap,
+// exit), and freed when the last mapping ends. One per inode.
+class PageCache {
+ public:
+  virtual ~PageCache() = default;
+  // A mapping begins (counted until EndMapping). Until the pages are
+  // freed, Writeback writes only if some mapping `may_write`.
+  virtual void BeginMapping(bool may_write) = 0;
+  // A mapping ended: writes back; the last one frees the pages.
+  virtual void EndMapping() = 0;
+  // The memory-file offset of page `index`, read from the host the first
+  // time. -errno (-ENOMEM: the memory file is full).
+  virtual int GetPage(uint64_t index, uint64_t* memfile_off) = 0;
+  // Writes every page back to the host file; -errno of the first failure.
+  virtual int Writeback() = 0;
+};
+
+// The page cache of `inode`, a regular file of a writable hostfs, with
+// its pages in `mf` (the sandbox's memory file, the same for every call);
+// null for other inodes.
+std::shared_ptr<PageCache> SharedPageCache(Inode& inode, mm::MemoryFile* mf);
+
+// The owners the sandbox gave host files by chown in a writable hostfs
+// (README.md, "Owners in a writable bind mount"), by host identity. What
+// a checkpoint saves with the mount's root and a restore adds back.
+struct OwnerRecord {
+  uint64_t dev = 0;
+  uint64_t ino = 0;
+  uint32_t uid = 0;
+  uint32_t gid = 0;
+};
+// The record of the filesystem `inode` is in, sorted by (dev, ino); empty
+// for other inodes.
+std::vector<OwnerRecord> Owners(Inode& inode);
+// Adds `records` to the record of the filesystem `inode` is in (nothing
+// for other inodes).
+void AddOwners(Inode& inode, const std::vector<OwnerRecord>& records);
 
 }  // namespace sandboxd::fs::hostfs
 

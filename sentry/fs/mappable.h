@@ -5,6 +5,7 @@
 #include <memory>
 #include <string>
 
+#include "sentry/fs/hostfs.h"
 #include "sentry/fs/inode.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/mm/mm.h"
@@ -19,12 +20,21 @@ namespace sandboxd::fs {
 // file's path as /proc/self/maps shows it.
 class InodeMappable : public mm::Mappable {
  public:
-  InodeMappable(std::shared_ptr<Inode> inode, std::string name)
+  // `cache`: a hostfs file's page cache (hostfs::SharedPageCache), for a
+  // MAP_SHARED mapping of a file of a writable bind mount.
+  // `cache_may_write`: whether the mapping may ever write (max_prot).
+  InodeMappable(std::shared_ptr<Inode> inode, std::string name,
+                std::shared_ptr<hostfs::PageCache> cache = nullptr,
+                bool cache_may_write = false)
       : inode_(std::move(inode)),
         tmpfs_(dynamic_cast<TmpFsRegularFile*>(inode_.get())),
-        name_(std::move(name)) {}
+        name_(std::move(name)),
+        cache_(std::move(cache)) {
+    if (cache_ != nullptr) cache_->BeginMapping(cache_may_write);
+  }
   ~InodeMappable() override {
     if (counted_) tmpfs_->EndSharedMapping();
+    if (cache_ != nullptr) cache_->EndMapping();  // writes back
   }
   // For a MAP_SHARED mapping, before it is made: checks the file's seals
   // (-EPERM for PROT_WRITE under a write seal; *maywrite cleared when
@@ -55,10 +65,17 @@ class InodeMappable : public mm::Mappable {
   std::string Name() override { return name_; }
   // The mapped file (for /proc/[pid]/maps's device and inode).
   const std::shared_ptr<Inode>& inode() const { return inode_; }
-  bool SupportsShared() override { return tmpfs_ != nullptr; }
+  bool SupportsShared() override {
+    return tmpfs_ != nullptr || cache_ != nullptr;
+  }
   int SharedPage(uint64_t index, uint64_t* memfile_off) override {
-    return tmpfs_ != nullptr ? tmpfs_->GetPage(index, true, memfile_off)
-                             : -ENODEV;
+    if (tmpfs_ != nullptr) return tmpfs_->GetPage(index, true, memfile_off);
+    if (cache_ != nullptr) return cache_->GetPage(index, memfile_off);
+    return -ENODEV;
+  }
+  int Sync() override { return cache_ != nullptr ? cache_->Writeback() : 0; }
+  const std::shared_ptr<hostfs::PageCache>& page_cache() const {
+    return cache_;
   }
 
  private:
@@ -68,6 +85,8 @@ class InodeMappable : public mm::Mappable {
   TmpFsRegularFile* const tmpfs_;
   const std::string name_;
   bool counted_ = false;
+  // Set for a shared mapping of a writable hostfs file: its pages.
+  const std::shared_ptr<hostfs::PageCache> cache_;
 };
 
 }  // namespace sandboxd::fs

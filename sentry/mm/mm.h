@@ -60,6 +60,9 @@ class Mappable {
   virtual int SharedPage(uint64_t index, uint64_t* memfile_off) {
     return -ENODEV;
   }
+  // msync of a shared mapping: writes its pages back to where the file's
+  // data lives (a hostfs file's page cache to the host). -errno.
+  virtual int Sync() { return 0; }
 };
 
 // The memory-file range behind a MAP_SHARED|MAP_ANONYMOUS mapping. It lives

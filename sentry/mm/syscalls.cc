@@ -107,9 +107,9 @@ int64_t MM::MmapInternal(uintptr_t addr, uint64_t len, int prot, int flags,
       return -EINVAL;
   }
   if (shared && (flags & MAP_GROWSDOWN)) return -EINVAL;
-  // File pages are copied into the mapping when first touched, so a shared
-  // file mapping can only be offered while nobody can write through it.
-  // Writable shared file mappings need the page cache (a later issue).
+  // Files without pages of their own (SupportsShared) are copied into the
+  // mapping when first touched, so a shared mapping of one can only be
+  // offered while nobody can write through it.
   if (file != nullptr && shared && !file->SupportsShared()) {
     if (prot & PROT_WRITE) return -ENODEV;
     max_prot.write = false;
@@ -544,8 +544,23 @@ int64_t MM::Msync(uintptr_t addr, uint64_t len, int flags) {
     return e;
   }
   if (r.start == r.end && !r.cut_at_top) return 0;
-  absl::MutexLock l(&mu_);
-  return !r.cut_at_top && Covered(vmas_, r.start, r.end) ? 0 : -ENOMEM;
+  std::vector<std::shared_ptr<Mappable>> files;
+  {
+    absl::MutexLock l(&mu_);
+    if (r.cut_at_top || !Covered(vmas_, r.start, r.end)) return -ENOMEM;
+    // Shared file mappings in the range: their pages go back to the file
+    // (MS_ASYNC too, at once), outside the lock.
+    for (auto it = FindVma(r.start); it != vmas_.end() && it->first < r.end;
+         ++it) {
+      if (it->second.mappable != nullptr && !it->second.is_private) {
+        files.push_back(it->second.mappable);
+      }
+    }
+  }
+  for (const auto& f : files) {
+    if (f->Sync() < 0) return -EIO;
+  }
+  return 0;
 }
 
 int64_t MM::Mlock(uintptr_t addr, uint64_t len) {

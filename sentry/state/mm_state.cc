@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cxxabi.h>
 #include <cstdlib>
+#include <cstring>
 #include <string>
 #include <typeinfo>
 #include <utility>
@@ -12,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "sentry/fs/hostfs.h"
 #include "sentry/fs/mappable.h"
 #include "sentry/state/crc32c.h"
 #include "sentry/state/fs_state.h"
@@ -102,7 +104,7 @@ absl::StatusOr<uint64_t> MmState::SaveSharedAnon(
 
 absl::StatusOr<uint64_t> MmState::SaveMappable(
     Saver& s, const std::shared_ptr<mm::Mappable>& m) {
-  SBX_SAVED_SIZE(fs::InodeMappable, 72);
+  SBX_SAVED_SIZE(fs::InodeMappable, 88);
   return s.Save<mm::Mappable, pb::Mappable>(
       m.get(), s.state().mutable_mappables(),
       [&](pb::Mappable* r) -> absl::Status {
@@ -112,6 +114,16 @@ absl::StatusOr<uint64_t> MmState::SaveMappable(
           fr->set_inode(inode);
           fr->set_name(f->name_);
           fr->set_counted(f->counted_);
+          if (f->cache_ != nullptr) {
+            // What the sandbox's mappings wrote goes to the host file now:
+            // the restore maps it from there.
+            if (int err = f->cache_->Writeback(); err < 0) {
+              return absl::InternalError(absl::StrCat(
+                  "save: writing back the shared mapping of \"", f->name_,
+                  "\": ", strerror(-err)));
+            }
+            fr->set_host_page_cache(true);
+          }
           return absl::OkStatus();
         }
         const vdso::Vdso::Part part = vdso::Vdso::PartOf(*m);
@@ -321,8 +333,20 @@ absl::StatusOr<std::shared_ptr<mm::Mappable>> MmState::LoadMappable(
         if (inode == nullptr || inode->Type() != S_IFREG) {
           return absl::InvalidArgumentError("not a regular file");
         }
-        auto m = std::make_shared<fs::InodeMappable>(std::move(inode),
-                                                     r.file().name());
+        std::shared_ptr<fs::hostfs::PageCache> cache;
+        if (r.file().host_page_cache()) {
+          if (l.memfile() == nullptr) {
+            return absl::FailedPreconditionError("no memory file to map into");
+          }
+          cache = fs::hostfs::SharedPageCache(*inode, l.memfile());
+          if (cache == nullptr) {
+            return absl::InvalidArgumentError(
+                "a shared mapping's page cache on a file that has none");
+          }
+        }
+        auto m = std::make_shared<fs::InodeMappable>(
+            std::move(inode), r.file().name(), std::move(cache),
+            /*cache_may_write=*/true);
         if (r.file().counted()) {
           // Counted on the file again, as mmap did: this is the mapping
           // that makes F_SEAL_WRITE fail with EBUSY.

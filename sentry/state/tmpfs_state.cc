@@ -78,6 +78,15 @@ absl::StatusOr<uint64_t> FsState::SaveInode(
           }
           rec->mutable_host()->set_label(label);
           rec->mutable_host()->set_path(path);
+          if (path == "/") {
+            for (const fs::hostfs::OwnerRecord& o : fs::hostfs::Owners(*inode)) {
+              pb::HostOwnerRecord* r = rec->mutable_host()->add_owners();
+              r->set_dev(o.dev);
+              r->set_ino(o.ino);
+              r->set_uid(o.uid);
+              r->set_gid(o.gid);
+            }
+          }
           return absl::OkStatus();
         }
         auto* t = dynamic_cast<fs::TmpFsInode*>(inode.get());
@@ -212,6 +221,14 @@ absl::StatusOr<std::shared_ptr<fs::Inode>> FsState::LoadInode(Loader& l,
                   strerror(-err)));
             }
             cur = std::move(next);
+          }
+          if (h.owners_size() > 0) {
+            std::vector<fs::hostfs::OwnerRecord> owners;
+            owners.reserve(h.owners_size());
+            for (const pb::HostOwnerRecord& r : h.owners()) {
+              owners.push_back({r.dev(), r.ino(), r.uid(), r.gid()});
+            }
+            fs::hostfs::AddOwners(*cur, owners);
           }
           return cur;
         }

@@ -6,6 +6,7 @@
 
 #include <vector>
 
+#include "sentry/fs/hostfs.h"
 #include "sentry/fs/mappable.h"
 #include "sentry/fs/overlay.h"
 #include "sentry/fs/tmpfs.h"
@@ -34,6 +35,7 @@ int64_t SysMmap(Task& t, const SyscallArgs& a) {
   bool shared = (flags & MAP_TYPE) == MAP_SHARED ||
                 (flags & MAP_TYPE) == MAP_SHARED_VALIDATE;
   if (shared && (prot & PROT_WRITE) && acc != O_RDWR) return -EACCES;
+  std::shared_ptr<fs::hostfs::PageCache> cache;
   if (shared) {
     // A shared mapping maps the file's own pages, which only tmpfs files
     // (in the memory file) have; an overlay file is copied up first.
@@ -44,10 +46,16 @@ int64_t SysMmap(Task& t, const SyscallArgs& a) {
         inode = up;
       }
     }
+    if (fs::hostfs::IsHostInode(*inode) && !inode->ReadOnly()) {
+      // A file of a writable bind mount: its shared mappings map its page
+      // cache (hostfs.h, PageCache), which read/write see and which is
+      // written back to the host.
+      cache = fs::hostfs::SharedPageCache(*inode, &t.kernel().memory_file());
+    }
     if (dynamic_cast<fs::TmpFsRegularFile*>(inode.get()) == nullptr &&
-        (prot & PROT_WRITE)) {
-      // Writable shared mappings of other files need a page cache shared
-      // with read/write; not yet.
+        cache == nullptr && (prot & PROT_WRITE)) {
+      // Writable shared mappings of other files (none can be opened for
+      // writing: the read-only rootfs and bind mounts) need a page cache.
       t.kernel().CountUnimplemented(SYS_mmap);
       return -ENODEV;
     }
@@ -57,7 +65,8 @@ int64_t SysMmap(Task& t, const SyscallArgs& a) {
   }
   platform::Prot max{true, !shared || acc == O_RDWR, true};
   std::string name = t.kernel().vfs().PathOf(t.group().fs().root(), loc);
-  auto mappable = std::make_shared<fs::InodeMappable>(inode, name);
+  auto mappable = std::make_shared<fs::InodeMappable>(inode, name,
+                                                      std::move(cache), max.write);
   if (shared) {
     // File seals (memfd): may refuse the mapping or its later mprotect.
     RETURN_IF_ERRNO(

@@ -299,6 +299,11 @@ class Sandbox {
   void KillAll();
 
   Stats GetStats();
+  // The limits now (the spec's, or the last UpdateLimits').
+  Limits CurrentLimits();
+  // Changes the running sandbox's limits; a field 0 keeps its value. A
+  // memory limit below the application's use now: FailedPrecondition.
+  absl::Status UpdateLimits(const Limits& lim);
 
   kernel::Kernel& kernel() { return *kernel_; }
   const syscalls::Table& table() const { return table_; }

@@ -215,4 +215,10 @@ absl::Status DaemonDestroy(const std::string& socket, const std::string& id) {
   return (*c)->Destroy(id).status();
 }
 
+absl::StatusOr<v1::SandboxInfo> DaemonGet(const std::string& socket, const std::string& id) {
+  absl::StatusOr<std::unique_ptr<client::Client>> c = Connect(socket);
+  if (!c.ok()) return c.status();
+  return (*c)->Get(id);
+}
+
 }  // namespace sandboxd::oci

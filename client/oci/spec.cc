@@ -578,4 +578,12 @@ absl::StatusOr<LaunchSpec> ParseProcess(absl::string_view json) {
   return out;
 }
 
+absl::StatusOr<LaunchSpec> ParseResourcesUpdate(absl::string_view json) {
+  auto parsed = ParseJson(json);
+  if (!parsed.ok()) return parsed.status();
+  LaunchSpec out;
+  RETURN_IF_ERROR(ParseResources(*parsed, &out));
+  return out;
+}
+
 }  // namespace sandboxd::oci

@@ -70,6 +70,10 @@ absl::Status ForServedSentry(LaunchSpec* spec);
 // The process of `exec --process=FILE` (a runtime-spec "process" object).
 absl::StatusOr<LaunchSpec> ParseProcess(absl::string_view json);
 
+// `update --resources=FILE` (a runtime-spec "linux.resources" object), by
+// config.json's rules: memory_bytes, cpus, pids (0: not given) and notes.
+absl::StatusOr<LaunchSpec> ParseResourcesUpdate(absl::string_view json);
+
 }  // namespace sandboxd::oci
 
 #endif  // SANDBOXD_CLIENT_OCI_SPEC_H_

@@ -40,6 +40,9 @@ void RunInitChild(const InitPlan& p) {
   sigset_t none;
   sigemptyset(&none);
   sigprocmask(SIG_SETMASK, &none, nullptr);
+  for (int i = 0; i < p.n_cgroup_procs; i++) {
+    if (write(p.cgroup_procs[i], "0", 1) != 1) Fail(p, "joining linux.cgroupsPath", errno);
+  }
   // Its own session: the shim's signals to the runtime's group do not
   // reach it, and a pty can become its controlling terminal.
   if (setsid() < 0) Fail(p, "setsid", errno);

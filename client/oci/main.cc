@@ -42,6 +42,7 @@
 #include "base/unique_fd.h"
 #include "base/version.h"
 #include "client/oci/backend.h"
+#include "client/oci/cgroup.h"
 #include "client/oci/daemon_proxy.h"
 #include "client/oci/init_proxy.h"
 #include "client/oci/proxy.h"
@@ -350,13 +351,40 @@ int CmdCreate(const std::vector<std::string>& argv_in) {
             "config.json: process.rlimits: not applied with sandboxd "
             "(--sandboxd-socket): the sandbox has its Sentry's limits");
   }
+  // The accounting cgroup (cgroup.h) for a Sentry of the container's own;
+  // with sandboxd the sandbox's processes are in the daemon's cgroups.
+  std::vector<std::string> cgroups;
+  std::vector<UniqueFd> cgroup_procs;
+  if (!spec->cgroups_path.empty() && SandboxdSocket().empty()) {
+    absl::StatusOr<std::vector<std::string>> made = MakeAccountingCgroups(spec->cgroups_path);
+    if (absl::IsInvalidArgument(made.status())) {
+      LogLine("warning", absl::StrCat("config.json: ", made.status().message()));
+    } else if (!made.ok()) {
+      fail(made.status());
+    } else {
+      cgroups = *std::move(made);
+    }
+    for (const std::string& c : cgroups) {
+      UniqueFd f(open((c + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+      if (!f.valid()) {
+        RemoveCgroups(cgroups);
+        fail(Errno(absl::StrCat("config.json: linux.cgroupsPath: ", c, "/cgroup.procs")));
+      }
+      cgroup_procs.push_back(std::move(f));
+    }
+  }
+  auto fail_cg = [&](const absl::Status& s) {
+    cgroup_procs.clear();
+    RemoveCgroups(cgroups);
+    fail(s);
+  };
   int report[2];
-  if (pipe2(report, O_CLOEXEC) != 0) fail(Errno("pipe"));
+  if (pipe2(report, O_CLOEXEC) != 0) fail_cg(Errno("pipe"));
   std::unique_ptr<Backend> backend = MakeBackend();
   std::vector<std::string> cmd = backend->InitCommand(id, *spec, bundle, report[1]);
   const std::string sentry = SentryPath();
   if (SandboxdSocket().empty() && access(sentry.c_str(), X_OK) != 0) {
-    fail(Errno(absl::StrCat("the sentry ", sentry,
+    fail_cg(Errno(absl::StrCat("the sentry ", sentry,
                             " (--sentry or SANDBOXD_OCI_SENTRY)")));
   }
   LogLine("debug", absl::StrCat("init: ", absl::StrJoin(cmd, " ")));
@@ -379,8 +407,12 @@ int CmdCreate(const std::vector<std::string>& argv_in) {
   plan.rlimits = limits.data();
   plan.rlimit_resources = resources.data();
   plan.n_rlimits = static_cast<int>(limits.size());
+  std::vector<int> procs;
+  for (const UniqueFd& f : cgroup_procs) procs.push_back(f.get());
+  plan.cgroup_procs = procs.data();
+  plan.n_cgroup_procs = static_cast<int>(procs.size());
   const pid_t pid = fork();
-  if (pid < 0) fail(Errno("fork"));
+  if (pid < 0) fail_cg(Errno("fork"));
   if (pid == 0) {
     close(report[0]);
     RunInitChild(plan);
@@ -398,7 +430,7 @@ int CmdCreate(const std::vector<std::string>& argv_in) {
   if (!err.empty()) {
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
-    fail(absl::InternalError(absl::StrCat("starting the init proxy: ", err)));
+    fail_cg(absl::InternalError(absl::StrCat("starting the init proxy: ", err)));
   }
   ContainerState st;
   st.id = id;
@@ -409,14 +441,15 @@ int CmdCreate(const std::vector<std::string>& argv_in) {
   st.created = NowRfc3339();
   st.annotations = spec->annotations;
   st.sandboxd_socket = SandboxdSocket();
+  st.cgroups = cgroups;
   if (absl::Status s = WriteState(g.root, st); !s.ok()) {
     kill(pid, SIGKILL);
-    fail(s);
+    fail_cg(s);
   }
   if (!pid_file.empty()) {
     if (absl::Status s = WriteFileAtomic(pid_file, absl::StrCat(pid)); !s.ok()) {
       kill(pid, SIGKILL);
-      fail(s);
+      fail_cg(s);
     }
   }
   done = true;
@@ -652,6 +685,7 @@ int CmdDelete(const std::vector<std::string>& argv_in) {
   // The daemon destroys the sandbox when its init proxy's attach ends;
   // one a killed proxy left is destroyed here.
   if (!st->sandboxd_socket.empty()) (void)DaemonDestroy(st->sandboxd_socket, id);
+  RemoveCgroups(st->cgroups);
   unlink(FifoPath(g.root, id).c_str());
   unlink(PausedPath(g.root, id).c_str());
   unlink((dir + "/proxy.sock").c_str());
@@ -940,7 +974,7 @@ int CmdUpdate(const std::vector<std::string>& argv_in) {
   }
   if (!unused.empty()) {
     LogLine("warning", "update: only --memory, --cpu-quota/--cpu-period and --pids-limit "
-                       "are applied (no host cgroup is made for the container)");
+                       "are applied (the limits the Sentry enforces)");
   }
   LaunchSpec want;
   if (!resources.empty()) {
@@ -1318,7 +1352,7 @@ int Main(int argc, char** argv) {
   fs.String("root", &g.root, "DIR", "where containers' state is kept");
   fs.String("log", &g.log, "FILE", "where errors and notes are logged");
   fs.String("log-format", &g.log_format, "text|json", "the log's format");
-  fs.Bool("systemd-cgroup", &g.systemd_cgroup, "accepted (no host cgroups are made)");
+  fs.Bool("systemd-cgroup", &g.systemd_cgroup, "accepted (a systemd cgroupsPath gets no cgroup)");
   fs.Bool("debug", &g.debug, "accepted");
   std::string unused;
   fs.String("criu", &unused, "PATH", "accepted, unused");

@@ -49,6 +49,9 @@ struct LaunchSpec {
   // linux.namespaces' uts path (a pod's): the host name is read from it
   // when `hostname` is empty.
   std::string utsns_path;
+  // linux.cgroupsPath: where the container's accounting cgroup goes
+  // (cgroup.h); "" none.
+  std::string cgroups_path;
   // `restore --image-path`: the checkpoint image the sandbox is restored
   // from instead of starting process.args (not from config.json).
   std::string restore_image;

@@ -337,6 +337,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(Prewarmed pw,
   ASSIGN_OR_RETURN(std::unique_ptr<Sandbox> sb,
                    NewKernel(pw, config.hostname, lim, config.strace, stdio));
   kernel::Kernel& k = *sb->kernel_;
+  k.set_container_init(config.container_init);
   const kernel::KernelOptions& kopts = k.options();
   clock->Mark(Stage::kKernel);
 
@@ -777,6 +778,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Restore(Prewarmed pw,
   fs::proc::HostInfo host = LimitCpus(std::move(pw.host), cpus);
   sb->restored_ = true;
   kernel::Kernel& k = *sb->kernel_;
+  k.set_container_init(config.container_init);
   auto lower = fs::hostfs::NewRoot(std::move(config.rootfs), kRootfsDev);
   if (!lower.ok()) return Annotate(lower.status(), "rootfs");
   sb->rootfs_ = *lower;

@@ -482,6 +482,7 @@ void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
     if (it != start.etc_files().end()) config.etc_files.emplace_back(name, it->second);
   }
   config.limits = LimitsFrom(spec);
+  config.container_init = spec.container_init();
   auto prepare = [&]() -> absl::Status {
     const std::string& want = spec.platform().empty()
                                   ? platform::Registry::Get().DefaultName()
@@ -568,6 +569,7 @@ void Server::OnRestore(const Request& req, std::vector<UniqueFd> fds) {
   UniqueFd checkpoint_dir;
   config.hostname = HostnameFor(spec, restore.sandbox_id());
   config.limits = LimitsFrom(spec);
+  config.container_init = spec.container_init();
   config.page_loading.rate_limit = restore.page_rate();
   auto prepare = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(config.mounts, TakeMounts(spec, fds));

@@ -16,7 +16,8 @@
 # stderr) must be the same:
 #   - exit status, stdout and stderr; env, cwd, user, groups, host name
 #   - stdin from the shim's pipe; a read-only root; process.rlimits
-#   - kill TERM to a trapping init (status "running" before), kill KILL
+#   - kill TERM to a trapping init (status "running" before), kill KILL;
+#     TERM and INT to an init without a handler ignored, KILL ends it
 #   - bind mounts ro and rw of a host directory, a tmpfs mount
 #   - a terminal: process.terminal with --console-socket (the pty master
 #     sent with SCM_RIGHTS)
@@ -450,6 +451,34 @@ check "kill: a stopped container is refused" \
   eval '[ "$status" = 1 ] && contains "$tmp/err" "container not running"'
 capture 10 "$OCI" "${R[@]}" delete short
 check "delete: a stopped container" eq "$status" 0
+
+# A signal the container's init has no handler for: a pid namespace's init
+# ignores it (runc's), but SIGKILL from outside.
+bundle nohandler 'process.args=["sleep","30"]'
+for rt in sb runc; do
+  if [ "$rt" = sb ]; then bin=$OCI; root=$tmp/root-cmd; else bin=$RUNC; root=$tmp/root-runc; fi
+  [ -n "$bin" ] || continue
+  "$bin" --root "$root" create --bundle "$tmp/nohandler" --pid-file "$tmp/nohandler.$rt.pid" nohandler </dev/null >/dev/null 2>&1
+  "$bin" --root "$root" start nohandler
+  sleep 0.5
+  "$bin" --root "$root" kill nohandler TERM
+  "$bin" --root "$root" kill nohandler INT
+  sleep 1
+  "$bin" --root "$root" state nohandler | sed -n 's/.*"status": "\(.*\)".*/after TERM, INT: \1/p' >"$tmp/nohandler.$rt"
+  "$bin" --root "$root" kill nohandler KILL
+  for _ in $(seq 1 50); do
+    "$bin" --root "$root" state nohandler 2>/dev/null | grep -q '"status": "stopped"' && break
+    sleep 0.1
+  done
+  "$bin" --root "$root" state nohandler | sed -n 's/.*"status": "\(.*\)".*/after KILL: \1/p' >>"$tmp/nohandler.$rt"
+  "$bin" --root "$root" delete --force nohandler
+done
+cp "$tmp/nohandler.sb" "$tmp/out"
+check "init without a handler: TERM and INT ignored, KILL ends it" eval \
+  'contains "$tmp/out" "^after TERM, INT: running$" && contains "$tmp/out" "^after KILL: stopped$"'
+if [ -n "$RUNC" ]; then
+  check "init without a handler: the same as runc" diff "$tmp/nohandler.runc" "$tmp/nohandler.sb"
+fi
 
 # run: create and start, attached (the status and output as runc's), and
 # --detach.

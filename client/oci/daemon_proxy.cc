@@ -109,6 +109,7 @@ void RunDaemonInitProxy(const DaemonProxyOptions& o) {
                                                                 : v1::NETWORK_MODE_HOST);
   spec->set_hostname(o.spec.hostname);
   spec->set_read_only(o.spec.read_only_root);
+  spec->set_container_init(true);
   for (const std::string& f : o.spec.mount_flags) {
     absl::StatusOr<v1::Mount> m =
         absl::StartsWith(f, "--volume=") ? ParseVolumeFlag(f.substr(9))

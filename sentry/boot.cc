@@ -337,6 +337,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Create(Prewarmed pw,
   ASSIGN_OR_RETURN(std::unique_ptr<Sandbox> sb,
                    NewKernel(pw, config.hostname, lim, config.strace, stdio));
   kernel::Kernel& k = *sb->kernel_;
+  k.set_container_init(config.container_init);
   const kernel::KernelOptions& kopts = k.options();
   clock->Mark(Stage::kKernel);
 
@@ -775,6 +776,7 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Restore(Prewarmed pw,
   fs::proc::HostInfo host = LimitCpus(std::move(pw.host), cpus);
   sb->restored_ = true;
   kernel::Kernel& k = *sb->kernel_;
+  k.set_container_init(config.container_init);
   auto lower = fs::hostfs::NewRoot(std::move(config.rootfs), kRootfsDev);
   if (!lower.ok()) return Annotate(lower.status(), "rootfs");
   sb->rootfs_ = *lower;
@@ -1171,6 +1173,34 @@ Stats Sandbox::GetStats() {
   s.cpu_system_nanos = static_cast<uint64_t>(total.sys_ns);
   s.unimplemented = kernel_->UnimplementedCounts();
   return s;
+}
+
+Limits Sandbox::CurrentLimits() {
+  Limits l;
+  l.memory_bytes = kernel_->memory_limit();
+  l.pids = kernel_->max_tasks();
+  l.cpu_millis = static_cast<uint64_t>(kernel_->max_cpus()) * 1000;
+  return l;
+}
+
+absl::Status Sandbox::UpdateLimits(const Limits& lim) {
+  kernel::Kernel& k = *kernel_;
+  uint64_t memory = k.memory_limit();
+  if (lim.memory_bytes != 0) {
+    const uint64_t app = mm::ApplicationMemoryLimit(lim.memory_bytes);
+    const uint64_t used = k.memory_file().AllocatedBytes();
+    if (used > app) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "memory limit ", lim.memory_bytes, ": the application uses ", used,
+          " bytes, more than its share of that limit (", app, ")"));
+    }
+    k.memory_file().SetLimit(app);
+    memory = lim.memory_bytes;
+  }
+  const int cpus = lim.cpu_millis == 0 ? k.max_cpus()
+                                       : static_cast<int>((lim.cpu_millis + 999) / 1000);
+  k.SetLimits(lim.pids != 0 ? lim.pids : k.max_tasks(), cpus, memory);
+  return absl::OkStatus();
 }
 
 }  // namespace sandboxd::boot

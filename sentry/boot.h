@@ -175,6 +175,8 @@ struct SandboxConfig {
   std::string hostname = "sandbox";
   Limits limits;
   bool strace = false;  // print every syscall to stderr
+  // Init is a container's (kernel::Kernel::set_container_init).
+  bool container_init = false;
   // /etc/hostname in the overlay says `hostname` (as docker's does), when
   // the rootfs has an /etc.
   bool etc_hostname = false;
@@ -201,6 +203,7 @@ struct RestoreConfig {
   std::string hostname = "sandbox";
   Limits limits;       // memory_bytes below the image's need: refused
   bool strace = false;
+  bool container_init = false;  // as SandboxConfig's
   // Memory: loaded in the background while the program runs (an
   // mm::AsyncLoader, installed before the load and started after it), or,
   // with `eager_pages`, read before Restore returns.
@@ -299,6 +302,11 @@ class Sandbox {
   void KillAll();
 
   Stats GetStats();
+  // The limits now (the spec's, or the last UpdateLimits').
+  Limits CurrentLimits();
+  // Changes the running sandbox's limits; a field 0 keeps its value. A
+  // memory limit below the application's use now: FailedPrecondition.
+  absl::Status UpdateLimits(const Limits& lim);
 
   kernel::Kernel& kernel() { return *kernel_; }
   const syscalls::Table& table() const { return table_; }

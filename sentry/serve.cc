@@ -482,6 +482,7 @@ void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
     if (it != start.etc_files().end()) config.etc_files.emplace_back(name, it->second);
   }
   config.limits = LimitsFrom(spec);
+  config.container_init = spec.container_init();
   auto prepare = [&]() -> absl::Status {
     const std::string& want = spec.platform().empty()
                                   ? platform::Registry::Get().DefaultName()
@@ -568,6 +569,7 @@ void Server::OnRestore(const Request& req, std::vector<UniqueFd> fds) {
   UniqueFd checkpoint_dir;
   config.hostname = HostnameFor(spec, restore.sandbox_id());
   config.limits = LimitsFrom(spec);
+  config.container_init = spec.container_init();
   config.page_loading.rate_limit = restore.page_rate();
   auto prepare = [&]() -> absl::Status {
     ASSIGN_OR_RETURN(config.mounts, TakeMounts(spec, fds));
@@ -894,6 +896,10 @@ void Server::Loop() {
         out->set_oom_kills(st.oom_kills);
         out->set_memory_limit_refusals(st.memory_limit_refusals);
         out->set_memory_limit_bytes(st.memory_limit_bytes);
+        const boot::Limits lim = sandbox_->CurrentLimits();
+        out->set_limit_memory_bytes(lim.memory_bytes);
+        out->set_limit_pids(lim.pids);
+        out->set_limit_cpus(lim.cpu_millis / 1000);
         for (const auto& [nr, n] : st.unimplemented) {
           (*out->mutable_unimplemented_syscalls())[static_cast<uint32_t>(nr)] = n;
         }
@@ -902,6 +908,24 @@ void Server::Loop() {
                 sandbox_->kernel().memory_file().async_loader()) {
           SetRestorePages(al->Stats(), out->mutable_restore_pages());
         }
+        Send(r);
+        break;
+      }
+      case Request::kUpdate: {
+        absl::Status st = CheckRunning();
+        if (st.ok()) {
+          boot::Limits lim;
+          lim.memory_bytes = req.update().limits().memory_bytes();
+          lim.cpu_millis = req.update().limits().cpu_millis();
+          lim.pids = req.update().limits().pids();
+          st = sandbox_->UpdateLimits(lim);
+        }
+        if (!st.ok()) {
+          SendError(req.id(), st);
+          break;
+        }
+        Response r;
+        r.set_id(req.id());
         Send(r);
         break;
       }

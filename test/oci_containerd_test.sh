@@ -15,7 +15,8 @@
 #   - ctr run --rm: output and exit status (the same as with runc, where
 #     it is installed)
 #   - a detached task: RUNNING in ctr task ls, ctr task exec (output and
-#     status), ctr task ps, ctr task pause/resume (not with sandboxd),
+#     status), ctr task metrics (the container's cgroup: not with
+#     sandboxd), ctr task ps, ctr task pause/resume (not with sandboxd),
 #     ctr task kill (the init's trap runs; STOPPED;
 #     the exit code containerd reports)
 #   - ctr container checkpoint --task and restore --live (not with
@@ -128,6 +129,24 @@ check "ctr task exec: exit status 3" eq "$status" 3
 check "ctr task exec: output" eval 'contains "$tmp/out" "^exec-out$" && contains "$tmp/out" "^0$"'
 capture 30 "${CTR[@]}" task exec --exec-id e2 c2 cat /tmp/none-yet
 check "ctr task exec: a failing command's status (1)" eq "$status" 1
+c2cg=
+capture 10 "${CTR[@]}" task metrics --format json c2
+cp "$tmp/out" "$tmp/metrics.out"
+if [ -z "$DAEMON" ]; then
+  # The shim reads the cgroups of the init proxy's pid: the container's
+  # own (linux.cgroupsPath), where the Sentry and its stubs run.
+  c2cg=$(python3 -c 'import json,sys; print(next(c for c in json.load(open(sys.argv[1]))["cgroups"] if "/cpuacct/" in c))' \
+    "$(find "$ROOT" -path '*/c2/state.json' | head -1)" 2>/dev/null)
+  check "ctr task metrics: the container's own cgroup (CPU, memory, pids of its Sentry)" python3 -c '
+import json, sys
+m = json.load(open(sys.argv[1]))
+after = int(open(sys.argv[2] + "/cpuacct.usage").read())
+total = m["cpu"]["usage"]["total"]
+assert 0 < total <= after, (total, after)
+assert m["memory"]["usage"]["usage"] > 0, m["memory"]
+assert m["pids"]["current"] >= 2, m["pids"]
+' "$tmp/metrics.out" "${c2cg:-/nonexistent}"
+fi
 capture 10 "${CTR[@]}" task ps c2
 check "ctr task ps: the init proxy's pid" eval \
   'grep -q "^$(sed -n "s/^c2 *\([0-9]*\).*/\1/p" <("${CTR[@]}" task ls)) " "$tmp/out"'
@@ -186,6 +205,7 @@ if [ -z "$DAEMON" ]; then
 fi
 check "no container state left under the runtime's Root" \
   eval '[ -z "$(find "$ROOT" -mindepth 2 -maxdepth 2 2>/dev/null)" ]'
+check "no container cgroup left" eval '[ -z "$c2cg" ] || [ ! -e "$c2cg" ]'
 check "no init proxy left" eval '! pgrep -f "init-proxy --bundle=$tmp" >/dev/null'
 if [ -n "$DAEMON" ]; then
   capture 10 "$SANDBOXCTL" --socket="$tmp/sandboxd.sock" ps -a -q

@@ -58,6 +58,11 @@ capture 30 "${P[@]}" exec p1 sh -c 'echo from-exec; exit 3'
 check "podman exec: status 3 and output" eval '[ "$status" = 3 ] && contains "$tmp/out" "^from-exec$"'
 capture 30 "${P[@]}" exec -t p1 sh -c 'test -t 0 && echo on-a-tty'
 check "podman exec -t: a terminal" eval '[ "$status" = 0 ] && grep -q "on-a-tty" "$tmp/out"'
+capture 30 "${P[@]}" update --memory 128m p1
+check "podman update --memory: exit 0" eq "$status" 0
+capture 30 "${P[@]}" exec p1 head -1 /proc/meminfo
+check "podman update: the sandbox's memory limit follows (/proc/meminfo)" \
+  contains "$tmp/out" '^MemTotal: *131072 kB'
 capture 30 "${P[@]}" stop -t 10 p1
 check "podman stop: exit 0" eq "$status" 0
 capture 10 "${P[@]}" inspect p1 --format '{{.State.ExitCode}}'

@@ -16,7 +16,8 @@
 # stderr) must be the same:
 #   - exit status, stdout and stderr; env, cwd, user, groups, host name
 #   - stdin from the shim's pipe; a read-only root; process.rlimits
-#   - kill TERM to a trapping init (status "running" before), kill KILL
+#   - kill TERM to a trapping init (status "running" before), kill KILL;
+#     TERM and INT to an init without a handler ignored, KILL ends it
 #   - bind mounts ro and rw of a host directory, a tmpfs mount
 #   - a terminal: process.terminal with --console-socket (the pty master
 #     sent with SCM_RIGHTS)
@@ -26,7 +27,12 @@
 #   - a pod's namespaces as CRI gives them: the host name of its UTS
 #     namespace; its IPC namespace not shared (a warning naming the field
 #     in --log for a CRI container, refused otherwise)
-# and of sandboxd-oci alone: state's JSON, ps --format=json, pause and
+#   - run attached (status, stdout, stderr)
+# and of sandboxd-oci alone: events --stats (runc's keys, the sandbox's
+# numbers) and events --interval; update of memory, pids and CPU quota
+# seen inside (/proc/meminfo, fork's EAGAIN, nproc) and in events, its
+# refusals (not with sandboxd: an error); run's signal forwarding and
+# --detach; state's JSON, ps --format=json, pause and
 # resume, checkpoint (--leave-running, and not) and restore of a counter
 # that runs on from where it was (these not with sandboxd), the errors
 # runc gives (start twice, kill of a stopped container, delete of a
@@ -333,6 +339,63 @@ if [ -z "$DAEMON" ]; then
   check "resume: exit 0, running again" eval \
     '[ "$status" = 0 ] && "$OCI" "${R[@]}" state long | grep -q "\"status\": \"running\""'
 fi
+# events --stats: runc's JSON, with the Sentry's numbers.
+capture 10 "$OCI" "${R[@]}" events --stats long
+cp "$tmp/out" "$tmp/events.sb"
+check "events --stats: runc's stats event with the sandbox's CPU, memory and tasks" python3 -c '
+import json, sys
+e = json.loads(open(sys.argv[1]).read())
+assert e["type"] == "stats" and e["id"] == "long", e
+d = e["data"]
+assert d["cpu"]["usage"]["total"] > 0, d["cpu"]
+assert d["cpu"]["usage"]["total"] == d["cpu"]["usage"]["kernel"] + d["cpu"]["usage"]["user"], d["cpu"]
+assert d["memory"]["usage"]["usage"] > 0 and d["memory"]["usage"]["limit"] > 0, d["memory"]
+assert d["pids"]["current"] >= 1, d["pids"]
+' "$tmp/out"
+if [ -n "$RUNC" ]; then
+  bundle rlong 'process.args=["sleep","60"]'
+  "$RUNC" --root "$tmp/root-runc" run -d --bundle "$tmp/rlong" rlong </dev/null >/dev/null 2>&1
+  "$RUNC" --root "$tmp/root-runc" events --stats rlong >"$tmp/events.runc" 2>&1
+  "$RUNC" --root "$tmp/root-runc" delete --force rlong >/dev/null 2>&1
+  check "events --stats: the keys runc prints" python3 -c '
+import json, sys
+ours, runc = (json.loads(open(f).read()) for f in sys.argv[1:3])
+assert set(ours) == set(runc) and set(ours["data"]) == set(runc["data"]), (ours, runc)
+for k in ("cpu", "memory"):
+    assert set(ours["data"][k]) == set(runc["data"][k]), k
+assert set(runc["data"]["memory"]["usage"]) <= set(ours["data"]["memory"]["usage"]) | {"max"}
+' "$tmp/events.sb" "$tmp/events.runc"
+fi
+capture 10 timeout 3 "$OCI" "${R[@]}" events --interval 1s long
+check "events: a stats event every --interval while it runs" eval \
+  '[ "$(grep -c "\"type\":\"stats\"" "$tmp/out")" -ge 2 ]'
+
+# update: the running sandbox's limits.
+if [ -z "$DAEMON" ]; then
+  capture 10 "$OCI" "${R[@]}" update --memory 96m --pids-limit 6 long
+  check "update --memory --pids-limit: exit 0" eq "$status" 0
+  capture 10 "$OCI" "${R[@]}" events --stats long
+  check "update: events shows the new limits" eval \
+    'contains "$tmp/out" "\"limit\":100663296" && contains "$tmp/out" "\"pids\":{\"current\":[0-9]*,\"limit\":6}"'
+  capture 30 "$OCI" "${R[@]}" exec long sh -c 'head -1 /proc/meminfo; for i in 1 2 3 4 5 6 7 8; do sleep 3 & done; wait'
+  check "update: /proc/meminfo's MemTotal follows, fork beyond the pids limit fails" eval \
+    'contains "$tmp/out" "^MemTotal: *98304 kB" && contains "$tmp/err" "can.t fork"'
+  capture 10 sh -c "echo '{\"cpu\":{\"quota\":50000,\"period\":100000},\"pids\":{\"limit\":100}}' |
+    '$OCI' --root '$tmp/root-cmd' update --resources - long"
+  check "update --resources - (containerd's shim's way): exit 0" eq "$status" 0
+  capture 30 "$OCI" "${R[@]}" exec long nproc
+  check "update: a CPU quota of half a CPU shows one CPU" eval '[ "$status" = 0 ] && contains "$tmp/out" "^1$"'
+  capture 10 "$OCI" "${R[@]}" update --memory 1m long
+  check "update: a memory limit below what the sandbox uses is refused" eval \
+    '[ "$status" = 1 ] && contains "$tmp/err" "memory limit 1048576"'
+  capture 10 "$OCI" "${R[@]}" update --cpuset-cpus 0 long
+  check "update: cpusets are refused, naming the flag" eval \
+    '[ "$status" = 1 ] && contains "$tmp/err" "cpuset-cpus"'
+else
+  capture 10 "$OCI" "${R[@]}" update --memory 96m long
+  check "update with sandboxd: an error naming it" eval \
+    '[ "$status" = 1 ] && contains "$tmp/err" "not with sandboxd"'
+fi
 capture 10 "$OCI" "${R[@]}" list --format=json
 check "list --format=json" contains "$tmp/out" '"id": "long"'
 capture 10 "$OCI" "${R[@]}" delete long
@@ -388,6 +451,60 @@ check "kill: a stopped container is refused" \
   eval '[ "$status" = 1 ] && contains "$tmp/err" "container not running"'
 capture 10 "$OCI" "${R[@]}" delete short
 check "delete: a stopped container" eq "$status" 0
+
+# A signal the container's init has no handler for: a pid namespace's init
+# ignores it (runc's), but SIGKILL from outside.
+bundle nohandler 'process.args=["sleep","30"]'
+for rt in sb runc; do
+  if [ "$rt" = sb ]; then bin=$OCI; root=$tmp/root-cmd; else bin=$RUNC; root=$tmp/root-runc; fi
+  [ -n "$bin" ] || continue
+  "$bin" --root "$root" create --bundle "$tmp/nohandler" --pid-file "$tmp/nohandler.$rt.pid" nohandler </dev/null >/dev/null 2>&1
+  "$bin" --root "$root" start nohandler
+  sleep 0.5
+  "$bin" --root "$root" kill nohandler TERM
+  "$bin" --root "$root" kill nohandler INT
+  sleep 1
+  "$bin" --root "$root" state nohandler | sed -n 's/.*"status": "\(.*\)".*/after TERM, INT: \1/p' >"$tmp/nohandler.$rt"
+  "$bin" --root "$root" kill nohandler KILL
+  for _ in $(seq 1 50); do
+    "$bin" --root "$root" state nohandler 2>/dev/null | grep -q '"status": "stopped"' && break
+    sleep 0.1
+  done
+  "$bin" --root "$root" state nohandler | sed -n 's/.*"status": "\(.*\)".*/after KILL: \1/p' >>"$tmp/nohandler.$rt"
+  "$bin" --root "$root" delete --force nohandler
+done
+cp "$tmp/nohandler.sb" "$tmp/out"
+check "init without a handler: TERM and INT ignored, KILL ends it" eval \
+  'contains "$tmp/out" "^after TERM, INT: running$" && contains "$tmp/out" "^after KILL: stopped$"'
+if [ -n "$RUNC" ]; then
+  check "init without a handler: the same as runc" diff "$tmp/nohandler.runc" "$tmp/nohandler.sb"
+fi
+
+# run: create and start, attached (the status and output as runc's), and
+# --detach.
+bundle runit 'process.args=["sh","-c","echo run-out; echo run-err >&2; exit 6"]'
+capture 60 "$OCI" "${R[@]}" run --bundle "$tmp/runit" runit
+cp "$tmp/out" "$tmp/run.sb"
+check "run: the container's status, stdout and stderr" eval \
+  '[ "$status" = 6 ] && contains "$tmp/out" "^run-out$" && contains "$tmp/err" "^run-err$"'
+check "run: the container is deleted after it exits" eval '[ ! -e "$tmp/root-cmd/runit" ]'
+if [ -n "$RUNC" ]; then
+  capture 60 "$RUNC" --root "$tmp/root-runc" run --bundle "$tmp/runit" runit
+  check "run: the same as runc run" eval '[ "$status" = 6 ] && diff "$tmp/out" "$tmp/run.sb"'
+fi
+bundle runtrap 'process.args=["sh","-c","trap \"echo got-term; exit 4\" TERM; echo ready; while :; do sleep 0.1; done"]'
+"$OCI" "${R[@]}" run --bundle "$tmp/runtrap" runtrap </dev/null >"$tmp/runtrap.out" 2>&1 &
+runpid=$!
+for _ in $(seq 1 100); do grep -q ready "$tmp/runtrap.out" && break; sleep 0.1; done
+kill -TERM "$runpid"
+wait "$runpid"
+rc=$?
+check "run: a signal to run reaches the container's init (its trap's status)" eval \
+  '[ "$rc" = 4 ] && grep -q "^got-term$" "$tmp/runtrap.out"'
+capture 60 "$OCI" "${R[@]}" run --detach --bundle "$tmp/long" rdet
+check "run --detach: exit 0, running" eval \
+  '[ "$status" = 0 ] && "$OCI" "${R[@]}" state rdet | grep -q "\"status\": \"running\""'
+"$OCI" "${R[@]}" delete --force rdet
 
 bundle hooks 'hooks={"prestart":[{"path":"/bin/true"}]}'
 capture 10 "$OCI" "${R[@]}" create --bundle "$tmp/hooks" hooks

@@ -109,6 +109,7 @@ void RunDaemonInitProxy(const DaemonProxyOptions& o) {
                                                                 : v1::NETWORK_MODE_HOST);
   spec->set_hostname(o.spec.hostname);
   spec->set_read_only(o.spec.read_only_root);
+  spec->set_container_init(true);
   for (const std::string& f : o.spec.mount_flags) {
     absl::StatusOr<v1::Mount> m =
         absl::StartsWith(f, "--volume=") ? ParseVolumeFlag(f.substr(9))
@@ -213,6 +214,12 @@ absl::Status DaemonDestroy(const std::string& socket, const std::string& id) {
   absl::StatusOr<std::unique_ptr<client::Client>> c = Connect(socket);
   if (!c.ok()) return c.status();
   return (*c)->Destroy(id).status();
+}
+
+absl::StatusOr<v1::SandboxInfo> DaemonGet(const std::string& socket, const std::string& id) {
+  absl::StatusOr<std::unique_ptr<client::Client>> c = Connect(socket);
+  if (!c.ok()) return c.status();
+  return (*c)->Get(id);
 }
 
 }  // namespace sandboxd::oci

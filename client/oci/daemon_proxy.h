@@ -17,7 +17,9 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "client/oci/spec.h"
+#include "proto/sandbox.pb.h"
 
 namespace sandboxd::oci {
 
@@ -41,6 +43,8 @@ struct DaemonProxyOptions {
 // Signal, or with `all` every process of the sandbox.
 absl::Status DaemonSignal(const std::string& socket, const std::string& id, int sig,
                           bool all);
+// Sandbox `id` as the daemon describes it (its usage, its limits).
+absl::StatusOr<v1::SandboxInfo> DaemonGet(const std::string& socket, const std::string& id);
 // Destroys sandbox `id` (delete --force); NOT_FOUND when it is gone.
 absl::Status DaemonDestroy(const std::string& socket, const std::string& id);
 

@@ -26,6 +26,9 @@ struct InitPlan {
   const struct rlimit* rlimits = nullptr;
   const int* rlimit_resources = nullptr;
   int n_rlimits = 0;
+  // cgroup.procs of the container's accounting cgroups, joined ("0").
+  const int* cgroup_procs = nullptr;
+  int n_cgroup_procs = 0;
 };
 
 // The child's side; never returns.

@@ -2,6 +2,7 @@
 // allocation, no locks.
 #include <fcntl.h>
 #include <sched.h>
+#include <signal.h>
 #include <string.h>
 #include <sys/ioctl.h>
 #include <unistd.h>
@@ -34,6 +35,14 @@ void Put(int fd, const char* s) {
 }  // namespace
 
 void RunInitChild(const InitPlan& p) {
+  // No signal blocked (`run` blocks those it forwards): the init proxy and
+  // the Sentry it spawns start as under runc's shim.
+  sigset_t none;
+  sigemptyset(&none);
+  sigprocmask(SIG_SETMASK, &none, nullptr);
+  for (int i = 0; i < p.n_cgroup_procs; i++) {
+    if (write(p.cgroup_procs[i], "0", 1) != 1) Fail(p, "joining linux.cgroupsPath", errno);
+  }
   // Its own session: the shim's signals to the runtime's group do not
   // reach it, and a pty can become its controlling terminal.
   if (setsid() < 0) Fail(p, "setsid", errno);

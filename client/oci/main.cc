@@ -22,6 +22,7 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <iostream>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -34,11 +35,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "base/flags.h"
 #include "base/status_macros.h"
 #include "base/unique_fd.h"
 #include "base/version.h"
 #include "client/oci/backend.h"
+#include "client/oci/cgroup.h"
 #include "client/oci/daemon_proxy.h"
 #include "client/oci/init_proxy.h"
 #include "client/oci/proxy.h"
@@ -347,13 +351,40 @@ int CmdCreate(const std::vector<std::string>& argv_in) {
             "config.json: process.rlimits: not applied with sandboxd "
             "(--sandboxd-socket): the sandbox has its Sentry's limits");
   }
+  // The accounting cgroup (cgroup.h) for a Sentry of the container's own;
+  // with sandboxd the sandbox's processes are in the daemon's cgroups.
+  std::vector<std::string> cgroups;
+  std::vector<UniqueFd> cgroup_procs;
+  if (!spec->cgroups_path.empty() && SandboxdSocket().empty()) {
+    absl::StatusOr<std::vector<std::string>> made = MakeAccountingCgroups(spec->cgroups_path);
+    if (absl::IsInvalidArgument(made.status())) {
+      LogLine("warning", absl::StrCat("config.json: ", made.status().message()));
+    } else if (!made.ok()) {
+      fail(made.status());
+    } else {
+      cgroups = *std::move(made);
+    }
+    for (const std::string& c : cgroups) {
+      UniqueFd f(open((c + "/cgroup.procs").c_str(), O_WRONLY | O_CLOEXEC));
+      if (!f.valid()) {
+        RemoveCgroups(cgroups);
+        fail(Errno(absl::StrCat("config.json: linux.cgroupsPath: ", c, "/cgroup.procs")));
+      }
+      cgroup_procs.push_back(std::move(f));
+    }
+  }
+  auto fail_cg = [&](const absl::Status& s) {
+    cgroup_procs.clear();
+    RemoveCgroups(cgroups);
+    fail(s);
+  };
   int report[2];
-  if (pipe2(report, O_CLOEXEC) != 0) fail(Errno("pipe"));
+  if (pipe2(report, O_CLOEXEC) != 0) fail_cg(Errno("pipe"));
   std::unique_ptr<Backend> backend = MakeBackend();
   std::vector<std::string> cmd = backend->InitCommand(id, *spec, bundle, report[1]);
   const std::string sentry = SentryPath();
   if (SandboxdSocket().empty() && access(sentry.c_str(), X_OK) != 0) {
-    fail(Errno(absl::StrCat("the sentry ", sentry,
+    fail_cg(Errno(absl::StrCat("the sentry ", sentry,
                             " (--sentry or SANDBOXD_OCI_SENTRY)")));
   }
   LogLine("debug", absl::StrCat("init: ", absl::StrJoin(cmd, " ")));
@@ -376,8 +407,12 @@ int CmdCreate(const std::vector<std::string>& argv_in) {
   plan.rlimits = limits.data();
   plan.rlimit_resources = resources.data();
   plan.n_rlimits = static_cast<int>(limits.size());
+  std::vector<int> procs;
+  for (const UniqueFd& f : cgroup_procs) procs.push_back(f.get());
+  plan.cgroup_procs = procs.data();
+  plan.n_cgroup_procs = static_cast<int>(procs.size());
   const pid_t pid = fork();
-  if (pid < 0) fail(Errno("fork"));
+  if (pid < 0) fail_cg(Errno("fork"));
   if (pid == 0) {
     close(report[0]);
     RunInitChild(plan);
@@ -395,7 +430,7 @@ int CmdCreate(const std::vector<std::string>& argv_in) {
   if (!err.empty()) {
     kill(pid, SIGKILL);
     waitpid(pid, nullptr, 0);
-    fail(absl::InternalError(absl::StrCat("starting the init proxy: ", err)));
+    fail_cg(absl::InternalError(absl::StrCat("starting the init proxy: ", err)));
   }
   ContainerState st;
   st.id = id;
@@ -406,14 +441,15 @@ int CmdCreate(const std::vector<std::string>& argv_in) {
   st.created = NowRfc3339();
   st.annotations = spec->annotations;
   st.sandboxd_socket = SandboxdSocket();
+  st.cgroups = cgroups;
   if (absl::Status s = WriteState(g.root, st); !s.ok()) {
     kill(pid, SIGKILL);
-    fail(s);
+    fail_cg(s);
   }
   if (!pid_file.empty()) {
     if (absl::Status s = WriteFileAtomic(pid_file, absl::StrCat(pid)); !s.ok()) {
       kill(pid, SIGKILL);
-      fail(s);
+      fail_cg(s);
     }
   }
   done = true;
@@ -473,6 +509,79 @@ int CmdStart(const std::vector<std::string>& argv_in) {
   unlink(fifo.c_str());
   LogLine("info", absl::StrCat("started ", id));
   return 0;
+}
+
+// One verb run in a child, so that its Fail (which exits) is reported as
+// a status here.
+int InChild(int (*verb)(const std::vector<std::string>&), const std::vector<std::string>& args) {
+  fflush(stdout);
+  fflush(stderr);
+  const pid_t pid = fork();
+  if (pid < 0) Fail(Errno("fork"));
+  if (pid == 0) _exit(verb(args));
+  int ws = 0;
+  while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(ws) ? WEXITSTATUS(ws) : 1;
+}
+
+int CmdDelete(const std::vector<std::string>& argv_in);
+
+// run: create and start; attached (without --detach) it forwards its
+// signals to the init proxy (so to the sandbox's init), exits with the
+// container's status and deletes it unless --keep, as runc run.
+int CmdRun(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci run", "[FLAGS] ID");
+  std::string bundle = ".", pid_file, console_socket;
+  bool detach = false, keep = false, unused = false;
+  int preserve_fds = 0;
+  fs.String("bundle", &bundle, "DIR", "the bundle: config.json and its root");
+  fs.Alias("-b", "bundle");
+  fs.String("pid-file", &pid_file, "FILE", "where the init proxy's pid goes");
+  fs.String("console-socket", &console_socket, "PATH",
+            "unix socket that gets the pty master (process.terminal)");
+  fs.Bool("detach", &detach, "return once the container runs");
+  fs.Alias("-d", "detach");
+  fs.Bool("keep", &keep, "keep the container's state after it exits");
+  fs.Bool("no-subreaper", &unused, "accepted");
+  fs.Bool("no-pivot", &unused, "accepted (the Sentry's root is its own)");
+  fs.Bool("no-new-keyring", &unused, "accepted (no host keyring is reachable)");
+  fs.Int("preserve-fds", &preserve_fds, "extra fds for the container (only 0)");
+  const std::string id = OneId(fs.ParseOrExit(argv_in, 1), "run");
+  std::vector<std::string> create = {absl::StrCat("--bundle=", bundle),
+                                     absl::StrCat("--preserve-fds=", preserve_fds)};
+  if (!pid_file.empty()) create.push_back(absl::StrCat("--pid-file=", pid_file));
+  if (!console_socket.empty()) create.push_back(absl::StrCat("--console-socket=", console_socket));
+  create.push_back(id);
+  // Blocked before the init proxy is forked (it unblocks what it takes),
+  // so that none is lost between start and the wait below.
+  sigset_t fwd;
+  sigemptyset(&fwd);
+  for (int sig : {SIGHUP, SIGINT, SIGQUIT, SIGUSR1, SIGUSR2, SIGALRM, SIGTERM, SIGCONT,
+                  SIGTSTP, SIGWINCH, SIGTTIN, SIGTTOU, SIGPWR, SIGCHLD}) {
+    sigaddset(&fwd, sig);
+  }
+  sigprocmask(SIG_BLOCK, &fwd, nullptr);
+  if (CmdCreate(create) != 0) return 1;
+  ContainerState st = Load(id);
+  if (InChild(CmdStart, {id}) != 0) {
+    waitpid(st.pid, nullptr, 0);
+    (void)InChild(CmdDelete, {"--force", id});
+    return 1;
+  }
+  if (detach) return 0;
+  int ws = 0;
+  for (;;) {
+    const pid_t r = waitpid(st.pid, &ws, WNOHANG);
+    if (r == st.pid) break;
+    if (r < 0 && errno != EINTR) Fail(Errno(absl::StrCat("waiting for the init proxy ", st.pid)));
+    timespec tick{0, 100 * 1000 * 1000};
+    const int sig = sigtimedwait(&fwd, nullptr, &tick);
+    if (sig > 0 && sig != SIGCHLD) kill(st.pid, sig);
+  }
+  const int status = WIFEXITED(ws) ? WEXITSTATUS(ws) : 128 + WTERMSIG(ws);
+  if (!keep) (void)InChild(CmdDelete, {id});
+  return status;
 }
 
 int CmdState(const std::vector<std::string>& argv_in) {
@@ -576,6 +685,7 @@ int CmdDelete(const std::vector<std::string>& argv_in) {
   // The daemon destroys the sandbox when its init proxy's attach ends;
   // one a killed proxy left is destroyed here.
   if (!st->sandboxd_socket.empty()) (void)DaemonDestroy(st->sandboxd_socket, id);
+  RemoveCgroups(st->cgroups);
   unlink(FifoPath(g.root, id).c_str());
   unlink(PausedPath(g.root, id).c_str());
   unlink((dir + "/proxy.sock").c_str());
@@ -711,6 +821,232 @@ int CmdRestore(const std::vector<std::string>& argv_in) {
   create.push_back(id);
   if (int rc = CmdCreate(create); rc != 0) return rc;
   return CmdStart({id});
+}
+
+// What `events` reports: the Sentry's own measures (its Stats through the
+// init proxy, or sandboxd's Get of the sandbox), not a host cgroup's.
+struct Usage {
+  uint64_t cpu_user_ns = 0;
+  uint64_t cpu_system_ns = 0;
+  uint64_t memory_bytes = 0;
+  uint64_t memory_max_bytes = 0;  // 0: not measured
+  uint64_t memory_limit = 0;      // 0: none
+  uint64_t memory_failcnt = 0;    // allocations the limit refused
+  uint64_t pids = 0;              // tasks (threads), as the pids controller counts
+  uint64_t pids_limit = 0;        // 0: none
+  uint64_t oom_kills = 0;
+};
+
+uint64_t Nanos(const google::protobuf::Duration& d) {
+  return static_cast<uint64_t>(d.seconds()) * 1000000000ull + static_cast<uint64_t>(d.nanos());
+}
+
+absl::StatusOr<Usage> UsageOf(const ContainerState& st) {
+  Usage u;
+  if (!st.sandboxd_socket.empty()) {
+    ASSIGN_OR_RETURN(v1::SandboxInfo info, DaemonGet(st.sandboxd_socket, st.id));
+    const v1::ResourceUsage& r = info.usage();
+    u.cpu_user_ns = Nanos(r.cpu_user());
+    u.cpu_system_ns = Nanos(r.cpu_system());
+    u.memory_bytes = r.memory_bytes();
+    u.memory_max_bytes = r.memory_peak_bytes();
+    u.memory_limit = info.spec().limits().memory_bytes();
+    u.pids = r.pids();
+    u.pids_limit = info.spec().limits().pids();
+    return u;
+  }
+  if (!MakeBackend()->Serves()) {
+    return absl::UnimplementedError(
+        "not with --backend=run (sentry run has no control channel to ask)");
+  }
+  ASSIGN_OR_RETURN(UniqueFd c, ConnectProxy(g.root, st.id));
+  control::Request req;
+  req.set_id(1);
+  req.mutable_stats();
+  ASSIGN_OR_RETURN(control::Response r, ProxyCall(c.get(), req));
+  const control::SentryStats& s = r.stats();
+  u.cpu_user_ns = s.cpu_user_nanos();
+  u.cpu_system_ns = s.cpu_system_nanos();
+  u.memory_bytes = s.memory_bytes();
+  u.memory_limit = s.limit_memory_bytes();
+  u.memory_failcnt = s.memory_limit_refusals();
+  u.pids = s.tasks();
+  u.pids_limit = s.limit_pids();
+  u.oom_kills = s.oom_kills();
+  return u;
+}
+
+// runc's events JSON ({"type":"stats","id":..,"data":{...}}, one line),
+// with the keys of runc's types.Stats; what the Sentry does not measure
+// (per-CPU times, throttling, cpuset, block I/O, hugetlb, the memory
+// cgroup's memory.stat) is left out or empty, as runc leaves a controller
+// it has not; memory.raw has the Sentry's OOM kills. No limit is cgroup
+// v1's "unlimited" (PAGE_COUNTER_MAX pages), as runc shows it: the sandbox
+// has no swap or kernel-memory limit of its own.
+std::string StatsEventJson(const std::string& id, const Usage& u) {
+  constexpr uint64_t kUnlimited = 9223372036854771712ull;
+  const uint64_t mem_limit = u.memory_limit != 0 ? u.memory_limit : kUnlimited;
+  std::string mem_usage = absl::StrCat("{\"limit\":", mem_limit);
+  if (u.memory_bytes != 0) absl::StrAppend(&mem_usage, ",\"usage\":", u.memory_bytes);
+  if (u.memory_max_bytes != 0) absl::StrAppend(&mem_usage, ",\"max\":", u.memory_max_bytes);
+  absl::StrAppend(&mem_usage, ",\"failcnt\":", u.memory_failcnt, "}");
+  std::string pids = "{";
+  if (u.pids != 0) absl::StrAppend(&pids, "\"current\":", u.pids);
+  if (u.pids_limit != 0) absl::StrAppend(&pids, u.pids != 0 ? "," : "", "\"limit\":", u.pids_limit);
+  pids += "}";
+  const uint64_t total = u.cpu_user_ns + u.cpu_system_ns;
+  return absl::StrCat(
+      "{\"type\":\"stats\",\"id\":", JsonQuote(id), ",\"data\":{",
+      "\"cpu\":{\"usage\":{", total != 0 ? absl::StrCat("\"total\":", total, ",") : "",
+      "\"kernel\":", u.cpu_system_ns, ",\"user\":", u.cpu_user_ns, "},\"throttling\":{}},",
+      "\"cpuset\":{},",
+      "\"memory\":{\"usage\":", mem_usage,
+      ",\"swap\":{\"limit\":", kUnlimited, ",\"failcnt\":0},\"kernel\":{\"limit\":",
+      kUnlimited, ",\"failcnt\":0},\"kernelTCP\":{\"limit\":", kUnlimited,
+      ",\"failcnt\":0},\"raw\":{\"oom_kill\":", u.oom_kills, "}},",
+      "\"pids\":", pids,
+      ",\"blkio\":{},\"hugetlb\":{},\"intel_rdt\":{},\"network_interfaces\":null}}\n");
+}
+
+// events: with --stats one stats event; without, one every --interval
+// (and an "oom" event when the Sentry's OOM killer ended a process) until
+// the container stops, as runc events.
+int CmdEvents(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci events", "[--stats] [--interval=DURATION] ID");
+  bool once = false;
+  std::string interval = "5s";
+  fs.Bool("stats", &once, "print the container's statistics once and exit");
+  fs.String("interval", &interval, "DURATION", "between two stats events (Go's syntax: 5s, 500ms)");
+  const std::string id = OneId(fs.ParseOrExit(argv_in, 1), "events");
+  absl::Duration every;
+  if (!absl::ParseDuration(interval, &every) || every <= absl::ZeroDuration()) {
+    Fail(absl::InvalidArgumentError(absl::StrCat("--interval: not a duration: ", interval)));
+  }
+  ContainerState st = Load(id);
+  uint64_t oom_kills = 0;
+  for (bool first = true;; first = false) {
+    const Status status = CurrentStatus(g.root, st);
+    if (status == Status::kStopped || status == Status::kCreated) {
+      if (!first) return 0;
+      Fail(absl::FailedPreconditionError(
+          absl::StrCat("container ", id, " is not running (", StatusName(status), ")")));
+    }
+    absl::StatusOr<Usage> u = UsageOf(st);
+    if (!u.ok()) {
+      if (!first && CurrentStatus(g.root, st) == Status::kStopped) return 0;
+      Fail(Annotate(u.status(), absl::StrCat("events ", id)));
+    }
+    if (!first && u->oom_kills > oom_kills) {
+      printf("{\"type\":\"oom\",\"id\":%s}\n", JsonQuote(id).c_str());
+    }
+    oom_kills = u->oom_kills;
+    fputs(StatsEventJson(id, *u).c_str(), stdout);
+    fflush(stdout);
+    if (once) return 0;
+    absl::SleepFor(every);
+  }
+}
+
+// update: the running sandbox's limits from --resources (a
+// linux.resources object, "-" for stdin, as containerd's shim and podman
+// pass it) and the flags, which win. What the Sentry enforces itself
+// changes: memory (its memory file's limit), CPUs (a quota rounded up to
+// whole CPUs, what the sandbox sees), pids (fork's EAGAIN). Serve backend.
+int CmdUpdate(const std::vector<std::string>& argv_in) {
+  flags::FlagSet fs("sandboxd-oci update", "[--resources=FILE] [FLAGS] ID");
+  std::string resources, memory, cpu_quota, cpu_period, pids_limit, unused;
+  fs.String("resources", &resources, "FILE", "a linux.resources JSON object (\"-\": stdin)");
+  fs.Alias("-r", "resources");
+  fs.String("memory", &memory, "BYTES", "memory limit (k, m, g suffixes)");
+  fs.String("cpu-quota", &cpu_quota, "MICROS", "CPU time per period");
+  fs.String("cpu-period", &cpu_period, "MICROS", "the quota's period (default 100000)");
+  fs.String("pids-limit", &pids_limit, "N", "the most tasks at once");
+  for (const char* f : {"memory-swap", "memory-reservation", "kernel-memory", "kernel-memory-tcp",
+                        "cpu-share", "cpu-rt-period", "cpu-rt-runtime", "blkio-weight"}) {
+    fs.String(f, &unused, "VALUE", "accepted, not applied (a warning in --log)");
+  }
+  std::string cpuset_cpus, cpuset_mems;
+  fs.String("cpuset-cpus", &cpuset_cpus, "LIST", "refused (cpusets are not supported)");
+  fs.String("cpuset-mems", &cpuset_mems, "LIST", "refused (cpusets are not supported)");
+  const std::string id = OneId(fs.ParseOrExit(argv_in, 1), "update");
+  if (!cpuset_cpus.empty() || !cpuset_mems.empty()) {
+    Fail(absl::InvalidArgumentError("--cpuset-cpus/--cpuset-mems: cpusets are not supported"));
+  }
+  if (!unused.empty()) {
+    LogLine("warning", "update: only --memory, --cpu-quota/--cpu-period and --pids-limit "
+                       "are applied (the limits the Sentry enforces)");
+  }
+  LaunchSpec want;
+  if (!resources.empty()) {
+    std::string json;
+    if (resources == "-") {
+      std::stringstream ss;
+      ss << std::cin.rdbuf();
+      json = ss.str();
+    } else {
+      absl::StatusOr<std::string> j = ReadWhole(resources);
+      if (!j.ok()) Fail(j.status());
+      json = *j;
+    }
+    absl::StatusOr<LaunchSpec> r = ParseResourcesUpdate(json);
+    if (!r.ok()) Fail(Annotate(r.status(), "update: --resources"));
+    want = *std::move(r);
+    for (const std::string& note : want.notes) LogLine("warning", absl::StrCat("update: ", note));
+  }
+  auto number = [](const std::string& flag, const std::string& v) -> uint64_t {
+    std::string digits = absl::AsciiStrToLower(v);
+    uint64_t mult = 1;
+    if (!digits.empty() && (digits.back() == 'b')) digits.pop_back();
+    if (!digits.empty()) {
+      switch (digits.back()) {
+        case 'k': mult = 1ull << 10; break;
+        case 'm': mult = 1ull << 20; break;
+        case 'g': mult = 1ull << 30; break;
+        default: break;
+      }
+      if (mult != 1) digits.pop_back();
+    }
+    uint64_t n = 0;
+    if (!absl::SimpleAtoi(digits, &n)) {
+      Fail(absl::InvalidArgumentError(absl::StrCat("--", flag, ": not a number: ", v)));
+    }
+    return n * mult;
+  };
+  if (!memory.empty()) want.memory_bytes = number("memory", memory);
+  if (!pids_limit.empty()) want.pids = number("pids-limit", pids_limit);
+  if (!cpu_quota.empty()) {
+    const uint64_t quota = number("cpu-quota", cpu_quota);
+    const uint64_t period = cpu_period.empty() ? 100000 : number("cpu-period", cpu_period);
+    if (period == 0) Fail(absl::InvalidArgumentError("--cpu-period: 0"));
+    if (quota > 0) want.cpus = (quota + period - 1) / period;
+  }
+  ContainerState st = Load(id);
+  const Status status = CurrentStatus(g.root, st);
+  if (status != Status::kRunning && status != Status::kPaused) {
+    Fail(absl::FailedPreconditionError(
+        absl::StrCat("container ", id, " is not running (", StatusName(status), ")")));
+  }
+  if (!st.sandboxd_socket.empty()) {
+    Fail(absl::UnimplementedError(
+        "update: not with sandboxd (--sandboxd-socket): its API has no call that "
+        "changes a running sandbox's limits"));
+  }
+  if (!MakeBackend()->Serves()) {
+    Fail(absl::UnimplementedError("update: not with --backend=run"));
+  }
+  if (want.memory_bytes == 0 && want.cpus == 0 && want.pids == 0) return 0;
+  absl::StatusOr<UniqueFd> c = ConnectProxy(g.root, id);
+  if (!c.ok()) Fail(c.status());
+  control::Request req;
+  req.set_id(1);
+  v1::Limits* lim = req.mutable_update()->mutable_limits();
+  lim->set_memory_bytes(want.memory_bytes);
+  lim->set_cpu_millis(want.cpus * 1000);
+  lim->set_pids(want.pids);
+  absl::StatusOr<control::Response> r = ProxyCall(c->get(), req);
+  if (!r.ok()) Fail(Annotate(r.status(), "update"));
+  LogLine("info", absl::StrCat("updated ", id));
+  return 0;
 }
 
 int CmdPs(const std::vector<std::string>& argv_in) {
@@ -1016,7 +1352,7 @@ int Main(int argc, char** argv) {
   fs.String("root", &g.root, "DIR", "where containers' state is kept");
   fs.String("log", &g.log, "FILE", "where errors and notes are logged");
   fs.String("log-format", &g.log_format, "text|json", "the log's format");
-  fs.Bool("systemd-cgroup", &g.systemd_cgroup, "accepted (no host cgroups are made)");
+  fs.Bool("systemd-cgroup", &g.systemd_cgroup, "accepted (a systemd cgroupsPath gets no cgroup)");
   fs.Bool("debug", &g.debug, "accepted");
   std::string unused;
   fs.String("criu", &unused, "PATH", "accepted, unused");
@@ -1041,8 +1377,8 @@ int Main(int argc, char** argv) {
   fs.Bool("version", &version, "print the version");
   fs.Alias("-v", "version");
   fs.set_footer(
-      "Commands: create, start, state, kill, delete, exec, pause, resume, checkpoint,\n"
-      "restore, ps, list, features.\n");
+      "Commands: create, start, run, state, kill, delete, exec, pause, resume,\n"
+      "checkpoint, restore, events, update, ps, list, features.\n");
   std::vector<std::string> rest = fs.ParseOrExit(flags::Args(argc, argv), 1);
   if (version) {
     printf("sandboxd-oci version %s\nspec: 1.0.2-dev\n", kVersion);
@@ -1077,6 +1413,9 @@ int Main(int argc, char** argv) {
   if (verb == "exec") return CmdExec(args);
   if (verb == "checkpoint") return CmdCheckpoint(args);
   if (verb == "restore") return CmdRestore(args);
+  if (verb == "events") return CmdEvents(args);
+  if (verb == "update") return CmdUpdate(args);
+  if (verb == "run") return CmdRun(args);
   if (verb == "pause") return PauseOrResume(args, true);
   if (verb == "resume") return PauseOrResume(args, false);
   if (verb == "init-proxy") return CmdInitProxy(args);

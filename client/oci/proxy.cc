@@ -155,6 +155,7 @@ void RunInitProxy(const InitProxyOptions& o) {
                                                                : v1::NETWORK_MODE_HOST);
   spec.set_hostname(o.spec.hostname);
   spec.set_read_only(o.spec.read_only_root);
+  spec.set_container_init(true);
   std::vector<UniqueFd> binds;
   for (const std::string& f : o.spec.mount_flags) {
     v1::Mount m = MountOf(f);

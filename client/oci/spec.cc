@@ -333,7 +333,7 @@ absl::Status ParseResources(const Struct& r, LaunchSpec* out) {
       if (k != "limit" && !v.has_null_value()) {
         out->notes.push_back(absl::StrCat(
             "linux.resources.memory.", k,
-            ": not applied (no host cgroup is made for the container; the "
+            ": not applied (the Sentry does not enforce it; the "
             "sandbox's memory is bounded by memory.limit alone)"));
       }
     }
@@ -362,7 +362,7 @@ absl::Status ParseResources(const Struct& r, LaunchSpec* out) {
           !v.has_null_value()) {
         out->notes.push_back(absl::StrCat(
             "linux.resources.cpu.", k,
-            ": not applied (no host cgroup is made for the container; only "
+            ": not applied (the Sentry does not enforce it; only "
             "quota/period bound the sandbox)"));
       }
     }
@@ -385,8 +385,8 @@ absl::Status ParseResources(const Struct& r, LaunchSpec* out) {
   const Value* bio = Get(r, "blockIO");
   if (bio != nullptr && bio->has_struct_value() && bio->struct_value().fields_size() > 0) {
     out->notes.push_back(
-        "linux.resources.blockIO: not applied (no host cgroup is made for the "
-        "container)");
+        "linux.resources.blockIO: not applied (the Sentry has no such limit, "
+        "and none is written to the container's cgroup)");
   }
   // devices: the sandbox's /dev is the Sentry's devfs (null, zero, full,
   // random, urandom, tty, ptmx), never a host device.
@@ -399,6 +399,7 @@ absl::Status ParseLinux(const Struct& l, LaunchSpec* out) {
       {"namespaces", "resources", "cgroupsPath", "maskedPaths", "readonlyPaths",
        "seccomp", "devices", "uidMappings", "gidMappings", "sysctl",
        "mountLabel", "rootfsPropagation", "intelRdt", "personality"}));
+  RETURN_IF_ERROR(GetString(l, "cgroupsPath", "linux.cgroupsPath", &out->cgroups_path));
   // net.ipv4.ping_group_range (podman sets one): the Sentry's own network
   // namespace lets its sockets ping already (sentry/isolation.cc), and
   // the program's ping sockets are the Sentry's to allow; any other
@@ -575,6 +576,14 @@ absl::StatusOr<LaunchSpec> ParseProcess(absl::string_view json) {
   if (!parsed.ok()) return parsed.status();
   LaunchSpec out;
   RETURN_IF_ERROR(ParseProcessObject(*parsed, &out));
+  return out;
+}
+
+absl::StatusOr<LaunchSpec> ParseResourcesUpdate(absl::string_view json) {
+  auto parsed = ParseJson(json);
+  if (!parsed.ok()) return parsed.status();
+  LaunchSpec out;
+  RETURN_IF_ERROR(ParseResources(*parsed, &out));
   return out;
 }
 

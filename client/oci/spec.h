@@ -49,6 +49,9 @@ struct LaunchSpec {
   // linux.namespaces' uts path (a pod's): the host name is read from it
   // when `hostname` is empty.
   std::string utsns_path;
+  // linux.cgroupsPath: where the container's accounting cgroup goes
+  // (cgroup.h); "" none.
+  std::string cgroups_path;
   // `restore --image-path`: the checkpoint image the sandbox is restored
   // from instead of starting process.args (not from config.json).
   std::string restore_image;
@@ -69,6 +72,10 @@ absl::Status ForServedSentry(LaunchSpec* spec);
 
 // The process of `exec --process=FILE` (a runtime-spec "process" object).
 absl::StatusOr<LaunchSpec> ParseProcess(absl::string_view json);
+
+// `update --resources=FILE` (a runtime-spec "linux.resources" object), by
+// config.json's rules: memory_bytes, cpus, pids (0: not given) and notes.
+absl::StatusOr<LaunchSpec> ParseResourcesUpdate(absl::string_view json);
 
 }  // namespace sandboxd::oci
 

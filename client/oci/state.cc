@@ -15,6 +15,7 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "google/protobuf/struct.pb.h"
@@ -118,6 +119,9 @@ absl::Status WriteState(const std::string& root, const ContainerState& st) {
       ", \"pidStart\": \"", st.pid_start, "\", \"bundle\": ", JsonQuote(st.bundle),
       ", \"rootfs\": ", JsonQuote(st.rootfs), ", \"created\": ",
       JsonQuote(st.created), ", \"sandboxdSocket\": ", JsonQuote(st.sandboxd_socket),
+      ", \"cgroups\": [", absl::StrJoin(st.cgroups, ", ", [](std::string* out, const std::string& c) {
+        out->append(JsonQuote(c));
+      }), "]",
       ", \"annotations\": ",
       AnnotationsJson(st.annotations, ""), "}\n");
   const std::string dir = ContainerDir(root, st.id);
@@ -161,6 +165,10 @@ absl::StatusOr<ContainerState> ReadState(const std::string& root,
   auto pit = s.fields().find("pid");
   if (pit != s.fields().end()) st.pid = static_cast<pid_t>(pit->second.number_value());
   (void)absl::SimpleAtoi(str("pidStart"), &st.pid_start);
+  auto cit = s.fields().find("cgroups");
+  if (cit != s.fields().end()) {
+    for (const auto& v : cit->second.list_value().values()) st.cgroups.push_back(v.string_value());
+  }
   auto ait = s.fields().find("annotations");
   if (ait != s.fields().end()) {
     for (const auto& [k, v] : ait->second.struct_value().fields()) {

@@ -28,6 +28,8 @@ struct ContainerState {
   std::map<std::string, std::string> annotations;
   // The daemon backend's sandboxd socket ("" for a Sentry of our own).
   std::string sandboxd_socket;
+  // The accounting cgroups create made (cgroup.h), which delete removes.
+  std::vector<std::string> cgroups;
 };
 
 enum class Status { kCreated, kRunning, kPaused, kStopped };

@@ -51,10 +51,10 @@ Kernel::~Kernel() {
 }
 
 absl::Status Kernel::CheckTaskLimitLocked() {
-  if (opts_.max_tasks != 0 &&
-      static_cast<uint64_t>(live_tasks_) >= opts_.max_tasks) {
+  const uint64_t max = max_tasks();
+  if (max != 0 && static_cast<uint64_t>(live_tasks_) >= max) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("the sandbox's limit of ", opts_.max_tasks, " tasks"));
+        absl::StrCat("the sandbox's limit of ", max, " tasks"));
   }
   return absl::OkStatus();
 }

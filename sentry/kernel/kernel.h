@@ -10,6 +10,7 @@
 
 #include <sys/types.h>
 
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -84,6 +85,25 @@ class Kernel {
   SyscallTable& syscalls() { return *syscalls_; }
   Futexes& futexes() { return futexes_; }
   const KernelOptions& options() const { return opts_; }
+  // The limits of KernelOptions that a running sandbox's owner may change
+  // (SetLimits: sandboxd-oci update); these, not options(), are read.
+  uint64_t max_tasks() const { return max_tasks_.load(std::memory_order_relaxed); }
+  int max_cpus() const { return max_cpus_.load(std::memory_order_relaxed); }
+  uint64_t memory_limit() const { return memory_limit_.load(std::memory_order_relaxed); }
+  // Pid 1 is a pid namespace's init as a container runtime's init is
+  // (Linux's SIGNAL_UNKILLABLE, kernel/signal.c sig_task_ignored): a
+  // signal whose action is the default is ignored, but for SIGKILL and
+  // SIGSTOP sent from outside the sandbox (si_pid 0: the control channel,
+  // the Sentry's own kills); faults (Task::ForceSignal) still kill it.
+  // Off: pid 1 takes signals as any process (sandboxctl's programs, the
+  // conformance tests, which compare with a native run).
+  bool container_init() const { return container_init_.load(std::memory_order_relaxed); }
+  void set_container_init(bool on) { container_init_.store(on, std::memory_order_relaxed); }
+  void SetLimits(uint64_t max_tasks, int max_cpus, uint64_t memory_limit) {
+    max_tasks_.store(max_tasks, std::memory_order_relaxed);
+    max_cpus_.store(max_cpus, std::memory_order_relaxed);
+    memory_limit_.store(memory_limit, std::memory_order_relaxed);
+  }
   // The sandbox's mount namespace. Set once, before init starts.
   fs::Vfs& vfs() { return *vfs_; }
   void set_vfs(std::shared_ptr<fs::Vfs> vfs) { vfs_ = std::move(vfs); }
@@ -279,6 +299,10 @@ class Kernel {
   std::unique_ptr<platform::Platform> platform_;
   SyscallTable* const syscalls_;
   const KernelOptions opts_;
+  std::atomic<uint64_t> max_tasks_{opts_.max_tasks};
+  std::atomic<int> max_cpus_{opts_.max_cpus};
+  std::atomic<uint64_t> memory_limit_{opts_.memory_limit};
+  std::atomic<bool> container_init_{false};
   int64_t boot_ns_ = MonotonicNanos();  // a checkpoint load sets it again
   std::shared_ptr<fs::Vfs> vfs_;
   Futexes futexes_;

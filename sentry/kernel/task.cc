@@ -241,6 +241,13 @@ bool Task::SendSignalInfo(const siginfo_t& info, bool group_directed,
   if (ignored && (mask_.load() & SigBit(signo)) == 0 && signo != SIGKILL) {
     return false;
   }
+  // A container's init: only SIGKILL and SIGSTOP from outside act by
+  // default (Kernel::container_init). A blocked one is queued (sigwaitinfo
+  // or a signalfd may take it; delivery drops it if still default).
+  if (act.handler == kSigDfl && (mask_.load() & SigBit(signo)) == 0 && IsUnkillableInit() &&
+      !(info.si_pid == 0 && info.si_code == SI_USER && (signo == SIGKILL || signo == SIGSTOP))) {
+    return false;
+  }
   {
     absl::MutexLock l(&mu_);
     // One pending instance per signal number: a second is merged into the
@@ -515,6 +522,12 @@ void Task::DeliverPendingSignals() {
     // dropped; a live one gets its overrun count.
     if (info.source != nullptr && !info.source->Dequeued(&info.info)) continue;
     SigAction act = tg_->GetAction(signo);
+    // Queued while blocked or handled, its action now the default: a
+    // container's init drops it, as Linux's get_signal does.
+    if (act.handler == kSigDfl && signo != SIGKILL && signo != SIGSTOP &&
+        IsUnkillableInit()) {
+      continue;
+    }
     if (signo == SIGKILL || act.handler == kSigDfl) {
       ApplyDefaultAction(signo);
       if (tg_->exiting()) return;
@@ -555,6 +568,10 @@ void Task::ForceSignal(int signo, int code, uint64_t addr) {
   if (!DeliverToHandler(signo, code, addr, 0, act)) {
     tg_->Exit(ExitStatus{0, SIGSEGV, true});
   }
+}
+
+bool Task::IsUnkillableInit() const {
+  return tg_->tgid() == 1 && kernel_->container_init();
 }
 
 void Task::ApplyDefaultAction(int signo) {

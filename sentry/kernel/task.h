@@ -271,6 +271,8 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
   // runs the handler if one is installed and the signal is not blocked,
   // else the default action.
   void ForceSignal(int signo, int code, uint64_t addr);
+  // Pid 1 of a sandbox whose init is a container's (Kernel::container_init).
+  bool IsUnkillableInit() const;
   // Sends a signal to this task from kill/tgkill.
   void SendSignal(int signo, pid_t sender);
   // Queues `info` (its si_signo is the signal). `group_directed`: a

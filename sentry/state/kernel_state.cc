@@ -511,8 +511,11 @@ absl::Status KernelState::SaveKernel(Saver& s, Kernel& k, const fs::Vfs& vfs,
                                      MmCheckpointer& mms) {
   // world_stop_ is not state: a save runs inside a stop, a load starts
   // without one. Nor is the OOM killer's last victim and its counts (a
-  // restored sandbox starts with none killed).
-  SBX_SAVED_SIZE(kernel::Kernel, 552);
+  // restored sandbox starts with none killed). Nor are the limits an
+  // update changed (max_tasks_, max_cpus_, memory_limit_) nor
+  // container_init_ (set from the spec at each start and restore): a restored
+  // sandbox has its restore spec's, as runc's restore has config.json's.
+  SBX_SAVED_SIZE(kernel::Kernel, 584);
   std::vector<std::shared_ptr<ThreadGroup>> groups;
   std::vector<std::shared_ptr<Task>> tasks;
   pid_t next_tid;

@@ -116,7 +116,7 @@ int64_t SysSchedYield(Task&, const SyscallArgs&) {
 int VisibleCpus(kernel::Kernel& k, cpu_set_t* set) {
   CPU_ZERO(set);
   if (sched_getaffinity(0, sizeof(*set), set) != 0) return -errno;
-  const int max = k.options().max_cpus;
+  const int max = k.max_cpus();
   int seen = 0;
   for (int i = 0; i < CPU_SETSIZE; i++) {
     if (!CPU_ISSET(i, set)) continue;
@@ -200,8 +200,8 @@ int64_t SysSysinfo(Task& t, const SyscallArgs& a) {
   si.uptime = (kernel::MonotonicNanos() - k.boot_ns()) / 1000000000;
   si.loads[0] = si.loads[1] = si.loads[2] = 0;  // no load average yet
   const uint64_t unit = si.mem_unit != 0 ? si.mem_unit : 1;
-  if (k.options().memory_limit != 0) {
-    si.totalram = std::min<uint64_t>(si.totalram, k.options().memory_limit / unit);
+  if (k.memory_limit() != 0) {
+    si.totalram = std::min<uint64_t>(si.totalram, k.memory_limit() / unit);
   }
   const uint64_t used = k.memory_file().AllocatedBytes() / unit;
   si.freeram = si.totalram > used ? si.totalram - used : 0;

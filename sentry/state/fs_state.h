@@ -129,8 +129,13 @@ struct FsState {
       Loader& l, const pb::File& rec);
   static absl::Status SaveEpoll(Saver& s, const fs::Vfs& vfs,
                                 fs::EpollFile* ep, pb::File* rec);
+  // A procfs file among the interests is added once every process is
+  // loaded (Loader::DeferredUse).
   static absl::StatusOr<std::shared_ptr<fs::File>> LoadEpoll(
       Loader& l, fs::Vfs& vfs, const pb::File& rec);
+  // One loaded interest of `ep` in `file` (disabled if it was).
+  static absl::Status AddEpollInterest(fs::EpollFile& ep, const std::shared_ptr<fs::File>& file,
+                                       const pb::EpollInterest& i);
   static absl::Status SaveInotify(Saver& s, fs::InotifyFile* in,
                                   pb::File* rec);
   static absl::StatusOr<std::shared_ptr<fs::File>> LoadInotify(

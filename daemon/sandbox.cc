@@ -220,6 +220,11 @@ v1::Timings Sandbox::timings() const {
   return timings_;
 }
 
+bool Sandbox::restored() const {
+  absl::MutexLock l(&mu_);
+  return RestoredLocked();
+}
+
 Sandbox::~Sandbox() { Destroy(); }
 
 v1::SandboxState Sandbox::state() const {

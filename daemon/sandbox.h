@@ -143,6 +143,9 @@ class Sandbox {
   void SetRestoreLatency(absl::Duration d);
   // Timings as Info has them, without Info's cgroup reads.
   v1::Timings timings() const;
+  // Whether the sandbox is made from a checkpoint image (restored, or to be
+  // restored at its start).
+  bool restored() const ABSL_LOCKS_EXCLUDED(mu_);
 
   // CREATED -> RUNNING. FAILED_PRECONDITION in another state; the Sentry's
   // error (e.g. NOT_FOUND for a missing program) makes the sandbox FAILED.

@@ -491,6 +491,9 @@ absl::Status Service::ExecStream(
     bool attached = false;
     absl::StatusOr<ProcessRelay*> r = sandbox->AttachAndStart(&cursor, start.size(), &attached);
     remove = attached && start.remove();
+    // A restore whose image the Sentry refused leaves nothing behind, as
+    // Restore without attach does (the sandbox never ran).
+    if (!r.ok() && attached && sandbox->restored()) remove = true;
     RETURN_IF_ERROR(r.status());
     relay = *r;
     pid = 1;

@@ -8,12 +8,14 @@
 #   - 25 leave-running checkpoints of a vfork-heavy sh loop, back to back:
 #     none refused, and it counts on after each
 #   - restore attached (no -d): the restored init's output on stdout, its
-#     exit status as sandboxctl's
+#     exit status as sandboxctl's; the caller's stdin reaches a program
+#     blocked in read: with -i, and without it when the sandbox was
+#     created with -i (not with --no-stdin)
 #   - checkpoint without --leave-running: the sandbox is STOPPED with its
 #     checkpoint record (ps: "checkpointed"), not failed; into a directory
 #     that is not empty: refused
 #   - a damaged image: an error naming the file, the daemon serves the next
-#     request, `ps` lists no half-restored sandbox
+#     request, `ps` lists no half-restored sandbox (attached or -d)
 #   - a restored sandbox outlives a restart of sandboxd
 #   - the stage timings of an idle sandbox's checkpoint and restore
 # Exits 77 (CTest: skipped) until the binaries exist.
@@ -69,6 +71,16 @@ until_gt() {
   for i in $(seq 1 $(($1 * 10))); do
     v=$(last "$2")
     [ -n "$v" ] && [ "$v" -gt "$3" ] && return 0
+    sleep 0.1
+  done
+  return 1
+}
+# until_true SECS COMMAND...: polls COMMAND every 0.1 s for SECS.
+until_true() {
+  local secs=$1 _
+  shift
+  for _ in $(seq 1 $((secs * 10))); do
+    "$@" && return 0
     sleep 0.1
   done
   return 1
@@ -165,6 +177,35 @@ ctl restore --rm --image="$tmp/img-finite"
 check "restore attached: exit status 7" eq "$status" 7
 check "restore attached: the output" eq "$(cat "$tmp/out")" after
 
+# --- an attached restore's stdin ----------------------------------------------
+# A sandbox created with -i kept its stdin open: restored attached, it reads
+# the caller's stdin without -i, as `attach` sends it (--no-stdin: not);
+# one created without -i reads it with -i, as `run -i`.
+printf 'one\ntwo\n' >"$tmp/in"
+READER='echo reading; cat; echo "end of stdin"; exit 3'
+ctl run -d -i --name=reader-i -- /bin/sh -c "$READER"
+check "reader-i reads" until_true 10 eval '[ "$(last reader-i)" = reading ]'
+checkpoint reader-i --leave-running --image="$tmp/img-reader-i"
+check "checkpoint reader-i (blocked in read): exit 0" eq "$status" 0
+IN=$tmp/in ctl restore --rm --image="$tmp/img-reader-i"
+check "restore attached of a -i sandbox: exit 3" eq "$status" 3
+check "restore attached of a -i sandbox: stdin reached it" \
+  eq "$(tr '\n' ' ' <"$tmp/out")" "one two end of stdin "
+IN=$tmp/in ctl restore --rm --no-stdin --image="$tmp/img-reader-i"
+check "restore --no-stdin: exit 3" eq "$status" 3
+check "restore --no-stdin: no stdin" eq "$(tr '\n' ' ' <"$tmp/out")" "end of stdin "
+ctl rm -f reader-i
+# Its stdin is at its end from the start (no -i): saved before its read.
+ctl run -d --name=reader -- /bin/sh -c "echo waiting; sleep 2; $READER"
+check "reader waits" until_true 10 eval '[ "$(last reader)" = waiting ]'
+checkpoint reader --leave-running --image="$tmp/img-reader"
+check "checkpoint reader: exit 0" eq "$status" 0
+IN=$tmp/in ctl restore --rm -i --image="$tmp/img-reader"
+check "restore -i: exit 3" eq "$status" 3
+check "restore -i: stdin reached it" \
+  eq "$(tr '\n' ' ' <"$tmp/out")" "reading one two end of stdin "
+ctl rm -f reader
+
 # --- checkpoint without --leave-running ---------------------------------------
 checkpoint counter --image="$tmp/img-final"
 check "checkpoint (not left running): exit 0" eq "$status" 0
@@ -193,6 +234,12 @@ cp -r "$tmp/img" "$tmp/bad2"
 rm "$tmp/bad2/pages.idx"
 ctl restore -d --name=bad2 --image="$tmp/bad2"
 check "missing pages.idx: names it" contains "$tmp/err" "pages.idx"
+# Attached (the restore happens at the attach): the same error, and nothing
+# left either.
+ctl restore --name=bad-attached --image="$tmp/bad"
+check "damaged image, attached: exit 125" eq "$status" 125
+check "damaged image, attached: names the file" contains "$tmp/err" "state.pb"
+check "damaged image, attached: no sandbox left" eq "$(state bad-attached)" ""
 ctl restore -d --name=bad3 --image="$tmp/nonexistent"
 check "no image at all: refused" eq "$status" 125
 ctl run --rm -- /bin/echo still serving

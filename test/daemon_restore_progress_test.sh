@@ -11,6 +11,8 @@
 #   - the loader's figures at /metrics after the restore, and in inspect
 #   - `restore -d` prints no progress when stderr is not a terminal, and
 #     a progress line when it is (script(1)'s pty)
+#   - an attached restore on a terminal: the progress line ends before the
+#     program's first output, never shares a line with it
 #   - `wait --restored` of a sandbox that was not restored: refused
 #   - a load whose pages.img goes short under it: `wait --restored` fails
 #     naming pages.img, also once the sandbox has ended (its Sentry gone)
@@ -148,6 +150,26 @@ ctl inspect r2
 check "restore -d on a terminal: returned once loaded" contains "$tmp/out" '"done": true'
 tr '\r' '\n' <"$tmp/typescript" | grep memory | tail -2 | sed 's/^/# /'
 
+# --- an attached restore on a terminal: output never on the progress line -----------
+# The program prints while its pages load: the progress line ends (on
+# stderr, with the figures so far) before the program's first output.
+ctl run -d --name=ticker -- /bin/sh -c \
+  "head -c $BIG /dev/urandom >/tmp/big; echo ready; sleep 0.5; i=0; while [ \$i -lt 40 ]; do echo tick \$i; i=\$((i+1)); sleep 0.1; done"
+check "ticker wrote its memory" until_true 60 eval '[ "$(last ticker)" = ready ]'
+checkpoint ticker --image="$tmp/img-ticker"
+check "checkpoint ticker: exit 0" eq "$status" 0
+capture 120 script -qec "'$SANDBOXCTL' --socket='$SOCK' restore --rm --image='$tmp/img-ticker'" \
+  "$tmp/typescript-attached"
+check "restore attached on a terminal: exit 0" eq "$status" 0
+check "restore attached on a terminal: the program's output" \
+  contains "$tmp/typescript-attached" "tick 39"
+check "restore attached on a terminal: a progress line" \
+  contains "$tmp/typescript-attached" "loading memory: "
+# Every line (progress redraws split at \r) holds progress or output, not both.
+mixed=$(tr '\r' '\n' <"$tmp/typescript-attached" | grep -c 'memory.*tick\|tick.*sandboxctl')
+check "restore attached on a terminal: no output on the progress line ($mixed)" eq "$mixed" 0
+tr '\r' '\n' <"$tmp/typescript-attached" | grep -v '^$' | head -8 | cat -v | sed 's/^/# /'
+
 # --- a load that fails ---------------------------------------------------------------
 cp -r "$tmp/img" "$tmp/img-short"
 ctl restore -d --name=r3 --image="$tmp/img-short"
@@ -165,7 +187,7 @@ ctl wait --restored r3
 check "wait --restored after the end of a failed load: 125" eq "$status" 125
 check "wait --restored after the end of a failed load: names pages.img" contains "$tmp/err" "pages.img"
 
-for id in big r1 r2 r3; do ctl rm -f "$id"; done
+for id in big ticker r1 r2 r3; do ctl rm -f "$id"; done
 ctl ps -aq
 check "nothing left at the end" eq "$(lines "$tmp/out")" 0
 

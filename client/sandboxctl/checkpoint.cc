@@ -10,8 +10,10 @@
 #include <cstdlib>
 #include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client/sandboxctl/sandboxctl.h"
 #include "client/sandboxctl/sig_proxy.h"
@@ -74,15 +76,58 @@ std::string ProgressText(const v1::RestoreProgress& p) {
   return t;
 }
 
-// On a terminal (stderr), a line that says how far the restored sandbox's
-// memory has loaded, redrawn a few times a second from Get until the load
-// is done, the sandbox is no longer RUNNING or `*stop` is set; then the
-// last figures on a line of their own. Nothing when stderr is not a
+// The line on a terminal (stderr) that says how far a restored sandbox's
+// memory has loaded. The program's output shares that terminal: the first
+// of it ends the line (with its figures so far, on a line of their own) and
+// no progress is drawn after it, so that output never lands on the line.
+// Thread-safe: drawn from the progress thread, ended from the output
+// callbacks.
+class ProgressLine {
+ public:
+  explicit ProgressLine(std::string id) : id_(std::move(id)) {}
+
+  // Redraws the line with `p`; false once the line has ended.
+  bool Draw(const v1::RestoreProgress& p) ABSL_LOCKS_EXCLUDED(mu_) {
+    absl::MutexLock l(&mu_);
+    if (ended_) return false;
+    last_ = p;
+    shown_ = true;
+    fprintf(stderr, "\r\033[Ksandboxctl: %s: loading memory: %s", id_.c_str(),
+            ProgressText(p).c_str());
+    fflush(stderr);
+    return true;
+  }
+
+  // Ends the line, once: its last figures, if it was drawn at all.
+  void End() ABSL_LOCKS_EXCLUDED(mu_) {
+    if (ended_fast_.load(std::memory_order_acquire)) return;
+    absl::MutexLock l(&mu_);
+    if (ended_) return;
+    ended_ = true;
+    ended_fast_.store(true, std::memory_order_release);
+    if (shown_) {
+      fprintf(stderr, "\r\033[Ksandboxctl: %s: memory %s: %s\n", id_.c_str(),
+              last_.done() ? "loaded" : "still loading", ProgressText(last_).c_str());
+      fflush(stderr);
+    }
+  }
+
+ private:
+  const std::string id_;
+  std::atomic<bool> ended_fast_{false};  // ended_, read without the lock
+  absl::Mutex mu_;
+  bool ended_ ABSL_GUARDED_BY(mu_) = false;
+  bool shown_ ABSL_GUARDED_BY(mu_) = false;
+  v1::RestoreProgress last_ ABSL_GUARDED_BY(mu_);
+};
+
+// On a terminal (stderr), `*line` redrawn a few times a second from Get
+// until the load is done, the sandbox is no longer RUNNING, `*stop` is set
+// or the line has ended; then ended. Nothing when stderr is not a
 // terminal, or when the sandbox's pages were all there at its start.
-void ShowRestoreProgress(Client& c, const std::string& id, const std::atomic<bool>* stop) {
+void ShowRestoreProgress(Client& c, const std::string& id, const std::atomic<bool>* stop,
+                         ProgressLine* line) {
   if (!isatty(STDERR_FILENO)) return;
-  bool shown = false;
-  v1::RestoreProgress last;
   for (;;) {
     absl::StatusOr<v1::SandboxInfo> info = c.Get(id);
     if (!info.ok() || info->state() == v1::SANDBOX_STATE_STOPPED ||
@@ -91,20 +136,13 @@ void ShowRestoreProgress(Client& c, const std::string& id, const std::atomic<boo
     }
     if (info->state() == v1::SANDBOX_STATE_RUNNING) {
       if (!info->has_restore()) break;  // nothing loads after the start
-      last = info->restore();
-      fprintf(stderr, "\r\033[Ksandboxctl: %s: loading memory: %s", id.c_str(),
-              ProgressText(last).c_str());
-      fflush(stderr);
-      shown = true;
-      if (last.done()) break;
+      if (!line->Draw(info->restore())) break;
+      if (info->restore().done()) break;
     }
     for (int i = 0; i < 5 && !(stop && stop->load()); i++) absl::SleepFor(absl::Milliseconds(50));
     if (stop && stop->load()) break;
   }
-  if (shown) {
-    fprintf(stderr, "\r\033[Ksandboxctl: %s: memory %s: %s\n", id.c_str(),
-            last.done() ? "loaded" : "still loading", ProgressText(last).c_str());
-  }
+  line->End();
 }
 
 }  // namespace
@@ -146,7 +184,7 @@ int Checkpoint(Client& c, std::vector<std::string> args) {
 int Restore(Client& c, std::vector<std::string> args) {
   v1::RestoreRequest req;
   std::string image;
-  bool detach = false, interactive = false, rm = false, timings = false;
+  bool detach = false, interactive = false, no_stdin = false, rm = false, timings = false;
   flags::FlagSet fs("sandboxctl restore", "--image=DIR [FLAGS]",
                     "a new sandbox from a checkpoint image, run on from where it\n"
                     "stopped; attached to (stdio, exit status) unless -d");
@@ -180,8 +218,11 @@ int Restore(Client& c, std::vector<std::string> args) {
   });
   fs.Bool("detach", &detach, "start it, print the id, do not wait");
   fs.Alias("-d", "detach");
-  fs.Bool("interactive", &interactive, "send stdin to the program");
+  fs.Bool("interactive", &interactive,
+          "send stdin to the program (without it: only when the saved sandbox kept its stdin "
+          "open, created with -i)");
   fs.Alias("-i", "interactive");
+  fs.Bool("no-stdin", &no_stdin, "do not send stdin, even to a sandbox created with -i");
   fs.Bool("rm", &rm, "destroy the sandbox when its program is done");
   fs.Bool("timings", &timings, "print where the time went, on stderr");
   std::vector<std::string> rest = ParseAnywhere(fs, std::move(args));
@@ -202,24 +243,41 @@ int Restore(Client& c, std::vector<std::string> args) {
     print_timings(r->info().timings());
     printf("%s\n", id.c_str());
     fflush(stdout);
-    ShowRestoreProgress(c, id, nullptr);
+    ProgressLine line(id);
+    ShowRestoreProgress(c, id, nullptr, &line);
     return 0;
   }
   const bool tty = r->info().spec().process().tty();
-  ExecIo io = StdIo(interactive, tty);
+  // Stdin goes to the program with -i, and when the saved sandbox kept its
+  // stdin open for attaches (run -d -i, create -i), as `attach` sends it.
+  // This call starts the program, as `run -i` does: the end of stdin here
+  // is the program's.
+  const bool kept_open = r->info().spec().open_stdin();
+  ExecIo io = StdIo(interactive || (kept_open && !no_stdin), tty);
   io.remove = rm;
+  ProgressLine line(id);
+  if (!tty && isatty(STDERR_FILENO)) {
+    io.on_stdout = [&line](absl::string_view d) {
+      line.End();
+      WriteAll(STDOUT_FILENO, d);
+    };
+    io.on_stderr = [&line](absl::string_view d) {
+      line.End();
+      WriteAll(STDERR_FILENO, d);
+    };
+  }
   ExecTrace trace;
   io.trace = &trace;
   if (!tty) {
     CatchSignalsForProxy();
     ProxySignalsTo(&c, id);
   }
-  fprintf(stderr, "sandboxctl: restored %s from %s\n", id.c_str(), image.c_str());
+  fprintf(stderr, "sandboxctl: restoring %s from %s\n", id.c_str(), image.c_str());
   // Not over a terminal the program owns (-t: raw mode, its own screen).
   std::atomic<bool> attach_done{false};
   std::thread progress;
-  if (!tty) progress = std::thread([&c, &id, &attach_done] {
-    ShowRestoreProgress(c, id, &attach_done);
+  if (!tty) progress = std::thread([&c, &id, &attach_done, &line] {
+    ShowRestoreProgress(c, id, &attach_done, &line);
   });
   absl::StatusOr<v1::ExitStatus> exit = c.Exec(id, /*attach=*/true, {}, std::move(io));
   attach_done = true;

@@ -9,6 +9,7 @@
 #include <cstring>
 
 #include "sentry/fs/anon.h"
+#include "sentry/fs/inotify.h"
 
 namespace sandboxd::fs {
 namespace {
@@ -271,7 +272,13 @@ PipeEnd::PipeEnd(std::shared_ptr<Pipe> pipe, bool write_end, int flags,
   pipe_->OpenEnd(write_end_);
 }
 
-PipeEnd::~PipeEnd() { pipe_->CloseEnd(write_end_); }
+PipeEnd::~PipeEnd() {
+  // Linux's __fput: the close event before the release.
+  if (loc_.valid() && inotify::Active()) {
+    inotify::NotifyFile(vfs_, loc_, write_end_ ? IN_CLOSE_WRITE : IN_CLOSE_NOWRITE);
+  }
+  pipe_->CloseEnd(write_end_);
+}
 
 std::pair<std::shared_ptr<PipeEnd>, std::shared_ptr<PipeEnd>> PipeEnd::Create(
     int flags) {
@@ -284,14 +291,20 @@ int64_t PipeEnd::Read(void* buf, uint64_t n, int64_t offset,
                       const IoContext& io) {
   if (offset >= 0) return -ESPIPE;
   if (write_end_) return -EBADF;
-  return pipe_->Read(buf, n, (flags_.load() & O_NONBLOCK) != 0, io);
+  int64_t r = pipe_->Read(buf, n, (flags_.load() & O_NONBLOCK) != 0, io);
+  // The FIFO's own watches only: Linux tells no directory of a FIFO's
+  // reads and writes.
+  if (r > 0 && loc_.valid() && inotify::Active()) inotify::NotifyFile(nullptr, loc_, IN_ACCESS);
+  return r;
 }
 
 int64_t PipeEnd::Write(const void* buf, uint64_t n, int64_t offset,
                        const IoContext& io) {
   if (offset >= 0) return -ESPIPE;
   if (!write_end_) return -EBADF;
-  return pipe_->Write(buf, n, (flags_.load() & O_NONBLOCK) != 0, io);
+  int64_t r = pipe_->Write(buf, n, (flags_.load() & O_NONBLOCK) != 0, io);
+  if (r > 0 && loc_.valid() && inotify::Active()) inotify::NotifyFile(nullptr, loc_, IN_MODIFY);
+  return r;
 }
 
 int64_t PipeEnd::Stat(struct stat* st) {
@@ -347,14 +360,30 @@ PipeReadWrite::PipeReadWrite(const std::shared_ptr<Pipe>& pipe, int flags,
     : read_(std::make_shared<PipeEnd>(pipe, false, flags, fifo)),
       write_(std::make_shared<PipeEnd>(pipe, true, flags, std::move(fifo))) {}
 
+PipeReadWrite::~PipeReadWrite() {
+  if (loc_.valid() && inotify::Active()) inotify::NotifyFile(vfs_, loc_, IN_CLOSE_WRITE);
+}
+
 int64_t PipeReadWrite::Read(void* buf, uint64_t n, int64_t offset,
                             const IoContext& io) {
-  return read_->Read(buf, n, offset, io);
+  int64_t r = read_->Read(buf, n, offset, io);
+  if (r > 0 && loc_.valid() && inotify::Active()) inotify::NotifyFile(nullptr, loc_, IN_ACCESS);
+  return r;
 }
 
 int64_t PipeReadWrite::Write(const void* buf, uint64_t n, int64_t offset,
                              const IoContext& io) {
-  return write_->Write(buf, n, offset, io);
+  int64_t r = write_->Write(buf, n, offset, io);
+  if (r > 0 && loc_.valid() && inotify::Active()) inotify::NotifyFile(nullptr, loc_, IN_MODIFY);
+  return r;
+}
+
+void SetFifoLocation(File& f, Location loc, const Vfs* vfs) {
+  if (auto* e = dynamic_cast<PipeEnd*>(&f)) {
+    e->set_location(std::move(loc), vfs);
+  } else if (auto* rw = dynamic_cast<PipeReadWrite*>(&f)) {
+    rw->set_location(std::move(loc), vfs);
+  }
 }
 
 int64_t PipeReadWrite::Stat(struct stat* st) { return read_->Stat(st); }

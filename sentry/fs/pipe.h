@@ -149,6 +149,18 @@ class PipeEnd : public File, public waiter::EventSource {
   bool write_end() const { return write_end_; }
   const std::shared_ptr<Inode>& fifo() const { return fifo_; }
 
+  // A FIFO's name (Linux's f_path): /proc/PID/fd's link, the fd calls
+  // that act on the inode (fchmod, fstatat AT_EMPTY_PATH), and inotify:
+  // reads and writes tell the FIFO's own watches (IN_ACCESS, IN_MODIFY),
+  // the close tells its directory's too (IN_CLOSE_*), as Linux 6.18 does.
+  // `vfs`: the namespace `loc` is in (null: no directory is told). Set
+  // once, before the file is shared; pipe(2)'s ends have none.
+  void set_location(Location loc, const Vfs* vfs) {
+    loc_ = std::move(loc);
+    vfs_ = vfs;
+  }
+  Location location() override { return loc_; }
+
   // A FIFO's read end opened O_NONBLOCK without writers: no POLLHUP until
   // a writer has opened after `writers_opened` (Linux's f_version).
   void SuppressHupUntilWriter(uint64_t writers_opened) {
@@ -168,6 +180,8 @@ class PipeEnd : public File, public waiter::EventSource {
   std::atomic<int> flags_;  // O_NONBLOCK | O_DIRECT
   const std::shared_ptr<Inode> fifo_;
   std::atomic<uint64_t> hup_after_{kHupAlways};
+  Location loc_;             // set once, before the file is shared
+  const Vfs* vfs_ = nullptr;
 };
 
 // A pipe opened for reading and writing at once (a FIFO's O_RDWR, a pipe
@@ -178,6 +192,7 @@ class PipeReadWrite final : public File, public waiter::EventSource {
   // `flags`: O_NONBLOCK, O_DIRECT, as PipeEnd's; `fifo` as PipeEnd's.
   PipeReadWrite(const std::shared_ptr<Pipe>& pipe, int flags,
                 std::shared_ptr<Inode> fifo = nullptr);
+  ~PipeReadWrite() override;
 
   int64_t Read(void* buf, uint64_t n, int64_t offset,
                const IoContext& io) override;
@@ -202,11 +217,25 @@ class PipeReadWrite final : public File, public waiter::EventSource {
   const std::shared_ptr<Inode>& fifo() const { return read_->fifo(); }
   // The ends, for the checkpoint.
   const std::shared_ptr<PipeEnd>& read_end() const { return read_; }
+  // As PipeEnd's (the ends inside have no name of their own: one
+  // description, one close event).
+  void set_location(Location loc, const Vfs* vfs) {
+    loc_ = std::move(loc);
+    vfs_ = vfs;
+  }
+  Location location() override { return loc_; }
 
  private:
   const std::shared_ptr<PipeEnd> read_;
   const std::shared_ptr<PipeEnd> write_;
+  Location loc_;             // set once, before the file is shared
+  const Vfs* vfs_ = nullptr;
 };
+
+// Names a FIFO's description (a PipeEnd or PipeReadWrite that Fifo::Open
+// made) by the location it was opened through; other files are left as
+// they are.
+void SetFifoLocation(File& f, Location loc, const Vfs* vfs);
 
 // The PipeEnd whose pipe() a file is a description of (a PipeReadWrite's
 // read end), or null: for fcntl's pipe sizes and splice, which need the

@@ -46,40 +46,52 @@ absl::Status FsState::SaveEpoll(Saver& s, const fs::Vfs& vfs, fs::EpollFile* ep,
   return absl::OkStatus();
 }
 
+absl::Status FsState::AddEpollInterest(fs::EpollFile& ep, const std::shared_ptr<fs::File>& file,
+                                       const pb::EpollInterest& i) {
+  struct epoll_event ev = {};
+  ev.events = i.events();
+  ev.data.u64 = i.data();
+  int64_t err = ep.Ctl(EPOLL_CTL_ADD, i.fd(), file, ev);
+  if (err < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "epoll interest in fd ", i.fd(), ": errno ", -err));
+  }
+  if (!i.disabled()) return absl::OkStatus();
+  // An EPOLLONESHOT interest that had fired: disabled, off the ready list.
+  absl::MutexLock lock(&ep.mu_);
+  absl::MutexLock rl(&ep.ready_mu_);
+  auto it = ep.interests_.find({file.get(), i.fd()});
+  if (it == ep.interests_.end()) return absl::OkStatus();
+  fs::EpollFile::Interest* in = it->second.get();
+  in->disabled = true;
+  if (in->queued) {
+    in->queued = false;
+    ep.ready_.erase(std::remove(ep.ready_.begin(), ep.ready_.end(), in), ep.ready_.end());
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadEpoll(
     Loader& l, fs::Vfs& vfs, const pb::File& rec) {
   const pb::Epoll& r = rec.epoll();
   auto ep = std::make_shared<fs::EpollFile>();
   ep->nonblock_.store(r.nonblock());
   for (const pb::EpollInterest& i : r.interests()) {
+    if (l.DeferFile(i.file())) {
+      // A procfs file: opened again once every process is loaded, as a
+      // descriptor's is (Loader::DeferredUse). None is pollable in the
+      // Sentry yet (Ctl refuses it, EPERM): this is for when one is.
+      l.deferred_uses().push_back(Loader::DeferredUse{
+          i.file(), absl::StrCat("epoll interest in fd ", i.fd()),
+          [ep, i](std::shared_ptr<fs::File> f) { return AddEpollInterest(*ep, f, i); }});
+      continue;
+    }
     ASSIGN_OR_RETURN(std::shared_ptr<fs::File> file,
                      LoadFile(l, vfs, i.file()));
     if (file == nullptr) {
       return absl::InvalidArgumentError("epoll interest without a file");
     }
-    struct epoll_event ev = {};
-    ev.events = i.events();
-    ev.data.u64 = i.data();
-    int64_t err = ep->Ctl(EPOLL_CTL_ADD, i.fd(), file, ev);
-    if (err < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "epoll interest in fd ", i.fd(), ": errno ", -err));
-    }
-    if (i.disabled()) {
-      absl::MutexLock lock(&ep->mu_);
-      absl::MutexLock rl(&ep->ready_mu_);
-      auto it = ep->interests_.find({file.get(), i.fd()});
-      if (it != ep->interests_.end()) {
-        fs::EpollFile::Interest* in = it->second.get();
-        in->disabled = true;
-        if (in->queued) {
-          in->queued = false;
-          ep->ready_.erase(std::remove(ep->ready_.begin(),
-                                       ep->ready_.end(), in),
-                           ep->ready_.end());
-        }
-      }
-    }
+    RETURN_IF_ERROR(AddEpollInterest(*ep, file, i));
   }
   return std::static_pointer_cast<fs::File>(ep);
 }

@@ -36,22 +36,6 @@ absl::StatusOr<uint64_t> FsState::SaveFdTable(
       });
 }
 
-namespace {
-
-// Whether file `id` (unchecked) is a file on procfs, opened through a
-// procfs mount (its inode saved by path: FsState::SavePseudoInode).
-bool IsProcFile(const pb::State& st, uint64_t id) {
-  if (id == 0 || id > static_cast<uint64_t>(st.files_size())) return false;
-  const pb::File& f = st.files(static_cast<int>(id - 1));
-  if (!f.has_inode_file()) return false;
-  const uint64_t inode = f.inode_file().inode();
-  if (inode == 0 || inode > static_cast<uint64_t>(st.inodes_size())) return false;
-  const pb::Inode& in = st.inodes(static_cast<int>(inode - 1));
-  return in.has_pseudo() && in.pseudo().fstype() == "proc";
-}
-
-}  // namespace
-
 absl::StatusOr<std::shared_ptr<fs::FdTable>> FsState::LoadFdTable(
     Loader& l, fs::Vfs& vfs, uint64_t id) {
   return l.Load<fs::FdTable, pb::FdTable>(
@@ -60,7 +44,7 @@ absl::StatusOr<std::shared_ptr<fs::FdTable>> FsState::LoadFdTable(
           -> absl::StatusOr<std::shared_ptr<fs::FdTable>> {
         auto t = std::make_shared<fs::FdTable>(r.max_fds());
         for (const pb::FdEntry& e : r.fds()) {
-          if (l.defer_proc_fds() && IsProcFile(l.state(), e.file()) && e.fd() >= 0) {
+          if (l.DeferFile(e.file()) && e.fd() >= 0) {
             l.deferred_fds().push_back(
                 Loader::DeferredFd{t, e.fd(), e.file(), e.cloexec()});
             continue;
@@ -100,6 +84,14 @@ absl::Status FsState::LoadDeferredFds(Loader& l, fs::Vfs& vfs) {
       return absl::InvalidArgumentError(absl::StrCat(
           "installing descriptor ", d.fd, ": errno ", -got));
     }
+  }
+  // Then the files that epoll interests and messages in flight hold.
+  std::vector<Loader::DeferredUse> uses = std::move(l.deferred_uses());
+  l.deferred_uses().clear();
+  for (Loader::DeferredUse& u : uses) {
+    ASSIGN_OR_RETURN(std::shared_ptr<fs::File> f, Annotate(LoadFile(l, vfs, u.file), u.what));
+    if (f == nullptr) return absl::InvalidArgumentError(absl::StrCat(u.what, " without a file"));
+    RETURN_IF_ERROR(Annotate(u.install(std::move(f)), u.what));
   }
   return absl::OkStatus();
 }

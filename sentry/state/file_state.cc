@@ -113,12 +113,49 @@ absl::Status FsState::LinkFifo(const std::shared_ptr<fs::Inode>& inode,
   return absl::OkStatus();
 }
 
+// A FIFO description's name (PipeEnd's, PipeReadWrite's) into its record.
+absl::Status FsState::SaveFifoLocation(Saver& s, const fs::Vfs& vfs, const fs::Location& loc,
+                                       pb::PipeEnd* r) {
+  if (!loc.valid()) return absl::OkStatus();
+  bool reachable = false;
+  if (InTree(vfs, loc.mount)) {
+    vfs.PathOf(fs::Location{loc.mount, loc.mount->root}, loc, &reachable);
+  }
+  if (reachable) {
+    ASSIGN_OR_RETURN(*r->mutable_location(), SaveLocation(s, vfs, loc));
+  } else {
+    r->set_detached_name(loc.dentry->name_);
+    r->set_detached_fstype(loc.mount->fstype);
+  }
+  return absl::OkStatus();
+}
+
+// The name SaveFifoLocation kept, looked up again: it must name `fifo`.
+absl::StatusOr<fs::Location> FsState::LoadFifoLocation(Loader& l, fs::Vfs& vfs,
+                                                       const pb::PipeEnd& r,
+                                                       const std::shared_ptr<fs::Inode>& fifo,
+                                                       const fs::Vfs** tell) {
+  *tell = nullptr;
+  if (!r.has_location() && r.detached_name().empty()) return fs::Location{};
+  if (fifo == nullptr) return absl::InvalidArgumentError("a pipe end with a name but no FIFO");
+  if (!r.has_location()) {
+    return fs::Vfs::Detached(fifo, r.detached_name(), r.detached_fstype());
+  }
+  ASSIGN_OR_RETURN(fs::Location loc, LoadLocation(l, vfs, r.location()));
+  if (loc.dentry->inode() != fifo) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("FIFO \"", r.location().path(), "\" names another inode"));
+  }
+  *tell = &vfs;
+  return loc;
+}
+
 absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
                                            const std::shared_ptr<fs::File>& f) {
   SBX_SAVED_SIZE(fs::File, 16);
   SBX_SAVED_SIZE(fs::InodeFile, 128);
-  SBX_SAVED_SIZE(fs::PipeEnd, 72);
-  SBX_SAVED_SIZE(fs::PipeReadWrite, 56);
+  SBX_SAVED_SIZE(fs::PipeEnd, 112);
+  SBX_SAVED_SIZE(fs::PipeReadWrite, 96);
   SBX_SAVED_SIZE(fs::HostFile, 80);
   auto save_kind = [&](pb::File* rec) -> absl::Status {
         // Before the InodeFile and HostFile cases, which would take a pty's
@@ -185,6 +222,7 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
             r->set_fifo(fifo);
             r->set_fifo_no_writer_yet(!pe->write_end() && pe->NoWriterYet());
           }
+          RETURN_IF_ERROR(SaveFifoLocation(s, vfs, pe->location(), r));
           r->set_write_end(pe->write_end());
           r->set_flags(pe->StatusFlags() & (O_NONBLOCK | O_DIRECT));
           return absl::OkStatus();
@@ -197,6 +235,7 @@ absl::StatusOr<uint64_t> FsState::SaveFile(Saver& s, const fs::Vfs& vfs,
             ASSIGN_OR_RETURN(uint64_t fifo, SaveInode(s, rw->fifo()));
             r->set_fifo(fifo);
           }
+          RETURN_IF_ERROR(SaveFifoLocation(s, vfs, rw->location(), r));
           r->set_read_write(true);
           r->set_flags(rw->StatusFlags() & (O_NONBLOCK | O_DIRECT));
           return absl::OkStatus();
@@ -322,16 +361,20 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadFile(Loader& l,
               ASSIGN_OR_RETURN(fifo, LoadInode(l, r.fifo()));
               RETURN_IF_ERROR(LinkFifo(fifo, r.fifo(), pipe));
             }
+            const fs::Vfs* tell = nullptr;
+            ASSIGN_OR_RETURN(fs::Location loc, LoadFifoLocation(l, vfs, r, fifo, &tell));
             if (r.read_write()) {
               if (r.write_end()) {
                 return absl::InvalidArgumentError(
                     "a pipe end both read_write and write_end");
               }
-              return std::static_pointer_cast<fs::File>(
-                  std::make_shared<fs::PipeReadWrite>(pipe, r.flags(), fifo));
+              auto rw = std::make_shared<fs::PipeReadWrite>(pipe, r.flags(), fifo);
+              if (loc.valid()) rw->set_location(std::move(loc), tell);
+              return std::static_pointer_cast<fs::File>(std::move(rw));
             }
             auto end = std::make_shared<fs::PipeEnd>(pipe, r.write_end(),
                                                      r.flags(), fifo);
+            if (loc.valid()) end->set_location(std::move(loc), tell);
             if (fifo != nullptr && r.fifo_no_writer_yet()) {
               // Set when the pipe had no writer: none is loaded after.
               end->SuppressHupUntilWriter(pipe->OpenedEnds(true));

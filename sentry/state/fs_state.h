@@ -56,6 +56,15 @@ struct FsState {
   static absl::Status LinkFifo(const std::shared_ptr<fs::Inode>& inode,
                                uint64_t id,
                                const std::shared_ptr<fs::Pipe>& pipe);
+  // A FIFO description's name (fs::PipeEnd::location) in its record, and
+  // back: `*tell` is the Vfs to tell of its events (null for a name no
+  // directory reaches, or none).
+  static absl::Status SaveFifoLocation(Saver& s, const fs::Vfs& vfs, const fs::Location& loc,
+                                       pb::PipeEnd* r);
+  static absl::StatusOr<fs::Location> LoadFifoLocation(Loader& l, fs::Vfs& vfs,
+                                                       const pb::PipeEnd& r,
+                                                       const std::shared_ptr<fs::Inode>& fifo,
+                                                       const fs::Vfs** tell);
 
   // The mount tree (State.mounts, State.vfs).
   static absl::Status SaveVfs(Saver& s, const fs::Vfs& vfs);
@@ -120,8 +129,13 @@ struct FsState {
       Loader& l, const pb::File& rec);
   static absl::Status SaveEpoll(Saver& s, const fs::Vfs& vfs,
                                 fs::EpollFile* ep, pb::File* rec);
+  // A procfs file among the interests is added once every process is
+  // loaded (Loader::DeferredUse).
   static absl::StatusOr<std::shared_ptr<fs::File>> LoadEpoll(
       Loader& l, fs::Vfs& vfs, const pb::File& rec);
+  // One loaded interest of `ep` in `file` (disabled if it was).
+  static absl::Status AddEpollInterest(fs::EpollFile& ep, const std::shared_ptr<fs::File>& file,
+                                       const pb::EpollInterest& i);
   static absl::Status SaveInotify(Saver& s, fs::InotifyFile* in,
                                   pb::File* rec);
   static absl::StatusOr<std::shared_ptr<fs::File>> LoadInotify(

@@ -422,21 +422,31 @@ TEST_F(FsStateTest, FilesAndDescriptorTables) {
 }
 
 // A FIFO opened by name: after the load its inode gives later openers the
-// loaded pipe, data and all.
+// loaded pipe, data and all, and each description keeps the name it was
+// opened by (/proc/PID/fd's link, inotify).
 TEST_F(FsStateTest, FifoEndsKeepTheirInodesPipe) {
   auto root = NewTmpFs();
   auto node = Make(*root, "f", S_IFIFO, 0600);
   fs::Vfs vfs(root, "tmpfs", "rootfs", false);
+  auto ctx = std::make_shared<fs::FsContext>(vfs.Root(), vfs.Root());
+  fs::Location at;
+  ASSERT_EQ(vfs.Resolve(*ctx, vfs.Root(), "/f", true, &at), 0);
   ASSERT_NE(node->GetFifo(), nullptr);
   fs::FakeBlocker b;
   std::shared_ptr<fs::File> rd;
   ASSERT_EQ(node->GetFifo()->Open(O_RDONLY | O_NONBLOCK, b.io(), node, &rd),
             0);
+  fs::SetFifoLocation(*rd, at, &vfs);
   std::shared_ptr<fs::File> wr;
   ASSERT_EQ(node->GetFifo()->Open(O_WRONLY, b.io(), node, &wr), 0);
   ASSERT_EQ(wr->Write("fifo", 4, -1, {}), 4);
+  std::shared_ptr<fs::File> both;
+  ASSERT_EQ(node->GetFifo()->Open(O_RDWR, b.io(), node, &both), 0);
+  ASSERT_NE(dynamic_cast<fs::PipeReadWrite*>(both.get()), nullptr);
+  fs::SetFifoLocation(*both, at, &vfs);
   auto fds = std::make_shared<fs::FdTable>(1024);
   fds->InstallAt(3, rd, false);
+  fds->InstallAt(4, both, false);
   uint64_t t1 = 0;
   ASSERT_TRUE(SaveImage([&](Saver& s) {
                 RETURN_IF_ERROR(FsState::SaveVfs(s, vfs));
@@ -447,6 +457,7 @@ TEST_F(FsStateTest, FifoEndsKeepTheirInodesPipe) {
               }).ok());
   rd.reset();
   wr.reset();
+  both.reset();
   fds.reset();
 
   LoadImage([&](Loader& l) {
@@ -456,6 +467,12 @@ TEST_F(FsStateTest, FifoEndsKeepTheirInodesPipe) {
     ASSERT_TRUE(fds2.ok()) << fds2.status();
     std::shared_ptr<fs::File> r2 = (*fds2)->Get(3);
     ASSERT_NE(r2, nullptr);
+    ASSERT_TRUE(r2->location().valid());
+    EXPECT_EQ((*vfs2)->PathOf((*vfs2)->Root(), r2->location()), "/f");
+    std::shared_ptr<fs::File> both2 = (*fds2)->Get(4);
+    ASSERT_NE(dynamic_cast<fs::PipeReadWrite*>(both2.get()), nullptr);
+    ASSERT_TRUE(both2->location().valid());
+    EXPECT_EQ((*vfs2)->PathOf((*vfs2)->Root(), both2->location()), "/f");
     struct stat st = {};
     ASSERT_EQ(r2->Stat(&st), 0);
     EXPECT_TRUE(S_ISFIFO(st.st_mode));

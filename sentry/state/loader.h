@@ -19,6 +19,7 @@
 #define SANDBOXD_SENTRY_STATE_LOADER_H_
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -39,6 +40,7 @@ class MemoryFile;
 }
 namespace sandboxd::fs {
 class FdTable;
+class File;
 class Inode;
 }
 namespace sandboxd::socket {
@@ -137,6 +139,30 @@ class Loader {
   void set_defer_proc_fds(bool on) { defer_proc_fds_ = on; }
   bool defer_proc_fds() const { return defer_proc_fds_; }
   std::vector<DeferredFd>& deferred_fds() { return deferred_fds_; }
+  // The same for a procfs file that something other than a descriptor
+  // holds (an epoll interest, an SCM_RIGHTS message in flight): `install`
+  // gets it once it is opened again, after the deferred descriptors.
+  // `what` names the holder in errors.
+  struct DeferredUse {
+    uint64_t file;  // id in State.files
+    std::string what;
+    std::function<absl::Status(std::shared_ptr<fs::File>)> install;
+  };
+  std::vector<DeferredUse>& deferred_uses() { return deferred_uses_; }
+  // Whether file `id` (unchecked) is to be deferred now: defer_proc_fds
+  // is on and it is a file on procfs, opened through a procfs mount (its
+  // inode saved by path: FsState::SavePseudoInode).
+  bool DeferFile(uint64_t id) const {
+    if (!defer_proc_fds_) return false;
+    const pb::State& st = *state_;
+    if (id == 0 || id > static_cast<uint64_t>(st.files_size())) return false;
+    const pb::File& f = st.files(static_cast<int>(id - 1));
+    if (!f.has_inode_file()) return false;
+    const uint64_t inode = f.inode_file().inode();
+    if (inode == 0 || inode > static_cast<uint64_t>(st.inodes_size())) return false;
+    const pb::Inode& in = st.inodes(static_cast<int>(inode - 1));
+    return in.has_pseudo() && in.pseudo().fstype() == "proc";
+  }
 
   // Objects that the loaded graph uses but does not own (an OverlayFs,
   // which its inodes reach by plain pointer): the caller takes them with
@@ -205,6 +231,7 @@ class Loader {
   std::vector<std::shared_ptr<void>> kept_;
   bool defer_proc_fds_ = false;
   std::vector<DeferredFd> deferred_fds_;
+  std::vector<DeferredUse> deferred_uses_;
   // Null while the object is being built.
   std::map<Key, std::shared_ptr<void>> objects_;
 };

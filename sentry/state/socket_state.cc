@@ -316,6 +316,21 @@ absl::StatusOr<std::shared_ptr<UnixEndpoint>> SocketState::LoadEndpoint(
           m->from.name = mr.from();
           m->creds = LoadCreds(mr.creds());
           for (uint64_t f : mr.rights()) {
+            if (l.DeferFile(f)) {
+              // A procfs file: opened again once every process is loaded
+              // (Loader::DeferredUse), into its place among the rights.
+              // The message stays where the load puts it (in its
+              // endpoint's queue) until then: nothing runs meanwhile.
+              const size_t slot = m->rights.size();
+              m->rights.push_back(nullptr);
+              l.deferred_uses().push_back(Loader::DeferredUse{
+                  f, "a file in flight (SCM_RIGHTS)",
+                  [msg = m.get(), slot](std::shared_ptr<fs::File> file) {
+                    msg->rights[slot] = std::move(file);
+                    return absl::OkStatus();
+                  }});
+              continue;
+            }
             ASSIGN_OR_RETURN(std::shared_ptr<fs::File> file,
                              FsState::LoadFile(l, vfs, f));
             if (file == nullptr) return absl::InvalidArgumentError("no file");

@@ -19,6 +19,7 @@
 #include "sentry/fs/hostfs.h"
 #include "sentry/fs/overlay.h"
 #include "sentry/proc/procfs.h"
+#include "sentry/socket/unix_socket.h"
 #include "sentry/fs/rootfs.h"
 #include "sentry/fs/tmpfs.h"
 #include "sentry/fs/tty/pty.h"
@@ -297,6 +298,117 @@ TEST(TreeStateTest, MainsTreeRoundTrips) {
 
   std::string rm = "rm -rf " + host;
   ASSERT_EQ(system(rm.c_str()), 0);
+}
+
+// A procfs file that only an SCM_RIGHTS message in flight holds (sent, the
+// sender's descriptor closed) is opened again once every process is
+// loaded, as a descriptor's is: /proc/1/fdinfo/5 looks up descriptor 5 of
+// a table that is not loaded yet when the socket's message is.
+TEST(TreeStateTest, ProcFileInFlightWaitsForTheTasks) {
+  kernel::testing::NoSyscalls nosys;
+  auto a = NewKernel(&nosys);
+  fs::TmpFsOptions opts;
+  opts.dev = kUpperDev;
+  opts.root_mode = 0755;
+  fs::TmpFs root(&a->memory_file(), opts);
+  auto vfs = std::make_shared<fs::Vfs>(root.Root(), "tmpfs", "rootfs", false);
+  a->set_vfs(vfs);
+  Pseudo pa(a.get());
+  fs::Location root_loc = vfs->Root(), proc;
+  fs::CreateRequest dir;
+  dir.type = S_IFDIR;
+  dir.mode = 0555;
+  ASSERT_EQ(vfs->Create(root_loc, "proc", dir, &proc), 0);
+  ASSERT_EQ(vfs->MountAt(proc, pa.procfs->Root(), "proc", "proc", false), 0);
+  fs::CreateRequest reg;
+  reg.type = S_IFREG;
+  reg.mode = 0644;
+  fs::Location made;
+  ASSERT_EQ(vfs->Create(root_loc, "data", reg, &made), 0);
+
+  auto fds = std::make_shared<fs::FdTable>(64);
+  auto fsctx = std::make_shared<fs::FsContext>(vfs->Root(), vfs->Root());
+  auto mm = std::make_shared<mm::MM>(
+      &a->memory_file(), std::make_unique<kernel::testing::FakeAddressSpace>(),
+      kernel::testing::kMinUserAddr, kernel::testing::kMaxUserAddr);
+  auto init = a->CreateInit(mm, fds, fsctx, platform::CpuState{});
+  ASSERT_TRUE(init.ok()) << init.status();
+  // Descriptors 0 and 1 a socket pair; 5 a file at offset 3.
+  socket::UnixNamespace ns;
+  std::shared_ptr<socket::UnixSocket> s0, s1;
+  const socket::Credentials creds{1, 0, 0};
+  ASSERT_EQ(socket::UnixSocket::NewPair(&ns, SOCK_STREAM, 0, true, creds, &s0, &s1), 0);
+  ASSERT_EQ(fds->InstallAt(0, s0, false), 0);
+  ASSERT_EQ(fds->InstallAt(1, s1, false), 1);
+  auto data = Open(*vfs, "/data", O_RDWR);
+  ASSERT_NE(data, nullptr);
+  ASSERT_EQ(data->Write("abc", 3, -1, fs::IoContext{}), 3);
+  ASSERT_EQ(fds->InstallAt(5, data, false), 5);
+  // /proc/1/fdinfo/5 sent from 0 to 1, held by nothing else.
+  auto fdinfo = Open(*vfs, "/proc/1/fdinfo/5", O_RDONLY);
+  ASSERT_NE(fdinfo, nullptr);
+  struct NoWait : waiter::Blocker {
+    int Wait(waiter::WaitQueue&, waiter::EventMask, const std::function<bool()>& ready,
+             absl::Time) override {
+      return ready() ? 0 : -EAGAIN;
+    }
+  } no_wait;
+  socket::SocketContext ctx;
+  ctx.io.blocker = &no_wait;
+  ctx.creds = creds;
+  ctx.vfs = vfs.get();
+  ctx.fs = fsctx.get();
+  ctx.unix_ns = &ns;
+  socket::BufferSource src("x", 1);
+  socket::SendRequest req;
+  req.data = &src;
+  req.rights = {fdinfo};
+  bool sigpipe = false;
+  ASSERT_EQ(s0->SendMsg(ctx, req, &sigpipe), 1);
+  fdinfo.reset();
+  req.rights.clear();
+
+  pb::State st;
+  MemoryPages pages(a->memory_file().Internal(0));
+  {
+    Saver s(&st, &pages);
+    ASSERT_TRUE(FsState::SaveVfs(s, *vfs).ok());
+    MmState mms;
+    absl::Status saved = KernelState::SaveKernel(s, *a, *vfs, mms);
+    ASSERT_TRUE(saved.ok()) << saved;
+  }
+
+  auto b = NewKernel(&nosys);
+  Pseudo pb_(b.get());
+  socket::UnixNamespace ns2;
+  Loader l(&st, &pages, &b->memory_file());
+  l.set_pseudo_root("proc", pb_.procfs->Root());
+  l.set_unix_namespace(&ns2);
+  auto vfs2_or = FsState::LoadVfs(l);
+  ASSERT_TRUE(vfs2_or.ok()) << vfs2_or.status();
+  std::shared_ptr<fs::Vfs> vfs2 = std::move(vfs2_or).value();
+  b->set_vfs(vfs2);
+  MmState mms;
+  absl::Status loaded = KernelState::LoadKernel(l, *b, *vfs2, mms);
+  ASSERT_TRUE(loaded.ok()) << loaded;
+  auto kept = l.TakeKept();
+
+  auto init2 = b->FindTask(1);
+  ASSERT_NE(init2, nullptr);
+  auto* r1 = dynamic_cast<socket::UnixSocket*>(init2->group().fds().Get(1).get());
+  ASSERT_NE(r1, nullptr);
+  char byte = 0;
+  socket::BufferSink sink(&byte, 1);
+  socket::RecvRequest rr;
+  rr.data = &sink;
+  ctx.vfs = vfs2.get();
+  ctx.fs = &init2->group().fs();
+  ctx.unix_ns = &ns2;
+  ASSERT_EQ(r1->RecvMsg(ctx, rr), 1);
+  ASSERT_EQ(rr.rights.size(), 1u);
+  ASSERT_NE(rr.rights[0], nullptr);
+  // Its text, generated from the loaded descriptor 5.
+  EXPECT_NE(ReadAll(*rr.rights[0]).find("pos:\t3"), std::string::npos);
 }
 
 }  // namespace

@@ -248,6 +248,8 @@ int64_t DoOpen(Task& t, int64_t dirfd, const std::string& path, int flags,
     // -EINTR, which SA_RESTART turns into a new open.
     RETURN_IF_ERRNO(fifo->Open(flags, t.io(), loc.inode().shared_from_this(),
                                &file));
+    fs::SetFifoLocation(*file, loc, &vfs);
+    fs::inotify::NotifyFile(&vfs, loc, IN_OPEN);
   } else {
     RETURN_IF_ERRNO(OpenInode(t, loc, flags, &file));
   }

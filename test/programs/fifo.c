@@ -4,11 +4,15 @@
  * shared by every opener of the inode (and a new one once all closed),
  * data, EOF, EPIPE, poll readiness (no POLLHUP for a reader that has seen
  * no writer yet), F_GETPIPE_SZ/F_SETPIPE_SZ, FIONREAD, fstat, and an open
- * interrupted by a signal with and without SA_RESTART. */
+ * interrupted by a signal with and without SA_RESTART; a FIFO's
+ * /proc/self/fd link (its path, " (deleted)" once unlinked), fchmod through
+ * its descriptor, and the inotify events of its opens, reads, writes and
+ * closes (the FIFO's own watch and its directory's). */
 #define _GNU_SOURCE
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/inotify.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/time.h>
@@ -272,6 +276,83 @@ static void rootfs(void) {
   rmdir(path);
 }
 
+/* The queued inotify events, "wd1 0x20/n wd2 0x20", or "none". */
+static void print_events(int in, const char *step) {
+  char buf[4096] __attribute__((aligned(8)));
+  char line[1024] = "";
+  size_t len = 0;
+  ssize_t n = read(in, buf, sizeof(buf));
+  for (char *p = buf; n > 0 && p < buf + n;) {
+    struct inotify_event *e = (struct inotify_event *)p;
+    len += snprintf(line + len, sizeof(line) - len, " wd%d 0x%x%s%s", e->wd, e->mask,
+                    e->len ? "/" : "", e->len ? e->name : "");
+    if (len >= sizeof(line)) break;
+    p += sizeof(*e) + e->len;
+  }
+  printf("named inotify %s:%s\n", step, len ? line : " none");
+}
+
+static void named(const char *dir) {
+  char f[300], link[64], target[400];
+  snprintf(f, sizeof(f), "%s/n", dir);
+  CHECK("named mkfifo", mkfifo(f, 0644) == 0);
+  int in = inotify_init1(IN_NONBLOCK);
+  CHECK("named inotify_init1", in >= 0);
+  /* wd1 the directory, wd2 the FIFO. */
+  CHECK("named watch dir", inotify_add_watch(in, dir, IN_ALL_EVENTS) == 1);
+  CHECK("named watch fifo", inotify_add_watch(in, f, IN_ALL_EVENTS) == 2);
+  int rw = open(f, O_RDWR);
+  CHECK("named open O_RDWR", rw >= 0);
+  print_events(in, "open O_RDWR");
+  CHECK("named write", write(rw, "ab", 2) == 2);
+  print_events(in, "write");
+  char buf[4];
+  CHECK("named read", read(rw, buf, 2) == 2);
+  print_events(in, "read");
+  int ro = open(f, O_RDONLY | O_NONBLOCK);
+  CHECK("named open O_RDONLY|O_NONBLOCK", ro >= 0);
+  CHECK("named empty read", read(ro, buf, 1) == -1 && errno == EAGAIN);
+  close(ro);
+  print_events(in, "open O_RDONLY|O_NONBLOCK, read nothing, close");
+  int w = open(f, O_WRONLY);
+  CHECK("named open O_WRONLY", w >= 0);
+  print_events(in, "open O_WRONLY");
+  CHECK("named write O_WRONLY", write(w, "c", 1) == 1);
+  print_events(in, "write O_WRONLY");
+  close(w);
+  print_events(in, "close O_WRONLY");
+  snprintf(link, sizeof(link), "/proc/self/fd/%d", rw);
+  ssize_t n = readlink(link, target, sizeof(target) - 1);
+  target[n > 0 ? n : 0] = 0;
+  CHECK("named /proc/self/fd link: the path", strcmp(target, f) == 0);
+  /* Opening the link opens the FIFO again (fifo_open): one more reader
+   * of the same pipe. */
+  int again = open(link, O_RDONLY);
+  CHECK("named reopen through /proc/self/fd", again >= 0);
+  /* "c" is still in the pipe, from the O_WRONLY writer. */
+  CHECK("named reopen: the same pipe",
+        write(rw, "d", 1) == 1 && read(again, buf, 2) == 2 && memcmp(buf, "cd", 2) == 0);
+  close(again);
+  print_events(in, "reopen through /proc/self/fd, write, read, close");
+  CHECK("named fchmod", fchmod(rw, 0600) == 0);
+  print_events(in, "fchmod");
+  struct stat st;
+  CHECK("named fchmod: the mode", fstat(rw, &st) == 0 && (st.st_mode & 07777) == 0600);
+  close(rw);
+  print_events(in, "close O_RDWR");
+  close(in);
+  /* Unlinked while open: the link says so. */
+  int r = open(f, O_RDWR);
+  unlink(f);
+  snprintf(link, sizeof(link), "/proc/self/fd/%d", r);
+  n = readlink(link, target, sizeof(target) - 1);
+  target[n > 0 ? n : 0] = 0;
+  char want[400];
+  snprintf(want, sizeof(want), "%s (deleted)", f);
+  CHECK("named /proc/self/fd link once unlinked", strcmp(target, want) == 0);
+  close(r);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   char dir[] = "/tmp/sbx_fifo_XXXXXX";
@@ -281,6 +362,7 @@ int main(void) {
   }
   basic(dir);
   blocking(dir);
+  named(dir);
   rmdir(dir);
   rootfs();
   return finish();

@@ -6,6 +6,7 @@
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <linux/sockios.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -171,11 +172,25 @@ bool IsInterfaceIoctl(uint64_t request) {
   }
 }
 
-int64_t InterfaceIoctl(uint64_t request, void* ifreq) {
+int64_t InterfaceIoctl(int family, uint64_t request, void* ifreq) {
   if (!IsInterfaceIoctl(request)) return -ENOTTY;
-  UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  // Asked of a host socket of the same kind: AF_INET's inet_ioctl answers
+  // the IPv4 address requests (devinet_ioctl), every other family only
+  // dev_ioctl's, as an AF_UNIX socket does (ENOTTY for SIOCGIFADDR, ...).
+  UniqueFd s(::socket(family == AF_INET ? AF_INET : AF_UNIX,
+                      SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (!s.valid()) return -errno;
   return ::ioctl(s.get(), request, ifreq) < 0 ? -errno : 0;
+}
+
+int64_t InterfaceConf(void* buf, int len) {
+  UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return -errno;
+  struct ifconf ifc = {};
+  ifc.ifc_len = len;
+  ifc.ifc_buf = static_cast<char*>(buf);
+  if (::ioctl(s.get(), SIOCGIFCONF, &ifc) < 0) return -errno;
+  return ifc.ifc_len;
 }
 
 bool HostSocket::Serves(int family) {
@@ -335,7 +350,7 @@ int64_t HostSocket::Ioctl(uint64_t request, void* buf) {
     case SIOCATMARK:
       return ::ioctl(fd_.get(), request, buf) < 0 ? -errno : 0;
     default:
-      return InterfaceIoctl(request, buf);
+      return InterfaceIoctl(family_, request, buf);
   }
 }
 

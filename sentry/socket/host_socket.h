@@ -40,14 +40,21 @@ struct SocketState;
 
 namespace sandboxd::socket {
 
-// The interface ioctls every socket answers (Linux's sock_ioctl hands them
-// to dev_ioctl, whatever the family): the read-only SIOCGIF* requests on a
-// struct ifreq (SIOCGIFINDEX, SIOCGIFNAME, SIOCGIFFLAGS, SIOCGIFADDR,
-// SIOCGIFNETMASK, SIOCGIFBRDADDR, SIOCGIFDSTADDR, SIOCGIFMTU,
-// SIOCGIFHWADDR, SIOCGIFMETRIC, SIOCGIFTXQLEN), answered by the host in the
-// sandbox's network namespace. -ENOTTY for other requests.
+// The interface ioctls sockets answer, read-only SIOCGIF* requests on a
+// struct ifreq, answered by the host in the sandbox's network namespace:
+// SIOCGIFINDEX, SIOCGIFNAME, SIOCGIFFLAGS, SIOCGIFMTU, SIOCGIFHWADDR,
+// SIOCGIFMETRIC, SIOCGIFTXQLEN for every family (Linux's sock_ioctl hands
+// them to dev_ioctl), and the IPv4 ones SIOCGIFADDR, SIOCGIFNETMASK,
+// SIOCGIFBRDADDR, SIOCGIFDSTADDR on AF_INET sockets only (inet_ioctl;
+// ENOTTY on other families, as Linux). -ENOTTY for other requests.
 bool IsInterfaceIoctl(uint64_t request);
-int64_t InterfaceIoctl(uint64_t request, void* ifreq);
+int64_t InterfaceIoctl(int family, uint64_t request, void* ifreq);
+// SIOCGIFCONF (Linux's dev_ifconf, also for every family): the namespace's
+// IPv4 addresses as struct ifreq entries written into `buf` (`len` bytes;
+// only whole entries), or, when `buf` is null, the bytes all of them need.
+// The byte count written or needed, or -errno.
+int64_t InterfaceConf(void* buf, int len);
+
 
 class HostSocket : public Socket, public waiter::EventSource {
  public:

@@ -55,6 +55,12 @@ int64_t InterfaceIoctl(int family, uint64_t request, void* ifreq);
 // The byte count written or needed, or -errno.
 int64_t InterfaceConf(void* buf, int len);
 
+// Whether a sendmsg control message of `level`/`type` on an AF_INET or
+// AF_INET6 socket is passed on to the host (SendRequest::control):
+// IP_PKTINFO, IP_TTL, IP_TOS; IPV6_PKTINFO, IPV6_HOPLIMIT, IPV6_TCLASS,
+// IPV6_DONTFRAG (AF_INET6 only; an AF_INET6 socket takes the IP ones too,
+// as Linux's udpv6 for a v4-mapped destination).
+bool PassesControl(int family, int level, int type);
 
 class HostSocket : public Socket, public waiter::EventSource {
  public:
@@ -131,6 +137,10 @@ class HostSocket : public Socket, public waiter::EventSource {
                      const struct sockaddr* to, socklen_t tolen);
   int64_t SendDgram(const SocketContext& ctx, SendRequest& req, bool block,
                     const struct sockaddr* to, socklen_t tolen);
+  // One non-blocking host send: sendto, or sendmsg with the request's
+  // control messages.
+  ssize_t HostSend(const SendRequest& req, const void* p, size_t n,
+                   int flags, const struct sockaddr* to, socklen_t tolen);
   // NETLINK_ROUTE: the messages of a send, checked to be requests that
   // only read.
   static bool NetlinkReadOnly(const uint8_t* p, size_t n);

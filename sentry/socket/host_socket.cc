@@ -115,6 +115,8 @@ constexpr AllowedOption kAllowed[] = {
     {IPPROTO_IP, IP_FREEBIND, false},
     {IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, false},
     {IPPROTO_IP, IP_MTU, true},
+    // IP options on this socket's packets (iputils' ping clears them).
+    {IPPROTO_IP, IP_RETOPTS, false},
     {IPPROTO_IPV6, IPV6_V6ONLY, false},
     {IPPROTO_IPV6, IPV6_TCLASS, false},
     {IPPROTO_IPV6, IPV6_UNICAST_HOPS, false},

@@ -65,7 +65,8 @@ bool PassesControl(int family, int level, int type);
 class HostSocket : public Socket, public waiter::EventSource {
  public:
   // socket(2) for the families hostinet serves: AF_INET and AF_INET6
-  // (SOCK_STREAM, SOCK_DGRAM), AF_NETLINK with NETLINK_ROUTE (SOCK_RAW,
+  // (SOCK_STREAM, SOCK_DGRAM: UDP, and ICMP echo with IPPROTO_ICMP or
+  // IPPROTO_ICMPV6 where the namespace's ping_group_range allows), AF_NETLINK with NETLINK_ROUTE (SOCK_RAW,
   // SOCK_DGRAM). -errno as socket(2) for the rest of those families.
   static int64_t New(int family, int type, int protocol, bool nonblock,
                      std::shared_ptr<HostSocket>* out);

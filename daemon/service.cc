@@ -742,6 +742,16 @@ absl::Status Service::RestoreSandbox(const v1::RestoreRequest& req,
   if (o.has_systrap()) *spec->mutable_systrap() = o.systrap();
   if (!o.checkpoint_dir().empty()) spec->set_checkpoint_dir(o.checkpoint_dir());
   if (o.checkpoint_limit()) spec->set_checkpoint_limit(o.checkpoint_limit());
+  // The network: the recorded mode and published ports (a restored
+  // listener is reached where it was), unless the request names a mode or
+  // ports: ports given replace the recorded ones (copies of one image,
+  // each on host ports of its own), a mode given alone drops them. A
+  // recorded port still held on the host (the checkpointed sandbox runs
+  // on) fails as at Create, FAILED_PRECONDITION naming it.
+  if (o.network() != v1::NETWORK_MODE_UNSPECIFIED || o.ports_size() > 0) {
+    spec->set_network(o.network());
+    *spec->mutable_ports() = o.ports();
+  }
   // The init is not run again, but a spec is checked as Create checks it.
   if (spec->process().argv_size() == 0) spec->mutable_process()->add_argv("(restored)");
   v1::CreateResponse created;

@@ -4,7 +4,8 @@
 #   - --network=none (the default): the sandbox has a namespace of its own
 #     with loopback only: a server on the "host's" 127.0.0.1 is not
 #     reachable (ECONNREFUSED); /etc/hosts has the localhost entries and
-#     the sandbox's host name, /etc/resolv.conf no name server;
+#     the sandbox's host name, /etc/resolv.conf no name server; ping -c1
+#     127.0.0.1 and ::1 work (ping sockets);
 #   - --network=host: the caller's namespace: that server answers, and a
 #     server in the sandbox is reached from outside it; /etc/hosts and
 #     /etc/resolv.conf are the host's;
@@ -13,7 +14,7 @@
 #   - --network=sandbox (pasta, given a veth "uplink" in the test's
 #     namespace to copy): the host's loopback server answers at the
 #     gateway address and not at the sandbox's own 127.0.0.1; resolv.conf
-#     names the host's name server; -p publishes a server in the sandbox
+#     names the host's name server; ping -c1 127.0.0.1 works; -p publishes a server in the sandbox
 #     to the host; pasta is gone when the sandbox ends; -p with
 #     --network=none and a host port in use are usage errors (125);
 #   - --network=bogus is a usage error (125).
@@ -77,6 +78,15 @@ check "none: ... and the host name" grep -qP '^127\.0\.1\.1\tbox1$' "$tmp/out"
 capture 60 "$SENTRY" run --rootfs=/ -- /bin/cat /etc/resolv.conf
 check "none: /etc/resolv.conf names no name server" \
   eval '[ "$status" = 0 ] && ! grep -q nameserver "$tmp/out"'
+# ping over ping sockets (the Sentry has no CAP_NET_RAW): the namespace's
+# ping_group_range lets the Sentry's group make them.
+check "ping is installed (tools/install_deps.sh)" eval "[ -x /usr/bin/ping ]"
+for a in 127.0.0.1 ::1; do
+  capture 60 "$SENTRY" run --rootfs=/ -- /usr/bin/ping -c1 -W5 "$a"
+  check "none: ping -c1 $a ($(head -c 200 "$tmp/err"))" \
+    eval '[ "$status" = 0 ] && grep -q "1 received" "$tmp/out" && grep -q "ttl=64" "$tmp/out"'
+  check "none: ... with no warning" eval '! grep -qi warn "$tmp/err"'
+done
 
 # host
 capture 60 "$SENTRY" run --rootfs=/ --network=host -- "$PY" -c "$client" "$port"
@@ -137,6 +147,9 @@ grep '^nameserver' "$tmp/out" | grep -v '8\.8\.[48]\.[48]' >"$tmp/got_ns"
 check "sandbox: resolv.conf names the host's non-loopback name servers" cmp -s "$tmp/want_ns" "$tmp/got_ns"
 check "sandbox: ... and some name server" contains "$tmp/out" "^nameserver "
 check "sandbox: hosts has the host name" grep -qP '^127\.0\.1\.1\tbox2$' "$tmp/out"
+capture 60 "$SENTRY" run --rootfs=/ --network=sandbox -- /usr/bin/ping -c1 -W5 127.0.0.1
+check "sandbox: ping -c1 127.0.0.1 ($(head -c 200 "$tmp/err"))" \
+  eval '[ "$status" = 0 ] && grep -q "1 received" "$tmp/out"'
 # A server in the sandbox, published on the host's 127.0.0.1:18180.
 rm -f "$tmp/ready"
 "$SENTRY" run --rootfs=/ -p 127.0.0.1:18180:8000 -- "$PY" -c '

@@ -3,7 +3,8 @@
 # published ports (NETWORK_MODE_SANDBOX: pasta, sentry/socket/README.md
 # "The sandbox mode"), inside a user, network and mount namespace this test
 # makes (unshare -Urnm) that plays the host's part, with a veth "uplink"
-# (10.9.0.2/24, default route via 10.9.0.1) for pasta to copy:
+# (10.9.0.2/24, default route via 10.9.0.1; fd00:9::2/64 via fd00:9::1)
+# for pasta to copy:
 #   - python3 -m http.server, nginx (a file from a -v bind mount) and
 #     redis-server, each in a sandbox with -p, fetched with curl and
 #     redis-cli from the host and compared with what was put there;
@@ -16,6 +17,10 @@
 #     are clear errors at create;
 #   - removing a sandbox ends its pasta and frees its ports, and so does
 #     its Sentry's death;
+#   - a port published on the host's ::1 (-p [::1]:HOSTPORT:PORT);
+#   - checkpoint and restore: a restore publishes the image's ports again
+#     (refused while the original holds them), -p on restore gives a copy
+#     ports of its own, --network=none none;
 #   - kill -9 of sandboxd: the sandbox serves on through its published
 #     port, and the restarted daemon's rm ends its pasta.
 # Exits 77 (CTest: skipped) without user namespaces, pasta (Debian's
@@ -47,6 +52,10 @@ ip link set sbx-peer up
 ip addr add 10.9.0.2/24 dev sbx-up
 ip link set sbx-up up
 ip route add default via 10.9.0.1
+# IPv6 on the uplink too: pasta turns IPv6 on only where the host has an
+# IPv6 route to copy, and a port on the host's ::1 needs it.
+ip -6 addr add fd00:9::2/64 dev sbx-up nodad 2>/dev/null &&
+  ip -6 route add default via fd00:9::1 2>/dev/null
 # "Another host": an address of the test's namespace that is not the
 # uplink's (which pasta gives the sandbox too).
 ip addr add 10.9.1.1/32 dev lo
@@ -67,12 +76,13 @@ daemon_pid=$bg_pid
 wait_for_daemon "$SANDBOXCTL" "$SOCK"
 check "sandboxd is up" eq "$?" 0
 
-# pasta processes of this test's namespace that forward host port $1
-# (other runs, in namespaces of their own, may have theirs).
+# pasta processes of this test's namespace that forward host port $1 on
+# address $2 (default 127.0.0.1; other runs, in namespaces of their own,
+# may have theirs).
 pastas() {
   local pid n=0 own
   own=$(readlink /proc/self/ns/net)
-  for pid in $(ps -eo pid,args | awk -v p="127.0.0.1/$1:" '$2 == "pasta" && index($0, p) { print $1 }'); do
+  for pid in $(ps -eo pid,args | awk -v p="${2:-127.0.0.1}/$1:" '$2 == "pasta" && index($0, p) { print $1 }'); do
     [ "$(readlink "/proc/$pid/ns/net" 2>/dev/null)" = "$own" ] && n=$((n + 1))
   done
   echo "$n"
@@ -178,6 +188,56 @@ s = socket.socket()
 s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # curl left TIME_WAITs
 s.bind(("127.0.0.1", 18080))
 s.listen(1)'
+
+# --- IPv6: a port published on the host's ::1 -------------------------------
+if [ -e /proc/sys/net/ipv6 ] && "$PY" -c 'import socket; socket.socket(socket.AF_INET6).bind(("::1", 0))' 2>/dev/null; then
+  ctl run -d -p '[::1]:18086:8000' -v "$tmp/www:/www:ro" -- "$PY" -m http.server 8000 --bind :: -d /www
+  v6_id=$(cat "$tmp/out")
+  check "ipv6: created with -p [::1]:18086:8000 ($(head -c 200 "$tmp/err"))" eq "$status" 0
+  check "ipv6: one pasta for it" eq "$(pastas 18086 ::1)" 1
+  fetch 'http://[::1]:18086/hello.txt'
+  check "ipv6: curl from the host's ::1 gets the file" cmp -s "$tmp/out" "$tmp/www/hello.txt"
+  check "ipv6: ... and the host's 127.0.0.1:18086 is not published" \
+    eval '! curl -sf --max-time 2 -o /dev/null http://127.0.0.1:18086/hello.txt'
+  ctl rm -f "$v6_id"
+  check "ipv6: removed, its pasta gone" eq "$(pastas 18086 ::1)" 0
+else
+  check "ipv6: the test's namespace has ::1 (IPv6 disabled here?)" false
+fi
+
+# --- checkpoint and restore: the ports come back -----------------------------
+# (daemon/README.md, "Restore and the network"): a restore publishes the
+# image's ports again, and its restored listener serves on them; ports
+# given to restore replace them; a recorded port still held on the host
+# is refused as at create.
+ctl run -d -p 18087:8000 -v "$tmp/www:/www:ro" -- "$PY" -m http.server 8000 -d /www
+ck_id=$(cat "$tmp/out")
+fetch http://127.0.0.1:18087/hello.txt
+check "restore: the sandbox serves on 18087" cmp -s "$tmp/out" "$tmp/www/hello.txt"
+ctl checkpoint "$ck_id" --image="$tmp/img" --leave-running
+check "restore: checkpointed, left running ($(head -c 200 "$tmp/err"))" eq "$status" 0
+ctl restore -d --image="$tmp/img"
+check "restore: while the original holds 18087: exit 125" eq "$status" 125
+check "... says which port" contains "$tmp/err" "port 18087 on 127.0.0.1 is already in use"
+ctl restore -d --image="$tmp/img" -p 18088:8000
+copy_id=$(cat "$tmp/out")
+check "restore -p 18088:8000: a copy on a port of its own ($(head -c 200 "$tmp/err"))" eq "$status" 0
+fetch http://127.0.0.1:18088/hello.txt
+check "restore -p: the copy's restored listener serves on 18088" cmp -s "$tmp/out" "$tmp/www/hello.txt"
+check "restore -p: 18087 has the original's pasta only" eq "$(pastas 18087)" 1
+ctl rm -f "$ck_id"
+check "restore: the original removed, its pasta gone" eq "$(pastas 18087)" 0
+ctl restore -d --image="$tmp/img"
+re2_id=$(cat "$tmp/out")
+check "restore: the image's port once free ($(head -c 200 "$tmp/err"))" eq "$status" 0
+fetch http://127.0.0.1:18087/hello.txt
+check "restore: the restored listener serves on the image's 18087" cmp -s "$tmp/out" "$tmp/www/hello.txt"
+ctl restore -d --image="$tmp/img" --network=none
+none_id=$(cat "$tmp/out")
+check "restore --network=none: no ports ($(head -c 200 "$tmp/err"))" eq "$status" 0
+ctl rm -f "$copy_id" "$re2_id" "$none_id"
+check "restore: the copies removed" eq "$status" 0
+check "restore: their pastas gone" eq "$(( $(pastas 18087) + $(pastas 18088) ))" 0
 
 # --- a Sentry that dies: its pasta ends too ---------------------------------
 ctl run -d -p 18082:8000 -v "$tmp/www:/www:ro" -- "$PY" -m http.server 8000 -d /www

@@ -19,6 +19,8 @@ DEBS=(
   mmdebstrap   # tools/build_rootfs.sh: sandboxd's default rootfs image
   runc containerd podman   # test/oci_*_test.sh: sandboxd-oci against runc, under containerd and podman
   passt   # pasta: the sandbox network mode (sentry/socket/sandbox_net.h)
+  iputils-ping   # ping over the sandbox's ping sockets (test/network_test.sh)
+  iperf3   # bulk TCP both ways behind -p (bench/servers.sh)
   nginx-light redis-server redis-tools curl wrk   # servers behind -p (test/servers_test.sh, bench/servers.sh)
 )
 

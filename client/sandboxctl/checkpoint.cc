@@ -208,6 +208,9 @@ int Restore(Client& c, std::vector<std::string> args) {
     return absl::OkStatus();
   }, "the image's");
   fs.Alias("-m", "memory");
+  // The image's network mode and published ports unless these name others
+  // (daemon/README.md, "Restore and the network").
+  NetworkFlags(fs, spec);
   fs.Func("label", "K=V", "a label (repeatable)", [spec](absl::string_view v) {
     std::string k, val;
     if (!KeyValue(std::string(v), &k, &val)) {

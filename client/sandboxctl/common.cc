@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "client/sandboxctl/sandboxctl.h"
 #include "client/sandboxctl/terminal.h"
+#include "proto/mount_spec.h"
 #include "google/protobuf/util/json_util.h"
 
 namespace sandboxd::client::ctl {
@@ -92,6 +93,35 @@ void DefaultEnv(v1::ProcessSpec* p, bool tty, bool path) {
     const char* term = getenv("TERM");
     p->add_env(absl::StrCat("TERM=", term != nullptr ? term : "xterm"));
   }
+}
+
+void NetworkFlags(flags::FlagSet& fs, v1::SandboxSpec* spec) {
+  fs.Func("network", "none|sandbox|host",
+          "the sandbox's network: loopback only (the default); its own "
+          "address, route and outbound access (pasta); or the host's",
+          [spec](absl::string_view v) {
+            if (v == "none") {
+              spec->set_network(v1::NETWORK_MODE_NONE);
+            } else if (v == "sandbox") {
+              spec->set_network(v1::NETWORK_MODE_SANDBOX);
+            } else if (v == "host") {
+              spec->set_network(v1::NETWORK_MODE_HOST);
+            } else {
+              return absl::InvalidArgumentError(
+                  absl::StrCat("want none, sandbox or host, got ", v));
+            }
+            return absl::OkStatus();
+          });
+  fs.Func("publish", "[IP:]HOSTPORT:PORT[/tcp|/udp]",
+          "publish the sandbox's PORT on the host's IP (default 127.0.0.1) "
+          "and HOSTPORT (repeatable; implies --network=sandbox)",
+          [spec](absl::string_view v) -> absl::Status {
+            absl::StatusOr<v1::PortMapping> p = ParsePublishFlag(v);
+            if (!p.ok()) return p.status();
+            *spec->add_ports() = *std::move(p);
+            return absl::OkStatus();
+          });
+  fs.Alias("-p", "publish");
 }
 
 void UserFlag(flags::FlagSet& fs, v1::ProcessSpec* p) {

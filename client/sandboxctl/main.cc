@@ -48,7 +48,7 @@ const char kCommands[] =
     "  wait [--pid=N] ID    exits as the init program (or exec'd process N) did\n"
     "  wait --restored ID   returns once a restored sandbox's memory is loaded\n"
     "  checkpoint [--leave-running] ID --image=DIR\n"
-    "  restore --image=DIR [--name=ID] [-d] [-i] [--memory=BYTES]\n"
+    "  restore --image=DIR [--name=ID] [-d] [-i] [--memory=BYTES] [-p ...]\n"
     "                       a new sandbox from a checkpoint image\n"
     "  version              sandboxctl's version and the daemon's\n"
     "\n"

@@ -207,32 +207,7 @@ void SpecFlags(flags::FlagSet& fs, v1::CreateRequest* req) {
           "16");
   fs.Func("hostname", "NAME", "the sandbox's host name",
           set([spec](const std::string& v) { spec->set_hostname(v); }));
-  fs.Func("network", "none|sandbox|host",
-          "the sandbox's network: loopback only (the default); its own "
-          "address, route and outbound access (pasta); or the host's",
-          [spec](absl::string_view v) {
-            if (v == "none") {
-              spec->set_network(v1::NETWORK_MODE_NONE);
-            } else if (v == "sandbox") {
-              spec->set_network(v1::NETWORK_MODE_SANDBOX);
-            } else if (v == "host") {
-              spec->set_network(v1::NETWORK_MODE_HOST);
-            } else {
-              return absl::InvalidArgumentError(
-                  absl::StrCat("want none, sandbox or host, got ", v));
-            }
-            return absl::OkStatus();
-          });
-  fs.Func("publish", "[IP:]HOSTPORT:PORT[/tcp|/udp]",
-          "publish the sandbox's PORT on the host's IP (default 127.0.0.1) "
-          "and HOSTPORT (repeatable; implies --network=sandbox)",
-          [spec](absl::string_view v) -> absl::Status {
-            absl::StatusOr<v1::PortMapping> p = ParsePublishFlag(v);
-            if (!p.ok()) return p.status();
-            *spec->add_ports() = *std::move(p);
-            return absl::OkStatus();
-          });
-  fs.Alias("-p", "publish");
+  NetworkFlags(fs, spec);
   fs.Func("label", "K=V", "a label (repeatable)", [spec](absl::string_view v) {
     std::string k, val;
     if (!KeyValue(std::string(v), &k, &val)) {

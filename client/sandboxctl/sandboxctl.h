@@ -55,6 +55,8 @@ bool KeyValue(const std::string& kv, std::string* k, std::string* v);
 void DefaultEnv(v1::ProcessSpec* p, bool tty, bool path = true);
 // --user/-u UID[:GID] into p's user (the gid defaults to the uid).
 void UserFlag(flags::FlagSet& fs, v1::ProcessSpec* p);
+// --network=none|sandbox|host and --publish/-p (repeatable) into spec.
+void NetworkFlags(flags::FlagSet& fs, v1::SandboxSpec* spec);
 // The exit code for a start, exec or create that failed on the program:
 // it is missing (127) or cannot be run (126), in run and exec alike;
 // anything else is an error (125).

@@ -6,6 +6,7 @@
 #include <linux/netlink.h>
 #include <linux/rtnetlink.h>
 #include <linux/sockios.h>
+#include <net/if.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
@@ -44,7 +45,17 @@ constexpr size_t kChunk = 256 * 1024;
 // done by the Sentry's loop.
 constexpr int kSendFlags = MSG_OOB | MSG_DONTROUTE | MSG_EOR | MSG_MORE |
                            MSG_CONFIRM;
-constexpr int kRecvFlags = MSG_OOB | MSG_PEEK | MSG_TRUNC;
+constexpr int kRecvFlags = MSG_OOB | MSG_PEEK | MSG_TRUNC | MSG_ERRQUEUE;
+
+// How much room a receive gives the host for control messages: more than
+// every option this file allows can produce at once.
+constexpr size_t kControlRoom = 1024;
+
+// SO_TIMESTAMP and SO_TIMESTAMPNS of both ABIs (asm-generic/socket.h).
+constexpr int kSoTimestampOld = 29;
+constexpr int kSoTimestampNsOld = 35;
+constexpr int kSoTimestampNew = 63;
+constexpr int kSoTimestampNsNew = 64;
 
 // The options passed on to the host socket: each changes or reads only
 // that socket. get_only: Linux refuses to set them (ENOPROTOOPT).
@@ -69,6 +80,21 @@ constexpr AllowedOption kAllowed[] = {
     {SOL_SOCKET, SO_DOMAIN, true},
     {SOL_SOCKET, SO_PROTOCOL, true},
     {SOL_SOCKET, SO_ACCEPTCONN, true},
+    // Options that make a receive carry control messages (RecvMsg passes
+    // them on); IP_RECVERR's queue is read with MSG_ERRQUEUE.
+    {SOL_SOCKET, kSoTimestampOld, false},
+    {SOL_SOCKET, kSoTimestampNsOld, false},
+    {SOL_SOCKET, kSoTimestampNew, false},
+    {SOL_SOCKET, kSoTimestampNsNew, false},
+    {IPPROTO_IP, IP_PKTINFO, false},
+    {IPPROTO_IP, IP_RECVTOS, false},
+    {IPPROTO_IP, IP_RECVTTL, false},
+    {IPPROTO_IP, IP_RECVERR, false},
+    {IPPROTO_IPV6, IPV6_RECVPKTINFO, false},
+    {IPPROTO_IPV6, IPV6_RECVHOPLIMIT, false},
+    {IPPROTO_IPV6, IPV6_RECVTCLASS, false},
+    {IPPROTO_IPV6, IPV6_RECVERR, false},
+    {IPPROTO_IPV6, IPV6_DONTFRAG, false},
     {IPPROTO_TCP, TCP_NODELAY, false},
     {IPPROTO_TCP, TCP_MAXSEG, false},
     {IPPROTO_TCP, TCP_CORK, false},
@@ -89,6 +115,8 @@ constexpr AllowedOption kAllowed[] = {
     {IPPROTO_IP, IP_FREEBIND, false},
     {IPPROTO_IP, IP_BIND_ADDRESS_NO_PORT, false},
     {IPPROTO_IP, IP_MTU, true},
+    // IP options on this socket's packets (iputils' ping clears them).
+    {IPPROTO_IP, IP_RETOPTS, false},
     {IPPROTO_IPV6, IPV6_V6ONLY, false},
     {IPPROTO_IPV6, IPV6_TCLASS, false},
     {IPPROTO_IPV6, IPV6_UNICAST_HOPS, false},
@@ -171,11 +199,37 @@ bool IsInterfaceIoctl(uint64_t request) {
   }
 }
 
-int64_t InterfaceIoctl(uint64_t request, void* ifreq) {
+int64_t InterfaceIoctl(int family, uint64_t request, void* ifreq) {
   if (!IsInterfaceIoctl(request)) return -ENOTTY;
-  UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  // Asked of a host socket of the same kind: AF_INET's inet_ioctl answers
+  // the IPv4 address requests (devinet_ioctl), every other family only
+  // dev_ioctl's, as an AF_UNIX socket does (ENOTTY for SIOCGIFADDR, ...).
+  UniqueFd s(::socket(family == AF_INET ? AF_INET : AF_UNIX,
+                      SOCK_DGRAM | SOCK_CLOEXEC, 0));
   if (!s.valid()) return -errno;
   return ::ioctl(s.get(), request, ifreq) < 0 ? -errno : 0;
+}
+
+int64_t InterfaceConf(void* buf, int len) {
+  UniqueFd s(::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0));
+  if (!s.valid()) return -errno;
+  struct ifconf ifc = {};
+  ifc.ifc_len = len;
+  ifc.ifc_buf = static_cast<char*>(buf);
+  if (::ioctl(s.get(), SIOCGIFCONF, &ifc) < 0) return -errno;
+  return ifc.ifc_len;
+}
+
+bool PassesControl(int family, int level, int type) {
+  if (family != AF_INET && family != AF_INET6) return false;
+  if (level == IPPROTO_IP) {
+    return type == IP_PKTINFO || type == IP_TTL || type == IP_TOS;
+  }
+  if (level == IPPROTO_IPV6 && family == AF_INET6) {
+    return type == IPV6_PKTINFO || type == IPV6_HOPLIMIT ||
+           type == IPV6_TCLASS || type == IPV6_DONTFRAG;
+  }
+  return false;
 }
 
 bool HostSocket::Serves(int family) {
@@ -335,7 +389,7 @@ int64_t HostSocket::Ioctl(uint64_t request, void* buf) {
     case SIOCATMARK:
       return ::ioctl(fd_.get(), request, buf) < 0 ? -errno : 0;
     default:
-      return InterfaceIoctl(request, buf);
+      return InterfaceIoctl(family_, request, buf);
   }
 }
 
@@ -517,6 +571,20 @@ int64_t HostSocket::SetSockOpt(const SocketContext& ctx, int level, int name,
   return 0;
 }
 
+ssize_t HostSocket::HostSend(const SendRequest& req, const void* p, size_t n,
+                             int flags, const sockaddr* to, socklen_t tolen) {
+  if (req.control.empty()) return ::sendto(fd_.get(), p, n, flags, to, tolen);
+  iovec iov = {const_cast<void*>(p), n};
+  msghdr m = {};
+  m.msg_name = const_cast<sockaddr*>(to);
+  m.msg_namelen = tolen;
+  m.msg_iov = &iov;
+  m.msg_iovlen = 1;
+  m.msg_control = const_cast<uint8_t*>(req.control.data());
+  m.msg_controllen = req.control.size();
+  return ::sendmsg(fd_.get(), &m, flags);
+}
+
 bool HostSocket::NetlinkReadOnly(const uint8_t* p, size_t n) {
   size_t off = 0;
   while (off + sizeof(nlmsghdr) <= n) {
@@ -554,8 +622,7 @@ int64_t HostSocket::SendStream(const SocketContext& ctx, SendRequest& req,
       have = c;
       off = 0;
     }
-    ssize_t r = ::sendto(fd_.get(), buf.data() + off, have - off, flags, to,
-                         tolen);
+    ssize_t r = HostSend(req, buf.data() + off, have - off, flags, to, tolen);
     if (r >= 0) {
       sent += r;
       off += r;
@@ -594,7 +661,7 @@ int64_t HostSocket::SendDgram(const SocketContext& ctx, SendRequest& req,
   }
   const int flags = (req.flags & kSendFlags) | MSG_DONTWAIT | MSG_NOSIGNAL;
   for (;;) {
-    ssize_t r = ::sendto(fd_.get(), buf.data(), n, flags, to, tolen);
+    ssize_t r = HostSend(req, buf.data(), n, flags, to, tolen);
     if (r >= 0) return r;
     const int e = errno;
     if (e == EINTR) continue;
@@ -619,7 +686,9 @@ int64_t HostSocket::SendMsg(const SocketContext& ctx, SendRequest& req,
 }
 
 int64_t HostSocket::RecvMsg(const SocketContext& ctx, RecvRequest& req) {
-  const bool block = !nonblock_ && (req.flags & MSG_DONTWAIT) == 0;
+  // The error queue never blocks (sock_recv_errqueue: EAGAIN when empty).
+  const bool block = !nonblock_ &&
+                     (req.flags & (MSG_DONTWAIT | MSG_ERRQUEUE)) == 0;
   const bool waitall = type_ == SOCK_STREAM && (req.flags & MSG_WAITALL) &&
                        !(req.flags & (MSG_PEEK | MSG_TRUNC));
   const int flags = (req.flags & kRecvFlags) | MSG_DONTWAIT;
@@ -643,6 +712,11 @@ int64_t HostSocket::RecvMsg(const SocketContext& ctx, RecvRequest& req) {
     m.msg_namelen = req.want_address ? sizeof(ss) : 0;
     m.msg_iov = &iov;
     m.msg_iovlen = 1;
+    alignas(cmsghdr) uint8_t control[kControlRoom];
+    if (req.want_control && got == 0) {
+      m.msg_control = control;
+      m.msg_controllen = sizeof(control);
+    }
     ssize_t r = ::recvmsg(fd_.get(), &m, flags);
     if (r < 0) {
       const int e = errno;
@@ -665,7 +739,11 @@ int64_t HostSocket::RecvMsg(const SocketContext& ctx, RecvRequest& req) {
       req.address.assign(reinterpret_cast<const char*>(&ss),
                          std::min<size_t>(m.msg_namelen, sizeof(ss)));
     }
-    req.msg_flags |= m.msg_flags & (MSG_TRUNC | MSG_CTRUNC | MSG_OOB | MSG_EOR);
+    if (m.msg_controllen > 0) {
+      req.control.assign(control, control + m.msg_controllen);
+    }
+    req.msg_flags |= m.msg_flags & (MSG_TRUNC | MSG_CTRUNC | MSG_OOB |
+                                    MSG_EOR | MSG_ERRQUEUE);
     got += r;
     if (!waitall || r == 0 || req.data->remaining() == 0) return got;
   }

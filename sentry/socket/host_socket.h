@@ -40,19 +40,33 @@ struct SocketState;
 
 namespace sandboxd::socket {
 
-// The interface ioctls every socket answers (Linux's sock_ioctl hands them
-// to dev_ioctl, whatever the family): the read-only SIOCGIF* requests on a
-// struct ifreq (SIOCGIFINDEX, SIOCGIFNAME, SIOCGIFFLAGS, SIOCGIFADDR,
-// SIOCGIFNETMASK, SIOCGIFBRDADDR, SIOCGIFDSTADDR, SIOCGIFMTU,
-// SIOCGIFHWADDR, SIOCGIFMETRIC, SIOCGIFTXQLEN), answered by the host in the
-// sandbox's network namespace. -ENOTTY for other requests.
+// The interface ioctls sockets answer, read-only SIOCGIF* requests on a
+// struct ifreq, answered by the host in the sandbox's network namespace:
+// SIOCGIFINDEX, SIOCGIFNAME, SIOCGIFFLAGS, SIOCGIFMTU, SIOCGIFHWADDR,
+// SIOCGIFMETRIC, SIOCGIFTXQLEN for every family (Linux's sock_ioctl hands
+// them to dev_ioctl), and the IPv4 ones SIOCGIFADDR, SIOCGIFNETMASK,
+// SIOCGIFBRDADDR, SIOCGIFDSTADDR on AF_INET sockets only (inet_ioctl;
+// ENOTTY on other families, as Linux). -ENOTTY for other requests.
 bool IsInterfaceIoctl(uint64_t request);
-int64_t InterfaceIoctl(uint64_t request, void* ifreq);
+int64_t InterfaceIoctl(int family, uint64_t request, void* ifreq);
+// SIOCGIFCONF (Linux's dev_ifconf, also for every family): the namespace's
+// IPv4 addresses as struct ifreq entries written into `buf` (`len` bytes;
+// only whole entries), or, when `buf` is null, the bytes all of them need.
+// The byte count written or needed, or -errno.
+int64_t InterfaceConf(void* buf, int len);
+
+// Whether a sendmsg control message of `level`/`type` on an AF_INET or
+// AF_INET6 socket is passed on to the host (SendRequest::control):
+// IP_PKTINFO, IP_TTL, IP_TOS; IPV6_PKTINFO, IPV6_HOPLIMIT, IPV6_TCLASS,
+// IPV6_DONTFRAG (AF_INET6 only; an AF_INET6 socket takes the IP ones too,
+// as Linux's udpv6 for a v4-mapped destination).
+bool PassesControl(int family, int level, int type);
 
 class HostSocket : public Socket, public waiter::EventSource {
  public:
   // socket(2) for the families hostinet serves: AF_INET and AF_INET6
-  // (SOCK_STREAM, SOCK_DGRAM), AF_NETLINK with NETLINK_ROUTE (SOCK_RAW,
+  // (SOCK_STREAM, SOCK_DGRAM: UDP, and ICMP echo with IPPROTO_ICMP or
+  // IPPROTO_ICMPV6 where the namespace's ping_group_range allows), AF_NETLINK with NETLINK_ROUTE (SOCK_RAW,
   // SOCK_DGRAM). -errno as socket(2) for the rest of those families.
   static int64_t New(int family, int type, int protocol, bool nonblock,
                      std::shared_ptr<HostSocket>* out);
@@ -124,6 +138,10 @@ class HostSocket : public Socket, public waiter::EventSource {
                      const struct sockaddr* to, socklen_t tolen);
   int64_t SendDgram(const SocketContext& ctx, SendRequest& req, bool block,
                     const struct sockaddr* to, socklen_t tolen);
+  // One non-blocking host send: sendto, or sendmsg with the request's
+  // control messages.
+  ssize_t HostSend(const SendRequest& req, const void* p, size_t n,
+                   int flags, const struct sockaddr* to, socklen_t tolen);
   // NETLINK_ROUTE: the messages of a send, checked to be requests that
   // only read.
   static bool NetlinkReadOnly(const uint8_t* p, size_t n);

@@ -109,6 +109,10 @@ struct SendRequest {
   std::vector<std::shared_ptr<fs::File>> rights;
   // SCM_CREDENTIALS, when the sender passed it.
   std::optional<Credentials> creds;
+  // hostinet: the IPPROTO_IP/IPPROTO_IPV6 control messages for the host
+  // (IP_PKTINFO, IPV6_HOPLIMIT, ...), checked by the syscall layer against
+  // the list a HostSocket passes on, as a cmsg buffer.
+  std::vector<uint8_t> control;
 };
 
 // recvmsg(2), decoded; the socket writes the data to `data` and fills in
@@ -117,11 +121,16 @@ struct RecvRequest {
   IoSink* data = nullptr;
   int flags = 0;             // MSG_* from the caller
   bool want_address = false; // msg_name given
+  bool want_control = false; // recvmsg: control messages are wanted
   // Results.
   std::string address;       // the sender's sockaddr (raw bytes), may be empty
   int msg_flags = 0;         // MSG_TRUNC, ... (MSG_CTRUNC is the caller's)
   std::vector<std::shared_ptr<fs::File>> rights;
   std::optional<Credentials> creds;  // when SO_PASSCRED is on
+  // hostinet: the control messages the host socket gave (the options that
+  // enable them: IP_PKTINFO, SO_TIMESTAMP, IP_RECVERR, ...), as a cmsg
+  // buffer; the syscall layer copies them out one by one.
+  std::vector<uint8_t> control;
 };
 
 class Socket : public fs::File {

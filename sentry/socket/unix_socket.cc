@@ -155,7 +155,7 @@ int64_t UnixSocket::Ioctl(uint64_t request, void* buf) {
     }
     default:
       // glibc's if_nametoindex asks an AF_UNIX socket first.
-      return InterfaceIoctl(request, buf);
+      return InterfaceIoctl(AF_UNIX, request, buf);
   }
 }
 

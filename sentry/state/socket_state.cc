@@ -59,6 +59,12 @@ constexpr SavedOption kSavedOptions[] = {
     {IPPROTO_TCP, TCP_KEEPINTVL}, {IPPROTO_TCP, TCP_KEEPCNT},
     {IPPROTO_IP, IP_TOS},         {IPPROTO_IPV6, IPV6_V6ONLY},
     {IPPROTO_IPV6, IPV6_TCLASS},
+    // Those that make receives carry control messages.
+    {SOL_SOCKET, SO_TIMESTAMP},   {SOL_SOCKET, SO_TIMESTAMPNS},
+    {IPPROTO_IP, IP_PKTINFO},     {IPPROTO_IP, IP_RECVTOS},
+    {IPPROTO_IP, IP_RECVTTL},     {IPPROTO_IP, IP_RECVERR},
+    {IPPROTO_IPV6, IPV6_RECVPKTINFO}, {IPPROTO_IPV6, IPV6_RECVHOPLIMIT},
+    {IPPROTO_IPV6, IPV6_RECVTCLASS},  {IPPROTO_IPV6, IPV6_RECVERR},
 };
 
 bool IsAnyAddress(const std::string& sa) {

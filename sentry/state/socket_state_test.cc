@@ -369,6 +369,8 @@ TEST(HostSocketStateTest, BoundUdpSocketIsBoundAgain) {
   ASSERT_EQ(u->Bind(ctx, Loopback4()), 0);
   std::vector<uint8_t> one = {1, 0, 0, 0};
   ASSERT_EQ(u->SetSockOpt(ctx, SOL_SOCKET, SO_BROADCAST, one), 0);
+  // An option that makes receives carry a control message comes back too.
+  ASSERT_EQ(u->SetSockOpt(ctx, IPPROTO_IP, IP_PKTINFO, one), 0);
   std::string name;
   ASSERT_EQ(u->GetSockName(&name), 0);
   pb::HostSocketFile rec;
@@ -377,6 +379,9 @@ TEST(HostSocketStateTest, BoundUdpSocketIsBoundAgain) {
   EXPECT_EQ(rec.restore(), pb::HOST_SOCKET_BOUND);
   std::vector<uint8_t> v(4);
   ASSERT_EQ(loaded->GetSockOpt(ctx, SOL_SOCKET, SO_BROADCAST, &v), 0);
+  EXPECT_EQ(v[0], 1);
+  v.assign(4, 0);
+  ASSERT_EQ(loaded->GetSockOpt(ctx, IPPROTO_IP, IP_PKTINFO, &v), 0);
   EXPECT_EQ(v[0], 1);
   int c = ::socket(AF_INET, SOCK_DGRAM | SOCK_CLOEXEC, 0);
   ASSERT_GE(c, 0);

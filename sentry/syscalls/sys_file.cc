@@ -2,6 +2,7 @@
 // descriptors). Path-based calls come with the VFS.
 #include <errno.h>
 #include <fcntl.h>
+#include <net/if.h>
 #include <sys/ioctl.h>
 #include <signal.h>
 #include <sys/stat.h>
@@ -14,6 +15,7 @@
 
 #include "sentry/fs/file_async.h"
 #include "sentry/fs/pipe.h"
+#include "sentry/socket/host_socket.h"
 #include "sentry/socket/socket.h"
 #include "sentry/syscalls/args.h"
 #include "sentry/syscalls/lock_syscalls.h"
@@ -295,6 +297,33 @@ bool AsyncOn(fs::File& f) {
   return as != nullptr && as->enabled();
 }
 
+// SIOCGIFCONF on the struct ifconf at `addr`: the entries go to the
+// application's ifc_buf through a Sentry buffer, and ifc_len is written
+// back (dev_ifconf; a null ifc_buf asks for the length only).
+int64_t InterfaceConf(Task& t, uint64_t addr) {
+  struct ifconf ifc;
+  RETURN_IF_ERRNO(CopyInObj(t, addr, &ifc));
+  const uint64_t ubuf = reinterpret_cast<uint64_t>(ifc.ifc_buf);
+  int64_t n;
+  if (ubuf == 0) {
+    n = socket::InterfaceConf(nullptr, 0);
+  } else {
+    // More than a namespace has interfaces for, so no truncation hides
+    // behind the bound.
+    constexpr int kMaxConf = 64 * 1024;
+    // No room (or a negative length) writes nothing; the host must not
+    // see a null buffer, which asks for the length.
+    std::vector<uint8_t> buf(std::clamp(ifc.ifc_len, 0, kMaxConf));
+    n = buf.empty() ? 0
+                    : socket::InterfaceConf(buf.data(),
+                                            static_cast<int>(buf.size()));
+    if (n > 0) RETURN_IF_ERRNO(CopyOutBytes(t, ubuf, buf.data(), n));
+  }
+  if (n < 0) return n;
+  return CopyOutObj(t, addr + offsetof(struct ifconf, ifc_len),
+                    static_cast<int>(n));
+}
+
 int64_t SysIoctl(Task& t, const SyscallArgs& a) {
   ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, a.a[0]));
   // The request is an unsigned int: musl passes it sign-extended.
@@ -336,6 +365,8 @@ int64_t SysIoctl(Task& t, const SyscallArgs& a) {
       case FIOGETOWN:
       case SIOCGPGRP:
         return CopyOutObj(t, a.a[2], GetOwn(*f));
+      case SIOCGIFCONF:
+        return InterfaceConf(t, a.a[2]);
       default:
         break;
     }

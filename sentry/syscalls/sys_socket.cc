@@ -381,8 +381,12 @@ int64_t SysSendto(Task& t, const SyscallArgs& a) {
   return kernel::WithResumedMoved(moved, DoSend(t, *s, req));
 }
 
-// Control messages of a sendmsg: SCM_RIGHTS and SCM_CREDENTIALS.
-int64_t ParseControl(Task& t, const std::vector<uint8_t>& control,
+// Control messages of a sendmsg: SCM_RIGHTS and SCM_CREDENTIALS; on
+// AF_INET/AF_INET6 sockets also the IP-level ones hostinet passes on
+// (socket::PassesControl), copied into req->control. Other IP-level ones
+// are EINVAL, as Linux's ip_cmsg_send for a type it does not know, and
+// counted as unimplemented.
+int64_t ParseControl(Task& t, int family, const std::vector<uint8_t>& control,
                      socket::SendRequest* req) {
   size_t off = 0;
   while (off + sizeof(cmsghdr) <= control.size()) {
@@ -393,6 +397,17 @@ int64_t ParseControl(Task& t, const std::vector<uint8_t>& control,
     }
     const uint8_t* data = control.data() + off + CMSG_LEN(0);
     const size_t data_len = h.cmsg_len - CMSG_LEN(0);
+    if ((family == AF_INET || family == AF_INET6) &&
+        (h.cmsg_level == IPPROTO_IP || h.cmsg_level == IPPROTO_IPV6)) {
+      if (!socket::PassesControl(family, h.cmsg_level, h.cmsg_type)) {
+        t.kernel().CountUnimplemented(SYS_sendmsg);
+        return -EINVAL;
+      }
+      const size_t at = req->control.size();
+      req->control.resize(at + CMSG_SPACE(data_len));
+      std::memcpy(req->control.data() + at, control.data() + off,
+                  h.cmsg_len);
+    }
     // Other levels are not for this layer (Linux skips them too).
     if (h.cmsg_level == SOL_SOCKET) {
       switch (h.cmsg_type) {
@@ -460,7 +475,7 @@ int64_t DoSendmsg(Task& t, Socket& s, uint64_t msg_addr, int flags) {
     std::vector<uint8_t> control(m.msg_controllen);
     RETURN_IF_ERRNO(CopyInBytes(t, reinterpret_cast<uint64_t>(m.msg_control),
                                 control.data(), control.size()));
-    RETURN_IF_ERRNO(ParseControl(t, control, &req));
+    RETURN_IF_ERRNO(ParseControl(t, s.family(), control, &req));
   }
   UserSource src(t, std::move(iov));
   req.data = &src;
@@ -584,6 +599,9 @@ int64_t DoRecvmsg(Task& t, Socket& s, uint64_t msg_addr, int flags) {
   req.data = &sink;
   req.flags = flags & ~(MSG_CMSG_CLOEXEC | MSG_WAITFORONE);
   req.want_address = m.msg_name != nullptr;
+  // Always: with no room for them, the host's messages still make
+  // MSG_CTRUNC (put_cmsg).
+  req.want_control = true;
   const int64_t r = s.RecvMsg(Context(t), req);
   if (r < 0) return r;
 
@@ -595,6 +613,18 @@ int64_t DoRecvmsg(Task& t, Socket& s, uint64_t msg_addr, int flags) {
     RETURN_IF_ERRNO(cw.Put(SOL_SOCKET, SCM_CREDENTIALS, &uc, sizeof(uc)));
   }
   RETURN_IF_ERRNO(cw.PutRights(&req.rights, (flags & MSG_CMSG_CLOEXEC) != 0));
+  // hostinet's control messages, as the host gave them.
+  for (size_t off = 0; off + sizeof(cmsghdr) <= req.control.size();) {
+    cmsghdr h;
+    std::memcpy(&h, req.control.data() + off, sizeof(h));
+    if (h.cmsg_len < CMSG_LEN(0) || h.cmsg_len > req.control.size() - off) {
+      break;
+    }
+    RETURN_IF_ERRNO(cw.Put(h.cmsg_level, h.cmsg_type,
+                           req.control.data() + off + CMSG_LEN(0),
+                           h.cmsg_len - CMSG_LEN(0)));
+    off += CMSG_ALIGN(h.cmsg_len);
+  }
 
   struct msghdr out = m;
   out.msg_controllen = cw.used();

@@ -8,6 +8,7 @@
 #   - python3 -m http.server, nginx (a file from a -v bind mount) and
 #     redis-server, each in a sandbox with -p, fetched with curl and
 #     redis-cli from the host and compared with what was put there;
+#   - ping -c1 127.0.0.1 works in the none and sandbox modes;
 #   - a client in the sandbox reaches a server on the host's loopback at
 #     the gateway address, a server on another host address (outbound),
 #     and not the host's loopback through its own 127.0.0.1;
@@ -142,6 +143,12 @@ print(s.getsockname()[0])
 check "sandbox: the sandbox has the uplink's address" eq "$(cat "$tmp/out")" "10.9.0.2"
 ctl run --rm --network=none -- "$PY" -c "$client" 10.9.1.1
 check "none: no route out" eq "$(cat "$tmp/out")" "ENETUNREACH"
+# ping over ping sockets in the pool's Sentries' namespaces.
+for mode in none sandbox; do
+  ctl run --rm --network=$mode -- /usr/bin/ping -c1 -W5 127.0.0.1
+  check "$mode: ping -c1 127.0.0.1 ($(head -c 200 "$tmp/err"))" \
+    eval '[ "$status" = 0 ] && grep -q "1 received" "$tmp/out"'
+done
 
 ctl run --rm --network=sandbox --hostname=web1 -- /bin/cat /etc/resolv.conf /etc/hosts
 check "sandbox: resolv.conf has the host's name server" contains "$tmp/out" "^nameserver 192.0.2.53$"

@@ -235,7 +235,8 @@ int64_t EpollFile::Wait(struct epoll_event* out, int max, absl::Time deadline,
                         const IoContext& io) {
   // Host fds' changes that already happened are this wait's, not a later
   // edge (waiter::HostPoller::Flush).
-  if (waiter::HostPoller* p = waiter::HostPoller::IfStarted()) p->Flush();
+  waiter::HostPoller* const poller = waiter::HostPoller::IfStarted();
+  if (poller != nullptr) poller->Flush();
   for (bool last = false;; ) {
     std::vector<std::shared_ptr<File>> keep;
     int n;
@@ -245,10 +246,19 @@ int64_t EpollFile::Wait(struct epoll_event* out, int max, absl::Time deadline,
     }
     if (n > 0 || last) return n;
     if (deadline <= absl::Now() || io.blocker == nullptr) return 0;
-    int r = io.blocker->Wait(*queue_, POLLIN, [this] {
+    auto ready = [this] {
       absl::MutexLock l(&ready_mu_);
       return !ready_.empty();
-    }, deadline);
+    };
+    // With host fds watched, the task sleeps on the poller's epoll fd
+    // itself and delivers what changed on its own thread: a request to a
+    // hostinet server wakes one host thread, not the poller's and then
+    // the task's.
+    int r = poller != nullptr
+                ? io.blocker->WaitOrHostFd(*queue_, POLLIN, ready, poller->fd(),
+                                           [poller] { poller->Flush(); },
+                                           deadline)
+                : io.blocker->Wait(*queue_, POLLIN, ready, deadline);
     if (r == -EINTR) return -EINTR;
     // At the deadline, one last look, as Linux's ep_poll does.
     if (r == -ETIMEDOUT) last = true;

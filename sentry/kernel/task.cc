@@ -184,9 +184,103 @@ int Task::Wait(waiter::WaitQueue& q, waiter::EventMask mask,
   return r;
 }
 
+int Task::WaitOrHostFd(waiter::WaitQueue& q, waiter::EventMask mask,
+                       const std::function<bool()>& ready, int host_fd,
+                       const std::function<void()>& on_host_ready,
+                       absl::Time deadline) {
+  if (!wake_fd_.valid()) {
+    wake_fd_ = UniqueFd(eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK));
+    if (!wake_fd_.valid()) return Wait(q, mask, ready, deadline);
+  }
+  TaskWaiter w(this);
+  q.Add(&w, mask);
+  int r = 0;
+  // Once Block has been used (an interruption, or an interrupt eventfd
+  // left readable by a Poke that asked for nothing this wait must end
+  // for), the rest of the wait is Block's: the poller's thread still
+  // delivers host changes, as it does for Wait.
+  bool host_poll = true;
+  while (!ready()) {
+    if (host_poll) {
+      bool interrupted;
+      {
+        absl::MutexLock l(&mu_);
+        if (wake_pending_) {
+          wake_pending_ = false;
+          continue;
+        }
+        interrupted = interrupt_.load() ||
+                      (pending_.load() & ~mask_.load()) != 0 ||
+                      tg_->stop_requested() ||
+                      kernel_->world_stop_requested();
+        host_waiting_ = !interrupted;
+      }
+      if (!interrupted) {
+        int ms = -1;
+        if (deadline != absl::InfiniteFuture()) {
+          const absl::Duration left = deadline - absl::Now();
+          ms = left <= absl::ZeroDuration()
+                   ? 0
+                   : static_cast<int>(std::min<int64_t>(
+                         absl::ToInt64Milliseconds(
+                             absl::Ceil(left, absl::Milliseconds(1))),
+                         INT32_MAX));
+        }
+        struct pollfd p[3] = {{host_fd, POLLIN, 0},
+                              {interrupt_fd_.get(), POLLIN, 0},
+                              {wake_fd_.get(), POLLIN, 0}};
+        int n = 0;
+        if (ms != 0) {
+          HostWaitBegin();
+          n = ::poll(p, 3, ms);
+          HostWaitEnd();
+        }
+        {
+          absl::MutexLock l(&mu_);
+          host_waiting_ = false;
+        }
+        if (n > 0 && (p[2].revents & POLLIN)) {
+          uint64_t drained;
+          (void)!read(wake_fd_.get(), &drained, sizeof(drained));
+        }
+        if (n > 0 && (p[0].revents & POLLIN)) on_host_ready();
+        if (n > 0 && (p[1].revents & POLLIN)) {
+          // An interruption is seen at the top of the loop; a stale
+          // eventfd (nothing to end the wait for) would keep poll
+          // returning at once.
+          host_poll = false;
+        }
+        if (ms == 0 || (n == 0 && absl::Now() >= deadline)) {
+          r = ready() ? 0 : -ETIMEDOUT;
+          break;
+        }
+        if (host_poll) continue;
+      }
+      host_poll = false;
+      continue;
+    }
+    WakeReason why = Block(deadline);
+    if (why == WakeReason::kTimeout) {
+      r = ready() ? 0 : -ETIMEDOUT;
+      break;
+    }
+    if (why == WakeReason::kInterrupted) {
+      r = ready() ? 0 : -EINTR;
+      break;
+    }
+  }
+  q.Remove(&w);
+  return r;
+}
+
 void Task::Wake() {
   absl::MutexLock l(&mu_);
   wake_pending_ = true;
+  if (host_waiting_) {
+    uint64_t one = 1;
+    (void)!write(wake_fd_.get(), &one, sizeof(one));
+    host_waiting_ = false;
+  }
   cv_.SignalAll();
 }
 

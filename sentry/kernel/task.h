@@ -199,6 +199,15 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
   int Wait(waiter::WaitQueue& q, waiter::EventMask mask,
            const std::function<bool()>& ready,
            absl::Time deadline = absl::InfiniteFuture()) override;
+  // waiter::Blocker: the same wait, asleep in a host poll of `host_fd`,
+  // the interrupt eventfd and wake_fd_, so that a host fd's change wakes
+  // this thread directly rather than through the poller's thread. An
+  // interruption (a signal, a stop, a checkpoint's world stop) is handed
+  // to Block, which decides as in Wait. Called by the task's own thread.
+  int WaitOrHostFd(waiter::WaitQueue& q, waiter::EventMask mask,
+                   const std::function<bool()>& ready, int host_fd,
+                   const std::function<void()>& on_host_ready,
+                   absl::Time deadline = absl::InfiniteFuture()) override;
   // waiter::Blocker: a host-fd wait is sleeping (S in /proc), not CPU time.
   // Called by the task's own thread only.
   void HostWaitBegin() override {
@@ -456,6 +465,10 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
   absl::Mutex mu_ ABSL_ACQUIRED_AFTER(ThreadGroup::mu_, Futexes::mu_);
   absl::CondVar cv_;
   bool wake_pending_ ABSL_GUARDED_BY(mu_) = false;
+  // While the task sleeps in WaitOrHostFd's host poll: Wake also writes
+  // wake_fd_ (an eventfd made by the task's thread on first use).
+  bool host_waiting_ ABSL_GUARDED_BY(mu_) = false;
+  UniqueFd wake_fd_;
   std::array<PendingInfo, kNumSignals> pending_info_ ABSL_GUARDED_BY(mu_);
   std::atomic<bool> interrupt_{false};
   std::atomic<bool> sleeping_{false};

@@ -46,6 +46,10 @@ class HostPoller {
   // second edge from the thread (an edge-triggered epoll's spurious
   // event). The thread, too, takes events only under mu_.
   void Flush();
+  // The host epoll fd: readable while changes are queued that Flush
+  // would deliver. A waiter may sleep on it (poll(2), never epoll_wait,
+  // which would take the events) and Flush when it becomes readable.
+  int fd() const { return epfd_.get(); }
   // The Sentry's poller if Get() has made it, else null (nothing watched).
   static HostPoller* IfStarted();
 

@@ -84,6 +84,19 @@ class Blocker {
   virtual int Wait(WaitQueue& q, EventMask mask,
                    const std::function<bool()>& ready,
                    absl::Time deadline = absl::InfiniteFuture()) = 0;
+  // Wait, with the sleep itself a host poll that also watches `host_fd`
+  // (the HostPoller's epoll fd): when it becomes readable, the waiting
+  // thread calls `on_host_ready` (HostPoller::Flush, which notifies the
+  // queues of the host fds that changed) and looks at ready() again. The
+  // same results as Wait; it saves the hand-off from the poller's thread
+  // to this one when what the wait is for is a host fd. This default
+  // ignores `host_fd`.
+  virtual int WaitOrHostFd(WaitQueue& q, EventMask mask,
+                           const std::function<bool()>& ready, int host_fd,
+                           const std::function<void()>& on_host_ready,
+                           absl::Time deadline = absl::InfiniteFuture()) {
+    return Wait(q, mask, ready, deadline);
+  }
   // Bracket a wait that a file does on a host fd itself (poll with the
   // interrupt eventfd): the task shows as sleeping meanwhile (state S in
   // /proc) and its CPU accounting leaves the wait out.

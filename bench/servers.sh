@@ -41,6 +41,9 @@ echo "# $(date -u '+%Y-%m-%d %H:%M UTC'), commit $(git -C "$ROOT" rev-parse --sh
 echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# REDIS_N=$REDIS_N WRK_SECONDS=$WRK_SECONDS; runsc: $RUNSC --platform=ptrace --network=host --overlay run (bundle)"
 
+# nginx's worker runs as nobody: it must be able to pass through mktemp's
+# 0700 directory to reach www/ and the config.
+chmod 711 "$TMP"
 mkdir -p "$TMP/www"
 head -c 10240 /dev/urandom >"$TMP/www/10k.bin"
 chmod 755 "$TMP/www"

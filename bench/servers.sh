@@ -83,9 +83,6 @@ fi
 # The address a configuration's servers are reached at from here.
 addr_of() { if [ "$1" = runsc_ns ]; then echo "$RUNSC_NS_ADDR"; else echo 127.0.0.1; fi; }
 
-# nginx's worker runs as nobody: it must be able to pass through mktemp's
-# 0700 directory to reach www/ and the config.
-chmod 711 "$TMP"
 mkdir -p "$TMP/www"
 head -c 10240 /dev/urandom >"$TMP/www/10k.bin"
 chmod 755 "$TMP/www"

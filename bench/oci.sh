@@ -6,23 +6,26 @@
 # run backends), to sandboxd-oci taking its sandbox from a sandboxd's warm
 # pool (SANDBOXD_OCI_SOCKET), and to runsc (Debian's, ptrace platform, as
 # a runc-compatible binary of the same shim), in one run. Also `ctr task
-# exec` of `true` into a running container, per runtime. Prints p50 and
-# the spread of wall time per run (ms) and the ratio to runc.
+# exec` of `true` into a running container, per runtime; and `podman run
+# --rm --rootfs DIR true` (podman 4.3 through conmon, cgroupfs, the
+# --ulimit values this host lets a container set) with runc, sandboxd-oci
+# (serve backend) and runsc. Prints p50, p99 (nearest rank) and the spread
+# of wall time per run (ms) and the ratio of the p50 to runc's.
 #
 # Runs are interleaved (one of each per round); the daemon gets POOL_WAIT
 # seconds between runs to refill its pool (outside the timed part).
 #
 # Environment:
-#   N=10                 runs per configuration
+#   N=50                 runs per configuration
 #   POOL_WAIT=0.3        seconds before each run (pool refill)
 #   OCI=… SANDBOXD=… SANDBOXCTL=… SENTRY=… RUNC=runc RUNSC=runsc   binaries
 #   RUNSC_FLAGS          default "--platform=ptrace --network=none"
-# Needs root, containerd, runc and a static busybox.
+# Needs root, containerd, runc and a static busybox (podman for its rows).
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 # shellcheck source=bench/lib.sh
 . "$ROOT/bench/lib.sh"
-N=${N:-10}
+N=${N:-50}
 POOL_WAIT=${POOL_WAIT:-0.3}
 OCI=${OCI:-$ROOT/out/bin/sandboxd-oci}
 SANDBOXD=${SANDBOXD:-$ROOT/out/bin/sandboxd}
@@ -134,19 +137,55 @@ for c in "${CONFIGS[@]}"; do
   "${CTR[@]}" task delete "x-$c" >/dev/null 2>&1
   "${CTR[@]}" container rm "x-$c" >/dev/null 2>&1
 done
+# podman run --rm, one of each runtime per round.
+PCONFIGS=()
+if command -v podman >/dev/null && command -v conmon >/dev/null; then
+  PCONFIGS=(runc sandboxd-oci-serve)
+  [ -n "$RUNSC" ] && PCONFIGS+=(runsc)
+fi
+PODMAN=(podman --root "$tmp/podman" --runroot "$tmp/podman-run" --cgroup-manager=cgroupfs
+  --events-backend=file)
+podman_once() {  # CONFIG -> appends ms (or "fail") to $tmp/podman.CONFIG
+  local c=$1 t0 t1
+  t0=$(date +%s%N)
+  if timeout 60 "${PODMAN[@]}" --runtime "${BIN[$c]}" run --rm --network=none --ulimit nofile=1024:1024 --ulimit nproc=1024:1024 \
+      --rootfs "$tmp/rootfs" true >/dev/null 2>>"$tmp/perr.$c"; then
+    t1=$(date +%s%N)
+    echo $(((t1 - t0) / 1000)) | awk '{printf "%.1f\n", $1 / 1000}' >>"$tmp/podman.$c"
+  else
+    echo fail >>"$tmp/podman.$c"
+  fi
+}
+for c in "${PCONFIGS[@]}"; do podman_once "$c"; done   # first runs: not counted
+for c in "${PCONFIGS[@]}"; do : >"$tmp/podman.$c"; done
+for i in $(seq 1 "$N"); do
+  for c in "${PCONFIGS[@]}"; do podman_once "$c"; done
+done
 echo "load at end: $(cut -d' ' -f1-3 /proc/loadavg)"
 
 base_run=$(median "$tmp/run.runc")
 base_exec=$(median "$tmp/exec.runc")
-printf '\n| runtime (containerd runc.v2 shim) | ctr run --rm true: p50 ms | spread | vs runc | ctr task exec true: p50 ms | spread | vs runc | failures |\n'
-printf '|---|---|---|---|---|---|---|---|\n'
+printf '\n| runtime (containerd runc.v2 shim) | ctr run --rm true: p50 ms | p99 | spread | vs runc | ctr task exec true: p50 ms | p99 | spread | vs runc | failures |\n'
+printf '|---|---|---|---|---|---|---|---|---|---|\n'
 for c in "${CONFIGS[@]}"; do
   r=$(median "$tmp/run.$c")
   e=$(median "$tmp/exec.$c")
   f=$(cat "$tmp/run.$c" "$tmp/exec.$c" | grep -c fail)
-  printf '| %s | %s | %s | %s | %s | %s | %s | %s |\n' "$c" "$r" "$(spread "$tmp/run.$c")" \
-    "$(ratio "$r" "$base_run")" "$e" "$(spread "$tmp/exec.$c")" "$(ratio "$e" "$base_exec")" "$f"
+  printf '| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s |\n' "$c" "$r" \
+    "$(percentile "$tmp/run.$c" 99)" "$(spread "$tmp/run.$c")" "$(ratio "$r" "$base_run")" \
+    "$e" "$(percentile "$tmp/exec.$c" 99)" "$(spread "$tmp/exec.$c")" "$(ratio "$e" "$base_exec")" "$f"
 done
+if [ ${#PCONFIGS[@]} -gt 0 ]; then
+  base_podman=$(median "$tmp/podman.runc")
+  printf '\n| runtime (podman 4.3, conmon) | podman run --rm true: p50 ms | p99 | spread | vs runc | failures |\n'
+  printf '|---|---|---|---|---|---|\n'
+  for c in "${PCONFIGS[@]}"; do
+    p=$(median "$tmp/podman.$c")
+    printf '| %s | %s | %s | %s | %s | %s |\n' "$c" "$p" "$(percentile "$tmp/podman.$c" 99)" \
+      "$(spread "$tmp/podman.$c")" "$(ratio "$p" "$base_podman")" "$(grep -c fail "$tmp/podman.$c")"
+    grep -q fail "$tmp/podman.$c" && echo "$c (podman): first error: $(grep -v '^$' "$tmp/perr.$c" | head -1)"
+  done
+fi
 for c in "${CONFIGS[@]}"; do
   if grep -q fail "$tmp/run.$c" "$tmp/exec.$c" 2>/dev/null; then
     echo "$c: first error: $(grep -v '^$' "$tmp/err.$c" | head -1)"

@@ -4,7 +4,8 @@
 # With SANDBOXD the suite starts one (private socket and state) and runs
 # every case with SANDBOXD_OCI_SOCKET naming it: the sandboxes then come
 # from its warm pool (client/oci/daemon_proxy.h); process.rlimits is then
-# only logged, so that case is left out.
+# only logged, so that case is left out, and pause, checkpoint, update and
+# a network namespace path must be errors that name sandboxd or the field.
 #
 # sandboxd-oci driven exactly as containerd's runc shim drives a runtime
 # (test/oci/shim.py: a child subreaper that runs create with stdio pipes
@@ -338,6 +339,22 @@ if [ -z "$DAEMON" ]; then
   capture 10 "$OCI" "${R[@]}" resume long
   check "resume: exit 0, running again" eval \
     '[ "$status" = 0 ] && "$OCI" "${R[@]}" state long | grep -q "\"status\": \"running\""'
+else
+  # What sandboxd's API has no call for: an error that says so, the
+  # container running on.
+  capture 10 "$OCI" "${R[@]}" pause long
+  check "pause with sandboxd: an error naming it, still running" eval \
+    '[ "$status" = 1 ] && contains "$tmp/err" "pause: not with sandboxd" &&
+     "$OCI" "${R[@]}" state long | grep -q "\"status\": \"running\""'
+  capture 10 "$OCI" "${R[@]}" checkpoint --image-path "$tmp/dimg" long
+  check "checkpoint with sandboxd: an error naming it, still running" eval \
+    '[ "$status" = 1 ] && contains "$tmp/err" "checkpoint: not with sandboxd" &&
+     "$OCI" "${R[@]}" state long | grep -q "\"status\": \"running\""'
+  bundle dnetns 'linux.namespaces=[{"type":"pid"},{"type":"network","path":"/proc/self/ns/net"}]'
+  capture 20 "$OCI" "${R[@]}" create --bundle "$tmp/dnetns" dnetns
+  check "create with sandboxd: a network namespace path is refused, naming the field" eval \
+    '[ "$status" = 1 ] && contains "$tmp/err" "linux.namespaces: joining a network namespace by path"'
+  check "create with sandboxd: nothing left of the refused container" eval '[ ! -e "$tmp/root-cmd/dnetns" ]'
 fi
 # events --stats: runc's JSON, with the Sentry's numbers.
 capture 10 "$OCI" "${R[@]}" events --stats long

@@ -248,22 +248,38 @@ absl::StatusOr<std::string> HostnameOf(const std::string& path) {
   return std::string(host);
 }
 
+// The flags create and run share, as runc's.
+struct CreateFlags {
+  std::string bundle = ".";
+  std::string pid_file;
+  std::string console_socket;
+  int preserve_fds = 0;
+  bool unused = false;  // --no-pivot, --no-new-keyring
+};
+
+void AddCreateFlags(flags::FlagSet& fs, CreateFlags* f) {
+  fs.String("bundle", &f->bundle, "DIR", "the bundle: config.json and its root");
+  fs.Alias("-b", "bundle");
+  fs.String("pid-file", &f->pid_file, "FILE", "where the init proxy's pid goes");
+  fs.String("console-socket", &f->console_socket, "PATH",
+            "unix socket that gets the pty master (process.terminal)");
+  fs.Bool("no-pivot", &f->unused, "accepted (the Sentry's root is its own)");
+  fs.Bool("no-new-keyring", &f->unused, "accepted (no host keyring is reachable)");
+  fs.Int("preserve-fds", &f->preserve_fds, "extra fds for the container (only 0)");
+}
+
 int CmdCreate(const std::vector<std::string>& argv_in) {
   flags::FlagSet fs("sandboxd-oci create", "[FLAGS] ID");
-  std::string bundle = ".", pid_file, console_socket;
-  bool no_pivot = false, no_new_keyring = false, detach = false;
-  int preserve_fds = 0;
-  fs.String("bundle", &bundle, "DIR", "the bundle: config.json and its root");
-  fs.Alias("-b", "bundle");
-  fs.String("pid-file", &pid_file, "FILE", "where the init proxy's pid goes");
-  fs.String("console-socket", &console_socket, "PATH",
-            "unix socket that gets the pty master (process.terminal)");
-  fs.Bool("no-pivot", &no_pivot, "accepted (the Sentry's root is its own)");
-  fs.Bool("no-new-keyring", &no_new_keyring, "accepted (no host keyring is reachable)");
+  CreateFlags cf;
+  AddCreateFlags(fs, &cf);
+  bool detach = false;
   fs.Bool("detach", &detach, "accepted (create always detaches)");
   fs.Alias("-d", "detach");
-  fs.Int("preserve-fds", &preserve_fds, "extra fds for the container (only 0)");
   std::vector<std::string> args = fs.ParseOrExit(argv_in, 1);
+  std::string& bundle = cf.bundle;
+  const std::string& pid_file = cf.pid_file;
+  const std::string& console_socket = cf.console_socket;
+  const int preserve_fds = cf.preserve_fds;
   const std::string id = OneId(args, "create");
   if (preserve_fds != 0) {
     Fail(absl::InvalidArgumentError("--preserve-fds: only 0 is supported"));
@@ -463,6 +479,18 @@ ContainerState Load(const std::string& id) {
   return *std::move(st);
 }
 
+// A container that runs or is paused (else exits with runc's error), and
+// which of the two in `status`.
+ContainerState LoadLive(const std::string& id, Status* status) {
+  ContainerState st = Load(id);
+  *status = CurrentStatus(g.root, st);
+  if (*status != Status::kRunning && *status != Status::kPaused) {
+    Fail(absl::FailedPreconditionError(
+        absl::StrCat("container ", id, " is not running (", StatusName(*status), ")")));
+  }
+  return st;
+}
+
 int CmdStart(const std::vector<std::string>& argv_in) {
   flags::FlagSet fs("sandboxd-oci start", "ID");
   const std::string id = OneId(fs.ParseOrExit(argv_in, 1), "start");
@@ -532,26 +560,20 @@ int CmdDelete(const std::vector<std::string>& argv_in);
 // container's status and deletes it unless --keep, as runc run.
 int CmdRun(const std::vector<std::string>& argv_in) {
   flags::FlagSet fs("sandboxd-oci run", "[FLAGS] ID");
-  std::string bundle = ".", pid_file, console_socket;
-  bool detach = false, keep = false, unused = false;
-  int preserve_fds = 0;
-  fs.String("bundle", &bundle, "DIR", "the bundle: config.json and its root");
-  fs.Alias("-b", "bundle");
-  fs.String("pid-file", &pid_file, "FILE", "where the init proxy's pid goes");
-  fs.String("console-socket", &console_socket, "PATH",
-            "unix socket that gets the pty master (process.terminal)");
+  CreateFlags cf;
+  AddCreateFlags(fs, &cf);
+  bool detach = false, keep = false;
   fs.Bool("detach", &detach, "return once the container runs");
   fs.Alias("-d", "detach");
   fs.Bool("keep", &keep, "keep the container's state after it exits");
-  fs.Bool("no-subreaper", &unused, "accepted");
-  fs.Bool("no-pivot", &unused, "accepted (the Sentry's root is its own)");
-  fs.Bool("no-new-keyring", &unused, "accepted (no host keyring is reachable)");
-  fs.Int("preserve-fds", &preserve_fds, "extra fds for the container (only 0)");
+  fs.Bool("no-subreaper", &cf.unused, "accepted");
   const std::string id = OneId(fs.ParseOrExit(argv_in, 1), "run");
-  std::vector<std::string> create = {absl::StrCat("--bundle=", bundle),
-                                     absl::StrCat("--preserve-fds=", preserve_fds)};
-  if (!pid_file.empty()) create.push_back(absl::StrCat("--pid-file=", pid_file));
-  if (!console_socket.empty()) create.push_back(absl::StrCat("--console-socket=", console_socket));
+  std::vector<std::string> create = {absl::StrCat("--bundle=", cf.bundle),
+                                     absl::StrCat("--preserve-fds=", cf.preserve_fds)};
+  if (!cf.pid_file.empty()) create.push_back(absl::StrCat("--pid-file=", cf.pid_file));
+  if (!cf.console_socket.empty()) {
+    create.push_back(absl::StrCat("--console-socket=", cf.console_socket));
+  }
   create.push_back(id);
   // Blocked before the init proxy is forked (it unblocks what it takes),
   // so that none is lost between start and the wait below.
@@ -753,12 +775,8 @@ int CmdCheckpoint(const std::vector<std::string>& argv_in) {
     Fail(absl::InvalidArgumentError("--parent-path: incremental images are not supported"));
   }
   if (image.empty()) Fail(absl::InvalidArgumentError("checkpoint needs --image-path"));
-  ContainerState st = Load(id);
-  const Status status = CurrentStatus(g.root, st);
-  if (status != Status::kRunning && status != Status::kPaused) {
-    Fail(absl::FailedPreconditionError(
-        absl::StrCat("container ", id, " is not running (", StatusName(status), ")")));
-  }
+  Status status;
+  ContainerState st = LoadLive(id, &status);
   if (!st.sandboxd_socket.empty()) {
     Fail(absl::UnimplementedError("checkpoint: not with sandboxd (--sandboxd-socket)"));
   }
@@ -1020,12 +1038,8 @@ int CmdUpdate(const std::vector<std::string>& argv_in) {
     if (period == 0) Fail(absl::InvalidArgumentError("--cpu-period: 0"));
     if (quota > 0) want.cpus = (quota + period - 1) / period;
   }
-  ContainerState st = Load(id);
-  const Status status = CurrentStatus(g.root, st);
-  if (status != Status::kRunning && status != Status::kPaused) {
-    Fail(absl::FailedPreconditionError(
-        absl::StrCat("container ", id, " is not running (", StatusName(status), ")")));
-  }
+  Status status;
+  ContainerState st = LoadLive(id, &status);
   if (!st.sandboxd_socket.empty()) {
     Fail(absl::UnimplementedError(
         "update: not with sandboxd (--sandboxd-socket): its API has no call that "

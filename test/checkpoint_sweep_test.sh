@@ -18,7 +18,8 @@
 #
 # Knobs: SBX_SWEEP_VARIANTS (default "glibc"; "glibc musl glibc_pie" for
 # the full sweep), SBX_SWEEP_PROGRAMS (names, default all), SBX_SWEEP_MAX_MS
-# (the latest point, default 300), SBX_SWEEP_SEED.
+# (the latest point, default 300), SBX_SWEEP_SEED, SBX_SWEEP_AT_MS (every
+# program's point, in ms, instead of drawn ones: to repeat a finding).
 # Exits 77 (CTest: skipped) when SENTRY or the programs are not built.
 set -u
 # shellcheck source=test/lib.sh
@@ -132,6 +133,7 @@ for v in $VARIANTS; do
     native_status=$status
     at=""
     ms=$((1 + RANDOM % MAX_MS))
+    [ -n "${SBX_SWEEP_AT_MS:-}" ] && ms=$SBX_SWEEP_AT_MS
     for try in 1 2 3; do
       rm -rf "$d/img"
       rm -f "$d/rest.out" "$d/rest.err"

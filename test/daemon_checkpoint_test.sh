@@ -75,16 +75,6 @@ until_gt() {
   done
   return 1
 }
-# until_true SECS COMMAND...: polls COMMAND every 0.1 s for SECS.
-until_true() {
-  local secs=$1 _
-  shift
-  for _ in $(seq 1 $((secs * 10))); do
-    "$@" && return 0
-    sleep 0.1
-  done
-  return 1
-}
 # consecutive ID: its output is 0.. or K.. counting by one, nothing else.
 consecutive() {
   "$SANDBOXCTL" --socket="$SOCK" logs "$1" 2>/dev/null |

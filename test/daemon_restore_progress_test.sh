@@ -50,16 +50,6 @@ scrape() { curl -s "http://$metrics/metrics" >"$tmp/metrics"; }
 value() {
   awk -v s="$1" '$1 == s { v = $2 } END { print (v == "" ? 0 : v) }' "$tmp/metrics"
 }
-# until_true SECS COMMAND...: polls COMMAND every 0.1 s for SECS.
-until_true() {
-  local secs=$1 _
-  shift
-  for _ in $(seq 1 $((secs * 10))); do
-    "$@" && return 0
-    sleep 0.1
-  done
-  return 1
-}
 is_state() { [ "$(state "$1")" = "$2" ]; }
 # checkpoint ARGS...: tried again while a task is a vfork child (sh's).
 checkpoint() {

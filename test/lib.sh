@@ -186,3 +186,13 @@ lines() { wc -l <"$1" | tr -d ' '; }
 contains() { grep -q -- "$2" "$1"; }
 not_contains() { ! grep -q -- "$2" "$1"; }
 not_contains_word() { ! grep -qwE -- "$2" "$1"; }
+# until_true SECS COMMAND...: polls COMMAND every 0.1 s for SECS.
+until_true() {
+  local secs=$1 _
+  shift
+  for _ in $(seq 1 $((secs * 10))); do
+    "$@" && return 0
+    sleep 0.1
+  done
+  return 1
+}

@@ -67,15 +67,6 @@ sentry_of() {
     tr -d '\n ' | sed -n 's/.*"sentry_pids":\[\([0-9]*\).*/\1/p'
 }
 gone() { ! kill -0 "$1" 2>/dev/null; }
-# until_true SECONDS CMD...: CMD succeeds within SECONDS.
-until_true() {
-  local end=$((SECONDS + $1))
-  shift
-  while ! "$@"; do
-    [ "$SECONDS" -ge "$end" ] && return 1
-    sleep 0.1
-  done
-}
 
 # --- exec inherits env and cwd --------------------------------------------
 ctl run -d --name=envbox -e FOO=spec -e BAR=keep -e PATH=/custom:/usr/bin:/bin -w /tmp \

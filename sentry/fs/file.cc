@@ -250,6 +250,7 @@ InodeFile::InodeFile(std::shared_ptr<Inode> inode, int flags)
 
 InodeFile::~InodeFile() {
   ReleaseDescriptionLocks(inode_.get(), this);
+  if (inode_ != nullptr && !(flags_ & O_PATH)) inode_->DescriptionClosed();
   if (!(flags_ & O_PATH) && inotify::Active()) {
     int acc = flags_ & O_ACCMODE;
     bool wrote = acc == O_WRONLY || acc == O_RDWR;

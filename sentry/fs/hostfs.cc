@@ -82,6 +82,11 @@ class HostPageCache final : public PageCache {
 
  private:
   int WritebackLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Calls f(cached bytes, their offset from `off`, length) for each
+  // cached piece of [off, end).
+  template <typename F>
+  void ForEachCachedLocked(uint64_t off, uint64_t end, F f)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeAll();
 
   HostInode* const inode_;
@@ -549,6 +554,11 @@ class HostInode : public Inode {
     return fsync(fd) < 0 ? -errno : 0;
   }
 
+  // close() writes what shared mappings wrote back to the host too.
+  void DescriptionClosed() override {
+    if (HostPageCache* c = page_cache()) c->Writeback();
+  }
+
   int Readlink(std::string* target) override {
     if (type_ != S_IFLNK) return -EINVAL;
     // readlinkat with "" reads the link the O_PATH|O_NOFOLLOW fd refers to.
@@ -962,42 +972,37 @@ int HostPageCache::WritebackLocked() {
   return err;
 }
 
-void HostPageCache::OverlayRead(void* buf, uint64_t n, uint64_t off) {
-  absl::MutexLock l(&mu_);
-  if (pages_.empty() || n == 0) return;
-  for (auto it = pages_.lower_bound(off / mm::kPageSize);
-       it != pages_.end() && it->first * mm::kPageSize < off + n; ++it) {
-    const uint64_t page_start = it->first * mm::kPageSize;
-    const uint64_t from = std::max(off, page_start);
-    const uint64_t to = std::min(off + n, page_start + mm::kPageSize);
-    std::memcpy(static_cast<uint8_t*>(buf) + (from - off),
-                mf_->Internal(it->second) + (from - page_start), to - from);
-  }
-}
-
-void HostPageCache::CopyWritten(const void* buf, uint64_t n, uint64_t off) {
-  absl::MutexLock l(&mu_);
-  if (pages_.empty() || n == 0) return;
-  for (auto it = pages_.lower_bound(off / mm::kPageSize);
-       it != pages_.end() && it->first * mm::kPageSize < off + n; ++it) {
-    const uint64_t page_start = it->first * mm::kPageSize;
-    const uint64_t from = std::max(off, page_start);
-    const uint64_t to = std::min(off + n, page_start + mm::kPageSize);
-    std::memcpy(mf_->Internal(it->second) + (from - page_start),
-                static_cast<const uint8_t*>(buf) + (from - off), to - from);
-  }
-}
-
-void HostPageCache::Zero(uint64_t off, uint64_t len) {
-  absl::MutexLock l(&mu_);
-  const uint64_t end = len > UINT64_MAX - off ? UINT64_MAX : off + len;
+template <typename F>
+void HostPageCache::ForEachCachedLocked(uint64_t off, uint64_t end, F f) {
   for (auto it = pages_.lower_bound(off / mm::kPageSize);
        it != pages_.end() && it->first * mm::kPageSize < end; ++it) {
     const uint64_t page_start = it->first * mm::kPageSize;
     const uint64_t from = std::max(off, page_start);
     const uint64_t to = std::min(end, page_start + mm::kPageSize);
-    std::memset(mf_->Internal(it->second) + (from - page_start), 0, to - from);
+    f(mf_->Internal(it->second) + (from - page_start), from - off, to - from);
   }
+}
+
+void HostPageCache::OverlayRead(void* buf, uint64_t n, uint64_t off) {
+  absl::MutexLock l(&mu_);
+  ForEachCachedLocked(off, off + n, [&](uint8_t* page, uint64_t at, uint64_t len) {
+    std::memcpy(static_cast<uint8_t*>(buf) + at, page, len);
+  });
+}
+
+void HostPageCache::CopyWritten(const void* buf, uint64_t n, uint64_t off) {
+  absl::MutexLock l(&mu_);
+  ForEachCachedLocked(off, off + n, [&](uint8_t* page, uint64_t at, uint64_t len) {
+    std::memcpy(page, static_cast<const uint8_t*>(buf) + at, len);
+  });
+}
+
+void HostPageCache::Zero(uint64_t off, uint64_t len) {
+  absl::MutexLock l(&mu_);
+  const uint64_t end = len > UINT64_MAX - off ? UINT64_MAX : off + len;
+  ForEachCachedLocked(off, end, [](uint8_t* page, uint64_t, uint64_t n) {
+    std::memset(page, 0, n);
+  });
 }
 
 }  // namespace

@@ -77,8 +77,8 @@ bool PathOf(Inode& inode, std::string* label, std::string* path);
 // sandbox maps the same page. read() and write() of the file go to the
 // host and see (and update) these pages; they are written back to the
 // host (up to its current size: mappings never grow a file) by Writeback
-// (msync, fsync, a checkpoint) and at the end of each mapping (munmap,
-// exit), and freed when the last mapping ends. One per inode.
+// (msync, fsync, close, a checkpoint) and at the end of each mapping
+// (munmap, exit), and freed when the last mapping ends. One per inode.
 class PageCache {
  public:
   virtual ~PageCache() = default;

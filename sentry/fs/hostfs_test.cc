@@ -15,8 +15,10 @@
 #include <thread>
 #include <vector>
 
+#include <cstring>
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "sentry/mm/memory_file.h"
 
 namespace sandboxd::fs::hostfs {
 namespace {
@@ -848,6 +850,60 @@ TEST_F(WritableHostFsTest, SingleFileMount) {
   // Neither a directory nor a regular file: refused.
   UniqueFd fifo(open(Host("fifo").c_str(), O_PATH | O_CLOEXEC));
   EXPECT_FALSE(NewMountRoot(std::move(fifo), kDev + 4, o).ok());
+}
+
+
+// The page cache of shared mappings: pages read from the host, seen by
+// read() and updated by write(), written back (up to the file's size) by
+// Writeback and at a mapping's end, zeroed by truncate; only for regular
+// files of a writable mount.
+TEST_F(WritableHostFsTest, PageCacheOfSharedMappings) {
+  auto mf = mm::MemoryFile::Create(1ull << 26);
+  ASSERT_TRUE(mf.ok()) << mf.status();
+  EXPECT_EQ(SharedPageCache(*mnt_, mf->get()), nullptr);  // a directory
+  auto ro = Mount("mnt", /*writable=*/false, "/ro");
+  auto ro_file = MustLookup(*ro, "file");
+  EXPECT_EQ(SharedPageCache(*ro_file, mf->get()), nullptr);
+
+  auto file = MustLookup(*mnt_, "file");
+  auto cache = SharedPageCache(*file, mf->get());
+  ASSERT_NE(cache, nullptr);
+  EXPECT_EQ(SharedPageCache(*file, mf->get()), cache);  // one per inode
+  cache->BeginMapping(/*may_write=*/true);
+  uint64_t off = 0;
+  ASSERT_EQ(cache->GetPage(0, &off), 0);
+  uint8_t* page = (*mf)->Internal(off);
+  EXPECT_EQ(std::string(reinterpret_cast<char*>(page), 13), "hello, world\n");
+  EXPECT_EQ(page[13], 0);  // past EOF: zeros
+
+  // A "mapped" write: read() sees it, the host not yet.
+  std::memcpy(page, "HELLO", 5);
+  EXPECT_EQ(ReadAll(*file), "HELLO, world\n");
+  EXPECT_EQ(HostContents("mnt/file"), "hello, world\n");
+  // write() updates the cached page.
+  ASSERT_EQ(file->Write("WORLD", 5, 7), 5);
+  EXPECT_EQ(std::string(reinterpret_cast<char*>(page) + 7, 5), "WORLD");
+  // Written back up to the file's size, never growing it.
+  page[20] = 'x';
+  EXPECT_EQ(cache->Writeback(), 0);
+  EXPECT_EQ(HostContents("mnt/file"), "HELLO, WORLD\n");
+  // Truncate zeroes the cut bytes in the cache.
+  SetAttrRequest cut;
+  cut.set_size = true;
+  cut.size = 5;
+  ASSERT_EQ(file->SetAttr(cut), 0);
+  EXPECT_EQ(page[5], 0);
+  EXPECT_EQ(page[20], 0);
+  page[1] = 'e';
+  {
+    std::shared_ptr<File> f;  // closing a description writes back
+    ASSERT_EQ(file->Open(O_RDWR, &f), 0);
+  }
+  EXPECT_EQ(HostContents("mnt/file"), "HeLLO");
+  page[2] = 'l';
+  cache->EndMapping();  // the last mapping: written back, pages freed
+  EXPECT_EQ(HostContents("mnt/file"), "HelLO");
+  EXPECT_EQ(ReadAll(*file), "HelLO");
 }
 
 }  // namespace

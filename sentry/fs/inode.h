@@ -145,6 +145,9 @@ class Inode : public std::enable_shared_from_this<Inode> {
     return -EOPNOTSUPP;
   }
   virtual int Sync() { return 0; }
+  // An open description of this inode (not O_PATH) was closed for the
+  // last time (InodeFile's end).
+  virtual void DescriptionClosed() {}
 
   // Opens a description of this inode. The VFS has checked access and
   // O_DIRECTORY/O_NOFOLLOW; the default (regular files, directories,

@@ -355,7 +355,9 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
   // between calls or inside a wait that parks); syscall_deadline_, or
   // syscall_cpu_clock_ and syscall_cpu_target_, are saved as the time
   // left (syscall_timeout_left_ns), resume_moved_ as
-  // syscall_resume_moved, and both rips are the loaded rip.
+  // syscall_resume_moved, and both rips are the loaded rip. host_waiting_
+  // and wake_fd_ are the Sentry's own (a host wait in progress and its
+  // eventfd, made again on first use), as interrupt_fd_ is.
   SBX_SAVED_SIZE(kernel::Task, 14912);
   SBX_SAVED_SIZE(kernel::Task::PendingInfo, 152);
   SBX_SAVED_SIZE(kernel::RestartBlock, 24);

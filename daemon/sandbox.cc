@@ -811,7 +811,7 @@ absl::Status Sandbox::ResizeTerminal(int pid, uint32_t rows, uint32_t cols) {
     absl::MutexLock l(&mu_);
     if (state_ != v1::SANDBOX_STATE_RUNNING || destroyed_) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "sandbox ", id_, " is ", v1::SandboxState_Name(state_), ", not RUNNING"));
+          "sandbox ", id_, " is ", StateWord(state_), ", not running"));
     }
   }
   control::Request req;

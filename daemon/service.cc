@@ -13,8 +13,10 @@
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/synchronization/notification.h"
 #include "base/status_macros.h"
@@ -306,8 +308,9 @@ absl::Status Service::CreateSandbox(
   }
   if (spec.ports_size() > 0 && spec.network() != v1::NETWORK_MODE_SANDBOX) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "spec.ports: publishing needs NETWORK_MODE_SANDBOX, not ",
-        v1::NetworkMode_Name(spec.network())));
+        "spec.ports: publishing needs the sandbox network mode, not ",
+        absl::AsciiStrToLower(
+            absl::StripPrefix(v1::NetworkMode_Name(spec.network()), "NETWORK_MODE_"))));
   }
   const sandbox_net::Ports ports(spec.ports().begin(), spec.ports().end());
   RETURN_IF_ERROR(Annotate(sandbox_net::CheckPortsFree(ports), "spec.ports"));

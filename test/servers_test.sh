@@ -182,7 +182,7 @@ check "a host port in use: exit 125" eq "$status" 125
 check "... says which and why" contains "$tmp/err" "127.0.0.1:18080:80/tcp: port 18080 on 127.0.0.1 is already in use"
 ctl run --rm --network=none -p 18085:80 -- /bin/true
 check "-p with --network=none: exit 125" eq "$status" 125
-check "... names the field" contains "$tmp/err" "spec.ports: publishing needs NETWORK_MODE_SANDBOX"
+check "... names the field" contains "$tmp/err" "spec.ports: publishing needs the sandbox network mode, not none"
 ctl run --rm -p 70000:80 -- /bin/true
 check "-p 70000:80: a usage error" eq "$status" 125
 

@@ -253,6 +253,16 @@ absl::Status Client::Signal(const std::string& id, int signal, bool all, int pid
   return Convert(stub_->Signal(&ctx, req, &resp));
 }
 
+absl::StatusOr<v1::Limits> Client::Update(const std::string& id, const v1::Limits& limits) {
+  grpc::ClientContext ctx;
+  v1::UpdateRequest req;
+  req.set_id(id);
+  *req.mutable_limits() = limits;
+  v1::UpdateResponse resp;
+  RETURN_IF_ERROR(Convert(stub_->Update(&ctx, req, &resp)));
+  return resp.limits();
+}
+
 absl::StatusOr<v1::ExitStatus> Client::Destroy(const std::string& id) {
   grpc::ClientContext ctx;
   v1::DestroyRequest req;

@@ -806,6 +806,40 @@ absl::Status Sandbox::Signal(int signal, bool all, int pid) {
   return r.status();
 }
 
+absl::StatusOr<v1::Limits> Sandbox::Update(const v1::Limits& limits) {
+  v1::Limits merged;
+  {
+    absl::MutexLock l(&mu_);
+    if (state_ != v1::SANDBOX_STATE_RUNNING || destroyed_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sandbox ", id_, " is ", StateWord(state_), ", not running"));
+    }
+    merged = spec_.limits();
+  }
+  if (limits.memory_bytes()) merged.set_memory_bytes(limits.memory_bytes());
+  if (limits.cpu_millis()) merged.set_cpu_millis(limits.cpu_millis());
+  if (limits.pids()) merged.set_pids(limits.pids());
+  control::Request req;
+  *req.mutable_update()->mutable_limits() = limits;
+  RETURN_IF_ERROR(
+      Annotate(sentry_->process().Call(req, {}, kCallTimeout).status(), "update: the Sentry"));
+  if (Cgroup* cg = sentry_->cgroup()) {
+    CgroupLimits cl;
+    cl.memory_bytes = merged.memory_bytes();
+    cl.cpu_millis = merged.cpu_millis();
+    cl.pids = HostPidsFor(merged.pids());
+    RETURN_IF_ERROR(Annotate(cg->SetLimits(cl), "update: the sandbox's cgroup"));
+  }
+  {
+    // spec_'s other fields are read without mu_ (they never change);
+    // its limits change only here, under mu_.
+    absl::MutexLock l(&mu_);
+    *spec_.mutable_limits() = merged;
+  }
+  SaveRecord();
+  return merged;
+}
+
 absl::Status Sandbox::ResizeTerminal(int pid, uint32_t rows, uint32_t cols) {
   {
     absl::MutexLock l(&mu_);

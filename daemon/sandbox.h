@@ -180,6 +180,12 @@ class Sandbox {
   // To init, to process `pid` of the sandbox (when not 0), or to all.
   absl::Status Signal(int signal, bool all, int pid = 0);
 
+  // Changes the RUNNING sandbox's limits (a 0 field keeps its limit): the
+  // Sentry's (control.proto Update, which refuses a memory limit below
+  // what the application uses), then its cgroup's, as Create sets them;
+  // spec.limits (Info, the record) says the new ones. Returns them.
+  absl::StatusOr<v1::Limits> Update(const v1::Limits& limits);
+
   // A terminal's new size, for process `pid` (1: the init): the daemon's
   // pty has it already (ProcessRelay::Resize); the process's terminal is a
   // pts of the sandbox's devpts, which only the Sentry can size

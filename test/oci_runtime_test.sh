@@ -4,8 +4,9 @@
 # With SANDBOXD the suite starts one (private socket and state) and runs
 # every case with SANDBOXD_OCI_SOCKET naming it: the sandboxes then come
 # from its warm pool (client/oci/daemon_proxy.h); process.rlimits is then
-# only logged, so that case is left out, and pause, checkpoint, update and
-# a network namespace path must be errors that name sandboxd or the field.
+# only logged, so that case is left out; update goes through sandboxd's
+# Update; pause, checkpoint and a network namespace path must be errors
+# that name sandboxd or the field.
 #
 # sandboxd-oci driven exactly as containerd's runc shim drives a runtime
 # (test/oci/shim.py: a child subreaper that runs create with stdio pipes
@@ -32,7 +33,7 @@
 # and of sandboxd-oci alone: events --stats (runc's keys, the sandbox's
 # numbers) and events --interval; update of memory, pids and CPU quota
 # seen inside (/proc/meminfo, fork's EAGAIN, nproc) and in events, its
-# refusals (not with sandboxd: an error); run's signal forwarding and
+# refusals (also through sandboxd); run's signal forwarding and
 # --detach; state's JSON, ps --format=json, pause and
 # resume, checkpoint (--leave-running, and not) and restore of a counter
 # that runs on from where it was (these not with sandboxd), the errors
@@ -387,32 +388,33 @@ capture 10 timeout 3 "$OCI" "${R[@]}" events --interval 1s long
 check "events: a stats event every --interval while it runs" eval \
   '[ "$(grep -c "\"type\":\"stats\"" "$tmp/out")" -ge 2 ]'
 
-# update: the running sandbox's limits.
+# update: the running sandbox's limits (with sandboxd, its Update).
+capture 10 "$OCI" "${R[@]}" update --memory 96m --pids-limit 6 long
+check "update --memory --pids-limit: exit 0" eq "$status" 0
+capture 10 "$OCI" "${R[@]}" events --stats long
+check "update: events shows the new limits" eval \
+  'contains "$tmp/out" "\"limit\":100663296" && contains "$tmp/out" "\"pids\":{\"current\":[0-9]*,\"limit\":6}"'
+capture 30 "$OCI" "${R[@]}" exec long sh -c 'head -1 /proc/meminfo; for i in 1 2 3 4 5 6 7 8; do sleep 3 & done; wait'
+check "update: /proc/meminfo's MemTotal follows, fork beyond the pids limit fails" eval \
+  'contains "$tmp/out" "^MemTotal: *98304 kB" && contains "$tmp/err" "can.t fork"'
+capture 10 sh -c "echo '{\"cpu\":{\"quota\":50000,\"period\":100000},\"pids\":{\"limit\":100}}' |
+  '$OCI' --root '$tmp/root-cmd' update --resources - long"
+check "update --resources - (containerd's shim's way): exit 0" eq "$status" 0
+capture 30 "$OCI" "${R[@]}" exec long nproc
+check "update: a CPU quota of half a CPU shows one CPU" eval '[ "$status" = 0 ] && contains "$tmp/out" "^1$"'
 if [ -z "$DAEMON" ]; then
-  capture 10 "$OCI" "${R[@]}" update --memory 96m --pids-limit 6 long
-  check "update --memory --pids-limit: exit 0" eq "$status" 0
-  capture 10 "$OCI" "${R[@]}" events --stats long
-  check "update: events shows the new limits" eval \
-    'contains "$tmp/out" "\"limit\":100663296" && contains "$tmp/out" "\"pids\":{\"current\":[0-9]*,\"limit\":6}"'
-  capture 30 "$OCI" "${R[@]}" exec long sh -c 'head -1 /proc/meminfo; for i in 1 2 3 4 5 6 7 8; do sleep 3 & done; wait'
-  check "update: /proc/meminfo's MemTotal follows, fork beyond the pids limit fails" eval \
-    'contains "$tmp/out" "^MemTotal: *98304 kB" && contains "$tmp/err" "can.t fork"'
-  capture 10 sh -c "echo '{\"cpu\":{\"quota\":50000,\"period\":100000},\"pids\":{\"limit\":100}}' |
-    '$OCI' --root '$tmp/root-cmd' update --resources - long"
-  check "update --resources - (containerd's shim's way): exit 0" eq "$status" 0
-  capture 30 "$OCI" "${R[@]}" exec long nproc
-  check "update: a CPU quota of half a CPU shows one CPU" eval '[ "$status" = 0 ] && contains "$tmp/out" "^1$"'
   capture 10 "$OCI" "${R[@]}" update --memory 1m long
   check "update: a memory limit below what the sandbox uses is refused" eval \
     '[ "$status" = 1 ] && contains "$tmp/err" "memory limit 1048576"'
-  capture 10 "$OCI" "${R[@]}" update --cpuset-cpus 0 long
-  check "update: cpusets are refused, naming the flag" eval \
-    '[ "$status" = 1 ] && contains "$tmp/err" "cpuset-cpus"'
 else
-  capture 10 "$OCI" "${R[@]}" update --memory 96m long
-  check "update with sandboxd: an error naming it" eval \
-    '[ "$status" = 1 ] && contains "$tmp/err" "not with sandboxd"'
+  # sandboxd's range (its memory limit covers the Sentry too) comes first.
+  capture 10 "$OCI" "${R[@]}" update --memory 1m long
+  check "update with sandboxd: a memory limit outside its range is refused, naming the field" eval \
+    '[ "$status" = 1 ] && contains "$tmp/err" "limits.memory_bytes"'
 fi
+capture 10 "$OCI" "${R[@]}" update --cpuset-cpus 0 long
+check "update: cpusets are refused, naming the flag" eval \
+  '[ "$status" = 1 ] && contains "$tmp/err" "cpuset-cpus"'
 capture 10 "$OCI" "${R[@]}" list --format=json
 check "list --format=json" contains "$tmp/out" '"id": "long"'
 capture 10 "$OCI" "${R[@]}" delete long

@@ -210,6 +210,13 @@ absl::Status DaemonSignal(const std::string& socket, const std::string& id, int 
   return (*c)->Signal(id, sig, all);
 }
 
+absl::Status DaemonUpdate(const std::string& socket, const std::string& id,
+                          const v1::Limits& limits) {
+  absl::StatusOr<std::unique_ptr<client::Client>> c = Connect(socket);
+  if (!c.ok()) return c.status();
+  return (*c)->Update(id, limits).status();
+}
+
 absl::Status DaemonDestroy(const std::string& socket, const std::string& id) {
   absl::StatusOr<std::unique_ptr<client::Client>> c = Connect(socket);
   if (!c.ok()) return c.status();

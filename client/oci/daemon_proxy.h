@@ -43,6 +43,9 @@ struct DaemonProxyOptions {
 // Signal, or with `all` every process of the sandbox.
 absl::Status DaemonSignal(const std::string& socket, const std::string& id, int sig,
                           bool all);
+// Update: sandbox `id`'s limits (0 fields keep theirs).
+absl::Status DaemonUpdate(const std::string& socket, const std::string& id,
+                          const v1::Limits& limits);
 // Sandbox `id` as the daemon describes it (its usage, its limits).
 absl::StatusOr<v1::SandboxInfo> DaemonGet(const std::string& socket, const std::string& id);
 // Destroys sandbox `id` (delete --force); NOT_FOUND when it is gone.

@@ -969,7 +969,9 @@ int CmdEvents(const std::vector<std::string>& argv_in) {
 // linux.resources object, "-" for stdin, as containerd's shim and podman
 // pass it) and the flags, which win. What the Sentry enforces itself
 // changes: memory (its memory file's limit), CPUs (a quota rounded up to
-// whole CPUs, what the sandbox sees), pids (fork's EAGAIN). Serve backend.
+// whole CPUs, what the sandbox sees), pids (fork's EAGAIN). The serve
+// backend asks the init proxy's Sentry; the daemon backend asks sandboxd
+// (Update), which sets the sandbox's cgroup too.
 int CmdUpdate(const std::vector<std::string>& argv_in) {
   flags::FlagSet fs("sandboxd-oci update", "[--resources=FILE] [FLAGS] ID");
   std::string resources, memory, cpu_quota, cpu_period, pids_limit, unused;
@@ -1040,23 +1042,27 @@ int CmdUpdate(const std::vector<std::string>& argv_in) {
   }
   Status status;
   ContainerState st = LoadLive(id, &status);
-  if (!st.sandboxd_socket.empty()) {
-    Fail(absl::UnimplementedError(
-        "update: not with sandboxd (--sandboxd-socket): its API has no call that "
-        "changes a running sandbox's limits"));
-  }
-  if (!MakeBackend()->Serves()) {
+  if (st.sandboxd_socket.empty() && !MakeBackend()->Serves()) {
     Fail(absl::UnimplementedError("update: not with --backend=run"));
   }
   if (want.memory_bytes == 0 && want.cpus == 0 && want.pids == 0) return 0;
+  v1::Limits lim;
+  lim.set_memory_bytes(want.memory_bytes);
+  lim.set_cpu_millis(want.cpus * 1000);
+  lim.set_pids(want.pids);
+  if (!st.sandboxd_socket.empty()) {
+    // The daemon's Update: the Sentry's limits and the sandbox's cgroup.
+    if (absl::Status s = DaemonUpdate(st.sandboxd_socket, id, lim); !s.ok()) {
+      Fail(Annotate(s, "update"));
+    }
+    LogLine("info", absl::StrCat("updated ", id));
+    return 0;
+  }
   absl::StatusOr<UniqueFd> c = ConnectProxy(g.root, id);
   if (!c.ok()) Fail(c.status());
   control::Request req;
   req.set_id(1);
-  v1::Limits* lim = req.mutable_update()->mutable_limits();
-  lim->set_memory_bytes(want.memory_bytes);
-  lim->set_cpu_millis(want.cpus * 1000);
-  lim->set_pids(want.pids);
+  *req.mutable_update()->mutable_limits() = lim;
   absl::StatusOr<control::Response> r = ProxyCall(c->get(), req);
   if (!r.ok()) Fail(Annotate(r.status(), "update"));
   LogLine("info", absl::StrCat("updated ", id));

@@ -675,6 +675,22 @@ grpc::Status Service::Update(grpc::ServerContext* ctx, const v1::UpdateRequest* 
   return grpc::Status::OK;
 }
 
+grpc::Status Service::Pause(grpc::ServerContext* ctx, const v1::PauseRequest* req,
+                            v1::PauseResponse*) {
+  if (grpc::Status a = CheckCall(*ctx); !a.ok()) return a;
+  absl::StatusOr<std::shared_ptr<Sandbox>> s = Find(req->id());
+  if (!s.ok()) return ToGrpc(s.status());
+  return ToGrpc((*s)->Pause());
+}
+
+grpc::Status Service::Resume(grpc::ServerContext* ctx, const v1::ResumeRequest* req,
+                             v1::ResumeResponse*) {
+  if (grpc::Status a = CheckCall(*ctx); !a.ok()) return a;
+  absl::StatusOr<std::shared_ptr<Sandbox>> s = Find(req->id());
+  if (!s.ok()) return ToGrpc(s.status());
+  return ToGrpc((*s)->Resume());
+}
+
 grpc::Status Service::Checkpoint(grpc::ServerContext* ctx, const v1::CheckpointRequest* req,
                                  v1::CheckpointResponse* resp) {
   if (grpc::Status a = CheckCall(*ctx); !a.ok()) return a;

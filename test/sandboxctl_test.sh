@@ -11,6 +11,9 @@
 #   - create / start / wait / logs / ps (--json) / inspect / exec / kill / rm
 #   - update --memory --pids-limit of a running sandbox: inspect, MemTotal,
 #     fork's EAGAIN; its refusals (below the usage, unknown id, stopped)
+#   - pause / unpause: the Sentry stopped on the host (T), PAUSED in
+#     inspect and ps, exec refused meanwhile, the program running on after;
+#     kill -s KILL and rm -f of a paused sandbox
 #   - --systrap-patch=on|off: a Sentry started with it (pool miss), patching
 # Exits 77 (CTest: skipped) until the binaries exist.
 set -u
@@ -217,6 +220,45 @@ check "update of a stopped sandbox: refused, saying so" eval \
   '[ "$status" = 125 ] && contains "$tmp/err" "not running"'
 ctl rm -f svc
 check "rm -f: exit 0" eq "$status" 0
+
+# pause / unpause: every host process of the sandbox stopped, then on.
+ctl run -d --name=ctr -- /bin/sh -c 'while :; do echo x >>/tmp/n; sleep 0.1; done'
+ctl pause ctr
+check "pause: exit 0, the id" eval '[ "$status" = 0 ] && [ "$(cat "$tmp/out")" = ctr ]'
+ctl inspect ctr
+sentry_pid=$($PY -c 'import json,sys; print(json.load(sys.stdin)["sentry_pids"][0])' <"$tmp/out")
+check "pause: inspect says PAUSED" contains "$tmp/out" '"state": "SANDBOX_STATE_PAUSED"'
+check "pause: the Sentry is stopped on the host" eval \
+  '[ "$(awk "{print \$3}" /proc/$sentry_pid/stat)" = T ]'
+ctl ps
+check "pause: ps (without -a) lists it as paused" contains "$tmp/out" "^ctr  *paused"
+ctl exec ctr -- /bin/true
+check "exec while paused: refused, saying so" eval '[ "$status" = 125 ] && contains "$tmp/err" "paused"'
+ctl pause ctr
+check "pause of a paused sandbox: refused" eval '[ "$status" = 125 ] && contains "$tmp/err" "not running"'
+ctl unpause ctr
+check "unpause: exit 0, the id" eval '[ "$status" = 0 ] && [ "$(cat "$tmp/out")" = ctr ]'
+check "unpause: the Sentry runs on" eval '[ "$(awk "{print \$3}" /proc/$sentry_pid/stat)" != T ]'
+ctl exec ctr -- /bin/sh -c 'wc -l </tmp/n'
+n1=$(cat "$tmp/out")
+sleep 1
+ctl exec ctr -- /bin/sh -c 'wc -l </tmp/n'
+check "unpause: the program runs on" eval '[ "$(cat "$tmp/out")" -gt "$n1" ]'
+ctl unpause ctr
+check "unpause of a running sandbox: refused" eval '[ "$status" = 125 ] && contains "$tmp/err" "not paused"'
+ctl pause ctr
+ctl kill -s KILL ctr
+check "kill -s KILL of a paused sandbox: exit 0" eq "$status" 0
+ctl wait ctr
+check "wait after kill -s KILL of a paused sandbox: 137" eq "$status" 137
+ctl rm ctr
+ctl run -d --name=ctr -- /bin/sleep 600
+ctl pause ctr
+ctl rm -f ctr
+check "rm -f of a paused sandbox: exit 0" eq "$status" 0
+ctl pause no-such
+check "pause of an unknown sandbox: an error naming it" eval \
+  '[ "$status" = 125 ] && contains "$tmp/err" "no-such"'
 
 # A sandbox whose init blocked its stub thread's host signals (a forged
 # rt_sigreturn from stub code, test/isolation/stub_code.c) and spins:

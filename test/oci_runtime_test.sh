@@ -4,9 +4,9 @@
 # With SANDBOXD the suite starts one (private socket and state) and runs
 # every case with SANDBOXD_OCI_SOCKET naming it: the sandboxes then come
 # from its warm pool (client/oci/daemon_proxy.h); process.rlimits is then
-# only logged, so that case is left out; update goes through sandboxd's
-# Update; pause, checkpoint and a network namespace path must be errors
-# that name sandboxd or the field.
+# only logged, so that case is left out; update, pause and resume go
+# through sandboxd's Update, Pause and Resume; checkpoint and a network
+# namespace path must be errors that name sandboxd or the field.
 #
 # sandboxd-oci driven exactly as containerd's runc shim drives a runtime
 # (test/oci/shim.py: a child subreaper that runs create with stdio pipes
@@ -36,7 +36,7 @@
 # refusals (also through sandboxd); run's signal forwarding and
 # --detach; state's JSON, ps --format=json, pause and
 # resume, checkpoint (--leave-running, and not) and restore of a counter
-# that runs on from where it was (these not with sandboxd), the errors
+# that runs on from where it was (checkpoint and restore not with sandboxd), the errors
 # runc gives (start twice, kill of a stopped container, delete of a
 # running one, an unknown id, an id in use), delete --force, a config
 # field it cannot honour refused naming it (on stderr and in the JSON
@@ -327,26 +327,32 @@ import json, sys
 pids = json.load(open(sys.argv[1]))
 assert pids and pids[0] == int(open(sys.argv[2]).read()), pids
 ' "$tmp/out" "$tmp/long.pid"
+# pause and resume (with sandboxd: its Pause and Resume, the daemon's
+# Sentry of the sandbox stopped; its state PAUSED there too).
+capture 10 "$OCI" "${R[@]}" pause long
+check "pause: exit 0" eq "$status" 0
+capture 10 "$OCI" "${R[@]}" state long
+check "state: paused" contains "$tmp/out" '"status": "paused"'
 if [ -z "$DAEMON" ]; then
-  capture 10 "$OCI" "${R[@]}" pause long
-  check "pause: exit 0" eq "$status" 0
-  capture 10 "$OCI" "${R[@]}" state long
-  check "state: paused" contains "$tmp/out" '"status": "paused"'
   check "pause: the Sentry's processes are stopped" eval \
     'for p in $("$OCI" "${R[@]}" ps --format=json long | tr -d "[]" | tr , " " | cut -d" " -f2-); do
        grep -q "^State:.*T" "/proc/$p/status" || exit 1; done'
-  capture 10 "$OCI" "${R[@]}" exec long true
-  check "exec: refused while paused" eval '[ "$status" = 1 ] && contains "$tmp/err" "not running (paused)"'
-  capture 10 "$OCI" "${R[@]}" resume long
-  check "resume: exit 0, running again" eval \
-    '[ "$status" = 0 ] && "$OCI" "${R[@]}" state long | grep -q "\"status\": \"running\""'
 else
-  # What sandboxd's API has no call for: an error that says so, the
-  # container running on.
-  capture 10 "$OCI" "${R[@]}" pause long
-  check "pause with sandboxd: an error naming it, still running" eval \
-    '[ "$status" = 1 ] && contains "$tmp/err" "pause: not with sandboxd" &&
-     "$OCI" "${R[@]}" state long | grep -q "\"status\": \"running\""'
+  "$SANDBOXCTL" --socket="$tmp/sandboxd.sock" inspect long >"$tmp/inspect" 2>&1
+  check "pause with sandboxd: the daemon's Sentry is stopped, the sandbox PAUSED" eval \
+    'p=$(python3 -c "import json,sys; print(json.load(sys.stdin)[\"sentry_pids\"][0])" <"$tmp/inspect") &&
+     grep -q "^State:.*T" "/proc/$p/status" && contains "$tmp/inspect" SANDBOX_STATE_PAUSED'
+fi
+capture 10 "$OCI" "${R[@]}" exec long true
+check "exec: refused while paused" eval '[ "$status" = 1 ] && contains "$tmp/err" "not running (paused)"'
+capture 10 "$OCI" "${R[@]}" resume long
+check "resume: exit 0, running again" eval \
+  '[ "$status" = 0 ] && "$OCI" "${R[@]}" state long | grep -q "\"status\": \"running\""'
+capture 30 "$OCI" "${R[@]}" exec long true
+check "exec after resume: exit 0" eq "$status" 0
+if [ -n "$DAEMON" ]; then
+  # What sandboxd-oci does not map onto sandboxd yet: an error that says
+  # so, the container running on.
   capture 10 "$OCI" "${R[@]}" checkpoint --image-path "$tmp/dimg" long
   check "checkpoint with sandboxd: an error naming it, still running" eval \
     '[ "$status" = 1 ] && contains "$tmp/err" "checkpoint: not with sandboxd" &&

@@ -217,6 +217,12 @@ absl::Status DaemonUpdate(const std::string& socket, const std::string& id,
   return (*c)->Update(id, limits).status();
 }
 
+absl::Status DaemonPause(const std::string& socket, const std::string& id, bool pause) {
+  absl::StatusOr<std::unique_ptr<client::Client>> c = Connect(socket);
+  if (!c.ok()) return c.status();
+  return pause ? (*c)->Pause(id) : (*c)->Resume(id);
+}
+
 absl::Status DaemonDestroy(const std::string& socket, const std::string& id) {
   absl::StatusOr<std::unique_ptr<client::Client>> c = Connect(socket);
   if (!c.ok()) return c.status();

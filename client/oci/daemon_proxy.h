@@ -46,6 +46,8 @@ absl::Status DaemonSignal(const std::string& socket, const std::string& id, int 
 // Update: sandbox `id`'s limits (0 fields keep theirs).
 absl::Status DaemonUpdate(const std::string& socket, const std::string& id,
                           const v1::Limits& limits);
+// Pause (`pause`) or Resume: every process of sandbox `id`.
+absl::Status DaemonPause(const std::string& socket, const std::string& id, bool pause);
 // Sandbox `id` as the daemon describes it (its usage, its limits).
 absl::StatusOr<v1::SandboxInfo> DaemonGet(const std::string& socket, const std::string& id);
 // Destroys sandbox `id` (delete --force); NOT_FOUND when it is gone.

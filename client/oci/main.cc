@@ -720,7 +720,8 @@ int CmdDelete(const std::vector<std::string>& argv_in) {
 // pause and resume: SIGSTOP / SIGCONT to every process below the init
 // proxy (the Sentry and its stubs), as runc freezes the container's
 // cgroup; the proxy itself runs on (a SIGCONT to it would be forwarded to
-// the sandbox's init). Not with sandboxd (its Sentry is the daemon's).
+// the sandbox's init). With sandboxd its Pause and Resume do the same to
+// the daemon's Sentry.
 // `sig` to every process below the init proxy, twice over: a process
 // started while the first pass ran (a new stub) is caught by the second.
 void SignalBelowProxy(const ContainerState& st, int sig) {
@@ -744,7 +745,17 @@ int PauseOrResume(const std::vector<std::string>& argv_in, bool pause) {
     Fail(absl::FailedPreconditionError(absl::StrCat("container not paused: ", StatusName(status))));
   }
   if (!st.sandboxd_socket.empty()) {
-    Fail(absl::UnimplementedError(absl::StrCat(verb, ": not with sandboxd (--sandboxd-socket)")));
+    // The daemon stops (continues) its Sentry and stubs: Pause, Resume.
+    if (absl::Status s = DaemonPause(st.sandboxd_socket, id, pause); !s.ok()) {
+      Fail(Annotate(s, verb));
+    }
+    if (pause) {
+      Check(WriteFileAtomic(PausedPath(g.root, id), ""));
+    } else {
+      unlink(PausedPath(g.root, id).c_str());
+    }
+    LogLine("info", absl::StrCat(verb, "d ", id));
+    return 0;
   }
   if (pause) Check(WriteFileAtomic(PausedPath(g.root, id), ""));
   SignalBelowProxy(st, pause ? SIGSTOP : SIGCONT);

@@ -223,6 +223,17 @@ absl::Status DaemonPause(const std::string& socket, const std::string& id, bool 
   return pause ? (*c)->Pause(id) : (*c)->Resume(id);
 }
 
+absl::Status DaemonCheckpoint(const std::string& socket, const std::string& id,
+                              const std::string& image_dir, bool leave_running) {
+  absl::StatusOr<std::unique_ptr<client::Client>> c = Connect(socket);
+  if (!c.ok()) return c.status();
+  v1::CheckpointRequest req;
+  req.set_id(id);
+  req.set_image_dir(image_dir);
+  req.set_leave_running(leave_running);
+  return (*c)->Checkpoint(req).status();
+}
+
 absl::Status DaemonDestroy(const std::string& socket, const std::string& id) {
   absl::StatusOr<std::unique_ptr<client::Client>> c = Connect(socket);
   if (!c.ok()) return c.status();

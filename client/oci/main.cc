@@ -766,7 +766,8 @@ int PauseOrResume(const std::vector<std::string>& argv_in, bool pause) {
 
 // checkpoint: the sandbox saved into --image-path (the Sentry's image
 // format, sentry/state/README.md, not CRIU's), then killed unless
-// --leave-running, as runc checkpoint does. Serve backend only.
+// --leave-running, as runc checkpoint does. The serve backend asks its
+// init proxy's Sentry; the daemon backend sandboxd (Checkpoint).
 int CmdCheckpoint(const std::vector<std::string>& argv_in) {
   flags::FlagSet fs("sandboxd-oci checkpoint", "--image-path=DIR [FLAGS] ID");
   std::string image, work, unused;
@@ -789,7 +790,29 @@ int CmdCheckpoint(const std::vector<std::string>& argv_in) {
   Status status;
   ContainerState st = LoadLive(id, &status);
   if (!st.sandboxd_socket.empty()) {
-    Fail(absl::UnimplementedError("checkpoint: not with sandboxd (--sandboxd-socket)"));
+    // sandboxd's Checkpoint (its image directory: made by the daemon,
+    // under its --checkpoint-roots). A paused sandbox is resumed for it
+    // and paused again after, as below.
+    const bool paused = status == Status::kPaused;
+    if (paused) {
+      if (absl::Status s = DaemonPause(st.sandboxd_socket, id, false); !s.ok()) {
+        Fail(Annotate(s, "checkpoint: resuming the paused sandbox"));
+      }
+    }
+    char real[PATH_MAX];
+    std::string path = image;
+    if (realpath(image.c_str(), real) != nullptr) {
+      path = real;
+    } else if (image[0] != '/') {
+      char cwd[PATH_MAX];
+      if (getcwd(cwd, sizeof(cwd)) == nullptr) Fail(Errno("getcwd"));
+      path = absl::StrCat(cwd, "/", image);
+    }
+    absl::Status s = DaemonCheckpoint(st.sandboxd_socket, id, path, leave_running);
+    if (paused && (!s.ok() || leave_running)) (void)DaemonPause(st.sandboxd_socket, id, true);
+    if (!s.ok()) Fail(Annotate(s, "checkpoint"));
+    LogLine("info", absl::StrCat("checkpointed ", id, " into ", path));
+    return 0;
   }
   // containerd pauses a container before its checkpoint; the Sentry stops
   // its tasks at safe points itself and needs its threads running for

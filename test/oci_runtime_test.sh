@@ -4,9 +4,10 @@
 # With SANDBOXD the suite starts one (private socket and state) and runs
 # every case with SANDBOXD_OCI_SOCKET naming it: the sandboxes then come
 # from its warm pool (client/oci/daemon_proxy.h); process.rlimits is then
-# only logged, so that case is left out; update, pause and resume go
-# through sandboxd's Update, Pause and Resume; checkpoint and a network
-# namespace path must be errors that name sandboxd or the field.
+# only logged, so that case is left out; update, pause, resume,
+# checkpoint and restore go through sandboxd's Update, Pause, Resume,
+# Checkpoint and Restore; a network namespace path must be an error that
+# names the field.
 #
 # sandboxd-oci driven exactly as containerd's runc shim drives a runtime
 # (test/oci/shim.py: a child subreaper that runs create with stdio pipes
@@ -36,7 +37,7 @@
 # refusals (also through sandboxd); run's signal forwarding and
 # --detach; state's JSON, ps --format=json, pause and
 # resume, checkpoint (--leave-running, and not) and restore of a counter
-# that runs on from where it was (checkpoint and restore not with sandboxd), the errors
+# that runs on from where it was, the errors
 # runc gives (start twice, kill of a stopped container, delete of a
 # running one, an unknown id, an id in use), delete --force, a config
 # field it cannot honour refused naming it (on stderr and in the JSON
@@ -351,8 +352,6 @@ check "resume: exit 0, running again" eval \
 capture 30 "$OCI" "${R[@]}" exec long true
 check "exec after resume: exit 0" eq "$status" 0
 if [ -n "$DAEMON" ]; then
-  # What sandboxd-oci does not map onto sandboxd yet: an error that says
-  # so, the container running on.
   # containerd's way: a paused container is checkpointed, and stays paused.
   "$OCI" "${R[@]}" pause long
   capture 60 "$OCI" "${R[@]}" checkpoint --image-path "$tmp/dimg" --leave-running long
@@ -439,8 +438,8 @@ check "state: an unknown id" \
 capture 10 "$OCI" "${R[@]}" delete --force long
 check "delete --force: an unknown id is not an error" eq "$status" 0
 
-# checkpoint (with sandboxd: its Checkpoint) and restore (not with
-# sandboxd yet): a counter that notes its own start once.
+# checkpoint and restore (with sandboxd: its Checkpoint and Restore): a
+# counter that notes its own start once.
 mkdir -p "$tmp/cvol"
 bundle counter 'process.args=["sh","-c","echo start >> /vol/log; i=0; while :; do i=$((i+1)); echo $i > /vol/n; sleep 0.05; done"]' \
   "mounts=[{\"destination\":\"/proc\",\"type\":\"proc\",\"source\":\"proc\"},{\"destination\":\"/vol\",\"type\":\"bind\",\"source\":\"$tmp/cvol\",\"options\":[\"rbind\"]}]"
@@ -457,21 +456,15 @@ is_stopped() { "$OCI" "${R[@]}" state "$1" | grep -q '"status": "stopped"'; }
 check "checkpoint: exit 0, the image written, the container stopped" eval \
   '[ "$status" = 0 ] && [ -s "$tmp/img2/manifest.pb" ] && until_true 5 is_stopped counter'
 "$OCI" "${R[@]}" delete counter
-if [ -n "$DAEMON" ]; then
-  capture 60 "$OCI" "${R[@]}" restore --image-path "$tmp/img2" --bundle "$tmp/counter" counter
-  check "restore with sandboxd: an error saying so" eval \
-    '[ "$status" = 1 ] && contains "$tmp/err" "restore: only with the serve backend"'
-else
-  capture 60 "$OCI" "${R[@]}" restore --image-path "$tmp/img2" --bundle "$tmp/counter" \
-    --pid-file "$tmp/counter.pid" counter
-  check "restore: exit 0, running" eval \
-    '[ "$status" = 0 ] && "$OCI" "${R[@]}" state counter | grep -q "\"status\": \"running\""'
-  sleep 1
-  check "restore: the counter runs on from where it was saved, not from its start" eval \
-    '[ "$(cat "$tmp/cvol/n")" -gt "$at" ] && [ "$(grep -c start "$tmp/cvol/log")" = 1 ]'
-  capture 20 "$OCI" "${R[@]}" delete --force counter
-  check "restore: delete --force" eq "$status" 0
-fi
+capture 60 "$OCI" "${R[@]}" restore --image-path "$tmp/img2" --bundle "$tmp/counter" \
+  --pid-file "$tmp/counter.pid" counter
+check "restore: exit 0, running" eval \
+  '[ "$status" = 0 ] && "$OCI" "${R[@]}" state counter | grep -q "\"status\": \"running\""'
+sleep 1
+check "restore: the counter runs on from where it was saved, not from its start" eval \
+  '[ "$(cat "$tmp/cvol/n")" -gt "$at" ] && [ "$(grep -c start "$tmp/cvol/log")" = 1 ]'
+capture 20 "$OCI" "${R[@]}" delete --force counter
+check "restore: delete --force" eq "$status" 0
 
 bundle short 'process.args=["true"]'
 "$OCI" "${R[@]}" create --bundle "$tmp/short" short </dev/null >/dev/null 2>&1

@@ -861,8 +861,8 @@ int CmdRestore(const std::vector<std::string>& argv_in) {
   std::vector<std::string> args = fs.ParseOrExit(argv_in, 1);
   const std::string id = OneId(args, "restore");
   if (image.empty()) Fail(absl::InvalidArgumentError("restore needs --image-path"));
-  if (!SandboxdSocket().empty() || g.backend != "serve") {
-    Fail(absl::UnimplementedError("restore: only with the serve backend"));
+  if (SandboxdSocket().empty() && g.backend != "serve") {
+    Fail(absl::UnimplementedError("restore: not with --backend=run"));
   }
   char real[PATH_MAX];
   if (realpath(image.c_str(), real) == nullptr) Fail(Errno(absl::StrCat("--image-path ", image)));
@@ -1286,6 +1286,8 @@ int CmdDaemonProxy(const std::vector<std::string>& argv_in) {
   fs.String("bundle", &bundle, "DIR", "the bundle");
   fs.String("hostname", &hostname, "NAME", "the host name create chose");
   fs.Int("report-fd", &report_fd, "create's pipe");
+  std::string restore_image;
+  fs.String("restore-image", &restore_image, "DIR", "restore from this image (\"\": create)");
   const std::string id = OneId(fs.ParseOrExit(argv_in, 125), "daemon-proxy");
   absl::StatusOr<LaunchSpec> spec = ProxySpecOrReport(bundle, report_fd);
   DaemonProxyOptions o;
@@ -1294,6 +1296,7 @@ int CmdDaemonProxy(const std::vector<std::string>& argv_in) {
   o.id = id;
   o.spec = *std::move(spec);
   o.spec.hostname = hostname;
+  o.spec.restore_image = restore_image;
   o.report_fd = report_fd;
   if (absl::Status st = ForServedSentry(&o.spec); !st.ok()) {
     (void)!write(report_fd, st.message().data(), st.message().size());

@@ -253,6 +253,32 @@ absl::Status Client::Signal(const std::string& id, int signal, bool all, int pid
   return Convert(stub_->Signal(&ctx, req, &resp));
 }
 
+absl::StatusOr<v1::Limits> Client::Update(const std::string& id, const v1::Limits& limits) {
+  grpc::ClientContext ctx;
+  v1::UpdateRequest req;
+  req.set_id(id);
+  *req.mutable_limits() = limits;
+  v1::UpdateResponse resp;
+  RETURN_IF_ERROR(Convert(stub_->Update(&ctx, req, &resp)));
+  return resp.limits();
+}
+
+absl::Status Client::Pause(const std::string& id) {
+  grpc::ClientContext ctx;
+  v1::PauseRequest req;
+  req.set_id(id);
+  v1::PauseResponse resp;
+  return Convert(stub_->Pause(&ctx, req, &resp));
+}
+
+absl::Status Client::Resume(const std::string& id) {
+  grpc::ClientContext ctx;
+  v1::ResumeRequest req;
+  req.set_id(id);
+  v1::ResumeResponse resp;
+  return Convert(stub_->Resume(&ctx, req, &resp));
+}
+
 absl::StatusOr<v1::ExitStatus> Client::Destroy(const std::string& id) {
   grpc::ClientContext ctx;
   v1::DestroyRequest req;

@@ -122,6 +122,12 @@ class Client {
   absl::StatusOr<v1::ExitStatus> Destroy(const std::string& id);
   absl::StatusOr<std::vector<v1::SandboxInfo>> List(
       const std::map<std::string, std::string>& labels = {});
+  // Changes a running sandbox's limits (0 fields keep theirs); returns
+  // them as they are now.
+  absl::StatusOr<v1::Limits> Update(const std::string& id, const v1::Limits& limits);
+  // docker pause / unpause: every process of the sandbox stopped / continued.
+  absl::Status Pause(const std::string& id);
+  absl::Status Resume(const std::string& id);
   absl::StatusOr<v1::SandboxInfo> Get(const std::string& id);
   absl::StatusOr<v1::CheckpointResponse> Checkpoint(const v1::CheckpointRequest& req);
   absl::StatusOr<v1::RestoreResponse> Restore(const v1::RestoreRequest& req);

@@ -1,7 +1,9 @@
 #include "daemon/sandbox.h"
 
 #include <fcntl.h>
+#include <errno.h>
 #include <signal.h>
+#include <string.h>
 
 #include <algorithm>
 
@@ -302,6 +304,15 @@ std::shared_ptr<Sandbox> Sandbox::Adopt(Options o, const v1::SandboxInfo& record
   std::map<int, std::vector<UniqueFd>> kept;  // Exec'd processes' output
   std::string why;
   bool running = false;
+  // A sandbox paused when the earlier daemon stopped runs on: its stopped
+  // Sentry could not answer Reattach.
+  if (record.state() == v1::SANDBOX_STATE_PAUSED && !p.exited()) {
+    absl::Status r = s->sentry_->cgroup() != nullptr
+                         ? s->SignalCgroup(SIGCONT)
+                         : (kill(p.pid(), SIGCONT) == 0 ? absl::OkStatus()
+                                                        : absl::InternalError(strerror(errno)));
+    Log("sandbox ", s->id_, ": paused by the earlier daemon, resumed: ", r.ToString());
+  }
   if (p.exited()) {
     why = absl::StrCat("the sandbox's sentry (pid ", p.pid(), ") ", p.exit_reason());
   } else {
@@ -704,7 +715,8 @@ void Sandbox::Finish(v1::ExitStatus exit, v1::SandboxState state) {
     if (state_ == v1::SANDBOX_STATE_STOPPED || state_ == v1::SANDBOX_STATE_FAILED) return;
     // An init that ran and ended (not a start that failed, nor a
     // sandbox destroyed before its start).
-    if (metrics_ != nullptr && state_ == v1::SANDBOX_STATE_RUNNING) {
+    if (metrics_ != nullptr && (state_ == v1::SANDBOX_STATE_RUNNING ||
+                                state_ == v1::SANDBOX_STATE_PAUSED)) {
       metrics_->IncSandboxExit(ExitReasonLabel(exit));
     }
     exit_ = std::move(exit);
@@ -786,7 +798,10 @@ void Sandbox::StopNetwork() {
 absl::Status Sandbox::Signal(int signal, bool all, int pid) {
   {
     absl::MutexLock l(&mu_);
-    if (state_ != v1::SANDBOX_STATE_RUNNING) {
+    // A paused sandbox can still be killed (on the host, below).
+    const bool host_kill = signal == SIGKILL && (all || pid <= 1) &&
+                           state_ == v1::SANDBOX_STATE_PAUSED;
+    if (state_ != v1::SANDBOX_STATE_RUNNING && !host_kill) {
       return absl::FailedPreconditionError(absl::StrCat(
           "sandbox ", id_, " is ", StateWord(state_), ", not running"));
     }
@@ -804,6 +819,89 @@ absl::Status Sandbox::Signal(int signal, bool all, int pid) {
   req.mutable_signal()->set_pid(pid);
   absl::StatusOr<control::Response> r = sentry_->process().Call(req, {}, kCallTimeout);
   return r.status();
+}
+
+absl::StatusOr<v1::Limits> Sandbox::Update(const v1::Limits& limits) {
+  v1::Limits merged;
+  {
+    absl::MutexLock l(&mu_);
+    if (state_ != v1::SANDBOX_STATE_RUNNING || destroyed_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sandbox ", id_, " is ", StateWord(state_), ", not running"));
+    }
+    merged = spec_.limits();
+  }
+  if (limits.memory_bytes()) merged.set_memory_bytes(limits.memory_bytes());
+  if (limits.cpu_millis()) merged.set_cpu_millis(limits.cpu_millis());
+  if (limits.pids()) merged.set_pids(limits.pids());
+  control::Request req;
+  *req.mutable_update()->mutable_limits() = limits;
+  RETURN_IF_ERROR(
+      Annotate(sentry_->process().Call(req, {}, kCallTimeout).status(), "update: the Sentry"));
+  if (Cgroup* cg = sentry_->cgroup()) {
+    CgroupLimits cl;
+    cl.memory_bytes = merged.memory_bytes();
+    cl.cpu_millis = merged.cpu_millis();
+    cl.pids = HostPidsFor(merged.pids());
+    RETURN_IF_ERROR(Annotate(cg->SetLimits(cl), "update: the sandbox's cgroup"));
+  }
+  {
+    // spec_'s other fields are read without mu_ (they never change);
+    // its limits change only here, under mu_.
+    absl::MutexLock l(&mu_);
+    *spec_.mutable_limits() = merged;
+  }
+  SaveRecord();
+  return merged;
+}
+
+absl::Status Sandbox::SignalCgroup(int sig) {
+  for (int pass = 0; pass < 2; pass++) {
+    ASSIGN_OR_RETURN(std::vector<pid_t> procs, sentry_->cgroup()->Procs());
+    for (pid_t p : procs) kill(p, sig);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Sandbox::Pause() {
+  if (sentry_->cgroup() == nullptr) {
+    return absl::FailedPreconditionError(
+        "pause: this daemon runs without cgroups, so it cannot find every process of a sandbox");
+  }
+  {
+    absl::MutexLock l(&mu_);
+    if (state_ != v1::SANDBOX_STATE_RUNNING || destroyed_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sandbox ", id_, " is ", StateWord(state_), ", not running"));
+    }
+    // First: the calls that would ask the stopped Sentry are refused from now.
+    state_ = v1::SANDBOX_STATE_PAUSED;
+  }
+  if (absl::Status s = SignalCgroup(SIGSTOP); !s.ok()) {
+    (void)SignalCgroup(SIGCONT);
+    absl::MutexLock l(&mu_);
+    if (state_ == v1::SANDBOX_STATE_PAUSED) state_ = v1::SANDBOX_STATE_RUNNING;
+    return Annotate(s, "pause: the sandbox's cgroup");
+  }
+  Changed();
+  return absl::OkStatus();
+}
+
+absl::Status Sandbox::Resume() {
+  {
+    absl::MutexLock l(&mu_);
+    if (state_ != v1::SANDBOX_STATE_PAUSED || destroyed_) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "sandbox ", id_, " is ", StateWord(state_), ", not paused"));
+    }
+  }
+  RETURN_IF_ERROR(Annotate(SignalCgroup(SIGCONT), "resume: the sandbox's cgroup"));
+  {
+    absl::MutexLock l(&mu_);
+    if (state_ == v1::SANDBOX_STATE_PAUSED) state_ = v1::SANDBOX_STATE_RUNNING;
+  }
+  Changed();
+  return absl::OkStatus();
 }
 
 absl::Status Sandbox::ResizeTerminal(int pid, uint32_t rows, uint32_t cols) {
@@ -1237,7 +1335,8 @@ v1::ExitStatus Sandbox::Destroy() {
   {
     absl::MutexLock l(&mu_);
     if (destroyed_) return exit_;
-    started = state_ != v1::SANDBOX_STATE_CREATED;
+    // A paused Sentry would not answer.
+    started = state_ != v1::SANDBOX_STATE_CREATED && state_ != v1::SANDBOX_STATE_PAUSED;
   }
   // The last word on unimplemented syscalls, while the Sentry still answers.
   if (started) CollectMetrics();

@@ -180,6 +180,18 @@ class Sandbox {
   // To init, to process `pid` of the sandbox (when not 0), or to all.
   absl::Status Signal(int signal, bool all, int pid = 0);
 
+  // Changes the RUNNING sandbox's limits (a 0 field keeps its limit): the
+  // Sentry's (control.proto Update, which refuses a memory limit below
+  // what the application uses), then its cgroup's, as Create sets them;
+  // spec.limits (Info, the record) says the new ones. Returns them.
+  absl::StatusOr<v1::Limits> Update(const v1::Limits& limits);
+
+  // RUNNING -> PAUSED: SIGSTOP to every process of the sandbox's cgroup
+  // (the Sentry, its stubs); Resume: SIGCONT, PAUSED -> RUNNING.
+  // FAILED_PRECONDITION in another state or without a cgroup.
+  absl::Status Pause();
+  absl::Status Resume();
+
   // A terminal's new size, for process `pid` (1: the init): the daemon's
   // pty has it already (ProcessRelay::Resize); the process's terminal is a
   // pts of the sandbox's devpts, which only the Sentry can size
@@ -275,6 +287,10 @@ class Sandbox {
   // The execs of an earlier daemon's record, re-adopted with the output
   // descriptors their Sentry kept (`kept`, by pid) when `running`.
   void AdoptExecs(bool running, std::map<int, std::vector<UniqueFd>> kept);
+  // `sig` to every process of the sandbox's cgroup, twice over (a process
+  // started while the first pass ran, e.g. a new stub, is caught by the
+  // second). Preconditions: sentry_->cgroup() is not null.
+  absl::Status SignalCgroup(int sig);
 
   // Declared first: destroyed last (the Sentry's exit callback locks it).
   // save_mu_ keeps the record's writes in order.

@@ -659,6 +659,41 @@ grpc::Status Service::Signal(grpc::ServerContext* ctx, const v1::SignalRequest* 
   return ToGrpc((*s)->Signal(req->signal(), req->all(), req->pid()));
 }
 
+grpc::Status Service::Update(grpc::ServerContext* ctx, const v1::UpdateRequest* req,
+                             v1::UpdateResponse* resp) {
+  if (grpc::Status a = CheckCall(*ctx); !a.ok()) return a;
+  const v1::Limits& lim = req->limits();
+  if (!lim.memory_bytes() && !lim.cpu_millis() && !lim.pids()) {
+    return ToGrpc(absl::InvalidArgumentError(
+        "limits: nothing to change (memory_bytes, cpu_millis and pids are all 0)"));
+  }
+  if (absl::Status s = ValidateLimits(lim, options_.policy.ranges, "limits"); !s.ok()) {
+    return ToGrpc(s);
+  }
+  absl::StatusOr<std::shared_ptr<Sandbox>> s = Find(req->id());
+  if (!s.ok()) return ToGrpc(s.status());
+  absl::StatusOr<v1::Limits> now = (*s)->Update(lim);
+  if (!now.ok()) return ToGrpc(now.status());
+  *resp->mutable_limits() = *std::move(now);
+  return grpc::Status::OK;
+}
+
+grpc::Status Service::Pause(grpc::ServerContext* ctx, const v1::PauseRequest* req,
+                            v1::PauseResponse*) {
+  if (grpc::Status a = CheckCall(*ctx); !a.ok()) return a;
+  absl::StatusOr<std::shared_ptr<Sandbox>> s = Find(req->id());
+  if (!s.ok()) return ToGrpc(s.status());
+  return ToGrpc((*s)->Pause());
+}
+
+grpc::Status Service::Resume(grpc::ServerContext* ctx, const v1::ResumeRequest* req,
+                             v1::ResumeResponse*) {
+  if (grpc::Status a = CheckCall(*ctx); !a.ok()) return a;
+  absl::StatusOr<std::shared_ptr<Sandbox>> s = Find(req->id());
+  if (!s.ok()) return ToGrpc(s.status());
+  return ToGrpc((*s)->Resume());
+}
+
 grpc::Status Service::Checkpoint(grpc::ServerContext* ctx, const v1::CheckpointRequest* req,
                                  v1::CheckpointResponse* resp) {
   if (grpc::Status a = CheckCall(*ctx); !a.ok()) return a;

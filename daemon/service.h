@@ -72,6 +72,12 @@ class Service final : public v1::Sandboxes::Service {
   grpc::Status Wait(grpc::ServerContext*, const v1::WaitRequest*, v1::WaitResponse*) override;
   grpc::Status Signal(grpc::ServerContext*, const v1::SignalRequest*,
                       v1::SignalResponse*) override;
+  grpc::Status Update(grpc::ServerContext*, const v1::UpdateRequest*,
+                      v1::UpdateResponse*) override;
+  grpc::Status Pause(grpc::ServerContext*, const v1::PauseRequest*,
+                     v1::PauseResponse*) override;
+  grpc::Status Resume(grpc::ServerContext*, const v1::ResumeRequest*,
+                      v1::ResumeResponse*) override;
   grpc::Status Checkpoint(grpc::ServerContext*, const v1::CheckpointRequest*,
                           v1::CheckpointResponse*) override;
   grpc::Status Restore(grpc::ServerContext*, const v1::RestoreRequest*,

@@ -16,11 +16,11 @@
 #     it is installed)
 #   - a detached task: RUNNING in ctr task ls, ctr task exec (output and
 #     status), ctr task metrics (the container's cgroup: not with
-#     sandboxd), ctr task ps, ctr task pause/resume (not with sandboxd),
+#     sandboxd), ctr task ps, ctr task pause/resume,
 #     ctr task kill (the init's trap runs; STOPPED;
 #     the exit code containerd reports)
-#   - ctr container checkpoint --task and restore --live (not with
-#     sandboxd): a counter runs on from where it was saved
+#   - ctr container checkpoint --task and restore --live (with sandboxd
+#     too): a counter runs on from where it was saved
 #   - nothing left: no container state under the Root, no init proxy
 # Needs root. Exits 77 (CTest: skipped) until the binaries exist or where
 # containerd is not installed.
@@ -150,12 +150,10 @@ fi
 capture 10 "${CTR[@]}" task ps c2
 check "ctr task ps: the init proxy's pid" eval \
   'grep -q "^$(sed -n "s/^c2 *\([0-9]*\).*/\1/p" <("${CTR[@]}" task ls)) " "$tmp/out"'
-if [ -z "$DAEMON" ]; then
-  capture 10 "${CTR[@]}" task pause c2
-  check "ctr task pause" eval '[ "$status" = 0 ] && "${CTR[@]}" task ls | grep -Eq "^c2 +[0-9]+ +PAUSED"'
-  capture 10 "${CTR[@]}" task resume c2
-  check "ctr task resume" eval '[ "$status" = 0 ] && "${CTR[@]}" task ls | grep -Eq "^c2 +[0-9]+ +RUNNING"'
-fi
+capture 10 "${CTR[@]}" task pause c2
+check "ctr task pause" eval '[ "$status" = 0 ] && "${CTR[@]}" task ls | grep -Eq "^c2 +[0-9]+ +PAUSED"'
+capture 10 "${CTR[@]}" task resume c2
+check "ctr task resume" eval '[ "$status" = 0 ] && "${CTR[@]}" task ls | grep -Eq "^c2 +[0-9]+ +RUNNING"'
 capture 10 "${CTR[@]}" task kill c2
 check "ctr task kill: exit 0" eq "$status" 0
 for _ in $(seq 1 100); do
@@ -168,41 +166,39 @@ capture 30 "${CTR[@]}" task delete c2
 check "ctr task delete: containerd saw the trap's exit code 9" contains "$tmp/err" 'exit code 9'
 "${CTR[@]}" container rm c2 >/dev/null 2>&1
 
-if [ -z "$DAEMON" ]; then
-  # Checkpoint and restore through containerd (it pauses, checkpoints and
-  # resumes; restore is runc's `restore ... -no-subreaper`): a counter in
-  # the sandbox's own /tmp runs on from where it was saved.
-  capture 60 "${CTR[@]}" "${RUN[@]}" -d --runc-binary="$BIN" --runc-root="$ROOT" "$IMAGE" k1 \
-    sh -c 'echo start >> /tmp/log; i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done'
-  sleep 1
-  capture 60 "${CTR[@]}" container checkpoint --task --image k1 sandboxd.test/checkpoint:k1
-  check "ctr container checkpoint --task" eq "$status" 0
-  capture 30 "${CTR[@]}" task exec --exec-id n1 k1 cat /tmp/n
-  at=$(cat "$tmp/out")
-  check "the checkpointed container runs on (paused, checkpointed, resumed)" eval \
-    '"${CTR[@]}" task ls | grep -Eq "^k1 +[0-9]+ +RUNNING"'
-  "${CTR[@]}" task kill -s KILL k1 >/dev/null 2>&1
-  for _ in $(seq 1 50); do
-    "${CTR[@]}" task ls 2>/dev/null | grep -Eq '^k1 +[0-9]+ +STOPPED' && break
-    sleep 0.1
-  done
-  "${CTR[@]}" task delete k1 >/dev/null 2>&1
-  "${CTR[@]}" container rm k1 >/dev/null 2>&1
-  capture 60 "${CTR[@]}" container restore --live k1 sandboxd.test/checkpoint:k1
-  check "ctr container restore --live" eval \
-    '[ "$status" = 0 ] && "${CTR[@]}" task ls | grep -Eq "^k1 +[0-9]+ +RUNNING"'
-  sleep 2
-  capture 30 "${CTR[@]}" task exec --exec-id n2 k1 sh -c 'cat /tmp/n; grep -c start /tmp/log'
-  check "restored: the counter ran on from the checkpoint, and did not start again" eval \
-    '[ "$(head -1 "$tmp/out")" -gt "${at:-0}" ] && [ "$(sed -n 2p "$tmp/out")" = 1 ]'
-  "${CTR[@]}" task kill -s KILL k1 >/dev/null 2>&1
-  for _ in $(seq 1 50); do
-    "${CTR[@]}" task ls 2>/dev/null | grep -Eq '^k1 +[0-9]+ +STOPPED' && break
-    sleep 0.1
-  done
-  "${CTR[@]}" task delete k1 >/dev/null 2>&1
-  "${CTR[@]}" container rm k1 >/dev/null 2>&1
-fi
+# Checkpoint and restore through containerd (it pauses, checkpoints and
+# resumes; restore is runc's `restore ... -no-subreaper`): a counter in
+# the sandbox's own /tmp runs on from where it was saved.
+capture 60 "${CTR[@]}" "${RUN[@]}" -d --runc-binary="$BIN" --runc-root="$ROOT" "$IMAGE" k1 \
+  sh -c 'echo start >> /tmp/log; i=0; while :; do i=$((i+1)); echo $i > /tmp/n; sleep 0.05; done'
+sleep 1
+capture 60 "${CTR[@]}" container checkpoint --task --image k1 sandboxd.test/checkpoint:k1
+check "ctr container checkpoint --task" eq "$status" 0
+capture 30 "${CTR[@]}" task exec --exec-id n1 k1 cat /tmp/n
+at=$(cat "$tmp/out")
+check "the checkpointed container runs on (paused, checkpointed, resumed)" eval \
+  '"${CTR[@]}" task ls | grep -Eq "^k1 +[0-9]+ +RUNNING"'
+"${CTR[@]}" task kill -s KILL k1 >/dev/null 2>&1
+for _ in $(seq 1 50); do
+  "${CTR[@]}" task ls 2>/dev/null | grep -Eq '^k1 +[0-9]+ +STOPPED' && break
+  sleep 0.1
+done
+"${CTR[@]}" task delete k1 >/dev/null 2>&1
+"${CTR[@]}" container rm k1 >/dev/null 2>&1
+capture 60 "${CTR[@]}" container restore --live k1 sandboxd.test/checkpoint:k1
+check "ctr container restore --live" eval \
+  '[ "$status" = 0 ] && "${CTR[@]}" task ls | grep -Eq "^k1 +[0-9]+ +RUNNING"'
+sleep 2
+capture 30 "${CTR[@]}" task exec --exec-id n2 k1 sh -c 'cat /tmp/n; grep -c start /tmp/log'
+check "restored: the counter ran on from the checkpoint, and did not start again" eval \
+  '[ "$(head -1 "$tmp/out")" -gt "${at:-0}" ] && [ "$(sed -n 2p "$tmp/out")" = 1 ]'
+"${CTR[@]}" task kill -s KILL k1 >/dev/null 2>&1
+for _ in $(seq 1 50); do
+  "${CTR[@]}" task ls 2>/dev/null | grep -Eq '^k1 +[0-9]+ +STOPPED' && break
+  sleep 0.1
+done
+"${CTR[@]}" task delete k1 >/dev/null 2>&1
+"${CTR[@]}" container rm k1 >/dev/null 2>&1
 check "no container state left under the runtime's Root" \
   eval '[ -z "$(find "$ROOT" -mindepth 2 -maxdepth 2 2>/dev/null)" ]'
 check "no container cgroup left" eval '[ -z "$c2cg" ] || [ ! -e "$c2cg" ]'

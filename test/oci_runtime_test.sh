@@ -4,8 +4,10 @@
 # With SANDBOXD the suite starts one (private socket and state) and runs
 # every case with SANDBOXD_OCI_SOCKET naming it: the sandboxes then come
 # from its warm pool (client/oci/daemon_proxy.h); process.rlimits is then
-# only logged, so that case is left out, and pause, checkpoint, update and
-# a network namespace path must be errors that name sandboxd or the field.
+# only logged, so that case is left out; update, pause, resume,
+# checkpoint and restore go through sandboxd's Update, Pause, Resume,
+# Checkpoint and Restore; a network namespace path must be an error that
+# names the field.
 #
 # sandboxd-oci driven exactly as containerd's runc shim drives a runtime
 # (test/oci/shim.py: a child subreaper that runs create with stdio pipes
@@ -32,10 +34,10 @@
 # and of sandboxd-oci alone: events --stats (runc's keys, the sandbox's
 # numbers) and events --interval; update of memory, pids and CPU quota
 # seen inside (/proc/meminfo, fork's EAGAIN, nproc) and in events, its
-# refusals (not with sandboxd: an error); run's signal forwarding and
+# refusals (also through sandboxd); run's signal forwarding and
 # --detach; state's JSON, ps --format=json, pause and
 # resume, checkpoint (--leave-running, and not) and restore of a counter
-# that runs on from where it was (these not with sandboxd), the errors
+# that runs on from where it was, the errors
 # runc gives (start twice, kill of a stopped container, delete of a
 # running one, an unknown id, an id in use), delete --force, a config
 # field it cannot honour refused naming it (on stderr and in the JSON
@@ -326,30 +328,37 @@ import json, sys
 pids = json.load(open(sys.argv[1]))
 assert pids and pids[0] == int(open(sys.argv[2]).read()), pids
 ' "$tmp/out" "$tmp/long.pid"
+# pause and resume (with sandboxd: its Pause and Resume, the daemon's
+# Sentry of the sandbox stopped; its state PAUSED there too).
+capture 10 "$OCI" "${R[@]}" pause long
+check "pause: exit 0" eq "$status" 0
+capture 10 "$OCI" "${R[@]}" state long
+check "state: paused" contains "$tmp/out" '"status": "paused"'
 if [ -z "$DAEMON" ]; then
-  capture 10 "$OCI" "${R[@]}" pause long
-  check "pause: exit 0" eq "$status" 0
-  capture 10 "$OCI" "${R[@]}" state long
-  check "state: paused" contains "$tmp/out" '"status": "paused"'
   check "pause: the Sentry's processes are stopped" eval \
     'for p in $("$OCI" "${R[@]}" ps --format=json long | tr -d "[]" | tr , " " | cut -d" " -f2-); do
        grep -q "^State:.*T" "/proc/$p/status" || exit 1; done'
-  capture 10 "$OCI" "${R[@]}" exec long true
-  check "exec: refused while paused" eval '[ "$status" = 1 ] && contains "$tmp/err" "not running (paused)"'
-  capture 10 "$OCI" "${R[@]}" resume long
-  check "resume: exit 0, running again" eval \
-    '[ "$status" = 0 ] && "$OCI" "${R[@]}" state long | grep -q "\"status\": \"running\""'
 else
-  # What sandboxd's API has no call for: an error that says so, the
-  # container running on.
-  capture 10 "$OCI" "${R[@]}" pause long
-  check "pause with sandboxd: an error naming it, still running" eval \
-    '[ "$status" = 1 ] && contains "$tmp/err" "pause: not with sandboxd" &&
-     "$OCI" "${R[@]}" state long | grep -q "\"status\": \"running\""'
-  capture 10 "$OCI" "${R[@]}" checkpoint --image-path "$tmp/dimg" long
-  check "checkpoint with sandboxd: an error naming it, still running" eval \
-    '[ "$status" = 1 ] && contains "$tmp/err" "checkpoint: not with sandboxd" &&
-     "$OCI" "${R[@]}" state long | grep -q "\"status\": \"running\""'
+  "$SANDBOXCTL" --socket="$tmp/sandboxd.sock" inspect long >"$tmp/inspect" 2>&1
+  check "pause with sandboxd: the daemon's Sentry is stopped, the sandbox PAUSED" eval \
+    'p=$(python3 -c "import json,sys; print(json.load(sys.stdin)[\"sentry_pids\"][0])" <"$tmp/inspect") &&
+     grep -q "^State:.*T" "/proc/$p/status" && contains "$tmp/inspect" SANDBOX_STATE_PAUSED'
+fi
+capture 10 "$OCI" "${R[@]}" exec long true
+check "exec: refused while paused" eval '[ "$status" = 1 ] && contains "$tmp/err" "not running (paused)"'
+capture 10 "$OCI" "${R[@]}" resume long
+check "resume: exit 0, running again" eval \
+  '[ "$status" = 0 ] && "$OCI" "${R[@]}" state long | grep -q "\"status\": \"running\""'
+capture 30 "$OCI" "${R[@]}" exec long true
+check "exec after resume: exit 0" eq "$status" 0
+if [ -n "$DAEMON" ]; then
+  # containerd's way: a paused container is checkpointed, and stays paused.
+  "$OCI" "${R[@]}" pause long
+  capture 60 "$OCI" "${R[@]}" checkpoint --image-path "$tmp/dimg" --leave-running long
+  check "checkpoint with sandboxd of a paused container: the image written, still paused" eval \
+    '[ "$status" = 0 ] && [ -s "$tmp/dimg/manifest.pb" ] &&
+     "$OCI" "${R[@]}" state long | grep -q "\"status\": \"paused\""'
+  "$OCI" "${R[@]}" resume long
   bundle dnetns 'linux.namespaces=[{"type":"pid"},{"type":"network","path":"/proc/self/ns/net"}]'
   capture 20 "$OCI" "${R[@]}" create --bundle "$tmp/dnetns" dnetns
   check "create with sandboxd: a network namespace path is refused, naming the field" eval \
@@ -387,32 +396,33 @@ capture 10 timeout 3 "$OCI" "${R[@]}" events --interval 1s long
 check "events: a stats event every --interval while it runs" eval \
   '[ "$(grep -c "\"type\":\"stats\"" "$tmp/out")" -ge 2 ]'
 
-# update: the running sandbox's limits.
+# update: the running sandbox's limits (with sandboxd, its Update).
+capture 10 "$OCI" "${R[@]}" update --memory 96m --pids-limit 6 long
+check "update --memory --pids-limit: exit 0" eq "$status" 0
+capture 10 "$OCI" "${R[@]}" events --stats long
+check "update: events shows the new limits" eval \
+  'contains "$tmp/out" "\"limit\":100663296" && contains "$tmp/out" "\"pids\":{\"current\":[0-9]*,\"limit\":6}"'
+capture 30 "$OCI" "${R[@]}" exec long sh -c 'head -1 /proc/meminfo; for i in 1 2 3 4 5 6 7 8; do sleep 3 & done; wait'
+check "update: /proc/meminfo's MemTotal follows, fork beyond the pids limit fails" eval \
+  'contains "$tmp/out" "^MemTotal: *98304 kB" && contains "$tmp/err" "can.t fork"'
+capture 10 sh -c "echo '{\"cpu\":{\"quota\":50000,\"period\":100000},\"pids\":{\"limit\":100}}' |
+  '$OCI' --root '$tmp/root-cmd' update --resources - long"
+check "update --resources - (containerd's shim's way): exit 0" eq "$status" 0
+capture 30 "$OCI" "${R[@]}" exec long nproc
+check "update: a CPU quota of half a CPU shows one CPU" eval '[ "$status" = 0 ] && contains "$tmp/out" "^1$"'
 if [ -z "$DAEMON" ]; then
-  capture 10 "$OCI" "${R[@]}" update --memory 96m --pids-limit 6 long
-  check "update --memory --pids-limit: exit 0" eq "$status" 0
-  capture 10 "$OCI" "${R[@]}" events --stats long
-  check "update: events shows the new limits" eval \
-    'contains "$tmp/out" "\"limit\":100663296" && contains "$tmp/out" "\"pids\":{\"current\":[0-9]*,\"limit\":6}"'
-  capture 30 "$OCI" "${R[@]}" exec long sh -c 'head -1 /proc/meminfo; for i in 1 2 3 4 5 6 7 8; do sleep 3 & done; wait'
-  check "update: /proc/meminfo's MemTotal follows, fork beyond the pids limit fails" eval \
-    'contains "$tmp/out" "^MemTotal: *98304 kB" && contains "$tmp/err" "can.t fork"'
-  capture 10 sh -c "echo '{\"cpu\":{\"quota\":50000,\"period\":100000},\"pids\":{\"limit\":100}}' |
-    '$OCI' --root '$tmp/root-cmd' update --resources - long"
-  check "update --resources - (containerd's shim's way): exit 0" eq "$status" 0
-  capture 30 "$OCI" "${R[@]}" exec long nproc
-  check "update: a CPU quota of half a CPU shows one CPU" eval '[ "$status" = 0 ] && contains "$tmp/out" "^1$"'
   capture 10 "$OCI" "${R[@]}" update --memory 1m long
   check "update: a memory limit below what the sandbox uses is refused" eval \
     '[ "$status" = 1 ] && contains "$tmp/err" "memory limit 1048576"'
-  capture 10 "$OCI" "${R[@]}" update --cpuset-cpus 0 long
-  check "update: cpusets are refused, naming the flag" eval \
-    '[ "$status" = 1 ] && contains "$tmp/err" "cpuset-cpus"'
 else
-  capture 10 "$OCI" "${R[@]}" update --memory 96m long
-  check "update with sandboxd: an error naming it" eval \
-    '[ "$status" = 1 ] && contains "$tmp/err" "not with sandboxd"'
+  # sandboxd's range (its memory limit covers the Sentry too) comes first.
+  capture 10 "$OCI" "${R[@]}" update --memory 1m long
+  check "update with sandboxd: a memory limit outside its range is refused, naming the field" eval \
+    '[ "$status" = 1 ] && contains "$tmp/err" "limits.memory_bytes"'
 fi
+capture 10 "$OCI" "${R[@]}" update --cpuset-cpus 0 long
+check "update: cpusets are refused, naming the flag" eval \
+  '[ "$status" = 1 ] && contains "$tmp/err" "cpuset-cpus"'
 capture 10 "$OCI" "${R[@]}" list --format=json
 check "list --format=json" contains "$tmp/out" '"id": "long"'
 capture 10 "$OCI" "${R[@]}" delete long
@@ -428,33 +438,33 @@ check "state: an unknown id" \
 capture 10 "$OCI" "${R[@]}" delete --force long
 check "delete --force: an unknown id is not an error" eq "$status" 0
 
-if [ -z "$DAEMON" ]; then
-  # checkpoint and restore: a counter that notes its own start once.
-  mkdir -p "$tmp/cvol"
-  bundle counter 'process.args=["sh","-c","echo start >> /vol/log; i=0; while :; do i=$((i+1)); echo $i > /vol/n; sleep 0.05; done"]' \
-    "mounts=[{\"destination\":\"/proc\",\"type\":\"proc\",\"source\":\"proc\"},{\"destination\":\"/vol\",\"type\":\"bind\",\"source\":\"$tmp/cvol\",\"options\":[\"rbind\"]}]"
-  "$OCI" "${R[@]}" create --bundle "$tmp/counter" counter </dev/null >/dev/null 2>&1
-  "$OCI" "${R[@]}" start counter
-  sleep 1
-  capture 60 "$OCI" "${R[@]}" checkpoint --image-path "$tmp/img1" --leave-running counter
-  check "checkpoint --leave-running: exit 0, still running" eval \
-    '[ "$status" = 0 ] && "$OCI" "${R[@]}" state counter | grep -q "\"status\": \"running\""'
-  capture 60 "$OCI" "${R[@]}" checkpoint --image-path "$tmp/img2" counter
-  at=$(cat "$tmp/cvol/n")
-  check "checkpoint: exit 0, the image written, the container stopped" eval \
-    '[ "$status" = 0 ] && [ -s "$tmp/img2/manifest.pb" ] &&
-     "$OCI" "${R[@]}" state counter | grep -q "\"status\": \"stopped\""'
-  "$OCI" "${R[@]}" delete counter
-  capture 60 "$OCI" "${R[@]}" restore --image-path "$tmp/img2" --bundle "$tmp/counter" \
-    --pid-file "$tmp/counter.pid" counter
-  check "restore: exit 0, running" eval \
-    '[ "$status" = 0 ] && "$OCI" "${R[@]}" state counter | grep -q "\"status\": \"running\""'
-  sleep 1
-  check "restore: the counter runs on from where it was saved, not from its start" eval \
-    '[ "$(cat "$tmp/cvol/n")" -gt "$at" ] && [ "$(grep -c start "$tmp/cvol/log")" = 1 ]'
-  capture 20 "$OCI" "${R[@]}" delete --force counter
-  check "restore: delete --force" eq "$status" 0
-fi
+# checkpoint and restore (with sandboxd: its Checkpoint and Restore): a
+# counter that notes its own start once.
+mkdir -p "$tmp/cvol"
+bundle counter 'process.args=["sh","-c","echo start >> /vol/log; i=0; while :; do i=$((i+1)); echo $i > /vol/n; sleep 0.05; done"]' \
+  "mounts=[{\"destination\":\"/proc\",\"type\":\"proc\",\"source\":\"proc\"},{\"destination\":\"/vol\",\"type\":\"bind\",\"source\":\"$tmp/cvol\",\"options\":[\"rbind\"]}]"
+"$OCI" "${R[@]}" create --bundle "$tmp/counter" counter </dev/null >/dev/null 2>&1
+"$OCI" "${R[@]}" start counter
+sleep 1
+capture 60 "$OCI" "${R[@]}" checkpoint --image-path "$tmp/img1" --leave-running counter
+check "checkpoint --leave-running: exit 0, still running" eval \
+  '[ "$status" = 0 ] && "$OCI" "${R[@]}" state counter | grep -q "\"status\": \"running\""'
+capture 60 "$OCI" "${R[@]}" checkpoint --image-path "$tmp/img2" counter
+at=$(cat "$tmp/cvol/n")
+# (With sandboxd the init proxy ends when the daemon's sandbox has: soon.)
+is_stopped() { "$OCI" "${R[@]}" state "$1" | grep -q '"status": "stopped"'; }
+check "checkpoint: exit 0, the image written, the container stopped" eval \
+  '[ "$status" = 0 ] && [ -s "$tmp/img2/manifest.pb" ] && until_true 5 is_stopped counter'
+"$OCI" "${R[@]}" delete counter
+capture 60 "$OCI" "${R[@]}" restore --image-path "$tmp/img2" --bundle "$tmp/counter" \
+  --pid-file "$tmp/counter.pid" counter
+check "restore: exit 0, running" eval \
+  '[ "$status" = 0 ] && "$OCI" "${R[@]}" state counter | grep -q "\"status\": \"running\""'
+sleep 1
+check "restore: the counter runs on from where it was saved, not from its start" eval \
+  '[ "$(cat "$tmp/cvol/n")" -gt "$at" ] && [ "$(grep -c start "$tmp/cvol/log")" = 1 ]'
+capture 20 "$OCI" "${R[@]}" delete --force counter
+check "restore: delete --force" eq "$status" 0
 
 bundle short 'process.args=["true"]'
 "$OCI" "${R[@]}" create --bundle "$tmp/short" short </dev/null >/dev/null 2>&1

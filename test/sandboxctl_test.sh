@@ -9,6 +9,11 @@
 #   - run -i (stdin), SANDBOXD_SOCKET, run -t under a real pty (with
 #     /dev/console the same terminal)
 #   - create / start / wait / logs / ps (--json) / inspect / exec / kill / rm
+#   - update --memory --pids-limit of a running sandbox: inspect, MemTotal,
+#     fork's EAGAIN; its refusals (below the usage, unknown id, stopped)
+#   - pause / unpause: the Sentry stopped on the host (T), PAUSED in
+#     inspect and ps, exec refused meanwhile, the program running on after;
+#     kill -s KILL and rm -f of a paused sandbox
 #   - --systrap-patch=on|off: a Sentry started with it (pool miss), patching
 # Exits 77 (CTest: skipped) until the binaries exist.
 set -u
@@ -185,14 +190,75 @@ check "exec: output" eq "$(cat "$tmp/out")" "in-sandbox"
 check "exec: exit status" eq "$status" 4
 IN=$tmp/in ctl exec -i svc -- /usr/bin/tail -n 1
 check "exec -i: stdin" eq "$(cat "$tmp/out")" "50000"
+# update: the running sandbox's limits, seen by its programs and inspect.
+ctl update --memory=96m --pids-limit=8 svc
+check "update --memory --pids-limit: exit 0, the id" eval '[ "$status" = 0 ] && [ "$(cat "$tmp/out")" = svc ]'
+ctl inspect svc
+check "update: inspect shows the new limits" eval \
+  'contains "$tmp/out" "\"memory_bytes\": \"100663296\"" && contains "$tmp/out" "\"pids\": \"8\""'
+ctl exec svc -- /bin/sh -c 'head -1 /proc/meminfo; for i in 1 2 3 4 5 6 7 8 9 10; do sleep 3 & done; wait'
+check "update: /proc/meminfo's MemTotal follows, fork beyond the pids limit fails" eval \
+  'contains "$tmp/out" "^MemTotal: *98304 kB" && contains "$tmp/err" "[Cc]an.t fork\|Cannot fork"'
+ctl exec svc -- /bin/sh -c 'dd if=/dev/zero of=/tmp/big bs=1M count=40 2>/dev/null'
+ctl update --memory=20m svc
+check "update: a memory limit below what the application uses is refused, saying so" eval \
+  '[ "$status" = 125 ] && contains "$tmp/err" "the application uses"'
+ctl update --pids-limit=5 no-such
+check "update of an unknown sandbox: an error naming it" eval \
+  '[ "$status" = 125 ] && contains "$tmp/err" "no-such"'
+ctl update svc
+check "update without a limit: an error naming the flags" eval \
+  '[ "$status" = 125 ] && contains "$tmp/err" "pids-limit"'
 ctl rm svc
 check "rm of a running sandbox needs -f" eq "$status" 125
 ctl kill -s TERM svc
 check "kill -s TERM: exit 0" eq "$status" 0
 ctl wait svc
 check "wait after SIGTERM: 143" eq "$status" 143
+ctl update --memory=64m svc
+check "update of a stopped sandbox: refused, saying so" eval \
+  '[ "$status" = 125 ] && contains "$tmp/err" "not running"'
 ctl rm -f svc
 check "rm -f: exit 0" eq "$status" 0
+
+# pause / unpause: every host process of the sandbox stopped, then on.
+ctl run -d --name=ctr -- /bin/sh -c 'while :; do echo x >>/tmp/n; sleep 0.1; done'
+ctl pause ctr
+check "pause: exit 0, the id" eval '[ "$status" = 0 ] && [ "$(cat "$tmp/out")" = ctr ]'
+ctl inspect ctr
+sentry_pid=$($PY -c 'import json,sys; print(json.load(sys.stdin)["sentry_pids"][0])' <"$tmp/out")
+check "pause: inspect says PAUSED" contains "$tmp/out" '"state": "SANDBOX_STATE_PAUSED"'
+check "pause: the Sentry is stopped on the host" eval \
+  '[ "$(awk "{print \$3}" /proc/$sentry_pid/stat)" = T ]'
+ctl ps
+check "pause: ps (without -a) lists it as paused" contains "$tmp/out" "^ctr  *paused"
+ctl exec ctr -- /bin/true
+check "exec while paused: refused, saying so" eval '[ "$status" = 125 ] && contains "$tmp/err" "paused"'
+ctl pause ctr
+check "pause of a paused sandbox: refused" eval '[ "$status" = 125 ] && contains "$tmp/err" "not running"'
+ctl unpause ctr
+check "unpause: exit 0, the id" eval '[ "$status" = 0 ] && [ "$(cat "$tmp/out")" = ctr ]'
+check "unpause: the Sentry runs on" eval '[ "$(awk "{print \$3}" /proc/$sentry_pid/stat)" != T ]'
+ctl exec ctr -- /bin/sh -c 'wc -l </tmp/n'
+n1=$(cat "$tmp/out")
+sleep 1
+ctl exec ctr -- /bin/sh -c 'wc -l </tmp/n'
+check "unpause: the program runs on" eval '[ "$(cat "$tmp/out")" -gt "$n1" ]'
+ctl unpause ctr
+check "unpause of a running sandbox: refused" eval '[ "$status" = 125 ] && contains "$tmp/err" "not paused"'
+ctl pause ctr
+ctl kill -s KILL ctr
+check "kill -s KILL of a paused sandbox: exit 0" eq "$status" 0
+ctl wait ctr
+check "wait after kill -s KILL of a paused sandbox: 137" eq "$status" 137
+ctl rm ctr
+ctl run -d --name=ctr -- /bin/sleep 600
+ctl pause ctr
+ctl rm -f ctr
+check "rm -f of a paused sandbox: exit 0" eq "$status" 0
+ctl pause no-such
+check "pause of an unknown sandbox: an error naming it" eval \
+  '[ "$status" = 125 ] && contains "$tmp/err" "no-such"'
 
 # A sandbox whose init blocked its stub thread's host signals (a forged
 # rt_sigreturn from stub code, test/isolation/stub_code.c) and spins:

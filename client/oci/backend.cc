@@ -34,6 +34,7 @@ std::vector<std::string> DaemonBackend::InitCommand(const std::string& id,
           absl::StrCat("--bundle=", bundle),
           absl::StrCat("--hostname=", spec.hostname),
           absl::StrCat("--report-fd=", report_fd),
+          absl::StrCat("--restore-image=", spec.restore_image),
           id};
 }
 

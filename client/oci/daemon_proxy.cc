@@ -118,9 +118,24 @@ void RunDaemonInitProxy(const DaemonProxyOptions& o) {
     *spec->add_mounts() = *std::move(m);
   }
   (*spec->mutable_labels())["io.sandboxd.oci.bundle-id"] = o.id;
-  absl::StatusOr<v1::CreateResponse> created = cl->Create(req);
-  if (!created.ok()) fail_early(Annotate(created.status(), "sandboxd: Create"));
-  const std::string sandbox = created->id();
+  std::string sandbox;
+  if (o.spec.restore_image.empty()) {
+    absl::StatusOr<v1::CreateResponse> created = cl->Create(req);
+    if (!created.ok()) fail_early(Annotate(created.status(), "sandboxd: Create"));
+    sandbox = created->id();
+  } else {
+    // restore: the image's sandbox, with the bundle's rootfs, limits,
+    // network and host name over the recorded ones, left CREATED for the
+    // attach below to start, as a created one.
+    v1::RestoreRequest rr;
+    rr.set_image_dir(o.spec.restore_image);
+    rr.set_id(o.id);
+    *rr.mutable_spec() = std::move(*spec);
+    rr.set_attach(true);
+    absl::StatusOr<v1::RestoreResponse> restored = cl->Restore(rr);
+    if (!restored.ok()) fail_early(Annotate(restored.status(), "sandboxd: Restore"));
+    sandbox = restored->id();
+  }
 
   std::atomic<bool> started{false};
   std::thread([cl, sandbox, &started, fwd] {
@@ -208,6 +223,30 @@ absl::Status DaemonSignal(const std::string& socket, const std::string& id, int 
   absl::StatusOr<std::unique_ptr<client::Client>> c = Connect(socket);
   if (!c.ok()) return c.status();
   return (*c)->Signal(id, sig, all);
+}
+
+absl::Status DaemonUpdate(const std::string& socket, const std::string& id,
+                          const v1::Limits& limits) {
+  absl::StatusOr<std::unique_ptr<client::Client>> c = Connect(socket);
+  if (!c.ok()) return c.status();
+  return (*c)->Update(id, limits).status();
+}
+
+absl::Status DaemonPause(const std::string& socket, const std::string& id, bool pause) {
+  absl::StatusOr<std::unique_ptr<client::Client>> c = Connect(socket);
+  if (!c.ok()) return c.status();
+  return pause ? (*c)->Pause(id) : (*c)->Resume(id);
+}
+
+absl::Status DaemonCheckpoint(const std::string& socket, const std::string& id,
+                              const std::string& image_dir, bool leave_running) {
+  absl::StatusOr<std::unique_ptr<client::Client>> c = Connect(socket);
+  if (!c.ok()) return c.status();
+  v1::CheckpointRequest req;
+  req.set_id(id);
+  req.set_image_dir(image_dir);
+  req.set_leave_running(leave_running);
+  return (*c)->Checkpoint(req).status();
 }
 
 absl::Status DaemonDestroy(const std::string& socket, const std::string& id) {

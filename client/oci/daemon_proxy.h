@@ -43,6 +43,15 @@ struct DaemonProxyOptions {
 // Signal, or with `all` every process of the sandbox.
 absl::Status DaemonSignal(const std::string& socket, const std::string& id, int sig,
                           bool all);
+// Update: sandbox `id`'s limits (0 fields keep theirs).
+absl::Status DaemonUpdate(const std::string& socket, const std::string& id,
+                          const v1::Limits& limits);
+// Pause (`pause`) or Resume: every process of sandbox `id`.
+absl::Status DaemonPause(const std::string& socket, const std::string& id, bool pause);
+// Checkpoint: sandbox `id` into `image_dir` (absolute; the daemon makes
+// it), then stopped unless `leave_running`.
+absl::Status DaemonCheckpoint(const std::string& socket, const std::string& id,
+                              const std::string& image_dir, bool leave_running);
 // Sandbox `id` as the daemon describes it (its usage, its limits).
 absl::StatusOr<v1::SandboxInfo> DaemonGet(const std::string& socket, const std::string& id);
 // Destroys sandbox `id` (delete --force); NOT_FOUND when it is gone.

@@ -720,7 +720,8 @@ int CmdDelete(const std::vector<std::string>& argv_in) {
 // pause and resume: SIGSTOP / SIGCONT to every process below the init
 // proxy (the Sentry and its stubs), as runc freezes the container's
 // cgroup; the proxy itself runs on (a SIGCONT to it would be forwarded to
-// the sandbox's init). Not with sandboxd (its Sentry is the daemon's).
+// the sandbox's init). With sandboxd its Pause and Resume do the same to
+// the daemon's Sentry.
 // `sig` to every process below the init proxy, twice over: a process
 // started while the first pass ran (a new stub) is caught by the second.
 void SignalBelowProxy(const ContainerState& st, int sig) {
@@ -744,7 +745,17 @@ int PauseOrResume(const std::vector<std::string>& argv_in, bool pause) {
     Fail(absl::FailedPreconditionError(absl::StrCat("container not paused: ", StatusName(status))));
   }
   if (!st.sandboxd_socket.empty()) {
-    Fail(absl::UnimplementedError(absl::StrCat(verb, ": not with sandboxd (--sandboxd-socket)")));
+    // The daemon stops (continues) its Sentry and stubs: Pause, Resume.
+    if (absl::Status s = DaemonPause(st.sandboxd_socket, id, pause); !s.ok()) {
+      Fail(Annotate(s, verb));
+    }
+    if (pause) {
+      Check(WriteFileAtomic(PausedPath(g.root, id), ""));
+    } else {
+      unlink(PausedPath(g.root, id).c_str());
+    }
+    LogLine("info", absl::StrCat(verb, "d ", id));
+    return 0;
   }
   if (pause) Check(WriteFileAtomic(PausedPath(g.root, id), ""));
   SignalBelowProxy(st, pause ? SIGSTOP : SIGCONT);
@@ -755,7 +766,8 @@ int PauseOrResume(const std::vector<std::string>& argv_in, bool pause) {
 
 // checkpoint: the sandbox saved into --image-path (the Sentry's image
 // format, sentry/state/README.md, not CRIU's), then killed unless
-// --leave-running, as runc checkpoint does. Serve backend only.
+// --leave-running, as runc checkpoint does. The serve backend asks its
+// init proxy's Sentry; the daemon backend sandboxd (Checkpoint).
 int CmdCheckpoint(const std::vector<std::string>& argv_in) {
   flags::FlagSet fs("sandboxd-oci checkpoint", "--image-path=DIR [FLAGS] ID");
   std::string image, work, unused;
@@ -778,7 +790,29 @@ int CmdCheckpoint(const std::vector<std::string>& argv_in) {
   Status status;
   ContainerState st = LoadLive(id, &status);
   if (!st.sandboxd_socket.empty()) {
-    Fail(absl::UnimplementedError("checkpoint: not with sandboxd (--sandboxd-socket)"));
+    // sandboxd's Checkpoint (its image directory: made by the daemon,
+    // under its --checkpoint-roots). A paused sandbox is resumed for it
+    // and paused again after, as below.
+    const bool paused = status == Status::kPaused;
+    if (paused) {
+      if (absl::Status s = DaemonPause(st.sandboxd_socket, id, false); !s.ok()) {
+        Fail(Annotate(s, "checkpoint: resuming the paused sandbox"));
+      }
+    }
+    char real[PATH_MAX];
+    std::string path = image;
+    if (realpath(image.c_str(), real) != nullptr) {
+      path = real;
+    } else if (image[0] != '/') {
+      char cwd[PATH_MAX];
+      if (getcwd(cwd, sizeof(cwd)) == nullptr) Fail(Errno("getcwd"));
+      path = absl::StrCat(cwd, "/", image);
+    }
+    absl::Status s = DaemonCheckpoint(st.sandboxd_socket, id, path, leave_running);
+    if (paused && (!s.ok() || leave_running)) (void)DaemonPause(st.sandboxd_socket, id, true);
+    if (!s.ok()) Fail(Annotate(s, "checkpoint"));
+    LogLine("info", absl::StrCat("checkpointed ", id, " into ", path));
+    return 0;
   }
   // containerd pauses a container before its checkpoint; the Sentry stops
   // its tasks at safe points itself and needs its threads running for
@@ -827,8 +861,8 @@ int CmdRestore(const std::vector<std::string>& argv_in) {
   std::vector<std::string> args = fs.ParseOrExit(argv_in, 1);
   const std::string id = OneId(args, "restore");
   if (image.empty()) Fail(absl::InvalidArgumentError("restore needs --image-path"));
-  if (!SandboxdSocket().empty() || g.backend != "serve") {
-    Fail(absl::UnimplementedError("restore: only with the serve backend"));
+  if (SandboxdSocket().empty() && g.backend != "serve") {
+    Fail(absl::UnimplementedError("restore: not with --backend=run"));
   }
   char real[PATH_MAX];
   if (realpath(image.c_str(), real) == nullptr) Fail(Errno(absl::StrCat("--image-path ", image)));
@@ -969,7 +1003,9 @@ int CmdEvents(const std::vector<std::string>& argv_in) {
 // linux.resources object, "-" for stdin, as containerd's shim and podman
 // pass it) and the flags, which win. What the Sentry enforces itself
 // changes: memory (its memory file's limit), CPUs (a quota rounded up to
-// whole CPUs, what the sandbox sees), pids (fork's EAGAIN). Serve backend.
+// whole CPUs, what the sandbox sees), pids (fork's EAGAIN). The serve
+// backend asks the init proxy's Sentry; the daemon backend asks sandboxd
+// (Update), which sets the sandbox's cgroup too.
 int CmdUpdate(const std::vector<std::string>& argv_in) {
   flags::FlagSet fs("sandboxd-oci update", "[--resources=FILE] [FLAGS] ID");
   std::string resources, memory, cpu_quota, cpu_period, pids_limit, unused;
@@ -1040,23 +1076,27 @@ int CmdUpdate(const std::vector<std::string>& argv_in) {
   }
   Status status;
   ContainerState st = LoadLive(id, &status);
-  if (!st.sandboxd_socket.empty()) {
-    Fail(absl::UnimplementedError(
-        "update: not with sandboxd (--sandboxd-socket): its API has no call that "
-        "changes a running sandbox's limits"));
-  }
-  if (!MakeBackend()->Serves()) {
+  if (st.sandboxd_socket.empty() && !MakeBackend()->Serves()) {
     Fail(absl::UnimplementedError("update: not with --backend=run"));
   }
   if (want.memory_bytes == 0 && want.cpus == 0 && want.pids == 0) return 0;
+  v1::Limits lim;
+  lim.set_memory_bytes(want.memory_bytes);
+  lim.set_cpu_millis(want.cpus * 1000);
+  lim.set_pids(want.pids);
+  if (!st.sandboxd_socket.empty()) {
+    // The daemon's Update: the Sentry's limits and the sandbox's cgroup.
+    if (absl::Status s = DaemonUpdate(st.sandboxd_socket, id, lim); !s.ok()) {
+      Fail(Annotate(s, "update"));
+    }
+    LogLine("info", absl::StrCat("updated ", id));
+    return 0;
+  }
   absl::StatusOr<UniqueFd> c = ConnectProxy(g.root, id);
   if (!c.ok()) Fail(c.status());
   control::Request req;
   req.set_id(1);
-  v1::Limits* lim = req.mutable_update()->mutable_limits();
-  lim->set_memory_bytes(want.memory_bytes);
-  lim->set_cpu_millis(want.cpus * 1000);
-  lim->set_pids(want.pids);
+  *req.mutable_update()->mutable_limits() = lim;
   absl::StatusOr<control::Response> r = ProxyCall(c->get(), req);
   if (!r.ok()) Fail(Annotate(r.status(), "update"));
   LogLine("info", absl::StrCat("updated ", id));
@@ -1246,6 +1286,8 @@ int CmdDaemonProxy(const std::vector<std::string>& argv_in) {
   fs.String("bundle", &bundle, "DIR", "the bundle");
   fs.String("hostname", &hostname, "NAME", "the host name create chose");
   fs.Int("report-fd", &report_fd, "create's pipe");
+  std::string restore_image;
+  fs.String("restore-image", &restore_image, "DIR", "restore from this image (\"\": create)");
   const std::string id = OneId(fs.ParseOrExit(argv_in, 125), "daemon-proxy");
   absl::StatusOr<LaunchSpec> spec = ProxySpecOrReport(bundle, report_fd);
   DaemonProxyOptions o;
@@ -1254,6 +1296,7 @@ int CmdDaemonProxy(const std::vector<std::string>& argv_in) {
   o.id = id;
   o.spec = *std::move(spec);
   o.spec.hostname = hostname;
+  o.spec.restore_image = restore_image;
   o.report_fd = report_fd;
   if (absl::Status st = ForServedSentry(&o.spec); !st.ok()) {
     (void)!write(report_fd, st.message().data(), st.message().size());

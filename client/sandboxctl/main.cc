@@ -45,6 +45,9 @@ const char kCommands[] =
     "  stop [-t SECS] ID... SIGTERM to the init, SIGKILL after SECS (10)\n"
     "  rm [-f] ID...        destroy (-f: also running ones)\n"
     "  inspect ID           the sandbox as JSON\n"
+    "  update [--memory=BYTES] [--cpus=N] [--pids-limit=N] ID...\n"
+    "                       a running sandbox's limits (docker update)\n"
+    "  pause ID... | unpause ID...   every process stopped / continued\n"
     "  wait [--pid=N] ID    exits as the init program (or exec'd process N) did\n"
     "  wait --restored ID   returns once a restored sandbox's memory is loaded\n"
     "  checkpoint [--leave-running] ID --image=DIR\n"
@@ -65,7 +68,8 @@ const std::map<std::string, Command>& Commands() {
       {"exec", Exec},       {"ps", Ps},           {"list", Ps},
       {"ls", Ps},           {"logs", Logs},       {"kill", Kill},
       {"rm", Rm},           {"inspect", Inspect}, {"wait", Wait},
-      {"stop", Stop},
+      {"stop", Stop},       {"update", Update},   {"pause", Pause},
+      {"unpause", Unpause},
       {"checkpoint", Checkpoint}, {"restore", Restore}, {"attach", Attach},
       {"version", Version},
   };

@@ -40,7 +40,8 @@ int Ps(Client& c, std::vector<std::string> args) {
   if (!all) {
     list->erase(std::remove_if(list->begin(), list->end(),
                                [](const v1::SandboxInfo& s) {
-                                 return s.state() != v1::SANDBOX_STATE_RUNNING;
+                                 return s.state() != v1::SANDBOX_STATE_RUNNING &&
+                                        s.state() != v1::SANDBOX_STATE_PAUSED;
                                }),
                 list->end());
   }

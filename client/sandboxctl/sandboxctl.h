@@ -89,6 +89,9 @@ int Stop(Client& c, std::vector<std::string> args);
 int Rm(Client& c, std::vector<std::string> args);
 int Inspect(Client& c, std::vector<std::string> args);
 int Wait(Client& c, std::vector<std::string> args);
+int Update(Client& c, std::vector<std::string> args);
+int Pause(Client& c, std::vector<std::string> args);
+int Unpause(Client& c, std::vector<std::string> args);
 int Attach(Client& c, std::vector<std::string> args);
 int Checkpoint(Client& c, std::vector<std::string> args);
 

@@ -952,8 +952,10 @@ int HostPageCache::WritebackLocked() {
   int err = 0;
   // Every cached page: mapped writes leave no trace the Sentry sees. Only
   // up to the file's size: a mapping never grows the file.
-  for (const auto& [index, off] : pages_) {
-    const uint64_t at = index * mm::kPageSize;
+  for (const auto& page : pages_) {
+    // Named copies, not structured bindings: a lambda below uses them.
+    const uint64_t at = page.first * mm::kPageSize;
+    const uint64_t off = page.second;
     if (at >= size) break;
     const uint64_t n = std::min<uint64_t>(mm::kPageSize, size - at);
     uint64_t done = 0;

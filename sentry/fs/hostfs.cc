@@ -21,8 +21,11 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/hash/hash.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "base/status_macros.h"
+#include "base/thread.h"
 #include "sentry/fs/pipe.h"
 #include "sentry/mm/memory_file.h"
 
@@ -71,11 +74,13 @@ class HostPageCache final : public PageCache {
   void EndMapping() override;
   int GetPage(uint64_t index, uint64_t* memfile_off) override;
   int Writeback() override;
-  // What read() got from the host at `off`: the cached pages' bytes
-  // replace it, so that it shows what mappings wrote.
-  void OverlayRead(void* buf, uint64_t n, uint64_t off);
-  // What write() put on the host at `off`, copied into the cached pages.
-  void CopyWritten(const void* buf, uint64_t n, uint64_t off);
+  // read() of the host file `fd` at `off`, with the cached pages' bytes
+  // over what the host gave, so that it shows what mappings wrote.
+  // write(): to the host, and copied into the cached pages. Both are one
+  // step under mu_ against a mapping's end, which writes the pages back
+  // and frees them: a read between the two could get neither.
+  int64_t Read(int fd, void* buf, uint64_t n, uint64_t off);
+  int64_t Write(int fd, const void* buf, uint64_t n, uint64_t off);
   // The file was cut to `size` or a range was punched: the cached bytes
   // there read as zeros (mapped pages stay mapped, as tmpfs's do).
   void Zero(uint64_t off, uint64_t len);
@@ -83,16 +88,33 @@ class HostPageCache final : public PageCache {
  private:
   int WritebackLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Calls f(cached bytes, their offset from `off`, length) for each
-  // cached piece of [off, end).
+  // cached piece of [off, end). `host_too`: f changes the bytes as the
+  // host file's were changed, so a page that was clean stays clean (its
+  // hash is taken again); a page with mapped changes not yet written back
+  // keeps its old hash, and is written back whole.
   template <typename F>
-  void ForEachCachedLocked(uint64_t off, uint64_t end, F f)
+  void ForEachCachedLocked(uint64_t off, uint64_t end, bool host_too, F f)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void FreeAll();
+  // A cached page: where it is in the memory file, and a hash of its
+  // bytes as the host file had them when it was last read or written
+  // back. Writeback writes only the pages whose bytes hash differently
+  // now: the ones a mapping changed. (A hash, not a copy: a second copy
+  // of every page would double what the cache costs; two different pages
+  // of the same 64-bit hash are the one case a change is missed.)
+  struct Page {
+    uint64_t off;
+    uint64_t hash;
+  };
+  uint64_t HashOf(uint64_t off) {
+    return absl::HashOf(std::string_view(
+        reinterpret_cast<const char*>(mf_->Internal(off)), mm::kPageSize));
+  }
 
   HostInode* const inode_;
   mm::MemoryFile* const mf_;
   absl::Mutex mu_;
-  std::map<uint64_t, uint64_t> pages_ ABSL_GUARDED_BY(mu_);  // index -> offset
+  std::map<uint64_t, Page> pages_ ABSL_GUARDED_BY(mu_);  // by page index
   uint64_t mappings_ ABSL_GUARDED_BY(mu_) = 0;
   // Whether a mapping that may write existed since the pages were last
   // freed: else there is nothing to write back (nor an mtime to change).
@@ -522,11 +544,10 @@ class HostInode : public Inode {
     int fd = WriteFd();
     if (fd < 0) return fd;
     n = std::min<uint64_t>(n, SSIZE_MAX);
+    if (HostPageCache* c = page_cache()) return c->Write(fd, buf, n, off);
     ssize_t r = RetryEintr(
         [&] { return pwrite(fd, buf, n, static_cast<off_t>(off)); });
-    if (r < 0) return -errno;
-    if (HostPageCache* c = page_cache()) c->CopyWritten(buf, static_cast<uint64_t>(r), off);
-    return r;
+    return r < 0 ? -errno : r;
   }
   int64_t Allocate(int mode, uint64_t off, uint64_t len) override {
     if (!writable_) return -EROFS;
@@ -584,11 +605,10 @@ class HostInode : public Inode {
     int fd = ReadFd();
     if (fd < 0) return fd;
     n = std::min<uint64_t>(n, SSIZE_MAX);
+    if (HostPageCache* c = page_cache()) return c->Read(fd, buf, n, off);
     ssize_t r = RetryEintr(
         [&] { return pread(fd, buf, n, static_cast<off_t>(off)); });
-    if (r < 0) return -errno;
-    if (HostPageCache* c = page_cache()) c->OverlayRead(buf, static_cast<uint64_t>(r), off);
-    return r;
+    return r < 0 ? -errno : r;
   }
 
   // The page cache of shared mappings (made at the first, kept with the
@@ -597,12 +617,7 @@ class HostInode : public Inode {
     absl::MutexLock l(&cache_mu_);
     return cache_.get();
   }
-  std::shared_ptr<PageCache> MakePageCache(mm::MemoryFile* mf) {
-    if (type_ != S_IFREG || !writable_) return nullptr;
-    absl::MutexLock l(&cache_mu_);
-    if (cache_ == nullptr) cache_ = std::make_shared<HostPageCache>(this, mf);
-    return cache_;
-  }
+  std::shared_ptr<PageCache> MakePageCache(mm::MemoryFile* mf);
   // For HostPageCache: the host file's size, and its descriptors.
   int HostSize(uint64_t* size) {
     struct stat st;
@@ -881,6 +896,73 @@ class HostInode : public Inode {
   const std::unique_ptr<Fifo> fifo_;  // GetFifo
 };
 
+// Periodic writeback: what mappings write reaches the host files within
+// kWritebackInterval, without msync, fsync, close or munmap (Linux's
+// flusher threads do the same for its page cache; dirty pages older than
+// 30 s by default). One thread per Sentry, started with the first page
+// cache; it holds the inodes weakly and writes back only changed pages.
+constexpr absl::Duration kWritebackInterval = absl::Seconds(5);
+
+class Flusher {
+ public:
+  // Never destroyed: its thread runs until the Sentry exits.
+  static Flusher& Get() {
+    static Flusher* f = new Flusher;
+    return *f;
+  }
+  void Add(const std::shared_ptr<HostInode>& inode) {
+    absl::MutexLock l(&mu_);
+    inodes_.erase(std::remove_if(inodes_.begin(), inodes_.end(),
+                                 [](const auto& w) { return w.expired(); }),
+                  inodes_.end());
+    inodes_.push_back(inode);
+    if (started_) return;
+    // Without the thread, writeback still happens at msync, fsync, close,
+    // munmap and exit.
+    auto t = StartThread("the page-cache writeback thread", [this] {
+      while (true) {
+        absl::SleepFor(kWritebackInterval);
+        WritebackAll();
+      }
+    });
+    if (t.ok()) {
+      t->detach();
+      started_ = true;
+    }
+  }
+  void WritebackAll() {
+    std::vector<std::shared_ptr<HostInode>> live;
+    {
+      absl::MutexLock l(&mu_);
+      for (const auto& w : inodes_) {
+        if (auto i = w.lock()) live.push_back(std::move(i));
+      }
+    }
+    for (const auto& i : live) {
+      if (HostPageCache* c = i->page_cache()) c->Writeback();
+    }
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::weak_ptr<HostInode>> inodes_ ABSL_GUARDED_BY(mu_);
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+std::shared_ptr<PageCache> HostInode::MakePageCache(mm::MemoryFile* mf) {
+  if (type_ != S_IFREG || !writable_) return nullptr;
+  std::shared_ptr<HostPageCache> c;
+  {
+    absl::MutexLock l(&cache_mu_);
+    if (cache_ == nullptr) {
+      cache_ = std::make_shared<HostPageCache>(this, mf);
+      Flusher::Get().Add(std::static_pointer_cast<HostInode>(shared_from_this()));
+    }
+    c = cache_;
+  }
+  return c;
+}
+
 void HostPageCache::BeginMapping(bool may_write) {
   absl::MutexLock l(&mu_);
   mappings_++;
@@ -891,7 +973,7 @@ void HostPageCache::EndMapping() {
   absl::MutexLock l(&mu_);
   WritebackLocked();
   if (--mappings_ > 0) return;
-  for (const auto& [index, off] : pages_) mf_->Free(off, mm::kPageSize);
+  for (const auto& [index, page] : pages_) mf_->Free(page.off, mm::kPageSize);
   pages_.clear();
   may_be_written_ = false;
 }
@@ -899,7 +981,7 @@ void HostPageCache::EndMapping() {
 void HostPageCache::FreeAll() {
   absl::MutexLock l(&mu_);
   WritebackLocked();
-  for (const auto& [index, off] : pages_) mf_->Free(off, mm::kPageSize);
+  for (const auto& [index, page] : pages_) mf_->Free(page.off, mm::kPageSize);
   pages_.clear();
 }
 
@@ -907,7 +989,7 @@ int HostPageCache::GetPage(uint64_t index, uint64_t* memfile_off) {
   absl::MutexLock l(&mu_);
   auto it = pages_.find(index);
   if (it != pages_.end()) {
-    *memfile_off = it->second;
+    *memfile_off = it->second.off;
     return 0;
   }
   auto off = mf_->Allocate(mm::kPageSize);
@@ -933,7 +1015,7 @@ int HostPageCache::GetPage(uint64_t index, uint64_t* memfile_off) {
     done += static_cast<uint64_t>(r);
   }
   std::memset(page + done, 0, mm::kPageSize - done);  // past EOF
-  pages_.emplace(index, *off);
+  pages_.emplace(index, Page{*off, HashOf(*off)});
   *memfile_off = *off;
   return 0;
 }
@@ -950,19 +1032,21 @@ int HostPageCache::WritebackLocked() {
   int fd = inode_->HostWriteFd();
   if (fd < 0) return fd;
   int err = 0;
-  // Every cached page: mapped writes leave no trace the Sentry sees. Only
-  // up to the file's size: a mapping never grows the file.
-  for (const auto& page : pages_) {
-    // Named copies, not structured bindings: a lambda below uses them.
-    const uint64_t at = page.first * mm::kPageSize;
-    const uint64_t off = page.second;
+  // Mapped writes leave no trace the Sentry sees: each page's bytes are
+  // hashed again, and the changed ones written. The hash is taken before
+  // the write, so a store racing with it is seen by the next writeback.
+  // Only up to the file's size: a mapping never grows the file.
+  for (auto& [index, page] : pages_) {
+    const uint64_t at = index * mm::kPageSize;
     if (at >= size) break;
+    const uint64_t hash = HashOf(page.off);
+    if (hash == page.hash) continue;
     const uint64_t n = std::min<uint64_t>(mm::kPageSize, size - at);
+    const uint8_t* bytes = mf_->Internal(page.off);
     uint64_t done = 0;
     while (done < n) {
       ssize_t r = RetryEintr([&] {
-        return pwrite(fd, mf_->Internal(off) + done, n - done,
-                      static_cast<off_t>(at + done));
+        return pwrite(fd, bytes + done, n - done, static_cast<off_t>(at + done));
       });
       if (r <= 0) {
         if (err == 0) err = r < 0 ? -errno : -EIO;
@@ -970,39 +1054,54 @@ int HostPageCache::WritebackLocked() {
       }
       done += static_cast<uint64_t>(r);
     }
+    if (done == n) page.hash = hash;  // else tried again next time
   }
   return err;
 }
 
 template <typename F>
-void HostPageCache::ForEachCachedLocked(uint64_t off, uint64_t end, F f) {
+void HostPageCache::ForEachCachedLocked(uint64_t off, uint64_t end,
+                                        bool host_too, F f) {
   for (auto it = pages_.lower_bound(off / mm::kPageSize);
        it != pages_.end() && it->first * mm::kPageSize < end; ++it) {
     const uint64_t page_start = it->first * mm::kPageSize;
     const uint64_t from = std::max(off, page_start);
     const uint64_t to = std::min(end, page_start + mm::kPageSize);
-    f(mf_->Internal(it->second) + (from - page_start), from - off, to - from);
+    Page& page = it->second;
+    const bool clean = host_too && HashOf(page.off) == page.hash;
+    f(mf_->Internal(page.off) + (from - page_start), from - off, to - from);
+    if (clean) page.hash = HashOf(page.off);
   }
 }
 
-void HostPageCache::OverlayRead(void* buf, uint64_t n, uint64_t off) {
+int64_t HostPageCache::Read(int fd, void* buf, uint64_t n, uint64_t off) {
   absl::MutexLock l(&mu_);
-  ForEachCachedLocked(off, off + n, [&](uint8_t* page, uint64_t at, uint64_t len) {
-    std::memcpy(static_cast<uint8_t*>(buf) + at, page, len);
-  });
+  ssize_t r = RetryEintr(
+      [&] { return pread(fd, buf, n, static_cast<off_t>(off)); });
+  if (r < 0) return -errno;
+  ForEachCachedLocked(off, off + static_cast<uint64_t>(r), false,
+                      [&](uint8_t* page, uint64_t at, uint64_t len) {
+                        std::memcpy(static_cast<uint8_t*>(buf) + at, page, len);
+                      });
+  return r;
 }
 
-void HostPageCache::CopyWritten(const void* buf, uint64_t n, uint64_t off) {
+int64_t HostPageCache::Write(int fd, const void* buf, uint64_t n, uint64_t off) {
   absl::MutexLock l(&mu_);
-  ForEachCachedLocked(off, off + n, [&](uint8_t* page, uint64_t at, uint64_t len) {
-    std::memcpy(page, static_cast<const uint8_t*>(buf) + at, len);
-  });
+  ssize_t r = RetryEintr(
+      [&] { return pwrite(fd, buf, n, static_cast<off_t>(off)); });
+  if (r < 0) return -errno;
+  ForEachCachedLocked(off, off + static_cast<uint64_t>(r), true,
+                      [&](uint8_t* page, uint64_t at, uint64_t len) {
+                        std::memcpy(page, static_cast<const uint8_t*>(buf) + at, len);
+                      });
+  return r;
 }
 
 void HostPageCache::Zero(uint64_t off, uint64_t len) {
   absl::MutexLock l(&mu_);
   const uint64_t end = len > UINT64_MAX - off ? UINT64_MAX : off + len;
-  ForEachCachedLocked(off, end, [](uint8_t* page, uint64_t, uint64_t n) {
+  ForEachCachedLocked(off, end, true, [](uint8_t* page, uint64_t, uint64_t n) {
     std::memset(page, 0, n);
   });
 }

@@ -77,8 +77,13 @@ bool PathOf(Inode& inode, std::string* label, std::string* path);
 // sandbox maps the same page. read() and write() of the file go to the
 // host and see (and update) these pages; they are written back to the
 // host (up to its current size: mappings never grow a file) by Writeback
-// (msync, fsync, close, a checkpoint) and at the end of each mapping
-// (munmap, exit), and freed when the last mapping ends. One per inode.
+// (msync, fsync, close, a checkpoint, every 5 s from a writeback thread),
+// at the end of each mapping (munmap) and before a process's exit is
+// reported, and freed when the last mapping ends. Writeback writes only
+// the pages whose bytes changed since they were read or last written back
+// (a hash per page), so a change the host makes meanwhile to a page the
+// sandbox did not write is not overwritten (though the sandbox keeps
+// seeing its cached copy of it). One per inode.
 class PageCache {
  public:
   virtual ~PageCache() = default;

@@ -906,5 +906,69 @@ TEST_F(WritableHostFsTest, PageCacheOfSharedMappings) {
   EXPECT_EQ(ReadAll(*file), "HelLO");
 }
 
+// Writeback writes only the pages a mapping changed: a change the host
+// made meanwhile to another cached page stays. A write() into a page with
+// mapped changes not yet written back keeps them due.
+TEST_F(WritableHostFsTest, PageCacheWritesBackOnlyChangedPages) {
+  WriteHostFile("mnt/two", std::string(2 * mm::kPageSize, 'a'));
+  auto mf = mm::MemoryFile::Create(1ull << 26);
+  ASSERT_TRUE(mf.ok()) << mf.status();
+  auto file = MustLookup(*mnt_, "two");
+  auto cache = SharedPageCache(*file, mf->get());
+  ASSERT_NE(cache, nullptr);
+  cache->BeginMapping(/*may_write=*/true);
+  uint64_t off0 = 0, off1 = 0;
+  ASSERT_EQ(cache->GetPage(0, &off0), 0);
+  ASSERT_EQ(cache->GetPage(1, &off1), 0);
+  uint8_t* page0 = (*mf)->Internal(off0);
+
+  page0[0] = 'M';  // a mapped write to page 0
+  {
+    int fd = open(Host("mnt/two").c_str(), O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(pwrite(fd, "H", 1, mm::kPageSize), 1);  // the host, page 1
+    close(fd);
+  }
+  ASSERT_EQ(file->Write("W", 1, 100), 1);  // write() into dirty page 0
+  EXPECT_EQ(cache->Writeback(), 0);
+  std::string host = HostContents("mnt/two");
+  ASSERT_EQ(host.size(), 2 * mm::kPageSize);
+  EXPECT_EQ(host[0], 'M');
+  EXPECT_EQ(host[100], 'W');
+  EXPECT_EQ(host[mm::kPageSize], 'H');  // not overwritten by the cache's 'a'
+
+  // Nothing changed since: the host's later change to page 0 stays too.
+  {
+    int fd = open(Host("mnt/two").c_str(), O_WRONLY | O_CLOEXEC);
+    ASSERT_GE(fd, 0);
+    ASSERT_EQ(pwrite(fd, "h", 1, 1), 1);
+    close(fd);
+  }
+  EXPECT_EQ(cache->Writeback(), 0);
+  EXPECT_EQ(HostContents("mnt/two")[1], 'h');
+  cache->EndMapping();
+}
+
+// Mapped writes reach the host without msync, fsync, close or munmap: the
+// writeback thread writes them within its period (5 s).
+TEST_F(WritableHostFsTest, PageCacheIsWrittenBackPeriodically) {
+  auto mf = mm::MemoryFile::Create(1ull << 26);
+  ASSERT_TRUE(mf.ok()) << mf.status();
+  auto file = MustLookup(*mnt_, "file");
+  auto cache = SharedPageCache(*file, mf->get());
+  ASSERT_NE(cache, nullptr);
+  cache->BeginMapping(/*may_write=*/true);
+  uint64_t off = 0;
+  ASSERT_EQ(cache->GetPage(0, &off), 0);
+  std::memcpy((*mf)->Internal(off), "HELLO", 5);
+  bool seen = false;
+  for (int i = 0; i < 300 && !seen; i++) {  // up to 30 s
+    seen = HostContents("mnt/file") == "HELLO, world\n";
+    if (!seen) usleep(100 * 1000);
+  }
+  EXPECT_TRUE(seen) << HostContents("mnt/file");
+  cache->EndMapping();
+}
+
 }  // namespace
 }  // namespace sandboxd::fs::hostfs

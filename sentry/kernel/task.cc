@@ -701,6 +701,10 @@ void Task::Cleanup() {
   if (tid_ == tg_->tgid()) tg_->set_leader_exit_code(exit_code_);
   const bool last = tg_->RemoveTask(this);
   if (!last) NotifyParentIfDue();
+  // The process's last thread: what it wrote through shared mappings of
+  // host files reaches them before anyone is told of the exit (the address
+  // space is dropped only after that, ThreadGroup::ReleaseResources).
+  if (last && tg_->mm_ptr() != nullptr) mm().SyncSharedFiles();
   if (last && !tg_->exiting()) {
     // Every thread left with exit(2): the process's status is the
     // leader's exit code, as wait(2) reports it on Linux.

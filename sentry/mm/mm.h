@@ -198,9 +198,15 @@ class MM : public platform::CodePatcher {
   void SetBrkStart(uintptr_t addr);
   int64_t Madvise(uintptr_t addr, uint64_t len, int advice);
   // msync: the range checked (flags, address_range.h) and every page of
-  // it mapped, else -ENOMEM; there is nothing to write back (file pages
-  // are the memory file's, or private copies).
+  // it mapped, else -ENOMEM; then the shared file mappings in it write
+  // their pages back (Mappable::Sync: a bind-mounted file's page cache;
+  // tmpfs pages are the file's own).
   int64_t Msync(uintptr_t addr, uint64_t len, int flags);
+  // Every shared file mapping writes its pages back, errors ignored: a
+  // process's exit does it before its parent can hear of the exit (as
+  // Linux's exit_mm before exit_notify), while the address space itself
+  // is torn down later, outside the tasklist lock.
+  void SyncSharedFiles();
   // mlock, munlock (and mlock2's range): memory is never swapped out, so
   // locking checks that the range is mapped (-ENOMEM otherwise).
   int64_t Mlock(uintptr_t addr, uint64_t len);

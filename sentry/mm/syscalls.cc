@@ -563,6 +563,21 @@ int64_t MM::Msync(uintptr_t addr, uint64_t len, int flags) {
   return 0;
 }
 
+void MM::SyncSharedFiles() {
+  std::vector<std::shared_ptr<Mappable>> files;
+  {
+    absl::MutexLock l(&mu_);
+    for (const auto& [start, vma] : vmas_) {
+      if (vma.mappable != nullptr && !vma.is_private) {
+        if (files.empty() || files.back() != vma.mappable) {
+          files.push_back(vma.mappable);
+        }
+      }
+    }
+  }
+  for (const auto& f : files) f->Sync();
+}
+
 int64_t MM::Mlock(uintptr_t addr, uint64_t len) {
   AddressRange r;
   if (int e = CheckRange(RangeCall::kMlock, addr, len, max_addr_, &r)) {

@@ -72,7 +72,7 @@ class HostPageCache final : public PageCache {
 
   void BeginMapping(bool may_write) override;
   void EndMapping() override;
-  int GetPage(uint64_t index, uint64_t* memfile_off) override;
+  int GetPage(uint64_t index, uint64_t* memfile_off, bool ref) override;
   int Writeback() override;
   // read() of the host file `fd` at `off`, with the cached pages' bytes
   // over what the host gave, so that it shows what mappings wrote.
@@ -973,7 +973,8 @@ void HostPageCache::EndMapping() {
   absl::MutexLock l(&mu_);
   WritebackLocked();
   if (--mappings_ > 0) return;
-  for (const auto& [index, page] : pages_) mf_->Free(page.off, mm::kPageSize);
+  // A page still mapped (a PMA's reference) is freed when it is unmapped.
+  for (const auto& [index, page] : pages_) mf_->DecRef(page.off, mm::kPageSize);
   pages_.clear();
   may_be_written_ = false;
 }
@@ -981,14 +982,15 @@ void HostPageCache::EndMapping() {
 void HostPageCache::FreeAll() {
   absl::MutexLock l(&mu_);
   WritebackLocked();
-  for (const auto& [index, page] : pages_) mf_->Free(page.off, mm::kPageSize);
+  for (const auto& [index, page] : pages_) mf_->DecRef(page.off, mm::kPageSize);
   pages_.clear();
 }
 
-int HostPageCache::GetPage(uint64_t index, uint64_t* memfile_off) {
+int HostPageCache::GetPage(uint64_t index, uint64_t* memfile_off, bool ref) {
   absl::MutexLock l(&mu_);
   auto it = pages_.find(index);
   if (it != pages_.end()) {
+    if (ref) mf_->IncRef(it->second.off, mm::kPageSize);
     *memfile_off = it->second.off;
     return 0;
   }
@@ -1016,6 +1018,7 @@ int HostPageCache::GetPage(uint64_t index, uint64_t* memfile_off) {
   }
   std::memset(page + done, 0, mm::kPageSize - done);  // past EOF
   pages_.emplace(index, Page{*off, HashOf(*off)});
+  if (ref) mf_->IncRef(*off, mm::kPageSize);
   *memfile_off = *off;
   return 0;
 }

@@ -93,8 +93,9 @@ class PageCache {
   // A mapping ended: writes back; the last one frees the pages.
   virtual void EndMapping() = 0;
   // The memory-file offset of page `index`, read from the host the first
-  // time. -errno (-ENOMEM: the memory file is full).
-  virtual int GetPage(uint64_t index, uint64_t* memfile_off) = 0;
+  // time. -errno (-ENOMEM: the memory file is full). `ref`: one memory-
+  // file reference is added for the caller (mm::Mappable::SharedPage).
+  virtual int GetPage(uint64_t index, uint64_t* memfile_off, bool ref) = 0;
   // Writes every page back to the host file; -errno of the first failure.
   virtual int Writeback() = 0;
 };

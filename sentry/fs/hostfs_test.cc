@@ -871,7 +871,7 @@ TEST_F(WritableHostFsTest, PageCacheOfSharedMappings) {
   EXPECT_EQ(SharedPageCache(*file, mf->get()), cache);  // one per inode
   cache->BeginMapping(/*may_write=*/true);
   uint64_t off = 0;
-  ASSERT_EQ(cache->GetPage(0, &off), 0);
+  ASSERT_EQ(cache->GetPage(0, &off, false), 0);
   uint8_t* page = (*mf)->Internal(off);
   EXPECT_EQ(std::string(reinterpret_cast<char*>(page), 13), "hello, world\n");
   EXPECT_EQ(page[13], 0);  // past EOF: zeros
@@ -918,8 +918,8 @@ TEST_F(WritableHostFsTest, PageCacheWritesBackOnlyChangedPages) {
   ASSERT_NE(cache, nullptr);
   cache->BeginMapping(/*may_write=*/true);
   uint64_t off0 = 0, off1 = 0;
-  ASSERT_EQ(cache->GetPage(0, &off0), 0);
-  ASSERT_EQ(cache->GetPage(1, &off1), 0);
+  ASSERT_EQ(cache->GetPage(0, &off0, false), 0);
+  ASSERT_EQ(cache->GetPage(1, &off1, false), 0);
   uint8_t* page0 = (*mf)->Internal(off0);
 
   page0[0] = 'M';  // a mapped write to page 0
@@ -959,7 +959,7 @@ TEST_F(WritableHostFsTest, PageCacheIsWrittenBackPeriodically) {
   ASSERT_NE(cache, nullptr);
   cache->BeginMapping(/*may_write=*/true);
   uint64_t off = 0;
-  ASSERT_EQ(cache->GetPage(0, &off), 0);
+  ASSERT_EQ(cache->GetPage(0, &off, false), 0);
   std::memcpy((*mf)->Internal(off), "HELLO", 5);
   bool seen = false;
   for (int i = 0; i < 300 && !seen; i++) {  // up to 30 s

@@ -69,8 +69,10 @@ class InodeMappable : public mm::Mappable {
     return tmpfs_ != nullptr || cache_ != nullptr;
   }
   int SharedPage(uint64_t index, uint64_t* memfile_off) override {
-    if (tmpfs_ != nullptr) return tmpfs_->GetPage(index, true, memfile_off);
-    if (cache_ != nullptr) return cache_->GetPage(index, memfile_off);
+    if (tmpfs_ != nullptr) {
+      return tmpfs_->GetPage(index, true, memfile_off, /*ref=*/true);
+    }
+    if (cache_ != nullptr) return cache_->GetPage(index, memfile_off, /*ref=*/true);
     return -ENODEV;
   }
   int Sync() override { return cache_ != nullptr ? cache_->Writeback() : 0; }

@@ -678,19 +678,21 @@ void TmpFsRegularFile::FreePagesLocked(uint64_t first, uint64_t end) {
   const auto stop = pages_.lower_bound(end);
   mm::MemoryFile* mf = sb_->memfile();
   // Contiguous memory-file runs are freed together: one hole punch each.
+  // The file's reference is dropped: a page a mapping still holds (its
+  // PMA's reference, GetPage) is freed when that mapping goes.
   uint64_t run_off = 0, run_len = 0, count = 0;
   while (it != stop) {
     if (run_len != 0 && run_off + run_len == it->second) {
       run_len += kPageSize;
     } else {
-      if (run_len != 0) mf->Free(run_off, run_len);
+      if (run_len != 0) mf->DecRef(run_off, run_len);
       run_off = it->second;
       run_len = kPageSize;
     }
     ++count;
     it = pages_.erase(it);
   }
-  if (run_len != 0) mf->Free(run_off, run_len);
+  if (run_len != 0) mf->DecRef(run_off, run_len);
   sb_->ReleasePages(count);
 }
 
@@ -890,12 +892,13 @@ int64_t TmpFsRegularFile::Allocate(int mode, uint64_t off, uint64_t len) {
 }
 
 int TmpFsRegularFile::GetPage(uint64_t index, bool allocate,
-                              uint64_t* memfile_off) {
+                              uint64_t* memfile_off, bool ref) {
   if (index > kTmpfsMaxFileSize / kPageSize) return -EFBIG;
   if (!allocate) {
     absl::ReaderMutexLock l(&data_mu_);
     auto it = pages_.find(index);
     if (it == pages_.end()) return -ENOENT;
+    if (ref) sb_->memfile()->IncRef(it->second, kPageSize);
     *memfile_off = it->second;
     return 0;
   }
@@ -903,6 +906,7 @@ int TmpFsRegularFile::GetPage(uint64_t index, bool allocate,
   int err = 0;
   if (EnsurePagesLocked(index, 1, &err, nullptr) == 0) return err;
   *memfile_off = pages_.at(index);
+  if (ref) sb_->memfile()->IncRef(*memfile_off, kPageSize);
   return 0;
 }
 

@@ -264,12 +264,16 @@ class TmpFsRegularFile final : public TmpFsInode {
   // the caller's: the size can change right after this returns anyway.
   //
   // This is how mmap of a tmpfs file (MAP_SHARED maps these pages
-  // themselves) and checkpoint will reach the data. The page stays owned
-  // by this file: truncate, hole punching and destruction Free it. Once
-  // mappings hold such pages, those paths must first invalidate the
-  // mappings (as Linux's unmap_mapping_range does) or the application
-  // would keep access to memory that gets reused.
-  int GetPage(uint64_t index, bool allocate, uint64_t* memfile_off);
+  // themselves) and checkpoint reach the data. The file holds one memory-
+  // file reference on each of its pages, dropped by truncate, hole
+  // punching and destruction. `ref`: one more is added for the caller (a
+  // mapping's PMA, under data_mu_ so that the page cannot go first), so a
+  // page a process maps is freed only when the last mapping of it goes:
+  // until then it stays mapped there, detached from the file (Linux
+  // unmaps it instead, unmap_mapping_range, and a later touch past EOF is
+  // SIGBUS), but never reused for other memory.
+  int GetPage(uint64_t index, bool allocate, uint64_t* memfile_off,
+              bool ref = false);
 
   // File seals (fcntl(2) F_ADD_SEALS, F_SEAL_* bits). Every tmpfs file
   // starts with F_SEAL_SEAL, as Linux's shmem files do, except memfds made

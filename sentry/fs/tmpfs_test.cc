@@ -685,6 +685,34 @@ TEST_F(TmpFsTest, GetPageExposesMemoryFilePages) {
   EXPECT_EQ(gf->GetPage(1, true, &off), -ENOSPC);
 }
 
+// A page a mapping holds (GetPage with `ref`) outlives the file's
+// truncate: it is not handed out again, so the mapping can never see
+// another file's data, and it is freed when the mapping lets it go.
+TEST_F(TmpFsTest, TruncateLeavesMappedPagesToTheirMappings) {
+  auto inode = Make(*root_, "f");
+  auto* f = dynamic_cast<TmpFsRegularFile*>(inode.get());
+  ASSERT_NE(f, nullptr);
+  uint64_t mapped = 0;
+  ASSERT_EQ(f->GetPage(0, true, &mapped, /*ref=*/true), 0);
+  std::memcpy(mf_->Internal(mapped), "mine", 4);
+  SetAttrRequest cut;
+  cut.set_size = true;
+  cut.size = 0;
+  ASSERT_EQ(f->SetAttr(cut), 0);
+  EXPECT_EQ(mf_->AllocatedBytes(), kPage);  // still held by the mapping
+
+  auto other = Make(*root_, "g");
+  auto* g = dynamic_cast<TmpFsRegularFile*>(other.get());
+  uint64_t fresh = 0;
+  ASSERT_EQ(g->GetPage(0, true, &fresh), 0);
+  EXPECT_NE(fresh, mapped);
+  std::memcpy(mf_->Internal(fresh), "THEIRS", 6);
+  EXPECT_EQ(std::memcmp(mf_->Internal(mapped), "mine", 4), 0);
+
+  mf_->DecRef(mapped, kPage);  // the mapping goes
+  EXPECT_EQ(mf_->AllocatedBytes(), kPage);  // g's page alone
+}
+
 TEST_F(TmpFsTest, ConcurrentWritersToDifferentFiles) {
   constexpr int kThreads = 4;
   constexpr uint64_t kFileSize = 256 * kPage;

@@ -81,7 +81,8 @@ uintptr_t MM::EnsureBacked(VmaMap::const_iterator vit, uintptr_t start,
         *bus = true;
         return cur;
       }
-      InsertPma(cur, Pma{cur + kPageSize, page, /*owned=*/false});
+      InsertPma(cur, Pma{cur + kPageSize, page, /*owned=*/false,
+                         /*needs_copy=*/false, /*pinned=*/true});
       cur += kPageSize;
     } else if (vma.mappable) {
       // A private copy of the file's pages, read when first touched. Pages

@@ -40,7 +40,7 @@ MM::~MM() {
   }
   absl::MutexLock l(&mu_);
   for (auto& [start, pma] : pmas_) {
-    if (pma.owned) mf_->DecRef(pma.file_offset, pma.end - start);
+    if (pma.owned || pma.pinned) mf_->DecRef(pma.file_offset, pma.end - start);
   }
   pmas_.clear();
   vmas_.clear();  // drops references to shared objects
@@ -81,7 +81,9 @@ absl::StatusOr<std::unique_ptr<MM>> MM::Fork(
       Pma& pma = pit->second;
       uint64_t src = pma.file_offset + (s - pit->first);
       if (!pma.owned) {
-        child->InsertPma(s, Pma{e, src, /*owned=*/false});
+        if (pma.pinned) mf_->IncRef(src, e - s);  // the child's own pin
+        child->InsertPma(s, Pma{e, src, /*owned=*/false, /*needs_copy=*/false,
+                                pma.pinned});
         continue;
       }
       mf_->IncRef(src, e - s);

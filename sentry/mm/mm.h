@@ -55,7 +55,11 @@ class Mappable {
   virtual std::string Name() = 0;
   // Files whose pages live in the memory file (tmpfs) can be mapped
   // shared: the mapping uses those very pages. SharedPage returns the
-  // memory-file offset of page `index`, allocating it.
+  // memory-file offset of page `index`, allocating it, with one memory-
+  // file reference added for the caller (MemoryFile::IncRef, taken under
+  // the file's own lock): the PMA that maps the page holds it, so a
+  // truncate or hole punch that drops the file's reference cannot free a
+  // page a process still maps (and hand it to someone else).
   virtual bool SupportsShared() { return false; }
   virtual int SharedPage(uint64_t index, uint64_t* memfile_off) {
     return -ENODEV;
@@ -122,6 +126,12 @@ struct Pma {
   // them this MM copies them, or takes them back if it is the only owner
   // left (BreakCow).
   bool needs_copy = false;
+  // A file's shared page (Mappable::SharedPage): this PMA holds one
+  // memory-file reference on it, dropped when the PMA goes away, so that
+  // the file freeing the page (truncate, hole punching) leaves it to the
+  // mappings that still map it until they go. Not saved: a restore maps
+  // the file's pages again.
+  bool pinned = false;
 };
 
 // One VMA as /proc/[pid]/maps, smaps and status describe it: a copy taken

@@ -185,7 +185,7 @@ void MM::RemovePmas(uintptr_t start, uintptr_t end) {
   SplitPma(end);
   auto it = SplitPma(start);
   while (it != pmas_.end() && it->first < end) {
-    if (it->second.owned) {
+    if (it->second.owned || it->second.pinned) {
       mf_->DecRef(it->second.file_offset, it->second.end - it->first);
     }
     it = pmas_.erase(it);
@@ -199,7 +199,7 @@ void MM::InsertPma(uintptr_t start, Pma pma) {
   auto contiguous = [](uintptr_t a_start, const Pma& a, uintptr_t b_start,
                        const Pma& b) {
     return a.end == b_start && a.owned == b.owned &&
-           a.needs_copy == b.needs_copy && a.file_offset + (a.end - a_start) == b.file_offset;
+           a.needs_copy == b.needs_copy && a.pinned == b.pinned && a.file_offset + (a.end - a_start) == b.file_offset;
   };
   if (it != pmas_.begin()) {
     auto prev = std::prev(it);

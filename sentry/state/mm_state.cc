@@ -152,6 +152,9 @@ absl::Status MmState::SaveMm(Saver& s, mm::MM& mm, pb::Mm* r) {
   {
     absl::ReaderMutexLock l(&mm.mu_);
     vmas.assign(mm.vmas_.begin(), mm.vmas_.end());
+    // Only owned (private) PMAs: the others map a file's or a shared
+    // object's pages, mapped again at their first touch after a restore
+    // (so a PMA's `pinned` reference is not state either).
     for (const auto& [start, pma] : mm.pmas_) {
       if (pma.owned) pmas.emplace_back(start, pma);
     }

@@ -26,6 +26,7 @@ class Vdso::VvarMappable : public mm::Mappable {
   bool SupportsShared() override { return true; }
   int SharedPage(uint64_t index, uint64_t* memfile_off) override {
     if (index != 0) return -EINVAL;
+    mf_->IncRef(off_, mm::kPageSize);  // the mapping's (Mappable::SharedPage)
     *memfile_off = off_;
     return 0;
   }
@@ -96,7 +97,8 @@ Vdso::Vdso(mm::MemoryFile* mf, uint64_t vvar_off, std::string tsc_why_not)
 
 Vdso::~Vdso() {
   timekeeper_.reset();  // stops writing the page before it is freed
-  mf_->Free(vvar_off_, kVvarSize);
+  // Freed now unless a mapping still holds it (SharedPage's reference).
+  mf_->DecRef(vvar_off_, kVvarSize);
 }
 
 absl::StatusOr<uint64_t> Vdso::Map(mm::MM& mm) const {

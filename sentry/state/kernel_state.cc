@@ -534,9 +534,6 @@ absl::Status KernelState::SaveKernel(Saver& s, Kernel& k, const fs::Vfs& vfs,
   }
   pb::Kernel* r = s.state().mutable_kernel();
   r->set_next_tid(next_tid);
-  r->set_uptime_ns(std::max<int64_t>(0, kernel::MonotonicNanos() - k.boot_ns_));
-  r->set_monotonic_ns(waiter::ClockNowNs(CLOCK_MONOTONIC));
-  r->set_boottime_ns(waiter::ClockNowNs(CLOCK_BOOTTIME));
   // Groups first, then their tasks in the group's order (leader first), so
   // that a load rebuilds the same order.
   size_t saved_tasks = 0;
@@ -558,6 +555,13 @@ absl::Status KernelState::SaveKernel(Saver& s, Kernel& k, const fs::Vfs& vfs,
     c->set_nr(nr);
     c->set_count(count);
   }
+  // The clocks last, after every time left (timers, timerfds, sleeps,
+  // restart blocks) was measured: the load measures those again from
+  // these readings (LoadClocks), so that nothing fires early by the time
+  // the save took (it is late by that much at the most).
+  r->set_uptime_ns(std::max<int64_t>(0, kernel::MonotonicNanos() - k.boot_ns_));
+  r->set_monotonic_ns(waiter::ClockNowNs(CLOCK_MONOTONIC));
+  r->set_boottime_ns(waiter::ClockNowNs(CLOCK_BOOTTIME));
   return absl::OkStatus();
 }
 

@@ -415,19 +415,21 @@ def clocks():
     fired_real = real()
     late = fired_real - (real_deadline if side == "resume" else max(real_deadline, r1))
     report("an absolute CLOCK_REALTIME timerfd fires at its real time",
-           fired_real >= real_deadline and late < 0.5,
+           fired_real >= real_deadline and late < 1.0,
            "fired %.3f s late" % late)
     # Read through the vDSO, whose clock was seen up to 61 ms behind the
     # Sentry's in a freshly restored Sentry on a loaded machine: within
-    # 0.5 s either way (the gap this checks for is 2 s and more).
+    # 1 s either way (the gap this checks for is 2 s and more; a save
+    # that a loaded machine slows past the deadlines makes the saved run
+    # see them late by as much).
     os.read(tfm, 8)
     fired = mono()
     report("an absolute CLOCK_MONOTONIC timerfd fires at its deadline",
-           abs(fired - mono_deadline) < 0.5,
+           abs(fired - mono_deadline) < 1.0,
            "fired %.3f s after it" % (fired - mono_deadline))
     th.join()
     report("an absolute clock_nanosleep ends at its deadline",
-           abs(woke["t"] - sleep_deadline) < 0.5,
+           abs(woke["t"] - sleep_deadline) < 1.0,
            "ended %.3f s after it" % (woke["t"] - sleep_deadline))
 
 

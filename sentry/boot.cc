@@ -813,6 +813,8 @@ absl::StatusOr<std::unique_ptr<Sandbox>> Sandbox::Restore(Prewarmed pw,
     for (int fd = 0; fd < 3; fd++) {
       if (stdio.fds[fd].valid()) l.set_host_fd(fd, stdio.fds[fd].get());
     }
+    // The clocks first: timerfds, timers and sleeps load relative to them.
+    state::KernelState::LoadClocks(l, k);
     auto vfs = state::FsState::LoadVfs(l);
     if (!vfs.ok()) return Annotate(vfs.status(), "restoring the mounts");
     sb->vfs_ = std::shared_ptr<fs::Vfs>(std::move(vfs).value());

@@ -18,6 +18,11 @@
 #   - cpu_timeouts: clock_nanosleep on CLOCK_PROCESS_CPUTIME_ID and on
 #     another thread's CPU clock, 3 s relative, checkpointed at 1 s of
 #     CPU time, end about 2 s of CPU time after it, not 3 s;
+#   - clocks: restored 2 s after the save (and again 1 s later), the
+#     copy's CLOCK_MONOTONIC, CLOCK_BOOTTIME and /proc/uptime go on from
+#     the save, CLOCK_REALTIME follows the host, the vDSO agrees with the
+#     system call, absolute timers (a CLOCK_MONOTONIC timerfd and
+#     clock_nanosleep, a CLOCK_REALTIME timerfd) end at their deadlines;
 #   - unlinked: a file made in the overlay, a rootfs file copied up and
 #     one only read, all removed while open, keep their data across the
 #     checkpoint;
@@ -50,7 +55,7 @@ fi
 
 # Each case prints one line per check, "NAME ok" when it holds.
 for mode in "${modes[@]}"; do
-for spec in data:4 procfs_pipe:2 timeouts:5 cpu_timeouts:2 unlinked:3; do
+for spec in data:4 procfs_pipe:2 timeouts:5 cpu_timeouts:2 unlinked:3 clocks:9; do
   want=${spec#*:}
   base=${spec%:*}
   case=$base${mode:+.patch}
@@ -69,6 +74,10 @@ for spec in data:4 procfs_pipe:2 timeouts:5 cpu_timeouts:2 unlinked:3; do
   check "$case: the saved run's checks pass" \
     eq "$(grep -c ' ok$' "$tmp/$case.orig")" "$want"
   grep -v ' ok$' "$tmp/$case.orig" | head -5 | sed 's/^/#   saved: /'
+  # clocks: the restore comes 2 s after the save, which the restored
+  # copy's CLOCK_MONOTONIC must not count (its CLOCK_REALTIME does); a
+  # second restore of the image, below, must see the same.
+  [ "$base" = clocks ] && sleep 2
   capture 60 "$SENTRY" restore --rootfs=/ "${flags[@]}" --image="$tmp/$case.ck/sandbox.1"
   cp "$tmp/out" "$tmp/$case.rest"
   check "$case: the restored copy exits 0 ($(head -c 300 "$tmp/err"))" \
@@ -79,6 +88,15 @@ for spec in data:4 procfs_pipe:2 timeouts:5 cpu_timeouts:2 unlinked:3; do
   check "$case: the restored copy's checks pass" \
     eq "$(grep -c ' ok$' "$tmp/$case.rest")" "$want"
   grep -v ' ok$' "$tmp/$case.rest" | head -5 | sed 's/^/#   restored: /'
+  if [ "$base" = clocks ]; then
+    sleep 1
+    capture 60 "$SENTRY" restore --rootfs=/ "${flags[@]}" --image="$tmp/$case.ck/sandbox.1"
+    check "$case: a second restore of the image exits 0 ($(head -c 300 "$tmp/err"))" \
+      eq "$status" 0
+    check "$case: a second restore's checks pass" \
+      eq "$(grep -c ' ok$' "$tmp/out")" "$want"
+    grep -v ' ok$' "$tmp/out" | head -5 | sed 's/^/#   restored again: /'
+  fi
 done
 done
 

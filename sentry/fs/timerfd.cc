@@ -98,6 +98,7 @@ int64_t TimerFd::SetTime(int flags, const struct itimerspec& value,
   State& s = *state_;
   absl::MutexLock l(&s.mu_);
   s.ticks_ = 0;  // Linux resets the count on every settime
+  s.abs_realtime_ = (flags & TFD_TIMER_ABSTIME) && s.clock_ == CLOCK_REALTIME;
   s.interval_ns_ = ToNs(value.it_interval);
   int64_t v = ToNs(value.it_value);
   if (v == 0) {

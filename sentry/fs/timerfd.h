@@ -67,6 +67,11 @@ class TimerFd : public File, public waiter::EventSource {
     int64_t next_ns_ ABSL_GUARDED_BY(mu_) = 0;  // 0: disarmed
     int64_t interval_ns_ ABSL_GUARDED_BY(mu_) = 0;
     uint64_t ticks_ ABSL_GUARDED_BY(mu_) = 0;
+    // Armed with TFD_TIMER_ABSTIME on CLOCK_REALTIME: a checkpoint keeps
+    // its deadline, which follows the host's real time across a restore
+    // (relative timers keep the time left, as Linux's relative
+    // CLOCK_REALTIME timers run on the monotonic base).
+    bool abs_realtime_ ABSL_GUARDED_BY(mu_) = false;
   };
 
   const std::shared_ptr<State> state_;

@@ -27,6 +27,7 @@
 #include "sentry/kernel/timers.h"
 #include "sentry/loader/exec_image.h"
 #include "sentry/mm/mm.h"
+#include "sentry/waiter/timer_thread.h"
 #include "sentry/waiter/waiter.h"
 
 namespace sandboxd::fs::tty {
@@ -41,12 +42,11 @@ namespace sandboxd::kernel {
 class Kernel;
 class Task;
 
-// CLOCK_MONOTONIC in nanoseconds: start times and the sandbox's uptime
-// (/proc/uptime, /proc/[pid]/stat) are measured on it.
+// The sandbox's CLOCK_MONOTONIC in nanoseconds (waiter::ClockNowNs: it
+// goes on from the saved value after a restore): start times and the
+// sandbox's uptime (/proc/uptime, /proc/[pid]/stat) are measured on it.
 inline int64_t MonotonicNanos() {
-  timespec ts;
-  clock_gettime(CLOCK_MONOTONIC, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  return waiter::ClockNowNs(CLOCK_MONOTONIC);
 }
 
 // How a process ended, in wait(2) status form.

@@ -134,6 +134,8 @@ void IntervalTimer::Set(int64_t value_ns, int64_t interval_ns, bool absolute,
   overrun_ = 0;
   overrun_last_ = 0;
   interval_ns_ = interval_ns;
+  abs_realtime_ = absolute && clock_.kind == TimerClock::Kind::kHost &&
+                  clock_.host == CLOCK_REALTIME;
   if (value_ns == 0 || deleted_ || now < 0) {
     next_ns_ = 0;
     waiter::TimerThread::Get().Disarm(this);

@@ -130,6 +130,11 @@ class IntervalTimer : public waiter::Timer,
   uint64_t queued_seq_ ABSL_GUARDED_BY(mu_) = 0;
   uint64_t overrun_ ABSL_GUARDED_BY(mu_) = 0;  // since the signal was queued
   int overrun_last_ ABSL_GUARDED_BY(mu_) = 0;
+  // Set absolute on CLOCK_REALTIME: a checkpoint keeps the deadline, which
+  // follows the host's real time across a restore; other timers keep the
+  // time left (Linux runs relative CLOCK_REALTIME timers on the monotonic
+  // base).
+  bool abs_realtime_ ABSL_GUARDED_BY(mu_) = false;
   friend struct state::KernelState;
   // Name mu_ in their lock order annotations.
   friend class ProcessTimers;

@@ -7,6 +7,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -28,6 +29,7 @@
 #include "sentry/fs/vfs.h"
 #include "sentry/kernel/kernel.h"
 #include "sentry/proc/procfs.h"
+#include "sentry/waiter/event_source.h"
 
 namespace sandboxd::fs::proc {
 
@@ -109,15 +111,43 @@ using Generator = std::function<int(std::string*)>;
 // Takes one write(2) of a writable file: bytes accepted or -errno.
 using Writer = std::function<int64_t(const std::string&)>;
 
+// Whether epoll takes a procfs file, as Linux decides by its f_op->poll:
+//  - kNone: no poll (the files of /proc/PID other than mounts and
+//    mountinfo: seq_file's single_open): epoll_ctl fails with EPERM;
+//  - kDefault: the files of /proc itself and of /proc/sys (proc_reg_poll,
+//    proc_sys_poll): always ready with DEFAULT_POLLMASK (in and out);
+//  - kMounts: /proc/PID/mounts and mountinfo (mounts_poll): ready to read
+//    (POLLIN | POLLRDNORM; no mount-change events: the text is a snapshot).
+// poll(2) and select(2) take every file (no poll: DEFAULT_POLLMASK).
+enum class ProcPoll { kNone, kDefault, kMounts };
+
 // An open procfs file: the text generated at open, read at the
 // description's offset.
-class SnapshotFile final : public InodeFile {
+class SnapshotFile final : public InodeFile, public waiter::EventSource {
  public:
   SnapshotFile(std::shared_ptr<Inode> inode, int flags, std::string data,
-               Writer writer)
+               Writer writer, ProcPoll poll = ProcPoll::kNone)
       : InodeFile(std::move(inode), flags),
         data_(std::move(data)),
-        writer_(std::move(writer)) {}
+        writer_(std::move(writer)),
+        poll_(poll),
+        queue_(poll == ProcPoll::kNone
+                   ? nullptr
+                   : std::make_shared<waiter::WaitQueue>()) {}
+
+  // Never changes: the queue only holds epoll's waiters (EventSource's
+  // contract), nothing notifies them.
+  std::shared_ptr<waiter::WaitQueue> event_queue() override { return queue_; }
+  void EventRegister(waiter::Waiter* w, waiter::EventMask mask) override {
+    if (queue_ != nullptr) queue_->Add(w, mask);
+  }
+  void EventUnregister(waiter::Waiter* w) override {
+    if (queue_ != nullptr) queue_->Remove(w);
+  }
+  waiter::EventMask Readiness(waiter::EventMask mask) override {
+    if (poll_ == ProcPoll::kMounts) return mask & (POLLIN | POLLRDNORM);
+    return InodeFile::Readiness(mask);
+  }
 
   int64_t Read(void* buf, uint64_t n, int64_t offset,
                const IoContext& io) override {
@@ -159,6 +189,8 @@ class SnapshotFile final : public InodeFile {
  private:
   const std::string data_;
   const Writer writer_;
+  const ProcPoll poll_;
+  const std::shared_ptr<waiter::WaitQueue> queue_;
   absl::Mutex mu_;
   int64_t offset_ ABSL_GUARDED_BY(mu_) = 0;
 };
@@ -166,10 +198,11 @@ class SnapshotFile final : public InodeFile {
 class SeqInode final : public ProcInode {
  public:
   SeqInode(std::shared_ptr<Shared> fs, uint64_t ino, Generator gen,
-           Writer writer = Writer())
+           Writer writer = Writer(), ProcPoll poll = ProcPoll::kNone)
       : ProcInode(std::move(fs), S_IFREG, writer ? 0644 : 0444, ino),
         gen_(std::move(gen)),
-        writer_(std::move(writer)) {}
+        writer_(std::move(writer)),
+        poll_(poll) {}
 
   int Open(int flags, std::shared_ptr<File>* out) override {
     if (flags & O_PATH) return Inode::Open(flags, out);
@@ -181,13 +214,14 @@ class SeqInode final : public ProcInode {
       if (r < 0) return r;
     }
     *out = std::make_shared<SnapshotFile>(shared_from_this(), flags,
-                                          std::move(data), writer_);
+                                          std::move(data), writer_, poll_);
     return 0;
   }
 
  private:
   const Generator gen_;
   const Writer writer_;
+  const ProcPoll poll_;
 };
 
 // Symlinks; magic ones also know the object they lead to.
@@ -265,9 +299,11 @@ inline std::shared_ptr<Inode> StaticDir(
       });
 }
 
+// A file of /proc itself or /proc/sys (pollable: ProcPoll::kDefault).
 inline std::shared_ptr<Inode> TextFile(const std::shared_ptr<Shared>& fs,
                                 Generator gen) {
-  return std::make_shared<SeqInode>(fs, NextInodeNumber(), std::move(gen));
+  return std::make_shared<SeqInode>(fs, NextInodeNumber(), std::move(gen),
+                                    Writer(), ProcPoll::kDefault);
 }
 
 inline std::shared_ptr<Inode> ConstFile(const std::shared_ptr<Shared>& fs,

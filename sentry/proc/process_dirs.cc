@@ -364,7 +364,7 @@ class ProcessDirs {
   std::shared_ptr<Inode> Seq(
       const std::string& name,
       std::function<int(const ProcInfo&, std::string*)> gen,
-      Writer writer = Writer()) const {
+      Writer writer = Writer(), ProcPoll poll = ProcPoll::kNone) const {
     auto self = *this;
     return std::make_shared<SeqInode>(
         fs_, Ino(name),
@@ -374,7 +374,7 @@ class ProcessDirs {
           if (r < 0) return r;
           return gen(p, out);
         },
-        std::move(writer));
+        std::move(writer), poll);
   }
 
   int Lookup(const std::string& name, std::shared_ptr<Inode>* out) const {
@@ -463,11 +463,16 @@ class ProcessDirs {
       });
     } else if (name == "mounts" || name == "mountinfo") {
       const bool info = name == "mountinfo";
-      *out = Seq(name, [k, info](const ProcInfo& p, std::string* o) {
-        Location root = p.fs != nullptr ? p.fs->root() : k->vfs().Root();
-        *o = info ? k->vfs().MountInfoText(root) : k->vfs().MountsText(root);
-        return 0;
-      });
+      // Pollable, as Linux's mounts_poll.
+      *out = Seq(
+          name,
+          [k, info](const ProcInfo& p, std::string* o) {
+            Location root = p.fs != nullptr ? p.fs->root() : k->vfs().Root();
+            *o = info ? k->vfs().MountInfoText(root)
+                      : k->vfs().MountsText(root);
+            return 0;
+          },
+          Writer(), ProcPoll::kMounts);
     } else if (name == "oom_score_adj") {
       *out = Seq(
           name,

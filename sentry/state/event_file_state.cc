@@ -39,7 +39,7 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadEventFd(
 
 absl::Status FsState::SaveTimerFd(fs::TimerFd* tf, pb::File* rec) {
   SBX_SAVED_SIZE(fs::TimerFd, 56);
-  SBX_SAVED_SIZE(fs::TimerFd::State, 80);
+  SBX_SAVED_SIZE(fs::TimerFd::State, 88);
   pb::TimerFd* r = rec->mutable_timerfd();
   fs::TimerFd::State& st = *tf->state_;
   r->set_clock(st.clock_);
@@ -49,6 +49,7 @@ absl::Status FsState::SaveTimerFd(fs::TimerFd* tf, pb::File* rec) {
     r->set_armed(true);
     r->set_remaining_ns(
         std::max<int64_t>(st.next_ns_ - waiter::ClockNowNs(st.clock_), 1));
+    if (st.abs_realtime_) r->set_realtime_deadline_ns(st.next_ns_);
   }
   r->set_interval_ns(st.interval_ns_);
   r->set_ticks(st.ticks_);
@@ -73,7 +74,15 @@ absl::StatusOr<std::shared_ptr<fs::File>> FsState::LoadTimerFd(
   st.interval_ns_ = r.interval_ns();
   st.ticks_ = r.ticks();
   if (r.armed()) {
-    st.next_ns_ = waiter::ClockNowNs(st.clock_) + r.remaining_ns();
+    // The time left, on the sandbox's clock (the monotonic and boottime
+    // ones go on from the save: KernelState::LoadClocks); an absolute
+    // CLOCK_REALTIME deadline as it is, the host's real time.
+    if (r.realtime_deadline_ns() > 0 && st.clock_ == CLOCK_REALTIME) {
+      st.abs_realtime_ = true;
+      st.next_ns_ = r.realtime_deadline_ns();
+    } else {
+      st.next_ns_ = waiter::ClockNowNs(st.clock_) + r.remaining_ns();
+    }
     waiter::TimerThread::Get().Arm(tf->state_, st.clock_, st.next_ns_);
   }
   return std::static_pointer_cast<fs::File>(tf);

@@ -274,12 +274,6 @@ absl::StatusOr<pb::Manifest> CheckImage(const ImageDir& dir,
         mpath, ": memory_bytes ", m.memory_bytes(),
         " is more than the memory limit of ", opts.memory_limit));
   }
-  if (ClockNs(CLOCK_MONOTONIC) < m.monotonic_ns()) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        mpath, ": monotonic_ns ", m.monotonic_ns(),
-        " is ahead of this host's CLOCK_MONOTONIC (another boot): the "
-        "sandbox's clock would go backwards"));
-  }
   for (const char* name : kImageFiles) {
     const pb::ImageFile* f = nullptr;
     for (const auto& e : m.files()) {

@@ -17,8 +17,9 @@
 // missing file, a truncated or damaged one (size or checksum against the
 // manifest; the framed files' own headers are checked again when read),
 // a foreign manifest, another format version, another build, another
-// platform, a smaller memory limit than the image needs, and a host whose
-// CLOCK_MONOTONIC reads less than at the save.
+// platform and a smaller memory limit than the image needs. Another boot's
+// image is fine: the sandbox's CLOCK_MONOTONIC goes on from its saved
+// value on any host (KernelState::LoadClocks).
 #ifndef SANDBOXD_SENTRY_STATE_IMAGE_DIR_H_
 #define SANDBOXD_SENTRY_STATE_IMAGE_DIR_H_
 

@@ -18,6 +18,8 @@
 #include "sentry/state/fs_state.h"
 #include "sentry/state/saved_size.h"
 #include "sentry/state/tty_state.h"
+#include "sentry/vdso/vdso_mapping.h"
+#include "sentry/waiter/timer_thread.h"
 
 namespace sandboxd::state {
 
@@ -207,6 +209,9 @@ absl::StatusOr<uint64_t> KernelState::SaveTimer(Saver& s, IntervalTimer& timer) 
         // An overdue deadline fires at once after the load.
         if (timer.next_ns_ != 0 && remaining <= 0) remaining = 1;
         r->set_remaining_ns(remaining);
+        if (timer.abs_realtime_ && timer.next_ns_ != 0) {
+          r->set_realtime_deadline_ns(timer.next_ns_);
+        }
         r->set_interval_ns(interval);
         r->set_deleted(timer.deleted_);
         r->set_signal_pending(timer.signal_pending_);
@@ -455,7 +460,7 @@ absl::StatusOr<uint64_t> KernelState::SaveTask(Saver& s, Task& t,
           rb->set_rem_addr(b.rem_addr);
           if (b.clock >= 0) {
             struct timespec now;
-            clock_gettime(b.clock, &now);
+            waiter::ClockGettime(b.clock, &now);
             rb->set_remaining_ns(b.deadline_ns -
                                  (now.tv_sec * 1000000000LL + now.tv_nsec));
           } else {
@@ -529,7 +534,6 @@ absl::Status KernelState::SaveKernel(Saver& s, Kernel& k, const fs::Vfs& vfs,
   }
   pb::Kernel* r = s.state().mutable_kernel();
   r->set_next_tid(next_tid);
-  r->set_uptime_ns(std::max<int64_t>(0, kernel::MonotonicNanos() - k.boot_ns_));
   // Groups first, then their tasks in the group's order (leader first), so
   // that a load rebuilds the same order.
   size_t saved_tasks = 0;
@@ -551,6 +555,13 @@ absl::Status KernelState::SaveKernel(Saver& s, Kernel& k, const fs::Vfs& vfs,
     c->set_nr(nr);
     c->set_count(count);
   }
+  // The clocks last, after every time left (timers, timerfds, sleeps,
+  // restart blocks) was measured: the load measures those again from
+  // these readings (LoadClocks), so that nothing fires early by the time
+  // the save took (it is late by that much at the most).
+  r->set_uptime_ns(std::max<int64_t>(0, kernel::MonotonicNanos() - k.boot_ns_));
+  r->set_monotonic_ns(waiter::ClockNowNs(CLOCK_MONOTONIC));
+  r->set_boottime_ns(waiter::ClockNowNs(CLOCK_BOOTTIME));
   return absl::OkStatus();
 }
 
@@ -776,7 +787,7 @@ absl::StatusOr<std::shared_ptr<Task>> KernelState::LoadTask(Loader& l,
           b.rem_addr = rb.rem_addr();
           if (rb.clock() >= 0) {
             struct timespec now;
-            if (clock_gettime(rb.clock(), &now) != 0) {
+            if (waiter::ClockGettime(rb.clock(), &now) != 0) {
               return absl::DataLossError(absl::StrCat(
                   "task ", r.tid(), ": restart block on unknown clock ", rb.clock()));
             }
@@ -922,10 +933,34 @@ absl::Status KernelState::ArmTimers(Loader& l, Kernel& k) {
     absl::MutexLock lock(&timer->mu_);
     int64_t now = timer->clock_.Now();
     if (now < 0) continue;  // its process or thread is gone
+    if (r.realtime_deadline_ns() > 0 &&
+        timer->clock_.kind == TimerClock::Kind::kHost &&
+        timer->clock_.host == CLOCK_REALTIME) {
+      // Absolute on the real time: the same deadline (past: fires now).
+      timer->abs_realtime_ = true;
+      timer->next_ns_ = r.realtime_deadline_ns();
+      timer->ArmLocked(now);
+      continue;
+    }
     timer->next_ns_ = AddSat(now, r.remaining_ns());
     timer->ArmLocked(now);
   }
   return absl::OkStatus();
+}
+
+void KernelState::LoadClocks(const Loader& l, Kernel& k) {
+  const pb::Kernel& r = l.state().kernel();
+  // Read as the host's (no offset) so that a second load in one process
+  // sets the same offsets as the first.
+  auto host_ns = [](clockid_t c) {
+    struct timespec ts;
+    clock_gettime(c, &ts);
+    return static_cast<int64_t>(ts.tv_sec) * 1000000000 + ts.tv_nsec;
+  };
+  if (r.monotonic_ns() <= 0 || r.boottime_ns() <= 0) return;  // not saved
+  waiter::SetClockOffsets(r.monotonic_ns() - host_ns(CLOCK_MONOTONIC),
+                          r.boottime_ns() - host_ns(CLOCK_BOOTTIME));
+  if (vdso::Vdso* v = k.options().vdso) v->timekeeper().Republish();
 }
 
 absl::Status KernelState::LoadKernel(Loader& l, Kernel& k, fs::Vfs& vfs,

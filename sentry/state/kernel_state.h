@@ -63,6 +63,15 @@ struct KernelState {
   static absl::Status LoadKernel(Loader& l, kernel::Kernel& k, fs::Vfs& vfs,
                                  MmCheckpointer& mms);
 
+  // The first step of a load, before anything that reads a clock (timers,
+  // timerfds, sleeps, start times): sets the sandbox's clock offsets
+  // (waiter::SetClockOffsets) so that CLOCK_MONOTONIC and CLOCK_BOOTTIME
+  // go on from the values SaveKernel saved, the time between the save and
+  // this load not passing on them, and has `k`'s vDSO publish them. A
+  // second restore of one image starts from the same values again.
+  // CLOCK_REALTIME stays the host's.
+  static void LoadClocks(const Loader& l, kernel::Kernel& k);
+
  private:
   static absl::StatusOr<uint64_t> SaveGroup(Saver& s, kernel::ThreadGroup& g,
                                             const fs::Vfs& vfs,

@@ -6,16 +6,20 @@
 // /proc are opened again at their paths and offsets.
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/epoll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <fstream>
+#include <map>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "base/status_macros.h"
 #include "gtest/gtest.h"
 #include "sentry/fs/devfs.h"
+#include "sentry/fs/epoll.h"
 #include "sentry/fs/hostfs.h"
 #include "sentry/fs/overlay.h"
 #include "sentry/proc/procfs.h"
@@ -109,6 +113,47 @@ std::string ReadAll(fs::File& f) {
   return n > 0 ? std::string(buf, n) : "";
 }
 
+// An init (pid 1, no program) in `k`, with a new descriptor table and
+// its root and cwd at `vfs`'s root.
+struct Init {
+  std::shared_ptr<fs::FdTable> fds;
+  std::shared_ptr<fs::FsContext> fsctx;
+};
+Init NewInit(kernel::Kernel& k, fs::Vfs& vfs) {
+  Init i{std::make_shared<fs::FdTable>(64),
+         std::make_shared<fs::FsContext>(vfs.Root(), vfs.Root())};
+  auto mm = std::make_shared<mm::MM>(
+      &k.memory_file(), std::make_unique<kernel::testing::FakeAddressSpace>(),
+      kernel::testing::kMinUserAddr, kernel::testing::kMaxUserAddr);
+  auto init = k.CreateInit(mm, i.fds, i.fsctx, platform::CpuState{});
+  EXPECT_TRUE(init.ok()) << init.status();
+  return i;
+}
+
+// Saves `k` and its Vfs as a checkpoint does (the Vfs, then the kernel),
+// into `st` and `pages`; `rootfs`: the overlay's lower layer, if any.
+absl::Status SaveTree(kernel::Kernel& k, fs::Vfs& vfs, fs::Inode* rootfs,
+                      pb::State* st, MemoryPages* pages) {
+  Saver s(st, pages);
+  if (rootfs != nullptr) s.set_rootfs(rootfs);
+  RETURN_IF_ERROR(FsState::SaveVfs(s, vfs));
+  MmState mms;
+  return KernelState::SaveKernel(s, k, vfs, mms);
+}
+
+// Loads what SaveTree saved into `k`, a new kernel, through `l` (which
+// the caller has given its roots); returns the loaded Vfs.
+absl::StatusOr<std::shared_ptr<fs::Vfs>> LoadTree(Loader& l,
+                                                  kernel::Kernel& k) {
+  KernelState::LoadClocks(l, k);
+  ASSIGN_OR_RETURN(std::unique_ptr<fs::Vfs> loaded, FsState::LoadVfs(l));
+  std::shared_ptr<fs::Vfs> vfs = std::move(loaded);
+  k.set_vfs(vfs);
+  MmState mms;
+  RETURN_IF_ERROR(KernelState::LoadKernel(l, k, *vfs, mms));
+  return vfs;
+}
+
 TEST(TreeStateTest, MainsTreeRoundTrips) {
   const char* tmpdir = getenv("TEST_TMPDIR");
   std::string tmpl = std::string(tmpdir != nullptr ? tmpdir : "/tmp") +
@@ -147,14 +192,12 @@ TEST(TreeStateTest, MainsTreeRoundTrips) {
 
   // init, with /dev/null, its own /proc/1/comm (partly read) and a file
   // in /dev/shm open; its cwd in /proc.
-  auto fds = std::make_shared<fs::FdTable>(64);
-  auto fsctx = std::make_shared<fs::FsContext>(vfs->Root(), vfs->Root());
-  auto mm = std::make_shared<mm::MM>(
-      &a->memory_file(), std::make_unique<kernel::testing::FakeAddressSpace>(),
-      kernel::testing::kMinUserAddr, kernel::testing::kMaxUserAddr);
-  auto init = a->CreateInit(mm, fds, fsctx, platform::CpuState{});
-  ASSERT_TRUE(init.ok()) << init.status();
-  a->WithTasklistLock([&] { (*init)->group().image.comm = "initprog"; });
+  Init init = NewInit(*a, *vfs);
+  std::shared_ptr<fs::FdTable> fds = init.fds;
+  std::shared_ptr<fs::FsContext> fsctx = init.fsctx;
+  std::shared_ptr<kernel::ThreadGroup> g1 = a->FindGroup(1);
+  ASSERT_NE(g1, nullptr);
+  a->WithTasklistLock([&] { g1->image.comm = "initprog"; });
   ASSERT_EQ(fds->Install(Open(*vfs, "/dev/null", O_RDWR), false), 0);
   auto comm = Open(*vfs, "/proc/1/comm", O_RDONLY);
   char two[2];
@@ -202,14 +245,8 @@ TEST(TreeStateTest, MainsTreeRoundTrips) {
 
   pb::State st;
   MemoryPages pages(a->memory_file().Internal(0));
-  {
-    Saver s(&st, &pages);
-    s.set_rootfs(lower.get());
-    ASSERT_TRUE(FsState::SaveVfs(s, *vfs).ok());
-    MmState mms;
-    absl::Status saved = KernelState::SaveKernel(s, *a, *vfs, mms);
-    ASSERT_TRUE(saved.ok()) << saved;
-  }
+  absl::Status saved = SaveTree(*a, *vfs, lower.get(), &st, &pages);
+  ASSERT_TRUE(saved.ok()) << saved;
 
   // The restoring side: its own kernel, /dev and /proc, the rootfs
   // reopened.
@@ -220,13 +257,9 @@ TEST(TreeStateTest, MainsTreeRoundTrips) {
   l.set_pseudo_root("devtmpfs", pb_.devfs->Root());
   l.set_pseudo_root("proc", pb_.procfs->Root());
   l.set_devpts(pb_.devpts);
-  auto vfs2_or = FsState::LoadVfs(l);
+  auto vfs2_or = LoadTree(l, *b);
   ASSERT_TRUE(vfs2_or.ok()) << vfs2_or.status();
   std::shared_ptr<fs::Vfs> vfs2 = std::move(vfs2_or).value();
-  b->set_vfs(vfs2);
-  MmState mms;
-  absl::Status loaded = KernelState::LoadKernel(l, *b, *vfs2, mms);
-  ASSERT_TRUE(loaded.ok()) << loaded;
   auto kept = l.TakeKept();
 
   // The mounts, as /proc/mounts lists them.
@@ -300,115 +333,192 @@ TEST(TreeStateTest, MainsTreeRoundTrips) {
   ASSERT_EQ(system(rm.c_str()), 0);
 }
 
+// The tree of the tests of procfs files that other holders keep: kernel
+// `a` with a tmpfs root, procfs at /proc, a file /data ("abc", at offset 3)
+// at descriptor 5 of an init whose descriptors 0 and 1 are a connected
+// pair of stream sockets; and the loading side, kernel `b` with its own
+// /proc.
+class ProcHoldersTest : public ::testing::Test {
+ protected:
+  ProcHoldersTest() : a_(NewKernel(&nosys_)), pa_(a_.get()) {
+    fs::TmpFsOptions opts;
+    opts.dev = kUpperDev;
+    opts.root_mode = 0755;
+    root_ = std::make_unique<fs::TmpFs>(&a_->memory_file(), opts);
+    vfs_ = std::make_shared<fs::Vfs>(root_->Root(), "tmpfs", "rootfs", false);
+    a_->set_vfs(vfs_);
+    fs::Location root_loc = vfs_->Root(), proc;
+    fs::CreateRequest dir;
+    dir.type = S_IFDIR;
+    dir.mode = 0555;
+    EXPECT_EQ(vfs_->Create(root_loc, "proc", dir, &proc), 0);
+    EXPECT_EQ(vfs_->MountAt(proc, pa_.procfs->Root(), "proc", "proc", false), 0);
+    fs::CreateRequest reg;
+    reg.type = S_IFREG;
+    reg.mode = 0644;
+    fs::Location made;
+    EXPECT_EQ(vfs_->Create(root_loc, "data", reg, &made), 0);
+    init_ = NewInit(*a_, *vfs_);
+    std::shared_ptr<socket::UnixSocket> s0, s1;
+    EXPECT_EQ(socket::UnixSocket::NewPair(&ns_, SOCK_STREAM, 0, true, kCreds,
+                                          &s0, &s1),
+              0);
+    EXPECT_EQ(init_.fds->InstallAt(0, s0, false), 0);
+    EXPECT_EQ(init_.fds->InstallAt(1, s1, false), 1);
+    auto data = Open(*vfs_, "/data", O_RDWR);
+    EXPECT_NE(data, nullptr);
+    EXPECT_EQ(data->Write("abc", 3, -1, fs::IoContext{}), 3);
+    EXPECT_EQ(init_.fds->InstallAt(5, data, false), 5);
+  }
+
+  // Sends one byte with `right` in SCM_RIGHTS from descriptor 0 to 1.
+  void Send(std::shared_ptr<fs::File> right) {
+    socket::SocketContext ctx = Context(vfs_.get(), init_.fsctx.get(), &ns_);
+    socket::BufferSource src("x", 1);
+    socket::SendRequest req;
+    req.data = &src;
+    req.rights = {std::move(right)};
+    bool sigpipe = false;
+    ASSERT_EQ(dynamic_cast<socket::UnixSocket&>(*init_.fds->Get(0))
+                  .SendMsg(ctx, req, &sigpipe),
+              1);
+  }
+
+  // Saves `a` and loads it into `b`; the loaded Vfs in vfs2_.
+  void SaveAndLoad() {
+    MemoryPages pages(a_->memory_file().Internal(0));
+    absl::Status saved = SaveTree(*a_, *vfs_, nullptr, &st_, &pages);
+    ASSERT_TRUE(saved.ok()) << saved;
+    b_ = NewKernel(&nosys_);
+    pb_ = std::make_unique<Pseudo>(b_.get());
+    Loader l(&st_, &pages, &b_->memory_file());
+    l.set_pseudo_root("proc", pb_->procfs->Root());
+    l.set_unix_namespace(&ns2_);
+    auto vfs2 = LoadTree(l, *b_);
+    ASSERT_TRUE(vfs2.ok()) << vfs2.status();
+    vfs2_ = std::move(vfs2).value();
+    kept_ = l.TakeKept();
+    init2_ = b_->FindTask(1);
+    ASSERT_NE(init2_, nullptr);
+  }
+
+  // The rights of the one-byte message waiting at the loaded descriptor 1.
+  std::vector<std::shared_ptr<fs::File>> Receive() {
+    auto* r1 =
+        dynamic_cast<socket::UnixSocket*>(init2_->group().fds().Get(1).get());
+    EXPECT_NE(r1, nullptr);
+    if (r1 == nullptr) return {};
+    socket::SocketContext ctx =
+        Context(vfs2_.get(), &init2_->group().fs(), &ns2_);
+    char byte = 0;
+    socket::BufferSink sink(&byte, 1);
+    socket::RecvRequest rr;
+    rr.data = &sink;
+    EXPECT_EQ(r1->RecvMsg(ctx, rr), 1);
+    return rr.rights;
+  }
+
+  static constexpr socket::Credentials kCreds{1, 0, 0};
+  struct NoWait : waiter::Blocker {
+    int Wait(waiter::WaitQueue&, waiter::EventMask,
+             const std::function<bool()>& ready, absl::Time) override {
+      return ready() ? 0 : -EAGAIN;
+    }
+  };
+  socket::SocketContext Context(fs::Vfs* vfs, fs::FsContext* fsctx,
+                                socket::UnixNamespace* ns) {
+    socket::SocketContext ctx;
+    ctx.io.blocker = &no_wait_;
+    ctx.creds = kCreds;
+    ctx.vfs = vfs;
+    ctx.fs = fsctx;
+    ctx.unix_ns = ns;
+    return ctx;
+  }
+
+  kernel::testing::NoSyscalls nosys_;
+  NoWait no_wait_;
+  std::unique_ptr<kernel::Kernel> a_;
+  Pseudo pa_;
+  std::unique_ptr<fs::TmpFs> root_;
+  std::shared_ptr<fs::Vfs> vfs_;
+  Init init_;
+  socket::UnixNamespace ns_, ns2_;
+  pb::State st_;
+  std::unique_ptr<kernel::Kernel> b_;
+  std::unique_ptr<Pseudo> pb_;
+  std::shared_ptr<fs::Vfs> vfs2_;
+  std::shared_ptr<kernel::Task> init2_;
+  std::vector<std::shared_ptr<void>> kept_;
+};
+
 // A procfs file that only an SCM_RIGHTS message in flight holds (sent, the
 // sender's descriptor closed) is opened again once every process is
 // loaded, as a descriptor's is: /proc/1/fdinfo/5 looks up descriptor 5 of
 // a table that is not loaded yet when the socket's message is.
-TEST(TreeStateTest, ProcFileInFlightWaitsForTheTasks) {
-  kernel::testing::NoSyscalls nosys;
-  auto a = NewKernel(&nosys);
-  fs::TmpFsOptions opts;
-  opts.dev = kUpperDev;
-  opts.root_mode = 0755;
-  fs::TmpFs root(&a->memory_file(), opts);
-  auto vfs = std::make_shared<fs::Vfs>(root.Root(), "tmpfs", "rootfs", false);
-  a->set_vfs(vfs);
-  Pseudo pa(a.get());
-  fs::Location root_loc = vfs->Root(), proc;
-  fs::CreateRequest dir;
-  dir.type = S_IFDIR;
-  dir.mode = 0555;
-  ASSERT_EQ(vfs->Create(root_loc, "proc", dir, &proc), 0);
-  ASSERT_EQ(vfs->MountAt(proc, pa.procfs->Root(), "proc", "proc", false), 0);
-  fs::CreateRequest reg;
-  reg.type = S_IFREG;
-  reg.mode = 0644;
-  fs::Location made;
-  ASSERT_EQ(vfs->Create(root_loc, "data", reg, &made), 0);
-
-  auto fds = std::make_shared<fs::FdTable>(64);
-  auto fsctx = std::make_shared<fs::FsContext>(vfs->Root(), vfs->Root());
-  auto mm = std::make_shared<mm::MM>(
-      &a->memory_file(), std::make_unique<kernel::testing::FakeAddressSpace>(),
-      kernel::testing::kMinUserAddr, kernel::testing::kMaxUserAddr);
-  auto init = a->CreateInit(mm, fds, fsctx, platform::CpuState{});
-  ASSERT_TRUE(init.ok()) << init.status();
-  // Descriptors 0 and 1 a socket pair; 5 a file at offset 3.
-  socket::UnixNamespace ns;
-  std::shared_ptr<socket::UnixSocket> s0, s1;
-  const socket::Credentials creds{1, 0, 0};
-  ASSERT_EQ(socket::UnixSocket::NewPair(&ns, SOCK_STREAM, 0, true, creds, &s0, &s1), 0);
-  ASSERT_EQ(fds->InstallAt(0, s0, false), 0);
-  ASSERT_EQ(fds->InstallAt(1, s1, false), 1);
-  auto data = Open(*vfs, "/data", O_RDWR);
-  ASSERT_NE(data, nullptr);
-  ASSERT_EQ(data->Write("abc", 3, -1, fs::IoContext{}), 3);
-  ASSERT_EQ(fds->InstallAt(5, data, false), 5);
-  // /proc/1/fdinfo/5 sent from 0 to 1, held by nothing else.
-  auto fdinfo = Open(*vfs, "/proc/1/fdinfo/5", O_RDONLY);
+TEST_F(ProcHoldersTest, ProcFileInFlightWaitsForTheTasks) {
+  auto fdinfo = Open(*vfs_, "/proc/1/fdinfo/5", O_RDONLY);
   ASSERT_NE(fdinfo, nullptr);
-  struct NoWait : waiter::Blocker {
-    int Wait(waiter::WaitQueue&, waiter::EventMask, const std::function<bool()>& ready,
-             absl::Time) override {
-      return ready() ? 0 : -EAGAIN;
-    }
-  } no_wait;
-  socket::SocketContext ctx;
-  ctx.io.blocker = &no_wait;
-  ctx.creds = creds;
-  ctx.vfs = vfs.get();
-  ctx.fs = fsctx.get();
-  ctx.unix_ns = &ns;
-  socket::BufferSource src("x", 1);
-  socket::SendRequest req;
-  req.data = &src;
-  req.rights = {fdinfo};
-  bool sigpipe = false;
-  ASSERT_EQ(s0->SendMsg(ctx, req, &sigpipe), 1);
-  fdinfo.reset();
-  req.rights.clear();
-
-  pb::State st;
-  MemoryPages pages(a->memory_file().Internal(0));
-  {
-    Saver s(&st, &pages);
-    ASSERT_TRUE(FsState::SaveVfs(s, *vfs).ok());
-    MmState mms;
-    absl::Status saved = KernelState::SaveKernel(s, *a, *vfs, mms);
-    ASSERT_TRUE(saved.ok()) << saved;
-  }
-
-  auto b = NewKernel(&nosys);
-  Pseudo pb_(b.get());
-  socket::UnixNamespace ns2;
-  Loader l(&st, &pages, &b->memory_file());
-  l.set_pseudo_root("proc", pb_.procfs->Root());
-  l.set_unix_namespace(&ns2);
-  auto vfs2_or = FsState::LoadVfs(l);
-  ASSERT_TRUE(vfs2_or.ok()) << vfs2_or.status();
-  std::shared_ptr<fs::Vfs> vfs2 = std::move(vfs2_or).value();
-  b->set_vfs(vfs2);
-  MmState mms;
-  absl::Status loaded = KernelState::LoadKernel(l, *b, *vfs2, mms);
-  ASSERT_TRUE(loaded.ok()) << loaded;
-  auto kept = l.TakeKept();
-
-  auto init2 = b->FindTask(1);
-  ASSERT_NE(init2, nullptr);
-  auto* r1 = dynamic_cast<socket::UnixSocket*>(init2->group().fds().Get(1).get());
-  ASSERT_NE(r1, nullptr);
-  char byte = 0;
-  socket::BufferSink sink(&byte, 1);
-  socket::RecvRequest rr;
-  rr.data = &sink;
-  ctx.vfs = vfs2.get();
-  ctx.fs = &init2->group().fs();
-  ctx.unix_ns = &ns2;
-  ASSERT_EQ(r1->RecvMsg(ctx, rr), 1);
-  ASSERT_EQ(rr.rights.size(), 1u);
-  ASSERT_NE(rr.rights[0], nullptr);
+  Send(std::move(fdinfo));
+  SaveAndLoad();
+  std::vector<std::shared_ptr<fs::File>> rights = Receive();
+  ASSERT_EQ(rights.size(), 1u);
+  ASSERT_NE(rights[0], nullptr);
   // Its text, generated from the loaded descriptor 5.
-  EXPECT_NE(ReadAll(*rr.rights[0]).find("pos:\t3"), std::string::npos);
+  EXPECT_NE(ReadAll(*rights[0]).find("pos:\t3"), std::string::npos);
+}
+
+// procfs files in an epoll set, as Linux takes them (/proc/PID/mountinfo,
+// the files of /proc itself; /proc/PID/status has no poll: EPERM): one also
+// at a descriptor, one held only by the epoll interest and a message in
+// flight. Both interests are added again once the tasks are loaded
+// (Loader::DeferredUse), on the very files the descriptor and the message
+// hold.
+TEST_F(ProcHoldersTest, ProcFilesInEpollWaitForTheTasks) {
+  fs::FdTable& fds = *init_.fds;
+  auto ep = std::make_shared<fs::EpollFile>();
+  ASSERT_EQ(fds.InstallAt(3, ep, false), 3);
+  auto mountinfo = Open(*vfs_, "/proc/1/mountinfo", O_RDONLY);
+  auto uptime = Open(*vfs_, "/proc/uptime", O_RDONLY);
+  auto status = Open(*vfs_, "/proc/1/status", O_RDONLY);
+  ASSERT_NE(mountinfo, nullptr);
+  ASSERT_NE(uptime, nullptr);
+  ASSERT_NE(status, nullptr);
+  ASSERT_EQ(fds.InstallAt(4, mountinfo, false), 4);
+  ASSERT_EQ(fds.InstallAt(6, uptime, false), 6);
+  struct epoll_event e = {};
+  e.events = EPOLLIN | EPOLLOUT;
+  e.data.u64 = 44;
+  ASSERT_EQ(ep->Ctl(EPOLL_CTL_ADD, 4, mountinfo, e), 0);
+  e.data.u64 = 66;
+  ASSERT_EQ(ep->Ctl(EPOLL_CTL_ADD, 6, uptime, e), 0);
+  EXPECT_EQ(ep->Ctl(EPOLL_CTL_ADD, 7, status, e), -EPERM);
+  // /proc/uptime from now on held by the interest and a message only.
+  Send(uptime);
+  ASSERT_EQ(fds.Close(6), 0);
+  uptime.reset();
+  mountinfo.reset();
+  ep.reset();
+
+  SaveAndLoad();
+  auto* ep2 = dynamic_cast<fs::EpollFile*>(init2_->group().fds().Get(3).get());
+  ASSERT_NE(ep2, nullptr);
+  struct epoll_event out[4];
+  ASSERT_EQ(ep2->Wait(out, 4, absl::InfinitePast(), {}), 2);
+  std::map<uint64_t, uint32_t> got;
+  for (int i = 0; i < 2; i++) got[out[i].data.u64] = out[i].events;
+  // mountinfo is ready to read only (mounts_poll); /proc/uptime both ways.
+  EXPECT_EQ(got[44], static_cast<uint32_t>(EPOLLIN));
+  EXPECT_EQ(got[66], static_cast<uint32_t>(EPOLLIN | EPOLLOUT));
+  // The message's file is the one the interest watches: once received and
+  // dropped, the interest goes with it.
+  std::vector<std::shared_ptr<fs::File>> rights = Receive();
+  ASSERT_EQ(rights.size(), 1u);
+  ASSERT_NE(rights[0], nullptr);
+  EXPECT_NE(ReadAll(*rights[0]).find('.'), std::string::npos);
+  rights.clear();
+  EXPECT_EQ(ep2->Wait(out, 4, absl::InfinitePast(), {}), 1);
+  EXPECT_EQ(out[0].data.u64, 44u);
 }
 
 }  // namespace

@@ -10,6 +10,7 @@
 #include "sentry/syscalls/args.h"
 #include "sentry/syscalls/process.h"
 #include "sentry/syscalls/syscalls.h"
+#include "sentry/waiter/timer_thread.h"
 
 namespace sandboxd::syscalls {
 namespace {
@@ -150,7 +151,7 @@ int64_t FutexDeadline(Task& t, uint64_t addr, bool absolute, bool realtime,
     return 0;
   }
   struct timespec now;
-  clock_gettime(realtime ? CLOCK_REALTIME : CLOCK_MONOTONIC, &now);
+  waiter::ClockGettime(realtime ? CLOCK_REALTIME : CLOCK_MONOTONIC, &now);
   *deadline = absl::Now() + (d - absl::DurationFromTimespec(now));
   return 0;
 }

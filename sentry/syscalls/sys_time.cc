@@ -16,6 +16,7 @@
 #include "absl/time/clock.h"
 #include "sentry/syscalls/args.h"
 #include "sentry/syscalls/syscalls.h"
+#include "sentry/waiter/timer_thread.h"
 
 namespace sandboxd::syscalls {
 namespace {
@@ -34,8 +35,9 @@ int64_t SysClockGettime(Task& t, const SyscallArgs& a) {
       kernel::ResolveClock(t, static_cast<clockid_t>(a.a[0]), &clock));
   struct timespec ts;
   if (clock.kind == kernel::TimerClock::Kind::kHost) {
-    // Coarse and raw clocks too: read the host's as they are.
-    if (clock_gettime(clock.host, &ts) != 0) return -errno;
+    // Coarse and raw clocks too: the host's as they are, plus the offset
+    // a restore gave the monotonic and boottime ones.
+    if (waiter::ClockGettime(clock.host, &ts) != 0) return -errno;
   } else {
     int64_t ns = clock.Now();
     if (ns < 0) return -EINVAL;
@@ -66,11 +68,10 @@ bool ValidTimespec(const timespec& ts) {
   return ts.tv_sec >= 0 && ts.tv_nsec >= 0 && ts.tv_nsec < kNsPerSec;
 }
 
-int64_t HostClockNs(clockid_t clk) {
-  struct timespec now;
-  clock_gettime(clk, &now);
-  return now.tv_sec * kNsPerSec + now.tv_nsec;
-}
+// The sandbox's `clk` (waiter::ClockNowNs: after a restore, the monotonic
+// and boottime clocks go on from their saved values, so an absolute
+// deadline on them keeps its meaning).
+int64_t HostClockNs(clockid_t clk) { return waiter::ClockNowNs(clk); }
 
 // What an interrupted sleep leaves behind: the time left in `rem` (if the
 // program asked for it) and its deadline in the restart block, from which

@@ -15,6 +15,7 @@
 #include "absl/time/time.h"
 #include "base/status_macros.h"
 #include "base/thread.h"
+#include "sentry/waiter/timer_thread.h"
 
 namespace sandboxd::vdso {
 namespace {
@@ -259,12 +260,22 @@ void Timekeeper::Publish(uint64_t base_tsc, uint64_t mult, int64_t mono) {
   p.mode = kVvarModeTsc;
   p.base_tsc = base_tsc;
   p.mult = mult;
-  SplitNs(mono, &p.base_sec[kVvarMonotonic], &p.base_nsec[kVvarMonotonic]);
+  // The sandbox's clocks: the host's plus the offsets a restore set
+  // (waiter::ClockOffsetNs), as the Sentry's clock_gettime reads them.
+  SplitNs(mono + waiter::ClockOffsetNs(CLOCK_MONOTONIC),
+          &p.base_sec[kVvarMonotonic], &p.base_nsec[kVvarMonotonic]);
   SplitNs(mono + real_off_, &p.base_sec[kVvarRealtime],
           &p.base_nsec[kVvarRealtime]);
-  SplitNs(mono + boot_off_, &p.base_sec[kVvarBoottime],
-          &p.base_nsec[kVvarBoottime]);
+  SplitNs(mono + boot_off_ + waiter::ClockOffsetNs(CLOCK_BOOTTIME),
+          &p.base_sec[kVvarBoottime], &p.base_nsec[kVvarBoottime]);
   VvarWrite(vvar_, p);
+}
+
+void Timekeeper::Republish() {
+  absl::MutexLock l(&update_mu_);
+  // The same parameters (base_mono_ is the host's clock): only the
+  // offsets added to the bases change.
+  if (valid_) Publish(base_tsc_, mult_, base_mono_);
 }
 
 }  // namespace sandboxd::vdso

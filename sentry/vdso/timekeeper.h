@@ -14,6 +14,9 @@
 // REALTIME and BOOTTIME are MONOTONIC plus the host's offsets, which change
 // only when the host's clock is stepped (or the host resumes): offsets that
 // moved by less than kOffsetNoiseNs are measurement noise and are kept.
+// The published MONOTONIC and BOOTTIME are the sandbox's: the host's plus
+// waiter::ClockOffsetNs (non-zero after a restore); the rate and slewing
+// work on the host's clock.
 //
 // Thread-safety: Update is called by one thread at a time (the updater
 // thread, or a test); readers of the vvar page need no lock (seqcount).
@@ -89,6 +92,11 @@ class Timekeeper {
     absl::MutexLock l(&update_mu_);
     publish_at_sample_ = true;
   }
+
+  // Publishes the current parameters again with the sandbox's clock
+  // offsets as they are now (waiter::SetClockOffsets: a restore). Nothing
+  // while not calibrated (the first update reads them).
+  void Republish();
 
   bool calibrated() const;
   // The monotonic time (ns) the current parameters give at TSC `tsc`.

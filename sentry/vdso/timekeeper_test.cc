@@ -14,6 +14,7 @@
 #include "absl/time/clock.h"
 #include "gtest/gtest.h"
 #include "sentry/vdso/vvar.h"
+#include "sentry/waiter/timer_thread.h"
 
 namespace sandboxd::vdso {
 namespace {
@@ -157,6 +158,37 @@ TEST(TimekeeperLogic, BoottimeIsNeverBehindMonotonic) {
   s.boot = s.mono - 40;
   tk.Update(s, 1000000);
   EXPECT_EQ(Base(v, kVvarBoottime), Base(v, kVvarMonotonic));
+}
+
+// A restore's clock offsets (waiter::SetClockOffsets) move the published
+// MONOTONIC and BOOTTIME bases, not REALTIME, and the next update keeps
+// them without a step: the rate and slewing work on the host's clock.
+TEST(TimekeeperLogic, RestoreOffsetsMoveMonotonicAndBoottime) {
+  alignas(64) Vvar v{};
+  Timekeeper tk(&v, true);
+  tk.PublishAtSampleForTest();
+  tk.Update(At(kMono0), 1000000);
+  tk.Update(At(kMono0 + 1000000), 2000000);
+  ASSERT_TRUE(tk.calibrated());
+  const int64_t mono = Base(v, kVvarMonotonic), real = Base(v, kVvarRealtime),
+                boot = Base(v, kVvarBoottime);
+  // The sandbox's clocks were saved 3 s (monotonic) and 4 s (boottime)
+  // behind this host's.
+  waiter::SetClockOffsets(-3000000000, -4000000000);
+  tk.Republish();
+  EXPECT_EQ(Base(v, kVvarMonotonic), mono - 3000000000);
+  EXPECT_EQ(Base(v, kVvarBoottime), boot - 4000000000);
+  EXPECT_EQ(Base(v, kVvarRealtime), real);
+  tk.Update(At(kMono0 + 3000000), 4000000);
+  // (Within the nanosecond that the rate's rounding may leave.)
+  EXPECT_LE(std::llabs(Base(v, kVvarMonotonic) - (kMono0 + 3000000 - 3000000000)),
+            1);
+  EXPECT_LE(std::llabs(Base(v, kVvarBoottime) -
+                       (kMono0 + 3000000 + kBootOff - 4000000000)),
+            1);
+  EXPECT_LE(std::llabs(Base(v, kVvarRealtime) - (kMono0 + 3000000 + kRealOff)),
+            1);
+  waiter::SetClockOffsets(0, 0);
 }
 
 TEST(TimekeeperLogic, PreemptedSamplesAreIgnored) {

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -13,12 +14,49 @@ namespace {
 
 constexpr int64_t kNsPerSec = 1000000000;
 
+std::atomic<int64_t> monotonic_offset_ns{0};
+std::atomic<int64_t> boottime_offset_ns{0};
+
 }  // namespace
+
+int64_t ClockOffsetNs(clockid_t clock) {
+  switch (clock) {
+    case CLOCK_MONOTONIC:
+    case CLOCK_MONOTONIC_COARSE:
+    case CLOCK_MONOTONIC_RAW:
+      return monotonic_offset_ns.load(std::memory_order_relaxed);
+    case CLOCK_BOOTTIME:
+    case CLOCK_BOOTTIME_ALARM:
+      return boottime_offset_ns.load(std::memory_order_relaxed);
+    default:
+      return 0;
+  }
+}
+
+void SetClockOffsets(int64_t monotonic_ns, int64_t boottime_ns) {
+  monotonic_offset_ns.store(monotonic_ns, std::memory_order_relaxed);
+  boottime_offset_ns.store(boottime_ns, std::memory_order_relaxed);
+  TimerThread::Get().Kick();
+}
+
+int ClockGettime(clockid_t clock, struct timespec* ts) {
+  if (clock_gettime(clock, ts) != 0) return -1;
+  const int64_t off = ClockOffsetNs(clock);
+  if (off == 0) return 0;
+  int64_t ns = static_cast<int64_t>(ts->tv_sec) * kNsPerSec + ts->tv_nsec + off;
+  // The offset never takes a clock below zero (a restore sets it from a
+  // saved reading, which is positive).
+  if (ns < 0) ns = 0;
+  ts->tv_sec = static_cast<time_t>(ns / kNsPerSec);
+  ts->tv_nsec = static_cast<long>(ns % kNsPerSec);
+  return 0;
+}
 
 int64_t ClockNowNs(clockid_t clock) {
   struct timespec ts;
   clock_gettime(clock, &ts);
-  return static_cast<int64_t>(ts.tv_sec) * kNsPerSec + ts.tv_nsec;
+  return static_cast<int64_t>(ts.tv_sec) * kNsPerSec + ts.tv_nsec +
+         ClockOffsetNs(clock);
 }
 
 TimerThread& TimerThread::Get() {
@@ -59,6 +97,11 @@ void TimerThread::Arm(const std::shared_ptr<Timer>& t, clockid_t clock,
 void TimerThread::Disarm(Timer* t) {
   absl::MutexLock l(&mu_);
   armed_.erase(t);
+}
+
+void TimerThread::Kick() {
+  absl::MutexLock l(&mu_);
+  cv_.Signal();
 }
 
 void TimerThread::Loop() {

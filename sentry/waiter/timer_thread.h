@@ -33,7 +33,27 @@ class Timer {
   virtual void Expired() = 0;
 };
 
-// Nanoseconds on `clock` now (host clock_gettime).
+// The sandbox's clocks. CLOCK_REALTIME (and its _COARSE, _ALARM, TAI) is
+// the host's. The monotonic family (CLOCK_MONOTONIC, _COARSE, _RAW) and
+// the boottime one (CLOCK_BOOTTIME, _ALARM) are the host's plus an offset
+// each, as a Linux time namespace offsets them: zero in a sandbox that
+// booted here; a restore sets them (SetClockOffsets) so that those clocks
+// go on from their values at the checkpoint, the time between the save and
+// the restore not passing on them (as gVisor and Firecracker do). One
+// sandbox per Sentry process: the offsets are the process's.
+//
+// The offset `clock` reads with (0 for the host's own clocks).
+int64_t ClockOffsetNs(clockid_t clock);
+// Sets the offsets (ns) of the monotonic and the boottime families, and
+// has the timer thread look at its deadlines again. Called by a restore
+// before it loads anything that reads a clock (state/kernel_state.h,
+// KernelState::LoadClocks); the vDSO's parameters follow
+// (vdso::Timekeeper::Republish).
+void SetClockOffsets(int64_t monotonic_ns, int64_t boottime_ns);
+// clock_gettime(2) of the sandbox's `clock`: the host's plus its offset.
+// Returns clock_gettime's result (-1 with errno).
+int ClockGettime(clockid_t clock, struct timespec* ts);
+// Nanoseconds on the sandbox's `clock` now.
 int64_t ClockNowNs(clockid_t clock);
 
 class TimerThread {
@@ -52,6 +72,8 @@ class TimerThread {
   void Arm(const std::shared_ptr<Timer>& t, clockid_t clock,
            int64_t deadline_ns);
   void Disarm(Timer* t);
+  // Has the thread read the clocks again (their offsets changed).
+  void Kick();
 
  private:
   TimerThread();

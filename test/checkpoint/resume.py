@@ -21,6 +21,17 @@
                       by a write and one only read, all removed while
                       open, across the checkpoint: their data is read
                       back after it.
+  resume.py clocks    the clocks across the checkpoint (the test restores
+                      the image 2 s after the save, twice): CLOCK_MONOTONIC,
+                      CLOCK_BOOTTIME and /proc/uptime go on from their values
+                      at the save (the time between the save and the
+                      restore does not pass on them, as gVisor and
+                      Firecracker hide it), CLOCK_REALTIME follows the
+                      host's; the vDSO's readings agree with the system
+                      call's; an absolute CLOCK_MONOTONIC timerfd and an
+                      absolute clock_nanosleep armed before the checkpoint
+                      end at their monotonic deadlines, an absolute
+                      CLOCK_REALTIME timerfd at its real-time one.
   resume.py cpu_timeouts  threads in clock_nanosleep on the process's CPU
                       clock and on the main thread's, 3 s relative, while
                       the main thread spins; checkpointed at 1 s of its
@@ -329,6 +340,96 @@ def unlinked():
            "read %d bytes, not %d" % (len(got), len(hidden_data)))
 
 
+def clocks():
+    """The sandbox's clocks go on from the save; the real time is the host's."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    SYS_clock_gettime = 228
+    CLOCK_REALTIME, CLOCK_MONOTONIC, CLOCK_BOOTTIME = 0, 1, 7
+    TFD_TIMER_ABSTIME = 1
+    TIMER_ABSTIME = 1
+
+    def sys_clock(clk):
+        """The clock by the system call itself, not the vDSO."""
+        ts = ctypes.create_string_buffer(16)
+        libc.syscall(SYS_clock_gettime, clk, ts)
+        sec, nsec = struct.unpack("qq", ts.raw)
+        return sec + nsec / 1e9
+
+    def uptime():
+        with open("/proc/uptime") as f:
+            return float(f.read().split()[0])
+
+    def timerfd_at(clk, when):
+        fd = libc.timerfd_create(clk, 0)
+        sec = int(when)
+        spec = struct.pack("qqqq", 0, 0, sec, int((when - sec) * 1e9))
+        if fd < 0 or libc.timerfd_settime(fd, TFD_TIMER_ABSTIME,
+                                          ctypes.c_char_p(spec), None) != 0:
+            raise OSError(ctypes.get_errno(), "timerfd")
+        return fd
+
+    mono = lambda: time.clock_gettime(time.CLOCK_MONOTONIC)
+    real = lambda: time.clock_gettime(time.CLOCK_REALTIME)
+    m0, r0, b0, u0 = mono(), real(), time.clock_gettime(time.CLOCK_BOOTTIME), uptime()
+    mono_deadline, sleep_deadline, real_deadline = m0 + 1.5, m0 + 1.7, r0 + 1.5
+    tfm = timerfd_at(CLOCK_MONOTONIC, mono_deadline)
+    tfr = timerfd_at(CLOCK_REALTIME, real_deadline)
+    woke = {}
+
+    def sleeper():
+        sec = int(sleep_deadline)
+        ts = struct.pack("qq", sec, int((sleep_deadline - sec) * 1e9))
+        while libc.clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME,
+                                   ctypes.c_char_p(ts), None) != 0:
+            pass
+        woke["t"] = mono()
+
+    th = threading.Thread(target=sleeper)
+    th.start()
+    time.sleep(0.2)
+    side = checkpoint()
+    m1, s1 = mono(), sys_clock(CLOCK_MONOTONIC)
+    r1, b1, u1 = real(), time.clock_gettime(time.CLOCK_BOOTTIME), uptime()
+    report("CLOCK_MONOTONIC goes on from the save", 0 <= m1 - m0 < 1.0,
+           "went on by %.3f s" % (m1 - m0))
+    report("CLOCK_BOOTTIME goes on from the save", 0 <= b1 - b0 < 1.0,
+           "went on by %.3f s" % (b1 - b0))
+    report("/proc/uptime goes on from the save", 0 <= u1 - u0 < 1.0,
+           "went on by %.2f s" % (u1 - u0))
+    # Within 0.1 s: one system call on a loaded machine may take that long.
+    report("the vDSO's CLOCK_MONOTONIC is the system call's",
+           abs(s1 - m1) < 0.1, "vDSO %.6f, syscall %.6f" % (m1, s1))
+    sr, vr = sys_clock(CLOCK_REALTIME), real()
+    report("the vDSO's CLOCK_REALTIME is the system call's",
+           abs(vr - sr) < 0.1, "vDSO %.6f, syscall %.6f" % (vr, sr))
+    # The real time passes between the save and the restore (2 s and
+    # more in a restored copy); the monotonic clock does not.
+    extra = (r1 - r0) - (m1 - m0)
+    report("CLOCK_REALTIME follows the host",
+           abs(extra) < 0.5 if side == "resume" else extra >= 1.5,
+           "went on %.3f s more than CLOCK_MONOTONIC" % extra)
+    # The real-time one first: in a restored copy its deadline passed
+    # during the gap, so it has fired at once (the monotonic ones have not).
+    os.read(tfr, 8)
+    fired_real = real()
+    late = fired_real - (real_deadline if side == "resume" else max(real_deadline, r1))
+    report("an absolute CLOCK_REALTIME timerfd fires at its real time",
+           fired_real >= real_deadline and late < 1.0,
+           "fired %.3f s late" % late)
+    # Within 1 s either way: the gap this checks for is 2 s and more, and
+    # a save that a loaded machine slows past the deadlines makes the
+    # saved run see them late by as much.
+    os.read(tfm, 8)
+    fired = mono()
+    report("an absolute CLOCK_MONOTONIC timerfd fires at its deadline",
+           abs(fired - mono_deadline) < 1.0,
+           "fired %.3f s after it" % (fired - mono_deadline))
+    th.join()
+    report("an absolute clock_nanosleep ends at its deadline",
+           abs(woke["t"] - sleep_deadline) < 1.0,
+           "ended %.3f s after it" % (woke["t"] - sleep_deadline))
+
+
 {"data": data_case, "procfs_pipe": procfs_pipe,
  "timeouts": timeouts, "cpu_timeouts": cpu_timeouts,
- "unlinked": unlinked}[sys.argv[1]]()
+ "unlinked": unlinked, "clocks": clocks}[sys.argv[1]]()

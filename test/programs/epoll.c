@@ -1,4 +1,5 @@
-/* epoll(7) on pipes and eventfds: level- and edge-triggered reporting,
+/* epoll(7) on pipes, eventfds and procfs files: level- and edge-triggered
+ * reporting,
  * EPOLLONESHOT and re-arming, the data field, errors of epoll_ctl and
  * epoll_wait, interests dropped when the last descriptor of a file closes,
  * nested epoll files and ELOOP, blocking waits woken by another thread. */
@@ -91,6 +92,47 @@ static void test_errors(void) {
   CHECK_ERRNO("epoll_read", read(ep, &c, 1), EINVAL);
   close(p[0]);
   close(p[1]);
+  close(ep);
+}
+
+/* procfs files, as Linux's f_op->poll decides: the files of /proc itself
+ * and /proc/sys are always ready both ways (DEFAULT_POLLMASK), a process's
+ * mounts and mountinfo ready to read, its other files (seq_file's
+ * single_open) have no poll: EPERM. */
+static void test_procfs(void) {
+  static const struct {
+    const char *name, *path;
+    uint32_t want; /* 0: EPERM */
+  } files[] = {
+      {"uptime", "/proc/uptime", EPOLLIN | EPOLLOUT},
+      {"meminfo", "/proc/meminfo", EPOLLIN | EPOLLOUT},
+      {"sys_hostname", "/proc/sys/kernel/hostname", EPOLLIN | EPOLLOUT},
+      {"self_mountinfo", "/proc/self/mountinfo", EPOLLIN},
+      {"self_mounts", "/proc/self/mounts", EPOLLIN},
+      {"self_status", "/proc/self/status", 0},
+      {"self_stat", "/proc/self/stat", 0},
+      {"self_maps", "/proc/self/maps", 0},
+      {"self_cmdline", "/proc/self/cmdline", 0},
+  };
+  int ep = epoll_create1(0);
+  for (size_t i = 0; i < sizeof files / sizeof files[0]; i++) {
+    char name[64];
+    int fd = open(files[i].path, O_RDONLY);
+    snprintf(name, sizeof name, "epoll_procfs_%s_open", files[i].name);
+    CHECK(name, fd >= 0);
+    snprintf(name, sizeof name, "epoll_procfs_%s", files[i].name);
+    if (files[i].want == 0) {
+      CHECK_ERRNO(name, add(ep, fd, EPOLLIN | EPOLLOUT, i), EPERM);
+    } else {
+      CHECK(name, add(ep, fd, EPOLLIN | EPOLLOUT, i) == 0);
+      struct epoll_event ev;
+      int n = wait1(ep, 0, &ev);
+      snprintf(name, sizeof name, "epoll_procfs_%s_ready", files[i].name);
+      CHECK(name, n == 1 && ev.data.u64 == i && ev.events == files[i].want);
+      epoll_ctl(ep, EPOLL_CTL_DEL, fd, NULL);
+    }
+    close(fd);
+  }
   close(ep);
 }
 
@@ -257,6 +299,7 @@ static void test_nested_and_blocking(void) {
 int main(void) {
   setvbuf(stdout, NULL, _IOLBF, 0);
   test_errors();
+  test_procfs();
   test_level_edge();
   test_hup_and_close();
   test_nested_and_blocking();

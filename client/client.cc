@@ -253,11 +253,13 @@ absl::Status Client::Signal(const std::string& id, int signal, bool all, int pid
   return Convert(stub_->Signal(&ctx, req, &resp));
 }
 
-absl::StatusOr<v1::Limits> Client::Update(const std::string& id, const v1::Limits& limits) {
+absl::StatusOr<v1::Limits> Client::Update(const std::string& id, const v1::Limits& limits,
+                                          const v1::LimitsLifted& lifted) {
   grpc::ClientContext ctx;
   v1::UpdateRequest req;
   req.set_id(id);
   *req.mutable_limits() = limits;
+  *req.mutable_unlimited() = lifted;
   v1::UpdateResponse resp;
   RETURN_IF_ERROR(Convert(stub_->Update(&ctx, req, &resp)));
   return resp.limits();

@@ -122,9 +122,10 @@ class Client {
   absl::StatusOr<v1::ExitStatus> Destroy(const std::string& id);
   absl::StatusOr<std::vector<v1::SandboxInfo>> List(
       const std::map<std::string, std::string>& labels = {});
-  // Changes a running sandbox's limits (0 fields keep theirs); returns
-  // them as they are now.
-  absl::StatusOr<v1::Limits> Update(const std::string& id, const v1::Limits& limits);
+  // Changes a running sandbox's limits (0 fields keep theirs, `lifted`
+  // ones are removed); returns them as they are now.
+  absl::StatusOr<v1::Limits> Update(const std::string& id, const v1::Limits& limits,
+                                    const v1::LimitsLifted& lifted = {});
   // docker pause / unpause: every process of the sandbox stopped / continued.
   absl::Status Pause(const std::string& id);
   absl::Status Resume(const std::string& id);

@@ -87,7 +87,8 @@ std::unique_ptr<WarmSentry> SentryFactory::Adopt(const std::string& platform,
 }
 
 absl::StatusOr<std::unique_ptr<WarmSentry>> SentryFactory::Spawn(const std::string& platform,
-                                                                 bool background) {
+                                                                 bool background,
+                                                                 int netns_fd) {
   const absl::Time begin = absl::Now();
   auto warm = std::unique_ptr<WarmSentry>(new WarmSentry());
   // `platform` is a pool key: the platform and its start-time options.
@@ -109,6 +110,7 @@ absl::StatusOr<std::unique_ptr<WarmSentry>> SentryFactory::Spawn(const std::stri
   o.sentry_path = sentry_path_;
   o.platform = kind.platform;
   o.flags = kind.ServeFlags();
+  o.netns_fd = netns_fd;
   Cgroup* cg = warm->cgroup_.get();
   StateDir* sd = state_dir_;
   o.before_exec = [cg, sd, background](pid_t pid) -> absl::Status {
@@ -242,6 +244,11 @@ absl::StatusOr<std::unique_ptr<WarmSentry>> Pool::Take(const std::string& platfo
   }
   *hit = false;
   return factory_->Spawn(platform);
+}
+
+absl::StatusOr<std::unique_ptr<WarmSentry>> Pool::SpawnIn(const std::string& platform,
+                                                         int netns_fd) {
+  return factory_->Spawn(platform, /*background=*/false, netns_fd);
 }
 
 }  // namespace daemon

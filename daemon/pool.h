@@ -84,8 +84,11 @@ class SentryFactory {
   // `background`, at the lowest CPU priority (see WarmSentry::Foreground),
   // and with Persist's socket (WarmSentry::has_socket) when there is a
   // state directory.
+  // `netns_fd` (not -1): the Sentry starts in that network namespace
+  // (SentrySpawnOptions::netns_fd); the caller keeps it open.
   absl::StatusOr<std::unique_ptr<WarmSentry>> Spawn(const std::string& platform,
-                                                    bool background = false);
+                                                    bool background = false,
+                                                    int netns_fd = -1);
 
   // A Sentry of an earlier daemon, recorded in the state directory:
   // `process` (adopted, or Gone) with the cgroup `cgroup_name` (opened
@@ -120,6 +123,11 @@ class Pool {
 
   // A warm Sentry of `platform` (*hit = true), or one spawned now.
   absl::StatusOr<std::unique_ptr<WarmSentry>> Take(const std::string& platform, bool* hit);
+  // A Sentry of `platform` (a "+hostnet" kind) spawned now in the network
+  // namespace `netns_fd`: a warm one has made its own namespace already
+  // and keeps no capability to enter another (SandboxSpec.network_namespace).
+  absl::StatusOr<std::unique_ptr<WarmSentry>> SpawnIn(const std::string& platform,
+                                                      int netns_fd);
 
   // Idle Sentries of `platform` right now.
   int Idle(const std::string& platform);

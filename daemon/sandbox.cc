@@ -307,10 +307,7 @@ std::shared_ptr<Sandbox> Sandbox::Adopt(Options o, const v1::SandboxInfo& record
   // A sandbox paused when the earlier daemon stopped runs on: its stopped
   // Sentry could not answer Reattach.
   if (record.state() == v1::SANDBOX_STATE_PAUSED && !p.exited()) {
-    absl::Status r = s->sentry_->cgroup() != nullptr
-                         ? s->SignalCgroup(SIGCONT)
-                         : (kill(p.pid(), SIGCONT) == 0 ? absl::OkStatus()
-                                                        : absl::InternalError(strerror(errno)));
+    absl::Status r = s->SignalSentry(SIGCONT);
     Log("sandbox ", s->id_, ": paused by the earlier daemon, resumed: ", r.ToString());
   }
   if (p.exited()) {
@@ -491,9 +488,12 @@ absl::Status Sandbox::StartLocked() {
     control::Request::Start* start = req.mutable_start();
     start->set_sandbox_id(id_);
     *start->mutable_spec() = spec_;
-    // /etc/hosts and /etc/resolv.conf of the network mode, from this host.
+    // /etc/hosts and /etc/resolv.conf of the network mode, from this host
+    // (a namespace by path has the host's, as HOST).
+    const v1::NetworkMode etc_mode =
+        spec_.network_namespace().empty() ? spec_.network() : v1::NETWORK_MODE_HOST;
     for (auto& [name, content] : sandbox_net::EtcFilesFor(
-             spec_.network(), spec_.hostname().empty() ? id_ : spec_.hostname())) {
+             etc_mode, spec_.hostname().empty() ? id_ : spec_.hostname())) {
       (*start->mutable_etc_files())[name] = std::move(content);
     }
   }
@@ -821,7 +821,8 @@ absl::Status Sandbox::Signal(int signal, bool all, int pid) {
   return r.status();
 }
 
-absl::StatusOr<v1::Limits> Sandbox::Update(const v1::Limits& limits) {
+absl::StatusOr<v1::Limits> Sandbox::Update(const v1::Limits& limits,
+                                           const v1::LimitsLifted& lifted) {
   v1::Limits merged;
   {
     absl::MutexLock l(&mu_);
@@ -834,8 +835,12 @@ absl::StatusOr<v1::Limits> Sandbox::Update(const v1::Limits& limits) {
   if (limits.memory_bytes()) merged.set_memory_bytes(limits.memory_bytes());
   if (limits.cpu_millis()) merged.set_cpu_millis(limits.cpu_millis());
   if (limits.pids()) merged.set_pids(limits.pids());
+  if (lifted.memory()) merged.set_memory_bytes(0);
+  if (lifted.cpu()) merged.set_cpu_millis(0);
+  if (lifted.pids()) merged.set_pids(0);
   control::Request req;
   *req.mutable_update()->mutable_limits() = limits;
+  *req.mutable_update()->mutable_unlimited() = lifted;
   RETURN_IF_ERROR(
       Annotate(sentry_->process().Call(req, {}, kCallTimeout).status(), "update: the Sentry"));
   if (Cgroup* cg = sentry_->cgroup()) {
@@ -855,19 +860,21 @@ absl::StatusOr<v1::Limits> Sandbox::Update(const v1::Limits& limits) {
   return merged;
 }
 
-absl::Status Sandbox::SignalCgroup(int sig) {
+absl::Status Sandbox::SignalSentry(int sig) {
+  Cgroup* cg = sentry_->cgroup();
+  if (cg == nullptr) {
+    // Without cgroups: the Sentry's process group, which its stubs never
+    // leave (one kill(2), so no process forked meanwhile escapes it).
+    return Annotate(sentry_->process().SignalGroup(sig), "the sentry's process group");
+  }
   for (int pass = 0; pass < 2; pass++) {
-    ASSIGN_OR_RETURN(std::vector<pid_t> procs, sentry_->cgroup()->Procs());
+    ASSIGN_OR_RETURN(std::vector<pid_t> procs, cg->Procs());
     for (pid_t p : procs) kill(p, sig);
   }
   return absl::OkStatus();
 }
 
 absl::Status Sandbox::Pause() {
-  if (sentry_->cgroup() == nullptr) {
-    return absl::FailedPreconditionError(
-        "pause: this daemon runs without cgroups, so it cannot find every process of a sandbox");
-  }
   {
     absl::MutexLock l(&mu_);
     if (state_ != v1::SANDBOX_STATE_RUNNING || destroyed_) {
@@ -877,11 +884,11 @@ absl::Status Sandbox::Pause() {
     // First: the calls that would ask the stopped Sentry are refused from now.
     state_ = v1::SANDBOX_STATE_PAUSED;
   }
-  if (absl::Status s = SignalCgroup(SIGSTOP); !s.ok()) {
-    (void)SignalCgroup(SIGCONT);
+  if (absl::Status s = SignalSentry(SIGSTOP); !s.ok()) {
+    (void)SignalSentry(SIGCONT);
     absl::MutexLock l(&mu_);
     if (state_ == v1::SANDBOX_STATE_PAUSED) state_ = v1::SANDBOX_STATE_RUNNING;
-    return Annotate(s, "pause: the sandbox's cgroup");
+    return Annotate(s, "pause");
   }
   Changed();
   return absl::OkStatus();
@@ -895,7 +902,7 @@ absl::Status Sandbox::Resume() {
           "sandbox ", id_, " is ", StateWord(state_), ", not paused"));
     }
   }
-  RETURN_IF_ERROR(Annotate(SignalCgroup(SIGCONT), "resume: the sandbox's cgroup"));
+  RETURN_IF_ERROR(Annotate(SignalSentry(SIGCONT), "resume"));
   {
     absl::MutexLock l(&mu_);
     if (state_ == v1::SANDBOX_STATE_PAUSED) state_ = v1::SANDBOX_STATE_RUNNING;

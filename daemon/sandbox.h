@@ -184,11 +184,14 @@ class Sandbox {
   // Sentry's (control.proto Update, which refuses a memory limit below
   // what the application uses), then its cgroup's, as Create sets them;
   // spec.limits (Info, the record) says the new ones. Returns them.
-  absl::StatusOr<v1::Limits> Update(const v1::Limits& limits);
+  // `lifted` names limits to remove (runc's -1): none of that kind from
+  // then on, in the Sentry and the cgroup.
+  absl::StatusOr<v1::Limits> Update(const v1::Limits& limits,
+                                    const v1::LimitsLifted& lifted = {});
 
-  // RUNNING -> PAUSED: SIGSTOP to every process of the sandbox's cgroup
-  // (the Sentry, its stubs); Resume: SIGCONT, PAUSED -> RUNNING.
-  // FAILED_PRECONDITION in another state or without a cgroup.
+  // RUNNING -> PAUSED: SIGSTOP to every host process of the sandbox (the
+  // Sentry, its stubs: SignalSentry); Resume: SIGCONT, PAUSED -> RUNNING.
+  // FAILED_PRECONDITION in another state.
   absl::Status Pause();
   absl::Status Resume();
 
@@ -287,10 +290,11 @@ class Sandbox {
   // The execs of an earlier daemon's record, re-adopted with the output
   // descriptors their Sentry kept (`kept`, by pid) when `running`.
   void AdoptExecs(bool running, std::map<int, std::vector<UniqueFd>> kept);
-  // `sig` to every process of the sandbox's cgroup, twice over (a process
-  // started while the first pass ran, e.g. a new stub, is caught by the
-  // second). Preconditions: sentry_->cgroup() is not null.
-  absl::Status SignalCgroup(int sig);
+  // `sig` to every host process of the sandbox: those of its cgroup, twice
+  // over (a process started while the first pass ran, e.g. a new stub, is
+  // caught by the second), or without cgroups the Sentry's process group
+  // (SentryProcess::SignalGroup).
+  absl::Status SignalSentry(int sig);
 
   // Declared first: destroyed last (the Sentry's exit callback locks it).
   // save_mu_ keeps the record's writes in order.

@@ -41,7 +41,9 @@ absl::StatusOr<SentryKind> KindForSpec(const v1::SandboxSpec& spec,
                                        bool default_patch) {
   SentryKind k;
   k.platform = spec.platform();
-  k.host_network = spec.network() == v1::NETWORK_MODE_HOST;
+  // A namespace by path: the Sentry uses the one it is started in.
+  k.host_network =
+      spec.network() == v1::NETWORK_MODE_HOST || !spec.network_namespace().empty();
   const v1::SystrapPatch patch = spec.systrap().patch();
   if (!v1::SystrapPatch_IsValid(patch)) {
     return absl::InvalidArgumentError(

@@ -24,6 +24,10 @@ namespace sandboxd {
 namespace daemon {
 
 std::string DescribeWaitStatus(int status) {
+  if (WIFEXITED(status) && WEXITSTATUS(status) == kSpawnSetnsFailed) {
+    return absl::StrCat("exited with status ", kSpawnSetnsFailed,
+                        " (before its exec: no setns into the network namespace?)");
+  }
   if (WIFEXITED(status)) return absl::StrCat("exited with status ", WEXITSTATUS(status));
   if (WIFSIGNALED(status)) {
     return absl::StrCat("killed by signal ", WTERMSIG(status), " (",
@@ -53,7 +57,7 @@ absl::StatusOr<std::unique_ptr<SentryProcess>> SentryProcess::Spawn(
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
   SpawnChildArgs child{options.sentry_path.c_str(), argv.data(), environ,
-                       theirs.fd(), devnull.get(), sync_r.get()};
+                       theirs.fd(), devnull.get(), sync_r.get(), options.netns_fd};
 
   // fork() into a pid namespace of its own: the Sentry is that namespace's
   // init, so its stubs die with it (sentry/README.md, "Isolation", says why
@@ -128,6 +132,18 @@ void SentryProcess::Kill() {
   }
   kill(-pid_, SIGKILL);
   kill(pid_, SIGKILL);
+}
+
+absl::Status SentryProcess::SignalGroup(int sig) {
+  // Once reaped, the group's id may be someone else's.
+  if (reaped_.load() || exited()) {
+    return absl::FailedPreconditionError(absl::StrCat("sentry (pid ", pid_, ") is gone"));
+  }
+  if (kill(-pid_, sig) != 0) {
+    return ErrnoStatus(absl::StrCat("signal ", sig, " to the sentry's process group ", pid_),
+                       errno);
+  }
+  return absl::OkStatus();
 }
 
 void SentryProcess::ExpectExit() {

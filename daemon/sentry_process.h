@@ -45,6 +45,9 @@ struct SentrySpawnOptions {
   std::string sentry_path;  // the `sentry` binary
   std::string platform;     // --platform=
   std::vector<std::string> flags;  // more `sentry serve` flags (SentryKind)
+  // A network namespace the child enters before exec (-1: the daemon's);
+  // only open during Spawn.
+  int netns_fd = -1;
   // Runs in the daemon after fork, while the child waits before exec (so
   // that the Sentry is in its cgroup before it forks anything). An error
   // kills the child.
@@ -92,6 +95,11 @@ class SentryProcess {
 
   // SIGKILLs the Sentry and its process group (its stub processes).
   void Kill();
+  // Sends `sig` to the Sentry's process group: the Sentry, its stub
+  // processes and its namespace holder (everything it starts stays in the
+  // group it leads; Pause's SIGSTOP and SIGCONT without cgroups).
+  // FAILED_PRECONDITION once the Sentry is gone.
+  absl::Status SignalGroup(int sig);
   // The next channel close is expected (after Destroy): no crash report.
   void ExpectExit();
 

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <random>
+#include <tuple>
 #include <utility>
 
 #include "absl/cleanup/cleanup.h"
@@ -336,6 +337,7 @@ absl::Status Service::CreateSandbox(
   }
   ASSIGN_OR_RETURN(UniqueFd checkpoint_dir, OpenCheckpointDir(options_.policy, spec));
   ASSIGN_OR_RETURN(std::vector<UniqueFd> binds, OpenBindMounts(options_.policy, spec));
+  ASSIGN_OR_RETURN(const UniqueFd netns, OpenNetworkNamespace(spec));
   stage(Stage::kCreateOpenRootfs);
 
   // Reserve the id (a null entry), within the limit.
@@ -364,7 +366,8 @@ absl::Status Service::CreateSandbox(
   });
 
   bool hit = false;
-  absl::StatusOr<std::unique_ptr<WarmSentry>> warm = pool_->Take(kind.Key(), &hit);
+  absl::StatusOr<std::unique_ptr<WarmSentry>> warm =
+      netns.valid() ? pool_->SpawnIn(kind.Key(), netns.get()) : pool_->Take(kind.Key(), &hit);
   if (!warm.ok()) return Annotate(warm.status(), "create");
   stage(hit ? Stage::kCreatePoolTake : Stage::kCreateSpawnSentry);
   if (Cgroup* cg = (*warm)->cgroup()) {
@@ -662,17 +665,47 @@ grpc::Status Service::Signal(grpc::ServerContext* ctx, const v1::SignalRequest* 
 grpc::Status Service::Update(grpc::ServerContext* ctx, const v1::UpdateRequest* req,
                              v1::UpdateResponse* resp) {
   if (grpc::Status a = CheckCall(*ctx); !a.ok()) return a;
-  const v1::Limits& lim = req->limits();
-  if (!lim.memory_bytes() && !lim.cpu_millis() && !lim.pids()) {
+  v1::Limits lim = req->limits();
+  v1::LimitsLifted lifted = req->unlimited();
+  for (const auto& [given, name, lift] :
+       {std::tuple(lim.memory_bytes() != 0, "memory_bytes", lifted.memory()),
+        std::tuple(lim.cpu_millis() != 0, "cpu_millis", lifted.cpu()),
+        std::tuple(lim.pids() != 0, "pids", lifted.pids())}) {
+    if (given && lift) {
+      return ToGrpc(absl::InvalidArgumentError(absl::StrCat(
+          "limits.", name, ": both a limit and unlimited (lift it or set it, not both)")));
+    }
+  }
+  if (!lim.memory_bytes() && !lim.cpu_millis() && !lim.pids() && !lifted.memory() &&
+      !lifted.cpu() && !lifted.pids()) {
     return ToGrpc(absl::InvalidArgumentError(
-        "limits: nothing to change (memory_bytes, cpu_millis and pids are all 0)"));
+        "limits: nothing to change (memory_bytes, cpu_millis and pids are all 0, none "
+        "lifted)"));
   }
   if (absl::Status s = ValidateLimits(lim, options_.policy.ranges, "limits"); !s.ok()) {
     return ToGrpc(s);
   }
+  // A lifted limit is what a Create without it gets: the daemon's default
+  // when it has one (with cgroups), else none.
+  if (have_cgroups_) {
+    v1::Limits defaults;
+    ApplyDefaultLimits(options_.policy, &defaults);
+    if (lifted.memory() && defaults.memory_bytes()) {
+      lim.set_memory_bytes(defaults.memory_bytes());
+      lifted.set_memory(false);
+    }
+    if (lifted.cpu() && defaults.cpu_millis()) {
+      lim.set_cpu_millis(defaults.cpu_millis());
+      lifted.set_cpu(false);
+    }
+    if (lifted.pids() && defaults.pids()) {
+      lim.set_pids(defaults.pids());
+      lifted.set_pids(false);
+    }
+  }
   absl::StatusOr<std::shared_ptr<Sandbox>> s = Find(req->id());
   if (!s.ok()) return ToGrpc(s.status());
-  absl::StatusOr<v1::Limits> now = (*s)->Update(lim);
+  absl::StatusOr<v1::Limits> now = (*s)->Update(lim, lifted);
   if (!now.ok()) return ToGrpc(now.status());
   *resp->mutable_limits() = *std::move(now);
   return grpc::Status::OK;
@@ -874,6 +907,9 @@ grpc::Status Service::Capabilities(grpc::ServerContext* ctx, const v1::Capabilit
   resp->set_exec_remove(true);
   resp->set_version(kVersion);
   resp->set_self_checkpoint(true);
+  resp->set_update(true);
+  resp->set_pause(true);
+  resp->set_resume(true);
   return grpc::Status::OK;
 }
 

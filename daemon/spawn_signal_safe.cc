@@ -2,6 +2,7 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -10,15 +11,15 @@ namespace sandboxd {
 namespace daemon {
 namespace {
 
-// Closes every descriptor but 0-2 and the three the child still needs.
+// Closes every descriptor but 0-2 and the ones the child still needs.
 // The child may wait a while for its go and its exec (a pool refill runs
 // at the lowest priority), and the copies it got of the daemon's other
 // descriptors must not live that long: a sandbox's output pipe, say,
 // would not reach its end until this child had exec'd.
 void CloseOthers(const SpawnChildArgs& a) {
-  int keep[3] = {a.stdin_fd, a.control_fd, a.sync_fd};
-  for (int i = 0; i < 3; i++) {
-    for (int j = i + 1; j < 3; j++) {
+  int keep[4] = {a.stdin_fd, a.control_fd, a.sync_fd, a.netns_fd};
+  for (int i = 0; i < 4; i++) {
+    for (int j = i + 1; j < 4; j++) {
       if (keep[j] < keep[i]) {
         const int t = keep[i];
         keep[i] = keep[j];
@@ -56,6 +57,7 @@ void RunSpawnChild(const SpawnChildArgs& a) {
   } while (r < 0 && errno == EINTR);
   if (r != 1) _exit(127);  // the parent gave up on this child
 
+  if (a.netns_fd >= 0 && setns(a.netns_fd, CLONE_NEWNET) != 0) _exit(kSpawnSetnsFailed);
   if (a.stdin_fd >= 0 && dup2(a.stdin_fd, 0) < 0) _exit(127);
   if (a.control_fd == 3) {
     if (fcntl(3, F_SETFD, 0) < 0) _exit(127);

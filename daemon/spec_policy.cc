@@ -2,7 +2,12 @@
 
 #include <errno.h>
 #include <fcntl.h>
+#include <linux/magic.h>
+#include <linux/nsfs.h>
 #include <linux/openat2.h>
+#include <sched.h>
+#include <sys/ioctl.h>
+#include <sys/statfs.h>
 #include <sys/syscall.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -17,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "base/file_util.h"
 #include "base/status_macros.h"
 #include "proto/mount_spec.h"
@@ -278,6 +284,36 @@ absl::Status CheckCheckpointTarget(const SpecPolicy& p, const std::string& field
   UniqueFd pfd(open(parent.c_str(), O_PATH | O_DIRECTORY | O_CLOEXEC));
   if (!pfd.valid()) return absl::OkStatus();  // the mkdir says why
   return CheckCheckpointRoot(p, pfd.get(), field, path);
+}
+
+absl::StatusOr<UniqueFd> OpenNetworkNamespace(const v1::SandboxSpec& spec) {
+  const std::string& path = spec.network_namespace();
+  if (path.empty()) return UniqueFd();
+  const std::string field = "spec.network_namespace";
+  auto bad = [&field](const std::string& why) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+  };
+  if (path[0] != '/') return bad(absl::StrCat("an absolute path, got \"", path, "\""));
+  if (spec.network() != v1::NETWORK_MODE_UNSPECIFIED &&
+      spec.network() != v1::NETWORK_MODE_NONE) {
+    return bad(absl::StrCat(
+        "the sandbox's network is that namespace: not with network ",
+        absl::AsciiStrToLower(
+            absl::StripPrefix(v1::NetworkMode_Name(spec.network()), "NETWORK_MODE_"))));
+  }
+  if (spec.ports_size() > 0) return bad("not with published ports (spec.ports)");
+  UniqueFd fd(open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NOCTTY));
+  if (!fd.valid()) return bad(absl::StrCat(path, ": ", strerror(errno)));
+  struct statfs fs;
+  if (fstatfs(fd.get(), &fs) != 0) return bad(absl::StrCat(path, ": fstatfs: ", strerror(errno)));
+  if (fs.f_type != NSFS_MAGIC) return bad(absl::StrCat(path, ": not a namespace file (nsfs)"));
+  const int type = ioctl(fd.get(), NS_GET_NSTYPE);
+  if (type != CLONE_NEWNET) {
+    return bad(absl::StrCat(path, ": not a network namespace",
+                            type < 0 ? absl::StrCat(" (NS_GET_NSTYPE: ", strerror(errno), ")")
+                                     : std::string()));
+  }
+  return fd;
 }
 
 absl::StatusOr<UniqueFd> OpenCheckpointDir(const SpecPolicy& p,

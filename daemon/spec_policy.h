@@ -96,6 +96,12 @@ absl::StatusOr<UniqueFd> OpenRootfs(const SpecPolicy& policy,
 absl::StatusOr<UniqueFd> OpenCheckpointDir(const SpecPolicy& policy,
                                            const v1::SandboxSpec& spec);
 
+// The spec's network_namespace, opened for setns(2): an absolute path of
+// an nsfs file whose namespace is a network one; its network must be NONE
+// or UNSPECIFIED and it must publish no ports. An invalid fd when the spec
+// names none. INVALID_ARGUMENT naming the field otherwise.
+absl::StatusOr<UniqueFd> OpenNetworkNamespace(const v1::SandboxSpec& spec);
+
 // PERMISSION_DENIED unless the directory `fd` (named `path` by `field`)
 // is under one of policy.checkpoint_roots (or there are none).
 absl::Status CheckCheckpointRoot(const SpecPolicy& policy, int fd,

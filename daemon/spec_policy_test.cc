@@ -287,6 +287,33 @@ TEST_F(RootfsTest, AllowedRootsRestrictBindSources) {
   }
 }
 
+TEST(SpecPolicyTest, NetworkNamespace) {
+  v1::SandboxSpec spec;
+  absl::StatusOr<UniqueFd> fd = OpenNetworkNamespace(spec);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  EXPECT_FALSE(fd->valid());  // none named
+  spec.set_network_namespace("/proc/self/ns/net");
+  fd = OpenNetworkNamespace(spec);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  EXPECT_TRUE(fd->valid());
+  auto refused = [&spec](const std::string& path, v1::NetworkMode mode,
+                         const std::string& why) {
+    v1::SandboxSpec s = spec;
+    s.set_network_namespace(path);
+    s.set_network(mode);
+    absl::StatusOr<UniqueFd> r = OpenNetworkNamespace(s);
+    EXPECT_TRUE(absl::IsInvalidArgument(r.status())) << path << ": " << r.status();
+    EXPECT_TRUE(absl::StartsWith(r.status().message(), "spec.network_namespace: ")) << r.status();
+    EXPECT_TRUE(absl::StrContains(r.status().message(), why)) << r.status();
+  };
+  refused("proc/self/ns/net", v1::NETWORK_MODE_NONE, "an absolute path");
+  refused("/proc/self/ns/pid", v1::NETWORK_MODE_NONE, "not a network namespace");
+  refused("/proc/self/status", v1::NETWORK_MODE_NONE, "not a namespace file");
+  refused("/no/such/ns", v1::NETWORK_MODE_NONE, "No such file");
+  refused("/proc/self/ns/net", v1::NETWORK_MODE_HOST, "not with network host");
+  refused("/proc/self/ns/net", v1::NETWORK_MODE_SANDBOX, "not with network sandbox");
+}
+
 TEST(SpecPolicyTest, ParseByteSize) {
   EXPECT_EQ(*ParseByteSize("4k"), 4096u);
   EXPECT_EQ(*ParseByteSize("256m"), 256u << 20);

@@ -1185,10 +1185,13 @@ Limits Sandbox::CurrentLimits() {
   return l;
 }
 
-absl::Status Sandbox::UpdateLimits(const Limits& lim) {
+absl::Status Sandbox::UpdateLimits(const Limits& lim, LimitsLifted lifted) {
   kernel::Kernel& k = *kernel_;
   uint64_t memory = k.memory_limit();
-  if (lim.memory_bytes != 0) {
+  if (lifted.memory) {
+    k.memory_file().SetLimit(0);
+    memory = 0;
+  } else if (lim.memory_bytes != 0) {
     const uint64_t app = mm::ApplicationMemoryLimit(lim.memory_bytes);
     const uint64_t used = k.memory_file().AllocatedBytes();
     if (used > app) {
@@ -1199,9 +1202,11 @@ absl::Status Sandbox::UpdateLimits(const Limits& lim) {
     k.memory_file().SetLimit(app);
     memory = lim.memory_bytes;
   }
-  const int cpus = lim.cpu_millis == 0 ? k.max_cpus()
-                                       : static_cast<int>((lim.cpu_millis + 999) / 1000);
-  k.SetLimits(lim.pids != 0 ? lim.pids : k.max_tasks(), cpus, memory);
+  const int cpus = lifted.cpu              ? 0
+                   : lim.cpu_millis == 0 ? k.max_cpus()
+                                         : static_cast<int>((lim.cpu_millis + 999) / 1000);
+  const uint64_t tasks = lifted.pids ? 0 : lim.pids != 0 ? lim.pids : k.max_tasks();
+  k.SetLimits(tasks, cpus, memory);
   return absl::OkStatus();
 }
 

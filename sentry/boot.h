@@ -147,6 +147,13 @@ struct Limits {
   uint64_t pids = 0;          // 0: none; else the most tasks at once
 };
 
+// The limits an update removes (Sandbox::UpdateLimits).
+struct LimitsLifted {
+  bool memory = false;
+  bool cpu = false;
+  bool pids = false;
+};
+
 // A mount of the spec (SandboxSpec.mounts, `sentry run -v/--tmpfs`), made
 // at `target` after /dev and /proc, in order. A missing mountpoint is
 // made (directories, or an empty file for a file bind) in the root's
@@ -304,9 +311,10 @@ class Sandbox {
   Stats GetStats();
   // The limits now (the spec's, or the last UpdateLimits').
   Limits CurrentLimits();
-  // Changes the running sandbox's limits; a field 0 keeps its value. A
-  // memory limit below the application's use now: FailedPrecondition.
-  absl::Status UpdateLimits(const Limits& lim);
+  // Changes the running sandbox's limits; a field 0 keeps its value, one
+  // `lifted` has none from then on (runc's update with -1). A memory limit
+  // below the application's use now: FailedPrecondition.
+  absl::Status UpdateLimits(const Limits& lim, LimitsLifted lifted = {});
 
   kernel::Kernel& kernel() { return *kernel_; }
   const syscalls::Table& table() const { return table_; }

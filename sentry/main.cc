@@ -215,6 +215,10 @@ struct Options {
   std::string stats_json;
   // --contain=off: no pid namespace of its own (debugging).
   bool contain = true;
+  // --container-init: the init is a container's (a pid namespace's init,
+  // as runc gives it): a signal it has no handler for is ignored, but
+  // SIGKILL and SIGSTOP (kernel::Kernel::set_container_init).
+  bool container_init = false;
   // --network=host: the caller's network namespace instead of one of the
   // sandbox's own with loopback only (--network=none, the default);
   // --network=sandbox: the sandbox's own with an address, a route and
@@ -489,6 +493,9 @@ Options ParseArgs(int argc, char** argv) {
             return absl::OkStatus();
           });
   fs.Alias("-p", "publish");
+  fs.Bool("container-init", &o.container_init,
+          "the init is a container's, as a pid namespace's init: a signal "
+          "it has no handler for is ignored, but SIGKILL and SIGSTOP");
   fs.OnOff("contain", &o.contain,
            "run the Sentry as the init of a pid namespace of its own, so "
            "that every host process of the sandbox ends with it");
@@ -771,6 +778,7 @@ int Run(const Options& o) {
     config.limits = o.limits;
     config.eager_pages = o.eager_pages;
     config.page_loading = o.page_loading;
+    config.container_init = o.container_init;
     sb = boot::Sandbox::Restore(std::move(*pw), std::move(config),
                                 std::move(stdio), &restore_clock);
     if (!sb.ok()) {
@@ -790,6 +798,7 @@ int Run(const Options& o) {
     config.hostname = o.hostname;
     config.strace = o.strace;
     config.limits = o.limits;
+    config.container_init = o.container_init;
     config.etc_files = std::move(etc_files);
     sb = boot::Sandbox::Create(std::move(*pw), std::move(config),
                                std::move(stdio), &clock);

@@ -491,14 +491,17 @@ void Server::OnStart(const Request& req, std::vector<UniqueFd> fds) {
       return absl::InvalidArgumentError(absl::StrCat(
           "platform ", want, " is not this Sentry's (", platform_, ")"));
     }
-    if ((spec.network() == v1::NETWORK_MODE_HOST) != host_network_) {
+    // A namespace by path (network_namespace): the daemon started this
+    // Sentry in it, with --network=host.
+    if ((spec.network() == v1::NETWORK_MODE_HOST || !spec.network_namespace().empty()) !=
+        host_network_) {
       return absl::InvalidArgumentError(
-          host_network_ ? "this Sentry is in the daemon's network namespace "
-                          "(serve --network=host): it serves only "
-                          "network=host"
-                        : "network=host needs a Sentry started with "
-                          "--network=host: this one has its own network "
-                          "namespace");
+          host_network_ ? "this Sentry is in the network namespace it was started "
+                          "in (serve --network=host): it serves only network=host "
+                          "or a network_namespace"
+                        : "network=host (or a network_namespace) needs a Sentry "
+                          "started with --network=host: this one has its own "
+                          "network namespace");
     }
     ASSIGN_OR_RETURN(config.init, ProcessFromSpec(spec.process()));
     ASSIGN_OR_RETURN(config.mounts, TakeMounts(spec, fds));
@@ -918,7 +921,12 @@ void Server::Loop() {
           lim.memory_bytes = req.update().limits().memory_bytes();
           lim.cpu_millis = req.update().limits().cpu_millis();
           lim.pids = req.update().limits().pids();
-          st = sandbox_->UpdateLimits(lim);
+          const v1::LimitsLifted& u = req.update().unlimited();
+          boot::LimitsLifted lifted;
+          lifted.memory = u.memory();
+          lifted.cpu = u.cpu();
+          lifted.pids = u.pids();
+          st = sandbox_->UpdateLimits(lim, lifted);
         }
         if (!st.ok()) {
           SendError(req.id(), st);

@@ -21,6 +21,8 @@
 #     the exit code containerd reports)
 #   - ctr container checkpoint --task and restore --live (with sandboxd
 #     too): a counter runs on from where it was saved
+#   - ctr run --with-ns network:PATH: a namespace the test made (`ip netns
+#     add`), whose loopback server the container reaches
 #   - nothing left: no container state under the Root, no init proxy
 # Needs root. Exits 77 (CTest: skipped) until the binaries exist or where
 # containerd is not installed.
@@ -102,6 +104,23 @@ capture 60 "${CTR[@]}" image import --snapshotter native "$tmp/image.tar"
 check "ctr image import of the offline image" eval '[ "$status" = 0 ] && "${CTR[@]}" image ls -q | grep -qx "$IMAGE"'
 RUN=(run --snapshotter native --runtime io.containerd.runc.v2)
 
+# until_task ID STATUS: waits up to 10 s until `ctr task ls` says it.
+until_task() {
+  for _ in $(seq 1 100); do
+    "${CTR[@]}" task ls 2>/dev/null | grep -Eq "^$1 +[0-9]+ +$2" && return 0
+    sleep 0.1
+  done
+  return 1
+}
+
+# remove_task ID: SIGKILL, STOPPED, then the task and the container deleted.
+remove_task() {
+  "${CTR[@]}" task kill -s KILL "$1" >/dev/null 2>&1
+  until_task "$1" STOPPED
+  "${CTR[@]}" task delete "$1" >/dev/null 2>&1
+  "${CTR[@]}" container rm "$1" >/dev/null 2>&1
+}
+
 capture 60 "${CTR[@]}" "${RUN[@]}" --rm --runc-binary="$BIN" --runc-root="$ROOT" "$IMAGE" c1 \
   sh -c 'echo hello from sandboxd; hostname; echo oops >&2; exit 5'
 cp "$tmp/out" "$tmp/c1.out"
@@ -156,10 +175,7 @@ capture 10 "${CTR[@]}" task resume c2
 check "ctr task resume" eval '[ "$status" = 0 ] && "${CTR[@]}" task ls | grep -Eq "^c2 +[0-9]+ +RUNNING"'
 capture 10 "${CTR[@]}" task kill c2
 check "ctr task kill: exit 0" eq "$status" 0
-for _ in $(seq 1 100); do
-  "${CTR[@]}" task ls 2>/dev/null | grep -Eq '^c2 +[0-9]+ +STOPPED' && break
-  sleep 0.1
-done
+until_task c2 STOPPED
 capture 10 "${CTR[@]}" task ls
 check "ctr task ls: c2 STOPPED after kill" grep -Eq '^c2 +[0-9]+ +STOPPED' "$tmp/out"
 capture 30 "${CTR[@]}" task delete c2
@@ -178,13 +194,7 @@ capture 30 "${CTR[@]}" task exec --exec-id n1 k1 cat /tmp/n
 at=$(cat "$tmp/out")
 check "the checkpointed container runs on (paused, checkpointed, resumed)" eval \
   '"${CTR[@]}" task ls | grep -Eq "^k1 +[0-9]+ +RUNNING"'
-"${CTR[@]}" task kill -s KILL k1 >/dev/null 2>&1
-for _ in $(seq 1 50); do
-  "${CTR[@]}" task ls 2>/dev/null | grep -Eq '^k1 +[0-9]+ +STOPPED' && break
-  sleep 0.1
-done
-"${CTR[@]}" task delete k1 >/dev/null 2>&1
-"${CTR[@]}" container rm k1 >/dev/null 2>&1
+remove_task k1
 capture 60 "${CTR[@]}" container restore --live k1 sandboxd.test/checkpoint:k1
 check "ctr container restore --live" eval \
   '[ "$status" = 0 ] && "${CTR[@]}" task ls | grep -Eq "^k1 +[0-9]+ +RUNNING"'
@@ -192,13 +202,20 @@ sleep 2
 capture 30 "${CTR[@]}" task exec --exec-id n2 k1 sh -c 'cat /tmp/n; grep -c start /tmp/log'
 check "restored: the counter ran on from the checkpoint, and did not start again" eval \
   '[ "$(head -1 "$tmp/out")" -gt "${at:-0}" ] && [ "$(sed -n 2p "$tmp/out")" = 1 ]'
-"${CTR[@]}" task kill -s KILL k1 >/dev/null 2>&1
-for _ in $(seq 1 50); do
-  "${CTR[@]}" task ls 2>/dev/null | grep -Eq '^k1 +[0-9]+ +STOPPED' && break
-  sleep 0.1
-done
-"${CTR[@]}" task delete k1 >/dev/null 2>&1
-"${CTR[@]}" container rm k1 >/dev/null 2>&1
+remove_task k1
+
+# A network namespace by path (ctr's --with-ns, as CNI gives a pod's): the
+# container's sockets are that namespace's (with sandboxd: the daemon's
+# Sentry started in it).
+. "$HERE/oci/netns.sh"
+NSNAME=sbxctrd-$$
+NSPORT=$((20000 + ($$ + 7) % 20000))
+netns_up "$NSNAME" "$NSPORT"
+capture 60 "${CTR[@]}" "${RUN[@]}" --rm --with-ns "network:$NETNS_PATH" --runc-binary="$BIN" \
+  --runc-root="$ROOT" "$IMAGE" n1 nc -w 5 127.0.0.1 "$NSPORT"
+check "ctr run --with-ns network:PATH: the namespace's server answers" eval \
+  '[ "$status" = 0 ] && contains "$tmp/out" "^from-netns $NSNAME\$"'
+
 check "no container state left under the runtime's Root" \
   eval '[ -z "$(find "$ROOT" -mindepth 2 -maxdepth 2 2>/dev/null)" ]'
 check "no container cgroup left" eval '[ -z "$c2cg" ] || [ ! -e "$c2cg" ]'

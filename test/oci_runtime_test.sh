@@ -6,8 +6,8 @@
 # from its warm pool (client/oci/daemon_proxy.h); process.rlimits is then
 # only logged, so that case is left out; update, pause, resume,
 # checkpoint and restore go through sandboxd's Update, Pause, Resume,
-# Checkpoint and Restore; a network namespace path must be an error that
-# names the field.
+# Checkpoint and Restore; a network namespace path is the daemon's
+# network_namespace (its Sentry started in it).
 #
 # sandboxd-oci driven exactly as containerd's runc shim drives a runtime
 # (test/oci/shim.py: a child subreaper that runs create with stdio pipes
@@ -29,14 +29,16 @@
 #     --all; exec without --detach
 #   - a pod's namespaces as CRI gives them: the host name of its UTS
 #     namespace; its IPC namespace not shared (a warning naming the field
-#     in --log for a CRI container, refused otherwise)
+#     in --log for a CRI container, refused otherwise); a network
+#     namespace by path (`ip netns add`, a server on its loopback)
 #   - run attached (status, stdout, stderr)
 # and of sandboxd-oci alone: events --stats (runc's keys, the sandbox's
 # numbers) and events --interval; update of memory, pids and CPU quota
 # seen inside (/proc/meminfo, fork's EAGAIN, nproc) and in events, its
 # refusals (also through sandboxd); run's signal forwarding and
 # --detach; state's JSON, ps --format=json, pause and
-# resume, checkpoint (--leave-running, and not) and restore of a counter
+# resume (then events of the paused container), checkpoint
+# (--leave-running, and not) and restore of a counter
 # that runs on from where it was, the errors
 # runc gives (start twice, kill of a stopped container, delete of a
 # running one, an unknown id, an id in use), delete --force, a config
@@ -189,6 +191,21 @@ capture 20 "$OCI" --root "$tmp/root-pod" create --bundle "$tmp/pod2" pod2
 check "pod: an IPC path outside a CRI container is refused" \
   eval '[ "$status" = 1 ] && contains "$tmp/err" "linux.namespaces\[1\].path: joining a ipc namespace"'
 stop_pid "$POD"
+
+# --- a network namespace by path (as CNI gives a pod's) ------------------
+# With sandboxd the daemon starts the sandbox's Sentry in it.
+. "$HERE/oci/netns.sh"
+NSNAME=sbxoci-$$
+NSPORT=$((20000 + $$ % 20000))
+netns_up "$NSNAME" "$NSPORT"
+check "netns: the test's namespace and its server" test -e "$NETNS_PATH"
+check "netns: the server is not on the host's loopback" eval "! nc -w 1 127.0.0.1 $NSPORT </dev/null"
+bundle netjoin "process.args=[\"sh\",\"-c\",\"nc -w 5 127.0.0.1 $NSPORT </dev/null\"]" \
+  "linux.namespaces=[{\"type\":\"pid\"},{\"type\":\"mount\"},{\"type\":\"uts\"},{\"type\":\"network\",\"path\":\"$NETNS_PATH\"}]"
+run_case netjoin
+check "netns: the container's sockets are the given namespace's" \
+  contains "$tmp/netjoin.sb" "^out: from-netns $NSNAME\$"
+check "netns: same as runc" same_as_runc netjoin
 
 # --- signals -----------------------------------------------------------
 bundle term 'process.args=["sh","-c","trap \"echo term; exit 7\" TERM; echo up; while :; do sleep 0.1; done"]'
@@ -344,6 +361,15 @@ else
     'p=$(python3 -c "import json,sys; print(json.load(sys.stdin)[\"sentry_pids\"][0])" <"$tmp/inspect") &&
      grep -q "^State:.*T" "/proc/$p/status" && contains "$tmp/inspect" SANDBOX_STATE_PAUSED'
 fi
+# The stopped Sentry cannot answer: the figures the pause found (with
+# sandboxd: the daemon's, from the sandbox's cgroup).
+capture 10 "$OCI" "${R[@]}" events --stats long
+check "events --stats of a paused container: a stats event, at once" python3 -c '
+import json, sys
+e = json.loads(open(sys.argv[1]).read())
+assert e["type"] == "stats" and e["id"] == "long", e
+assert e["data"]["memory"]["usage"]["usage"] > 0, e["data"]["memory"]
+' "$tmp/out"
 capture 10 "$OCI" "${R[@]}" exec long true
 check "exec: refused while paused" eval '[ "$status" = 1 ] && contains "$tmp/err" "not running (paused)"'
 capture 10 "$OCI" "${R[@]}" resume long
@@ -359,11 +385,6 @@ if [ -n "$DAEMON" ]; then
     '[ "$status" = 0 ] && [ -s "$tmp/dimg/manifest.pb" ] &&
      "$OCI" "${R[@]}" state long | grep -q "\"status\": \"paused\""'
   "$OCI" "${R[@]}" resume long
-  bundle dnetns 'linux.namespaces=[{"type":"pid"},{"type":"network","path":"/proc/self/ns/net"}]'
-  capture 20 "$OCI" "${R[@]}" create --bundle "$tmp/dnetns" dnetns
-  check "create with sandboxd: a network namespace path is refused, naming the field" eval \
-    '[ "$status" = 1 ] && contains "$tmp/err" "linux.namespaces: joining a network namespace by path"'
-  check "create with sandboxd: nothing left of the refused container" eval '[ ! -e "$tmp/root-cmd/dnetns" ]'
 fi
 # events --stats: runc's JSON, with the Sentry's numbers.
 capture 10 "$OCI" "${R[@]}" events --stats long
@@ -410,6 +431,23 @@ capture 10 sh -c "echo '{\"cpu\":{\"quota\":50000,\"period\":100000},\"pids\":{\
 check "update --resources - (containerd's shim's way): exit 0" eq "$status" 0
 capture 30 "$OCI" "${R[@]}" exec long nproc
 check "update: a CPU quota of half a CPU shows one CPU" eval '[ "$status" = 0 ] && contains "$tmp/out" "^1$"'
+# -1 is unlimited, as runc's: the limits are lifted (the test's sandboxd
+# has no default limits to fall back to).
+capture 10 "$OCI" "${R[@]}" update --memory -1 --pids-limit -1 --cpu-quota -1 long
+check "update -1: exit 0" eq "$status" 0
+capture 10 "$OCI" "${R[@]}" events --stats long
+check "update -1: events shows no memory or pids limit" python3 -c '
+import json, sys
+d = json.loads(open(sys.argv[1]).read())["data"]
+assert d["memory"]["usage"]["limit"] == 9223372036854771712, d["memory"]
+assert "limit" not in d["pids"], d["pids"]
+' "$tmp/out"
+capture 30 "$OCI" "${R[@]}" exec long sh -c 'head -1 /proc/meminfo; nproc; for i in 1 2 3 4 5 6 7 8; do sleep 1 & done; wait && echo forked'
+lifted_as_host() {
+  [ "$(sed -n 1p "$tmp/out" | awk '{print $2}')" = "$(awk '/^MemTotal/ {print $2}' /proc/meminfo)" ] &&
+    [ "$(sed -n 2p "$tmp/out")" = "$(nproc)" ] && contains "$tmp/out" '^forked$'
+}
+check "update -1: the host's MemTotal and CPUs inside, fork past the old pids limit" lifted_as_host
 if [ -z "$DAEMON" ]; then
   capture 10 "$OCI" "${R[@]}" update --memory 1m long
   check "update: a memory limit below what the sandbox uses is refused" eval \
@@ -503,6 +541,30 @@ done
 cp "$tmp/nohandler.sb" "$tmp/out"
 check "init without a handler: TERM and INT ignored, KILL ends it" eval \
   'contains "$tmp/out" "^after TERM, INT: running$" && contains "$tmp/out" "^after KILL: stopped$"'
+if [ -z "$DAEMON" ]; then
+  # --backend=run: `sentry run --container-init`; what needs a control
+  # channel is refused, naming the backend.
+  RR=(--backend=run --root "$tmp/root-run")
+  "$OCI" "${RR[@]}" create --bundle "$tmp/nohandler" nohandler </dev/null >/dev/null 2>&1
+  "$OCI" "${RR[@]}" start nohandler
+  sleep 0.5
+  "$OCI" "${RR[@]}" kill nohandler TERM
+  "$OCI" "${RR[@]}" kill nohandler INT
+  sleep 1
+  check "--backend=run: TERM and INT to an init without a handler ignored" eval \
+    '"$OCI" "${RR[@]}" state nohandler | grep -q "\"status\": \"running\""'
+  capture 10 "$OCI" "${RR[@]}" events --stats nohandler
+  check "--backend=run: events refused, naming the backend" eval \
+    '[ "$status" = 1 ] && contains "$tmp/err" "backend=run"'
+  capture 10 "$OCI" "${RR[@]}" update --memory 64m nohandler
+  check "--backend=run: update refused, naming the backend" eval \
+    '[ "$status" = 1 ] && contains "$tmp/err" "backend=run"'
+  "$OCI" "${RR[@]}" kill nohandler KILL
+  is_run_stopped() { "$OCI" "${RR[@]}" state nohandler | grep -q '"status": "stopped"'; }
+  check "--backend=run: KILL ends it" until_true 5 is_run_stopped
+  "$OCI" "${RR[@]}" delete --force nohandler
+  check "--backend=run: nothing left under --root" eval '[ -z "$(ls "$tmp/root-run")" ]'
+fi
 if [ -n "$RUNC" ]; then
   check "init without a handler: the same as runc" diff "$tmp/nohandler.runc" "$tmp/nohandler.sb"
 fi

@@ -166,6 +166,49 @@ class ClientTest(unittest.TestCase):
     def test_capabilities_carry_the_version(self):
         caps = self.c.stub.Capabilities(pb.CapabilitiesRequest())
         self.assertRegex(caps.version, r"^[0-9]+\.[0-9]+\.[0-9]+$")
+        self.assertEqual((caps.update, caps.pause, caps.resume), (True, True, True))
+
+    def nproc(self, sid):
+        out, _, status = self.collect(self.c.exec(sid, ["/usr/bin/nproc"]))
+        self.assertEqual(exit_code(status), 0)
+        return int(out)
+
+    def test_update_and_lift_limits(self):
+        sid = self.sandbox()
+        self.c.start(sid)
+        host = self.nproc(sid)
+        now = self.c.update(sid, pids=50, cpu_millis=1000)
+        self.assertEqual((now.pids, now.cpu_millis), (50, 1000))
+        self.assertEqual(self.c.get(sid).spec.limits.pids, 50)
+        self.assertEqual(self.nproc(sid), 1)
+        now = self.c.update(sid, unlimited=["cpu", "pids"])
+        self.assertEqual((now.pids, now.cpu_millis), (0, 0))
+        self.assertEqual(self.nproc(sid), host)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.c.update(sid, pids=5, unlimited=["pids"])
+        self.assertEqual(e.exception.code(), grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("limits.pids", e.exception.details())
+        with self.assertRaises(ValueError):
+            self.c.update(sid, unlimited=["swap"])
+
+    def test_pause_and_resume(self):
+        sid = self.sandbox(["/bin/sh", "-c", "while :; do date +%s%N > /tmp/t; sleep 0.05; done"])
+        self.c.start(sid)
+        self.c.pause(sid)
+        self.assertEqual(self.c.get(sid).state, pb.SANDBOX_STATE_PAUSED)
+        for pid in self.c.get(sid).sentry_pids:
+            with open("/proc/%d/stat" % pid) as f:
+                self.assertEqual(f.read().rsplit(")", 1)[1].split()[0], "T", pid)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.collect(self.c.exec(sid, ["/bin/true"]))
+        self.assertEqual(e.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        with self.assertRaises(grpc.RpcError) as e:
+            self.c.pause(sid)
+        self.assertEqual(e.exception.code(), grpc.StatusCode.FAILED_PRECONDITION)
+        self.c.resume(sid)
+        self.assertEqual(self.c.get(sid).state, pb.SANDBOX_STATE_RUNNING)
+        _, _, status = self.collect(self.c.exec(sid, ["/bin/true"]))
+        self.assertEqual(exit_code(status), 0)
 
     def test_the_generated_modules_are_the_package_s(self):
         self.assertTrue(hasattr(sandboxd_client.sandbox_pb2_grpc, "SandboxesStub"))

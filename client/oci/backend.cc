@@ -44,6 +44,9 @@ std::vector<std::string> SentryRunBackend::InitCommand(
   std::vector<std::string> argv = {sentry_, "run",
                                    absl::StrCat("--rootfs=", spec.rootfs)};
   if (spec.read_only_root) argv.push_back("--read-only");
+  // The container's init ignores a signal it has no handler for, as
+  // runc's (and the serve and daemon backends' SandboxSpec.container_init).
+  argv.push_back("--container-init");
   for (const std::string& m : spec.mount_flags) argv.push_back(m);
   argv.push_back(absl::StrCat("--cwd=", spec.cwd));
   argv.push_back(absl::StrCat("--hostname=", spec.hostname.empty() ? id : spec.hostname));

@@ -101,12 +101,15 @@ void RunDaemonInitProxy(const DaemonProxyOptions& o) {
   spec->mutable_limits()->set_cpu_millis(o.spec.cpus * 1000);
   spec->mutable_limits()->set_pids(o.spec.pids);
   if (o.spec.network == LaunchSpec::Network::kJoin) {
-    fail_early(absl::InvalidArgumentError(
-        "linux.namespaces: joining a network namespace by path is not supported "
-        "with sandboxd (--sandboxd-socket)"));
+    // This proxy has joined the namespace (create's child setns's before
+    // its exec): the daemon opens it through our /proc entry, which names
+    // it whatever the config's path is relative to.
+    spec->set_network(v1::NETWORK_MODE_NONE);
+    spec->set_network_namespace(absl::StrCat("/proc/", getpid(), "/ns/net"));
+  } else {
+    spec->set_network(o.spec.network == LaunchSpec::Network::kOwn ? v1::NETWORK_MODE_NONE
+                                                                  : v1::NETWORK_MODE_HOST);
   }
-  spec->set_network(o.spec.network == LaunchSpec::Network::kOwn ? v1::NETWORK_MODE_NONE
-                                                                : v1::NETWORK_MODE_HOST);
   spec->set_hostname(o.spec.hostname);
   spec->set_read_only(o.spec.read_only_root);
   spec->set_container_init(true);
@@ -226,10 +229,10 @@ absl::Status DaemonSignal(const std::string& socket, const std::string& id, int 
 }
 
 absl::Status DaemonUpdate(const std::string& socket, const std::string& id,
-                          const v1::Limits& limits) {
+                          const v1::Limits& limits, const v1::LimitsLifted& lifted) {
   absl::StatusOr<std::unique_ptr<client::Client>> c = Connect(socket);
   if (!c.ok()) return c.status();
-  return (*c)->Update(id, limits).status();
+  return (*c)->Update(id, limits, lifted).status();
 }
 
 absl::Status DaemonPause(const std::string& socket, const std::string& id, bool pause) {

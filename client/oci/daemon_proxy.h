@@ -43,9 +43,10 @@ struct DaemonProxyOptions {
 // Signal, or with `all` every process of the sandbox.
 absl::Status DaemonSignal(const std::string& socket, const std::string& id, int sig,
                           bool all);
-// Update: sandbox `id`'s limits (0 fields keep theirs).
+// Update: sandbox `id`'s limits (0 fields keep theirs, `lifted` ones are
+// removed).
 absl::Status DaemonUpdate(const std::string& socket, const std::string& id,
-                          const v1::Limits& limits);
+                          const v1::Limits& limits, const v1::LimitsLifted& lifted);
 // Pause (`pause`) or Resume: every process of sandbox `id`.
 absl::Status DaemonPause(const std::string& socket, const std::string& id, bool pause);
 // Checkpoint: sandbox `id` into `image_dir` (absolute; the daemon makes

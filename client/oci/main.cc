@@ -757,7 +757,26 @@ int PauseOrResume(const std::vector<std::string>& argv_in, bool pause) {
     LogLine("info", absl::StrCat(verb, "d ", id));
     return 0;
   }
-  if (pause) Check(WriteFileAtomic(PausedPath(g.root, id), ""));
+  if (pause) {
+    // The stopped Sentry cannot answer `events`: its figures as the pause
+    // found them (they do not move while it is stopped) go in the marker.
+    std::string stats;
+    if (MakeBackend()->Serves()) {
+      absl::StatusOr<UniqueFd> c = ConnectProxy(g.root, id);
+      control::Request req;
+      req.set_id(1);
+      req.mutable_stats();
+      absl::StatusOr<control::Response> r =
+          c.ok() ? ProxyCall(c->get(), req) : absl::StatusOr<control::Response>(c.status());
+      if (r.ok()) {
+        stats = r->stats().SerializeAsString();
+      } else {
+        LogLine("warning", absl::StrCat("pause ", id, ": no statistics for events while "
+                                        "paused: ", r.status().message()));
+      }
+    }
+    Check(WriteFileAtomic(PausedPath(g.root, id), stats));
+  }
   SignalBelowProxy(st, pause ? SIGSTOP : SIGCONT);
   if (!pause) unlink(PausedPath(g.root, id).c_str());
   LogLine("info", absl::StrCat(verb, "d ", id));
@@ -911,12 +930,22 @@ absl::StatusOr<Usage> UsageOf(const ContainerState& st) {
     return absl::UnimplementedError(
         "not with --backend=run (sentry run has no control channel to ask)");
   }
-  ASSIGN_OR_RETURN(UniqueFd c, ConnectProxy(g.root, st.id));
-  control::Request req;
-  req.set_id(1);
-  req.mutable_stats();
-  ASSIGN_OR_RETURN(control::Response r, ProxyCall(c.get(), req));
-  const control::SentryStats& s = r.stats();
+  control::SentryStats s;
+  if (CurrentStatus(g.root, st) == Status::kPaused) {
+    // Its Sentry is stopped: the figures `pause` recorded.
+    absl::StatusOr<std::string> saved = ReadWhole(PausedPath(g.root, st.id));
+    if (!saved.ok() || saved->empty() || !s.ParseFromString(*saved)) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "container ", st.id, " is paused and its pause recorded no statistics"));
+    }
+  } else {
+    ASSIGN_OR_RETURN(UniqueFd c, ConnectProxy(g.root, st.id));
+    control::Request req;
+    req.set_id(1);
+    req.mutable_stats();
+    ASSIGN_OR_RETURN(control::Response r, ProxyCall(c.get(), req));
+    s = r.stats();
+  }
   u.cpu_user_ns = s.cpu_user_nanos();
   u.cpu_system_ns = s.cpu_system_nanos();
   u.memory_bytes = s.memory_bytes();
@@ -1066,27 +1095,45 @@ int CmdUpdate(const std::vector<std::string>& argv_in) {
     }
     return n * mult;
   };
-  if (!memory.empty()) want.memory_bytes = number("memory", memory);
-  if (!pids_limit.empty()) want.pids = number("pids-limit", pids_limit);
+  // -1 is unlimited, as runc's: the limit is lifted.
+  if (!memory.empty()) {
+    want.memory_unlimited = memory == "-1";
+    want.memory_bytes = want.memory_unlimited ? 0 : number("memory", memory);
+  }
+  if (!pids_limit.empty()) {
+    want.pids_unlimited = pids_limit == "-1";
+    want.pids = want.pids_unlimited ? 0 : number("pids-limit", pids_limit);
+  }
   if (!cpu_quota.empty()) {
-    const uint64_t quota = number("cpu-quota", cpu_quota);
-    const uint64_t period = cpu_period.empty() ? 100000 : number("cpu-period", cpu_period);
-    if (period == 0) Fail(absl::InvalidArgumentError("--cpu-period: 0"));
-    if (quota > 0) want.cpus = (quota + period - 1) / period;
+    want.cpu_unlimited = cpu_quota == "-1";
+    want.cpus = 0;
+    if (!want.cpu_unlimited) {
+      const uint64_t quota = number("cpu-quota", cpu_quota);
+      const uint64_t period = cpu_period.empty() ? 100000 : number("cpu-period", cpu_period);
+      if (period == 0) Fail(absl::InvalidArgumentError("--cpu-period: 0"));
+      if (quota > 0) want.cpus = (quota + period - 1) / period;
+    }
   }
   Status status;
   ContainerState st = LoadLive(id, &status);
   if (st.sandboxd_socket.empty() && !MakeBackend()->Serves()) {
     Fail(absl::UnimplementedError("update: not with --backend=run"));
   }
-  if (want.memory_bytes == 0 && want.cpus == 0 && want.pids == 0) return 0;
+  if (want.memory_bytes == 0 && want.cpus == 0 && want.pids == 0 && !want.memory_unlimited &&
+      !want.cpu_unlimited && !want.pids_unlimited) {
+    return 0;
+  }
   v1::Limits lim;
   lim.set_memory_bytes(want.memory_bytes);
   lim.set_cpu_millis(want.cpus * 1000);
   lim.set_pids(want.pids);
+  v1::LimitsLifted lifted;
+  lifted.set_memory(want.memory_unlimited);
+  lifted.set_cpu(want.cpu_unlimited);
+  lifted.set_pids(want.pids_unlimited);
   if (!st.sandboxd_socket.empty()) {
     // The daemon's Update: the Sentry's limits and the sandbox's cgroup.
-    if (absl::Status s = DaemonUpdate(st.sandboxd_socket, id, lim); !s.ok()) {
+    if (absl::Status s = DaemonUpdate(st.sandboxd_socket, id, lim, lifted); !s.ok()) {
       Fail(Annotate(s, "update"));
     }
     LogLine("info", absl::StrCat("updated ", id));
@@ -1097,6 +1144,7 @@ int CmdUpdate(const std::vector<std::string>& argv_in) {
   control::Request req;
   req.set_id(1);
   *req.mutable_update()->mutable_limits() = lim;
+  *req.mutable_update()->mutable_unlimited() = lifted;
   absl::StatusOr<control::Response> r = ProxyCall(c->get(), req);
   if (!r.ok()) Fail(Annotate(r.status(), "update"));
   LogLine("info", absl::StrCat("updated ", id));

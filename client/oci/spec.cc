@@ -329,6 +329,7 @@ absl::Status ParseResources(const Struct& r, LaunchSpec* out) {
     RETURN_IF_ERROR(GetInt(**mem, "limit", "linux.resources.memory.limit",
                                -1, 9.2e18, &limit));
     if (limit > 0) out->memory_bytes = static_cast<uint64_t>(limit);
+    out->memory_unlimited = limit == -1;
     for (const auto& [k, v] : (*mem)->fields()) {
       if (k != "limit" && !v.has_null_value()) {
         out->notes.push_back(absl::StrCat(
@@ -347,6 +348,7 @@ absl::Status ParseResources(const Struct& r, LaunchSpec* out) {
     RETURN_IF_ERROR(GetInt(**cpu, "period", "linux.resources.cpu.period",
                                1, 9.2e18, &period));
     if (quota > 0) out->cpus = (quota + period - 1) / period;
+    out->cpu_unlimited = quota == -1;
     std::string cpus;
     RETURN_IF_ERROR(GetString(**cpu, "cpus", "linux.resources.cpu.cpus", &cpus));
     if (!cpus.empty()) {
@@ -374,6 +376,7 @@ absl::Status ParseResources(const Struct& r, LaunchSpec* out) {
     RETURN_IF_ERROR(GetInt(**pids, "limit", "linux.resources.pids.limit",
                                -1, 9.2e18, &limit));
     if (limit > 0) out->pids = static_cast<uint64_t>(limit);
+    out->pids_unlimited = limit == -1;
   }
   for (const char* k : {"hugepageLimits", "network"}) {
     const Value* v = Get(r, k);

@@ -38,6 +38,11 @@ struct LaunchSpec {
   uint64_t memory_bytes = 0;
   uint64_t cpus = 0;  // whole CPUs, the quota rounded up
   uint64_t pids = 0;
+  // -1 (unlimited) given for memory.limit, cpu.quota, pids.limit: none at
+  // create; an update lifts that limit, as runc's.
+  bool memory_unlimited = false;
+  bool cpu_unlimited = false;
+  bool pids_unlimited = false;
   // linux.namespaces' network: none given = the host's (as runc), one
   // without a path = the sandbox's own, loopback only; a path = joined.
   enum class Network { kHost, kOwn, kJoin };

@@ -51,8 +51,9 @@ std::string CpuInfo(const Shared& fs) {
 
 MemInfo Memory(Kernel& k, const ProcFsOptions& opts) {
   MemInfo m;
-  // An update of the limit (Kernel::SetLimits) shows here too.
-  const uint64_t limit = k.memory_limit() != 0 ? k.memory_limit() : opts.memory_limit;
+  // An update of the limit (Kernel::SetLimits) shows here too, its
+  // removal included (the host's total then).
+  const uint64_t limit = k.memory_limit();
   m.total = limit != 0 ? limit : opts.host.mem_total;
   m.used = k.memory_file().AllocatedBytes();
   return m;

@@ -1,6 +1,6 @@
 """Project macros for the Bazel lane. Each mirrors a CMake function or idiom.
 
-load("//tools/bazel:defs.bzl", "sbx_cc_test", "sbx_static_c_program")
+load("//tools/bazel:defs.bzl", "sbx_cc_test", "sbx_daemon_sh_test", "sbx_static_c_program")
 """
 
 def sbx_cc_test(name, srcs, deps = [], data = [], copts = [], size = "small", tags = [], **kwargs):
@@ -55,4 +55,29 @@ def sbx_static_c_program(name, srcs, cc = "gcc", copts = [], linkopts = [], visi
         message = "Linking static C program (%s) %s" % (cc, name),
         visibility = visibility,
         tags = tags,
+    )
+
+def sbx_daemon_sh_test(name, srcs, extra_args = [], data = [], size = "medium", **kwargs):
+    """A shell test of test/ against a real sandboxd, as CTest runs it.
+
+    Its arguments are SANDBOXD SANDBOXCTL SENTRY (then `extra_args`), and
+    lib.sh and the three binaries are its data (then `data`). Extra
+    keyword arguments (tags, env, ...) go to sh_test unchanged.
+    """
+    native.sh_test(
+        name = name,
+        srcs = srcs,
+        size = size,
+        args = [
+            "$(location //daemon:sandboxd)",
+            "$(location //client:sandboxctl)",
+            "$(location //sentry:sentry)",
+        ] + extra_args,
+        data = [
+            "lib.sh",
+            "//client:sandboxctl",
+            "//daemon:sandboxd",
+            "//sentry:sentry",
+        ] + data,
+        **kwargs
     )

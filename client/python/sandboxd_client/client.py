@@ -108,6 +108,29 @@ class Client:
             if kind:
                 yield kind, getattr(r, kind)
 
+    def update(self, sandbox_id, memory_bytes=0, cpu_millis=0, pids=0, unlimited=()):
+        """Changes a RUNNING sandbox's limits: a 0 keeps that limit;
+        `unlimited` names the ones to lift ("memory", "cpu", "pids": the
+        daemon's default, or none). Returns the sandbox's Limits now."""
+        unknown = set(unlimited) - {"memory", "cpu", "pids"}
+        if unknown:
+            raise ValueError("unlimited: unknown limits %s" % sorted(unknown))
+        req = pb.UpdateRequest(id=sandbox_id)
+        req.limits.memory_bytes = memory_bytes
+        req.limits.cpu_millis = cpu_millis
+        req.limits.pids = pids
+        for name in unlimited:
+            setattr(req.unlimited, name, True)
+        return self.stub.Update(req).limits
+
+    def pause(self, sandbox_id):
+        """RUNNING -> PAUSED: every host process of the sandbox stopped."""
+        self.stub.Pause(pb.PauseRequest(id=sandbox_id))
+
+    def resume(self, sandbox_id):
+        """PAUSED -> RUNNING."""
+        self.stub.Resume(pb.ResumeRequest(id=sandbox_id))
+
     def checkpoint(self, sandbox_id, image_dir, leave_running=False):
         return self.stub.Checkpoint(pb.CheckpointRequest(
             id=sandbox_id, image_dir=image_dir, leave_running=leave_running))

@@ -24,7 +24,8 @@
 # network namespace (`runsc do`'s servers were not reachable from the
 # host's namespace here), with --network=sandbox in the namespace
 # sbxbench-PID (veth 10.231.0.1/24 on the host, 10.231.0.2/24 inside; it
-# needs root). Ports 26379-26383, 28080-28084 and 25201-25205 (each plus
+# needs root), from a mount namespace whose /proc/sys hides the file that
+# runsc's root-namespace check looks for (see start). Ports 26379-26383, 28080-28084 and 25201-25205 (each plus
 # SERVERS_PORT_OFFSET) must be free.
 set -u
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -57,6 +58,7 @@ cleanup() {
   done
   for p in "${bg[@]}"; do kill "$p" 2>/dev/null; wait "$p" 2>/dev/null; done
   ip netns del "$NETNS" 2>/dev/null
+  ip link del "sbxb$$" 2>/dev/null
   rm -rf "$TMP"
 }
 trap cleanup EXIT
@@ -67,14 +69,20 @@ echo "# load average at start: $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "# REDIS_N=$REDIS_N WRK_SECONDS=$WRK_SECONDS IPERF_SECONDS=$IPERF_SECONDS; runsc: $RUNSC --platform=ptrace --network=host|sandbox --overlay run (bundle)"
 
 # runsc's netstack gets a namespace with a veth to the host, as docker's
-# bridge would give it: runsc --network=sandbox takes the interface over.
+# bridge would give it: runsc --network=sandbox takes the interface over
+# (moves it into its netstack and deletes it from the namespace), so each
+# runsc_ns server gets a fresh veth (veth_for_runsc, from start).
 RUNSC_NS_ADDR=10.231.0.2
-if ip netns add "$NETNS" 2>/dev/null &&
-   ip link add "sbxb$$" type veth peer name "sbxc$$" &&
-   ip link set "sbxc$$" netns "$NETNS" &&
-   ip addr add 10.231.0.1/24 dev "sbxb$$" && ip link set "sbxb$$" up &&
-   ip -n "$NETNS" addr add "$RUNSC_NS_ADDR/24" dev "sbxc$$" &&
-   ip -n "$NETNS" link set "sbxc$$" up && ip -n "$NETNS" link set lo up; then
+veth_for_runsc() {
+  ip link del "sbxb$$" 2>/dev/null
+  ip -n "$NETNS" link del "sbxc$$" 2>/dev/null
+  ip link add "sbxb$$" type veth peer name "sbxc$$" &&
+    ip link set "sbxc$$" netns "$NETNS" &&
+    ip addr add 10.231.0.1/24 dev "sbxb$$" && ip link set "sbxb$$" up &&
+    ip -n "$NETNS" addr add "$RUNSC_NS_ADDR/24" dev "sbxc$$" &&
+    ip -n "$NETNS" link set "sbxc$$" up && ip -n "$NETNS" link set lo up
+}
+if ip netns add "$NETNS" 2>/dev/null && veth_for_runsc; then
   have_ns=1
 else
   have_ns=0
@@ -180,7 +188,10 @@ start() {
     host) echo "id $(ctl run -d --network=host -v "$TMP:$TMP:ro" -- "${cmd[@]}")" ;;
     runsc|runsc_ns)
       local b=$TMP/bundle-$c-$kind net=host ns=
-      [ "$c" = runsc_ns ] && net=sandbox ns=/var/run/netns/$NETNS
+      if [ "$c" = runsc_ns ]; then
+        net=sandbox ns=/var/run/netns/$NETNS
+        veth_for_runsc || return
+      fi
       mkdir -p "$b"
       (cd "$b" && rm -f config.json && "$RUNSC" spec -- "${cmd[@]}") || return
       python3 - "$b/config.json" "$ns" <<'EOF'
@@ -197,8 +208,26 @@ if sys.argv[2]:  # netstack: the namespace whose veth it takes over
 c["linux"]["namespaces"] = ns
 json.dump(c, open(sys.argv[1], "w"))
 EOF
-      "$RUNSC" --root="$TMP/runsc" --platform=ptrace --network="$net" --ignore-cgroups --overlay \
-        run --bundle "$b" "bench-$c-$kind-$$" >/dev/null 2>"$TMP/$c-$kind.err" &
+      local run=("$RUNSC" --root="$TMP/runsc" --platform=ptrace --network="$net" --ignore-cgroups
+        --overlay run --bundle "$b" "bench-$c-$kind-$$")
+      if [ "$c" = runsc_ns ]; then
+        # Debian's runsc (20221219) takes a namespace for the root one when
+        # /proc/sys/net/core/rmem_default exists in it (isRootNS in
+        # runsc/sandbox/network.go), and Linux has that file in every
+        # network namespace since it made the sysctl per namespace (here,
+        # 6.18): it refuses "cannot run with network enabled in root network
+        # namespace" whatever namespace it is given. Run it in a mount
+        # namespace of its own whose /proc/sys is a tmpfs holding only the
+        # two files it reads.
+        local clc mma
+        clc=$(cat /proc/sys/kernel/cap_last_cap) mma=$(cat /proc/sys/vm/mmap_min_addr)
+        unshare -m sh -c 'mount -t tmpfs -o size=64k sbxbench /proc/sys &&
+          mkdir /proc/sys/kernel /proc/sys/vm && echo "$1" >/proc/sys/kernel/cap_last_cap &&
+          echo "$2" >/proc/sys/vm/mmap_min_addr && shift 2 && exec "$@"' sh "$clc" "$mma" \
+          "${run[@]}" >/dev/null 2>"$TMP/$c-$kind.err" &
+      else
+        "${run[@]}" >/dev/null 2>"$TMP/$c-$kind.err" &
+      fi
       echo "runsc $! bench-$c-$kind-$$" ;;
   esac
 }

@@ -184,6 +184,13 @@ int64_t IoctlArgSize(uint64_t request, bool* copy_in, bool* copy_out) {
     case TIOCGPGRP:
       *copy_out = true;
       return sizeof(pid_t);
+    // A socket's last receive time (socket/host_socket.h): a struct
+    // timeval or timespec, both 16 bytes on x86-64, under the old numbers
+    // and the y2038 ones (_IOR(0x89, 6|7, long long[2])).
+    case SIOCGSTAMP_OLD: case SIOCGSTAMPNS_OLD:
+    case SIOCGSTAMP_NEW: case SIOCGSTAMPNS_NEW:
+      *copy_out = true;
+      return 16;
     // The sockets' SIOCGIF* requests (socket/host_socket.h): a struct
     // ifreq in and out.
     case SIOCGIFNAME: case SIOCGIFFLAGS: case SIOCGIFADDR:

@@ -387,6 +387,13 @@ int64_t HostSocket::Ioctl(uint64_t request, void* buf) {
     case FIONREAD:  // SIOCINQ
     case SIOCOUTQ:
     case SIOCATMARK:
+    // The time of the last packet the host socket received (the Sentry's
+    // receives are the application's), in the host's CLOCK_REALTIME, the
+    // sandbox's clock: ENOENT before any, as sock_gettstamp.
+    case SIOCGSTAMP_OLD:
+    case SIOCGSTAMPNS_OLD:
+    case SIOCGSTAMP_NEW:
+    case SIOCGSTAMPNS_NEW:
       return ::ioctl(fd_.get(), request, buf) < 0 ? -errno : 0;
     default:
       return InterfaceIoctl(family_, request, buf);

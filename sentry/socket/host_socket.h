@@ -90,7 +90,8 @@ class HostSocket : public Socket, public waiter::EventSource {
                 const fs::IoContext& io) override;
   int64_t Seek(int64_t offset, int whence) override { return -ESPIPE; }
   int64_t Stat(struct stat* st) override;
-  // FIONREAD (SIOCINQ), SIOCOUTQ.
+  // FIONREAD (SIOCINQ), SIOCOUTQ, SIOCATMARK, SIOCGSTAMP(NS) and the
+  // interface requests, answered by the host socket.
   int64_t Ioctl(uint64_t request, void* buf) override;
   int StatusFlags() const override;
   int64_t SetStatusFlags(int flags) override;

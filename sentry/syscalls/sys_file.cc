@@ -20,6 +20,7 @@
 #include "sentry/syscalls/args.h"
 #include "sentry/syscalls/lock_syscalls.h"
 #include "sentry/syscalls/memfd_syscalls.h"
+#include "sentry/syscalls/socket_syscalls.h"
 #include "sentry/syscalls/syscalls.h"
 #include "sentry/syscalls/tty.h"
 
@@ -113,6 +114,13 @@ int64_t VectorIo(Task& t, const SyscallArgs& a, bool write, int64_t offset) {
   ASSIGN_OR_RETURN_ERRNO(std::shared_ptr<fs::File> f, FileFor(t, a.a[0]));
   std::vector<iovec> iov;
   RETURN_IF_ERRNO(ReadIovecs(t, a.a[1], a.a[2], &iov));
+  // A socket takes all the vectors in one call, as Linux's sock_write_iter
+  // (one datagram; with TCP_NODELAY one segment, not one per vector).
+  if (offset < 0) {
+    if (auto* s = dynamic_cast<socket::Socket*>(f.get())) {
+      return SocketVectorIo(t, *s, std::move(iov), write);
+    }
+  }
   // readv/writev split by a checkpoint's stop: the rest of it.
   uint64_t skip = offset < 0 ? t.TakeResumedMoved() : 0;
   uint64_t done = 0;

@@ -26,6 +26,7 @@
 #include "sentry/socket/unix_endpoint.h"
 #include "sentry/socket/unix_socket.h"
 #include "sentry/syscalls/args.h"
+#include "sentry/syscalls/socket_syscalls.h"
 #include "sentry/syscalls/syscalls.h"
 
 namespace sandboxd::syscalls {
@@ -690,6 +691,44 @@ int64_t SysRecvmmsg(Task& t, const SyscallArgs& a) {
 }
 
 }  // namespace
+
+int64_t SocketVectorIo(Task& t, socket::Socket& s, std::vector<iovec> iov,
+                       bool write) {
+  // A readv/writev split by a checkpoint's stop: the rest of it.
+  uint64_t moved = t.TakeResumedMoved();
+  uint64_t skip = moved;
+  while (skip > 0 && !iov.empty()) {
+    const uint64_t k = std::min<uint64_t>(skip, iov.front().iov_len);
+    skip -= k;
+    if (k == iov.front().iov_len) {
+      iov.erase(iov.begin());
+    } else {
+      iov.front().iov_base = static_cast<uint8_t*>(iov.front().iov_base) + k;
+      iov.front().iov_len -= k;
+    }
+  }
+  moved -= skip;
+  // Linux truncates the total to MAX_RW_COUNT.
+  uint64_t total = 0;
+  for (iovec& v : iov) {
+    v.iov_len = std::min<uint64_t>(v.iov_len, kMaxRw - std::min(total, kMaxRw));
+    total += v.iov_len;
+  }
+  // vfs_readv/vfs_writev: nothing to move is 0, without the socket.
+  if (total == 0) return kernel::WithResumedMoved(moved, 0);
+  if (write) {
+    UserSource src(t, std::move(iov));
+    socket::SendRequest req;
+    req.data = &src;
+    bool sigpipe = false;  // SysWritev raises SIGPIPE for every file.
+    return kernel::WithResumedMoved(moved,
+                                    s.SendMsg(Context(t), req, &sigpipe));
+  }
+  UserSink sink(t, std::move(iov));
+  socket::RecvRequest req;
+  req.data = &sink;
+  return kernel::WithResumedMoved(moved, s.RecvMsg(Context(t), req));
+}
 
 void RegisterSocket(Entry* table) {
   table[SYS_socket] = {SysSocket, "socket"};

@@ -6,6 +6,10 @@
 #   - restored: the connection is reset (ECONNRESET, then EOF and EPIPE),
 #     the listeners listen again on the same addresses and accept new
 #     clients, the UDP socket is bound to its address again.
+# Two ICMP echo ("ping") sockets too: one bound to 127.0.0.1, one that
+# only sent an echo request (the kernel bound it to an identifier, its
+# port). Restored, each is bound to the same address and identifier again
+# and gets the reply to a new echo request.
 import errno
 import socket
 import sys
@@ -27,6 +31,22 @@ lst6.listen(4)
 udp = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 udp.bind(("127.0.0.1", 0))
 names = (lst.getsockname(), lst6.getsockname()[:2], udp.getsockname())
+
+
+def echo(sock, seq):
+    # An echo request (type 8) with checksum 0: the kernel fills in the
+    # checksum and the identifier of a ping socket.
+    sock.sendto(bytes([8, 0, 0, 0, 0, 0, 0, seq]) + b"ping", ("127.0.0.1", 0))
+    sock.settimeout(5)
+    reply = sock.recv(64)
+    return reply[0], reply[7], reply[8:]
+
+
+ping_bound = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)
+ping_bound.bind(("127.0.0.1", 0))
+ping_sent = socket.socket(socket.AF_INET, socket.SOCK_DGRAM, socket.IPPROTO_ICMP)
+print("ping before:", echo(ping_sent, 1), echo(ping_bound, 1), flush=True)
+pings = (ping_bound.getsockname(), ping_sent.getsockname())
 client = socket.create_connection(lst.getsockname())
 server, _ = lst.accept()
 client.sendall(b"ping")
@@ -69,4 +89,11 @@ u = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
 u.sendto(b"dgram", names[2])
 udp.settimeout(5)
 print("udp got:", udp.recvfrom(64)[0])
+print("ping same names:",
+      (ping_bound.getsockname(), ping_sent.getsockname()) == pings)
+for name, sock in (("ping bound", ping_bound), ("ping sent", ping_sent)):
+    try:
+        print(name, "reply:", echo(sock, 2))
+    except OSError as e:
+        print(name, "reply:", err(e))
 print("done", flush=True)

@@ -4,7 +4,9 @@
  * IPV6_RECVTCLASS), those a send passes (IP_TTL, IP_TOS, IP_PKTINFO,
  * IPV6_HOPLIMIT, IPV6_TCLASS, IPV6_PKTINFO), MSG_CTRUNC when the buffer
  * is short or missing, EINVAL for a bad value or an unknown type, and
- * IP_RECVERR's error queue (MSG_ERRQUEUE) after a send to a closed port.
+ * IP_RECVERR's error queue (MSG_ERRQUEUE) after a send to a closed port;
+ * and SIOCGSTAMP/SIOCGSTAMPNS (the time of the last datagram received, in
+ * the old and the 64-bit-time request numbers) on UDP, TCP and AF_UNIX.
  *
  * Ports come from bind to port 0; times are printed as relations only.
  */
@@ -13,6 +15,7 @@
 #include <errno.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
 #include <time.h>
@@ -326,10 +329,121 @@ static void recverr(int family) {
   close(s);
 }
 
+/* asm/sockios.h: the old numbers (struct timeval/timespec, 16 bytes each
+ * on x86-64) and the y2038 ones (_IOR(0x89, 6|7, long long[2])). */
+#ifndef SIOCGSTAMP
+#define SIOCGSTAMP 0x8906
+#endif
+#ifndef SIOCGSTAMPNS
+#define SIOCGSTAMPNS 0x8907
+#endif
+#define SIOCGSTAMP_NEW_ 0x80108906UL
+#define SIOCGSTAMPNS_NEW_ 0x80108907UL
+
+static long long ns_of(const struct timespec* t) {
+  return (long long)t->tv_sec * 1000000000LL + t->tv_nsec;
+}
+
+/* SIOCGSTAMP and SIOCGSTAMPNS on a UDP socket of `family`: ENOENT before
+ * any datagram; then the time of the last one received, the same in both
+ * forms and both numbers; a bad pointer is EFAULT. Linux stamps a datagram
+ * as it arrives only once timestamps are on (the first SIOCGSTAMP turns
+ * them on); before that the first request stamps the datagram with the
+ * time of the request, so the stamp lies between the send and the
+ * requests' end. */
+static void stamps(int family) {
+  const char* fam = family == AF_INET ? "v4" : "v6";
+  char name[128];
+  struct sockaddr_storage ra, sa;
+  socklen_t rl, sl;
+  int r = bound_udp(family, &ra, &rl);
+  int s = bound_udp(family, &sa, &sl);
+  snprintf(name, sizeof(name), "%s stamp: sockets", fam);
+  CHECK(name, r >= 0 && s >= 0);
+  struct timeval tv;
+  struct timespec ts;
+  snprintf(name, sizeof(name), "%s: SIOCGSTAMP before any datagram", fam);
+  CHECK_ERRNO(name, ioctl(r, SIOCGSTAMP, &tv), ENOENT);
+  snprintf(name, sizeof(name), "%s: SIOCGSTAMPNS before any datagram", fam);
+  CHECK_ERRNO(name, ioctl(r, SIOCGSTAMPNS, &ts), ENOENT);
+  long long prev = 0;
+  for (int round = 0; round < 2; round++) {
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_REALTIME, &t0);
+    snprintf(name, sizeof(name), "%s stamp: send %d", fam, round);
+    CHECK(name, send_with(s, &ra, rl, NULL, 0) == 4);
+    char buf[16];
+    snprintf(name, sizeof(name), "%s stamp: recv %d", fam, round);
+    CHECK(name, recv(r, buf, sizeof(buf), 0) == 4);
+    memset(&tv, 0, sizeof(tv));
+    memset(&ts, 0, sizeof(ts));
+    snprintf(name, sizeof(name), "%s: SIOCGSTAMPNS %d", fam, round);
+    CHECK(name, ioctl(r, SIOCGSTAMPNS, &ts) == 0);
+    snprintf(name, sizeof(name), "%s: SIOCGSTAMP %d", fam, round);
+    CHECK(name, ioctl(r, SIOCGSTAMP, &tv) == 0);
+    clock_gettime(CLOCK_REALTIME, &t1);
+    const long long ns = ns_of(&ts);
+    snprintf(name, sizeof(name),
+             "%s: stamp %d lies between the send and the requests' end", fam,
+             round);
+    CHECK(name, ns >= ns_of(&t0) && ns <= ns_of(&t1));
+    snprintf(name, sizeof(name), "%s: stamp %d later than the one before",
+             fam, round);
+    CHECK(name, ns > prev);
+    prev = ns;
+    snprintf(name, sizeof(name), "%s: SIOCGSTAMP %d is SIOCGSTAMPNS in us",
+             fam, round);
+    CHECK(name, tv.tv_sec == ts.tv_sec && tv.tv_usec == ts.tv_nsec / 1000);
+    long long nw[2] = {0, 0};
+    snprintf(name, sizeof(name), "%s: SIOCGSTAMP_NEW %d the same", fam, round);
+    CHECK(name, ioctl(r, SIOCGSTAMP_NEW_, nw) == 0 && nw[0] == tv.tv_sec &&
+                    nw[1] == tv.tv_usec);
+    snprintf(name, sizeof(name), "%s: SIOCGSTAMPNS_NEW %d the same", fam,
+             round);
+    CHECK(name, ioctl(r, SIOCGSTAMPNS_NEW_, nw) == 0 &&
+                    nw[0] == ts.tv_sec && nw[1] == ts.tv_nsec);
+  }
+  snprintf(name, sizeof(name), "%s: SIOCGSTAMP to a bad pointer", fam);
+  CHECK_ERRNO(name, ioctl(r, SIOCGSTAMP, (void*)8), EFAULT);
+  /* The sender received nothing. */
+  snprintf(name, sizeof(name), "%s: SIOCGSTAMP of the sender", fam);
+  CHECK_ERRNO(name, ioctl(s, SIOCGSTAMP, &tv), ENOENT);
+  close(r);
+  close(s);
+}
+
+/* A TCP socket and AF_UNIX sockets. */
+static void stamps_other(void) {
+  struct timeval tv;
+  int t = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  CHECK_ERRNO("tcp: SIOCGSTAMP", ioctl(t, SIOCGSTAMP, &tv), ENOENT);
+  close(t);
+  int sv[2];
+  CHECK("unix: socketpair",
+        socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) == 0);
+  CHECK("unix: send", write(sv[0], "x", 1) == 1);
+  char c;
+  CHECK("unix: recv", read(sv[1], &c, 1) == 1);
+  errno = 0;
+  int rc = ioctl(sv[1], SIOCGSTAMP, &tv);
+  printf("unix dgram SIOCGSTAMP: %d errno %d\n", rc, rc < 0 ? errno : 0);
+  close(sv[0]);
+  close(sv[1]);
+  CHECK("unix: stream socketpair",
+        socketpair(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0, sv) == 0);
+  rc = ioctl(sv[1], SIOCGSTAMP, &tv);
+  printf("unix stream SIOCGSTAMP: %d errno %d\n", rc, rc < 0 ? errno : 0);
+  close(sv[0]);
+  close(sv[1]);
+}
+
 int main(void) {
   inet4();
   inet6();
   recverr(AF_INET);
   recverr(AF_INET6);
+  stamps(AF_INET);
+  stamps(AF_INET6);
+  stamps_other();
   return finish();
 }

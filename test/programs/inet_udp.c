@@ -1,7 +1,9 @@
 /* UDP over loopback (127.0.0.1 and ::1): sendto/recvfrom with addresses,
  * connected sockets, MSG_TRUNC, MSG_PEEK, FIONREAD, sendmmsg/recvmmsg,
  * poll readiness; and socket options set and read back on TCP and UDP
- * sockets, with the answers Linux gives to options that do not apply.
+ * sockets, with the answers Linux gives to options that do not apply;
+ * writev and readv on a UDP socket and on an AF_UNIX datagram socket (one
+ * datagram for all the vectors, as Linux's sock_write_iter/sock_read_iter).
  *
  * Ports are chosen by bind to port 0; nothing host-specific is printed.
  */
@@ -16,6 +18,7 @@
 #include <sys/ioctl.h>
 #include <sys/socket.h>
 #include <sys/time.h>
+#include <sys/uio.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -38,6 +41,44 @@ static int bound_udp(int family, struct sockaddr_storage* ss, socklen_t* len) {
   *len = sizeof(*ss);
   getsockname(s, (struct sockaddr*)ss, len);
   return s;
+}
+
+/* writev and readv on datagram sockets: `sa` sends to `sb` (connected to
+ * `to` first). */
+static void vectors(int sa, int sb, const struct sockaddr_storage* to,
+                    socklen_t tol, const char* name) {
+  char label[96];
+#define L(x) (snprintf(label, sizeof(label), "%s %s", name, x), label)
+  /* A receive that finds nothing fails (EAGAIN) rather than hanging. */
+  struct timeval tmo = {2, 0};
+  setsockopt(sb, SOL_SOCKET, SO_RCVTIMEO, &tmo, sizeof(tmo));
+  if (to != NULL) {
+    CHECK(L("connect for writev"),
+          connect(sa, (const struct sockaddr*)to, tol) == 0);
+  }
+  struct iovec w[3] = {{"he", 2}, {"", 0}, {"llo", 3}};
+  CHECK(L("writev of 3 vectors"), writev(sa, w, 3) == 5);
+  char buf[16];
+  CHECK(L("writev is one datagram"),
+        recv(sb, buf, sizeof(buf), 0) == 5 && memcmp(buf, "hello", 5) == 0);
+  CHECK_ERRNO(L("nothing after it"), recv(sb, buf, sizeof(buf), MSG_DONTWAIT),
+              EAGAIN);
+  CHECK(L("send one datagram"), send(sa, "abcdefg", 7, 0) == 7);
+  char r1[3], r2[2];
+  struct iovec r[2] = {{r1, 3}, {r2, 2}};
+  CHECK(L("readv takes one datagram across vectors (truncated)"),
+        readv(sb, r, 2) == 5 && memcmp(r1, "abc", 3) == 0 &&
+            memcmp(r2, "de", 2) == 0);
+  CHECK_ERRNO(L("the rest of it is gone"),
+              recv(sb, buf, sizeof(buf), MSG_DONTWAIT), EAGAIN);
+  /* vfs_writev/vfs_readv: nothing to move is 0, without the socket. */
+  CHECK(L("writev of nothing is 0"), writev(sa, w + 1, 1) == 0);
+  CHECK_ERRNO(L("and sends no datagram"),
+              recv(sb, buf, sizeof(buf), MSG_DONTWAIT), EAGAIN);
+  CHECK(L("send again"), send(sa, "xy", 2, 0) == 2);
+  CHECK(L("readv into nothing is 0"), readv(sb, r, 0) == 0);
+  CHECK(L("and receives nothing"), recv(sb, buf, sizeof(buf), 0) == 2);
+#undef L
 }
 
 static void udp(int family, const char* name) {
@@ -122,6 +163,7 @@ static void udp(int family, const char* name) {
             mm[2].msg_len == 6 && memcmp(rb[1], "three", 5) == 0);
   CHECK_ERRNO(L("recvmmsg MSG_DONTWAIT on empty"),
               recvmmsg(sb, mm, 3, MSG_DONTWAIT, NULL), EAGAIN);
+  vectors(sa, sb, &b, bl, name);
   close(sa);
   close(sb);
 #undef L
@@ -213,6 +255,12 @@ int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   udp(AF_INET, "udp4");
   udp(AF_INET6, "udp6");
+  int sv[2];
+  CHECK("unix dgram socketpair",
+        socketpair(AF_UNIX, SOCK_DGRAM | SOCK_CLOEXEC, 0, sv) == 0);
+  vectors(sv[0], sv[1], NULL, 0, "unix dgram");
+  close(sv[0]);
+  close(sv[1]);
   options();
   return finish();
 }

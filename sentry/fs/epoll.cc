@@ -286,6 +286,11 @@ int64_t EpollFile::SetStatusFlags(int flags) {
 
 waiter::EventMask EpollFile::Readiness(waiter::EventMask mask) {
   if ((mask & (POLLIN | POLLRDNORM)) == 0) return 0;
+  // Host fds' changes may still be queued in the host (the poller's thread
+  // watches only on demand): they are this look's, as in Wait.
+  if (waiter::HostPoller* poller = waiter::HostPoller::IfStarted()) {
+    poller->Flush();
+  }
   std::vector<std::shared_ptr<File>> keep;  // released after the lock
   absl::MutexLock l(&mu_);
   std::vector<Interest*> ready;

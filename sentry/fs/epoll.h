@@ -85,6 +85,7 @@ class EpollFile : public File, public waiter::EventSource {
    public:
     explicit Link(Interest* i) : i_(i) {}
     void Notify(waiter::EventMask events) override;
+    bool NeedsPromptNotify() const override { return false; }
 
    private:
     Interest* const i_;

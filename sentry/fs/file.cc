@@ -72,6 +72,7 @@ waiter::EventMask HostFile::Readiness(waiter::EventMask mask) {
 void HostFile::EventRegister(waiter::Waiter* w, waiter::EventMask mask) {
   queue_->Add(w, mask);
   if (!watchable_) return;
+  if (w->NeedsPromptNotify()) waiter::HostPoller::NeedThread();
   absl::MutexLock l(&watch_mu_);
   if (watch_handle_ != 0) return;
   waiter::HostPoller* p = waiter::HostPoller::Get();
@@ -82,6 +83,8 @@ void HostFile::EventRegister(waiter::Waiter* w, waiter::EventMask mask) {
 
 void HostFile::EventUnregister(waiter::Waiter* w) {
   queue_->Remove(w);
+  if (!watchable_) return;
+  if (w->NeedsPromptNotify()) waiter::HostPoller::DoneWithThread();
   absl::MutexLock l(&watch_mu_);
   // Checked under watch_mu_, which EventRegister holds after adding its
   // waiter: a concurrent registration either is seen here or re-adds the

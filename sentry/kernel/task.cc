@@ -18,6 +18,7 @@
 #include "base/status_macros.h"
 #include "base/thread.h"
 #include "sentry/kernel/kernel.h"
+#include "sentry/waiter/host_poller.h"
 
 namespace sandboxd::kernel {
 
@@ -168,6 +169,18 @@ int Task::Wait(waiter::WaitQueue& q, waiter::EventMask mask,
                const std::function<bool()>& ready, absl::Time deadline) {
   TaskWaiter w(this);
   q.Add(&w, mask);
+  int r = BlockUntilReady(ready, deadline);
+  q.Remove(&w);
+  return r;
+}
+
+int Task::BlockUntilReady(const std::function<bool()>& ready,
+                          absl::Time deadline) {
+  if (ready()) return 0;
+  // What this task waits for may be a host fd's change reaching its queue
+  // through the poller's thread (directly, or through an epoll interest):
+  // the thread must watch while the task sleeps here.
+  waiter::HostPoller::NeedThread();
   int r = 0;
   while (!ready()) {
     WakeReason why = Block(deadline);
@@ -180,7 +193,7 @@ int Task::Wait(waiter::WaitQueue& q, waiter::EventMask mask,
       break;
     }
   }
-  q.Remove(&w);
+  waiter::HostPoller::DoneWithThread();
   return r;
 }
 
@@ -259,15 +272,8 @@ int Task::WaitOrHostFd(waiter::WaitQueue& q, waiter::EventMask mask,
       host_poll = false;
       continue;
     }
-    WakeReason why = Block(deadline);
-    if (why == WakeReason::kTimeout) {
-      r = ready() ? 0 : -ETIMEDOUT;
-      break;
-    }
-    if (why == WakeReason::kInterrupted) {
-      r = ready() ? 0 : -EINTR;
-      break;
-    }
+    r = BlockUntilReady(ready, deadline);
+    break;
   }
   q.Remove(&w);
   return r;

@@ -182,6 +182,10 @@ class Task : public waiter::Blocker, public std::enable_shared_from_this<Task> {
   // Blocks the task until Wake(), the deadline, or an interrupt.
   enum class WakeReason { kWoken, kTimeout, kInterrupted };
   WakeReason Block(absl::Time deadline);
+  // The sleep of Wait (and of WaitOrHostFd once it has left its host
+  // poll): Block until ready() (0), the deadline (-ETIMEDOUT) or an
+  // interruption (-EINTR), with the HostPoller's thread watching meanwhile.
+  int BlockUntilReady(const std::function<bool()>& ready, absl::Time deadline);
   void Wake();
   // Makes the task leave whatever it is doing (blocking call or
   // application code) and look at its state: used for group exit.

@@ -420,6 +420,7 @@ waiter::EventMask HostSocket::Readiness(waiter::EventMask mask) {
 // the same): an idle socket costs the poller thread nothing.
 void HostSocket::EventRegister(waiter::Waiter* w, waiter::EventMask mask) {
   queue_->Add(w, mask);
+  if (w->NeedsPromptNotify()) waiter::HostPoller::NeedThread();
   absl::MutexLock l(&watch_mu_);
   if (watch_handle_ != 0) return;
   waiter::HostPoller* p = waiter::HostPoller::Get();
@@ -430,6 +431,7 @@ void HostSocket::EventRegister(waiter::Waiter* w, waiter::EventMask mask) {
 
 void HostSocket::EventUnregister(waiter::Waiter* w) {
   queue_->Remove(w);
+  if (w->NeedsPromptNotify()) waiter::HostPoller::DoneWithThread();
   absl::MutexLock l(&watch_mu_);
   if (watch_handle_ != 0 && queue_->empty()) {
     waiter::HostPoller::Get()->Remove(fd_.get(), watch_handle_);

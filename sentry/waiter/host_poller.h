@@ -7,12 +7,22 @@
 // and they recheck the fd themselves (HostFile::Readiness polls it), so a
 // readable fd that nobody reads does not keep the thread spinning.
 //
+// The Sentry's poller (Get) runs its thread on demand: the thread watches
+// the epoll fd only while something needs changes delivered as they
+// happen (NeedThread: a waiter that is not an epoll interest is registered
+// on a watched file, or a task sleeps in Blocker::Wait). Otherwise the
+// changes stay queued in the host epoll instance until a waiter takes them
+// itself (Flush: every sandbox epoll_wait, and a task asleep in
+// Blocker::WaitOrHostFd, which polls fd()), so an event loop's request
+// does not also wake the poller's thread.
+//
 // Lock order: HostPoller::mu_ > the watched queues' locks. A queue is
 // notified with mu_ held, which is what makes Remove a barrier: once it
 // returns, the thread never touches that queue again.
 #ifndef SANDBOXD_SENTRY_WAITER_HOST_POLLER_H_
 #define SANDBOXD_SENTRY_WAITER_HOST_POLLER_H_
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <thread>
@@ -53,18 +63,41 @@ class HostPoller {
   // The Sentry's poller if Get() has made it, else null (nothing watched).
   static HostPoller* IfStarted();
 
+  // Something needs changes delivered by the thread from now until the
+  // matching DoneWithThread (a prompt waiter registered on a watched file,
+  // a task asleep in Blocker::Wait). Process-wide, and valid before any
+  // poller exists (a poller made later starts watching if needed). Wakes
+  // every on-demand poller's thread that is not watching; cheap when they
+  // all are.
+  static void NeedThread();
+  static void DoneWithThread();
+  // Whether the thread watches the epoll fd now (for tests).
+  bool watching() const { return watching_.load(); }
+
   // For tests: a poller of one's own (its thread stops in the destructor).
-  static absl::StatusOr<std::unique_ptr<HostPoller>> Create();
+  // on_demand: the thread watches only between NeedThread and
+  // DoneWithThread (as Get's); else always.
+  static absl::StatusOr<std::unique_ptr<HostPoller>> Create(
+      bool on_demand = false);
   ~HostPoller();
 
  private:
-  HostPoller(UniqueFd epfd, UniqueFd stop_fd);
+  HostPoller(UniqueFd epfd, UniqueFd stop_fd, UniqueFd rouse_fd,
+             bool on_demand);
   void Loop();
 
   const UniqueFd epfd_;
   // An eventfd in the epoll set whose readability stops the thread.
   const UniqueFd stop_fd_;
+  // An eventfd that wakes a thread that is not watching (NeedThread).
+  const UniqueFd rouse_fd_;
+  const bool on_demand_;
+  // Whether the thread watches the epoll fd (or is about to look at
+  // the count again): a NeedThread that finds it false wakes the thread.
+  std::atomic<bool> watching_{true};
   std::thread thread_;
+  // The next on-demand poller: a list under host_poller.cc's registry_mu.
+  HostPoller* next_on_demand_ = nullptr;
 
   absl::Mutex mu_;
   uint64_t next_handle_ ABSL_GUARDED_BY(mu_) = 1;

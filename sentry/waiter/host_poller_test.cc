@@ -49,6 +49,49 @@ TEST(HostPollerTest, NotifiesOnEachChangeUntilRemoved) {
   q->Remove(&w);
 }
 
+// On demand, the thread delivers only between NeedThread and
+// DoneWithThread; otherwise a change waits in the host for Flush.
+TEST(HostPollerTest, OnDemandThreadWatchesOnlyWhileNeeded) {
+  auto poller = HostPoller::Create(/*on_demand=*/true);
+  ASSERT_TRUE(poller.ok()) << poller.status();
+  HostPipe p;
+  auto q = std::make_shared<WaitQueue>();
+  CountingWaiter w;
+  q->Add(&w, POLLIN);
+  int64_t h = (*poller)->Add(p.r.get(), q);
+  ASSERT_GT(h, 0);
+  ASSERT_EQ(write(p.w.get(), "a", 1), 1);
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(w.count(), 0) << "delivered with nothing needing the thread";
+  EXPECT_FALSE((*poller)->watching());
+  // Flush takes what the host queued, on the calling thread.
+  (*poller)->Flush();
+  EXPECT_EQ(w.count(), 1);
+
+  // Needed: a change is delivered by the thread, also one queued before.
+  ASSERT_EQ(write(p.w.get(), "b", 1), 1);
+  HostPoller::NeedThread();
+  EXPECT_TRUE(w.AwaitCount(2, absl::Seconds(5)));
+  ASSERT_EQ(write(p.w.get(), "c", 1), 1);
+  EXPECT_TRUE(w.AwaitCount(3, absl::Seconds(5)));
+  HostPoller::DoneWithThread();
+
+  // No longer needed: the thread stops watching at its next wakeup (it
+  // may deliver this change first, or leave it to Flush).
+  ASSERT_EQ(write(p.w.get(), "d", 1), 1);
+  for (int i = 0; i < 5000 && (*poller)->watching(); i++) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
+  EXPECT_FALSE((*poller)->watching());
+  (*poller)->Flush();
+  EXPECT_EQ(w.count(), 4);
+  ASSERT_EQ(write(p.w.get(), "e", 1), 1);
+  absl::SleepFor(absl::Milliseconds(100));
+  EXPECT_EQ(w.count(), 4);
+  (*poller)->Remove(p.r.get(), static_cast<uint64_t>(h));
+  q->Remove(&w);
+}
+
 TEST(HostPollerTest, RegularFilesAreRefused) {
   auto poller = HostPoller::Create();
   ASSERT_TRUE(poller.ok());

@@ -36,6 +36,12 @@ class Waiter {
   // Called with the events that happened. Must not block or re-enter the
   // queue.
   virtual void Notify(EventMask events) = 0;
+  // Whether a notification must reach this waiter as soon as a host fd
+  // changes, i.e. from the HostPoller's thread (host_poller.h). False for
+  // an epoll interest: it only queues itself on its epoll's ready list,
+  // which every epoll_wait fills from the host first (HostPoller::Flush)
+  // and whose sleepers are counted on their own (HostPoller::NeedThread).
+  virtual bool NeedsPromptNotify() const { return true; }
 };
 
 class WaitQueue {

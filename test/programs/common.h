@@ -11,10 +11,14 @@
 #ifndef SBX_TEST_COMMON_H
 #define SBX_TEST_COMMON_H
 
+#include <arpa/inet.h>
 #include <errno.h>
+#include <netinet/in.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 static int g_failures;
 
@@ -46,6 +50,34 @@ static inline int finish(void) {
   printf("RESULT: %s\n", g_failures ? "FAIL" : "PASS");
   fflush(stdout);
   return g_failures ? 1 : 0;
+}
+
+/* A UDP socket of `family` (AF_INET or AF_INET6) bound to the loopback
+ * address and a port of the kernel's choice; its address in *ss, *len.
+ * -1 if it cannot be made or bound. */
+static inline int bound_udp(int family, struct sockaddr_storage* ss,
+                            socklen_t* len) {
+  int s = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
+  memset(ss, 0, sizeof(*ss));
+  if (family == AF_INET) {
+    struct sockaddr_in* in = (struct sockaddr_in*)ss;
+    in->sin_family = AF_INET;
+    in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    *len = sizeof(*in);
+  } else {
+    struct sockaddr_in6* in6 = (struct sockaddr_in6*)ss;
+    in6->sin6_family = AF_INET6;
+    in6->sin6_addr = in6addr_loopback;
+    *len = sizeof(*in6);
+  }
+  if (s < 0) return -1;
+  if (bind(s, (struct sockaddr*)ss, *len) != 0) {
+    close(s);
+    return -1;
+  }
+  *len = sizeof(*ss);
+  getsockname(s, (struct sockaddr*)ss, len);
+  return s;
 }
 
 #endif

@@ -36,27 +36,6 @@ struct ext_err {
 #define EE_ORIGIN_ICMP 2
 #define EE_ORIGIN_ICMP6 3
 
-static int bound_udp(int family, struct sockaddr_storage* ss,
-                     socklen_t* len) {
-  int s = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  memset(ss, 0, sizeof(*ss));
-  if (family == AF_INET) {
-    struct sockaddr_in* in = (struct sockaddr_in*)ss;
-    in->sin_family = AF_INET;
-    in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    *len = sizeof(*in);
-  } else {
-    struct sockaddr_in6* in6 = (struct sockaddr_in6*)ss;
-    in6->sin6_family = AF_INET6;
-    in6->sin6_addr = in6addr_loopback;
-    *len = sizeof(*in6);
-  }
-  if (s < 0 || bind(s, (struct sockaddr*)ss, *len) != 0) return -1;
-  *len = sizeof(*ss);
-  getsockname(s, (struct sockaddr*)ss, len);
-  return s;
-}
-
 static int on(int s, int level, int name) {
   int one = 1;
   return setsockopt(s, level, name, &one, sizeof(one));

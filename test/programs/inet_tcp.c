@@ -19,7 +19,9 @@
 #include <sys/epoll.h>
 #include <sys/ioctl.h>
 #include <sys/socket.h>
+#include <sys/select.h>
 #include <sys/time.h>
+#include <time.h>
 #include <unistd.h>
 
 #include "common.h"
@@ -456,6 +458,63 @@ static void edge_after_connect(void) {
   CHECK("epoll EPOLLET after connect: no second edge (50 rounds)", spurious == 0);
 }
 
+/* poll(2) and select(2)'s sleep on an epoll fd that watches a TCP
+ * socket, and epoll_wait on an epoll fd nested in another: each sleeps
+ * until another thread sends (0.1 s later), then sees the data; woken by
+ * it, not found at its 5 s deadline. */
+static double now_s(void) {
+  struct timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return ts.tv_sec + ts.tv_nsec / 1e9;
+}
+
+static void sleep_on_epoll_fd(void) {
+  addr_t a;
+  int l = listener(AF_INET, &a);
+  int c = connect_to(&a, SOCK_CLOEXEC);
+  int s = accept4(l, NULL, NULL, SOCK_CLOEXEC);
+  int ep = epoll_create1(EPOLL_CLOEXEC);
+  int outer = epoll_create1(EPOLL_CLOEXEC);
+  struct epoll_event ev = {.events = EPOLLIN};
+  ev.data.fd = s;
+  epoll_ctl(ep, EPOLL_CTL_ADD, s, &ev);
+  ev.data.fd = ep;
+  epoll_ctl(outer, EPOLL_CTL_ADD, ep, &ev);
+  char buf[8];
+  for (int round = 0; round < 3; round++) {
+    pthread_t th;
+    int wfd = c;
+    pthread_create(&th, NULL, write_later, &wfd);
+    int ok;
+    double start = now_s();
+    if (round == 0) {
+      struct pollfd p = {ep, POLLIN, 0};
+      ok = poll(&p, 1, 5000) == 1 && p.revents == POLLIN;
+    } else if (round == 1) {
+      fd_set rs;
+      FD_ZERO(&rs);
+      FD_SET(ep, &rs);
+      struct timeval tv = {5, 0};
+      ok = select(ep + 1, &rs, NULL, NULL, &tv) == 1 && FD_ISSET(ep, &rs);
+    } else {
+      struct epoll_event out;
+      ok = epoll_wait(outer, &out, 1, 5000) == 1 && out.data.fd == ep;
+    }
+    ok = ok && now_s() - start < 2.5;
+    pthread_join(th, NULL);
+    const char* name = round == 0   ? "poll on an epoll fd wakes at a TCP socket's data"
+                       : round == 1 ? "select on an epoll fd wakes at a TCP socket's data"
+                                    : "nested epoll wakes at a TCP socket's data";
+    CHECK(name, ok);
+    CHECK("... and the data is there", read_all(s, buf, 4) == 4 && memcmp(buf, "cdef", 4) == 0);
+  }
+  close(outer);
+  close(ep);
+  close(s);
+  close(c);
+  close(l);
+}
+
 int main(void) {
   setvbuf(stdout, NULL, _IONBF, 0);
   echo_test(AF_INET, "ipv4");
@@ -465,5 +524,6 @@ int main(void) {
   nonblocking_connect();
   stream_semantics();
   edge_after_connect();
+  sleep_on_epoll_fd();
   return finish();
 }

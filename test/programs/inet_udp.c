@@ -23,26 +23,6 @@
 
 #include "common.h"
 
-static int bound_udp(int family, struct sockaddr_storage* ss, socklen_t* len) {
-  int s = socket(family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
-  memset(ss, 0, sizeof(*ss));
-  if (family == AF_INET) {
-    struct sockaddr_in* in = (struct sockaddr_in*)ss;
-    in->sin_family = AF_INET;
-    in->sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    *len = sizeof(*in);
-  } else {
-    struct sockaddr_in6* in6 = (struct sockaddr_in6*)ss;
-    in6->sin6_family = AF_INET6;
-    in6->sin6_addr = in6addr_loopback;
-    *len = sizeof(*in6);
-  }
-  if (bind(s, (struct sockaddr*)ss, *len) != 0) return -1;
-  *len = sizeof(*ss);
-  getsockname(s, (struct sockaddr*)ss, len);
-  return s;
-}
-
 /* writev and readv on datagram sockets: `sa` sends to `sb` (connected to
  * `to` first). */
 static void vectors(int sa, int sb, const struct sockaddr_storage* to,

@@ -14,6 +14,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "sentry/waiter/host_poller.h"
 #include "sentry/waiter/waiter.h"
 
 namespace sandboxd::waiter {
@@ -24,6 +25,9 @@ class FakeBlocker : public Blocker {
            absl::Time deadline = absl::InfiniteFuture()) override {
     Relay relay(this);
     q.Add(&relay, mask);
+    // As kernel::Task's Wait: the host poller's thread watches while this
+    // sleeps (host fds' changes reach q through it).
+    HostPoller::NeedThread();
     int r = 0;
     for (;;) {
       uint64_t seen;
@@ -50,6 +54,7 @@ class FakeBlocker : public Blocker {
         break;
       }
     }
+    HostPoller::DoneWithThread();
     q.Remove(&relay);
     return r;
   }

@@ -47,6 +47,16 @@ class InodeMappable : public mm::Mappable {
     counted_ = r == 0 && *maywrite;
     return r;
   }
+  // A restore: a mapping that was counted at the save is counted again,
+  // whatever seals were added since it was made (F_SEAL_FUTURE_WRITE
+  // leaves existing writable mappings alone). -EBUSY under F_SEAL_WRITE,
+  // which Linux refuses while such a mapping exists: a bad image.
+  int RecountShared() {
+    if (tmpfs_ == nullptr) return 0;
+    int r = tmpfs_->RecountSharedMapping();
+    counted_ = r == 0;
+    return r;
+  }
   uint64_t Size() override {
     Attr a;
     return inode_->GetAttr(&a) == 0 ? a.size : 0;

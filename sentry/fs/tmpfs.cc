@@ -611,6 +611,13 @@ int TmpFsRegularFile::BeginSharedMapping(bool prot_write, bool* maywrite) {
   return 0;
 }
 
+int TmpFsRegularFile::RecountSharedMapping() {
+  absl::MutexLock l(&data_mu_);
+  if (seals_ & kSealWrite) return -EBUSY;
+  writable_maps_++;
+  return 0;
+}
+
 void TmpFsRegularFile::EndSharedMapping() {
   absl::MutexLock l(&data_mu_);
   writable_maps_--;

@@ -294,6 +294,10 @@ class TmpFsRegularFile final : public TmpFsInode {
   // seal forbids upgrading the mapping later (mprotect), and if it stays
   // set the mapping is counted until EndSharedMapping.
   int BeginSharedMapping(bool prot_write, bool* maywrite);
+  // A restored mapping that may write, counted again: -EBUSY under
+  // F_SEAL_WRITE (which cannot be set while one exists), else counted
+  // (F_SEAL_FUTURE_WRITE does not touch existing mappings).
+  int RecountSharedMapping();
   void EndSharedMapping();
 
  private:

@@ -352,10 +352,9 @@ absl::StatusOr<std::shared_ptr<mm::Mappable>> MmState::LoadMappable(
             /*cache_may_write=*/true);
         if (r.file().counted()) {
           // Counted on the file again, as mmap did: this is the mapping
-          // that makes F_SEAL_WRITE fail with EBUSY.
-          bool maywrite = true;
-          int err = m->BeginShared(/*prot_write=*/false, &maywrite);
-          if (err < 0 || !maywrite) {
+          // that makes F_SEAL_WRITE fail with EBUSY. A seal added after
+          // it was made (F_SEAL_FUTURE_WRITE) leaves it as it was.
+          if (m->RecountShared() < 0) {
             return absl::InvalidArgumentError(
                 "a writable shared mapping of a write-sealed file");
           }

@@ -237,7 +237,8 @@ TEST_F(MmStateTest, PagesOfPartlyCoveredRunsAreSavedOnce) {
   EXPECT_EQ(other->SharedBytes(), 0u);
 }
 
-// A writable shared mapping and a private one of a tmpfs file with seals.
+// A writable shared mapping and a private one of a tmpfs file with seals
+// (F_SEAL_FUTURE_WRITE added after the writable mapping was made).
 TEST_F(MmStateTest, FileMappingsReachTheLoadedFile) {
   mm::MemoryFile* mf = File();
   fs::TmpFs tmp(mf, fs::TmpFsOptions{});
@@ -267,6 +268,9 @@ TEST_F(MmStateTest, FileMappingsReachTheLoadedFile) {
   Write(*m, kA, "through the shared mapping");
   Write(*m, kB, "private copy");
   EXPECT_EQ(file->AddSeals(fs::kSealWrite), -EBUSY);
+  // F_SEAL_FUTURE_WRITE leaves the existing writable mapping working; the
+  // load takes it as it is.
+  ASSERT_EQ(file->AddSeals(fs::kSealFutureWrite), 0);
   const std::string layout = m->DebugString();
 
   ASSERT_TRUE(Save(mf, {m}).ok());
